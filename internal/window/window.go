@@ -1,0 +1,310 @@
+// Package window keeps per backend/server sliding windows of response
+// counts and latencies, written from the ingest hot path without locks.
+//
+// Each series is a ring of one-second buckets. A writer finds its bucket by
+// the event's second; the first writer of a new second claims the bucket
+// with a compare-and-swap and clears it. Writers racing that clear at a
+// second boundary can lose a handful of counts: the windows are statistics
+// for a control loop, not an accounting ledger, and the price of exactness
+// (a lock per event) is what the hot path cannot pay.
+package window
+
+import (
+	"math/bits"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults for a Store.
+const (
+	DefaultSpan      = 60 * time.Second
+	DefaultMaxSeries = 4096
+)
+
+// Latency histogram layout: milliseconds 0..15 are exact, above that each
+// power of two is split into 8 sub-buckets (at most 12.5% wide), up to 2^16 ms.
+const (
+	exactBins    = 16
+	subBins      = 8
+	octaves      = 12 // 2^4 .. 2^16
+	latencyBins  = exactBins + octaves*subBins
+	maxLatencyMs = 1<<16 - 1
+)
+
+// Event is one observed response, the single type every ingest path
+// (SPOE, Lua companion, logs) produces. Names are byte slices so that a
+// decoder can point into its frame buffer without allocating.
+type Event struct {
+	Backend    []byte
+	Server     []byte
+	Status     int
+	ResponseMs int // HAProxy's %Tr; negative when the server never answered
+}
+
+// Sink takes events. *Store is the sink of the agent; tests use others.
+type Sink interface {
+	Record(Event)
+}
+
+type bucket struct {
+	sec      atomic.Int64
+	requests atomic.Uint32
+	err5xx   atomic.Uint32
+	err4xx   atomic.Uint32
+	latency  [latencyBins]atomic.Uint32
+}
+
+// Series is the window of one backend/server pair.
+type Series struct {
+	Backend, Server string
+	buckets         []bucket
+}
+
+type seriesMap map[string]map[string]*Series
+
+// Store holds every series, at most MaxSeries of them.
+type Store struct {
+	now       func() time.Time
+	span      int64
+	maxSeries int
+
+	series  atomic.Pointer[seriesMap] // read without locks, replaced on insert
+	mu      sync.Mutex                // serialises inserts only
+	count   int
+	events  atomic.Uint64
+	dropped atomic.Uint64
+}
+
+// New returns a store with a window of span (whole seconds, at least one)
+// and room for maxSeries series. now is the clock; nil means time.Now.
+func New(span time.Duration, maxSeries int, now func() time.Time) *Store {
+	if now == nil {
+		now = time.Now
+	}
+	secs := int64(span / time.Second)
+	if secs < 1 {
+		secs = 1
+	}
+	if maxSeries < 1 {
+		maxSeries = DefaultMaxSeries
+	}
+	s := &Store{now: now, span: secs, maxSeries: maxSeries}
+	empty := seriesMap{}
+	s.series.Store(&empty)
+	return s
+}
+
+// Span is the length of the window.
+func (s *Store) Span() time.Duration { return time.Duration(s.span) * time.Second }
+
+// Record adds one event at the store's current time.
+func (s *Store) Record(ev Event) {
+	s.RecordAt(s.now().Unix(), ev)
+}
+
+// RecordAt adds one event that happened in the given Unix second.
+func (s *Store) RecordAt(sec int64, ev Event) {
+	sr := s.lookup(ev.Backend, ev.Server)
+	if sr == nil {
+		s.dropped.Add(1)
+		return
+	}
+	s.events.Add(1)
+	sr.record(sec, ev.Status, ev.ResponseMs)
+}
+
+func (s *Store) lookup(backend, server []byte) *Series {
+	m := *s.series.Load()
+	if srv, ok := m[string(backend)]; ok {
+		if sr, ok := srv[string(server)]; ok {
+			return sr
+		}
+	}
+	return s.insert(string(backend), string(server))
+}
+
+// insert copies the map with the new series in it: inserts are rare (once
+// per server for the life of the process), lookups are every event.
+func (s *Store) insert(backend, server string) *Series {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := *s.series.Load()
+	if sr, ok := old[backend][server]; ok {
+		return sr
+	}
+	if s.count >= s.maxSeries {
+		return nil
+	}
+	next := make(seriesMap, len(old)+1)
+	for b, srv := range old {
+		next[b] = srv
+	}
+	srv := make(map[string]*Series, len(old[backend])+1)
+	for name, sr := range old[backend] {
+		srv[name] = sr
+	}
+	sr := &Series{Backend: backend, Server: server, buckets: make([]bucket, s.span)}
+	for i := range sr.buckets {
+		sr.buckets[i].sec.Store(-1)
+	}
+	srv[server] = sr
+	next[backend] = srv
+	s.count++
+	s.series.Store(&next)
+	return sr
+}
+
+func (sr *Series) record(sec int64, status, ms int) {
+	n := int64(len(sr.buckets))
+	b := &sr.buckets[uint64(sec)%uint64(n)]
+	if cur := b.sec.Load(); cur != sec {
+		if cur > sec {
+			return // older than the bucket now in this slot: outside the window
+		}
+		if b.sec.CompareAndSwap(cur, sec) {
+			b.requests.Store(0)
+			b.err5xx.Store(0)
+			b.err4xx.Store(0)
+			for i := range b.latency {
+				b.latency[i].Store(0)
+			}
+		}
+	}
+	b.requests.Add(1)
+	switch {
+	case status >= 500 && status <= 599:
+		b.err5xx.Add(1)
+	case status >= 400 && status <= 499:
+		b.err4xx.Add(1)
+	}
+	if ms >= 0 {
+		b.latency[latencyBin(ms)].Add(1)
+	}
+}
+
+func latencyBin(ms int) int {
+	if ms < exactBins {
+		return ms
+	}
+	if ms > maxLatencyMs {
+		ms = maxLatencyMs
+	}
+	top := bits.Len(uint(ms)) - 1 // 4..15
+	sub := (ms >> (top - 3)) & (subBins - 1)
+	return exactBins + (top-4)*subBins + sub
+}
+
+// binUpper is the largest millisecond value that falls into bin i.
+func binUpper(i int) int {
+	if i < exactBins {
+		return i
+	}
+	i -= exactBins
+	top := i/subBins + 4
+	sub := i % subBins
+	lo := (1 << top) + sub<<(top-3)
+	return lo + 1<<(top-3) - 1
+}
+
+// Stats are one series' figures over a window.
+type Stats struct {
+	Backend  string `json:"backend"`
+	Server   string `json:"server"`
+	Requests uint64 `json:"requests"`
+	Err5xx   uint64 `json:"err_5xx"`
+	Err4xx   uint64 `json:"err_4xx"`
+	P50Ms    int    `json:"p50_ms"`
+	P95Ms    int    `json:"p95_ms"`
+	P99Ms    int    `json:"p99_ms"`
+}
+
+// ErrorRate is the share of requests that ended in 5xx.
+func (st Stats) ErrorRate() float64 {
+	if st.Requests == 0 {
+		return 0
+	}
+	return float64(st.Err5xx) / float64(st.Requests)
+}
+
+// Snapshot sums the last `last` seconds (capped at the store's span, the
+// current second included) of every series, sorted by backend then server.
+func (s *Store) Snapshot(last time.Duration) []Stats {
+	secs := int64(last / time.Second)
+	if secs < 1 || secs > s.span {
+		secs = s.span
+	}
+	now := s.now().Unix()
+	m := *s.series.Load()
+	out := make([]Stats, 0, len(m))
+	var hist [latencyBins]uint64
+	for _, srv := range m {
+		for _, sr := range srv {
+			out = append(out, sr.stats(now, secs, &hist))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Backend != out[j].Backend {
+			return out[i].Backend < out[j].Backend
+		}
+		return out[i].Server < out[j].Server
+	})
+	return out
+}
+
+func (sr *Series) stats(now, secs int64, hist *[latencyBins]uint64) Stats {
+	st := Stats{Backend: sr.Backend, Server: sr.Server}
+	*hist = [latencyBins]uint64{}
+	var timed uint64
+	for i := range sr.buckets {
+		b := &sr.buckets[i]
+		sec := b.sec.Load()
+		if sec <= now-secs || sec > now {
+			continue
+		}
+		st.Requests += uint64(b.requests.Load())
+		st.Err5xx += uint64(b.err5xx.Load())
+		st.Err4xx += uint64(b.err4xx.Load())
+		for j := range b.latency {
+			c := uint64(b.latency[j].Load())
+			hist[j] += c
+			timed += c
+		}
+	}
+	st.P50Ms = quantile(hist, timed, 0.50)
+	st.P95Ms = quantile(hist, timed, 0.95)
+	st.P99Ms = quantile(hist, timed, 0.99)
+	return st
+}
+
+// quantile returns the upper bound of the bin holding the q-th sample, so a
+// reported p99 is never below the true one by more than a bin's width.
+func quantile(hist *[latencyBins]uint64, total uint64, q float64) int {
+	if total == 0 {
+		return 0
+	}
+	rank := uint64(q*float64(total) + 0.5)
+	if rank < 1 {
+		rank = 1
+	}
+	var seen uint64
+	for i, c := range hist {
+		seen += c
+		if seen >= rank {
+			return binUpper(i)
+		}
+	}
+	return binUpper(latencyBins - 1)
+}
+
+// Events is how many events were recorded; Dropped how many found no room.
+func (s *Store) Events() uint64  { return s.events.Load() }
+func (s *Store) Dropped() uint64 { return s.dropped.Load() }
+
+// Len is the number of series held.
+func (s *Store) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.count
+}

@@ -1,0 +1,164 @@
+package window
+
+import (
+	"testing"
+	"time"
+)
+
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) Now() time.Time { return c.t }
+
+func ev(b, s string, status, ms int) Event {
+	return Event{Backend: []byte(b), Server: []byte(s), Status: status, ResponseMs: ms}
+}
+
+func TestLatencyBinsCoverEveryValueInOrder(t *testing.T) {
+	prev := -1
+	for ms := 0; ms <= maxLatencyMs; ms++ {
+		b := latencyBin(ms)
+		if b < prev || b >= latencyBins {
+			t.Fatalf("latencyBin(%d)=%d after %d", ms, b, prev)
+		}
+		if ms > binUpper(b) {
+			t.Fatalf("ms %d above its bin %d upper bound %d", ms, b, binUpper(b))
+		}
+		if b > 0 && ms <= binUpper(b-1) {
+			t.Fatalf("ms %d belongs to bin %d, not %d", ms, b-1, b)
+		}
+		prev = b
+	}
+	if got := latencyBin(10 * maxLatencyMs); got != latencyBins-1 {
+		t.Fatalf("huge latency went to bin %d", got)
+	}
+}
+
+func TestSnapshotCountsAndQuantiles(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	s := New(60*time.Second, 10, clk.Now)
+	for i := 0; i < 100; i++ {
+		status := 200
+		switch {
+		case i < 5:
+			status = 503
+		case i < 8:
+			status = 404
+		}
+		s.Record(ev("be", "a", status, i)) // latencies 0..99 ms
+	}
+	st := s.Snapshot(0)
+	if len(st) != 1 {
+		t.Fatalf("got %d series", len(st))
+	}
+	got := st[0]
+	if got.Requests != 100 || got.Err5xx != 5 || got.Err4xx != 3 {
+		t.Fatalf("counts %+v", got)
+	}
+	// Bins are at most 12.5% wide; the reported value is the bin's upper bound.
+	for _, c := range []struct {
+		name      string
+		got, true int
+	}{{"p50", got.P50Ms, 49}, {"p95", got.P95Ms, 94}, {"p99", got.P99Ms, 98}} {
+		if c.got < c.true || float64(c.got) > float64(c.true)*1.13 {
+			t.Errorf("%s = %d, true %d", c.name, c.got, c.true)
+		}
+	}
+	if r := got.ErrorRate(); r != 0.05 {
+		t.Errorf("error rate %v", r)
+	}
+}
+
+func TestWindowSlides(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(5000, 0)}
+	s := New(10*time.Second, 10, clk.Now)
+	for i := 0; i < 20; i++ { // one 5xx per second for 20 s
+		s.Record(ev("be", "a", 500, 1))
+		clk.t = clk.t.Add(time.Second)
+	}
+	clk.t = clk.t.Add(-time.Second) // now = last second written
+	tests := []struct {
+		last time.Duration
+		want uint64
+	}{
+		{0, 10}, {10 * time.Second, 10}, {time.Minute, 10}, {3 * time.Second, 3}, {time.Second, 1},
+	}
+	for _, tc := range tests {
+		if got := s.Snapshot(tc.last)[0].Err5xx; got != tc.want {
+			t.Errorf("Snapshot(%v) 5xx = %d, want %d", tc.last, got, tc.want)
+		}
+	}
+	clk.t = clk.t.Add(11 * time.Second)
+	if got := s.Snapshot(0)[0].Requests; got != 0 {
+		t.Errorf("after the span passed: %d requests", got)
+	}
+	// A late event older than the bucket now in its slot is ignored.
+	s.Record(ev("be", "a", 200, 1))
+	s.RecordAt(clk.t.Unix()-10, ev("be", "a", 500, 1))
+	if got := s.Snapshot(0)[0]; got.Requests != 1 || got.Err5xx != 0 {
+		t.Errorf("late event counted: %+v", got)
+	}
+}
+
+func TestMaxSeriesBoundsMemory(t *testing.T) {
+	s := New(time.Minute, 3, nil)
+	for _, srv := range []string{"a", "b", "c", "d", "e", "a"} {
+		s.Record(ev("be", srv, 200, 1))
+	}
+	if s.Len() != 3 || s.Dropped() != 2 || s.Events() != 4 {
+		t.Fatalf("len %d dropped %d events %d", s.Len(), s.Dropped(), s.Events())
+	}
+}
+
+func TestSnapshotSorted(t *testing.T) {
+	s := New(time.Minute, 10, nil)
+	for _, p := range [][2]string{{"b", "x"}, {"a", "z"}, {"a", "y"}} {
+		s.Record(ev(p[0], p[1], 200, 1))
+	}
+	got := s.Snapshot(0)
+	want := [][2]string{{"a", "y"}, {"a", "z"}, {"b", "x"}}
+	for i := range want {
+		if got[i].Backend != want[i][0] || got[i].Server != want[i][1] {
+			t.Fatalf("order %v", got)
+		}
+	}
+}
+
+func TestRecordAllocatesNothing(t *testing.T) {
+	s := New(time.Minute, 10, nil)
+	e := ev("be", "srv1", 200, 12)
+	s.Record(e)
+	if n := testing.AllocsPerRun(1000, func() { s.Record(e) }); n != 0 {
+		t.Fatalf("%v allocations per event", n)
+	}
+}
+
+// BenchmarkRecord measures the per-event ingest cost on one goroutine,
+// spread over 64 series and a moving clock, as the hot path sees it.
+func BenchmarkRecord(b *testing.B) {
+	clk := &fakeClock{t: time.Unix(1, 0)}
+	s := New(time.Minute, DefaultMaxSeries, clk.Now)
+	events := make([]Event, 64)
+	for i := range events {
+		events[i] = ev("backend"+string(rune('a'+i%4)), "srv"+string(rune('a'+i)), 200+300*(i%20/19), 5+i%40)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if i&0xffff == 0 {
+			clk.t = clk.t.Add(time.Second)
+		}
+		s.RecordAt(clk.t.Unix(), events[i&63])
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+func BenchmarkRecordParallel(b *testing.B) {
+	s := New(time.Minute, DefaultMaxSeries, nil)
+	e := ev("be", "srv1", 200, 12)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			s.Record(e)
+		}
+	})
+}
