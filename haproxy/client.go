@@ -1,0 +1,261 @@
+// Package haproxy is a client for HAProxy's runtime API (the stats socket
+// at `level admin`), over a unix socket or TCP.
+//
+// Every command opens its own connection in non-interactive mode, so a
+// socket that vanished or an HAProxy that reloaded is simply dialed again;
+// a command that fails to connect or loses its connection before a reply is
+// retried once (all our commands are idempotent). Each command is prefixed
+// with `set severity-output number`, so that HAProxy marks its failures
+// with "[N]: " and they can be told from data.
+package haproxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+)
+
+// Client talks to one HAProxy runtime socket.
+type Client struct {
+	network, address string
+	// DialTimeout bounds a connection attempt within the caller's context.
+	DialTimeout time.Duration
+	// MaxReply bounds what one reply may hold.
+	MaxReply int64
+}
+
+// New returns a client for addr: "unix:/path", "tcp:host:port", an
+// absolute path (unix) or "host:port" (TCP).
+func New(addr string) (*Client, error) {
+	c := &Client{DialTimeout: 2 * time.Second, MaxReply: 32 << 20}
+	switch {
+	case strings.HasPrefix(addr, "unix:"):
+		c.network, c.address = "unix", addr[len("unix:"):]
+	case strings.HasPrefix(addr, "tcp:"):
+		c.network, c.address = "tcp", addr[len("tcp:"):]
+	case strings.HasPrefix(addr, "/"):
+		c.network, c.address = "unix", addr
+	default:
+		c.network, c.address = "tcp", addr
+	}
+	if c.address == "" {
+		return nil, fmt.Errorf("haproxy: empty socket address %q", addr)
+	}
+	if c.network == "tcp" {
+		if _, _, err := net.SplitHostPort(c.address); err != nil {
+			return nil, fmt.Errorf("haproxy: socket address %q: %w", addr, err)
+		}
+	}
+	return c, nil
+}
+
+// Addr names the socket, for logs.
+func (c *Client) Addr() string { return c.network + ":" + c.address }
+
+// CommandError is a failure HAProxy reported for a command.
+type CommandError struct {
+	Command  string
+	Severity int // from "[N]: ", or -1 when HAProxy gave none
+	Reply    string
+}
+
+func (e *CommandError) Error() string {
+	return fmt.Sprintf("haproxy: %s: %s", e.Command, e.Reply)
+}
+
+// ErrConnection wraps failures to reach the socket or read a reply.
+var ErrConnection = errors.New("runtime socket unreachable")
+
+// Run sends one command and returns HAProxy's reply without the severity
+// preamble. Most callers want the typed methods.
+func (c *Client) Run(ctx context.Context, cmd string) (string, error) {
+	if strings.ContainsAny(cmd, "\n\r;") {
+		return "", fmt.Errorf("haproxy: refusing command with a separator: %q", cmd)
+	}
+	var lastErr error
+	for attempt := 0; attempt < 2; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return "", fmt.Errorf("haproxy: %s: %w (after %v)", cmd, ctx.Err(), lastErr)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		reply, err := c.roundTrip(ctx, cmd)
+		if err == nil {
+			return reply, nil
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return "", fmt.Errorf("haproxy: %s on %s: %w: %v", cmd, c.Addr(), ErrConnection, lastErr)
+}
+
+func (c *Client) roundTrip(ctx context.Context, cmd string) (string, error) {
+	d := net.Dialer{Timeout: c.DialTimeout}
+	conn, err := d.DialContext(ctx, c.network, c.address)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if _, err := io.WriteString(conn, "set severity-output number; "+cmd+"\n"); err != nil {
+		return "", err
+	}
+	var buf bytes.Buffer
+	n, err := io.Copy(&buf, io.LimitReader(conn, c.MaxReply+1))
+	if err != nil {
+		return "", err
+	}
+	if n > c.MaxReply {
+		return "", fmt.Errorf("reply longer than %d bytes", c.MaxReply)
+	}
+	// The first command answers with one empty line; a reply then ends
+	// with an empty line of its own.
+	out, ok := strings.CutPrefix(buf.String(), "\n")
+	if !ok {
+		return "", fmt.Errorf("unexpected reply start %q", truncate(buf.String()))
+	}
+	return out, nil
+}
+
+// failure returns the error a reply carries, if it starts with "[N]: ".
+func failure(cmd, reply string) error {
+	r := strings.TrimSpace(reply)
+	if len(r) >= 4 && r[0] == '[' && r[2] == ']' && r[3] == ':' && r[1] >= '0' && r[1] <= '9' {
+		return &CommandError{Command: cmd, Severity: int(r[1] - '0'), Reply: strings.TrimSpace(r[4:])}
+	}
+	return nil
+}
+
+// runSet runs a command whose success prints nothing.
+func (c *Client) runSet(ctx context.Context, cmd string) error {
+	reply, err := c.Run(ctx, cmd)
+	if err != nil {
+		return err
+	}
+	if err := failure(cmd, reply); err != nil {
+		return err
+	}
+	if r := strings.TrimSpace(reply); r != "" {
+		return &CommandError{Command: cmd, Severity: -1, Reply: r}
+	}
+	return nil
+}
+
+// runShow runs a command that prints data, failing on a marked reply.
+func (c *Client) runShow(ctx context.Context, cmd string) (string, error) {
+	reply, err := c.Run(ctx, cmd)
+	if err != nil {
+		return "", err
+	}
+	if err := failure(cmd, reply); err != nil {
+		return "", err
+	}
+	return reply, nil
+}
+
+// ValidName reports whether s can be put in a command as a backend or
+// server name: HAProxy's own name characters only, so that nothing can
+// split or extend the command.
+func ValidName(s string) error {
+	if s == "" {
+		return errors.New("empty name")
+	}
+	if len(s) > 255 {
+		return fmt.Errorf("name of %d bytes", len(s))
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':') {
+			return fmt.Errorf("name %q holds %q", s, c)
+		}
+	}
+	return nil
+}
+
+func target(backend, server string) (string, error) {
+	if err := ValidName(backend); err != nil {
+		return "", fmt.Errorf("haproxy: backend: %w", err)
+	}
+	if err := ValidName(server); err != nil {
+		return "", fmt.Errorf("haproxy: server: %w", err)
+	}
+	return backend + "/" + server, nil
+}
+
+// AdminState is what `set server ... state` takes.
+type AdminState string
+
+const (
+	StateReady AdminState = "ready"
+	StateDrain AdminState = "drain"
+	StateMaint AdminState = "maint"
+)
+
+// SetServerState puts a server into ready, drain or maint.
+func (c *Client) SetServerState(ctx context.Context, backend, server string, st AdminState) error {
+	t, err := target(backend, server)
+	if err != nil {
+		return err
+	}
+	switch st {
+	case StateReady, StateDrain, StateMaint:
+	default:
+		return fmt.Errorf("haproxy: unknown server state %q", st)
+	}
+	return c.runSet(ctx, "set server "+t+" state "+string(st))
+}
+
+// SetWeight sets a server's absolute weight (0..256).
+func (c *Client) SetWeight(ctx context.Context, backend, server string, weight int) error {
+	t, err := target(backend, server)
+	if err != nil {
+		return err
+	}
+	if weight < 0 || weight > 256 {
+		return fmt.Errorf("haproxy: weight %d outside [0, 256]", weight)
+	}
+	return c.runSet(ctx, fmt.Sprintf("set weight %s %d", t, weight))
+}
+
+// Weight is a server's current and initial weight.
+type Weight struct{ Current, Initial int }
+
+// GetWeight reads a server's weight.
+func (c *Client) GetWeight(ctx context.Context, backend, server string) (Weight, error) {
+	t, err := target(backend, server)
+	if err != nil {
+		return Weight{}, err
+	}
+	cmd := "get weight " + t
+	reply, err := c.runShow(ctx, cmd)
+	if err != nil {
+		return Weight{}, err
+	}
+	var w Weight
+	line := strings.TrimSpace(reply)
+	if _, err := fmt.Sscanf(line, "%d (initial %d)", &w.Current, &w.Initial); err != nil {
+		return Weight{}, &CommandError{Command: cmd, Severity: -1, Reply: line}
+	}
+	return w, nil
+}
+
+func truncate(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "..."
+	}
+	return s
+}
+
+// Check runs a command whose success prints nothing, turning any reply
+// into an error.
+func (c *Client) Check(ctx context.Context, cmd string) error { return c.runSet(ctx, cmd) }

@@ -1,0 +1,82 @@
+package haproxy
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseServersState(t *testing.T) {
+	const header = "# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight srv_iweight srv_time_since_last_change srv_check_status srv_check_result srv_check_health srv_check_state srv_agent_state bk_f_forced_id srv_f_forced_id srv_fqdn srv_port srvrecord srv_use_ssl srv_check_port srv_check_addr srv_agent_addr srv_agent_port\n"
+	tests := []struct {
+		name, reply, err string
+		want             int
+	}{
+		{"ok", "1\n" + header + "2 app 1 s1 127.0.0.1 2 8 10 10 1 1 0 2 0 0 0 0 - 9 - 0 0 - - 0\n\n", "", 1},
+		{"empty backend list", "1\n" + header + "\n", "", 0},
+		{"version 2", "2\n" + header, "unsupported format version", 0},
+		{"no header", "1\n2 app 1 s1\n", "no header", 0},
+		{"short line", "1\n" + header + "2 app 1 s1 127.0.0.1 2 8\n", "fields", 0},
+		{"bad number", "1\n" + header + "2 app 1 s1 127.0.0.1 x 8 10 10 1 1 0 2 0 0 0 0 - 9 - 0 0 - - 0\n", "srv_op_state", 0},
+		{"missing column", "1\n# be_name srv_name\napp s1\n", "header lacks", 0},
+		{"nothing", "", "want a version", 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseServersState(tc.reply)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || len(got) != tc.want {
+				t.Fatalf("got %+v, %v", got, err)
+			}
+		})
+	}
+}
+
+func TestParseStatByHeader(t *testing.T) {
+	// Columns in an unusual order: parsing must follow the header.
+	reply := "# svname,pxname,status,weight,\nBACKEND,app,UP,30,\ns1,app,DRAIN,10,\n\n"
+	rows, err := ParseStat(reply)
+	if err != nil || len(rows) != 2 || rows[1]["status"] != "DRAIN" || rows[1].Int("weight") != 10 || rows[1]["pxname"] != "app" {
+		t.Fatalf("%+v %v", rows, err)
+	}
+	if _, err := ParseStat("pxname,svname\n"); err == nil {
+		t.Fatal("accepted a reply without header")
+	}
+	if _, err := ParseStat("# a,b,c\n1,2\n"); err == nil {
+		t.Fatal("accepted a short row")
+	}
+}
+
+func TestFailureMarker(t *testing.T) {
+	tests := []struct {
+		reply string
+		sev   int
+	}{
+		{"[3]: No such server.\n", 3}, {"\n", -2}, {"10 (initial 10)\n", -2}, {"[x]: no\n", -2},
+	}
+	for _, tc := range tests {
+		err := failure("cmd", tc.reply)
+		ce, _ := err.(*CommandError)
+		switch {
+		case tc.sev == -2 && err != nil:
+			t.Errorf("%q: unexpected error %v", tc.reply, err)
+		case tc.sev >= 0 && (ce == nil || ce.Severity != tc.sev):
+			t.Errorf("%q: got %v", tc.reply, err)
+		}
+	}
+}
+
+// FuzzParseServersState: the runtime-reply parser never panics.
+func FuzzParseServersState(f *testing.F) {
+	f.Add("1\n# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight srv_iweight srv_port\n2 app 1 s1 127.0.0.1 2 8 10 10 9\n")
+	f.Add("1\n# \n\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		_, _ = ParseServersState(s)
+		_, _ = ParseStat(s)
+		_ = failure("cmd", s)
+	})
+}

@@ -1,0 +1,200 @@
+// Package process runs a real HAProxy for tests, the demo and the
+// benchmark: a config on disk, the process in the foreground, readiness
+// polled on its runtime socket, and its output kept for when something
+// fails.
+package process
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hapilot/hapilot/haproxy"
+)
+
+// Binary is the haproxy executable: $HAPROXY_BIN, else "haproxy" on PATH.
+func Binary() string {
+	if b := os.Getenv("HAPROXY_BIN"); b != "" {
+		return b
+	}
+	return "haproxy"
+}
+
+// Process is one running HAProxy.
+type Process struct {
+	Dir, Config, Socket string
+
+	cmd  *exec.Cmd
+	out  *lockedBuffer
+	done chan error
+}
+
+// Start writes config to dir/haproxy.cfg, checks it, starts HAProxy and
+// waits until the runtime socket at socket answers.
+func Start(ctx context.Context, dir, config, socket string) (*Process, error) {
+	p := &Process{Dir: dir, Config: filepath.Join(dir, "haproxy.cfg"), Socket: socket, out: &lockedBuffer{}}
+	if err := os.WriteFile(p.Config, []byte(config), 0o644); err != nil {
+		return nil, err
+	}
+	if out, err := exec.CommandContext(ctx, Binary(), "-c", "-q", "-f", p.Config).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("haproxy -c: %v\n%s", err, out)
+	}
+	if err := p.start(); err != nil {
+		return nil, err
+	}
+	if err := p.waitReady(ctx); err != nil {
+		p.Stop()
+		return nil, fmt.Errorf("%w\n%s", err, p.Log())
+	}
+	return p, nil
+}
+
+func (p *Process) start(extra ...string) error {
+	args := append([]string{"-db", "-f", p.Config}, extra...)
+	p.cmd = exec.Command(Binary(), args...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		return fmt.Errorf("start haproxy: %w", err)
+	}
+	p.done = make(chan error, 1)
+	go func(cmd *exec.Cmd, done chan error) { done <- cmd.Wait() }(p.cmd, p.done)
+	return nil
+}
+
+func (p *Process) waitReady(ctx context.Context) error {
+	c, err := haproxy.New(p.Socket)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := c.Run(cctx, "show info")
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case err := <-p.done:
+			p.done <- err
+			return fmt.Errorf("haproxy exited before it was ready: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("haproxy not ready on %s: %v", p.Socket, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Pid is the running process's id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Restart stops HAProxy and starts it again from the same config: a full
+// restart that loses every runtime change.
+func (p *Process) Restart(ctx context.Context) error {
+	p.Stop()
+	if err := p.start(); err != nil {
+		return err
+	}
+	return p.waitReady(ctx)
+}
+
+// Stop ends HAProxy (SIGTERM, then SIGKILL after 5 s).
+func (p *Process) Stop() {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		p.done <- err
+	case <-time.After(5 * time.Second):
+		_ = p.cmd.Process.Kill()
+		p.done <- <-p.done
+	}
+}
+
+// Log is what HAProxy printed.
+func (p *Process) Log() string { return p.out.String() }
+
+// StartT starts HAProxy for a test in t.TempDir(); it is stopped at the
+// end, and its output printed only if the test failed.
+func StartT(t testing.TB, config func(dir string) (cfg, socket string)) *Process {
+	t.Helper()
+	if _, err := exec.LookPath(Binary()); err != nil {
+		t.Fatalf("haproxy not installed (apt-get install -y haproxy): %v", err)
+	}
+	dir := t.TempDir()
+	cfg, socket := config(dir)
+	p, err := Start(context.Background(), dir, cfg, socket)
+	if err != nil {
+		t.Fatalf("start haproxy: %v", err)
+	}
+	t.Cleanup(func() {
+		p.Stop()
+		if t.Failed() {
+			t.Logf("haproxy config:\n%s\nhaproxy output:\n%s", cfg, p.Log())
+		}
+	})
+	return p
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// FreePorts returns n distinct free ports.
+func FreePorts(n int) ([]int, error) {
+	var lns []net.Listener
+	defer func() {
+		for _, l := range lns {
+			l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for i := 0; i < n; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("free port %d of %d", i+1, n), err)
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.b.Len() > 4<<20 { // keep the head; a runaway log must not eat memory
+		return len(p), nil
+	}
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
