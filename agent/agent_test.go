@@ -1,0 +1,295 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hapilot/hapilot/haproxy"
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+)
+
+func obsOf(servers ...ServerView) *Observation {
+	return &Observation{Backends: []BackendView{{Name: "app", Servers: servers}}}
+}
+
+func sv(name string, mod ...func(*ServerView)) ServerView {
+	v := ServerView{Backend: "app", Server: name, Owner: OwnerNone,
+		State: haproxy.ServerState{Backend: "app", Server: name, OpState: haproxy.OpRunning, Weight: 100, Initial: 100}}
+	for _, m := range mod {
+		m(&v)
+	}
+	return v
+}
+
+func drainedByAgent(v *ServerView) {
+	v.State.AdminState = haproxy.AdminForcedDrain
+	v.Owner = OwnerAgent
+	v.Changed = &Change{Kind: Drain}
+}
+
+func operatorMaint(v *ServerView) {
+	v.State.AdminState = haproxy.AdminForcedMaint
+	v.Owner = OwnerOperator
+}
+
+func drain(s string) Action { return Action{Kind: Drain, Backend: "app", Server: s} }
+
+func TestGuardrails(t *testing.T) {
+	six := obsOf(sv("s1"), sv("s2"), sv("s3"), sv("s4"), sv("s5"), sv("s6"))
+	tests := []struct {
+		name    string
+		obs     *Observation
+		plan    Plan
+		accept  []bool
+		reason  string // a word of the last refusal
+		applied int    // weight applied by the last accepted set_weight
+	}{
+		{"one drain", six, Plan{drain("s3")}, []bool{true}, "", 0},
+		{"second drain refused", six, Plan{drain("s3"), drain("s6")}, []bool{true, false}, "drain per step", 0},
+		{"max 3 actions", six, Plan{
+			{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 90}, {Kind: SetWeight, Backend: "app", Server: "s2", Weight: 90},
+			{Kind: SetWeight, Backend: "app", Server: "s4", Weight: 90}, {Kind: SetWeight, Backend: "app", Server: "s5", Weight: 90}},
+			[]bool{true, true, true, false}, "actions per step", 0},
+		{"unknown server", six, Plan{drain("s9")}, []bool{false}, "unknown server", 0},
+		{"unknown backend", six, Plan{{Kind: Drain, Backend: "nope", Server: "s1"}}, []bool{false}, "unknown server", 0},
+		{"operator maint untouched", obsOf(sv("s1"), sv("s2", operatorMaint), sv("s3")), Plan{{Kind: Ready, Backend: "app", Server: "s2"}}, []bool{false}, "operator", 0},
+		{"operator maint not drained", obsOf(sv("s1"), sv("s2", operatorMaint), sv("s3")), Plan{drain("s2")}, []bool{false}, "operator", 0},
+		{"ready what the agent drained", obsOf(sv("s1"), sv("s2", drainedByAgent)), Plan{{Kind: Ready, Backend: "app", Server: "s2"}}, []bool{true}, "", 0},
+		{"ready a server nobody drained", obsOf(sv("s1"), sv("s2")), Plan{{Kind: Ready, Backend: "app", Server: "s2"}}, []bool{false}, "nothing to undo", 0},
+		{"floor of 2 servers", obsOf(sv("s1"), sv("s2", drainedByAgent)), Plan{drain("s1")}, []bool{false}, "below the floor", 0},
+		{"floor of 3 servers", obsOf(sv("s1"), sv("s2"), sv("s3", drainedByAgent)), Plan{drain("s1")}, []bool{false}, "below the floor", 0},
+		{"3 servers: one drain fits", obsOf(sv("s1"), sv("s2"), sv("s3")), Plan{drain("s1")}, []bool{true}, "", 0},
+		{"weight 0 counts against the floor", obsOf(sv("s1", func(v *ServerView) { v.State.Weight = 30; v.State.Initial = 30 }), sv("s2", drainedByAgent)), Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 0}}, []bool{false}, "floor", 0},
+		{"weight step clamped", six, Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 10}}, []bool{true}, "", 50},
+		{"weight clamped to 256", obsOf(sv("s1", func(v *ServerView) { v.State.Weight = 230 }), sv("s2")), Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 999}}, []bool{true}, "", 256},
+		{"weight unchanged", six, Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 100}}, []bool{false}, "already", 0},
+		{"one action per server", six, Plan{drain("s1"), {Kind: SetWeight, Backend: "app", Server: "s1", Weight: 90}}, []bool{true, false}, "per server", 0},
+		{"already drained", obsOf(sv("s1"), sv("s2"), sv("s3", drainedByAgent)), Plan{drain("s3")}, []bool{false}, "already drained", 0},
+		{"unknown kind", six, Plan{{Kind: "reboot", Backend: "app", Server: "s1"}}, []bool{false}, "unknown action", 0},
+	}
+	g := DefaultGuardrails()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			vs := g.Vet(tc.obs, tc.plan)
+			var got []bool
+			lastReason, lastWeight := "", 0
+			for _, v := range vs {
+				got = append(got, v.Accepted)
+				if !v.Accepted {
+					lastReason = v.Reason
+					if v.Reason == "" {
+						t.Errorf("refusal without a reason: %+v", v)
+					}
+				} else if v.Applied.Kind == SetWeight {
+					lastWeight = v.Applied.Weight
+				}
+			}
+			if !reflect.DeepEqual(got, tc.accept) {
+				t.Fatalf("accepted %v, want %v (%+v)", got, tc.accept, vs)
+			}
+			if !strings.Contains(lastReason, tc.reason) {
+				t.Fatalf("reason %q, want %q", lastReason, tc.reason)
+			}
+			if tc.applied != 0 && lastWeight != tc.applied {
+				t.Fatalf("applied weight %d, want %d", lastWeight, tc.applied)
+			}
+		})
+	}
+}
+
+func TestFloor(t *testing.T) {
+	g := DefaultGuardrails()
+	for n, want := range map[int]int{0: 1, 1: 1, 2: 1, 3: 2, 6: 3, 9: 5} {
+		if got := g.Floor(n); got != want {
+			t.Errorf("Floor(%d) = %d, want %d", n, got, want)
+		}
+	}
+	g.MinServing = 4
+	if g.Floor(9) != 4 {
+		t.Error("MinServing ignored")
+	}
+}
+
+func newLoop(rt ...Runtime) (*Loop, *fakeClock, *scripted, *bytes.Buffer) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	pol := &scripted{}
+	audit := &bytes.Buffer{}
+	l := &Loop{Clock: clk, Interval: time.Second, Policy: pol, Guard: DefaultGuardrails(), Runtimes: rt,
+		Windows: &fakeWindows{}, Audit: audit, Log: zerolog.Nop()}
+	return l, clk, pol, audit
+}
+
+// TestStepSendsExactCommands drives the loop by hand and compares the
+// exact commands each step sends.
+func TestStepSendsExactCommands(t *testing.T) {
+	rt := newFakeRuntime("s1", "s2", "s3", "s4")
+	l, _, pol, audit := newLoop(rt)
+	rt.set("s4", func(s *haproxy.ServerState) { s.AdminState = haproxy.AdminForcedMaint }) // operator's
+	pol.plans = []Plan{
+		{drain("s2"), drain("s3"), drain("s4")},
+		{drain("s3")},
+		{{Kind: Ready, Backend: "app", Server: "s4"}, {Kind: Ready, Backend: "app", Server: "s2"}},
+		nil,
+	}
+	want := [][]string{
+		{"set server app/s2 state drain"},
+		{}, // s3 would leave 1 of 4 serving... floor is 2: s1, s3 serving -> refused
+		{"set server app/s2 state ready"},
+		{},
+	}
+	for i, w := range want {
+		rec := l.Step(context.Background())
+		if got := rt.takeCommands(); !reflect.DeepEqual(append([]string{}, got...), w) {
+			t.Fatalf("step %d: commands %q, want %q (verdicts %+v)", i+1, got, w, rec.Verdicts)
+		}
+	}
+	// The operator's maint was never touched.
+	st, _ := rt.ShowServersState(context.Background())
+	if st[3].AdminState != haproxy.AdminForcedMaint {
+		t.Fatalf("operator's maint changed: %+v", st[3])
+	}
+	lines := strings.Split(strings.TrimSpace(audit.String()), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("%d audit lines", len(lines))
+	}
+	var first Record
+	if err := json.Unmarshal([]byte(lines[0]), &first); err != nil {
+		t.Fatal(err)
+	}
+	if len(first.Verdicts) != 3 || !first.Verdicts[0].Accepted || first.Verdicts[1].Reason == "" || len(first.Commands) != 1 || len(first.Servers) != 4 {
+		t.Fatalf("audit record %+v", first)
+	}
+	m := l.metrics
+	if m.cycles != 4 || m.applied != 2 || m.refused != 4 {
+		t.Fatalf("metrics %+v", m)
+	}
+}
+
+func TestOperatorOverrideIsRespected(t *testing.T) {
+	rt := newFakeRuntime("s1", "s2", "s3")
+	l, _, pol, _ := newLoop(rt)
+	pol.plans = []Plan{{drain("s2")}}
+	l.Step(context.Background())
+	if _, ok := l.Ledger()["app/s2"]; !ok {
+		t.Fatal("drain not in the ledger")
+	}
+	// The operator puts s2 in maint: it is theirs now.
+	rt.set("s2", func(s *haproxy.ServerState) { s.AdminState = haproxy.AdminForcedMaint })
+	pol.plans = []Plan{{{Kind: Ready, Backend: "app", Server: "s2"}}}
+	rec := l.Step(context.Background())
+	if len(rt.takeCommands()) != 1 || rec.Verdicts[0].Accepted || !strings.Contains(rec.Verdicts[0].Reason, "operator") {
+		t.Fatalf("verdicts %+v", rec.Verdicts)
+	}
+	if len(l.Ledger()) != 0 {
+		t.Fatalf("ledger %v", l.Ledger())
+	}
+}
+
+func TestStateErrorMeansNoAction(t *testing.T) {
+	rt := newFakeRuntime("s1", "s2")
+	rt.fail = errors.New("connection refused")
+	l, _, pol, _ := newLoop(rt)
+	pol.plans = []Plan{{drain("s1")}}
+	rec := l.Step(context.Background())
+	if rec.Error == "" || pol.calls != 0 || len(rt.takeCommands()) != 0 {
+		t.Fatalf("record %+v, policy calls %d", rec, pol.calls)
+	}
+	if l.metrics.stateErrors != 1 {
+		t.Fatal("state error not counted")
+	}
+}
+
+func TestPolicyErrorMeansNoAction(t *testing.T) {
+	rt := newFakeRuntime("s1", "s2")
+	l, _, pol, _ := newLoop(rt)
+	pol.err = errors.New("model said nonsense")
+	rec := l.Step(context.Background())
+	if rec.PolicyError == "" || len(rt.takeCommands()) != 0 || l.metrics.policyErrors != 1 {
+		t.Fatalf("record %+v", rec)
+	}
+}
+
+func TestSeveralSocketsAllReceiveTheAction(t *testing.T) {
+	a, b := newFakeRuntime("s1", "s2", "s3", "s4"), newFakeRuntime("s1", "s2", "s3", "s4")
+	b.addr = "fake2"
+	// Only b has s3 drained by an operator: merged, s3 is the operator's.
+	b.set("s3", func(s *haproxy.ServerState) { s.AdminState = haproxy.AdminForcedDrain })
+	l, _, pol, _ := newLoop(a, b)
+	pol.plans = []Plan{{drain("s1"), drain("s3")}}
+	rec := l.Step(context.Background())
+	if got := append(a.takeCommands(), b.takeCommands()...); !reflect.DeepEqual(got, []string{"set server app/s1 state drain", "set server app/s1 state drain"}) {
+		t.Fatalf("commands %q", got)
+	}
+	if rec.Verdicts[1].Accepted {
+		t.Fatalf("s3 drained on one HAProxy was treated as free: %+v", rec.Verdicts[1])
+	}
+}
+
+// TestRunKeepsSchedule: steps start at start + k·interval; a step that
+// overruns makes the loop skip the slots it missed instead of queueing.
+func TestRunKeepsSchedule(t *testing.T) {
+	rt := newFakeRuntime("s1", "s2")
+	l, clk, pol, _ := newLoop(rt)
+	start := clk.Now()
+	var starts []time.Duration
+	ctx, cancel := context.WithCancel(context.Background())
+	pol.onCall = func() {
+		starts = append(starts, clk.Now().Sub(start))
+		if len(starts) == 3 {
+			clk.Advance(2500 * time.Millisecond) // a slow step
+		}
+		if len(starts) == 6 {
+			cancel()
+		}
+	}
+	if err := l.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := []time.Duration{0, time.Second, 2 * time.Second, 5 * time.Second, 6 * time.Second, 7 * time.Second}
+	if !reflect.DeepEqual(starts, want) {
+		t.Fatalf("steps at %v, want %v", starts, want)
+	}
+	if l.metrics.skipped != 2 {
+		t.Fatalf("skipped %d, want 2", l.metrics.skipped)
+	}
+}
+
+func TestStatusAndMetricsEndpoints(t *testing.T) {
+	rt := newFakeRuntime("s1", "s2", "s3")
+	l, _, pol, _ := newLoop(rt)
+	pol.plans = []Plan{{drain("s2")}}
+	l.Step(context.Background())
+	s := &StatusServer{Loop: l, Extra: []func(io.Writer){func(w io.Writer) { Metric(w, "hapilot_extra_total", "counter", "x", 7) }}}
+	do := func(method, path string) (int, string) {
+		var ctx fasthttp.RequestCtx
+		ctx.Request.Header.SetMethod(method)
+		ctx.Request.SetRequestURI(path)
+		s.Handler(&ctx)
+		return ctx.Response.StatusCode(), string(ctx.Response.Body())
+	}
+	code, body := do("GET", "/status")
+	var st Status
+	if code != 200 || json.Unmarshal([]byte(body), &st) != nil || st.Cycle != 1 || len(st.Backends) != 1 || len(st.Decisions) != 1 || st.Changes["app/s2"].Kind != Drain {
+		t.Fatalf("status %d %s", code, body)
+	}
+	code, body = do("GET", "/metrics")
+	for _, m := range []string{"hapilot_cycles_total 1", "hapilot_actions_applied_total 1", "hapilot_actions_refused_total 0", "hapilot_cycle_duration_seconds_count 1", "hapilot_extra_total 7"} {
+		if code != 200 || !strings.Contains(body, m+"\n") {
+			t.Fatalf("metrics lack %q:\n%s", m, body)
+		}
+	}
+	if code, _ := do("POST", "/status"); code != fasthttp.StatusMethodNotAllowed {
+		t.Fatalf("POST answered %d", code)
+	}
+	if code, _ := do("GET", "/admin"); code != 404 {
+		t.Fatalf("unknown path answered %d", code)
+	}
+}

@@ -1,0 +1,147 @@
+package agent
+
+import (
+	"fmt"
+
+	"github.com/hapilot/hapilot/haproxy"
+)
+
+// Guardrails bound what any policy may do in one step. They are
+// deterministic and apply to every policy, present and future.
+type Guardrails struct {
+	MaxDrains     int // drains per step
+	MaxActions    int // actions per step
+	MaxWeightStep int // how far one step may move a weight
+	// MinServing is the fewest servers a backend may be left serving;
+	// 0 means half its servers, rounded up, and at least one.
+	MinServing int
+}
+
+// DefaultGuardrails are the study's limits plus our serving floor.
+func DefaultGuardrails() Guardrails {
+	return Guardrails{MaxDrains: 1, MaxActions: 3, MaxWeightStep: 50}
+}
+
+// Floor is the serving floor for a backend of n servers.
+func (g Guardrails) Floor(n int) int {
+	if g.MinServing > 0 {
+		return g.MinServing
+	}
+	f := (n + 1) / 2
+	if f < 1 {
+		f = 1
+	}
+	return f
+}
+
+// Verdict is the guardrails' answer to one proposed action. Applied is the
+// action as it will run (a weight may be clamped).
+type Verdict struct {
+	Proposed Action `json:"proposed"`
+	Accepted bool   `json:"accepted"`
+	Applied  Action `json:"applied,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// Vet checks a plan against the observation, in the plan's order.
+func (g Guardrails) Vet(obs *Observation, plan Plan) []Verdict {
+	out := make([]Verdict, 0, len(plan))
+	// serving after the actions accepted so far, per backend
+	serving := map[string]map[string]bool{}
+	touched := map[string]bool{}
+	drains, actions := 0, 0
+	for _, a := range plan {
+		v := Verdict{Proposed: a}
+		reason, applied := g.check(obs, serving, touched, a, drains, actions)
+		if reason != "" {
+			v.Reason = reason
+			out = append(out, v)
+			continue
+		}
+		v.Accepted, v.Applied = true, applied
+		actions++
+		if applied.Kind == Drain {
+			drains++
+		}
+		touched[a.Backend+"/"+a.Server] = true
+		out = append(out, v)
+	}
+	return out
+}
+
+func (g Guardrails) check(obs *Observation, serving map[string]map[string]bool, touched map[string]bool, a Action, drains, actions int) (string, Action) {
+	b, s := obs.Find(a.Backend, a.Server)
+	if s == nil {
+		return fmt.Sprintf("unknown server %s/%s", a.Backend, a.Server), a
+	}
+	if touched[a.Backend+"/"+a.Server] {
+		return "one action per server per step", a
+	}
+	if s.Owner == OwnerOperator {
+		return fmt.Sprintf("held by the operator (%s, weight %d of %d): the agent never changes it", s.State.Label(), s.State.Weight, s.State.Initial), a
+	}
+	if actions >= g.MaxActions {
+		return fmt.Sprintf("at most %d actions per step", g.MaxActions), a
+	}
+	cur := serving[b.Name]
+	if cur == nil {
+		cur = map[string]bool{}
+		for _, sv := range b.Servers {
+			cur[sv.Server] = sv.Serving()
+		}
+		serving[b.Name] = cur
+	}
+	count := 0
+	for _, on := range cur {
+		if on {
+			count++
+		}
+	}
+	floor := g.Floor(len(b.Servers))
+	removes := func() string {
+		if cur[a.Server] && count-1 < floor {
+			return fmt.Sprintf("would leave %s with %d serving servers, below the floor of %d", b.Name, count-1, floor)
+		}
+		return ""
+	}
+	switch a.Kind {
+	case Drain:
+		if s.State.Drain() {
+			return "already drained", a
+		}
+		if drains >= g.MaxDrains {
+			return fmt.Sprintf("at most %d drain per step", g.MaxDrains), a
+		}
+		if r := removes(); r != "" {
+			return r, a
+		}
+		cur[a.Server] = false
+		return "", a
+	case Ready:
+		if s.Owner != OwnerAgent {
+			return "not changed by the agent: nothing to undo", a
+		}
+		cur[a.Server] = s.State.OpState == haproxy.OpRunning
+		return "", a
+	case SetWeight:
+		w := a.Weight
+		lo, hi := s.State.Weight-g.MaxWeightStep, s.State.Weight+g.MaxWeightStep
+		w = max(w, lo, 0)
+		w = min(w, hi, 256)
+		if w == s.State.Weight {
+			return fmt.Sprintf("weight already %d", w), a
+		}
+		if w == 0 {
+			if r := removes(); r != "" {
+				return r, a
+			}
+			cur[a.Server] = false
+		} else if !s.State.Drain() && !s.State.Maint() {
+			cur[a.Server] = s.State.OpState == haproxy.OpRunning
+		}
+		applied := a
+		applied.Weight = w
+		return "", applied
+	}
+	return fmt.Sprintf("unknown action kind %q", a.Kind), a
+}

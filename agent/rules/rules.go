@@ -1,0 +1,118 @@
+// Package rules is hapilot's default policy: drain a server whose 5xx rate
+// is significantly above its peers' in the same backend.
+//
+// The test is conditional on the errors seen: if a server and its serving
+// peers failed at the same rate, each of the backend's x+y errors would
+// have landed on the server with probability n/(n+m), its share of the
+// requests. The server is an outlier when P(X >= x) under that binomial is
+// below Alpha divided by the number of servers tested (Bonferroni). This
+// needs no fixed error threshold, works for two servers as for hundreds,
+// and is blind to fleet-wide failures by construction: when every server
+// fails alike, no server's share of the errors departs from its share of
+// the requests. Minimum volumes and a minimum ratio keep a handful of
+// unlucky errors from ever being enough.
+package rules
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/internal/stats"
+)
+
+// Config tunes the test.
+type Config struct {
+	// Alpha is the family-wise false-drain probability per backend per
+	// step. Steps repeat every interval, so it is small.
+	Alpha float64
+	// MinRequests is the fewest requests a server, and its peers
+	// together, must have in the window before it is judged.
+	MinRequests uint64
+	// MinErrors is the fewest 5xx a server must have to be drained.
+	MinErrors uint64
+	// MinRatio is how many times its peers' error rate a server's must
+	// reach, however significant.
+	MinRatio float64
+}
+
+// DefaultConfig is what `hapilot run` uses unless told otherwise.
+func DefaultConfig() Config {
+	return Config{Alpha: 1e-6, MinRequests: 100, MinErrors: 5, MinRatio: 2}
+}
+
+// Policy is the rule policy.
+type Policy struct{ Config Config }
+
+// New returns a rule policy with cfg.
+func New(cfg Config) *Policy { return &Policy{Config: cfg} }
+
+func (*Policy) Name() string { return "rules" }
+
+// Finding is the test's result for one server.
+type Finding struct {
+	Server         string
+	N, X           uint64 // the server's requests and 5xx
+	PeerN, PeerX   uint64
+	P              float64
+	Rate, PeerRate float64
+	Outlier        bool
+}
+
+// Decide proposes a drain for every outlier, most significant first; the
+// guardrails decide how many run.
+func (p *Policy) Decide(_ context.Context, obs agent.Observation) (agent.Plan, error) {
+	var plan agent.Plan
+	for _, b := range obs.Backends {
+		findings := p.Test(b)
+		sort.SliceStable(findings, func(i, j int) bool { return findings[i].P < findings[j].P })
+		for _, f := range findings {
+			if !f.Outlier {
+				continue
+			}
+			plan = append(plan, agent.Action{
+				Kind: agent.Drain, Backend: b.Name, Server: f.Server,
+				Reason: fmt.Sprintf("5xx %.2f%% (%d/%d) vs peers %.2f%% (%d/%d), p=%.2g",
+					100*f.Rate, f.X, f.N, 100*f.PeerRate, f.PeerX, f.PeerN, f.P),
+			})
+		}
+	}
+	return plan, nil
+}
+
+// Test runs the outlier test on every serving server of a backend.
+func (p *Policy) Test(b agent.BackendView) []Finding {
+	var serving []agent.ServerView
+	var totalN, totalX uint64
+	for _, s := range b.Servers {
+		if s.Serving() {
+			serving = append(serving, s)
+			totalN += s.Window.Requests
+			totalX += s.Window.Err5xx
+		}
+	}
+	if len(serving) < 2 {
+		return nil // nobody to compare with
+	}
+	c := p.Config
+	threshold := c.Alpha / float64(len(serving))
+	out := make([]Finding, 0, len(serving))
+	for _, s := range serving {
+		f := Finding{Server: s.Server, N: s.Window.Requests, X: s.Window.Err5xx, P: 1}
+		f.PeerN, f.PeerX = totalN-f.N, totalX-f.X
+		if f.N > 0 {
+			f.Rate = float64(f.X) / float64(f.N)
+		}
+		if f.PeerN > 0 {
+			f.PeerRate = float64(f.PeerX) / float64(f.PeerN)
+		}
+		if f.N >= c.MinRequests && f.PeerN >= c.MinRequests && f.X >= c.MinErrors {
+			share := float64(f.N) / float64(f.N+f.PeerN)
+			f.P = stats.BinomialUpperTail(f.X+f.PeerX, f.X, share)
+			f.Outlier = f.P < threshold && f.Rate >= c.MinRatio*f.PeerRate
+		}
+		out = append(out, f)
+	}
+	return out
+}

@@ -1,0 +1,174 @@
+package rules
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/internal/window"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata golden files")
+
+func server(name string, n, x uint64) agent.ServerView {
+	return agent.ServerView{
+		Backend: "app", Server: name,
+		State:  haproxy.ServerState{Backend: "app", Server: name, OpState: haproxy.OpRunning, Weight: 1, Initial: 1},
+		Window: window.Stats{Backend: "app", Server: name, Requests: n, Err5xx: x},
+		Owner:  agent.OwnerNone,
+	}
+}
+
+// simulate draws each server's 5xx count for n requests at its error rate.
+func simulate(rng *rand.Rand, n uint64, rates []float64) agent.BackendView {
+	b := agent.BackendView{Name: "app"}
+	for i, r := range rates {
+		var x uint64
+		for j := uint64(0); j < n; j++ {
+			if rng.Float64() < r {
+				x++
+			}
+		}
+		b.Servers = append(b.Servers, server(fmt.Sprintf("srv%d", i+1), n, x))
+	}
+	return b
+}
+
+func drained(t *testing.T, p *Policy, b agent.BackendView) map[string]bool {
+	plan, err := p.Decide(context.Background(), agent.Observation{Backends: []agent.BackendView{b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, a := range plan {
+		if a.Kind != agent.Drain {
+			t.Fatalf("unexpected action %+v", a)
+		}
+		out[a.Server] = true
+	}
+	return out
+}
+
+// TestScenarios draws many random windows per scenario: detection must be
+// near certain where a server fails 5%, and false drains absent where no
+// server differs from its peers.
+func TestScenarios(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	p := New(DefaultConfig())
+	tests := []struct {
+		name      string
+		perServer uint64 // requests per server in the window
+		rates     []float64
+		faulty    map[string]bool
+		minRecall float64
+		trials    int
+	}{
+		// 300 req/s over 6 servers is 50 req/s each: 10 s of window.
+		{"one 5% among 6 healthy", 500, []float64{0, 0, 0.05, 0, 0, 0}, map[string]bool{"srv3": true}, 0.99, 200},
+		{"two 5% among 6", 1000, []float64{0, 0, 0.05, 0, 0, 0.05}, map[string]bool{"srv3": true, "srv6": true}, 0.95, 200},
+		{"5% among 0.2% noise", 3000, []float64{0.002, 0.002, 0.05, 0.002, 0.002, 0.002}, map[string]bool{"srv3": true}, 0.99, 200},
+		{"2 servers", 1000, []float64{0, 0.05}, map[string]bool{"srv2": true}, 0.99, 200},
+		{"3 servers", 1000, []float64{0.05, 0, 0}, map[string]bool{"srv1": true}, 0.99, 200},
+		{"3 servers with noise", 3000, []float64{0.002, 0.002, 0.05}, map[string]bool{"srv3": true}, 0.99, 200},
+		{"healthy with 0.2% noise", 3000, []float64{0.002, 0.002, 0.002, 0.002, 0.002, 0.002}, nil, 0, 1000},
+		{"fleet-wide 3%", 3000, []float64{0.03, 0.03, 0.03, 0.03, 0.03, 0.03}, nil, 0, 1000},
+		{"fleet-wide 3%, 2 servers", 3000, []float64{0.03, 0.03}, nil, 0, 1000},
+		{"fleet-wide 20%, 9 servers", 1000, []float64{.2, .2, .2, .2, .2, .2, .2, .2, .2}, nil, 0, 300},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			found, falseDrains := 0, 0
+			for i := 0; i < tc.trials; i++ {
+				got := drained(t, p, simulate(rng, tc.perServer, tc.rates))
+				for s := range got {
+					if tc.faulty[s] {
+						found++
+					} else {
+						falseDrains++
+					}
+				}
+			}
+			if falseDrains > 0 {
+				t.Fatalf("%d healthy servers drained in %d trials", falseDrains, tc.trials)
+			}
+			if want := tc.minRecall * float64(tc.trials*len(tc.faulty)); float64(found) < want {
+				t.Fatalf("found %d faulty of %d", found, tc.trials*len(tc.faulty))
+			}
+		})
+	}
+}
+
+func TestMinimumVolume(t *testing.T) {
+	p := New(DefaultConfig())
+	b := agent.BackendView{Name: "app", Servers: []agent.ServerView{server("a", 50, 10), server("b", 5000, 0)}}
+	if got := drained(t, p, b); len(got) != 0 {
+		t.Fatalf("drained on 50 requests: %v", got)
+	}
+	b = agent.BackendView{Name: "app", Servers: []agent.ServerView{server("a", 1000, 4), server("b", 5000, 0)}}
+	if got := drained(t, p, b); len(got) != 0 {
+		t.Fatalf("drained on 4 errors: %v", got)
+	}
+}
+
+func TestOnlyServingServersCount(t *testing.T) {
+	p := New(DefaultConfig())
+	drainedFaulty := server("c", 2000, 100)
+	drainedFaulty.State.AdminState = haproxy.AdminForcedDrain
+	// c is already drained: it is neither judged nor a peer, so b (5%)
+	// stands out against a alone.
+	b := agent.BackendView{Name: "app", Servers: []agent.ServerView{server("a", 2000, 0), server("b", 2000, 100), drainedFaulty}}
+	got := drained(t, p, b)
+	if !got["b"] || got["c"] || len(got) != 1 {
+		t.Fatalf("drained %v", got)
+	}
+}
+
+// TestGolden: testdata/*.json hold an observation; *.golden the plan.
+func TestGolden(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.json")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no golden inputs: %v", err)
+	}
+	p := New(DefaultConfig())
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			raw, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var obs agent.Observation
+			dec := json.NewDecoder(strings.NewReader(string(raw)))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&obs); err != nil {
+				t.Fatal(err)
+			}
+			plan, err := p.Decide(context.Background(), obs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := json.MarshalIndent(plan, "", "  ")
+			got = append(got, '\n')
+			golden := strings.TrimSuffix(f, ".json") + ".golden"
+			if *update {
+				if err := os.WriteFile(golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(want) {
+				t.Fatalf("plan:\n%s\nwant:\n%s", got, want)
+			}
+		})
+	}
+}

@@ -1,0 +1,116 @@
+// Package agent is hapilot's control loop: each step it observes the
+// windows and HAProxy's server states, asks a Policy for a plan, passes the
+// plan through the guardrails, applies what survives through the runtime
+// socket, and writes one audit record.
+package agent
+
+import (
+	"context"
+	"time"
+
+	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/internal/window"
+)
+
+// ServerView is what a policy sees of one server.
+type ServerView struct {
+	Backend string              `json:"backend"`
+	Server  string              `json:"server"`
+	State   haproxy.ServerState `json:"state"`
+	Window  window.Stats        `json:"window"`
+	Owner   Owner               `json:"owner"`
+	Changed *Change             `json:"changed,omitempty"` // the agent's own change in force
+}
+
+// Owner says who holds a server's admin state and weight.
+type Owner string
+
+const (
+	// OwnerNone: ready at its configured weight; the agent may act.
+	OwnerNone Owner = "none"
+	// OwnerAgent: drained or reweighted by this agent.
+	OwnerAgent Owner = "agent"
+	// OwnerOperator: in maint, drained or reweighted by someone else;
+	// the agent never changes it.
+	OwnerOperator Owner = "operator"
+)
+
+// Serving reports whether the server takes new traffic.
+func (v ServerView) Serving() bool { return v.State.Serving() }
+
+// BackendView groups a backend's servers.
+type BackendView struct {
+	Name    string       `json:"name"`
+	Servers []ServerView `json:"servers"`
+}
+
+// ServingCount is how many of the backend's servers take traffic.
+func (b BackendView) ServingCount() int {
+	n := 0
+	for _, s := range b.Servers {
+		if s.Serving() {
+			n++
+		}
+	}
+	return n
+}
+
+// Observation is one step's input to a policy.
+type Observation struct {
+	Time     time.Time     `json:"time"`
+	Cycle    uint64        `json:"cycle"`
+	Lookback time.Duration `json:"lookback"`
+	Backends []BackendView `json:"backends"`
+}
+
+// Find returns the view of backend/server.
+func (o *Observation) Find(backend, server string) (*BackendView, *ServerView) {
+	for i := range o.Backends {
+		b := &o.Backends[i]
+		if b.Name != backend {
+			continue
+		}
+		for j := range b.Servers {
+			if b.Servers[j].Server == server {
+				return b, &b.Servers[j]
+			}
+		}
+		return b, nil
+	}
+	return nil, nil
+}
+
+// Kind is what an action does.
+type Kind string
+
+const (
+	Drain     Kind = "drain"
+	Ready     Kind = "ready"
+	SetWeight Kind = "set_weight"
+)
+
+// Action is one change a policy proposes.
+type Action struct {
+	Kind    Kind   `json:"kind"`
+	Backend string `json:"backend"`
+	Server  string `json:"server"`
+	Weight  int    `json:"weight,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// Plan is a policy's answer for one step.
+type Plan []Action
+
+// Policy decides what to do from an observation. It must not block past
+// ctx's deadline.
+type Policy interface {
+	Name() string
+	Decide(ctx context.Context, obs Observation) (Plan, error)
+}
+
+// Static is the policy that never acts: the baseline of every comparison.
+type Static struct{}
+
+func (Static) Name() string { return "static" }
+
+func (Static) Decide(context.Context, Observation) (Plan, error) { return nil, nil }
