@@ -135,9 +135,9 @@ func (c *fakeClock) SleepUntil(ctx context.Context, t time.Time) error {
 
 // scripted returns the plans it is given, one per step.
 type scripted struct {
-	plans []Plan
-	calls int
-	err   error
+	plans  []Plan
+	calls  int
+	err    error
 	onCall func()
 }
 

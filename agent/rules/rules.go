@@ -1,10 +1,10 @@
 // Package rules is hapilot's default policy: drain a server whose 5xx rate
 // is significantly above its peers' in the same backend.
 //
-// The test is conditional on the errors seen: if a server and its serving
-// peers failed at the same rate, each of the backend's x+y errors would
-// have landed on the server with probability n/(n+m), its share of the
-// requests. The server is an outlier when P(X >= x) under that binomial is
+// The test is conditional on the errors seen: if a server and its peers
+// (the better half of the other serving servers, by error rate) failed at
+// the same rate, each of their x+y errors would have landed on the server
+// with probability n/(n+m), its share of the requests. The server is an outlier when P(X >= x) under that binomial is
 // below Alpha divided by the number of servers tested (Bonferroni). This
 // needs no fixed error threshold, works for two servers as for hundreds,
 // and is blind to fleet-wide failures by construction: when every server
@@ -81,26 +81,36 @@ func (p *Policy) Decide(_ context.Context, obs agent.Observation) (agent.Plan, e
 	return plan, nil
 }
 
-// Test runs the outlier test on every serving server of a backend.
+// Test runs the outlier test on every serving server of a backend. A
+// server is compared with the better half of the others (those with the
+// lowest error rates), so that a second faulty server among its peers
+// does not mask the first.
 func (p *Policy) Test(b agent.BackendView) []Finding {
 	var serving []agent.ServerView
-	var totalN, totalX uint64
 	for _, s := range b.Servers {
 		if s.Serving() {
 			serving = append(serving, s)
-			totalN += s.Window.Requests
-			totalX += s.Window.Err5xx
 		}
 	}
 	if len(serving) < 2 {
 		return nil // nobody to compare with
 	}
+	sort.SliceStable(serving, func(i, j int) bool { return serving[i].Window.ErrorRate() < serving[j].Window.ErrorRate() })
 	c := p.Config
 	threshold := c.Alpha / float64(len(serving))
+	half := len(serving) / 2 // of the len-1 others, rounded up
 	out := make([]Finding, 0, len(serving))
-	for _, s := range serving {
+	for i, s := range serving {
 		f := Finding{Server: s.Server, N: s.Window.Requests, X: s.Window.Err5xx, P: 1}
-		f.PeerN, f.PeerX = totalN-f.N, totalX-f.X
+		taken := 0
+		for j, peer := range serving {
+			if j == i || taken == half {
+				continue
+			}
+			f.PeerN += peer.Window.Requests
+			f.PeerX += peer.Window.Err5xx
+			taken++
+		}
 		if f.N > 0 {
 			f.Rate = float64(f.X) / float64(f.N)
 		}

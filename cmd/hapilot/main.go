@@ -1,0 +1,146 @@
+// Command hapilot takes degraded backend servers out of HAProxy's rotation.
+//
+//	hapilot run      run the agent
+//	hapilot check    validate settings (flags or --config FILE) and exit
+//	hapilot demo     real HAProxy, a demo fleet with faulty servers, before/after
+//	hapilot version  print the version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/hapilot/hapilot/internal/config"
+	"github.com/hapilot/hapilot/internal/daemon"
+	"github.com/rs/zerolog"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = `usage: hapilot <command> [flags]
+
+commands:
+  run       run the agent beside HAProxy
+  check     validate settings (flags or --config FILE) and exit
+  demo      run a demo fleet behind a real HAProxy, static then rules, and print a table
+  version   print the version
+
+Run 'hapilot <command> -h' for a command's flags.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch args[0] {
+	case "run":
+		err = cmdRun(ctx, args[1:], stderr)
+	case "check":
+		err = cmdCheck(args[1:], stdout, stderr)
+	case "demo":
+		err = cmdDemo(ctx, args[1:], stdout, stderr)
+	case "version", "--version", "-v":
+		fmt.Fprintln(stdout, versionString())
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "hapilot: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "hapilot %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
+}
+
+func versionString() string {
+	v := "hapilot " + version
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		v += " " + bi.GoVersion
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				v += " " + s.Value[:12]
+			}
+		}
+	}
+	return v
+}
+
+func parse(name string, args []string, stderr io.Writer) (*config.Config, error) {
+	fs := flag.NewFlagSet("hapilot "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := config.Register(fs)
+	if err := config.Parse(fs, args); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func newLogger(c *config.Config, stderr io.Writer) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(c.LogLevel)
+	if err != nil {
+		return zerolog.Logger{}, fmt.Errorf("log-level: %w", err)
+	}
+	w := stderr
+	console := c.LogFormat == "console"
+	if c.LogFormat == "auto" {
+		if f, ok := stderr.(*os.File); ok {
+			if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+				console = true
+			}
+		}
+	}
+	if console {
+		w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: "15:04:05.000"}
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
+	c, err := parse("run", args, stderr)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(c, stderr)
+	if err != nil {
+		return err
+	}
+	d, err := daemon.New(*c, log)
+	if err != nil {
+		return err
+	}
+	return d.Serve(ctx)
+}
+
+func cmdCheck(args []string, stdout, stderr io.Writer) error {
+	c, err := parse("check", args, stderr)
+	if err != nil {
+		return err
+	}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "ok: policy %s, interval %v, window %v, spoe %s, status %s, haproxy %v\n",
+		c.Policy, c.Interval, c.Window, c.SPOEListen, c.StatusListen, c.HAProxySockets)
+	return nil
+}

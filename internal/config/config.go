@@ -1,0 +1,188 @@
+// Package config holds hapilot's settings: flags, an optional config file
+// of the same names, and their validation.
+package config
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hapilot/hapilot/agent/rules"
+	"github.com/hapilot/hapilot/haproxy"
+)
+
+// Config is everything `hapilot run` takes.
+type Config struct {
+	SPOEListen     string
+	HAProxySockets []string
+	Interval       time.Duration
+	Window         time.Duration
+	Policy         string
+	MaxServers     int
+	MinServing     int
+	StatusListen   string
+	AuditLog       string
+	LogFormat      string
+	LogLevel       string
+	Rules          rules.Config
+}
+
+// Policies lists the policies this build knows.
+var Policies = []string{"static", "rules"}
+
+type multi struct {
+	v   *[]string
+	set bool
+}
+
+func (m *multi) String() string { return strings.Join(*m.v, ",") }
+func (m *multi) Set(s string) error {
+	if !m.set { // the first explicit value replaces the default
+		*m.v, m.set = nil, true
+	}
+	*m.v = append(*m.v, s)
+	return nil
+}
+
+// Register defines the flags on fs, with their defaults in c.
+func Register(fs *flag.FlagSet) *Config {
+	c := &Config{HAProxySockets: []string{"/run/haproxy/admin.sock"}, Rules: rules.DefaultConfig()}
+	fs.StringVar(&c.SPOEListen, "spoe-listen", "127.0.0.1:12345", "where HAProxy's SPOE engine connects (host:port or unix:/path)")
+	fs.Var(&multi{v: &c.HAProxySockets}, "haproxy-socket", "HAProxy runtime socket with level admin (unix path, unix:/path, tcp:host:port); repeat for several HAProxy processes")
+	fs.DurationVar(&c.Interval, "interval", 10*time.Second, "time between control-loop steps (at least 250ms)")
+	fs.DurationVar(&c.Window, "window", 60*time.Second, "length of the sliding windows (1 s buckets)")
+	fs.StringVar(&c.Policy, "policy", "rules", "decision policy: "+strings.Join(Policies, "|"))
+	fs.IntVar(&c.MaxServers, "max-servers", 4096, "most backend/server series kept; events for more are counted and dropped")
+	fs.IntVar(&c.MinServing, "min-serving", 0, "fewest servers a backend is left serving (0: half, rounded up, at least one)")
+	fs.StringVar(&c.StatusListen, "status-listen", "127.0.0.1:9310", "address of the read-only /status and /metrics endpoints (\"off\" to disable)")
+	fs.StringVar(&c.AuditLog, "audit-log", "", "file that receives one JSON line per control-loop step")
+	fs.StringVar(&c.LogFormat, "log-format", "auto", "auto (console on a terminal, else JSON) | json | console")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "debug|info|warn|error")
+	fs.Float64Var(&c.Rules.Alpha, "rules-alpha", c.Rules.Alpha, "rules: false-drain probability per backend per step")
+	fs.Uint64Var(&c.Rules.MinRequests, "rules-min-requests", c.Rules.MinRequests, "rules: fewest requests in the window before a server is judged")
+	fs.Uint64Var(&c.Rules.MinErrors, "rules-min-errors", c.Rules.MinErrors, "rules: fewest 5xx before a server may be drained")
+	fs.Float64Var(&c.Rules.MinRatio, "rules-min-ratio", c.Rules.MinRatio, "rules: a server's 5xx rate must be at least this many times its peers'")
+	return c
+}
+
+// Parse reads args into fs; a --config FILE names a file of `name value`
+// lines (flag names without dashes, # comments) applied first, so that the
+// command line wins. Unknown names in the file are errors.
+func Parse(fs *flag.FlagSet, args []string) error {
+	var file string
+	fs.StringVar(&file, "config", "", "config file of `name value` lines, flag names without dashes")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if file == "" {
+		return nil
+	}
+	explicit := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+	return applyFile(fs, file, explicit)
+}
+
+func applyFile(fs *flag.FlagSet, path string, skip map[string]bool) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.IndexAny(line, " \t=")
+		if i <= 0 {
+			return fmt.Errorf("config %s:%d: want `name value`, got %q", path, n, line)
+		}
+		name := line[:i]
+		value := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line[i:]), "="))
+		if value == "" {
+			return fmt.Errorf("config %s:%d: %s has no value", path, n, name)
+		}
+		if name == "config" || fs.Lookup(name) == nil {
+			return fmt.Errorf("config %s:%d: unknown setting %q", path, n, name)
+		}
+		if skip[name] {
+			continue
+		}
+		if err := fs.Set(name, value); err != nil {
+			return fmt.Errorf("config %s:%d: %s: %w", path, n, name, err)
+		}
+	}
+	return sc.Err()
+}
+
+// Validate checks the settings together.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Interval < 250*time.Millisecond {
+		errs = append(errs, fmt.Errorf("interval %v is below 250ms", c.Interval))
+	}
+	if c.Window < time.Second {
+		errs = append(errs, fmt.Errorf("window %v is below 1s", c.Window))
+	}
+	known := false
+	for _, p := range Policies {
+		known = known || p == c.Policy
+	}
+	if !known {
+		errs = append(errs, fmt.Errorf("unknown policy %q (want %s)", c.Policy, strings.Join(Policies, "|")))
+	}
+	if c.MaxServers < 1 {
+		errs = append(errs, fmt.Errorf("max-servers %d must be positive", c.MaxServers))
+	}
+	if c.MinServing < 0 {
+		errs = append(errs, fmt.Errorf("min-serving %d is negative", c.MinServing))
+	}
+	if len(c.HAProxySockets) == 0 {
+		errs = append(errs, errors.New("no haproxy-socket"))
+	}
+	for _, s := range c.HAProxySockets {
+		if _, err := haproxy.New(s); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := checkAddr("spoe-listen", c.SPOEListen, true); err != nil {
+		errs = append(errs, err)
+	}
+	if c.StatusListen != "off" {
+		if err := checkAddr("status-listen", c.StatusListen, false); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	switch c.LogFormat {
+	case "auto", "json", "console":
+	default:
+		errs = append(errs, fmt.Errorf("log-format %q: want auto|json|console", c.LogFormat))
+	}
+	r := c.Rules
+	if r.Alpha <= 0 || r.Alpha >= 1 {
+		errs = append(errs, fmt.Errorf("rules-alpha %v outside (0, 1)", r.Alpha))
+	}
+	if r.MinRatio < 1 {
+		errs = append(errs, fmt.Errorf("rules-min-ratio %v below 1", r.MinRatio))
+	}
+	return errors.Join(errs...)
+}
+
+func checkAddr(name, addr string, unixOK bool) error {
+	if unixOK && strings.HasPrefix(addr, "unix:") && len(addr) > 5 {
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("%s %q: %w", name, addr, err)
+	}
+	return nil
+}

@@ -1,0 +1,164 @@
+// Package daemon wires hapilot's parts into one agent: SPOE ingest into
+// the window store, the control loop over the runtime sockets, and the
+// status server. `hapilot run`, the demo and the end-to-end tests all
+// start the agent through it.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/rules"
+	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/internal/config"
+	"github.com/hapilot/hapilot/internal/window"
+	"github.com/hapilot/hapilot/spoe"
+	"github.com/rs/zerolog"
+)
+
+// Daemon is one configured agent.
+type Daemon struct {
+	Config config.Config
+	Store  *window.Store
+	SPOE   *spoe.Server
+	Loop   *agent.Loop
+	Status *agent.StatusServer
+
+	log      zerolog.Logger
+	spoeLn   net.Listener
+	statusLn net.Listener
+	audit    io.WriteCloser
+}
+
+// NewPolicy builds the policy a config names.
+func NewPolicy(c config.Config) (agent.Policy, error) {
+	switch c.Policy {
+	case "static":
+		return agent.Static{}, nil
+	case "rules":
+		return rules.New(c.Rules), nil
+	}
+	return nil, fmt.Errorf("unknown policy %q", c.Policy)
+}
+
+// New validates c, opens the listeners and the audit log, and builds
+// every part; nothing runs until Serve.
+func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	d := &Daemon{Config: c, log: log}
+	pol, err := NewPolicy(c)
+	if err != nil {
+		return nil, err
+	}
+	var runtimes []agent.Runtime
+	for _, s := range c.HAProxySockets {
+		cl, err := haproxy.New(s)
+		if err != nil {
+			return nil, err
+		}
+		runtimes = append(runtimes, cl)
+	}
+	d.Store = window.New(c.Window, c.MaxServers, nil)
+	d.SPOE = &spoe.Server{Sink: d.Store, Log: log.With().Str("component", "spoe").Logger()}
+	guard := agent.DefaultGuardrails()
+	guard.MinServing = c.MinServing
+	d.Loop = &agent.Loop{
+		Clock: agent.RealClock{}, Interval: c.Interval, Policy: pol, Guard: guard,
+		Runtimes: runtimes, Windows: d.Store, Log: log.With().Str("component", "loop").Logger(),
+	}
+	if c.AuditLog != "" {
+		f, err := os.OpenFile(c.AuditLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+		if err != nil {
+			return nil, fmt.Errorf("audit log: %w", err)
+		}
+		d.audit, d.Loop.Audit = f, f
+	}
+	if d.spoeLn, err = spoe.Listen(c.SPOEListen); err != nil {
+		d.Close()
+		return nil, err
+	}
+	if c.StatusListen != "off" {
+		if d.statusLn, err = net.Listen("tcp", c.StatusListen); err != nil {
+			d.Close()
+			return nil, fmt.Errorf("status listen: %w", err)
+		}
+		d.Status = &agent.StatusServer{Loop: d.Loop, Extra: []func(io.Writer){d.writeIngestMetrics}}
+	}
+	return d, nil
+}
+
+func (d *Daemon) writeIngestMetrics(w io.Writer) {
+	c := &d.SPOE.Counters
+	agent.Metric(w, "hapilot_events_total", "counter", "Responses recorded into the windows.", c.Events.Load())
+	agent.Metric(w, "hapilot_ingest_errors_total", "counter", "Malformed SPOE frames or messages, dropped.", c.IngestErrors.Load())
+	agent.Metric(w, "hapilot_spoe_frames_total", "counter", "SPOE NOTIFY frames received.", c.Frames.Load())
+	agent.Metric(w, "hapilot_spoe_connections_total", "counter", "SPOE connections accepted.", c.Connections.Load())
+	agent.Metric(w, "hapilot_spoe_unknown_messages_total", "counter", "SPOE messages of another name, skipped.", c.Unknown.Load())
+	agent.Metric(w, "hapilot_no_server_responses_total", "counter", "Responses HAProxy produced with no server chosen.", c.NoServer.Load())
+	agent.Metric(w, "hapilot_window_series", "gauge", "Backend/server series held.", uint64(d.Store.Len()))
+	agent.Metric(w, "hapilot_window_dropped_events_total", "counter", "Events dropped because max-servers series were held.", d.Store.Dropped())
+}
+
+// SPOEAddr and StatusAddr are the bound addresses (useful with port 0).
+func (d *Daemon) SPOEAddr() string { return d.spoeLn.Addr().String() }
+func (d *Daemon) StatusAddr() string {
+	if d.statusLn == nil {
+		return ""
+	}
+	return d.statusLn.Addr().String()
+}
+
+// Serve runs ingest, the loop and the status server until ctx ends or
+// one of them fails.
+func (d *Daemon) Serve(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer d.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	run := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(ctx); err != nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+				cancel()
+			}
+		}()
+	}
+	run("spoe", func(ctx context.Context) error { return d.SPOE.Serve(ctx, d.spoeLn) })
+	run("loop", d.Loop.Run)
+	if d.Status != nil {
+		run("status", func(ctx context.Context) error { return d.Status.Serve(ctx, d.statusLn) })
+	}
+	d.log.Info().Str("spoe", d.SPOEAddr()).Str("status", d.StatusAddr()).Strs("haproxy", d.Config.HAProxySockets).
+		Str("policy", d.Config.Policy).Dur("interval", d.Config.Interval).Msg("hapilot running")
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	return errors.Join(all...)
+}
+
+// Close releases the listeners and the audit log.
+func (d *Daemon) Close() {
+	if d.spoeLn != nil {
+		d.spoeLn.Close()
+	}
+	if d.statusLn != nil {
+		d.statusLn.Close()
+	}
+	if d.audit != nil {
+		d.audit.Close()
+	}
+}

@@ -1,0 +1,79 @@
+// Package fleet is the test fleet: fault-injecting HTTP backends, an
+// open-loop load generator, and the HAProxy config that puts them behind
+// the example stanza. Tests, the demo and the benchmark share it.
+package fleet
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/hapilot/hapilot/examples"
+)
+
+// HAProxyOptions describe one generated HAProxy.
+type HAProxyOptions struct {
+	Dir          string   // where the config, SPOE file and socket go
+	FrontendPort int      // client traffic
+	Servers      []string // backend addresses, named srv1..srvN in "app"
+	Algo         string   // roundrobin (default) or leastconn
+	// AgentAddr is where the hapilot agent listens for SPOE; empty means
+	// no SPOE stanza at all (plain HAProxy).
+	AgentAddr string
+}
+
+// Backend is the backend name the generated config uses.
+const BackendName = "app"
+
+// ServerName is the name of the i-th server (0-based).
+func ServerName(i int) string { return fmt.Sprintf("srv%d", i+1) }
+
+// Socket is the runtime socket path of a generated config.
+func (o HAProxyOptions) Socket() string { return filepath.Join(o.Dir, "admin.sock") }
+
+// HAProxyConfig writes the SPOE file (when needed) and returns haproxy.cfg.
+func HAProxyConfig(o HAProxyOptions) (string, error) {
+	algo := o.Algo
+	if algo == "" {
+		algo = "roundrobin"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `global
+    stats socket %s mode 600 level admin
+    maxconn 4096
+    nbthread 1
+
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 30s
+    timeout server 30s
+    retries 0
+
+frontend www
+    bind 127.0.0.1:%d
+`, o.Socket(), o.FrontendPort)
+	var agents string
+	if o.AgentAddr != "" {
+		spoeFile := filepath.Join(o.Dir, "hapilot-spoe.conf")
+		if err := os.WriteFile(spoeFile, []byte(examples.SPOEConf), 0o644); err != nil {
+			return "", err
+		}
+		front, be, err := examples.Stanza(o.AgentAddr)
+		if err != nil {
+			return "", err
+		}
+		for _, l := range front {
+			l = strings.Replace(l, "/etc/haproxy/hapilot-spoe.conf", spoeFile, 1)
+			fmt.Fprintf(&b, "    %s\n", l)
+		}
+		agents = "\n" + be
+	}
+	fmt.Fprintf(&b, "    default_backend %s\n\nbackend %s\n    balance %s\n", BackendName, BackendName, algo)
+	for i, addr := range o.Servers {
+		fmt.Fprintf(&b, "    server %s %s\n", ServerName(i), addr)
+	}
+	b.WriteString(agents)
+	return b.String(), nil
+}

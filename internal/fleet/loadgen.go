@@ -1,0 +1,146 @@
+package fleet
+
+import (
+	"context"
+	"math"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Load is an open-loop, constant-rate load: request i is due at
+// start + i/Rate whatever happened to earlier ones, and its latency is
+// measured from that due time, so a stall in HAProxy or a server shows up
+// as latency instead of being hidden by a slower send rate.
+type Load struct {
+	Addr        string // host:port of HAProxy's frontend
+	Path        string
+	Rate        float64 // requests per second
+	Duration    time.Duration
+	Timeout     time.Duration // per request; default 5 s
+	MaxInFlight int           // default 4096; requests due beyond it are counted as failed
+}
+
+// Second is one second of the client's view.
+type Second struct {
+	Requests int `json:"requests"`
+	Err5xx   int `json:"err_5xx"`
+	Failed   int `json:"failed"` // transport errors, timeouts, in-flight overflow
+}
+
+// Result is what the clients saw.
+type Result struct {
+	Scheduled int           `json:"scheduled"`
+	Completed int           `json:"completed"` // got an HTTP response
+	Err5xx    int           `json:"err_5xx"`
+	Failed    int           `json:"failed"`
+	Elapsed   time.Duration `json:"elapsed"`
+	PerSecond []Second      `json:"per_second"`
+	latencies []time.Duration
+}
+
+// Quantile is the q-th latency (0 < q <= 1) over all responses.
+func (r *Result) Quantile(q float64) time.Duration {
+	if len(r.latencies) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(r.latencies)))) - 1
+	return r.latencies[max(0, min(i, len(r.latencies)-1))]
+}
+
+// Mean latency over all responses.
+func (r *Result) Mean() time.Duration {
+	if len(r.latencies) == 0 {
+		return 0
+	}
+	var s time.Duration
+	for _, l := range r.latencies {
+		s += l
+	}
+	return s / time.Duration(len(r.latencies))
+}
+
+// Throughput is completed responses per second of the run.
+func (r *Result) Throughput() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Completed) / r.Elapsed.Seconds()
+}
+
+// Run drives the load and waits for every request to end.
+func (l Load) Run(ctx context.Context) *Result {
+	if l.Timeout == 0 {
+		l.Timeout = 5 * time.Second
+	}
+	if l.MaxInFlight == 0 {
+		l.MaxInFlight = 4096
+	}
+	if l.Path == "" {
+		l.Path = "/"
+	}
+	client := &fasthttp.HostClient{Addr: l.Addr, MaxConns: l.MaxInFlight, ReadTimeout: l.Timeout, WriteTimeout: l.Timeout, MaxIdemponentCallAttempts: 1}
+	total := int(l.Rate * l.Duration.Seconds())
+	period := time.Duration(float64(time.Second) / l.Rate)
+	res := &Result{Scheduled: total, PerSecond: make([]Second, int(math.Ceil(l.Duration.Seconds()))+1)}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, l.MaxInFlight)
+	uri := "http://" + l.Addr + l.Path
+	start := time.Now()
+	record := func(due time.Time, status int, err error) {
+		lat := time.Since(due)
+		sec := int(due.Sub(start) / time.Second)
+		mu.Lock()
+		defer mu.Unlock()
+		ps := &res.PerSecond[min(sec, len(res.PerSecond)-1)]
+		ps.Requests++
+		switch {
+		case err != nil:
+			res.Failed++
+			ps.Failed++
+		default:
+			res.Completed++
+			res.latencies = append(res.latencies, lat)
+			if status >= 500 {
+				res.Err5xx++
+				ps.Err5xx++
+			}
+		}
+	}
+	for i := 0; i < total; i++ {
+		due := start.Add(time.Duration(i) * period)
+		if d := time.Until(due); d > 0 {
+			select {
+			case <-ctx.Done():
+				res.Scheduled = i
+				i = total
+				continue
+			case <-time.After(d):
+			}
+		}
+		select {
+		case slots <- struct{}{}:
+		default:
+			record(due, 0, context.DeadlineExceeded)
+			continue
+		}
+		wg.Add(1)
+		go func(due time.Time) {
+			defer wg.Done()
+			defer func() { <-slots }()
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			req.SetRequestURI(uri)
+			err := client.DoTimeout(req, resp, l.Timeout)
+			record(due, resp.StatusCode(), err)
+		}(due)
+	}
+	wg.Wait()
+	res.Elapsed = time.Since(start)
+	sort.Slice(res.latencies, func(i, j int) bool { return res.latencies[i] < res.latencies[j] })
+	return res
+}

@@ -1,0 +1,260 @@
+// Package scenario runs one end-to-end experiment: a fleet of
+// fault-injecting backends behind a real HAProxy carrying the example
+// stanza, the agent (in process, or as a `hapilot run` process), and an
+// open-loop load; it reports what the clients saw and what happened to
+// each server, as HAProxy itself reported it.
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/haproxy/process"
+	"github.com/hapilot/hapilot/internal/config"
+	"github.com/hapilot/hapilot/internal/daemon"
+	"github.com/hapilot/hapilot/internal/fleet"
+	"github.com/rs/zerolog"
+)
+
+// Scenario describes one run.
+type Scenario struct {
+	Servers  []fleet.BackendConfig
+	Algo     string
+	Rate     float64
+	Duration time.Duration
+	// Warmup is load sent (and discarded) before the measured run, so
+	// connections are open and windows hold data; 0 for none.
+	Warmup time.Duration
+
+	Policy   string // static|rules; "" runs no agent at all
+	Interval time.Duration
+	// AgentBinary runs the agent as `AgentBinary run ...` instead of in
+	// process, so that it can be killed.
+	AgentBinary string
+	// KillAgentAt sends SIGKILL to the agent process at this offset.
+	KillAgentAt time.Duration
+	// NoSPOE leaves the SPOE stanza out of HAProxy's config.
+	NoSPOE bool
+	// Prepare runs once HAProxy is up, before the load (e.g. an operator's
+	// `set server ... state maint`).
+	Prepare func(ctx context.Context, rt *haproxy.Client) error
+	// At runs at the given offsets into the load.
+	At map[time.Duration]func(fleet []*fleet.Backend)
+
+	Dir string // scratch directory (config, socket, audit log)
+	Log zerolog.Logger
+}
+
+// Outcome is what one run produced.
+type Outcome struct {
+	Policy    string
+	Load      *fleet.Result
+	DrainedAt map[string]time.Duration // first seen drained, from the load's start
+	Flips     map[string]int           // changes of drained state
+	Final     []haproxy.ServerState
+	Events    uint64 // responses the agent recorded (in-process agent only)
+	Ingest    uint64 // ingest errors (in-process agent only)
+	AuditLog  string
+	HAProxy   *process.Process
+	agentLog  *os.File
+}
+
+// Run executes the scenario.
+func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
+	backends, err := fleet.StartBackends(s.Servers)
+	if err != nil {
+		return nil, err
+	}
+	defer fleet.CloseAll(backends)
+	ports, err := process.FreePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	opts := fleet.HAProxyOptions{Dir: s.Dir, FrontendPort: ports[0], Servers: fleet.Addrs(backends), Algo: s.Algo}
+	if !s.NoSPOE {
+		opts.AgentAddr = fmt.Sprintf("127.0.0.1:%d", ports[1])
+	}
+	cfg, err := fleet.HAProxyConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	hp, err := process.Start(ctx, s.Dir, cfg, opts.Socket())
+	if err != nil {
+		return nil, err
+	}
+	out := &Outcome{Policy: s.Policy, HAProxy: hp, DrainedAt: map[string]time.Duration{}, Flips: map[string]int{}}
+	defer hp.Stop()
+	rt, err := haproxy.New(opts.Socket())
+	if err != nil {
+		return nil, err
+	}
+	if s.Prepare != nil {
+		if err := s.Prepare(ctx, rt); err != nil {
+			return nil, fmt.Errorf("prepare: %w", err)
+		}
+	}
+
+	agentCtx, stopAgent := context.WithCancel(ctx)
+	defer stopAgent()
+	var agentDone chan error
+	var d *daemon.Daemon
+	var proc *exec.Cmd
+	if s.Policy != "" {
+		out.AuditLog = filepath.Join(s.Dir, "audit-"+s.Policy+".jsonl")
+		args := []string{"--policy", s.Policy, "--interval", s.Interval.String(), "--haproxy-socket", opts.Socket(),
+			"--spoe-listen", opts.AgentAddr, "--status-listen", "off", "--audit-log", out.AuditLog}
+		if s.AgentBinary != "" {
+			proc = exec.Command(s.AgentBinary, append([]string{"run", "--log-format", "json"}, args...)...)
+			out.agentLog, _ = os.Create(filepath.Join(s.Dir, "agent-"+s.Policy+".log"))
+			proc.Stdout, proc.Stderr = out.agentLog, out.agentLog
+			if err := proc.Start(); err != nil {
+				return nil, fmt.Errorf("start agent: %w", err)
+			}
+			agentDone = make(chan error, 1)
+			go func() { agentDone <- proc.Wait() }()
+			defer func() {
+				_ = proc.Process.Signal(syscall.SIGTERM)
+				<-agentDone
+			}()
+		} else {
+			fs := newFlagSet()
+			c := config.Register(fs)
+			if err := config.Parse(fs, args); err != nil {
+				return nil, err
+			}
+			d, err = daemon.New(*c, s.Log)
+			if err != nil {
+				return nil, err
+			}
+			agentDone = make(chan error, 1)
+			go func() { agentDone <- d.Serve(agentCtx) }()
+			defer func() { stopAgent(); <-agentDone }()
+		}
+		if err := waitAgentUp(ctx, rt); err != nil {
+			return nil, fmt.Errorf("%w\nhaproxy log:\n%s", err, hp.Log())
+		}
+	}
+
+	load := fleet.Load{Addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), Rate: s.Rate, Duration: s.Duration}
+	if s.Warmup > 0 {
+		w := load
+		w.Duration = s.Warmup
+		w.Run(ctx)
+	}
+	start := time.Now()
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); out.watch(watchCtx, rt, start) }()
+	for at, f := range s.At {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-watchCtx.Done():
+			case <-time.After(at):
+				f(backends)
+			}
+		}()
+	}
+	if s.KillAgentAt > 0 && proc != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-watchCtx.Done():
+			case <-time.After(s.KillAgentAt):
+				_ = proc.Process.Kill()
+			}
+		}()
+	}
+	out.Load = load.Run(ctx)
+	stopWatch()
+	wg.Wait()
+	if out.Final, err = rt.ShowServersState(ctx); err != nil {
+		return nil, err
+	}
+	if d != nil {
+		out.Events, out.Ingest = d.SPOE.Counters.Events.Load(), d.SPOE.Counters.IngestErrors.Load()
+	}
+	return out, nil
+}
+
+// watch polls HAProxy's own view of the servers every 100 ms.
+func (o *Outcome) watch(ctx context.Context, rt *haproxy.Client, start time.Time) {
+	drained := map[string]bool{}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		states, err := rt.ShowServersState(ctx)
+		if err == nil {
+			for _, st := range states {
+				if st.Backend != fleet.BackendName {
+					continue
+				}
+				now := st.Drain()
+				if now != drained[st.Server] {
+					o.Flips[st.Server]++
+					if now {
+						if _, seen := o.DrainedAt[st.Server]; !seen {
+							o.DrainedAt[st.Server] = time.Since(start)
+						}
+					}
+				}
+				drained[st.Server] = now
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// waitAgentUp waits until HAProxy's check sees the agent, so that the
+// measured load is observed from its first request.
+func waitAgentUp(ctx context.Context, rt *haproxy.Client) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		rows, err := rt.ShowStat(ctx)
+		if err == nil {
+			for _, r := range rows {
+				if r["pxname"] == "hapilot-agents" && r["svname"] == "agent1" && r["status"] == "UP" {
+					return nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("agent not UP in HAProxy's check after 15s (last error %v)", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// AgentLog is what an agent process printed.
+func (o *Outcome) AgentLog() string {
+	if o.agentLog == nil {
+		return ""
+	}
+	b, _ := os.ReadFile(o.agentLog.Name())
+	return string(b)
+}
+
+// Faulty names the servers configured with an error rate above healthy.
+func Faulty(cfgs []fleet.BackendConfig, above float64) map[string]bool {
+	out := map[string]bool{}
+	for i, c := range cfgs {
+		if c.ErrorRate > above {
+			out[fleet.ServerName(i)] = true
+		}
+	}
+	return out
+}
