@@ -83,7 +83,7 @@ func (p *Policy) Decide(_ context.Context, obs agent.Observation) (agent.Plan, e
 
 // Test runs the outlier test on every serving server of a backend. A
 // server is compared with the better half of the others (those with the
-// lowest error rates), so that a second faulty server among its peers
+// lowest error rates, ties included), so that a second faulty server among its peers
 // does not mask the first.
 func (p *Policy) Test(b agent.BackendView) []Finding {
 	var serving []agent.ServerView
@@ -102,14 +102,22 @@ func (p *Policy) Test(b agent.BackendView) []Finding {
 	out := make([]Finding, 0, len(serving))
 	for i, s := range serving {
 		f := Finding{Server: s.Server, N: s.Window.Requests, X: s.Window.Err5xx, P: 1}
-		taken := 0
+		// The others are in ascending order of error rate; the peers are
+		// the first half of them, and any that tie with the last taken.
+		others := 0
+		var cut float64
 		for j, peer := range serving {
-			if j == i || taken == half {
+			if j == i {
 				continue
 			}
+			r := peer.Window.ErrorRate()
+			if others >= half && r > cut {
+				break
+			}
+			cut = r
+			others++
 			f.PeerN += peer.Window.Requests
 			f.PeerX += peer.Window.Err5xx
-			taken++
 		}
 		if f.N > 0 {
 			f.Rate = float64(f.X) / float64(f.N)

@@ -46,18 +46,25 @@ type Scenario struct {
 	// `set server ... state maint`).
 	Prepare func(ctx context.Context, rt *haproxy.Client) error
 	// At runs at the given offsets into the load.
-	At map[time.Duration]func(fleet []*fleet.Backend)
+	At map[time.Duration]func(env *Env)
 
 	Dir string // scratch directory (config, socket, audit log)
 	Log zerolog.Logger
+}
+
+// Env is what an At hook can reach.
+type Env struct {
+	Backends  []*fleet.Backend
+	AgentAddr string         // the agent's SPOE address
+	Daemon    *daemon.Daemon // nil when the agent is a process or absent
 }
 
 // Outcome is what one run produced.
 type Outcome struct {
 	Policy    string
 	Load      *fleet.Result
-	DrainedAt map[string]time.Duration // first seen drained, from the load's start
-	Flips     map[string]int           // changes of drained state
+	DrainedAt map[string]time.Duration // first seen entering drain, from the load's start
+	Flips     map[string]int           // changes of drained state during the load
 	Final     []haproxy.ServerState
 	Events    uint64 // responses the agent recorded (in-process agent only)
 	Ingest    uint64 // ingest errors (in-process agent only)
@@ -153,6 +160,7 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); out.watch(watchCtx, rt, start) }()
+	env := &Env{Backends: backends, AgentAddr: opts.AgentAddr, Daemon: d}
 	for at, f := range s.At {
 		wg.Add(1)
 		go func() {
@@ -160,7 +168,7 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 			select {
 			case <-watchCtx.Done():
 			case <-time.After(at):
-				f(backends)
+				f(env)
 			}
 		}()
 	}
@@ -189,18 +197,22 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 
 // watch polls HAProxy's own view of the servers every 100 ms.
 func (o *Outcome) watch(ctx context.Context, rt *haproxy.Client, start time.Time) {
-	drained := map[string]bool{}
+	var drained map[string]bool // nil until the first poll: the state the run started from
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		states, err := rt.ShowServersState(ctx)
 		if err == nil {
+			first := drained == nil
+			if first {
+				drained = map[string]bool{}
+			}
 			for _, st := range states {
 				if st.Backend != fleet.BackendName {
 					continue
 				}
 				now := st.Drain()
-				if now != drained[st.Server] {
+				if !first && now != drained[st.Server] {
 					o.Flips[st.Server]++
 					if now {
 						if _, seen := o.DrainedAt[st.Server]; !seen {

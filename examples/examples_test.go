@@ -1,0 +1,55 @@
+package examples_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hapilot/hapilot/examples"
+	"github.com/hapilot/hapilot/haproxy/process"
+)
+
+// TestExampleConfigIsValid runs `haproxy -c` on the example haproxy.cfg
+// with its SPOE file, paths pointed at a temporary directory.
+func TestExampleConfigIsValid(t *testing.T) {
+	if _, err := exec.LookPath(process.Binary()); err != nil {
+		t.Fatalf("haproxy not installed: %v", err)
+	}
+	dir := t.TempDir()
+	spoe := filepath.Join(dir, "hapilot-spoe.conf")
+	if err := os.WriteFile(spoe, []byte(examples.SPOEConf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.ReplaceAll(examples.HAProxyCfg, "/etc/haproxy/hapilot-spoe.conf", spoe)
+	cfg = strings.ReplaceAll(cfg, "/run/haproxy/admin.sock", filepath.Join(dir, "admin.sock"))
+	path := filepath.Join(dir, "haproxy.cfg")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(process.Binary(), "-c", "-f", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("haproxy -c: %v\n%s", err, out)
+	}
+}
+
+func TestStanzaExtraction(t *testing.T) {
+	front, be, err := examples.Stanza("127.0.0.1:4242")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"filter spoe engine hapilot", "set-var-fmt(txn.hapilot_tr)", "send-spoe-group hapilot hapilot-observe if { nbsrv(hapilot-agents) gt 0 }"}
+	joined := strings.Join(front, "\n")
+	for _, w := range want {
+		if !strings.Contains(joined, w) {
+			t.Errorf("frontend stanza lacks %q:\n%s", w, joined)
+		}
+	}
+	if strings.Contains(joined, "bind ") || strings.Contains(joined, "#") {
+		t.Errorf("frontend stanza holds more than the drop-in:\n%s", joined)
+	}
+	if !strings.Contains(be, "server agent1 127.0.0.1:4242 check") || !strings.Contains(be, "option spop-check") {
+		t.Errorf("agents backend:\n%s", be)
+	}
+}

@@ -1,0 +1,89 @@
+package config
+
+import (
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func parse(t *testing.T, file string, args ...string) (*Config, error) {
+	t.Helper()
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c := Register(fs)
+	if file != "" {
+		p := filepath.Join(t.TempDir(), "hapilot.conf")
+		if err := os.WriteFile(p, []byte(file), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args = append([]string{"--config", p}, args...)
+	}
+	if err := Parse(fs, args); err != nil {
+		return nil, err
+	}
+	return c, c.Validate()
+}
+
+func TestDefaultsAreValid(t *testing.T) {
+	c, err := parse(t, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Interval != 10*time.Second || c.Policy != "rules" || c.MaxServers != 4096 || c.StatusListen != "127.0.0.1:9310" {
+		t.Fatalf("defaults %+v", c)
+	}
+}
+
+func TestFileAndFlags(t *testing.T) {
+	file := `# comment
+interval 2s
+policy = static
+haproxy-socket /run/a.sock
+haproxy-socket=tcp:127.0.0.1:9999
+rules-alpha 1e-5
+`
+	c, err := parse(t, file, "--interval", "500ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Interval != 500*time.Millisecond {
+		t.Errorf("command line did not win: %v", c.Interval)
+	}
+	if c.Policy != "static" || c.Rules.Alpha != 1e-5 {
+		t.Errorf("file not applied: %+v", c)
+	}
+	if strings.Join(c.HAProxySockets, ",") != "/run/a.sock,tcp:127.0.0.1:9999" {
+		t.Errorf("sockets %v", c.HAProxySockets)
+	}
+}
+
+func TestInvalid(t *testing.T) {
+	tests := []struct {
+		name, file string
+		args       []string
+		want       string
+	}{
+		{"interval too short", "", []string{"--interval", "100ms"}, "below 250ms"},
+		{"unknown policy", "", []string{"--policy", "magic"}, "unknown policy"},
+		{"bad socket", "", []string{"--haproxy-socket", "tcp:nohost"}, "socket address"},
+		{"bad spoe address", "", []string{"--spoe-listen", "12345"}, "spoe-listen"},
+		{"unknown key in file", "intervall 1s\n", nil, "unknown setting"},
+		{"value missing in file", "interval\n", nil, "want `name value`"},
+		{"bad value in file", "interval soon\n", nil, "interval"},
+		{"stray argument", "", []string{"extra"}, "unexpected arguments"},
+		{"alpha out of range", "", []string{"--rules-alpha", "2"}, "rules-alpha"},
+		{"log format", "", []string{"--log-format", "xml"}, "log-format"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parse(t, tc.file, tc.args...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
