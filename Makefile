@@ -46,7 +46,7 @@ fuzz:
 
 # Ingest cost per event and per SPOE message.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./internal/window/ ./spoe/
+	$(GO) test -run '^$$' -bench . -benchmem -cpu 1 ./internal/window/ ./spoe/
 
 clean:
 	rm -rf bin

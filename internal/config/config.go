@@ -40,7 +40,12 @@ type multi struct {
 	set bool
 }
 
-func (m *multi) String() string { return strings.Join(*m.v, ",") }
+func (m *multi) String() string {
+	if m == nil || m.v == nil { // flag's zero-value probe for -help
+		return ""
+	}
+	return strings.Join(*m.v, ",")
+}
 func (m *multi) Set(s string) error {
 	if !m.set { // the first explicit value replaces the default
 		*m.v, m.set = nil, true
@@ -75,7 +80,7 @@ func Register(fs *flag.FlagSet) *Config {
 // command line wins. Unknown names in the file are errors.
 func Parse(fs *flag.FlagSet, args []string) error {
 	var file string
-	fs.StringVar(&file, "config", "", "config file of `name value` lines, flag names without dashes")
+	fs.StringVar(&file, "config", "", "`file` of settings, one \"name value\" per line, names as these flags without dashes")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

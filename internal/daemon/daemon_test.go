@@ -1,0 +1,84 @@
+package daemon
+
+import (
+	"context"
+	"encoding/binary"
+	"flag"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hapilot/hapilot/internal/config"
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+)
+
+// TestMetricsCountIngestErrors starts the whole agent on free ports, with
+// a runtime socket that does not exist, feeds its SPOE port a frame that
+// breaks the protocol, and reads /metrics and /status.
+func TestMetricsCountIngestErrors(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c := config.Register(fs)
+	if err := config.Parse(fs, []string{"--spoe-listen", "127.0.0.1:0", "--status-listen", "127.0.0.1:0",
+		"--haproxy-socket", t.TempDir() + "/missing.sock", "--interval", "250ms"}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(*c, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Serve(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+
+	conn, err := net.Dial("tcp", d.SPOEAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame := []byte{0, 0, 0, 2, 1, 0} // shorter than any frame header
+	if _, err := conn.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+	// The agent answers with AGENT-DISCONNECT and closes.
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var hdr [4]byte
+	if _, err := io.ReadFull(conn, hdr[:]); err != nil {
+		t.Fatalf("no disconnect frame: %v", err)
+	}
+	body := make([]byte, binary.BigEndian.Uint32(hdr[:]))
+	if _, err := io.ReadFull(conn, body); err != nil || body[0] != 0x66 {
+		t.Fatalf("reply %x, %v", body, err)
+	}
+	conn.Close()
+
+	get := func(path string) string {
+		code, b, err := fasthttp.Get(nil, "http://"+d.StatusAddr()+path)
+		if err != nil || code != 200 {
+			t.Fatalf("GET %s: %d %v", path, code, err)
+		}
+		return string(b)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		m := get("/metrics")
+		if strings.Contains(m, "hapilot_ingest_errors_total 1\n") && !strings.Contains(m, "hapilot_state_errors_total 0\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("metrics never showed the ingest error and the missing socket:\n%s", m)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if s := get("/status"); !strings.Contains(s, `"policy": "rules"`) {
+		t.Fatalf("status: %s", s)
+	}
+}
