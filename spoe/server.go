@@ -21,6 +21,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hapilot/hapilot/internal/window"
 	"github.com/negasus/haproxy-spoe-go/frame"
@@ -60,30 +61,40 @@ type Server struct {
 	wg    sync.WaitGroup
 }
 
-// Serve accepts connections until ctx ends or the listener fails.
+// Serve accepts connections until ctx ends or the listener is closed.
+// Other accept errors (out of file descriptors, say) are logged and
+// retried with a growing pause, as net/http does.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	stop := context.AfterFunc(ctx, func() {
-		ln.Close()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	defer func() {
 		s.mu.Lock()
 		for c := range s.conns {
 			c.Close()
 		}
 		s.mu.Unlock()
-	})
-	defer stop()
-	defer s.wg.Wait()
+		s.wg.Wait()
+	}()
+	var pause time.Duration
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("spoe: accept: %w", err)
 			}
-			return fmt.Errorf("spoe: accept: %w", err)
+			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+			s.Log.Error().Err(err).Dur("retry_in", pause).Msg("spoe: accept failed")
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(pause):
+			}
+			continue
 		}
+		pause = 0
 		s.mu.Lock()
 		if s.conns == nil {
 			s.conns = map[net.Conn]struct{}{}
