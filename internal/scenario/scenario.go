@@ -119,7 +119,9 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 			"--spoe-listen", opts.AgentAddr, "--status-listen", "off", "--audit-log", out.AuditLog}
 		if s.AgentBinary != "" {
 			proc = exec.Command(s.AgentBinary, append([]string{"run", "--log-format", "json"}, args...)...)
-			out.agentLog, _ = os.Create(filepath.Join(s.Dir, "agent-"+s.Policy+".log"))
+			if out.agentLog, err = os.Create(filepath.Join(s.Dir, "agent-"+s.Policy+".log")); err != nil {
+				return nil, err
+			}
 			proc.Stdout, proc.Stderr = out.agentLog, out.agentLog
 			if err := proc.Start(); err != nil {
 				return nil, fmt.Errorf("start agent: %w", err)
@@ -129,6 +131,7 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 			defer func() {
 				_ = proc.Process.Signal(syscall.SIGTERM)
 				<-agentDone
+				out.agentLog.Close()
 			}()
 		} else {
 			fs := newFlagSet()
