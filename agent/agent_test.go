@@ -231,6 +231,13 @@ func TestSeveralSocketsAllReceiveTheAction(t *testing.T) {
 	if rec.Verdicts[1].Accepted {
 		t.Fatalf("s3 drained on one HAProxy was treated as free: %+v", rec.Verdicts[1])
 	}
+	// A server only one HAProxy knows is unknown to the loop.
+	a.states = append(a.states, haproxy.ServerState{Backend: "app", Server: "s9", OpState: haproxy.OpRunning, Weight: 10, Initial: 10})
+	pol.plans = []Plan{{drain("s9")}}
+	rec = l.Step(context.Background())
+	if rec.Verdicts[0].Accepted || !strings.Contains(rec.Verdicts[0].Reason, "unknown server") {
+		t.Fatalf("s9 verdict %+v", rec.Verdicts[0])
+	}
 }
 
 // TestRunKeepsSchedule: steps start at start + k·interval; a step that

@@ -277,19 +277,18 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 		return Observation{}, errors.New("no runtime socket")
 	}
 	merged := map[string]*haproxy.ServerState{}
+	seenBy := map[string]int{}
 	var order []string
-	for i, rt := range l.Runtimes {
+	for _, rt := range l.Runtimes {
 		states, err := rt.ShowServersState(ctx)
 		if err != nil {
 			return Observation{}, fmt.Errorf("read states from %s: %w", rt.Addr(), err)
 		}
 		for _, s := range states {
 			k := key(s.Backend, s.Server)
+			seenBy[k]++
 			m, ok := merged[k]
 			if !ok {
-				if i > 0 {
-					continue // only servers every HAProxy knows
-				}
 				c := s
 				merged[k] = &c
 				order = append(order, k)
@@ -313,6 +312,9 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 	defer l.mu.Unlock()
 	seen := map[string]bool{}
 	for _, k := range order {
+		if seenBy[k] != len(l.Runtimes) {
+			continue // only servers every HAProxy knows can be acted on
+		}
 		s := *merged[k]
 		seen[k] = true
 		v := ServerView{Backend: s.Backend, Server: s.Server, State: s, Window: stats[k]}
