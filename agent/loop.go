@@ -85,16 +85,17 @@ type ServerSummary struct {
 
 // Record is one step's audit line.
 type Record struct {
-	Time        time.Time       `json:"time"`
-	Cycle       uint64          `json:"cycle"`
-	Policy      string          `json:"policy"`
-	DurationMs  float64         `json:"duration_ms"`
-	Servers     []ServerSummary `json:"servers"`
-	Plan        Plan            `json:"plan"`
-	PolicyError string          `json:"policy_error,omitempty"`
-	Verdicts    []Verdict       `json:"verdicts"`
-	Commands    []CommandResult `json:"commands"`
-	Error       string          `json:"error,omitempty"`
+	Time         time.Time       `json:"time"`
+	Cycle        uint64          `json:"cycle"`
+	Policy       string          `json:"policy"`
+	DurationMs   float64         `json:"duration_ms"`
+	Servers      []ServerSummary `json:"servers"`
+	Plan         Plan            `json:"plan"`
+	PolicyError  string          `json:"policy_error,omitempty"`
+	PolicyReport any             `json:"policy_report,omitempty"`
+	Verdicts     []Verdict       `json:"verdicts"`
+	Commands     []CommandResult `json:"commands"`
+	Error        string          `json:"error,omitempty"`
 }
 
 // Decision is a verdict with its time, for /status.
@@ -193,6 +194,9 @@ func (l *Loop) Step(ctx context.Context) Record {
 	}
 	if plan != nil {
 		rec.Plan = plan
+	}
+	if r, ok := l.Policy.(Reporter); ok {
+		rec.PolicyReport = r.Report()
 	}
 	rec.Verdicts = l.Guard.Vet(&obs, plan)
 	decisions := make([]Decision, 0, len(rec.Verdicts))

@@ -49,6 +49,9 @@ func (l *Loop) WriteMetrics(w io.Writer) {
 	metric(w, "hapilot_command_errors_total", "counter", "Runtime commands HAProxy failed or never answered.", m.commandErrors)
 	metric(w, "hapilot_policy_errors_total", "counter", "Steps whose policy returned an error.", m.policyErrors)
 	metric(w, "hapilot_state_errors_total", "counter", "Steps that could not read server states.", m.stateErrors)
+	if mw, ok := l.Policy.(interface{ WriteMetrics(io.Writer) }); ok {
+		mw.WriteMetrics(w)
+	}
 }
 
 func metric[T uint64 | float64 | int](w io.Writer, name, typ, help string, v T) {

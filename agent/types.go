@@ -108,6 +108,12 @@ type Policy interface {
 	Decide(ctx context.Context, obs Observation) (Plan, error)
 }
 
+// Reporter is a policy that adds its own figures (model calls, tokens,
+// fallbacks) to each step's audit record.
+type Reporter interface {
+	Report() any
+}
+
 // Static is the policy that never acts: the baseline of every comparison.
 type Static struct{}
 
