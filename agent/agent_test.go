@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"reflect"
 	"strings"
@@ -102,6 +103,35 @@ func TestGuardrails(t *testing.T) {
 				t.Fatalf("applied weight %d, want %d", lastWeight, tc.applied)
 			}
 		})
+	}
+}
+
+func TestDrainCapScalesWithFleet(t *testing.T) {
+	var servers []ServerView
+	var plan Plan
+	for i := 0; i < 24; i++ {
+		name := fmt.Sprintf("s%d", i)
+		servers = append(servers, sv(name))
+		if i < 4 {
+			plan = append(plan, drain(name))
+		}
+	}
+	g := DefaultGuardrails()
+	count := func() int {
+		n := 0
+		for _, v := range g.Vet(obsOf(servers...), plan) {
+			if v.Accepted {
+				n++
+			}
+		}
+		return n
+	}
+	if n := count(); n != 1 {
+		t.Fatalf("without DrainsPer: %d drains", n)
+	}
+	g.DrainsPer = 10
+	if n := count(); n != 2 { // 24 servers / 10
+		t.Fatalf("with DrainsPer 10: %d drains", n)
 	}
 }
 

@@ -15,6 +15,11 @@ type Guardrails struct {
 	// MinServing is the fewest servers a backend may be left serving;
 	// 0 means half its servers, rounded up, and at least one.
 	MinServing int
+	// DrainsPer adapts the drain cap to fleet size: when set, each
+	// backend of N servers may lose up to max(MaxDrains, N/DrainsPer)
+	// servers per step (the serving floor still applies). 0 keeps
+	// MaxDrains for the whole step.
+	DrainsPer int
 }
 
 // DefaultGuardrails are the study's limits plus our serving floor.
@@ -34,6 +39,13 @@ func (g Guardrails) Floor(n int) int {
 	return f
 }
 
+func (g Guardrails) drainLimit(servers int) int {
+	if g.DrainsPer > 0 {
+		return max(g.MaxDrains, servers/g.DrainsPer)
+	}
+	return g.MaxDrains
+}
+
 // Verdict is the guardrails' answer to one proposed action. Applied is the
 // action as it will run (a weight may be clamped).
 type Verdict struct {
@@ -49,10 +61,15 @@ func (g Guardrails) Vet(obs *Observation, plan Plan) []Verdict {
 	// serving after the actions accepted so far, per backend
 	serving := map[string]map[string]bool{}
 	touched := map[string]bool{}
-	drains, actions := 0, 0
+	drains := map[string]int{} // per backend, or all under "" without DrainsPer
+	actions := 0
 	for _, a := range plan {
 		v := Verdict{Proposed: a}
-		reason, applied := g.check(obs, serving, touched, a, drains, actions)
+		scope := ""
+		if g.DrainsPer > 0 {
+			scope = a.Backend
+		}
+		reason, applied := g.check(obs, serving, touched, a, drains[scope], actions)
 		if reason != "" {
 			v.Reason = reason
 			out = append(out, v)
@@ -61,7 +78,7 @@ func (g Guardrails) Vet(obs *Observation, plan Plan) []Verdict {
 		v.Accepted, v.Applied = true, applied
 		actions++
 		if applied.Kind == Drain {
-			drains++
+			drains[scope]++
 		}
 		touched[a.Backend+"/"+a.Server] = true
 		out = append(out, v)
@@ -109,8 +126,8 @@ func (g Guardrails) check(obs *Observation, serving map[string]map[string]bool, 
 		if s.State.Drain() {
 			return "already drained", a
 		}
-		if drains >= g.MaxDrains {
-			return fmt.Sprintf("at most %d drain per step", g.MaxDrains), a
+		if limit := g.drainLimit(len(b.Servers)); drains >= limit {
+			return fmt.Sprintf("at most %d drain per step", limit), a
 		}
 		if r := removes(); r != "" {
 			return r, a

@@ -129,11 +129,11 @@ func TestQuietStepsMakeNoCall(t *testing.T) {
 func TestAdversarialReplies(t *testing.T) {
 	empty := ""
 	tests := []struct {
-		name      string
-		respond   ollamafake.Responder
-		mod       func(*ModelConfig, *Config)
-		fallback  bool // the step must have fallen back to the rules
-		wantNote  string
+		name     string
+		respond  ollamafake.Responder
+		mod      func(*ModelConfig, *Config)
+		fallback bool // the step must have fallen back to the rules
+		wantNote string
 	}{
 		{"malformed JSON", ollamafake.Fixed(`{"actions": [{"action": "drain"`), nil, true, ""},
 		{"prose instead of JSON", ollamafake.Fixed(`I would drain srv3.`), nil, true, ""},
@@ -262,4 +262,117 @@ func TestPromptHidesQuietServersInLargeFleets(t *testing.T) {
 	if len(p) > len(b)/4 {
 		t.Errorf("prompt of %d bytes for an observation of %d", len(p), len(b))
 	}
+}
+
+func TestCalibrationScorecard(t *testing.T) {
+	tests := []struct {
+		name    string
+		respond ollamafake.Responder
+		pass    bool
+	}{
+		{"capable", ollamafake.Capable, true},
+		{"trigger-happy", ollamafake.TriggerHappy, false},
+		{"garbage", ollamafake.Fixed("no"), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, _ := newPolicy(t, tc.respond, nil)
+			sc, err := Calibrate(context.Background(), p.Model, time.Second, time.Unix(5000, 0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out strings.Builder
+			sc.Print(&out)
+			t.Logf("\n%s", out.String())
+			if len(sc.Scenarios) < 10 || sc.Passed != tc.pass || sc.Digest != "sha256:fa4e" {
+				t.Fatalf("passed %v (%s), %d scenarios", sc.Passed, sc.Why, len(sc.Scenarios))
+			}
+			dir := t.TempDir()
+			if _, err := sc.Save(dir); err != nil {
+				t.Fatal(err)
+			}
+			back, err := Load(dir, sc.Digest)
+			if err != nil || back.Passed != sc.Passed || back.Precision != sc.Precision {
+				t.Fatalf("record %+v %v", back, err)
+			}
+		})
+	}
+}
+
+func TestShadowAuditsDisagreement(t *testing.T) {
+	p, _ := newPolicy(t, ollamafake.TriggerHappy, func(_ *ModelConfig, c *Config) { c.Confirm = 1 })
+	s := &Shadow{Model: p, Acting: rules.New(rules.DefaultConfig())}
+	obs := fleet(time.Unix(1000, 0), 6)
+	obs.Backends[0].Servers[0].Window.Err5xx = 4 // a few errors: enough for the loose gate, not for the rules
+	plan, err := s.Decide(context.Background(), obs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan) != 0 {
+		t.Fatalf("acting plan %v", plan)
+	}
+	r := s.Report().(ShadowReport)
+	if !r.Model.Called || !r.Disagreement || len(r.OnlyModel) != 1 || r.OnlyModel[0] != "drain app/srv1 0" || len(r.OnlyActing) != 0 {
+		t.Fatalf("report %+v", r)
+	}
+	t.Logf("shadow report: %+v", r)
+}
+
+type stubRuntime struct{ states []haproxy.ServerState }
+
+func (s *stubRuntime) Addr() string { return "stub" }
+func (s *stubRuntime) ShowServersState(context.Context) ([]haproxy.ServerState, error) {
+	return s.states, nil
+}
+func (s *stubRuntime) SetServerState(context.Context, string, string, haproxy.AdminState) error {
+	return nil
+}
+func (s *stubRuntime) SetWeight(context.Context, string, string, int) error { return nil }
+
+type stubWindows struct{ stats []window.Stats }
+
+func (s stubWindows) Snapshot(time.Duration) []window.Stats { return s.stats }
+
+// A model slower than the interval never makes the loop late: each call
+// is cut at its deadline, the rules decide that step, and steps stay on
+// start + k·interval with none skipped.
+func TestSlowModelKeepsTheSchedule(t *testing.T) {
+	p, _ := newPolicy(t, func(req ollamafake.Request) ollamafake.Reply {
+		r := ollamafake.Capable(req)
+		r.Delay = 2 * time.Second
+		return r
+	}, func(_ *ModelConfig, c *Config) { c.Deadline = 200 * time.Millisecond; c.Gate = "always" })
+	obs := fleet(time.Now(), 3, "srv3")
+	rt := &stubRuntime{}
+	var stats []window.Stats
+	for _, s := range obs.Backends[0].Servers {
+		rt.states = append(rt.states, s.State)
+		stats = append(stats, s.Window)
+	}
+	audit := &strings.Builder{}
+	l := &agent.Loop{Clock: agent.RealClock{}, Interval: 250 * time.Millisecond, Policy: p, Guard: agent.DefaultGuardrails(),
+		Runtimes: []agent.Runtime{rt}, Windows: stubWindows{stats}, Audit: audit, Log: zerolog.Nop()}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second+100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := l.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var m strings.Builder
+	l.WriteMetrics(&m)
+	lines := strings.Split(strings.TrimSpace(audit.String()), "\n")
+	if len(lines) < 8 || !strings.Contains(m.String(), "hapilot_cycles_skipped_total 0\n") {
+		t.Fatalf("%d steps in %v; metrics:\n%s", len(lines), time.Since(start), m.String())
+	}
+	if p.counters.deadlineMisses < 7 || p.counters.fallbacks != p.counters.deadlineMisses {
+		t.Fatalf("deadline misses %d, fallbacks %d", p.counters.deadlineMisses, p.counters.fallbacks)
+	}
+	var rec agent.Record
+	if err := json.Unmarshal([]byte(lines[0]), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Plan) != 1 || rec.Plan[0].Server != "srv3" {
+		t.Fatalf("fallback plan %+v", rec.Plan)
+	}
+	t.Logf("one audit record: %s", lines[0])
 }

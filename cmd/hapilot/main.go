@@ -3,6 +3,7 @@
 //	hapilot run      run the agent
 //	hapilot check    validate settings (flags or --config FILE) and exit
 //	hapilot demo     real HAProxy, a demo fleet with faulty servers, before/after
+//	hapilot calibrate  score an Ollama model; only a passing one may act
 //	hapilot version  print the version
 package main
 
@@ -31,6 +32,7 @@ commands:
   run       run the agent beside HAProxy
   check     validate settings (flags or --config FILE) and exit
   demo      run a demo fleet behind a real HAProxy, static then rules, and print a table
+  calibrate score a model on built-in scenarios; only a passing model may act
   version   print the version
 
 Run 'hapilot <command> -h' for a command's flags.
@@ -55,6 +57,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdCheck(args[1:], stdout, stderr)
 	case "demo":
 		err = cmdDemo(ctx, args[1:], stdout, stderr)
+	case "calibrate":
+		err = cmdCalibrate(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, versionString())
 	case "help", "-h", "--help":

@@ -4,7 +4,37 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/hapilot/hapilot/agent/llm/ollamafake"
 )
+
+// TestCalibrateAndRun calibrates emulated models served by the Ollama
+// stand-in, then checks that `run --policy llm` lets only the passing one
+// act (the refused one falls back to rules).
+func TestCalibrate(t *testing.T) {
+	dir := t.TempDir()
+	fake := ollamafake.New(map[string]string{"capable": "sha256:c1", "happy": "sha256:h1"}, ollamafake.Capable)
+	defer fake.Close()
+	var out, errb bytes.Buffer
+	if code := run([]string{"calibrate", "--model", "capable", "--ollama-host", fake.URL, "--calibration-dir", dir}, &out, &errb); code != 0 {
+		t.Fatalf("code %d: %s %s", code, out.String(), errb.String())
+	}
+	if !strings.Contains(out.String(), "PASSED") || !strings.Contains(out.String(), "sha256:c1") {
+		t.Fatalf("scorecard:\n%s", out.String())
+	}
+	fake.SetResponder(ollamafake.TriggerHappy)
+	out.Reset()
+	if code := run([]string{"calibrate", "--model", "happy", "--ollama-host", fake.URL, "--calibration-dir", dir}, &out, &errb); code != 1 {
+		t.Fatalf("trigger-happy model: code %d\n%s", code, out.String())
+	}
+	if !strings.Contains(out.String(), "FAILED") {
+		t.Fatalf("scorecard:\n%s", out.String())
+	}
+	if code := run([]string{"calibrate", "--model", "absent", "--ollama-host", fake.URL, "--calibration-dir", dir}, &out, &errb); code != 1 ||
+		!strings.Contains(errb.String(), "not on the Ollama server") {
+		t.Fatalf("absent model: code %d, %s", code, errb.String())
+	}
+}
 
 func TestCommands(t *testing.T) {
 	tests := []struct {

@@ -30,10 +30,37 @@ type Config struct {
 	LogFormat      string
 	LogLevel       string
 	Rules          rules.Config
+	LLM            LLM
+}
+
+// LLM holds the settings of --policy llm and --shadow.
+type LLM struct {
+	Model           string
+	OllamaHost      string
+	Think           string
+	NumPredict      int
+	TokenBudget     int
+	SystemPrompt    string
+	Confirm         int
+	MinHold         time.Duration
+	Gate            string
+	Deadline        time.Duration
+	Fallback        string
+	Shadow          bool
+	SkipCalibration bool
+	CalibrationDir  string
+}
+
+// LLMDeadline is the model's deadline: --llm-deadline, or 80% of the interval.
+func (c *Config) LLMDeadline() time.Duration {
+	if c.LLM.Deadline > 0 {
+		return c.LLM.Deadline
+	}
+	return c.Interval * 8 / 10
 }
 
 // Policies lists the policies this build knows.
-var Policies = []string{"static", "rules"}
+var Policies = []string{"static", "rules", "llm"}
 
 type multi struct {
 	v   *[]string
@@ -72,6 +99,21 @@ func Register(fs *flag.FlagSet) *Config {
 	fs.Uint64Var(&c.Rules.MinRequests, "rules-min-requests", c.Rules.MinRequests, "rules: fewest requests in the window before a server is judged")
 	fs.Uint64Var(&c.Rules.MinErrors, "rules-min-errors", c.Rules.MinErrors, "rules: fewest 5xx before a server may be drained")
 	fs.Float64Var(&c.Rules.MinRatio, "rules-min-ratio", c.Rules.MinRatio, "rules: a server's 5xx rate must be at least this many times its peers'")
+	l := &c.LLM
+	fs.StringVar(&l.Model, "model", "", "llm: Ollama model name")
+	fs.StringVar(&l.OllamaHost, "ollama-host", "", "llm: Ollama's address (default: $OLLAMA_HOST, as Ollama's client reads it)")
+	fs.StringVar(&l.Think, "think", "off", "llm: thinking, always sent explicitly: off|on|low|medium|high")
+	fs.IntVar(&l.NumPredict, "num-predict", 256, "llm: completion token cap per call")
+	fs.IntVar(&l.TokenBudget, "token-budget", 512, "llm: a thinking reply over this many completion tokens switches thinking off for a while")
+	fs.StringVar(&l.SystemPrompt, "system-prompt", "", "llm: file replacing the embedded system prompt")
+	fs.IntVar(&l.Confirm, "confirm", 2, "llm: consecutive steps that must propose an action before it runs")
+	fs.DurationVar(&l.MinHold, "min-hold", time.Minute, "llm: readying a server drained less than this long ago needs evidence from the windows")
+	fs.StringVar(&l.Gate, "llm-gate", "anomaly", "llm: anomaly (call the model only when the windows show a candidate) | always")
+	fs.DurationVar(&l.Deadline, "llm-deadline", 0, "llm: deadline of each call (0: 80% of the interval)")
+	fs.StringVar(&l.Fallback, "fallback", "rules", "llm: policy for a step whose call failed or overran: rules|none")
+	fs.BoolVar(&l.Shadow, "shadow", false, "llm: the model decides, the rules act, disagreements are audited")
+	fs.BoolVar(&l.SkipCalibration, "skip-calibration", false, "llm: let a model act without a passing calibration record")
+	fs.StringVar(&l.CalibrationDir, "calibration-dir", "/var/lib/hapilot", "llm: where `hapilot calibrate` keeps its records")
 	return c
 }
 
@@ -179,7 +221,39 @@ func (c *Config) Validate() error {
 	if r.MinRatio < 1 {
 		errs = append(errs, fmt.Errorf("rules-min-ratio %v below 1", r.MinRatio))
 	}
+	if c.Policy == "llm" || c.LLM.Shadow {
+		errs = append(errs, c.LLM.validate()...)
+	}
 	return errors.Join(errs...)
+}
+
+func (l *LLM) validate() []error {
+	var errs []error
+	if l.Model == "" {
+		errs = append(errs, errors.New("llm: --model is required"))
+	}
+	switch l.Think {
+	case "off", "on", "low", "medium", "high":
+	default:
+		errs = append(errs, fmt.Errorf("think %q: want off|on|low|medium|high", l.Think))
+	}
+	switch l.Gate {
+	case "anomaly", "always":
+	default:
+		errs = append(errs, fmt.Errorf("llm-gate %q: want anomaly|always", l.Gate))
+	}
+	switch l.Fallback {
+	case "rules", "none":
+	default:
+		errs = append(errs, fmt.Errorf("fallback %q: want rules|none", l.Fallback))
+	}
+	if l.Confirm < 1 {
+		errs = append(errs, fmt.Errorf("confirm %d: at least 1", l.Confirm))
+	}
+	if l.NumPredict < 1 {
+		errs = append(errs, fmt.Errorf("num-predict %d: at least 1", l.NumPredict))
+	}
+	return errs
 }
 
 func checkAddr(name, addr string, unixOK bool) error {

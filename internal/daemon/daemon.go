@@ -37,12 +37,17 @@ type Daemon struct {
 }
 
 // NewPolicy builds the policy a config names.
-func NewPolicy(c config.Config) (agent.Policy, error) {
+func NewPolicy(c config.Config, log zerolog.Logger) (agent.Policy, error) {
+	if c.LLM.Shadow {
+		return newLLMPolicy(c, log)
+	}
 	switch c.Policy {
 	case "static":
 		return agent.Static{}, nil
 	case "rules":
 		return rules.New(c.Rules), nil
+	case "llm":
+		return newLLMPolicy(c, log)
 	}
 	return nil, fmt.Errorf("unknown policy %q", c.Policy)
 }
@@ -54,7 +59,7 @@ func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{Config: c, log: log}
-	pol, err := NewPolicy(c)
+	pol, err := NewPolicy(c, log)
 	if err != nil {
 		return nil, err
 	}
@@ -70,6 +75,11 @@ func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
 	d.SPOE = &spoe.Server{Sink: d.Store, Log: log.With().Str("component", "spoe").Logger()}
 	guard := agent.DefaultGuardrails()
 	guard.MinServing = c.MinServing
+	if pol.Name() == "llm" {
+		// Fleet-size adaptation: a backend of N servers may lose up to
+		// N/10 servers per step (at least one), floor permitting.
+		guard.DrainsPer = 10
+	}
 	d.Loop = &agent.Loop{
 		Clock: agent.RealClock{}, Interval: c.Interval, Policy: pol, Guard: guard,
 		Runtimes: runtimes, Windows: d.Store, Log: log.With().Str("component", "loop").Logger(),

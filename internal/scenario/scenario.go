@@ -33,8 +33,12 @@ type Scenario struct {
 	// connections are open and windows hold data; 0 for none.
 	Warmup time.Duration
 
-	Policy   string // static|rules; "" runs no agent at all
+	Policy   string // static|rules|llm; "" runs no agent at all
 	Interval time.Duration
+	// AgentArgs are further `hapilot run` flags (the LLM's, say).
+	AgentArgs []string
+	// Name tells runs of one policy apart in file names; default Policy.
+	Name string
 	// AgentBinary runs the agent as `AgentBinary run ...` instead of in
 	// process, so that it can be killed.
 	AgentBinary string
@@ -114,12 +118,17 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 	var d *daemon.Daemon
 	var proc *exec.Cmd
 	if s.Policy != "" {
-		out.AuditLog = filepath.Join(s.Dir, "audit-"+s.Policy+".jsonl")
+		name := s.Name
+		if name == "" {
+			name = s.Policy
+		}
+		out.AuditLog = filepath.Join(s.Dir, "audit-"+name+".jsonl")
 		args := []string{"--policy", s.Policy, "--interval", s.Interval.String(), "--haproxy-socket", opts.Socket(),
 			"--spoe-listen", opts.AgentAddr, "--status-listen", "off", "--audit-log", out.AuditLog}
+		args = append(args, s.AgentArgs...)
 		if s.AgentBinary != "" {
 			proc = exec.Command(s.AgentBinary, append([]string{"run", "--log-format", "json"}, args...)...)
-			if out.agentLog, err = os.Create(filepath.Join(s.Dir, "agent-"+s.Policy+".log")); err != nil {
+			if out.agentLog, err = os.Create(filepath.Join(s.Dir, "agent-"+name+".log")); err != nil {
 				return nil, err
 			}
 			proc.Stdout, proc.Stderr = out.agentLog, out.agentLog

@@ -10,7 +10,7 @@ import (
 // Row is one server line of hapilot's prompt, as an emulated model reads it.
 type Row struct {
 	Backend, Server, State, Owner string
-	Requests, Err5xx              int
+	Requests, Err5xx, P95Ms       int
 	ErrPct                        float64
 }
 
@@ -37,7 +37,11 @@ func ParsePrompt(req Request) []Row {
 			if err1 != nil || err2 != nil || err3 != nil {
 				continue
 			}
-			rows = append(rows, Row{Backend: backend, Server: f[0], State: f[1], Owner: f[2], Requests: req, Err5xx: e5, ErrPct: pct})
+			r := Row{Backend: backend, Server: f[0], State: f[1], Owner: f[2], Requests: req, Err5xx: e5, ErrPct: pct}
+			if len(f) > 7 {
+				r.P95Ms, _ = strconv.Atoi(f[7])
+			}
+			rows = append(rows, r)
 		}
 	}
 	return rows
@@ -72,17 +76,41 @@ func ready(rows []Row) []Row {
 	return out
 }
 
-// Capable emulates a capable model: it drains the one ready server whose
-// error rate is well above every other ready server's, and otherwise
-// answers no_op.
+// Capable emulates a capable model: it drains the ready server whose
+// error rate is far above the others' (or, with no error outlier, whose
+// p95 is five times theirs), readies a server the agent drained once its
+// traffic is clean, and otherwise answers no_op.
 func Capable(req Request) Reply {
-	rows := ready(ParsePrompt(req))
+	all := ParsePrompt(req)
+	rows := ready(all)
 	rep := Reply{PromptTokens: 350, CompletionTokens: 40}
+	for _, r := range all {
+		if r.State == "drain" && r.Owner == "agent" && r.Requests >= 100 && r.Err5xx == 0 {
+			rep.Content = Answer(Action{Action: "ready", Backend: r.Backend, Server: r.Server, Reason: "clean again"})
+			return rep
+		}
+	}
 	if len(rows) >= 2 {
-		top, next := rows[0], rows[1]
-		if top.Err5xx >= 5 && top.Requests >= 100 && top.ErrPct >= 3*next.ErrPct+0.5 {
+		top := rows[0]
+		var others []float64
+		var p95s []int
+		for _, r := range rows[1:] {
+			others = append(others, r.ErrPct)
+		}
+		for _, r := range rows {
+			p95s = append(p95s, r.P95Ms)
+		}
+		sort.Float64s(others)
+		if top.Err5xx >= 5 && top.Requests >= 100 && top.ErrPct >= 3*others[len(others)/2]+0.5 {
 			rep.Content = Answer(Action{Action: "drain", Backend: top.Backend, Server: top.Server, Reason: "error rate far above peers"})
 			return rep
+		}
+		sort.Ints(p95s)
+		for _, r := range rows {
+			if r.Requests >= 100 && r.P95Ms >= 5*p95s[len(p95s)/2] && r.P95Ms > 20 {
+				rep.Content = Answer(Action{Action: "drain", Backend: r.Backend, Server: r.Server, Reason: "far slower than peers"})
+				return rep
+			}
 		}
 	}
 	rep.Content = Answer(Action{Action: "no_op", Backend: "-", Server: "-", Reason: "nothing stands out"})

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/hapilot/hapilot/agent/llm"
+	"github.com/hapilot/hapilot/internal/config"
+	"github.com/hapilot/hapilot/internal/daemon"
+)
+
+// errCalibrationFailed makes `hapilot calibrate` exit 1 after printing a
+// failing scorecard.
+var errCalibrationFailed = errors.New("the model failed calibration: it will not be allowed to act")
+
+func cmdCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("hapilot calibrate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := config.Register(fs)
+	perCall := fs.Duration("call-timeout", 30*time.Second, "deadline of each scenario's model call")
+	if err := config.Parse(fs, args); err != nil {
+		return err
+	}
+	if c.LLM.Model == "" {
+		return errors.New("--model is required")
+	}
+	model, err := daemon.NewModel(*c)
+	if err != nil {
+		return err
+	}
+	sc, err := llm.Calibrate(ctx, model, *perCall, time.Now())
+	if err != nil {
+		return err
+	}
+	sc.Print(stdout)
+	path, err := sc.Save(c.LLM.CalibrationDir)
+	if err != nil {
+		return fmt.Errorf("save record: %w", err)
+	}
+	fmt.Fprintf(stdout, "record: %s\n", path)
+	if !sc.Passed {
+		return errCalibrationFailed
+	}
+	return nil
+}
