@@ -21,8 +21,8 @@ func TestLLMPolicyEndToEnd(t *testing.T) {
 	defer happy.Close()
 	servers := paperFleet(0, 0, 0.05, 0, 0, 0.05)
 	runs := map[string]scenario.Scenario{
-		"static": {Policy: "static"},
-		"capable": {Policy: "llm", Name: "capable", AgentArgs: []string{"--model", "capable", "--ollama-host", capable.URL, "--skip-calibration"}},
+		"static":        {Policy: "static"},
+		"capable":       {Policy: "llm", Name: "capable", AgentArgs: []string{"--model", "capable", "--ollama-host", capable.URL, "--skip-calibration"}},
 		"trigger-happy": {Policy: "llm", Name: "trigger-happy", AgentArgs: []string{"--model", "happy", "--ollama-host", happy.URL, "--skip-calibration"}},
 	}
 	outs := map[string]*scenario.Outcome{}
