@@ -106,6 +106,13 @@ func TestCapableModelDrainsAfterConfirmation(t *testing.T) {
 	if c.PromptTokens != 350 || c.CompletionTokens != 40 || c.TotalMs <= 0 || c.LoadMs <= 1 {
 		t.Fatalf("call metrics %+v", c)
 	}
+	var m strings.Builder
+	p.WriteMetrics(&m)
+	for _, want := range []string{"hapilot_llm_calls_total 2\n", "hapilot_llm_prompt_tokens_total 700\n", "hapilot_llm_completion_tokens_total 80\n", "hapilot_llm_load_duration_seconds_total 0.00266"} {
+		if !strings.Contains(m.String(), want) {
+			t.Errorf("metrics lack %q:\n%s", want, m.String())
+		}
+	}
 }
 
 func TestQuietStepsMakeNoCall(t *testing.T) {

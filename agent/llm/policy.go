@@ -71,6 +71,7 @@ type Policy struct {
 	evidence *rules.Policy
 	counters struct {
 		calls, gated, invalid, httpErrors, deadlineMisses, fallbacks, promptTokens, completionTokens uint64
+		totalMs, loadMs                                                                              float64
 	}
 }
 
@@ -131,6 +132,8 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 	p.report.Call = &call
 	p.counters.promptTokens += uint64(call.PromptTokens)
 	p.counters.completionTokens += uint64(call.CompletionTokens)
+	p.counters.totalMs += call.TotalMs
+	p.counters.loadMs += call.LoadMs
 	overran := dctx.Err() != nil
 	if think != "off" && (overran || call.CompletionTokens > p.Model.Config.TokenBudget) {
 		p.thinkOff = max(p.Config.ThinkRetry, 1)
@@ -316,4 +319,6 @@ func (p *Policy) WriteMetrics(w io.Writer) {
 	agent.Metric(w, "hapilot_llm_fallbacks_total", "counter", "Steps decided by the fallback policy.", c.fallbacks)
 	agent.Metric(w, "hapilot_llm_prompt_tokens_total", "counter", "Prompt tokens spent.", c.promptTokens)
 	agent.Metric(w, "hapilot_llm_completion_tokens_total", "counter", "Completion tokens spent.", c.completionTokens)
+	fmt.Fprintf(w, "# HELP hapilot_llm_total_duration_seconds_total Ollama's total_duration, summed.\n# TYPE hapilot_llm_total_duration_seconds_total counter\nhapilot_llm_total_duration_seconds_total %g\n", c.totalMs/1000)
+	fmt.Fprintf(w, "# HELP hapilot_llm_load_duration_seconds_total Ollama's load_duration, summed.\n# TYPE hapilot_llm_load_duration_seconds_total counter\nhapilot_llm_load_duration_seconds_total %g\n", c.loadMs/1000)
 }
