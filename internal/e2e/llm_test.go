@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +28,7 @@ func TestLLMPolicyEndToEnd(t *testing.T) {
 		"trigger-happy": {Policy: "llm", Name: "trigger-happy", AgentArgs: []string{"--model", "happy", "--ollama-host", happy.URL, "--skip-calibration"}},
 	}
 	outs := map[string]*scenario.Outcome{}
+	audits := map[string][]byte{} // read before each run's directory is removed
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for name, s := range runs {
@@ -35,8 +38,9 @@ func TestLLMPolicyEndToEnd(t *testing.T) {
 			defer wg.Done()
 			t.Run(name, func(t *testing.T) {
 				out := run(t, s)
+				audit, _ := os.ReadFile(out.AuditLog)
 				mu.Lock()
-				outs[name] = out
+				outs[name], audits[name] = out, audit
 				mu.Unlock()
 			})
 		}()
@@ -61,6 +65,12 @@ func TestLLMPolicyEndToEnd(t *testing.T) {
 	for _, s := range []string{"srv3", "srv6"} {
 		if at, ok := outs["capable"].DrainedAt[s]; !ok || at > 20*time.Second {
 			t.Errorf("capable: %s drained at %v (%v)", s, at, ok)
+		}
+	}
+	for _, line := range strings.Split(string(audits["capable"]), "\n") {
+		if strings.Contains(line, `"accepted":true`) {
+			t.Logf("capable: the audit record of the step that drained:\n%s", line)
+			break
 		}
 	}
 	if len(capable.Requests()) == 0 || len(happy.Requests()) == 0 {
