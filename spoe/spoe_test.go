@@ -331,3 +331,14 @@ func BenchmarkDecodeNotify(b *testing.B) {
 		_, _ = DecodeNotify(p, s.Record)
 	}
 }
+
+// BenchmarkServerNotify is the per-frame work on a connection's goroutine:
+// decode through the Sink interface into a window store.
+func BenchmarkServerNotify(b *testing.B) {
+	p := response(b, "app", "srv1", int32(200), "12")
+	s := &Server{Sink: window.New(time.Minute, 16, nil), Log: zerolog.Nop()}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		s.notify(p)
+	}
+}
