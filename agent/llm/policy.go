@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -106,7 +105,10 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 	defer p.remember(obs)
 
 	cands := p.candidates(obs)
-	p.report.Candidates = cands
+	for k, why := range cands {
+		p.report.Candidates = append(p.report.Candidates, k+" "+why)
+	}
+	sort.Strings(p.report.Candidates)
 	if p.Config.Gate != "always" && len(cands) == 0 && len(p.pending) == 0 {
 		p.report.Gated = "no candidate in the windows and nothing awaiting confirmation"
 		p.counters.gated++
@@ -156,12 +158,7 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 // show departing from their peers: the model proposes, the data must
 // agree. A model that drains healthy servers therefore cannot do worse
 // than the rules.
-func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands []string) agent.Plan {
-	flagged := map[string]bool{}
-	for _, c := range cands {
-		server, _, _ := strings.Cut(c, " ")
-		flagged[server] = true
-	}
+func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[string]string) agent.Plan {
 	var out agent.Plan
 	for _, a := range plan {
 		cut := a.Kind == agent.Drain
@@ -170,7 +167,7 @@ func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands []strin
 				cut = true
 			}
 		}
-		if cut && !flagged[a.Backend+"/"+a.Server] {
+		if _, flagged := cands[a.Backend+"/"+a.Server]; cut && !flagged {
 			p.report.Unsupported = append(p.report.Unsupported, actionKey(a))
 			continue
 		}
@@ -263,14 +260,15 @@ func (p *Policy) mayUndo(obs agent.Observation, a agent.Action) bool {
 	return false
 }
 
-// candidates lists the servers departing from their peers in errors or
-// latency (p95 over twice the median of the serving servers').
-func (p *Policy) candidates(obs agent.Observation) []string {
-	var out []string
+// candidates maps "backend/server" to why it departs from its peers: in
+// errors (the loose rule test) or latency (p95 over twice the median of
+// the serving servers', plus 5 ms).
+func (p *Policy) candidates(obs agent.Observation) map[string]string {
+	out := map[string]string{}
 	for _, b := range obs.Backends {
 		for _, f := range p.gate.Test(b) {
 			if f.Outlier {
-				out = append(out, b.Name+"/"+f.Server+" errors")
+				out[b.Name+"/"+f.Server] = "errors"
 			}
 		}
 		var p95 []int
@@ -285,7 +283,9 @@ func (p *Policy) candidates(obs agent.Observation) []string {
 		med := median(p95)
 		for _, s := range b.Servers {
 			if s.Serving() && s.Window.Requests >= 50 && s.Window.P95Ms > 2*med+5 {
-				out = append(out, b.Name+"/"+s.Server+" latency")
+				if _, dup := out[b.Name+"/"+s.Server]; !dup {
+					out[b.Name+"/"+s.Server] = "latency"
+				}
 			}
 		}
 	}
