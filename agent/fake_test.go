@@ -18,6 +18,7 @@ type fakeRuntime struct {
 	states   []haproxy.ServerState
 	commands []string
 	fail     error // returned by every call while set
+	pid      int   // changes on a simulated reload
 }
 
 func newFakeRuntime(servers ...string) *fakeRuntime {
@@ -29,6 +30,27 @@ func newFakeRuntime(servers ...string) *fakeRuntime {
 }
 
 func (f *fakeRuntime) Addr() string { return f.addr }
+
+func (f *fakeRuntime) ShowInfo(context.Context) (haproxy.Info, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail != nil {
+		return haproxy.Info{}, f.fail
+	}
+	return haproxy.Info{Pid: 100 + f.pid, StartTime: 1000}, nil
+}
+
+// reload simulates an HAProxy reload: a new process, every server back at
+// its configured state.
+func (f *fakeRuntime) reload() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pid++
+	for i := range f.states {
+		f.states[i].AdminState = 0
+		f.states[i].Weight = f.states[i].Initial
+	}
+}
 
 func (f *fakeRuntime) ShowServersState(context.Context) ([]haproxy.ServerState, error) {
 	f.mu.Lock()

@@ -76,9 +76,11 @@ func (g Guardrails) Vet(obs *Observation, plan Plan) []Verdict {
 			continue
 		}
 		v.Accepted, v.Applied = true, applied
-		actions++
-		if applied.Kind == Drain {
-			drains[scope]++
+		if !a.Restore {
+			actions++
+			if applied.Kind == Drain {
+				drains[scope]++
+			}
 		}
 		touched[a.Backend+"/"+a.Server] = true
 		out = append(out, v)
@@ -97,7 +99,7 @@ func (g Guardrails) check(obs *Observation, serving map[string]map[string]bool, 
 	if s.Owner == OwnerOperator {
 		return fmt.Sprintf("held by the operator (%s, weight %d of %d): the agent never changes it", s.State.Label(), s.State.Weight, s.State.Initial), a
 	}
-	if actions >= g.MaxActions {
+	if actions >= g.MaxActions && !a.Restore {
 		return fmt.Sprintf("at most %d actions per step", g.MaxActions), a
 	}
 	cur := serving[b.Name]
@@ -126,7 +128,7 @@ func (g Guardrails) check(obs *Observation, serving map[string]map[string]bool, 
 		if s.State.Drain() {
 			return "already drained", a
 		}
-		if limit := g.drainLimit(len(b.Servers)); drains >= limit {
+		if limit := g.drainLimit(len(b.Servers)); drains >= limit && !a.Restore {
 			return fmt.Sprintf("at most %d drain per step", limit), a
 		}
 		if r := removes(); r != "" {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +23,7 @@ type Runtime interface {
 	ShowServersState(ctx context.Context) ([]haproxy.ServerState, error)
 	SetServerState(ctx context.Context, backend, server string, st haproxy.AdminState) error
 	SetWeight(ctx context.Context, backend, server string, weight int) error
+	ShowInfo(ctx context.Context) (haproxy.Info, error)
 }
 
 // Windows is where observations come from; *window.Store implements it.
@@ -62,6 +64,11 @@ type Change struct {
 	Weight int       `json:"weight,omitempty"` // for set_weight
 	At     time.Time `json:"at"`
 	Reason string    `json:"reason,omitempty"`
+	// Epoch names the HAProxy processes the change was applied to (see
+	// haproxy.Info.Instance). A server back at its configured state under
+	// a new epoch lost the change to a reload or restart; under the same
+	// epoch, someone undid it.
+	Epoch string `json:"epoch"`
 }
 
 // CommandResult is one command sent to one HAProxy.
@@ -118,9 +125,15 @@ type Loop struct {
 	Windows  Windows
 	Audit    io.Writer // one JSON line per step; nil for none
 	Log      zerolog.Logger
+	// StateFile keeps the agent's changes across its own restarts
+	// (replaced atomically on every change); "" keeps them in memory.
+	StateFile string
 
 	mu      sync.Mutex // guards what follows, read by Status and Metrics
 	cycle   uint64
+	loaded  bool
+	epoch   string
+	restore Plan // changes lost to a reload, found by observe
 	ledger  map[string]*Change
 	last    Observation
 	recent  []Decision
@@ -172,8 +185,12 @@ func (l *Loop) Step(ctx context.Context) Record {
 	l.mu.Lock()
 	l.cycle++
 	rec := Record{Time: began, Cycle: l.cycle, Policy: l.Policy.Name(), Plan: Plan{}, Verdicts: []Verdict{}, Commands: []CommandResult{}}
-	if l.ledger == nil {
+	if !l.loaded {
+		l.loaded = true
 		l.ledger = map[string]*Change{}
+		if err := l.loadState(); err != nil {
+			l.Log.Error().Err(err).Str("file", l.StateFile).Msg("cannot read the state file; starting with no record of earlier changes")
+		}
 	}
 	l.mu.Unlock()
 
@@ -192,6 +209,11 @@ func (l *Loop) Step(ctx context.Context) Record {
 		l.Log.Warn().Err(err).Str("policy", rec.Policy).Msg("policy failed; no action this step")
 		plan = nil
 	}
+	l.mu.Lock()
+	restores := l.restore
+	l.restore = nil
+	l.mu.Unlock()
+	plan = append(restores, plan...)
 	if plan != nil {
 		rec.Plan = plan
 	}
@@ -283,7 +305,13 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 	merged := map[string]*haproxy.ServerState{}
 	seenBy := map[string]int{}
 	var order []string
+	var instances []string
 	for _, rt := range l.Runtimes {
+		info, err := rt.ShowInfo(ctx)
+		if err != nil {
+			return Observation{}, fmt.Errorf("read info from %s: %w", rt.Addr(), err)
+		}
+		instances = append(instances, info.Instance())
 		states, err := rt.ShowServersState(ctx)
 		if err != nil {
 			return Observation{}, fmt.Errorf("read states from %s: %w", rt.Addr(), err)
@@ -314,6 +342,13 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 	index := map[string]int{}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if epoch := strings.Join(instances, ","); epoch != l.epoch {
+		if l.epoch != "" {
+			l.Log.Warn().Str("was", l.epoch).Str("now", epoch).Msg("HAProxy reloaded or restarted")
+		}
+		l.epoch = epoch
+	}
+	forgotten := len(l.ledger)
 	seen := map[string]bool{}
 	for _, k := range order {
 		if seenBy[k] != len(l.Runtimes) {
@@ -338,12 +373,17 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 			delete(l.ledger, k)
 		}
 	}
+	if len(l.ledger) != forgotten {
+		l.saveState()
+	}
 	sort.Slice(obs.Backends, func(i, j int) bool { return obs.Backends[i].Name < obs.Backends[j].Name })
 	return obs, nil
 }
 
-// reconcile decides who holds a server, and forgets an agent change that
-// someone else has since overridden. Called with l.mu held.
+// reconcile decides who holds a server. An agent change that a reload
+// lost (the server is back at its configured state under a new epoch) is
+// queued to be applied again; one that someone else undid or replaced is
+// forgotten, and the server left to them. Called with l.mu held.
 func (l *Loop) reconcile(k string, s haproxy.ServerState) (Owner, *Change) {
 	if ch := l.ledger[k]; ch != nil {
 		ours := false
@@ -353,7 +393,16 @@ func (l *Loop) reconcile(k string, s haproxy.ServerState) (Owner, *Change) {
 		case SetWeight:
 			ours = s.AdminState == 0 && s.Weight == ch.Weight
 		}
-		if ours {
+		pristine := s.AdminState == 0 && s.Weight == s.Initial
+		switch {
+		case ours:
+			ch.Epoch = l.epoch
+			c := *ch
+			return OwnerAgent, &c
+		case pristine && ch.Epoch != l.epoch:
+			l.Log.Warn().Str("server", k).Str("change", string(ch.Kind)).Msg("a reload lost the agent's change; applying it again")
+			l.restore = append(l.restore, Action{Kind: ch.Kind, Backend: s.Backend, Server: s.Server, Weight: ch.Weight,
+				Reason: "re-applied after a reload: " + ch.Reason, Restore: true})
 			c := *ch
 			return OwnerAgent, &c
 		}
@@ -406,15 +455,47 @@ func (l *Loop) apply(ctx context.Context, obs *Observation, a Action) []CommandR
 	k := key(a.Backend, a.Server)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	now := l.Clock.Now()
 	switch {
+	case a.Restore:
+		if ch := l.ledger[k]; ch != nil {
+			ch.Epoch = l.epoch
+		}
 	case a.Kind == Ready, a.Kind == SetWeight && a.Weight == sv.State.Initial && sv.Changed != nil && sv.Changed.Kind == SetWeight:
 		delete(l.ledger, k)
 	case a.Kind == Drain:
-		l.ledger[k] = &Change{Kind: Drain, At: l.Clock.Now(), Reason: a.Reason}
+		l.ledger[k] = &Change{Kind: Drain, At: now, Reason: a.Reason, Epoch: l.epoch}
 	case a.Kind == SetWeight && (sv.Changed == nil || sv.Changed.Kind == SetWeight):
-		l.ledger[k] = &Change{Kind: SetWeight, Weight: a.Weight, At: l.Clock.Now(), Reason: a.Reason}
+		l.ledger[k] = &Change{Kind: SetWeight, Weight: a.Weight, At: now, Reason: a.Reason, Epoch: l.epoch}
 	}
+	l.saveState()
 	return results
+}
+
+// Undo readies every server the agent drained and puts back every weight
+// it changed, on every HAProxy (`--on-exit restore`).
+func (l *Loop) Undo(ctx context.Context) []CommandResult {
+	l.mu.Lock()
+	if !l.loaded {
+		l.loaded, l.ledger = true, map[string]*Change{}
+		_ = l.loadState()
+	}
+	cycle := l.cycle
+	l.mu.Unlock()
+	obs, err := l.observe(ctx, l.Clock.Now(), cycle)
+	if err != nil {
+		l.Log.Error().Err(err).Msg("cannot read server states: the agent's changes stay in place")
+		return nil
+	}
+	var out []CommandResult
+	for _, b := range obs.Backends {
+		for _, s := range b.Servers {
+			if s.Owner == OwnerAgent {
+				out = append(out, l.apply(ctx, &obs, Action{Kind: Ready, Backend: s.Backend, Server: s.Server, Reason: "agent exit"})...)
+			}
+		}
+	}
+	return out
 }
 
 func summarize(obs *Observation) []ServerSummary {

@@ -96,6 +96,9 @@ type Action struct {
 	Server  string `json:"server"`
 	Weight  int    `json:"weight,omitempty"`
 	Reason  string `json:"reason,omitempty"`
+	// Restore marks the loop's own re-application of a change a reload
+	// lost: exempt from the per-step counts, not from the floor.
+	Restore bool `json:"restore,omitempty"`
 }
 
 // Plan is a policy's answer for one step.

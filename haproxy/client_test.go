@@ -203,8 +203,16 @@ func TestErrorPaths(t *testing.T) {
 		}
 	})
 	t.Run("redial after restart", func(t *testing.T) {
+		before, err := admin.ShowInfo(ctx(t))
+		if err != nil || before.Pid != p.Pid() || before.Version == "" {
+			t.Fatalf("show info %+v %v (pid %d)", before, err, p.Pid())
+		}
 		if err := p.Restart(ctx(t)); err != nil {
 			t.Fatal(err)
+		}
+		after, err := admin.ShowInfo(ctx(t))
+		if err != nil || after.Instance() == before.Instance() {
+			t.Fatalf("instance %v -> %v (%v)", before.Instance(), after.Instance(), err)
 		}
 		if _, err := admin.ShowServersState(ctx(t)); err != nil {
 			t.Fatalf("after restart: %v", err)

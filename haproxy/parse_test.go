@@ -70,6 +70,18 @@ func TestFailureMarker(t *testing.T) {
 	}
 }
 
+func TestParseInfo(t *testing.T) {
+	info, err := ParseInfo("Name: HAProxy\nVersion: 2.6.12\nPid: 42\nUptime_sec: 3\nStart_time_sec: 1795995855\n\n")
+	if err != nil || info.Instance() != "42@1795995855" || info.Version != "2.6.12" {
+		t.Fatalf("%+v %v", info, err)
+	}
+	for _, bad := range []string{"", "Pid: x\nStart_time_sec: 1\n", "Pid: 1\n"} {
+		if _, err := ParseInfo(bad); err == nil {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+}
+
 // FuzzParseServersState: the runtime-reply parser never panics.
 func FuzzParseServersState(f *testing.F) {
 	f.Add("1\n# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight srv_iweight srv_port\n2 app 1 s1 127.0.0.1 2 8 10 10 9\n")
@@ -77,6 +89,7 @@ func FuzzParseServersState(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		_, _ = ParseServersState(s)
 		_, _ = ParseStat(s)
+		_, _ = ParseInfo(s)
 		_ = failure("cmd", s)
 	})
 }

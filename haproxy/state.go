@@ -199,3 +199,58 @@ func ParseStat(reply string) ([]StatRow, error) {
 	}
 	return out, nil
 }
+
+// Info is the part of `show info` that identifies a running HAProxy.
+type Info struct {
+	Version   string `json:"version"`
+	Pid       int    `json:"pid"`
+	StartTime int64  `json:"start_time_sec"`
+}
+
+// Instance names this HAProxy process: a reload or restart gives a new
+// one, and with it a server table back at its configured state.
+func (i Info) Instance() string { return fmt.Sprintf("%d@%d", i.Pid, i.StartTime) }
+
+// ShowInfo reads `show info`.
+func (c *Client) ShowInfo(ctx context.Context) (Info, error) {
+	const cmd = "show info"
+	reply, err := c.runShow(ctx, cmd)
+	if err != nil {
+		return Info{}, err
+	}
+	info, err := ParseInfo(reply)
+	if err != nil {
+		return Info{}, fmt.Errorf("haproxy: %s: %w", cmd, err)
+	}
+	return info, nil
+}
+
+// ParseInfo parses `show info`'s "Name: value" lines.
+func ParseInfo(reply string) (Info, error) {
+	var info Info
+	var havePid, haveStart bool
+	for _, line := range strings.Split(reply, "\n") {
+		name, value, ok := strings.Cut(line, ": ")
+		if !ok {
+			continue
+		}
+		var err error
+		switch name {
+		case "Version":
+			info.Version = value
+		case "Pid":
+			info.Pid, err = strconv.Atoi(value)
+			havePid = err == nil
+		case "Start_time_sec":
+			info.StartTime, err = strconv.ParseInt(value, 10, 64)
+			haveStart = err == nil
+		}
+		if err != nil {
+			return Info{}, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	if !havePid || !haveStart {
+		return Info{}, fmt.Errorf("no Pid or Start_time_sec in %q", truncate(reply))
+	}
+	return info, nil
+}

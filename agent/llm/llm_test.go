@@ -335,6 +335,9 @@ func (s *stubRuntime) SetServerState(context.Context, string, string, haproxy.Ad
 	return nil
 }
 func (s *stubRuntime) SetWeight(context.Context, string, string, int) error { return nil }
+func (s *stubRuntime) ShowInfo(context.Context) (haproxy.Info, error) {
+	return haproxy.Info{Pid: 1, StartTime: 1}, nil
+}
 
 type stubWindows struct{ stats []window.Stats }
 

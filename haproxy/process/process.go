@@ -109,6 +109,41 @@ func (p *Process) Restart(ctx context.Context) error {
 	return p.waitReady(ctx)
 }
 
+// Reload starts a new HAProxy from the same config with -sf: the new
+// process takes the listeners and the socket, the old one finishes its
+// connections and exits. Runtime changes are lost, as in production.
+func (p *Process) Reload(ctx context.Context) error {
+	old, oldDone := p.cmd, p.done
+	if err := p.start("-sf", fmt.Sprint(old.Process.Pid)); err != nil {
+		return err
+	}
+	go func() {
+		select {
+		case err := <-oldDone:
+			oldDone <- err
+		case <-time.After(10 * time.Second):
+			_ = old.Process.Kill()
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	c, err := haproxy.New(p.Socket)
+	if err != nil {
+		return err
+	}
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		info, err := c.ShowInfo(cctx)
+		cancel()
+		if err == nil && info.Pid == p.cmd.Process.Pid {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("reloaded haproxy not answering on %s: %v", p.Socket, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // Stop ends HAProxy (SIGTERM, then SIGKILL after 5 s).
 func (p *Process) Stop() {
 	if p.cmd == nil || p.cmd.Process == nil {

@@ -31,6 +31,8 @@ type Config struct {
 	LogLevel       string
 	Rules          rules.Config
 	LLM            LLM
+	StateFile      string
+	OnExit         string
 }
 
 // LLM holds the settings of --policy llm and --shadow.
@@ -95,6 +97,8 @@ func Register(fs *flag.FlagSet) *Config {
 	fs.StringVar(&c.AuditLog, "audit-log", "", "file that receives one JSON line per control-loop step")
 	fs.StringVar(&c.LogFormat, "log-format", "auto", "auto (console on a terminal, else JSON) | json | console")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug|info|warn|error")
+	fs.StringVar(&c.StateFile, "state-file", "", "file keeping the agent's own changes across its restarts (\"\": memory only)")
+	fs.StringVar(&c.OnExit, "on-exit", "keep", "on SIGTERM: keep the agent's drains, or restore every server it changed")
 	fs.Float64Var(&c.Rules.Alpha, "rules-alpha", c.Rules.Alpha, "rules: false-drain probability per backend per step")
 	fs.Uint64Var(&c.Rules.MinRequests, "rules-min-requests", c.Rules.MinRequests, "rules: fewest requests in the window before a server is judged")
 	fs.Uint64Var(&c.Rules.MinErrors, "rules-min-errors", c.Rules.MinErrors, "rules: fewest 5xx before a server may be drained")
@@ -208,6 +212,9 @@ func (c *Config) Validate() error {
 		if err := checkAddr("status-listen", c.StatusListen, false); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if c.OnExit != "keep" && c.OnExit != "restore" {
+		errs = append(errs, fmt.Errorf("on-exit %q: want keep|restore", c.OnExit))
 	}
 	switch c.LogFormat {
 	case "auto", "json", "console":

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/rules"
@@ -83,6 +84,7 @@ func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
 	d.Loop = &agent.Loop{
 		Clock: agent.RealClock{}, Interval: c.Interval, Policy: pol, Guard: guard,
 		Runtimes: runtimes, Windows: d.Store, Log: log.With().Str("component", "loop").Logger(),
+		StateFile: c.StateFile,
 	}
 	if c.AuditLog != "" {
 		f, err := os.OpenFile(c.AuditLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
@@ -152,6 +154,12 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	d.log.Info().Str("spoe", d.SPOEAddr()).Str("status", d.StatusAddr()).Strs("haproxy", d.Config.HAProxySockets).
 		Str("policy", d.Config.Policy).Dur("interval", d.Config.Interval).Msg("hapilot running")
 	wg.Wait()
+	if d.Config.OnExit == "restore" {
+		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		results := d.Loop.Undo(uctx)
+		cancel()
+		d.log.Info().Int("commands", len(results)).Msg("--on-exit restore: the agent's changes undone")
+	}
 	close(errs)
 	var all []error
 	for err := range errs {

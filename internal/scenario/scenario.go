@@ -42,8 +42,11 @@ type Scenario struct {
 	// AgentBinary runs the agent as `AgentBinary run ...` instead of in
 	// process, so that it can be killed.
 	AgentBinary string
-	// KillAgentAt sends SIGKILL to the agent process at this offset.
-	KillAgentAt time.Duration
+	// KillAgentAt sends SIGKILL to the agent process at this offset;
+	// RestartAgentAt, later, starts it again with the same flags (and so
+	// the same state file).
+	KillAgentAt    time.Duration
+	RestartAgentAt time.Duration
 	// NoSPOE leaves the SPOE stanza out of HAProxy's config.
 	NoSPOE bool
 	// Prepare runs once HAProxy is up, before the load (e.g. an operator's
@@ -58,6 +61,7 @@ type Scenario struct {
 
 // Env is what an At hook can reach.
 type Env struct {
+	HAProxy   *process.Process
 	Backends  []*fleet.Backend
 	AgentAddr string         // the agent's SPOE address
 	Daemon    *daemon.Daemon // nil when the agent is a process or absent
@@ -69,12 +73,19 @@ type Outcome struct {
 	Load      *fleet.Result
 	DrainedAt map[string]time.Duration // first seen entering drain, from the load's start
 	Flips     map[string]int           // changes of drained state during the load
+	Timeline  map[string][]Transition  // every change of drained state
 	Final     []haproxy.ServerState
 	Events    uint64 // responses the agent recorded (in-process agent only)
 	Ingest    uint64 // ingest errors (in-process agent only)
 	AuditLog  string
 	HAProxy   *process.Process
 	agentLog  *os.File
+}
+
+// Transition is a server entering or leaving drain.
+type Transition struct {
+	At      time.Duration
+	Drained bool
 }
 
 // Run executes the scenario.
@@ -100,7 +111,7 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &Outcome{Policy: s.Policy, HAProxy: hp, DrainedAt: map[string]time.Duration{}, Flips: map[string]int{}}
+	out := &Outcome{Policy: s.Policy, HAProxy: hp, DrainedAt: map[string]time.Duration{}, Flips: map[string]int{}, Timeline: map[string][]Transition{}}
 	defer hp.Stop()
 	rt, err := haproxy.New(opts.Socket())
 	if err != nil {
@@ -117,6 +128,8 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 	var agentDone chan error
 	var d *daemon.Daemon
 	var proc *exec.Cmd
+	var procMu sync.Mutex // proc and agentDone change when the agent is restarted
+	var restartAgent func() error
 	if s.Policy != "" {
 		name := s.Name
 		if name == "" {
@@ -124,20 +137,33 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 		}
 		out.AuditLog = filepath.Join(s.Dir, "audit-"+name+".jsonl")
 		args := []string{"--policy", s.Policy, "--interval", s.Interval.String(), "--haproxy-socket", opts.Socket(),
-			"--spoe-listen", opts.AgentAddr, "--status-listen", "off", "--audit-log", out.AuditLog}
+			"--spoe-listen", opts.AgentAddr, "--status-listen", "off", "--audit-log", out.AuditLog,
+			"--state-file", filepath.Join(s.Dir, "state-"+name+".json")}
 		args = append(args, s.AgentArgs...)
 		if s.AgentBinary != "" {
-			proc = exec.Command(s.AgentBinary, append([]string{"run", "--log-format", "json"}, args...)...)
 			if out.agentLog, err = os.Create(filepath.Join(s.Dir, "agent-"+name+".log")); err != nil {
 				return nil, err
 			}
-			proc.Stdout, proc.Stderr = out.agentLog, out.agentLog
-			if err := proc.Start(); err != nil {
-				return nil, fmt.Errorf("start agent: %w", err)
+			startAgent := func() error {
+				procMu.Lock()
+				defer procMu.Unlock()
+				proc = exec.Command(s.AgentBinary, append([]string{"run", "--log-format", "json"}, args...)...)
+				proc.Stdout, proc.Stderr = out.agentLog, out.agentLog
+				if err := proc.Start(); err != nil {
+					return fmt.Errorf("start agent: %w", err)
+				}
+				done := make(chan error, 1)
+				agentDone = done
+				go func(p *exec.Cmd) { done <- p.Wait() }(proc)
+				return nil
 			}
-			agentDone = make(chan error, 1)
-			go func() { agentDone <- proc.Wait() }()
+			if err := startAgent(); err != nil {
+				return nil, err
+			}
+			restartAgent = startAgent
 			defer func() {
+				procMu.Lock()
+				defer procMu.Unlock()
 				_ = proc.Process.Signal(syscall.SIGTERM)
 				<-agentDone
 				out.agentLog.Close()
@@ -172,7 +198,7 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); out.watch(watchCtx, rt, start) }()
-	env := &Env{Backends: backends, AgentAddr: opts.AgentAddr, Daemon: d}
+	env := &Env{HAProxy: hp, Backends: backends, AgentAddr: opts.AgentAddr, Daemon: d}
 	for at, f := range s.At {
 		wg.Add(1)
 		go func() {
@@ -191,7 +217,23 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 			select {
 			case <-watchCtx.Done():
 			case <-time.After(s.KillAgentAt):
+				procMu.Lock()
 				_ = proc.Process.Kill()
+				<-agentDone // reap it
+				agentDone <- nil
+				procMu.Unlock()
+			}
+			if s.RestartAgentAt > s.KillAgentAt {
+				select {
+				case <-watchCtx.Done():
+				case <-time.After(s.RestartAgentAt - s.KillAgentAt):
+					procMu.Lock()
+					<-agentDone
+					procMu.Unlock()
+					if err := restartAgent(); err != nil {
+						s.Log.Error().Err(err).Msg("restart agent")
+					}
+				}
 			}
 		}()
 	}
@@ -226,6 +268,7 @@ func (o *Outcome) watch(ctx context.Context, rt *haproxy.Client, start time.Time
 				now := st.Drain()
 				if !first && now != drained[st.Server] {
 					o.Flips[st.Server]++
+					o.Timeline[st.Server] = append(o.Timeline[st.Server], Transition{At: time.Since(start), Drained: now})
 					if now {
 						if _, seen := o.DrainedAt[st.Server]; !seen {
 							o.DrainedAt[st.Server] = time.Since(start)

@@ -1,0 +1,76 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/internal/fleet"
+	"github.com/hapilot/hapilot/internal/scenario"
+)
+
+// Kill the agent (a `hapilot run` process with a state file) with SIGKILL
+// after it drained, and start it again: no drained server flaps, and the
+// operator's maint is untouched.
+func TestAgentRestartKeepsItsDrains(t *testing.T) {
+	t.Parallel()
+	out := run(t, scenario.Scenario{Servers: paperFleet(0.05, 0, 0.05, 0, 0, 0.05, 0, 0), Rate: 300, Duration: 35 * time.Second,
+		Policy: "rules", AgentBinary: agentBinary, KillAgentAt: 15 * time.Second, RestartAgentAt: 17 * time.Second,
+		Prepare: func(ctx context.Context, rt *haproxy.Client) error {
+			return rt.SetServerState(ctx, fleet.BackendName, "srv1", haproxy.StateMaint)
+		}})
+	for _, s := range []string{"srv3", "srv6"} {
+		if out.Flips[s] != 1 || !finalState(out, s).Drain() {
+			t.Errorf("%s: %d flips, final %+v (timeline %v)", s, out.Flips[s], finalState(out, s), out.Timeline[s])
+		}
+		if at := out.DrainedAt[s]; at > 15*time.Second {
+			t.Errorf("%s drained at %v, after the kill: the test proves nothing", s, at)
+		}
+	}
+	if st := finalState(out, "srv1"); st.AdminState != haproxy.AdminForcedMaint || out.Flips["srv1"] != 0 {
+		t.Errorf("operator's srv1: %+v, flips %d", st, out.Flips["srv1"])
+	}
+	if len(out.DrainedAt) != 2 {
+		t.Errorf("drained %v", out.DrainedAt)
+	}
+}
+
+// Reload HAProxy (-sf) and then restart it, under load: each time the
+// agent's drains are back within 5 s.
+func TestHAProxyReloadAndRestart(t *testing.T) {
+	t.Parallel()
+	reloadAt, restartAt := 12*time.Second, 24*time.Second
+	var reloadErr, restartErr error
+	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 36 * time.Second, Policy: "rules",
+		At: map[time.Duration]func(*scenario.Env){
+			reloadAt:  func(env *scenario.Env) { reloadErr = env.HAProxy.Reload(context.Background()) },
+			restartAt: func(env *scenario.Env) { restartErr = env.HAProxy.Restart(context.Background()) },
+		}})
+	if reloadErr != nil || restartErr != nil {
+		t.Fatalf("reload: %v, restart: %v", reloadErr, restartErr)
+	}
+	for _, s := range []string{"srv3", "srv6"} {
+		tl := out.Timeline[s]
+		t.Logf("%s drained/undrained at: %v", s, tl)
+		if len(tl) == 0 || tl[0].At > reloadAt {
+			t.Fatalf("%s not drained before the reload: %v", s, tl)
+		}
+		lost := 0
+		for i, tr := range tl {
+			if tr.Drained {
+				continue
+			}
+			lost++
+			if i+1 >= len(tl) || tl[i+1].At-tr.At > 5*time.Second {
+				t.Errorf("%s: drain lost at %v not back within 5 s: %v", s, tr.At, tl)
+			}
+		}
+		if lost != 2 || !finalState(out, s).Drain() {
+			t.Errorf("%s: lost its drain %d times (want the reload and the restart), final %+v: %v", s, lost, finalState(out, s), tl)
+		}
+	}
+	if len(out.DrainedAt) != 2 {
+		t.Errorf("drained %v", out.DrainedAt)
+	}
+}
