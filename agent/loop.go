@@ -31,6 +31,17 @@ type Windows interface {
 	Snapshot(last time.Duration) []window.Stats
 }
 
+// Recovery proposes re-admissions each step (see agent/recovery). Its
+// actions pass the guardrails like any policy's.
+type Recovery interface {
+	Plan(ctx context.Context, obs Observation) Plan
+}
+
+// forgetter is a Windows that can drop a series' history.
+type forgetter interface {
+	Forget(backend, server string)
+}
+
 // Clock is the loop's time: real in production, driven by hand in tests.
 type Clock interface {
 	Now() time.Time
@@ -64,6 +75,9 @@ type Change struct {
 	Weight int       `json:"weight,omitempty"` // for set_weight
 	At     time.Time `json:"at"`
 	Reason string    `json:"reason,omitempty"`
+	// ErrorRate is the server's 5xx rate when it was drained, which sizes
+	// the probe burst that may bring it back.
+	ErrorRate float64 `json:"error_rate,omitempty"`
 	// Epoch names the HAProxy processes the change was applied to (see
 	// haproxy.Info.Instance). A server back at its configured state under
 	// a new epoch lost the change to a reload or restart; under the same
@@ -123,6 +137,7 @@ type Loop struct {
 	Guard    Guardrails
 	Runtimes []Runtime
 	Windows  Windows
+	Recovery Recovery  // nil: drained servers stay drained
 	Audit    io.Writer // one JSON line per step; nil for none
 	Log      zerolog.Logger
 	// StateFile keeps the agent's changes across its own restarts
@@ -213,6 +228,9 @@ func (l *Loop) Step(ctx context.Context) Record {
 	restores := l.restore
 	l.restore = nil
 	l.mu.Unlock()
+	if l.Recovery != nil {
+		restores = append(restores, l.Recovery.Plan(ctx, obs)...)
+	}
 	plan = append(restores, plan...)
 	if plan != nil {
 		rec.Plan = plan
@@ -461,14 +479,23 @@ func (l *Loop) apply(ctx context.Context, obs *Observation, a Action) []CommandR
 		if ch := l.ledger[k]; ch != nil {
 			ch.Epoch = l.epoch
 		}
+	case a.Kind == Ready && sv.Changed != nil && sv.Changed.Kind == Drain && sv.State.Weight != sv.State.Initial:
+		// Back in rotation at a reduced (canary) weight: the weight is
+		// still the agent's to raise.
+		l.ledger[k] = &Change{Kind: SetWeight, Weight: sv.State.Weight, At: now, Reason: a.Reason, Epoch: l.epoch}
 	case a.Kind == Ready, a.Kind == SetWeight && a.Weight == sv.State.Initial && sv.Changed != nil && sv.Changed.Kind == SetWeight:
 		delete(l.ledger, k)
 	case a.Kind == Drain:
-		l.ledger[k] = &Change{Kind: Drain, At: now, Reason: a.Reason, Epoch: l.epoch}
+		l.ledger[k] = &Change{Kind: Drain, At: now, Reason: a.Reason, Epoch: l.epoch, ErrorRate: sv.Window.ErrorRate()}
 	case a.Kind == SetWeight && (sv.Changed == nil || sv.Changed.Kind == SetWeight):
 		l.ledger[k] = &Change{Kind: SetWeight, Weight: a.Weight, At: now, Reason: a.Reason, Epoch: l.epoch}
 	}
 	l.saveState()
+	if a.Kind == Ready && sv.Changed != nil && sv.Changed.Kind == Drain {
+		if f, ok := l.Windows.(forgetter); ok {
+			f.Forget(a.Backend, a.Server) // its pre-drain errors are history
+		}
+	}
 	return results
 }
 

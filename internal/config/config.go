@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hapilot/hapilot/agent/recovery"
 	"github.com/hapilot/hapilot/agent/rules"
 	"github.com/hapilot/hapilot/haproxy"
 )
@@ -33,6 +34,8 @@ type Config struct {
 	LLM            LLM
 	StateFile      string
 	OnExit         string
+	Readmit        string
+	Recovery       recovery.Config
 }
 
 // LLM holds the settings of --policy llm and --shadow.
@@ -99,6 +102,13 @@ func Register(fs *flag.FlagSet) *Config {
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug|info|warn|error")
 	fs.StringVar(&c.StateFile, "state-file", "", "file keeping the agent's own changes across its restarts (\"\": memory only)")
 	fs.StringVar(&c.OnExit, "on-exit", "keep", "on SIGTERM: keep the agent's drains, or restore every server it changed")
+	c.Recovery = recovery.DefaultConfig()
+	r := &c.Recovery
+	fs.StringVar(&c.Readmit, "readmit", "probe", "bring drained servers back: probe (a burst of the agent's own requests, then a canary weight) | canary (weight ramp only) | off")
+	fs.StringVar(&r.Path, "probe-path", r.Path, "path of the probe requests")
+	fs.StringVar(&r.Host, "probe-host", r.Host, "Host header of the probe requests (default: the server's address)")
+	fs.Float64Var(&r.Rate, "probe-rate", r.Rate, "probe requests per second during a burst")
+	fs.DurationVar(&r.Cooldown, "probe-cooldown", r.Cooldown, "first wait after a drain; doubled per failed burst or new drain, capped at 10m")
 	fs.Float64Var(&c.Rules.Alpha, "rules-alpha", c.Rules.Alpha, "rules: false-drain probability per backend per step")
 	fs.Uint64Var(&c.Rules.MinRequests, "rules-min-requests", c.Rules.MinRequests, "rules: fewest requests in the window before a server is judged")
 	fs.Uint64Var(&c.Rules.MinErrors, "rules-min-errors", c.Rules.MinErrors, "rules: fewest 5xx before a server may be drained")
@@ -212,6 +222,14 @@ func (c *Config) Validate() error {
 		if err := checkAddr("status-listen", c.StatusListen, false); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	switch c.Readmit {
+	case "probe", "canary", "off":
+	default:
+		errs = append(errs, fmt.Errorf("readmit %q: want probe|canary|off", c.Readmit))
+	}
+	if c.Recovery.Rate <= 0 || c.Recovery.Cooldown <= 0 {
+		errs = append(errs, fmt.Errorf("probe-rate and probe-cooldown must be positive"))
 	}
 	if c.OnExit != "keep" && c.OnExit != "restore" {
 		errs = append(errs, fmt.Errorf("on-exit %q: want keep|restore", c.OnExit))

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/recovery"
 	"github.com/hapilot/hapilot/agent/rules"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/config"
@@ -85,6 +86,11 @@ func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
 		Clock: agent.RealClock{}, Interval: c.Interval, Policy: pol, Guard: guard,
 		Runtimes: runtimes, Windows: d.Store, Log: log.With().Str("component", "loop").Logger(),
 		StateFile: c.StateFile,
+	}
+	if c.Readmit != "off" {
+		rc := c.Recovery
+		rc.Probe = c.Readmit == "probe"
+		d.Loop.Recovery = recovery.New(rc, log.With().Str("component", "recovery").Logger())
 	}
 	if c.AuditLog != "" {
 		f, err := os.OpenFile(c.AuditLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)

@@ -74,3 +74,35 @@ func TestHAProxyReloadAndRestart(t *testing.T) {
 		t.Errorf("drained %v", out.DrainedAt)
 	}
 }
+
+// The transient fault: srv3 heals half way and is re-admitted (probe
+// burst, canary weight, full weight) well within 60 s of healing; srv6
+// keeps failing and, probed twice, is never re-admitted.
+func TestTransientFaultReadmitted(t *testing.T) {
+	t.Parallel()
+	healAt := 30 * time.Second
+	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Weight: 8, Rate: 300, Duration: 75 * time.Second,
+		Policy: "rules", AgentArgs: []string{"--probe-cooldown", "10s"},
+		At: map[time.Duration]func(*scenario.Env){
+			healAt: func(env *scenario.Env) { env.Backends[2].SetErrorRate(0) },
+		}})
+	t.Logf("srv3 %v; srv6 %v", out.Timeline["srv3"], out.Timeline["srv6"])
+	tl := out.Timeline["srv3"]
+	if len(tl) != 2 || !tl[0].Drained || tl[0].At > healAt || tl[1].Drained {
+		t.Fatalf("srv3: want drained before %v and re-admitted once: %v", healAt, tl)
+	}
+	if back := tl[1].At - healAt; back < 0 || back > 60*time.Second {
+		t.Errorf("srv3 re-admitted %v after healing", back)
+	}
+	if st := finalState(out, "srv3"); st.AdminState != 0 || st.Weight != 8 {
+		t.Errorf("srv3 final %+v: want ready at full weight", st)
+	}
+	if out.Flips["srv6"] != 1 || !finalState(out, "srv6").Drain() {
+		t.Errorf("srv6 (still failing): flips %d, final %+v", out.Flips["srv6"], finalState(out, "srv6"))
+	}
+	for _, s := range []string{"srv1", "srv2", "srv4", "srv5"} {
+		if out.Flips[s] != 0 {
+			t.Errorf("healthy %s flipped", s)
+		}
+	}
+}

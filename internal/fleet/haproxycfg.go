@@ -21,6 +21,8 @@ type HAProxyOptions struct {
 	// AgentAddr is where the hapilot agent listens for SPOE; empty means
 	// no SPOE stanza at all (plain HAProxy).
 	AgentAddr string
+	// Weight is every server's configured weight; 0 leaves HAProxy's 1.
+	Weight int
 }
 
 // Backend is the backend name the generated config uses.
@@ -71,8 +73,12 @@ frontend www
 		agents = "\n" + be
 	}
 	fmt.Fprintf(&b, "    default_backend %s\n\nbackend %s\n    balance %s\n", BackendName, BackendName, algo)
+	weight := ""
+	if o.Weight > 0 {
+		weight = fmt.Sprintf(" weight %d", o.Weight)
+	}
 	for i, addr := range o.Servers {
-		fmt.Fprintf(&b, "    server %s %s\n", ServerName(i), addr)
+		fmt.Fprintf(&b, "    server %s %s%s\n", ServerName(i), addr, weight)
 	}
 	b.WriteString(agents)
 	return b.String(), nil

@@ -298,6 +298,26 @@ func quantile(hist *[latencyBins]uint64, total uint64, q float64) int {
 	return binUpper(latencyBins - 1)
 }
 
+// Forget clears a series' history: after a drained server is re-admitted
+// its pre-drain errors describe a fault that is gone, and must not count
+// against it. Writers racing the clear may lose a few counts.
+func (s *Store) Forget(backend, server string) {
+	sr := (*s.series.Load())[backend][server]
+	if sr == nil {
+		return
+	}
+	for i := range sr.buckets {
+		b := &sr.buckets[i]
+		b.sec.Store(-1)
+		b.requests.Store(0)
+		b.err5xx.Store(0)
+		b.err4xx.Store(0)
+		for j := range b.latency {
+			b.latency[j].Store(0)
+		}
+	}
+}
+
 // Events is how many events were recorded; Dropped how many found no room.
 func (s *Store) Events() uint64  { return s.events.Load() }
 func (s *Store) Dropped() uint64 { return s.dropped.Load() }

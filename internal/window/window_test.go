@@ -99,6 +99,22 @@ func TestWindowSlides(t *testing.T) {
 	}
 }
 
+func TestForget(t *testing.T) {
+	s := New(time.Minute, 10, nil)
+	s.Record(ev("be", "a", 500, 1))
+	s.Record(ev("be", "b", 500, 1))
+	s.Forget("be", "a")
+	s.Forget("be", "nope")
+	st := s.Snapshot(0)
+	if st[0].Requests != 0 || st[1].Err5xx != 1 {
+		t.Fatalf("%+v", st)
+	}
+	s.Record(ev("be", "a", 200, 1))
+	if got := s.Snapshot(0)[0]; got.Requests != 1 || got.Err5xx != 0 {
+		t.Fatalf("after forget: %+v", got)
+	}
+}
+
 func TestMaxSeriesBoundsMemory(t *testing.T) {
 	s := New(time.Minute, 3, nil)
 	for _, srv := range []string{"a", "b", "c", "d", "e", "a"} {

@@ -1,0 +1,300 @@
+// Package recovery brings servers the agent drained back into rotation
+// without risking client traffic on them.
+//
+// A drained server gets no client traffic, so its windows cannot show
+// whether it healed. After a cooldown (30 s by default, doubled for every
+// failed probe burst and every new drain of the same server, capped at
+// 10 minutes, with ±10% jitter) the agent sends a burst of its own
+// requests straight to the server's address. The burst is sized from the
+// error rate that got the server drained, so that a server still failing
+// at that rate passes with probability below 0.01%. A clean burst brings
+// the server back: first at a quarter of its weight (when its weight is 4
+// or more), then at full weight once its live window stays clean. A
+// server that still fails stays drained and is never flipped. With probing
+// off, the canary weight ramp alone is the test.
+package recovery
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hapilot/hapilot/agent"
+	"github.com/rs/zerolog"
+)
+
+// Config tunes re-admission.
+type Config struct {
+	Probe       bool          // probe drained servers; false: canary ramp only
+	Path        string        // probe request path
+	Host        string        // Host header; "" uses the address
+	Rate        float64       // probe requests per second
+	Timeout     time.Duration // per probe request
+	Cooldown    time.Duration // first wait after a drain
+	MaxCooldown time.Duration
+	MinBurst    int
+	MaxBurst    int
+	// CanaryFor is how long the live window must stay clean at the
+	// reduced weight before full weight returns.
+	CanaryFor time.Duration
+}
+
+// DefaultConfig is what `hapilot run` uses.
+func DefaultConfig() Config {
+	return Config{Probe: true, Path: "/", Rate: 50, Timeout: 2 * time.Second, Cooldown: 30 * time.Second,
+		MaxCooldown: 10 * time.Minute, MinBurst: 20, MaxBurst: 1000, CanaryFor: 10 * time.Second}
+}
+
+type phase int
+
+const (
+	waiting phase = iota // drained, cooldown running
+	probing              // a burst is in flight
+	passed               // the last burst was clean: re-admit
+	canary               // back at reduced weight
+	done                 // back at full weight; kept for the backoff history
+)
+
+type server struct {
+	phase     phase
+	next      time.Time // when the next burst may start
+	cooldown  time.Duration
+	drainedAt time.Time
+	faultRate float64 // error rate seen when it was drained
+	drains    int     // times the agent drained it
+	readyAt   time.Time
+	lastBurst string
+	result    chan burstResult
+}
+
+type burstResult struct {
+	sent, failed int
+	err          error
+}
+
+// Readmitter implements agent.Recovery.
+type Readmitter struct {
+	Config Config
+	Log    zerolog.Logger
+	Now    func() time.Time
+	// Client sends the probes; nil builds one from Config.
+	Client *http.Client
+
+	mu      sync.Mutex
+	servers map[string]*server
+	rng     *rand.Rand
+}
+
+// New returns a Readmitter.
+func New(cfg Config, log zerolog.Logger) *Readmitter {
+	return &Readmitter{Config: cfg, Log: log, Now: time.Now, servers: map[string]*server{}, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))}
+}
+
+func (r *Readmitter) client() *http.Client {
+	if r.Client == nil {
+		r.Client = &http.Client{
+			Timeout: r.Config.Timeout,
+			Transport: &http.Transport{
+				TLSClientConfig:     &tls.Config{InsecureSkipVerify: true}, // a health probe to a backend, as HAProxy's check-ssl without verify
+				MaxIdleConnsPerHost: 8,
+				DisableCompression:  true,
+			},
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	}
+	return r.Client
+}
+
+func (r *Readmitter) jitter(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.9 + 0.2*r.rng.Float64()))
+}
+
+// BurstSize is how many clean answers make a server still failing at
+// rate pass with probability below 0.01%.
+func (c Config) BurstSize(rate float64) int {
+	if rate <= 0 {
+		return c.MinBurst
+	}
+	if rate >= 1 {
+		return c.MinBurst
+	}
+	n := int(math.Ceil(math.Log(1e-4) / math.Log1p(-rate)))
+	return min(max(n, c.MinBurst), c.MaxBurst)
+}
+
+// Plan proposes this step's re-admissions.
+func (r *Readmitter) Plan(ctx context.Context, obs agent.Observation) agent.Plan {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.Now()
+	var plan agent.Plan
+	seen := map[string]bool{}
+	for _, b := range obs.Backends {
+		for _, s := range b.Servers {
+			k := s.Backend + "/" + s.Server
+			if s.Owner != agent.OwnerAgent || s.Changed == nil {
+				continue
+			}
+			seen[k] = true
+			st := r.servers[k]
+			if s.Changed.Kind == agent.Drain && s.State.Drain() {
+				if st == nil || st.phase == canary || st.phase == done || !st.drainedAt.Equal(s.Changed.At) {
+					st = r.drained(k, st, s, now)
+				}
+				if a, ok := r.whileDrained(ctx, k, st, s, now); ok {
+					plan = append(plan, a)
+				}
+				continue
+			}
+			if st != nil && st.phase == canary && s.Changed.Kind == agent.SetWeight && s.Serving() {
+				if a, ok := r.whileCanary(b, st, s, now); ok {
+					plan = append(plan, a)
+				}
+			}
+		}
+	}
+	for k, st := range r.servers {
+		if !seen[k] && st.phase != probing {
+			st.phase = done // back to normal, or taken over by an operator
+		}
+	}
+	return plan
+}
+
+// drained starts (or restarts) the cooldown of a server the agent drained.
+func (r *Readmitter) drained(k string, prev *server, s agent.ServerView, now time.Time) *server {
+	st := &server{phase: waiting, drainedAt: s.Changed.At, cooldown: r.Config.Cooldown, drains: 1,
+		faultRate: max(s.Window.ErrorRate(), s.Changed.ErrorRate)}
+	if prev != nil {
+		st.drains = prev.drains + 1
+		st.cooldown = min(2*prev.cooldown, r.Config.MaxCooldown)
+		if prev.faultRate > st.faultRate {
+			st.faultRate = prev.faultRate
+		}
+	}
+	st.next = s.Changed.At.Add(r.jitter(st.cooldown))
+	r.servers[k] = st
+	r.Log.Info().Str("server", k).Int("drains", st.drains).Dur("cooldown", st.cooldown).Float64("fault_rate", st.faultRate).
+		Msg("drained server waits before re-admission")
+	return st
+}
+
+func (r *Readmitter) whileDrained(ctx context.Context, k string, st *server, s agent.ServerView, now time.Time) (agent.Action, bool) {
+	switch st.phase {
+	case waiting:
+		if now.Before(st.next) {
+			return agent.Action{}, false
+		}
+		if !r.Config.Probe || s.State.Addr == "" || s.State.Port == 0 {
+			st.phase = passed
+			st.lastBurst = "probing off: canary ramp"
+			break
+		}
+		st.phase = probing
+		st.result = make(chan burstResult, 1)
+		n := r.Config.BurstSize(st.faultRate)
+		go func(res chan<- burstResult) { res <- r.burst(context.WithoutCancel(ctx), s, n) }(st.result)
+		return agent.Action{}, false
+	case probing:
+		select {
+		case res := <-st.result:
+			st.lastBurst = fmt.Sprintf("%d/%d probes failed", res.failed, res.sent)
+			if res.err != nil || res.failed > 0 || res.sent == 0 {
+				st.cooldown = min(2*st.cooldown, r.Config.MaxCooldown)
+				st.next = now.Add(r.jitter(st.cooldown))
+				st.phase = waiting
+				r.Log.Info().Str("server", k).Str("burst", st.lastBurst).AnErr("error", res.err).Dur("next_in", st.cooldown).
+					Msg("probe burst failed: the server stays drained")
+				return agent.Action{}, false
+			}
+			st.phase = passed
+		default:
+			return agent.Action{}, false
+		}
+	}
+	// passed: a reduced weight first, while still drained; then ready.
+	canaryW := s.State.Initial / 4
+	if s.State.Initial >= 4 && s.State.Weight != canaryW {
+		return agent.Action{Kind: agent.SetWeight, Backend: s.Backend, Server: s.Server, Weight: canaryW,
+			Reason: "re-admission: canary weight before ready (" + st.lastBurst + ")"}, true
+	}
+	st.phase = canary
+	st.readyAt = now
+	return agent.Action{Kind: agent.Ready, Backend: s.Backend, Server: s.Server, Reason: "re-admission: " + st.lastBurst}, true
+}
+
+// whileCanary returns full weight once the live window, cleared at
+// re-admission, has enough traffic and no excess errors.
+func (r *Readmitter) whileCanary(b agent.BackendView, st *server, s agent.ServerView, now time.Time) (agent.Action, bool) {
+	if now.Sub(st.readyAt) < r.Config.CanaryFor || s.Window.Requests < 50 {
+		return agent.Action{}, false
+	}
+	var peerN, peerX uint64
+	for _, p := range b.Servers {
+		if p.Server != s.Server && p.Serving() {
+			peerN += p.Window.Requests
+			peerX += p.Window.Err5xx
+		}
+	}
+	peer := 0.0
+	if peerN > 0 {
+		peer = float64(peerX) / float64(peerN)
+	}
+	if s.Window.ErrorRate() > 2*peer+0.005 {
+		return agent.Action{}, false // the policy will judge it; no promotion
+	}
+	return agent.Action{Kind: agent.SetWeight, Backend: s.Backend, Server: s.Server, Weight: s.State.Initial,
+		Reason: fmt.Sprintf("re-admission: canary clean for %v (%d requests)", now.Sub(st.readyAt).Round(time.Second), s.Window.Requests)}, true
+}
+
+// burst sends n probe requests at the configured rate, straight to the
+// server; any 5xx or transport error fails it, and it stops at the first.
+func (r *Readmitter) burst(ctx context.Context, s agent.ServerView, n int) burstResult {
+	scheme := "http"
+	if s.State.UseSSL {
+		scheme = "https"
+	}
+	url := scheme + "://" + net.JoinHostPort(s.State.Addr, strconv.Itoa(s.State.Port)) + r.Config.Path
+	period := time.Duration(float64(time.Second) / r.Config.Rate)
+	var res burstResult
+	c := r.client()
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				res.err = ctx.Err()
+				return res
+			case <-time.After(period):
+			}
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			res.err = err
+			return res
+		}
+		if r.Config.Host != "" {
+			req.Host = r.Config.Host
+		}
+		req.Header.Set("User-Agent", "hapilot-probe")
+		res.sent++
+		resp, err := c.Do(req)
+		if err != nil {
+			res.failed++
+			res.err = err
+			return res
+		}
+		resp.Body.Close()
+		if resp.StatusCode >= 500 {
+			res.failed++
+			return res
+		}
+	}
+	return res
+}

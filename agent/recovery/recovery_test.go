@@ -1,0 +1,177 @@
+package recovery
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/internal/fleet"
+	"github.com/hapilot/hapilot/internal/window"
+	"github.com/rs/zerolog"
+)
+
+func TestBurstSize(t *testing.T) {
+	c := DefaultConfig()
+	for rate, want := range map[float64]int{0: 20, 0.05: 180, 0.2: 42, 0.5: 20, 0.005: 1000, 1: 20} {
+		if got := c.BurstSize(rate); got != want {
+			t.Errorf("BurstSize(%v) = %d, want %d", rate, got, want)
+		}
+	}
+}
+
+type harness struct {
+	t   *testing.T
+	r   *Readmitter
+	now time.Time
+	obs agent.Observation
+}
+
+// newHarness: one backend of three servers; srv2 was drained by the agent
+// at t0 for a 5% error rate and answers on addr.
+func newHarness(t *testing.T, addr string, initial int, probe bool) *harness {
+	host, port, _ := net.SplitHostPort(addr)
+	p, _ := strconv.Atoi(port)
+	h := &harness{t: t, now: time.Unix(10000, 0)}
+	cfg := DefaultConfig()
+	cfg.Probe, cfg.Rate = probe, 2000
+	h.r = New(cfg, zerolog.Nop())
+	h.r.Now = func() time.Time { return h.now }
+	b := agent.BackendView{Name: "app"}
+	for _, name := range []string{"srv1", "srv2", "srv3"} {
+		v := agent.ServerView{Backend: "app", Server: name, Owner: agent.OwnerNone,
+			State:  haproxy.ServerState{Backend: "app", Server: name, OpState: haproxy.OpRunning, Weight: initial, Initial: initial, Addr: "127.0.0.1", Port: 1},
+			Window: window.Stats{Requests: 600}}
+		if name == "srv2" {
+			v.State.Addr, v.State.Port = host, p
+			v.State.AdminState = haproxy.AdminForcedDrain
+			v.Owner = agent.OwnerAgent
+			v.Changed = &agent.Change{Kind: agent.Drain, At: h.now, ErrorRate: 0.05}
+			v.Window = window.Stats{Requests: 600, Err5xx: 30}
+		}
+		b.Servers = append(b.Servers, v)
+	}
+	h.obs = agent.Observation{Backends: []agent.BackendView{b}}
+	return h
+}
+
+func (h *harness) srv2() *agent.ServerView { return &h.obs.Backends[0].Servers[1] }
+
+func (h *harness) plan(at time.Duration) agent.Plan {
+	h.now = time.Unix(10000, 0).Add(at)
+	h.obs.Time = h.now
+	return h.r.Plan(context.Background(), h.obs)
+}
+
+// waitBurst blocks until srv2's probe burst has ended, without sleeping.
+func (h *harness) waitBurst() {
+	h.r.mu.Lock()
+	st := h.r.servers["app/srv2"]
+	h.r.mu.Unlock()
+	if st == nil || st.phase != probing {
+		h.t.Fatalf("no burst running: %+v", st)
+	}
+	res := <-st.result
+	st.result <- res
+}
+
+func TestPersistentFaultStaysDrained(t *testing.T) {
+	b, err := fleet.StartBackend(fleet.BackendConfig{ErrorRate: 0.05, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	h := newHarness(t, b.Addr, 1, true)
+	if p := h.plan(10 * time.Second); len(p) != 0 {
+		t.Fatalf("acted during the cooldown: %v", p)
+	}
+	h.plan(34 * time.Second) // past 30 s ± 10%: the burst starts
+	h.waitBurst()
+	if p := h.plan(35 * time.Second); len(p) != 0 {
+		t.Fatalf("re-admitted a failing server: %v", p)
+	}
+	st := h.r.servers["app/srv2"]
+	if st.cooldown != time.Minute || st.phase != waiting || b.Served() == 0 {
+		t.Fatalf("after a failed burst: %+v, %d probes served", st, b.Served())
+	}
+	// The next burst waits for the doubled cooldown.
+	if p := h.plan(80 * time.Second); len(p) != 0 || st.phase != waiting {
+		t.Fatalf("probed again too soon: %v %v", p, st.phase)
+	}
+}
+
+func TestHealedServerComesBackThroughACanary(t *testing.T) {
+	b, err := fleet.StartBackend(fleet.BackendConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	h := newHarness(t, b.Addr, 8, true)
+	h.plan(34 * time.Second)
+	h.waitBurst()
+	p := h.plan(35 * time.Second)
+	if len(p) != 1 || p[0].Kind != agent.SetWeight || p[0].Weight != 2 {
+		t.Fatalf("want canary weight 2 first: %v", p)
+	}
+	if got := b.Served(); got != 180 {
+		t.Fatalf("burst of %d probes, want 180 for a 5%% fault", got)
+	}
+	h.srv2().State.Weight = 2
+	p = h.plan(36 * time.Second)
+	if len(p) != 1 || p[0].Kind != agent.Ready {
+		t.Fatalf("want ready: %v", p)
+	}
+	// Back in rotation at weight 2, the agent's weight.
+	s := h.srv2()
+	s.State.AdminState, s.Changed = 0, &agent.Change{Kind: agent.SetWeight, Weight: 2, At: h.now}
+	s.Window = window.Stats{Requests: 20}
+	if p := h.plan(40 * time.Second); len(p) != 0 {
+		t.Fatalf("promoted too early: %v", p)
+	}
+	s.Window = window.Stats{Requests: 120}
+	p = h.plan(47 * time.Second)
+	if len(p) != 1 || p[0].Kind != agent.SetWeight || p[0].Weight != 8 {
+		t.Fatalf("want full weight: %v", p)
+	}
+}
+
+func TestCanaryStaysAtReducedWeightWhileFailing(t *testing.T) {
+	h := newHarness(t, "127.0.0.1:1", 8, false) // probing off: the canary is the test
+	p := h.plan(34 * time.Second)
+	if len(p) != 1 || p[0].Kind != agent.SetWeight || p[0].Weight != 2 {
+		t.Fatalf("want canary weight: %v", p)
+	}
+	s := h.srv2()
+	s.State.Weight = 2
+	if p := h.plan(35 * time.Second); len(p) != 1 || p[0].Kind != agent.Ready {
+		t.Fatalf("want ready: %v", p)
+	}
+	s.State.AdminState, s.Changed = 0, &agent.Change{Kind: agent.SetWeight, Weight: 2, At: h.now}
+	s.Window = window.Stats{Requests: 200, Err5xx: 10}
+	if p := h.plan(60 * time.Second); len(p) != 0 {
+		t.Fatalf("promoted a failing canary: %v", p)
+	}
+}
+
+// Drained again after a re-admission: the cooldown doubles.
+func TestRedrainDoublesCooldown(t *testing.T) {
+	h := newHarness(t, "127.0.0.1:1", 1, false)
+	if p := h.plan(34 * time.Second); len(p) != 1 || p[0].Kind != agent.Ready {
+		t.Fatalf("want ready (weight 1: no canary): %v", p)
+	}
+	s := h.srv2()
+	s.State.AdminState, s.Owner, s.Changed = 0, agent.OwnerNone, nil
+	h.plan(40 * time.Second)
+	// Drained again at 50 s.
+	s.State.AdminState, s.Owner = haproxy.AdminForcedDrain, agent.OwnerAgent
+	s.Changed = &agent.Change{Kind: agent.Drain, At: time.Unix(10000, 0).Add(50 * time.Second), ErrorRate: 0.05}
+	if p := h.plan(90 * time.Second); len(p) != 0 {
+		t.Fatalf("re-admitted after 40 s: the cooldown should be 60 s: %v", p)
+	}
+	if p := h.plan(50*time.Second + 67*time.Second); len(p) != 1 {
+		t.Fatalf("not re-admitted after the doubled cooldown: %v (%+v)", p, h.r.servers["app/srv2"])
+	}
+}
