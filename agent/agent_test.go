@@ -270,6 +270,24 @@ func TestSeveralSocketsAllReceiveTheAction(t *testing.T) {
 	}
 }
 
+// An action one HAProxy refuses is reported as partial, with that
+// HAProxy's error, in the audit record and the decision.
+func TestPartialApplyIsReported(t *testing.T) {
+	a, b := newFakeRuntime("s1", "s2", "s3", "s4"), newFakeRuntime("s1", "s2", "s3", "s4")
+	b.addr = "fake2"
+	b.failSet = &haproxy.CommandError{Command: "set server app/s1 state drain", Reply: "Permission denied"}
+	l, _, pol, _ := newLoop(a, b)
+	pol.plans = []Plan{{drain("s1")}}
+	rec := l.Step(context.Background())
+	if !reflect.DeepEqual(rec.Partial, []string{"drain app/s1"}) || len(rec.Commands) != 2 || rec.Commands[1].Error == "" {
+		t.Fatalf("record %+v", rec)
+	}
+	st := l.Status()
+	if len(st.Decisions) != 1 || !strings.Contains(st.Decisions[0].Error, "partial: applied on 1 of 2") {
+		t.Fatalf("decision %+v", st.Decisions)
+	}
+}
+
 // TestRunKeepsSchedule: steps start at start + k·interval; a step that
 // overruns makes the loop skip the slots it missed instead of queueing.
 func TestRunKeepsSchedule(t *testing.T) {

@@ -19,6 +19,7 @@ type fakeRuntime struct {
 	commands []string
 	fail     error // returned by every call while set
 	pid      int   // changes on a simulated reload
+	failSet  error // returned by set commands only
 }
 
 func newFakeRuntime(servers ...string) *fakeRuntime {
@@ -77,6 +78,9 @@ func (f *fakeRuntime) SetServerState(_ context.Context, b, s string, st haproxy.
 	if f.fail != nil {
 		return f.fail
 	}
+	if f.failSet != nil {
+		return f.failSet
+	}
 	srv, err := f.find(b, s)
 	if err != nil {
 		return err
@@ -98,6 +102,9 @@ func (f *fakeRuntime) SetWeight(_ context.Context, b, s string, w int) error {
 	f.commands = append(f.commands, fmt.Sprintf("set weight %s/%s %d", b, s, w))
 	if f.fail != nil {
 		return f.fail
+	}
+	if f.failSet != nil {
+		return f.failSet
 	}
 	srv, err := f.find(b, s)
 	if err != nil {

@@ -116,7 +116,10 @@ type Record struct {
 	PolicyReport any             `json:"policy_report,omitempty"`
 	Verdicts     []Verdict       `json:"verdicts"`
 	Commands     []CommandResult `json:"commands"`
-	Error        string          `json:"error,omitempty"`
+	// Partial lists actions some HAProxy processes took and others did
+	// not: never silently half-done.
+	Partial []string `json:"partial,omitempty"`
+	Error   string   `json:"error,omitempty"`
 }
 
 // Decision is a verdict with its time, for /status.
@@ -258,6 +261,12 @@ func (l *Loop) Step(ctx context.Context) Record {
 		}
 		if len(errs) > 0 {
 			d.Error = fmt.Sprint(errs)
+			if len(errs) < len(results) {
+				d.Error = fmt.Sprintf("partial: applied on %d of %d HAProxy: %v", len(results)-len(errs), len(results), errs)
+				rec.Partial = append(rec.Partial, fmt.Sprintf("%s %s", v.Applied.Kind, key(v.Applied.Backend, v.Applied.Server)))
+				l.Log.Error().Str("action", string(v.Applied.Kind)).Str("server", key(v.Applied.Backend, v.Applied.Server)).
+					Strs("errors", errs).Msg("action applied on some HAProxy processes only")
+			}
 		}
 		l.Log.Info().Str("action", string(v.Applied.Kind)).Str("server", key(v.Applied.Backend, v.Applied.Server)).
 			Int("weight", v.Applied.Weight).Str("reason", v.Applied.Reason).Strs("errors", errs).Msg("applied action")
