@@ -1,0 +1,64 @@
+package agent
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/hapilot/hapilot/haproxy"
+	"github.com/rs/zerolog"
+)
+
+// A runtime socket that accepts and never answers must not stall the loop
+// nor pile up goroutines or connections: each step ends at its deadline,
+// counts a state error, and leaves nothing behind.
+func TestStalledSocketNeitherStallsNorLeaks(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "stalled.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var held []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c) // read nothing, answer nothing
+		}
+	}()
+	client, err := haproxy.New(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := runtime.NumGoroutine()
+	l := &Loop{Clock: RealClock{}, Interval: 100 * time.Millisecond, Policy: Static{}, Guard: DefaultGuardrails(),
+		Runtimes: []Runtime{client}, Windows: &fakeWindows{}, Log: zerolog.Nop()}
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := l.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("Run took %v", took)
+	}
+	l.mu.Lock()
+	m := l.metrics
+	l.mu.Unlock()
+	if m.cycles < 10 || m.stateErrors != m.cycles || m.skipped > 1 {
+		t.Fatalf("cycles %d, state errors %d, skipped %d", m.cycles, m.stateErrors, m.skipped)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for runtime.NumGoroutine() > before+2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("goroutines %d, before %d", runtime.NumGoroutine(), before)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
