@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/internal/window"
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 )
@@ -346,5 +347,57 @@ func TestStatusAndMetricsEndpoints(t *testing.T) {
 	}
 	if code, _ := do("GET", "/admin"); code != 404 {
 		t.Fatalf("unknown path answered %d", code)
+	}
+}
+
+// Capacity-aware draining: with maxconn known, a drain that would push
+// the others past 80% of their throughput becomes the smallest weight cut
+// that does not; at low load it stays a drain.
+func TestCapacityAwareDrain(t *testing.T) {
+	fleet := func(perServer uint64) *Observation {
+		var servers []ServerView
+		for _, n := range []string{"s1", "s2", "s3", "s4"} {
+			servers = append(servers, sv(n, func(v *ServerView) {
+				v.State.Weight, v.State.Initial, v.MaxConn = 8, 8, 4
+				v.Recent = window.Stats{Requests: perServer, P50Ms: 11}
+			}))
+		}
+		o := obsOf(servers...)
+		o.RecentSpan = 10 * time.Second
+		return o
+	}
+	g := DefaultGuardrails()
+	// 936 req/s over 4 servers of 4/0.011 = 364 req/s each: 64% busy.
+	// Drained, the others would run at 86%; weight 2 keeps them at 80%.
+	v := g.Vet(fleet(2340), Plan{drain("s1")})
+	if !v[0].Accepted || v[0].Applied.Kind != SetWeight || v[0].Applied.Weight != 2 || !strings.Contains(v[0].Applied.Reason, "capacity") {
+		t.Fatalf("verdict %+v", v[0])
+	}
+	if v := g.Vet(fleet(500), Plan{drain("s1")}); !v[0].Accepted || v[0].Applied.Kind != Drain {
+		t.Fatalf("low load: %+v", v[0])
+	}
+	// Past saving: even a smaller weight overloads the others.
+	if v := g.Vet(fleet(3400), Plan{drain("s1")}); v[0].Accepted || !strings.Contains(v[0].Reason, "capacity") {
+		t.Fatalf("overloaded: %+v", v[0])
+	}
+	g.MaxUtilization = 0
+	if v := g.Vet(fleet(2340), Plan{drain("s1")}); v[0].Applied.Kind != Drain {
+		t.Fatalf("capacity check off: %+v", v[0])
+	}
+}
+
+func TestTailHoldRefusesDrain(t *testing.T) {
+	now := time.Unix(5000, 0)
+	o := obsOf(sv("s1"), sv("s2", func(v *ServerView) {
+		v.Owner, v.Changed = OwnerAgent, &Change{Kind: SetWeight, Weight: 2, NoDrainUntil: now.Add(time.Minute)}
+		v.State.Weight = 2
+	}), sv("s3"), sv("s4"))
+	o.Time = now
+	if v := DefaultGuardrails().Vet(o, Plan{drain("s2")}); v[0].Accepted || !strings.Contains(v[0].Reason, "p99") {
+		t.Fatalf("verdict %+v", v[0])
+	}
+	o.Time = now.Add(2 * time.Minute)
+	if v := DefaultGuardrails().Vet(o, Plan{drain("s2")}); !v[0].Accepted {
+		t.Fatalf("after the hold: %+v", v[0])
 	}
 }

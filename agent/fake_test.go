@@ -20,6 +20,7 @@ type fakeRuntime struct {
 	fail     error // returned by every call while set
 	pid      int   // changes on a simulated reload
 	failSet  error // returned by set commands only
+	maxconn  int   // every server's slim in show stat; 0 none
 }
 
 func newFakeRuntime(servers ...string) *fakeRuntime {
@@ -39,6 +40,23 @@ func (f *fakeRuntime) ShowInfo(context.Context) (haproxy.Info, error) {
 		return haproxy.Info{}, f.fail
 	}
 	return haproxy.Info{Pid: 100 + f.pid, StartTime: 1000}, nil
+}
+
+func (f *fakeRuntime) ShowStat(context.Context) ([]haproxy.StatRow, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail != nil {
+		return nil, f.fail
+	}
+	var rows []haproxy.StatRow
+	for _, s := range f.states {
+		slim := ""
+		if f.maxconn > 0 {
+			slim = fmt.Sprint(f.maxconn)
+		}
+		rows = append(rows, haproxy.StatRow{"pxname": s.Backend, "svname": s.Server, "slim": slim})
+	}
+	return rows, nil
 }
 
 // reload simulates an HAProxy reload: a new process, every server back at

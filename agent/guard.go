@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/hapilot/hapilot/haproxy"
 )
@@ -20,11 +21,16 @@ type Guardrails struct {
 	// servers per step (the serving floor still applies). 0 keeps
 	// MaxDrains for the whole step.
 	DrainsPer int
+	// MaxUtilization makes draining capacity-aware: where HAProxy knows
+	// the servers' maxconn, a drain that would push a surviving server
+	// past this share of its throughput (maxconn / recent p50 latency)
+	// becomes the smallest weight cut that keeps it below. 0 is off.
+	MaxUtilization float64
 }
 
 // DefaultGuardrails are the study's limits plus our serving floor.
 func DefaultGuardrails() Guardrails {
-	return Guardrails{MaxDrains: 1, MaxActions: 3, MaxWeightStep: 50}
+	return Guardrails{MaxDrains: 1, MaxActions: 3, MaxWeightStep: 50, MaxUtilization: 0.8}
 }
 
 // Floor is the serving floor for a backend of n servers.
@@ -37,6 +43,51 @@ func (g Guardrails) Floor(n int) int {
 		f = 1
 	}
 	return f
+}
+
+// capacityWeight finds the smallest weight for s that keeps every other
+// serving server of b within MaxUtilization of its throughput, where that
+// is known. why is empty when a drain is fine (or capacity unknown).
+func (g Guardrails) capacityWeight(obs *Observation, b *BackendView, serving map[string]bool, s *ServerView) (int, string) {
+	span := obs.RecentSpan.Seconds()
+	if g.MaxUtilization <= 0 || span <= 0 {
+		return 0, ""
+	}
+	var rate float64
+	type peer struct{ weight, capacity float64 }
+	var peers []peer
+	var peerWeight float64
+	for _, v := range b.Servers {
+		if !serving[v.Server] {
+			continue
+		}
+		if v.MaxConn <= 0 || v.Recent.Requests < 50 || v.Recent.P50Ms <= 0 {
+			return 0, "" // capacity unknown: nothing to protect
+		}
+		rate += float64(v.Recent.Requests) / span
+		if v.Server != s.Server {
+			c := float64(v.MaxConn) / (float64(v.Recent.P50Ms) / 1000)
+			peers = append(peers, peer{float64(v.State.Weight), c})
+			peerWeight += float64(v.State.Weight)
+		}
+	}
+	worst := func(w int) float64 {
+		u := 0.0
+		for _, p := range peers {
+			u = max(u, rate*p.weight/(peerWeight+float64(w))/p.capacity)
+		}
+		return u
+	}
+	for w := 0; w < s.State.Weight; w++ {
+		if worst(w) <= g.MaxUtilization {
+			if w == 0 {
+				return 0, ""
+			}
+			return w, fmt.Sprintf("capacity: draining would run the others at %.0f%% of their throughput; weight %d keeps them at %.0f%%",
+				100*worst(0), w, 100*worst(w))
+		}
+	}
+	return s.State.Weight, fmt.Sprintf("capacity: the others would run at %.0f%% of their throughput even with a smaller weight", 100*worst(s.State.Weight-1))
 }
 
 func (g Guardrails) drainLimit(servers int) int {
@@ -131,8 +182,22 @@ func (g Guardrails) check(obs *Observation, serving map[string]map[string]bool, 
 		if limit := g.drainLimit(len(b.Servers)); drains >= limit && !a.Restore {
 			return fmt.Sprintf("at most %d drain per step", limit), a
 		}
+		if s.Changed != nil && obs.Time.Before(s.Changed.NoDrainUntil) {
+			return fmt.Sprintf("held at a reduced weight until %s: draining it hurt the backend's p99", s.Changed.NoDrainUntil.Format(time.TimeOnly)), a
+		}
 		if r := removes(); r != "" {
 			return r, a
+		}
+		if !a.Restore {
+			if w, why := g.capacityWeight(obs, b, cur, s); why != "" {
+				if w >= s.State.Weight {
+					return why, a
+				}
+				cut := a
+				cut.Kind, cut.Weight = SetWeight, w
+				cut.Reason = a.Reason + "; " + why
+				return "", cut
+			}
 		}
 		cur[a.Server] = false
 		return "", a

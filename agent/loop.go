@@ -24,6 +24,7 @@ type Runtime interface {
 	SetServerState(ctx context.Context, backend, server string, st haproxy.AdminState) error
 	SetWeight(ctx context.Context, backend, server string, weight int) error
 	ShowInfo(ctx context.Context) (haproxy.Info, error)
+	ShowStat(ctx context.Context) ([]haproxy.StatRow, error)
 }
 
 // Windows is where observations come from; *window.Store implements it.
@@ -78,6 +79,12 @@ type Change struct {
 	// ErrorRate is the server's 5xx rate when it was drained, which sizes
 	// the probe burst that may bring it back.
 	ErrorRate float64 `json:"error_rate,omitempty"`
+	// BaselineP99Ms is the backend's recent p99 just before a drain, what
+	// the tail-latency guard compares against.
+	BaselineP99Ms float64 `json:"baseline_p99_ms,omitempty"`
+	// NoDrainUntil: the tail-latency guard brought the server back at a
+	// reduced weight; it is not drained again before this.
+	NoDrainUntil time.Time `json:"no_drain_until,omitempty"`
 	// Epoch names the HAProxy processes the change was applied to (see
 	// haproxy.Info.Instance). A server back at its configured state under
 	// a new epoch lost the change to a reload or restart; under the same
@@ -136,13 +143,16 @@ type Loop struct {
 	Clock    Clock
 	Interval time.Duration
 	Lookback time.Duration // how much of the windows a policy sees; 0 = all
-	Policy   Policy
-	Guard    Guardrails
-	Runtimes []Runtime
-	Windows  Windows
-	Recovery Recovery  // nil: drained servers stay drained
-	Audit    io.Writer // one JSON line per step; nil for none
-	Log      zerolog.Logger
+	// RecentSpan is the short window for load and tail latency (default
+	// 10 s): the long one still holds the time before the last action.
+	RecentSpan time.Duration
+	Policy     Policy
+	Guard      Guardrails
+	Runtimes   []Runtime
+	Windows    Windows
+	Recovery   Recovery  // nil: drained servers stay drained
+	Audit      io.Writer // one JSON line per step; nil for none
+	Log        zerolog.Logger
 	// StateFile keeps the agent's changes across its own restarts
 	// (replaced atomically on every change); "" keeps them in memory.
 	StateFile string
@@ -335,12 +345,25 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 	seenBy := map[string]int{}
 	var order []string
 	var instances []string
+	maxconn := map[string]int{}
 	for _, rt := range l.Runtimes {
 		info, err := rt.ShowInfo(ctx)
 		if err != nil {
 			return Observation{}, fmt.Errorf("read info from %s: %w", rt.Addr(), err)
 		}
 		instances = append(instances, info.Instance())
+		rows, err := rt.ShowStat(ctx)
+		if err != nil {
+			return Observation{}, fmt.Errorf("read stats from %s: %w", rt.Addr(), err)
+		}
+		for _, r := range rows {
+			if lim := int(r.Int("slim")); lim > 0 && r["svname"] != "BACKEND" && r["svname"] != "FRONTEND" {
+				k := key(r["pxname"], r["svname"])
+				if cur, ok := maxconn[k]; !ok || lim < cur {
+					maxconn[k] = lim
+				}
+			}
+		}
 		states, err := rt.ShowServersState(ctx)
 		if err != nil {
 			return Observation{}, fmt.Errorf("read states from %s: %w", rt.Addr(), err)
@@ -367,7 +390,15 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 	for _, st := range l.Windows.Snapshot(l.Lookback) {
 		stats[key(st.Backend, st.Server)] = st
 	}
-	obs := Observation{Time: now, Cycle: cycle, Lookback: l.Lookback}
+	span := l.RecentSpan
+	if span <= 0 {
+		span = 10 * time.Second
+	}
+	recent := map[string]window.Stats{}
+	for _, st := range l.Windows.Snapshot(span) {
+		recent[key(st.Backend, st.Server)] = st
+	}
+	obs := Observation{Time: now, Cycle: cycle, Lookback: l.Lookback, RecentSpan: span}
 	index := map[string]int{}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -385,8 +416,9 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 		}
 		s := *merged[k]
 		seen[k] = true
-		v := ServerView{Backend: s.Backend, Server: s.Server, State: s, Window: stats[k]}
+		v := ServerView{Backend: s.Backend, Server: s.Server, State: s, Window: stats[k], Recent: recent[k], MaxConn: maxconn[k]}
 		v.Window.Backend, v.Window.Server = s.Backend, s.Server
+		v.Recent.Backend, v.Recent.Server = s.Backend, s.Server
 		v.Owner, v.Changed = l.reconcile(k, s)
 		bi, ok := index[s.Backend]
 		if !ok {
@@ -494,10 +526,15 @@ func (l *Loop) apply(ctx context.Context, obs *Observation, a Action) []CommandR
 		// Back in rotation at a reduced (canary) weight: the weight is
 		// still the agent's to raise.
 		l.ledger[k] = &Change{Kind: SetWeight, Weight: sv.State.Weight, At: now, Reason: a.Reason, Epoch: l.epoch}
+		if a.NoDrainFor > 0 {
+			l.ledger[k].NoDrainUntil = now.Add(a.NoDrainFor)
+		}
 	case a.Kind == Ready, a.Kind == SetWeight && a.Weight == sv.State.Initial && sv.Changed != nil && sv.Changed.Kind == SetWeight:
 		delete(l.ledger, k)
 	case a.Kind == Drain:
-		l.ledger[k] = &Change{Kind: Drain, At: now, Reason: a.Reason, Epoch: l.epoch, ErrorRate: sv.Window.ErrorRate()}
+		b, _ := obs.Find(a.Backend, a.Server)
+		p99, _ := b.RecentP99()
+		l.ledger[k] = &Change{Kind: Drain, At: now, Reason: a.Reason, Epoch: l.epoch, ErrorRate: sv.Window.ErrorRate(), BaselineP99Ms: p99}
 	case a.Kind == SetWeight && (sv.Changed == nil || sv.Changed.Kind == SetWeight):
 		l.ledger[k] = &Change{Kind: SetWeight, Weight: a.Weight, At: now, Reason: a.Reason, Epoch: l.epoch}
 	}

@@ -18,6 +18,8 @@ type ServerView struct {
 	Server  string              `json:"server"`
 	State   haproxy.ServerState `json:"state"`
 	Window  window.Stats        `json:"window"`
+	Recent  window.Stats        `json:"recent"`            // the last RecentSpan only
+	MaxConn int                 `json:"maxconn,omitempty"` // HAProxy's maxconn for it (show stat slim); 0 unknown
 	Owner   Owner               `json:"owner"`
 	Changed *Change             `json:"changed,omitempty"` // the agent's own change in force
 }
@@ -55,12 +57,29 @@ func (b BackendView) ServingCount() int {
 	return n
 }
 
+// RecentP99 is the backend's recent p99 over its serving servers,
+// weighted by their requests, and how many requests it rests on.
+func (b BackendView) RecentP99() (ms float64, requests uint64) {
+	var sum float64
+	for _, s := range b.Servers {
+		if s.Serving() {
+			sum += float64(s.Recent.P99Ms) * float64(s.Recent.Requests)
+			requests += s.Recent.Requests
+		}
+	}
+	if requests == 0 {
+		return 0, 0
+	}
+	return sum / float64(requests), requests
+}
+
 // Observation is one step's input to a policy.
 type Observation struct {
-	Time     time.Time     `json:"time"`
-	Cycle    uint64        `json:"cycle"`
-	Lookback time.Duration `json:"lookback"`
-	Backends []BackendView `json:"backends"`
+	Time       time.Time     `json:"time"`
+	Cycle      uint64        `json:"cycle"`
+	Lookback   time.Duration `json:"lookback"`
+	RecentSpan time.Duration `json:"recent_span"`
+	Backends   []BackendView `json:"backends"`
 }
 
 // Find returns the view of backend/server.
@@ -99,6 +118,9 @@ type Action struct {
 	// Restore marks the loop's own re-application of a change a reload
 	// lost: exempt from the per-step counts, not from the floor.
 	Restore bool `json:"restore,omitempty"`
+	// NoDrainFor, on a Ready back to a reduced weight, keeps the server
+	// from being drained again for that long (the tail-latency guard).
+	NoDrainFor time.Duration `json:"no_drain_for,omitempty"`
 }
 
 // Plan is a policy's answer for one step.

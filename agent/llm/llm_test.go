@@ -335,6 +335,7 @@ func (s *stubRuntime) SetServerState(context.Context, string, string, haproxy.Ad
 	return nil
 }
 func (s *stubRuntime) SetWeight(context.Context, string, string, int) error { return nil }
+func (s *stubRuntime) ShowStat(context.Context) ([]haproxy.StatRow, error)  { return nil, nil }
 func (s *stubRuntime) ShowInfo(context.Context) (haproxy.Info, error) {
 	return haproxy.Info{Pid: 1, StartTime: 1}, nil
 }

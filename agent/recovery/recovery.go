@@ -22,6 +22,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -44,12 +45,19 @@ type Config struct {
 	// CanaryFor is how long the live window must stay clean at the
 	// reduced weight before full weight returns.
 	CanaryFor time.Duration
+	// P99Guard: when a drain leaves the backend's recent p99 above this
+	// many times its p99 before the drain, in two steps running, the
+	// server comes back at a reduced weight and is not drained again for
+	// TailHold. 0 is off.
+	P99Guard float64
+	TailHold time.Duration
 }
 
 // DefaultConfig is what `hapilot run` uses.
 func DefaultConfig() Config {
 	return Config{Probe: true, Path: "/", Rate: 50, Timeout: 2 * time.Second, Cooldown: 30 * time.Second,
-		MaxCooldown: 10 * time.Minute, MinBurst: 20, MaxBurst: 1000, CanaryFor: 10 * time.Second}
+		MaxCooldown: 10 * time.Minute, MinBurst: 20, MaxBurst: 1000, CanaryFor: 10 * time.Second,
+		P99Guard: 2.5, TailHold: 10 * time.Minute}
 }
 
 type phase int
@@ -72,6 +80,9 @@ type server struct {
 	readyAt   time.Time
 	lastBurst string
 	result    chan burstResult
+	// tailStrikes counts steps in a row with the backend's p99 over the
+	// guard.
+	tailStrikes int
 }
 
 type burstResult struct {
@@ -148,14 +159,27 @@ func (r *Readmitter) Plan(ctx context.Context, obs agent.Observation) agent.Plan
 				if st == nil || st.phase == canary || st.phase == done || !st.drainedAt.Equal(s.Changed.At) {
 					st = r.drained(k, st, s, now)
 				}
+				if a, ok := r.tailGuard(b, st, s); ok {
+					plan = append(plan, a)
+					continue
+				}
 				if a, ok := r.whileDrained(ctx, k, st, s, now); ok {
 					plan = append(plan, a)
 				}
 				continue
 			}
-			if st != nil && st.phase == canary && s.Changed.Kind == agent.SetWeight && s.Serving() {
-				if a, ok := r.whileCanary(b, st, s, now); ok {
-					plan = append(plan, a)
+			if s.Changed.Kind == agent.SetWeight && s.Serving() {
+				// Back at a reduced weight: after a re-admission, a
+				// capacity-aware cut or the tail guard. Full weight
+				// returns once its live traffic is clean.
+				if st == nil || st.phase == done {
+					st = r.history(k, st)
+					st.phase, st.readyAt = canary, s.Changed.At
+				}
+				if st.phase == canary {
+					if a, ok := r.whileCanary(b, st, s, now); ok {
+						plan = append(plan, a)
+					}
 				}
 			}
 		}
@@ -166,6 +190,40 @@ func (r *Readmitter) Plan(ctx context.Context, obs agent.Observation) agent.Plan
 		}
 	}
 	return plan
+}
+
+// history returns a fresh state that keeps prev's backoff.
+func (r *Readmitter) history(k string, prev *server) *server {
+	st := &server{cooldown: r.Config.Cooldown}
+	if prev != nil {
+		st.cooldown, st.drains, st.faultRate = prev.cooldown, prev.drains, prev.faultRate
+	}
+	r.servers[k] = st
+	return st
+}
+
+// tailGuard brings a drained server back at a reduced weight when the
+// drain left the backend's p99 far above its level before the drain.
+func (r *Readmitter) tailGuard(b agent.BackendView, st *server, s agent.ServerView) (agent.Action, bool) {
+	base := s.Changed.BaselineP99Ms
+	if r.Config.P99Guard <= 0 || base <= 0 {
+		return agent.Action{}, false
+	}
+	p99, n := b.RecentP99()
+	if n < 100 || p99 <= r.Config.P99Guard*base {
+		st.tailStrikes = 0
+		return agent.Action{}, false
+	}
+	st.tailStrikes++
+	if st.tailStrikes < 2 {
+		return agent.Action{}, false
+	}
+	why := fmt.Sprintf("tail-latency guard: p99 %.0f ms is %.1fx the %.0f ms before the drain", p99, p99/base, base)
+	if w := max(s.State.Initial/4, 1); s.State.Initial >= 4 && s.State.Weight != w {
+		return agent.Action{Kind: agent.SetWeight, Backend: s.Backend, Server: s.Server, Weight: w, Reason: why + ": reduced weight first"}, true
+	}
+	st.phase, st.readyAt, st.tailStrikes = canary, r.Now(), 0
+	return agent.Action{Kind: agent.Ready, Backend: s.Backend, Server: s.Server, Reason: why, NoDrainFor: r.Config.TailHold}, true
 }
 
 // drained starts (or restarts) the cooldown of a server the agent drained.
@@ -230,28 +288,41 @@ func (r *Readmitter) whileDrained(ctx context.Context, k string, st *server, s a
 	return agent.Action{Kind: agent.Ready, Backend: s.Backend, Server: s.Server, Reason: "re-admission: " + st.lastBurst}, true
 }
 
-// whileCanary returns full weight once the live window, cleared at
-// re-admission, has enough traffic and no excess errors.
+// whileCanary returns full weight once the live (recent) window has
+// enough traffic, no excess errors and no excess latency.
 func (r *Readmitter) whileCanary(b agent.BackendView, st *server, s agent.ServerView, now time.Time) (agent.Action, bool) {
-	if now.Sub(st.readyAt) < r.Config.CanaryFor || s.Window.Requests < 50 {
+	if now.Sub(st.readyAt) < r.Config.CanaryFor || s.Recent.Requests < 50 {
 		return agent.Action{}, false
 	}
+	if s.Changed != nil && now.Before(s.Changed.NoDrainUntil) {
+		return agent.Action{}, false // the tail guard holds it here
+	}
 	var peerN, peerX uint64
+	var p95 []int
 	for _, p := range b.Servers {
 		if p.Server != s.Server && p.Serving() {
-			peerN += p.Window.Requests
-			peerX += p.Window.Err5xx
+			peerN += p.Recent.Requests
+			peerX += p.Recent.Err5xx
+			if p.Recent.Requests > 0 {
+				p95 = append(p95, p.Recent.P95Ms)
+			}
 		}
 	}
 	peer := 0.0
 	if peerN > 0 {
 		peer = float64(peerX) / float64(peerN)
 	}
-	if s.Window.ErrorRate() > 2*peer+0.005 {
-		return agent.Action{}, false // the policy will judge it; no promotion
+	if s.Recent.ErrorRate() > 2*peer+0.005 {
+		return agent.Action{}, false // still failing: the policy judges it
+	}
+	if len(p95) > 0 {
+		sort.Ints(p95)
+		if s.Recent.P95Ms > 2*p95[len(p95)/2]+5 {
+			return agent.Action{}, false
+		}
 	}
 	return agent.Action{Kind: agent.SetWeight, Backend: s.Backend, Server: s.Server, Weight: s.State.Initial,
-		Reason: fmt.Sprintf("re-admission: canary clean for %v (%d requests)", now.Sub(st.readyAt).Round(time.Second), s.Window.Requests)}, true
+		Reason: fmt.Sprintf("re-admission: live traffic clean for %v (%d recent requests)", now.Sub(st.readyAt).Round(time.Second), s.Recent.Requests)}, true
 }
 
 // burst sends n probe requests at the configured rate, straight to the

@@ -44,7 +44,7 @@ func newHarness(t *testing.T, addr string, initial int, probe bool) *harness {
 	for _, name := range []string{"srv1", "srv2", "srv3"} {
 		v := agent.ServerView{Backend: "app", Server: name, Owner: agent.OwnerNone,
 			State:  haproxy.ServerState{Backend: "app", Server: name, OpState: haproxy.OpRunning, Weight: initial, Initial: initial, Addr: "127.0.0.1", Port: 1},
-			Window: window.Stats{Requests: 600}}
+			Window: window.Stats{Requests: 600}, Recent: window.Stats{Requests: 100, P95Ms: 12}}
 		if name == "srv2" {
 			v.State.Addr, v.State.Port = host, p
 			v.State.AdminState = haproxy.AdminForcedDrain
@@ -127,14 +127,52 @@ func TestHealedServerComesBackThroughACanary(t *testing.T) {
 	// Back in rotation at weight 2, the agent's weight.
 	s := h.srv2()
 	s.State.AdminState, s.Changed = 0, &agent.Change{Kind: agent.SetWeight, Weight: 2, At: h.now}
-	s.Window = window.Stats{Requests: 20}
+	s.Recent = window.Stats{Requests: 20}
 	if p := h.plan(40 * time.Second); len(p) != 0 {
 		t.Fatalf("promoted too early: %v", p)
 	}
-	s.Window = window.Stats{Requests: 120}
+	s.Recent = window.Stats{Requests: 120, P95Ms: 13}
 	p = h.plan(47 * time.Second)
 	if len(p) != 1 || p[0].Kind != agent.SetWeight || p[0].Weight != 8 {
 		t.Fatalf("want full weight: %v", p)
+	}
+}
+
+// A drain that sends the backend's p99 past 2.5x its level before the
+// drain, two steps running, is undone to a reduced weight, with a hold
+// on draining it again.
+func TestTailGuardRevertsToReducedWeight(t *testing.T) {
+	h := newHarness(t, "127.0.0.1:1", 8, false)
+	s := h.srv2()
+	s.Changed.BaselineP99Ms = 15
+	for i := range h.obs.Backends[0].Servers {
+		if v := &h.obs.Backends[0].Servers[i]; v.Server != "srv2" {
+			v.Recent = window.Stats{Requests: 500, P99Ms: 60}
+		}
+	}
+	if p := h.plan(5 * time.Second); len(p) != 0 {
+		t.Fatalf("acted on one step over the guard: %v", p)
+	}
+	p := h.plan(6 * time.Second)
+	if len(p) != 1 || p[0].Kind != agent.SetWeight || p[0].Weight != 2 {
+		t.Fatalf("want a reduced weight first: %v", p)
+	}
+	s.State.Weight = 2
+	p = h.plan(7 * time.Second)
+	if len(p) != 1 || p[0].Kind != agent.Ready || p[0].NoDrainFor != 10*time.Minute {
+		t.Fatalf("want ready with a hold: %v", p)
+	}
+	// Below the guard, nothing happens.
+	h2 := newHarness(t, "127.0.0.1:1", 8, false)
+	h2.srv2().Changed.BaselineP99Ms = 15
+	for i := range h2.obs.Backends[0].Servers {
+		if v := &h2.obs.Backends[0].Servers[i]; v.Server != "srv2" {
+			v.Recent = window.Stats{Requests: 500, P99Ms: 30}
+		}
+	}
+	h2.plan(5 * time.Second)
+	if p := h2.plan(6 * time.Second); len(p) != 0 {
+		t.Fatalf("p99 at 2x: %v", p)
 	}
 }
 
@@ -150,7 +188,7 @@ func TestCanaryStaysAtReducedWeightWhileFailing(t *testing.T) {
 		t.Fatalf("want ready: %v", p)
 	}
 	s.State.AdminState, s.Changed = 0, &agent.Change{Kind: agent.SetWeight, Weight: 2, At: h.now}
-	s.Window = window.Stats{Requests: 200, Err5xx: 10}
+	s.Recent = window.Stats{Requests: 200, Err5xx: 10}
 	if p := h.plan(60 * time.Second); len(p) != 0 {
 		t.Fatalf("promoted a failing canary: %v", p)
 	}
