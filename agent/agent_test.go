@@ -359,7 +359,7 @@ func TestCapacityAwareDrain(t *testing.T) {
 		for _, n := range []string{"s1", "s2", "s3", "s4"} {
 			servers = append(servers, sv(n, func(v *ServerView) {
 				v.State.Weight, v.State.Initial, v.MaxConn = 8, 8, 4
-				v.Recent = window.Stats{Requests: perServer, P50Ms: 11}
+				v.Recent = window.Stats{Requests: perServer, P50Ms: 11, Seconds: 10, RatePerSec: float64(perServer) / 10}
 			}))
 		}
 		o := obsOf(servers...)
@@ -368,16 +368,16 @@ func TestCapacityAwareDrain(t *testing.T) {
 	}
 	g := DefaultGuardrails()
 	// 936 req/s over 4 servers of 4/0.011 = 364 req/s each: 64% busy.
-	// Drained, the others would run at 86%; weight 2 keeps them at 80%.
+	// Drained, the others would run at 86%; weight 1 keeps them at 82%.
 	v := g.Vet(fleet(2340), Plan{drain("s1")})
-	if !v[0].Accepted || v[0].Applied.Kind != SetWeight || v[0].Applied.Weight != 2 || !strings.Contains(v[0].Applied.Reason, "capacity") {
+	if !v[0].Accepted || v[0].Applied.Kind != SetWeight || v[0].Applied.Weight != 1 || !strings.Contains(v[0].Applied.Reason, "capacity") {
 		t.Fatalf("verdict %+v", v[0])
 	}
 	if v := g.Vet(fleet(500), Plan{drain("s1")}); !v[0].Accepted || v[0].Applied.Kind != Drain {
 		t.Fatalf("low load: %+v", v[0])
 	}
 	// Past saving: even a smaller weight overloads the others.
-	if v := g.Vet(fleet(3400), Plan{drain("s1")}); v[0].Accepted || !strings.Contains(v[0].Reason, "capacity") {
+	if v := g.Vet(fleet(3600), Plan{drain("s1")}); v[0].Accepted || !strings.Contains(v[0].Reason, "capacity") {
 		t.Fatalf("overloaded: %+v", v[0])
 	}
 	g.MaxUtilization = 0

@@ -23,14 +23,14 @@ type Guardrails struct {
 	DrainsPer int
 	// MaxUtilization makes draining capacity-aware: where HAProxy knows
 	// the servers' maxconn, a drain that would push a surviving server
-	// past this share of its throughput (maxconn / recent p50 latency)
+	// past this share of its throughput (maxconn / service time)
 	// becomes the smallest weight cut that keeps it below. 0 is off.
 	MaxUtilization float64
 }
 
 // DefaultGuardrails are the study's limits plus our serving floor.
 func DefaultGuardrails() Guardrails {
-	return Guardrails{MaxDrains: 1, MaxActions: 3, MaxWeightStep: 50, MaxUtilization: 0.8}
+	return Guardrails{MaxDrains: 1, MaxActions: 3, MaxWeightStep: 50, MaxUtilization: 0.85}
 }
 
 // Floor is the serving floor for a backend of n servers.
@@ -49,8 +49,7 @@ func (g Guardrails) Floor(n int) int {
 // serving server of b within MaxUtilization of its throughput, where that
 // is known. why is empty when a drain is fine (or capacity unknown).
 func (g Guardrails) capacityWeight(obs *Observation, b *BackendView, serving map[string]bool, s *ServerView) (int, string) {
-	span := obs.RecentSpan.Seconds()
-	if g.MaxUtilization <= 0 || span <= 0 {
+	if g.MaxUtilization <= 0 {
 		return 0, ""
 	}
 	var rate float64
@@ -61,12 +60,25 @@ func (g Guardrails) capacityWeight(obs *Observation, b *BackendView, serving map
 		if !serving[v.Server] {
 			continue
 		}
-		if v.MaxConn <= 0 || v.Recent.Requests < 50 || v.Recent.P50Ms <= 0 {
+		if v.MaxConn <= 0 {
 			return 0, "" // capacity unknown: nothing to protect
 		}
-		rate += float64(v.Recent.Requests) / span
+		r := v.Recent.RatePerSec
+		if r <= 0 {
+			if v.Recent.Requests >= 50 {
+				return s.State.Weight, "capacity: too little history yet to know whether the others can take its load"
+			}
+			r = float64(v.Recent.Requests) / float64(max(v.Recent.Seconds, 1)) // a trickle
+		}
+		rate += r
 		if v.Server != s.Server {
-			c := float64(v.MaxConn) / (float64(v.Recent.P50Ms) / 1000)
+			// Service time: HAProxy's rtime (no queue wait in it), else
+			// our p50 (which has it, so errs on the safe side).
+			service := v.RespTimeMs
+			if service <= 0 {
+				service = v.Recent.P50Ms
+			}
+			c := float64(v.MaxConn) / (float64(max(service, 1)) / 1000)
 			peers = append(peers, peer{float64(v.State.Weight), c})
 			peerWeight += float64(v.State.Weight)
 		}

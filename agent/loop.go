@@ -346,6 +346,7 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 	var order []string
 	var instances []string
 	maxconn := map[string]int{}
+	respTime := map[string]int{}
 	for _, rt := range l.Runtimes {
 		info, err := rt.ShowInfo(ctx)
 		if err != nil {
@@ -357,11 +358,17 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 			return Observation{}, fmt.Errorf("read stats from %s: %w", rt.Addr(), err)
 		}
 		for _, r := range rows {
-			if lim := int(r.Int("slim")); lim > 0 && r["svname"] != "BACKEND" && r["svname"] != "FRONTEND" {
-				k := key(r["pxname"], r["svname"])
+			if r["svname"] == "BACKEND" || r["svname"] == "FRONTEND" {
+				continue
+			}
+			k := key(r["pxname"], r["svname"])
+			if lim := int(r.Int("slim")); lim > 0 {
 				if cur, ok := maxconn[k]; !ok || lim < cur {
 					maxconn[k] = lim
 				}
+			}
+			if rt := int(r.Int("rtime")); rt > respTime[k] {
+				respTime[k] = rt
 			}
 		}
 		states, err := rt.ShowServersState(ctx)
@@ -416,7 +423,7 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 		}
 		s := *merged[k]
 		seen[k] = true
-		v := ServerView{Backend: s.Backend, Server: s.Server, State: s, Window: stats[k], Recent: recent[k], MaxConn: maxconn[k]}
+		v := ServerView{Backend: s.Backend, Server: s.Server, State: s, Window: stats[k], Recent: recent[k], MaxConn: maxconn[k], RespTimeMs: respTime[k]}
 		v.Window.Backend, v.Window.Server = s.Backend, s.Server
 		v.Recent.Backend, v.Recent.Server = s.Backend, s.Server
 		v.Owner, v.Changed = l.reconcile(k, s)

@@ -20,8 +20,11 @@ type ServerView struct {
 	Window  window.Stats        `json:"window"`
 	Recent  window.Stats        `json:"recent"`            // the last RecentSpan only
 	MaxConn int                 `json:"maxconn,omitempty"` // HAProxy's maxconn for it (show stat slim); 0 unknown
-	Owner   Owner               `json:"owner"`
-	Changed *Change             `json:"changed,omitempty"` // the agent's own change in force
+	// RespTimeMs is HAProxy's average server response time over its last
+	// 1024 requests (show stat rtime): service time without HAProxy's queue.
+	RespTimeMs int     `json:"resp_time_ms,omitempty"`
+	Owner      Owner   `json:"owner"`
+	Changed    *Change `json:"changed,omitempty"` // the agent's own change in force
 }
 
 // Owner says who holds a server's admin state and weight.

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -104,5 +105,50 @@ func TestTransientFaultReadmitted(t *testing.T) {
 		if out.Flips[s] != 0 {
 			t.Errorf("healthy %s flipped", s)
 		}
+	}
+}
+
+// A capacity-tight fleet: 4 servers that each serve 4 requests at a time,
+// at 64% of their throughput; draining the faulty one would run the
+// others at 86%. The agent cuts its weight instead: p99 stays within 1.5x
+// of the no-policy run while most of the 5xx go.
+func TestCapacityTightFleet(t *testing.T) {
+	t.Parallel()
+	servers := paperFleet(0, 0, 0.05, 0)
+	for i := range servers {
+		servers[i].Capacity = 4
+	}
+	outs := map[string]*scenario.Outcome{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, pol := range []string{"static", "rules"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.Run(pol, func(t *testing.T) {
+				out := run(t, scenario.Scenario{Servers: servers, Weight: 8, MaxConn: 4, Rate: 936, Duration: 40 * time.Second, Policy: pol})
+				mu.Lock()
+				outs[pol] = out
+				mu.Unlock()
+			})
+		}()
+	}
+	wg.Wait()
+	static, rules := outs["static"], outs["rules"]
+	if static == nil || rules == nil {
+		t.Fatal("a run failed")
+	}
+	sp99, rp99 := static.Load.Quantile(0.99), rules.Load.Quantile(0.99)
+	reduction := 1 - float64(rules.Load.Err5xx)/float64(static.Load.Err5xx)
+	t.Logf("p99 static %v, rules %v (%.2fx); 5xx static %d, rules %d (%.0f%% fewer); srv3 final %+v",
+		sp99, rp99, float64(rp99)/float64(sp99), static.Load.Err5xx, rules.Load.Err5xx, 100*reduction, finalState(rules, "srv3"))
+	if float64(rp99) > 1.5*float64(sp99) {
+		t.Errorf("p99 %v is more than 1.5x the no-policy %v", rp99, sp99)
+	}
+	if reduction < 0.5 {
+		t.Errorf("only %.0f%% of the 5xx removed", 100*reduction)
+	}
+	if st := finalState(rules, "srv3"); st.Drain() || st.Weight >= 8 {
+		t.Errorf("srv3 final %+v: want a reduced weight, not a drain", st)
 	}
 }

@@ -23,6 +23,8 @@ type HAProxyOptions struct {
 	AgentAddr string
 	// Weight is every server's configured weight; 0 leaves HAProxy's 1.
 	Weight int
+	// MaxConn is every server's maxconn (HAProxy queues beyond it); 0 none.
+	MaxConn int
 }
 
 // Backend is the backend name the generated config uses.
@@ -76,6 +78,9 @@ frontend www
 	weight := ""
 	if o.Weight > 0 {
 		weight = fmt.Sprintf(" weight %d", o.Weight)
+	}
+	if o.MaxConn > 0 {
+		weight += fmt.Sprintf(" maxconn %d", o.MaxConn)
 	}
 	for i, addr := range o.Servers {
 		fmt.Fprintf(&b, "    server %s %s%s\n", ServerName(i), addr, weight)

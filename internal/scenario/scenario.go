@@ -28,6 +28,7 @@ type Scenario struct {
 	Servers  []fleet.BackendConfig
 	Algo     string
 	Weight   int // every server's configured weight; 0 for HAProxy's default
+	MaxConn  int // every server's maxconn in HAProxy; 0 for none
 	Rate     float64
 	Duration time.Duration
 	// Warmup is load sent (and discarded) before the measured run, so
@@ -100,7 +101,7 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := fleet.HAProxyOptions{Dir: s.Dir, FrontendPort: ports[0], Servers: fleet.Addrs(backends), Algo: s.Algo, Weight: s.Weight}
+	opts := fleet.HAProxyOptions{Dir: s.Dir, FrontendPort: ports[0], Servers: fleet.Addrs(backends), Algo: s.Algo, Weight: s.Weight, MaxConn: s.MaxConn}
 	if !s.NoSPOE {
 		opts.AgentAddr = fmt.Sprintf("127.0.0.1:%d", ports[1])
 	}

@@ -10,6 +10,7 @@
 package window
 
 import (
+	"math"
 	"math/bits"
 	"sort"
 	"sync"
@@ -218,6 +219,13 @@ type Stats struct {
 	P50Ms    int    `json:"p50_ms"`
 	P95Ms    int    `json:"p95_ms"`
 	P99Ms    int    `json:"p99_ms"`
+	// Seconds is how many of the window's one-second buckets hold data.
+	Seconds int `json:"seconds"`
+	// RatePerSec is requests per second over the seconds that hold data,
+	// leaving out the current one (still filling) and the oldest (perhaps
+	// begun mid-second): the series' rate even when it is younger than
+	// the window. 0 until three seconds hold data.
+	RatePerSec float64 `json:"rate_per_sec"`
 }
 
 // ErrorRate is the share of requests that ended in 5xx.
@@ -256,14 +264,23 @@ func (s *Store) Snapshot(last time.Duration) []Stats {
 func (sr *Series) stats(now, secs int64, hist *[latencyBins]uint64) Stats {
 	st := Stats{Backend: sr.Backend, Server: sr.Server}
 	*hist = [latencyBins]uint64{}
-	var timed uint64
+	var timed, current, oldest uint64
+	oldestSec := int64(math.MaxInt64)
 	for i := range sr.buckets {
 		b := &sr.buckets[i]
 		sec := b.sec.Load()
 		if sec <= now-secs || sec > now {
 			continue
 		}
-		st.Requests += uint64(b.requests.Load())
+		st.Seconds++
+		n := uint64(b.requests.Load())
+		st.Requests += n
+		if sec == now {
+			current = n
+		}
+		if sec < oldestSec {
+			oldestSec, oldest = sec, n
+		}
 		st.Err5xx += uint64(b.err5xx.Load())
 		st.Err4xx += uint64(b.err4xx.Load())
 		for j := range b.latency {
@@ -271,6 +288,9 @@ func (sr *Series) stats(now, secs int64, hist *[latencyBins]uint64) Stats {
 			hist[j] += c
 			timed += c
 		}
+	}
+	if st.Seconds >= 3 {
+		st.RatePerSec = float64(st.Requests-current-oldest) / float64(st.Seconds-2)
 	}
 	st.P50Ms = quantile(hist, timed, 0.50)
 	st.P95Ms = quantile(hist, timed, 0.95)

@@ -66,6 +66,20 @@ func TestSnapshotCountsAndQuantiles(t *testing.T) {
 	if r := got.ErrorRate(); r != 0.05 {
 		t.Errorf("error rate %v", r)
 	}
+	if got.Seconds != 1 || got.RatePerSec != 0 {
+		t.Errorf("seconds %d, rate %v: one second still filling has no rate yet", got.Seconds, got.RatePerSec)
+	}
+	for i := 0; i < 2; i++ {
+		clk.t = clk.t.Add(time.Second)
+		for j := 0; j < 40; j++ {
+			s.Record(ev("be", "a", 200, 1))
+		}
+	}
+	// Seconds: 100 (oldest), 40 (complete), 40 (current): the rate rests
+	// on the complete one alone.
+	if got := s.Snapshot(0)[0]; got.Seconds != 3 || got.RatePerSec != 40 {
+		t.Errorf("seconds %d, rate %v", got.Seconds, got.RatePerSec)
+	}
 }
 
 func TestWindowSlides(t *testing.T) {
