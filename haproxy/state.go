@@ -98,7 +98,11 @@ func ParseServersState(reply string) ([]ServerState, error) {
 		return nil, fmt.Errorf("no header line: %q", truncate(lines[1]))
 	}
 	cols := map[string]int{}
-	for i, name := range strings.Fields(lines[1][2:]) {
+	header := strings.Fields(lines[1][2:])
+	for i, name := range header {
+		if _, dup := cols[name]; dup {
+			return nil, fmt.Errorf("header names %s twice", truncate(name))
+		}
 		cols[name] = i
 	}
 	need := []string{"be_name", "srv_name", "srv_addr", "srv_op_state", "srv_admin_state", "srv_uweight", "srv_iweight", "srv_port"}
@@ -113,8 +117,8 @@ func ParseServersState(reply string) ([]ServerState, error) {
 			continue
 		}
 		f := strings.Fields(line)
-		if len(f) != len(cols) {
-			return nil, fmt.Errorf("line %d: %d fields, header has %d", i+3, len(f), len(cols))
+		if len(f) != len(header) {
+			return nil, fmt.Errorf("line %d: %d fields, header has %d", i+3, len(f), len(header))
 		}
 		get := func(n string) string { return f[cols[n]] }
 		num := func(n string) (int, error) {
