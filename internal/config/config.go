@@ -36,6 +36,7 @@ type Config struct {
 	OnExit         string
 	Readmit        string
 	Recovery       recovery.Config
+	MaxUtilization float64
 }
 
 // LLM holds the settings of --policy llm and --shadow.
@@ -109,6 +110,8 @@ func Register(fs *flag.FlagSet) *Config {
 	fs.StringVar(&r.Host, "probe-host", r.Host, "Host header of the probe requests (default: the server's address)")
 	fs.Float64Var(&r.Rate, "probe-rate", r.Rate, "probe requests per second during a burst")
 	fs.DurationVar(&r.Cooldown, "probe-cooldown", r.Cooldown, "first wait after a drain; doubled per failed burst or new drain, capped at 10m")
+	fs.Float64Var(&r.P99Guard, "p99-guard", r.P99Guard, "a drain that leaves the backend's p99 above this many times its level before, two steps running, is undone to a reduced weight (0: off)")
+	fs.Float64Var(&c.MaxUtilization, "max-utilization", 0.85, "capacity-aware draining: where servers have maxconn, a drain may not push the others past this share of their throughput (0: off)")
 	fs.Float64Var(&c.Rules.Alpha, "rules-alpha", c.Rules.Alpha, "rules: false-drain probability per backend per step")
 	fs.Uint64Var(&c.Rules.MinRequests, "rules-min-requests", c.Rules.MinRequests, "rules: fewest requests in the window before a server is judged")
 	fs.Uint64Var(&c.Rules.MinErrors, "rules-min-errors", c.Rules.MinErrors, "rules: fewest 5xx before a server may be drained")
@@ -227,6 +230,9 @@ func (c *Config) Validate() error {
 	case "probe", "canary", "off":
 	default:
 		errs = append(errs, fmt.Errorf("readmit %q: want probe|canary|off", c.Readmit))
+	}
+	if c.MaxUtilization < 0 || c.MaxUtilization > 1 || c.Recovery.P99Guard < 0 {
+		errs = append(errs, fmt.Errorf("max-utilization must be in [0, 1] and p99-guard not negative"))
 	}
 	if c.Recovery.Rate <= 0 || c.Recovery.Cooldown <= 0 {
 		errs = append(errs, fmt.Errorf("probe-rate and probe-cooldown must be positive"))

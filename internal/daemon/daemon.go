@@ -77,6 +77,7 @@ func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
 	d.SPOE = &spoe.Server{Sink: d.Store, Log: log.With().Str("component", "spoe").Logger()}
 	guard := agent.DefaultGuardrails()
 	guard.MinServing = c.MinServing
+	guard.MaxUtilization = c.MaxUtilization
 	if pol.Name() == "llm" {
 		// Fleet-size adaptation: a backend of N servers may lose up to
 		// N/10 servers per step (at least one), floor permitting.
