@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -150,5 +152,47 @@ func TestCapacityTightFleet(t *testing.T) {
 	}
 	if st := finalState(rules, "srv3"); st.Drain() || st.Weight >= 8 {
 		t.Errorf("srv3 final %+v: want a reduced weight, not a drain", st)
+	}
+}
+
+// SIGTERM with --on-exit restore: the agent readies every server it
+// drained before it exits; the operator's maint stays.
+func TestGracefulShutdownRestores(t *testing.T) {
+	t.Parallel()
+	out := run(t, scenario.Scenario{Servers: paperFleet(0.05, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 16 * time.Second,
+		Policy: "rules", AgentBinary: agentBinary, AgentArgs: []string{"--on-exit", "restore"},
+		KillAgentAt: 12 * time.Second, KillSignal: syscall.SIGTERM,
+		Prepare: func(ctx context.Context, rt *haproxy.Client) error {
+			return rt.SetServerState(ctx, fleet.BackendName, "srv1", haproxy.StateMaint)
+		}})
+	for _, s := range []string{"srv3", "srv6"} {
+		tl := out.Timeline[s]
+		if len(tl) != 2 || !tl[0].Drained || tl[0].At > 12*time.Second || tl[1].Drained || tl[1].At < 12*time.Second {
+			t.Errorf("%s: want drained, then readied at the shutdown: %v", s, tl)
+		}
+		if st := finalState(out, s); st.AdminState != 0 {
+			t.Errorf("%s final %+v", s, st)
+		}
+	}
+	if st := finalState(out, "srv1"); st.AdminState != haproxy.AdminForcedMaint {
+		t.Errorf("operator's srv1 final %+v", st)
+	}
+}
+
+// A persistent fault over ten minutes: the server is probed again and
+// again (30 s cooldown, doubling) and never re-admitted. Ten minutes is
+// too long for `make test`: run with HAPILOT_LONG=1.
+func TestPersistentFaultTenMinutes(t *testing.T) {
+	if os.Getenv("HAPILOT_LONG") == "" {
+		t.Skip("ten minutes: set HAPILOT_LONG=1")
+	}
+	t.Parallel()
+	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0, 0, 0), Rate: 300, Duration: 10 * time.Minute, Policy: "rules"})
+	t.Logf("srv3 timeline %v", out.Timeline["srv3"])
+	if out.Flips["srv3"] != 1 || !finalState(out, "srv3").Drain() {
+		t.Errorf("srv3: %d flips, final %+v", out.Flips["srv3"], finalState(out, "srv3"))
+	}
+	if len(out.DrainedAt) != 1 {
+		t.Errorf("drained %v", out.DrainedAt)
 	}
 }

@@ -49,6 +49,8 @@ type Scenario struct {
 	// the same state file).
 	KillAgentAt    time.Duration
 	RestartAgentAt time.Duration
+	// KillSignal is what KillAgentAt sends; default SIGKILL.
+	KillSignal syscall.Signal
 	// NoSPOE leaves the SPOE stanza out of HAProxy's config.
 	NoSPOE bool
 	// Prepare runs once HAProxy is up, before the load (e.g. an operator's
@@ -220,7 +222,11 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 			case <-watchCtx.Done():
 			case <-time.After(s.KillAgentAt):
 				procMu.Lock()
-				_ = proc.Process.Kill()
+				sig := s.KillSignal
+				if sig == 0 {
+					sig = syscall.SIGKILL
+				}
+				_ = proc.Process.Signal(sig)
 				<-agentDone // reap it
 				agentDone <- nil
 				procMu.Unlock()
