@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -340,5 +341,22 @@ func BenchmarkServerNotify(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		s.notify(p)
+	}
+}
+
+// A flood of unknown backend/server names keeps memory bounded: the store
+// holds at most its max-servers series, and the rest are counted as dropped.
+func TestNameFloodIsBounded(t *testing.T) {
+	store := window.New(time.Minute, 100, nil)
+	srv := &Server{Sink: store, Log: zerolog.Nop()}
+	in := bytes.NewBuffer(helloFrame(t, false))
+	for i := 0; i < 10000; i++ {
+		in.Write(notifyFrame(uint64(i+1), 1, response(t, "be", fmt.Sprintf("flood-%d", i), int32(200), "1")))
+	}
+	if err := srv.ServeConn(bufio.NewReader(in), bufio.NewWriter(io.Discard)); err != io.EOF {
+		t.Fatal(err)
+	}
+	if store.Len() != 100 || store.Dropped() != 9900 || srv.Counters.Events.Load() != 10000 {
+		t.Fatalf("series %d, dropped %d, events %d", store.Len(), store.Dropped(), srv.Counters.Events.Load())
 	}
 }
