@@ -135,6 +135,8 @@ type Decision struct {
 	Cycle uint64    `json:"cycle"`
 	Verdict
 	Error string `json:"error,omitempty"`
+
+	repeat bool // the same refusal as the step before: counted, not listed again
 }
 
 // Loop is the decision goroutine. Set the exported fields, then call Run,
@@ -166,6 +168,9 @@ type Loop struct {
 	last    Observation
 	recent  []Decision
 	metrics counters
+	// lastRefusals: what was refused last step and why, so that a policy
+	// repeating a refused proposal is logged once at warn, then at debug.
+	lastRefusals map[string]string
 }
 
 type counters struct {
@@ -255,10 +260,18 @@ func (l *Loop) Step(ctx context.Context) Record {
 	}
 	rec.Verdicts = l.Guard.Vet(&obs, plan)
 	decisions := make([]Decision, 0, len(rec.Verdicts))
+	refusals := map[string]string{}
 	for _, v := range rec.Verdicts {
 		d := Decision{Time: began, Cycle: rec.Cycle, Verdict: v}
 		if !v.Accepted {
-			l.Log.Warn().Str("action", string(v.Proposed.Kind)).Str("server", key(v.Proposed.Backend, v.Proposed.Server)).
+			rk := string(v.Proposed.Kind) + " " + key(v.Proposed.Backend, v.Proposed.Server)
+			refusals[rk] = v.Reason
+			ev := l.Log.Warn()
+			if l.lastRefusals[rk] == v.Reason {
+				ev = l.Log.Debug() // the same refusal as last step
+				d.repeat = true
+			}
+			ev.Str("action", string(v.Proposed.Kind)).Str("server", key(v.Proposed.Backend, v.Proposed.Server)).
 				Str("reason", v.Reason).Msg("guardrail refused action")
 			decisions = append(decisions, d)
 			continue
@@ -284,6 +297,7 @@ func (l *Loop) Step(ctx context.Context) Record {
 			Int("weight", v.Applied.Weight).Str("reason", v.Applied.Reason).Strs("errors", errs).Msg("applied action")
 		decisions = append(decisions, d)
 	}
+	l.lastRefusals = refusals
 	l.finish(&rec, began, decisions)
 	l.mu.Lock()
 	l.last = obs
@@ -318,7 +332,11 @@ func (l *Loop) finish(rec *Record, began time.Time, decisions []Decision) {
 			m.commandErrors++
 		}
 	}
-	l.recent = append(l.recent, decisions...)
+	for _, d := range decisions {
+		if !d.repeat {
+			l.recent = append(l.recent, d)
+		}
+	}
 	if n := len(l.recent); n > recentDecisions {
 		l.recent = append(l.recent[:0], l.recent[n-recentDecisions:]...)
 	}
