@@ -13,3 +13,13 @@ var SPOEConf string
 //
 //go:embed haproxy.cfg
 var HAProxyCfg string
+
+// HAProxyLuaCfg is haproxy-lua.cfg.
+//
+//go:embed haproxy-lua.cfg
+var HAProxyLuaCfg string
+
+// HAProxySyslogCfg is haproxy-syslog.cfg.
+//
+//go:embed haproxy-syslog.cfg
+var HAProxySyslogCfg string

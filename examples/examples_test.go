@@ -9,6 +9,7 @@ import (
 
 	"github.com/hapilot/hapilot/examples"
 	"github.com/hapilot/hapilot/haproxy/process"
+	hapilotlua "github.com/hapilot/hapilot/lua"
 )
 
 // TestExampleConfigIsValid runs `haproxy -c` on the example haproxy.cfg
@@ -31,6 +32,28 @@ func TestExampleConfigIsValid(t *testing.T) {
 	out, err := exec.Command(process.Binary(), "-c", "-f", path).CombinedOutput()
 	if err != nil {
 		t.Fatalf("haproxy -c: %v\n%s", err, out)
+	}
+}
+
+func TestLuaAndSyslogExamplesAreValid(t *testing.T) {
+	dir := t.TempDir()
+	for name, cfg := range map[string]string{"lua": examples.HAProxyLuaCfg, "syslog": examples.HAProxySyslogCfg} {
+		lua := filepath.Join(dir, "hapilot.lua")
+		if err := os.WriteFile(lua, []byte(hapilotlua.Companion), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg = strings.ReplaceAll(cfg, "/etc/haproxy/hapilot.lua", lua)
+		cfg = strings.ReplaceAll(cfg, "/run/haproxy/admin.sock", filepath.Join(dir, name+".sock"))
+		path := filepath.Join(dir, name+".cfg")
+		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(process.Binary(), "-c", "-f", path).CombinedOutput(); err != nil {
+			t.Fatalf("%s: haproxy -c: %v\n%s", name, err, out)
+		}
+	}
+	if got := examples.Lines(examples.HAProxySyslogCfg, "frontend www"); len(got) != 2 || !strings.HasPrefix(got[1], "log-format") {
+		t.Fatalf("syslog frontend lines %q", got)
 	}
 }
 

@@ -33,3 +33,23 @@ func Stanza(agentAddr string) (frontend []string, agentsBackend string, err erro
 	agentsBackend = strings.ReplaceAll(strings.Join(backend, "\n"), AgentAddr, agentAddr) + "\n"
 	return frontend, agentsBackend, nil
 }
+
+// Lines returns the directives of one section of cfg ("global",
+// "frontend www"): comments, bind and default_backend left out.
+func Lines(cfg, section string) []string {
+	cur := ""
+	var out []string
+	for _, line := range strings.Split(cfg, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if line != "" && line[0] != ' ' && line[0] != '#' {
+			cur = trimmed
+			continue
+		}
+		if cur != section || trimmed == "" || trimmed[0] == '#' ||
+			strings.HasPrefix(trimmed, "bind ") || strings.HasPrefix(trimmed, "default_backend ") {
+			continue
+		}
+		out = append(out, trimmed)
+	}
+	return out
+}

@@ -20,6 +20,8 @@ import (
 // Config is everything `hapilot run` takes.
 type Config struct {
 	SPOEListen     string
+	LuaListen      string
+	SyslogListen   string
 	HAProxySockets []string
 	Interval       time.Duration
 	Window         time.Duration
@@ -90,7 +92,9 @@ func (m *multi) Set(s string) error {
 // Register defines the flags on fs, with their defaults in c.
 func Register(fs *flag.FlagSet) *Config {
 	c := &Config{HAProxySockets: []string{"/run/haproxy/admin.sock"}, Rules: rules.DefaultConfig()}
-	fs.StringVar(&c.SPOEListen, "spoe-listen", "127.0.0.1:12345", "where HAProxy's SPOE engine connects (host:port or unix:/path)")
+	fs.StringVar(&c.SPOEListen, "spoe-listen", "127.0.0.1:12345", "where HAProxy's SPOE engine connects (host:port or unix:/path; \"off\" to disable)")
+	fs.StringVar(&c.LuaListen, "lua-listen", "", "where lua/hapilot.lua sends its batches (host:port); empty: off")
+	fs.StringVar(&c.SyslogListen, "syslog-listen", "", "HAProxy log lines in hapilot's log-format: udp://host:port or unixgram:///path; empty: off")
 	fs.Var(&multi{v: &c.HAProxySockets}, "haproxy-socket", "HAProxy runtime socket with level admin (unix path, unix:/path, tcp:host:port); repeat for several HAProxy processes")
 	fs.DurationVar(&c.Interval, "interval", 10*time.Second, "time between control-loop steps (at least 250ms)")
 	fs.DurationVar(&c.Window, "window", 60*time.Second, "length of the sliding windows (1 s buckets)")
@@ -218,8 +222,18 @@ func (c *Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
-	if err := checkAddr("spoe-listen", c.SPOEListen, true); err != nil {
-		errs = append(errs, err)
+	if c.SPOEListen != "off" {
+		if err := checkAddr("spoe-listen", c.SPOEListen, true); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.LuaListen != "" {
+		if err := checkAddr("lua-listen", c.LuaListen, false); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.SyslogListen != "" && !strings.HasPrefix(c.SyslogListen, "udp://") && !strings.HasPrefix(c.SyslogListen, "unixgram://") {
+		errs = append(errs, fmt.Errorf("syslog-listen %q: want udp://host:port or unixgram:///path", c.SyslogListen))
 	}
 	if c.StatusListen != "off" {
 		if err := checkAddr("status-listen", c.StatusListen, false); err != nil {

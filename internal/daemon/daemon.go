@@ -19,6 +19,7 @@ import (
 	"github.com/hapilot/hapilot/agent/rules"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/config"
+	"github.com/hapilot/hapilot/internal/ingest"
 	"github.com/hapilot/hapilot/internal/window"
 	"github.com/hapilot/hapilot/spoe"
 	"github.com/rs/zerolog"
@@ -32,8 +33,13 @@ type Daemon struct {
 	Loop   *agent.Loop
 	Status *agent.StatusServer
 
+	Lua    *ingest.LineServer   // nil unless --lua-listen
+	Syslog *ingest.SyslogServer // nil unless --syslog-listen
+
 	log      zerolog.Logger
 	spoeLn   net.Listener
+	luaLn    net.Listener
+	syslogPC net.PacketConn
 	statusLn net.Listener
 	audit    io.WriteCloser
 }
@@ -100,9 +106,25 @@ func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
 		}
 		d.audit, d.Loop.Audit = f, f
 	}
-	if d.spoeLn, err = spoe.Listen(c.SPOEListen); err != nil {
-		d.Close()
-		return nil, err
+	if c.SPOEListen != "off" {
+		if d.spoeLn, err = spoe.Listen(c.SPOEListen); err != nil {
+			d.Close()
+			return nil, err
+		}
+	}
+	if c.LuaListen != "" {
+		if d.luaLn, err = net.Listen("tcp", c.LuaListen); err != nil {
+			d.Close()
+			return nil, fmt.Errorf("lua listen: %w", err)
+		}
+		d.Lua = &ingest.LineServer{Sink: d.Store, Log: log.With().Str("component", "lua").Logger()}
+	}
+	if c.SyslogListen != "" {
+		if d.syslogPC, err = ingest.ListenSyslog(c.SyslogListen); err != nil {
+			d.Close()
+			return nil, fmt.Errorf("syslog listen: %w", err)
+		}
+		d.Syslog = &ingest.SyslogServer{Sink: d.Store, Log: log.With().Str("component", "syslog").Logger()}
 	}
 	if c.StatusListen != "off" {
 		if d.statusLn, err = net.Listen("tcp", c.StatusListen); err != nil {
@@ -122,12 +144,61 @@ func (d *Daemon) writeIngestMetrics(w io.Writer) {
 	agent.Metric(w, "hapilot_spoe_connections_total", "counter", "SPOE connections accepted.", c.Connections.Load())
 	agent.Metric(w, "hapilot_spoe_unknown_messages_total", "counter", "SPOE messages of another name, skipped.", c.Unknown.Load())
 	agent.Metric(w, "hapilot_no_server_responses_total", "counter", "Responses HAProxy produced with no server chosen.", c.NoServer.Load())
+	for _, p := range []struct {
+		name string
+		c    *ingest.Counters
+	}{{"lua", d.luaCounters()}, {"syslog", d.syslogCounters()}} {
+		if p.c == nil {
+			continue
+		}
+		agent.Metric(w, "hapilot_"+p.name+"_events_total", "counter", "Responses recorded from the "+p.name+" path.", p.c.Events.Load())
+		agent.Metric(w, "hapilot_"+p.name+"_ingest_errors_total", "counter", "Malformed "+p.name+" lines, skipped.", p.c.Errors.Load())
+		agent.Metric(w, "hapilot_"+p.name+"_batches_total", "counter", "Batches (Lua connections, syslog datagrams) received.", p.c.Batches.Load())
+	}
 	agent.Metric(w, "hapilot_window_series", "gauge", "Backend/server series held.", uint64(d.Store.Len()))
 	agent.Metric(w, "hapilot_window_dropped_events_total", "counter", "Events dropped because max-servers series were held.", d.Store.Dropped())
 }
 
+func (d *Daemon) luaCounters() *ingest.Counters {
+	if d.Lua == nil {
+		return nil
+	}
+	return &d.Lua.Counters
+}
+
+func (d *Daemon) syslogCounters() *ingest.Counters {
+	if d.Syslog == nil {
+		return nil
+	}
+	return &d.Syslog.Counters
+}
+
+// Events is how many responses every path recorded together.
+func (d *Daemon) Events() uint64 {
+	n := d.SPOE.Counters.Events.Load()
+	for _, c := range []*ingest.Counters{d.luaCounters(), d.syslogCounters()} {
+		if c != nil {
+			n += c.Events.Load()
+		}
+	}
+	return n
+}
+
 // SPOEAddr and StatusAddr are the bound addresses (useful with port 0).
-func (d *Daemon) SPOEAddr() string { return d.spoeLn.Addr().String() }
+func (d *Daemon) SPOEAddr() string {
+	if d.spoeLn == nil {
+		return ""
+	}
+	return d.spoeLn.Addr().String()
+}
+
+// LuaAddr is the Lua companion's listener, "" when off.
+func (d *Daemon) LuaAddr() string {
+	if d.luaLn == nil {
+		return ""
+	}
+	return d.luaLn.Addr().String()
+}
 func (d *Daemon) StatusAddr() string {
 	if d.statusLn == nil {
 		return ""
@@ -142,7 +213,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	defer cancel()
 	defer d.Close()
 	var wg sync.WaitGroup
-	errs := make(chan error, 3)
+	errs := make(chan error, 5)
 	run := func(name string, f func(context.Context) error) {
 		wg.Add(1)
 		go func() {
@@ -153,12 +224,20 @@ func (d *Daemon) Serve(ctx context.Context) error {
 			}
 		}()
 	}
-	run("spoe", func(ctx context.Context) error { return d.SPOE.Serve(ctx, d.spoeLn) })
+	if d.spoeLn != nil {
+		run("spoe", func(ctx context.Context) error { return d.SPOE.Serve(ctx, d.spoeLn) })
+	}
+	if d.Lua != nil {
+		run("lua", func(ctx context.Context) error { return d.Lua.Serve(ctx, d.luaLn) })
+	}
+	if d.Syslog != nil {
+		run("syslog", func(ctx context.Context) error { return d.Syslog.Serve(ctx, d.syslogPC) })
+	}
 	run("loop", d.Loop.Run)
 	if d.Status != nil {
 		run("status", func(ctx context.Context) error { return d.Status.Serve(ctx, d.statusLn) })
 	}
-	d.log.Info().Str("spoe", d.SPOEAddr()).Str("status", d.StatusAddr()).Strs("haproxy", d.Config.HAProxySockets).
+	d.log.Info().Str("spoe", d.SPOEAddr()).Str("lua", d.LuaAddr()).Str("syslog", d.Config.SyslogListen).Str("status", d.StatusAddr()).Strs("haproxy", d.Config.HAProxySockets).
 		Str("policy", d.Config.Policy).Dur("interval", d.Config.Interval).Msg("hapilot running")
 	wg.Wait()
 	if d.Config.OnExit == "restore" {
@@ -179,6 +258,12 @@ func (d *Daemon) Serve(ctx context.Context) error {
 func (d *Daemon) Close() {
 	if d.spoeLn != nil {
 		d.spoeLn.Close()
+	}
+	if d.luaLn != nil {
+		d.luaLn.Close()
+	}
+	if d.syslogPC != nil {
+		d.syslogPC.Close()
 	}
 	if d.statusLn != nil {
 		d.statusLn.Close()

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/hapilot/hapilot/examples"
+	hapilotlua "github.com/hapilot/hapilot/lua"
 )
 
 // HAProxyOptions describe one generated HAProxy.
@@ -21,6 +22,11 @@ type HAProxyOptions struct {
 	// AgentAddr is where the hapilot agent listens for SPOE; empty means
 	// no SPOE stanza at all (plain HAProxy).
 	AgentAddr string
+	// LuaAgent (host:port) adds the Lua companion's stanza from
+	// examples/haproxy-lua.cfg; SyslogAddr (host:port, UDP) the log
+	// stanza from examples/haproxy-syslog.cfg.
+	LuaAgent   string
+	SyslogAddr string
 	// Weight is every server's configured weight; 0 leaves HAProxy's 1.
 	Weight int
 	// MaxConn is every server's maxconn (HAProxy queues beyond it); 0 none.
@@ -47,7 +53,28 @@ func HAProxyConfig(o HAProxyOptions) (string, error) {
     stats socket %s mode 600 level admin
     maxconn 4096
     nbthread 1
-
+`, o.Socket())
+	var front []string
+	if o.LuaAgent != "" {
+		luaFile := filepath.Join(o.Dir, "hapilot.lua")
+		if err := os.WriteFile(luaFile, []byte(hapilotlua.Companion), 0o644); err != nil {
+			return "", err
+		}
+		for _, l := range examples.Lines(examples.HAProxyLuaCfg, "global") {
+			if strings.Contains(l, "HAPILOT") || strings.HasPrefix(l, "lua-load") {
+				l = strings.Replace(l, "127.0.0.1:12346", o.LuaAgent, 1)
+				l = strings.Replace(l, "/etc/haproxy/hapilot.lua", luaFile, 1)
+				fmt.Fprintf(&b, "    %s\n", l)
+			}
+		}
+		front = append(front, examples.Lines(examples.HAProxyLuaCfg, "frontend www")...)
+	}
+	if o.SyslogAddr != "" {
+		for _, l := range examples.Lines(examples.HAProxySyslogCfg, "frontend www") {
+			front = append(front, strings.Replace(l, "127.0.0.1:5140", o.SyslogAddr, 1))
+		}
+	}
+	fmt.Fprintf(&b, `
 defaults
     mode http
     timeout connect 2s
@@ -57,7 +84,10 @@ defaults
 
 frontend www
     bind 127.0.0.1:%d
-`, o.Socket(), o.FrontendPort)
+`, o.FrontendPort)
+	for _, l := range front {
+		fmt.Fprintf(&b, "    %s\n", l)
+	}
 	var agents string
 	if o.AgentAddr != "" {
 		spoeFile := filepath.Join(o.Dir, "hapilot-spoe.conf")

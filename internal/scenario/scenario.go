@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -53,6 +54,10 @@ type Scenario struct {
 	KillSignal syscall.Signal
 	// NoSPOE leaves the SPOE stanza out of HAProxy's config.
 	NoSPOE bool
+	// Telemetry is the path from HAProxy to the agent: "spoe" (default),
+	// "lua" (the companion, examples/haproxy-lua.cfg) or "syslog"
+	// (examples/haproxy-syslog.cfg).
+	Telemetry string
 	// Prepare runs once HAProxy is up, before the load (e.g. an operator's
 	// `set server ... state maint`).
 	Prepare func(ctx context.Context, rt *haproxy.Client) error
@@ -104,8 +109,21 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 		return nil, err
 	}
 	opts := fleet.HAProxyOptions{Dir: s.Dir, FrontendPort: ports[0], Servers: fleet.Addrs(backends), Algo: s.Algo, Weight: s.Weight, MaxConn: s.MaxConn}
-	if !s.NoSPOE {
-		opts.AgentAddr = fmt.Sprintf("127.0.0.1:%d", ports[1])
+	ingestArgs := []string{"--spoe-listen", "off"}
+	switch s.Telemetry {
+	case "", "spoe":
+		if !s.NoSPOE {
+			opts.AgentAddr = fmt.Sprintf("127.0.0.1:%d", ports[1])
+			ingestArgs = []string{"--spoe-listen", opts.AgentAddr}
+		}
+	case "lua":
+		opts.LuaAgent = fmt.Sprintf("127.0.0.1:%d", ports[1])
+		ingestArgs = append(ingestArgs, "--lua-listen", opts.LuaAgent)
+	case "syslog":
+		opts.SyslogAddr = fmt.Sprintf("127.0.0.1:%d", ports[2])
+		ingestArgs = append(ingestArgs, "--syslog-listen", "udp://"+opts.SyslogAddr)
+	default:
+		return nil, fmt.Errorf("unknown telemetry %q", s.Telemetry)
 	}
 	cfg, err := fleet.HAProxyConfig(opts)
 	if err != nil {
@@ -141,8 +159,9 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 		}
 		out.AuditLog = filepath.Join(s.Dir, "audit-"+name+".jsonl")
 		args := []string{"--policy", s.Policy, "--interval", s.Interval.String(), "--haproxy-socket", opts.Socket(),
-			"--spoe-listen", opts.AgentAddr, "--status-listen", "off", "--audit-log", out.AuditLog,
+			"--status-listen", "off", "--audit-log", out.AuditLog,
 			"--state-file", filepath.Join(s.Dir, "state-"+name+".json")}
+		args = append(args, ingestArgs...)
 		args = append(args, s.AgentArgs...)
 		if s.AgentBinary != "" {
 			if out.agentLog, err = os.Create(filepath.Join(s.Dir, "agent-"+name+".log")); err != nil {
@@ -186,8 +205,15 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 			go func() { agentDone <- d.Serve(agentCtx) }()
 			defer func() { stopAgent(); <-agentDone }()
 		}
-		if err := waitAgentUp(ctx, rt); err != nil {
-			return nil, fmt.Errorf("%w\nhaproxy log:\n%s", err, hp.Log())
+		switch {
+		case opts.AgentAddr != "":
+			if err := waitAgentUp(ctx, rt); err != nil {
+				return nil, fmt.Errorf("%w\nhaproxy log:\n%s", err, hp.Log())
+			}
+		case proc != nil:
+			if err := out.waitAgentLog(ctx, "hapilot running"); err != nil {
+				return nil, err
+			}
 		}
 	}
 
@@ -252,7 +278,7 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 		return nil, err
 	}
 	if d != nil {
-		out.Events, out.Ingest = d.SPOE.Counters.Events.Load(), d.SPOE.Counters.IngestErrors.Load()
+		out.Events, out.Ingest = d.Events(), d.SPOE.Counters.IngestErrors.Load()
 	}
 	return out, nil
 }
@@ -312,6 +338,18 @@ func waitAgentUp(ctx context.Context, rt *haproxy.Client) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// waitAgentLog waits until an agent process has logged msg.
+func (o *Outcome) waitAgentLog(ctx context.Context, msg string) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(o.AgentLog(), msg) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("agent never logged %q:\n%s", msg, o.AgentLog())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
 }
 
 // AgentLog is what an agent process printed.

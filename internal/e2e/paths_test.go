@@ -1,0 +1,77 @@
+package e2e
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hapilot/hapilot/internal/scenario"
+)
+
+// The core fault test through the Lua companion and through syslog: the
+// faulty servers drained, the healthy never.
+func TestLuaAndSyslogPathsDrainFaulty(t *testing.T) {
+	t.Parallel()
+	for _, path := range []string{"lua", "syslog"} {
+		t.Run(path, func(t *testing.T) {
+			t.Parallel()
+			out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 40 * time.Second,
+				Policy: "rules", Name: path, Telemetry: path})
+			for _, s := range []string{"srv3", "srv6"} {
+				if at, ok := out.DrainedAt[s]; !ok || at > 15*time.Second {
+					t.Errorf("%s drained at %v (%v)", s, at, ok)
+				}
+			}
+			if len(out.DrainedAt) != 2 {
+				t.Errorf("drained %v", out.DrainedAt)
+			}
+			if out.Events < uint64(out.Load.Completed)*9/10 {
+				t.Errorf("agent recorded %d events for %d responses", out.Events, out.Load.Completed)
+			}
+		})
+	}
+}
+
+// With the agent (a `hapilot run` process) killed mid-load, the Lua and
+// syslog paths add no errors and no latency: every request succeeds and
+// p99 stays near a plain HAProxy's, run at the same time.
+func TestAgentKilledLuaAndSyslog(t *testing.T) {
+	t.Parallel()
+	runs := map[string]scenario.Scenario{
+		"plain":  {NoSPOE: true},
+		"lua":    {Policy: "rules", Name: "lua", Telemetry: "lua", AgentBinary: agentBinary, KillAgentAt: 10 * time.Second},
+		"syslog": {Policy: "rules", Name: "syslog", Telemetry: "syslog", AgentBinary: agentBinary, KillAgentAt: 10 * time.Second},
+	}
+	outs := map[string]*scenario.Outcome{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for name, s := range runs {
+		s.Servers, s.Rate, s.Duration = paperFleet(0, 0, 0, 0), 300, 30*time.Second
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.Run(name, func(t *testing.T) {
+				out := run(t, s)
+				mu.Lock()
+				outs[name] = out
+				mu.Unlock()
+			})
+		}()
+	}
+	wg.Wait()
+	if len(outs) != 3 {
+		t.Fatal("a run failed")
+	}
+	plain := outs["plain"].Load.Quantile(0.99)
+	for _, name := range []string{"lua", "syslog"} {
+		o := outs[name].Load
+		p99 := o.Quantile(0.99)
+		t.Logf("%s: %d requests, %d failed, %d 5xx, p99 %v (plain HAProxy %v)", name, o.Scheduled, o.Failed, o.Err5xx, p99, plain)
+		if o.Failed != 0 || o.Err5xx != 0 || o.Completed != o.Scheduled {
+			t.Errorf("%s: %d failed, %d 5xx, %d of %d completed", name, o.Failed, o.Err5xx, o.Completed, o.Scheduled)
+		}
+		if p99 > plain*3/2+2*time.Millisecond {
+			t.Errorf("%s: p99 %v against plain %v", name, p99, plain)
+		}
+	}
+}

@@ -1,0 +1,142 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hapilot/hapilot/internal/window"
+	"github.com/rs/zerolog"
+)
+
+type recorder struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (r *recorder) Record(ev window.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, fmt.Sprintf("%s/%s %d %d", ev.Backend, ev.Server, ev.Status, ev.ResponseMs))
+}
+
+func (r *recorder) list() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.events...)
+}
+
+func TestParseLogLine(t *testing.T) {
+	tests := []struct {
+		line, want string
+		err        bool
+	}{
+		{"<134>Nov 30 00:00:00 haproxy[123]: hapilot app srv1 200 12", "app/srv1 200 12", false},
+		{"<134>1 2026-11-30T00:00:00Z host haproxy 123 - - hapilot app srv2 503 -1", "app/srv2 503 -1", false},
+		{"hapilot app srv1 500 7", "app/srv1 500 7", false},
+		{"<134>Nov 30 00:00:00 haproxy[123]: 127.0.0.1:5000 GET /", "", true},
+		{"hapilot app srv1 OK 7", "", true},
+		{"hapilot app srv1 200", "", true},
+		{"hapilot app srv1 200 12 extra", "", true},
+		{"hapilot app srv1 42 12", "", true},
+	}
+	for _, tc := range tests {
+		ev, err := ParseLogLine([]byte(tc.line))
+		if (err != nil) != tc.err {
+			t.Errorf("%q: err %v", tc.line, err)
+			continue
+		}
+		if got := fmt.Sprintf("%s/%s %d %d", ev.Backend, ev.Server, ev.Status, ev.ResponseMs); !tc.err && got != tc.want {
+			t.Errorf("%q: %s, want %s", tc.line, got, tc.want)
+		}
+	}
+}
+
+func TestLineServer(t *testing.T) {
+	rec := &recorder{}
+	s := &LineServer{Sink: rec, Log: zerolog.Nop(), MaxLine: 64}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln) }()
+	send := func(payload string) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte(payload))
+		c.Close()
+	}
+	send("app srv1 200 12\napp srv2 500 3\n")
+	send("garbage\napp - 503 -1\napp srv3 200 " + string(make([]byte, 100)) + "\napp srv1 404 1\n")
+	send("app srv1 200 5") // no final newline: cut short
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Counters.Batches.Load() < 3 || s.Counters.Events.Load()+s.Counters.Errors.Load()+s.Counters.NoServer.Load() < 7 {
+		if time.Now().After(deadline) {
+			t.Fatalf("counters: batches %d events %d errors %d", s.Counters.Batches.Load(), s.Counters.Events.Load(), s.Counters.Errors.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	got := rec.list()
+	sort.Strings(got) // connections are served concurrently
+	if strings.Join(got, ",") != "app/srv1 200 12,app/srv1 404 1,app/srv2 500 3" {
+		t.Fatalf("events %v", got)
+	}
+	if s.Counters.Errors.Load() != 3 || s.Counters.NoServer.Load() != 1 {
+		t.Fatalf("errors %d (garbage, long line, cut line), no server %d", s.Counters.Errors.Load(), s.Counters.NoServer.Load())
+	}
+}
+
+func TestSyslogServer(t *testing.T) {
+	for _, addr := range []string{"udp://127.0.0.1:0", "unixgram://" + filepath.Join(t.TempDir(), "log.sock")} {
+		t.Run(addr, func(t *testing.T) {
+			rec := &recorder{}
+			s := &SyslogServer{Sink: rec, Log: zerolog.Nop()}
+			pc, err := ListenSyslog(addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- s.Serve(ctx, pc) }()
+			c, err := net.Dial(pc.LocalAddr().Network(), pc.LocalAddr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range []string{"<134>Nov 30 00:00:00 haproxy[1]: hapilot app srv1 500 9", "not ours", "<134>Nov 30 00:00:00 haproxy[1]: hapilot app <NOSRV> 503 -1"} {
+				c.Write([]byte(m))
+			}
+			c.Close()
+			deadline := time.Now().Add(5 * time.Second)
+			for s.Counters.Batches.Load() < 3 {
+				if time.Now().After(deadline) {
+					t.Fatalf("datagrams %d", s.Counters.Batches.Load())
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if got := rec.list(); len(got) != 1 || got[0] != "app/srv1 500 9" || s.Counters.Errors.Load() != 1 || s.Counters.NoServer.Load() != 1 {
+				t.Fatalf("events %v, errors %d, no server %d", got, s.Counters.Errors.Load(), s.Counters.NoServer.Load())
+			}
+		})
+	}
+	if _, err := ListenSyslog("tcp://x"); err == nil {
+		t.Fatal("accepted tcp://")
+	}
+}

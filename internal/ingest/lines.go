@@ -1,0 +1,160 @@
+// Package ingest holds the telemetry paths beside SPOE: batches from the
+// HAProxy-side Lua companion (lua/hapilot.lua) and HAProxy's own log lines
+// over syslog. Both feed the same window.Event as SPOE.
+package ingest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hapilot/hapilot/internal/window"
+	"github.com/rs/zerolog"
+)
+
+// Counters are one path's figures.
+type Counters struct {
+	Events   atomic.Uint64
+	Errors   atomic.Uint64 // malformed lines, skipped
+	NoServer atomic.Uint64 // responses with no server chosen
+	Batches  atomic.Uint64 // connections (Lua) or datagrams (syslog)
+}
+
+// ParseFields turns "backend server status tr" into an event. The names
+// point into line.
+func ParseFields(f [][]byte) (window.Event, error) {
+	if len(f) != 4 {
+		return window.Event{}, fmt.Errorf("%d fields, want 4 (backend server status tr)", len(f))
+	}
+	status, ok := atoi(f[2])
+	if !ok || status < 100 || status > 999 {
+		return window.Event{}, fmt.Errorf("status %q", f[2])
+	}
+	tr, ok := atoi(f[3])
+	if !ok {
+		return window.Event{}, fmt.Errorf("tr %q", f[3])
+	}
+	return window.Event{Backend: f[0], Server: f[1], Status: status, ResponseMs: tr}, nil
+}
+
+func atoi(b []byte) (int, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 9 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}
+
+// noServer reports HAProxy's placeholders for "no server": the Lua
+// companion skips those, the log format writes "<NOSRV>".
+func noServer(server []byte) bool {
+	return len(server) == 0 || bytes.Equal(server, []byte("<NOSRV>")) || bytes.Equal(server, []byte("-"))
+}
+
+// record parses one line into sink, counting what it was.
+func record(c *Counters, sink window.Sink, line []byte) {
+	f := bytes.Fields(line)
+	if len(f) == 0 {
+		return
+	}
+	ev, err := ParseFields(f)
+	switch {
+	case err != nil:
+		c.Errors.Add(1)
+	case noServer(ev.Server):
+		c.NoServer.Add(1)
+	default:
+		c.Events.Add(1)
+		sink.Record(ev)
+	}
+}
+
+// LineServer takes the Lua companion's batches: each connection carries
+// newline-terminated "backend server status tr" lines, then closes.
+type LineServer struct {
+	Sink     window.Sink
+	Log      zerolog.Logger
+	Counters Counters
+	// MaxLine bounds one line; longer ones are counted and skipped.
+	MaxLine int
+	// IdleTimeout ends a connection that sends nothing for this long.
+	IdleTimeout time.Duration
+}
+
+// Serve accepts batches until ctx ends.
+func (s *LineServer) Serve(ctx context.Context, ln net.Listener) error {
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			s.Log.Error().Err(err).Msg("lua ingest: accept failed")
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer conn.Close()
+			s.Counters.Batches.Add(1)
+			s.ReadBatch(ctx, conn)
+		}()
+	}
+}
+
+// ReadBatch reads lines from one connection until EOF or the idle timeout.
+func (s *LineServer) ReadBatch(ctx context.Context, conn net.Conn) {
+	max := s.MaxLine
+	if max <= 0 {
+		max = 4096
+	}
+	idle := s.IdleTimeout
+	if idle <= 0 {
+		idle = 5 * time.Second
+	}
+	stop := context.AfterFunc(ctx, func() { conn.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	r := bufio.NewReaderSize(conn, max)
+	for {
+		conn.SetReadDeadline(time.Now().Add(idle))
+		line, err := r.ReadSlice('\n')
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			s.Counters.Errors.Add(1)
+			for errors.Is(err, bufio.ErrBufferFull) { // skip the rest of the long line
+				_, err = r.ReadSlice('\n')
+			}
+			continue
+		case err != nil && len(line) > 0:
+			s.Counters.Errors.Add(1) // a last line without its newline: cut short
+			return
+		case err != nil:
+			return
+		}
+		record(&s.Counters, s.Sink, line)
+	}
+}
