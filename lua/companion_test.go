@@ -136,7 +136,7 @@ func TestFlushSendsOneBatch(t *testing.T) {
 	f.tick() // the task starts and sleeps
 	f.respond("app", "srv1", 200, "12")
 	f.respond("app", "srv3", 500, "9")
-	f.respond("app", "", 503, "")   // HAProxy answered itself: skipped
+	f.respond("app", "", 503, "")     // HAProxy answered itself: skipped
 	f.respond("app", "srv2", 200, "") // no %Tr: -1
 	f.tick()
 	if len(f.batches) != 1 || f.batches[0] != "app srv1 200 12\napp srv3 500 9\napp srv2 200 -1\n" {
