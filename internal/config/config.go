@@ -26,6 +26,7 @@ type Config struct {
 	Interval       time.Duration
 	Window         time.Duration
 	Policy         string
+	PolicyFile     string
 	MaxServers     int
 	MinServing     int
 	StatusListen   string
@@ -68,7 +69,7 @@ func (c *Config) LLMDeadline() time.Duration {
 }
 
 // Policies lists the policies this build knows.
-var Policies = []string{"static", "rules", "llm"}
+var Policies = []string{"static", "rules", "llm", "lua"}
 
 type multi struct {
 	v   *[]string
@@ -99,6 +100,7 @@ func Register(fs *flag.FlagSet) *Config {
 	fs.DurationVar(&c.Interval, "interval", 10*time.Second, "time between control-loop steps (at least 250ms)")
 	fs.DurationVar(&c.Window, "window", 60*time.Second, "length of the sliding windows (1 s buckets)")
 	fs.StringVar(&c.Policy, "policy", "rules", "decision policy: "+strings.Join(Policies, "|"))
+	fs.StringVar(&c.PolicyFile, "policy-file", "", "lua: the script defining decide(obs) (see examples/policies)")
 	fs.IntVar(&c.MaxServers, "max-servers", 4096, "most backend/server series kept; events for more are counted and dropped")
 	fs.IntVar(&c.MinServing, "min-serving", 0, "fewest servers a backend is left serving (0: half, rounded up, at least one)")
 	fs.StringVar(&c.StatusListen, "status-listen", "127.0.0.1:9310", "address of the read-only /status and /metrics endpoints (\"off\" to disable)")
@@ -265,6 +267,9 @@ func (c *Config) Validate() error {
 	}
 	if r.MinRatio < 1 {
 		errs = append(errs, fmt.Errorf("rules-min-ratio %v below 1", r.MinRatio))
+	}
+	if c.Policy == "lua" && c.PolicyFile == "" {
+		errs = append(errs, errors.New("--policy lua needs --policy-file"))
 	}
 	if c.Policy == "llm" || c.LLM.Shadow {
 		errs = append(errs, c.LLM.validate()...)

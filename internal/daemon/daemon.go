@@ -21,6 +21,7 @@ import (
 	"github.com/hapilot/hapilot/internal/config"
 	"github.com/hapilot/hapilot/internal/ingest"
 	"github.com/hapilot/hapilot/internal/window"
+	hapilotlua "github.com/hapilot/hapilot/lua"
 	"github.com/hapilot/hapilot/spoe"
 	"github.com/rs/zerolog"
 )
@@ -56,6 +57,8 @@ func NewPolicy(c config.Config, log zerolog.Logger) (agent.Policy, error) {
 		return rules.New(c.Rules), nil
 	case "llm":
 		return newLLMPolicy(c, log)
+	case "lua":
+		return hapilotlua.NewPolicy(c.PolicyFile, c.Interval/2, log.With().Str("component", "lua-policy").Logger())
 	}
 	return nil, fmt.Errorf("unknown policy %q", c.Policy)
 }

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -73,5 +74,25 @@ func TestAgentKilledLuaAndSyslog(t *testing.T) {
 		if p99 > plain*3/2+2*time.Millisecond {
 			t.Errorf("%s: p99 %v against plain %v", name, p99, plain)
 		}
+	}
+}
+
+// A user's Lua policy (examples/policies/ratio.lua) in charge, end to end:
+// the guardrails apply as to any policy, and the faulty servers go.
+func TestLuaPolicyEndToEnd(t *testing.T) {
+	t.Parallel()
+	script, err := filepath.Abs("../../examples/policies/ratio.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 40 * time.Second,
+		Policy: "lua", AgentArgs: []string{"--policy-file", script}})
+	for _, s := range []string{"srv3", "srv6"} {
+		if _, ok := out.DrainedAt[s]; !ok {
+			t.Errorf("%s not drained: %v", s, out.DrainedAt)
+		}
+	}
+	if len(out.DrainedAt) != 2 {
+		t.Errorf("drained %v", out.DrainedAt)
 	}
 }
