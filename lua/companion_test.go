@@ -1,6 +1,7 @@
 package lua
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -93,23 +94,23 @@ func (f *fakeCore) socket(L *glua.LState) *glua.LTable {
 	return s
 }
 
-// respond runs the http-res action for one response.
+// respond runs the http-res action for one response, with the line
+// HAProxy's set-var-fmt(txn.hapilot) "%b %s %ST %Tr" would have built.
 func (f *fakeCore) respond(backend, server string, status int, tr string) {
 	L := f.L
-	txn := L.NewTable()
-	fetches := L.NewTable()
-	str := func(v string) *glua.LFunction {
-		return L.NewFunction(func(L *glua.LState) int { L.Push(glua.LString(v)); return 1 })
+	if server == "" {
+		server = "<NOSRV>"
 	}
-	L.SetField(fetches, "be_name", str(backend))
-	L.SetField(fetches, "srv_name", str(server))
-	L.SetField(fetches, "status", L.NewFunction(func(L *glua.LState) int { L.Push(glua.LNumber(status)); return 1 }))
-	L.SetField(txn, "f", fetches)
+	if tr == "" {
+		tr = "-1"
+	}
+	line := fmt.Sprintf("%s %s %d %s", backend, server, status, tr)
+	txn := L.NewTable()
 	L.SetField(txn, "get_var", L.NewFunction(func(L *glua.LState) int {
-		if L.CheckString(2) != "txn.hapilot_tr" || tr == "" {
+		if L.CheckString(2) != "txn.hapilot" {
 			L.Push(glua.LNil)
 		} else {
-			L.Push(glua.LString(tr))
+			L.Push(glua.LString(line))
 		}
 		return 1
 	}))
@@ -136,14 +137,14 @@ func TestFlushSendsOneBatch(t *testing.T) {
 	f.tick() // the task starts and sleeps
 	f.respond("app", "srv1", 200, "12")
 	f.respond("app", "srv3", 500, "9")
-	f.respond("app", "", 503, "")     // HAProxy answered itself: skipped
+	f.respond("app", "", 503, "")     // HAProxy answered itself: sent; the agent counts it apart
 	f.respond("app", "srv2", 200, "") // no %Tr: -1
 	f.tick()
-	if len(f.batches) != 1 || f.batches[0] != "app srv1 200 12\napp srv3 500 9\napp srv2 200 -1\n" {
+	if len(f.batches) != 1 || f.batches[0] != "app srv1 200 12\napp srv3 500 9\napp <NOSRV> 503 -1\napp srv2 200 -1\n" {
 		t.Fatalf("batches %q", f.batches)
 	}
 	f.tick() // nothing buffered: no connection
-	if f.connects != 1 || f.stat("sent") != 3 {
+	if f.connects != 1 || f.stat("sent") != 4 {
 		t.Fatalf("connects %d, sent %d", f.connects, f.stat("sent"))
 	}
 	if f.sleeps[0] != 100 || f.sleeps[len(f.sleeps)-1] != 100 {

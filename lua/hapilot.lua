@@ -1,8 +1,10 @@
 -- hapilot.lua: the HAProxy-side Lua companion of the hapilot agent.
 --
--- An http-res action records each response's backend, server, status and
--- server response time (%Tr, kept in txn.hapilot_tr by a set-var-fmt rule)
--- into a bounded in-memory buffer and returns at once. A task flushes the
+-- An http-res action records each response's "backend server status %Tr"
+-- line into a bounded in-memory buffer and returns at once. HAProxy builds
+-- the line itself, natively, with
+--   http-response set-var-fmt(txn.hapilot) "%b %s %ST %Tr"
+-- so the action costs one variable read and one table store. A task flushes the
 -- buffer to the agent every flush interval over core.tcp(), one connection
 -- per batch, one "backend server status tr" line per response. A response
 -- never waits for the agent: when the agent is unreachable the batch is
@@ -42,12 +44,10 @@ local function record(txn)
     hapilot_stats.dropped_full = hapilot_stats.dropped_full + 1
     return
   end
-  local srv = txn.f:srv_name()
-  if srv == nil or srv == "" then return end -- HAProxy answered itself
-  local tr = txn:get_var("txn.hapilot_tr")
-  if tr == nil then tr = "-1" end
+  local line = txn:get_var("txn.hapilot")
+  if line == nil then return end -- the set-var-fmt rule is missing
   count = count + 1
-  buf[count] = txn.f:be_name() .. " " .. srv .. " " .. tostring(txn.f:status()) .. " " .. tostring(tr)
+  buf[count] = line
   hapilot_stats.recorded = hapilot_stats.recorded + 1
 end
 

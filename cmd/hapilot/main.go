@@ -33,6 +33,7 @@ commands:
   check     validate settings (flags or --config FILE) and exit
   demo      run a demo fleet behind a real HAProxy, static then rules, and print a table
   calibrate score a model on built-in scenarios; only a passing model may act
+  bench     bench overhead: what each telemetry path costs HAProxy
   version   print the version
 
 Run 'hapilot <command> -h' for a command's flags.
@@ -59,6 +60,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdDemo(ctx, args[1:], stdout, stderr)
 	case "calibrate":
 		err = cmdCalibrate(ctx, args[1:], stdout, stderr)
+	case "bench":
+		err = cmdBench(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, versionString())
 	case "help", "-h", "--help":

@@ -144,3 +144,75 @@ func (l Load) Run(ctx context.Context) *Result {
 	sort.Slice(res.latencies, func(i, j int) bool { return res.latencies[i] < res.latencies[j] })
 	return res
 }
+
+// ClosedLoad keeps Concurrency requests in flight for Duration, each
+// client sending its next request when the last one ends: the most a
+// proxy can serve, for throughput comparisons.
+type ClosedLoad struct {
+	Addr        string
+	Concurrency int
+	Duration    time.Duration
+	Timeout     time.Duration
+}
+
+// Run drives the load; Result.Scheduled is the number of requests sent.
+func (l ClosedLoad) Run(ctx context.Context) *Result {
+	if l.Timeout == 0 {
+		l.Timeout = 5 * time.Second
+	}
+	client := &fasthttp.HostClient{Addr: l.Addr, MaxConns: l.Concurrency, ReadTimeout: l.Timeout, WriteTimeout: l.Timeout, MaxIdemponentCallAttempts: 1}
+	res := &Result{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	start := time.Now()
+	end := start.Add(l.Duration)
+	uri := "http://" + l.Addr + "/"
+	for i := 0; i < l.Concurrency; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			req.SetRequestURI(uri)
+			var lats []time.Duration
+			sent, failed, e5 := 0, 0, 0
+			for time.Now().Before(end) && ctx.Err() == nil {
+				t0 := time.Now()
+				err := client.DoTimeout(req, resp, l.Timeout)
+				sent++
+				switch {
+				case err != nil:
+					failed++
+				case resp.StatusCode() >= 500:
+					e5++
+					lats = append(lats, time.Since(t0))
+				default:
+					lats = append(lats, time.Since(t0))
+				}
+			}
+			mu.Lock()
+			res.Scheduled += sent
+			res.Completed += sent - failed
+			res.Failed += failed
+			res.Err5xx += e5
+			res.latencies = append(res.latencies, lats...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	res.Elapsed = time.Since(start)
+	sort.Slice(res.latencies, func(i, j int) bool { return res.latencies[i] < res.latencies[j] })
+	return res
+}
+
+// Merge adds other's counts and latencies to r (for interleaved rounds).
+func (r *Result) Merge(other *Result) {
+	r.Scheduled += other.Scheduled
+	r.Completed += other.Completed
+	r.Failed += other.Failed
+	r.Err5xx += other.Err5xx
+	r.Elapsed += other.Elapsed
+	r.latencies = append(r.latencies, other.latencies...)
+	sort.Slice(r.latencies, func(i, j int) bool { return r.latencies[i] < r.latencies[j] })
+}

@@ -1,0 +1,197 @@
+// Package bench holds hapilot's benchmarks against a real HAProxy.
+package bench
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/haproxy/process"
+	"github.com/hapilot/hapilot/internal/config"
+	"github.com/hapilot/hapilot/internal/daemon"
+	"github.com/hapilot/hapilot/internal/fleet"
+	"github.com/rs/zerolog"
+)
+
+// OverheadConfig shapes `hapilot bench overhead`.
+type OverheadConfig struct {
+	Concurrency int
+	Duration    time.Duration // per path, split over Rounds
+	Rounds      int
+	Backends    int
+}
+
+// PathResult is one telemetry path's figures.
+type PathResult struct {
+	Path       string
+	Throughput float64 // responses per second
+	P50, P99   time.Duration
+	Failed     int
+	Recorded   uint64 // responses the agent recorded
+	Ratio      float64
+}
+
+type variant struct {
+	name  string
+	hp    *process.Process
+	addr  string
+	agent *daemon.Daemon
+	stop  context.CancelFunc
+	done  chan error
+	res   *fleet.Result
+}
+
+// Overhead runs the same HAProxy config four ways (plain, syslog, Lua
+// companion, SPOE), each with an in-process agent where it has one, and
+// loads them in turn, interleaved round by round, so that drift in the
+// machine hits every path alike.
+func Overhead(ctx context.Context, cfg OverheadConfig, dir string) ([]PathResult, error) {
+	backends := make([]fleet.BackendConfig, cfg.Backends)
+	bs, err := fleet.StartBackends(backends)
+	if err != nil {
+		return nil, err
+	}
+	defer fleet.CloseAll(bs)
+	var vs []*variant
+	defer func() {
+		for _, v := range vs {
+			if v.stop != nil {
+				v.stop()
+				<-v.done
+			}
+			if v.hp != nil {
+				v.hp.Stop()
+			}
+		}
+	}()
+	for _, name := range []string{"plain", "syslog", "lua", "spoe"} {
+		v, err := startVariant(ctx, name, fleet.Addrs(bs), dir)
+		if v != nil {
+			vs = append(vs, v)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	per := cfg.Duration / time.Duration(cfg.Rounds)
+	for _, v := range vs { // warm up connections and Lua/SPOE state
+		fleet.ClosedLoad{Addr: v.addr, Concurrency: cfg.Concurrency, Duration: time.Second}.Run(ctx)
+	}
+	for r := 0; r < cfg.Rounds; r++ {
+		for _, v := range vs {
+			res := fleet.ClosedLoad{Addr: v.addr, Concurrency: cfg.Concurrency, Duration: per}.Run(ctx)
+			if v.res == nil {
+				v.res = res
+			} else {
+				v.res.Merge(res)
+			}
+		}
+	}
+	var out []PathResult
+	for _, v := range vs {
+		p := PathResult{Path: v.name, Throughput: v.res.Throughput(), P50: v.res.Quantile(0.5), P99: v.res.Quantile(0.99), Failed: v.res.Failed}
+		if v.agent != nil {
+			p.Recorded = v.agent.Events()
+		}
+		out = append(out, p)
+	}
+	for i := range out { // out[0] is plain
+		out[i].Ratio = out[i].Throughput / out[0].Throughput
+	}
+	return out, nil
+}
+
+func startVariant(ctx context.Context, name string, servers []string, root string) (*variant, error) {
+	dir, err := os.MkdirTemp(root, name+"-")
+	if err != nil {
+		return nil, err
+	}
+	ports, err := process.FreePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	opts := fleet.HAProxyOptions{Dir: dir, FrontendPort: ports[0], Servers: servers}
+	args := []string{"--policy", "static", "--interval", "10s", "--status-listen", "off", "--haproxy-socket", opts.Socket(), "--spoe-listen", "off"}
+	agentAddr := fmt.Sprintf("127.0.0.1:%d", ports[1])
+	switch name {
+	case "spoe":
+		opts.AgentAddr = agentAddr
+		args[len(args)-1] = agentAddr
+	case "lua":
+		opts.LuaAgent = agentAddr
+		args = append(args, "--lua-listen", agentAddr)
+	case "syslog":
+		opts.SyslogAddr = agentAddr
+		args = append(args, "--syslog-listen", "udp://"+agentAddr)
+	}
+	cfg, err := fleet.HAProxyConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	v := &variant{name: name, addr: fmt.Sprintf("127.0.0.1:%d", ports[0])}
+	if name != "plain" {
+		fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		c := config.Register(fs)
+		if err := config.Parse(fs, args); err != nil {
+			return nil, err
+		}
+		if v.agent, err = daemon.New(*c, zerolog.Nop()); err != nil {
+			return nil, err
+		}
+		actx, cancel := context.WithCancel(ctx)
+		v.stop, v.done = cancel, make(chan error, 1)
+		go func() { v.done <- v.agent.Serve(actx) }()
+	}
+	if v.hp, err = process.Start(ctx, dir, cfg, opts.Socket()); err != nil {
+		return v, err
+	}
+	if name == "spoe" {
+		rt, err := haproxy.New(opts.Socket())
+		if err != nil {
+			return v, err
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			rows, err := rt.ShowStat(ctx)
+			if err == nil && agentUp(rows) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return v, fmt.Errorf("the SPOE agent never came UP in HAProxy's check")
+			}
+		}
+	}
+	return v, nil
+}
+
+func agentUp(rows []haproxy.StatRow) bool {
+	for _, r := range rows {
+		if r["pxname"] == "hapilot-agents" && r["svname"] == "agent1" && r["status"] == "UP" {
+			return true
+		}
+	}
+	return false
+}
+
+// PrintOverhead writes the table.
+func PrintOverhead(w io.Writer, cfg OverheadConfig, res []PathResult) {
+	fmt.Fprintf(w, "telemetry overhead: %d cores, HAProxy nbthread 1, %d backends answering at once, concurrency %d, %v per path in %d interleaved rounds\n",
+		runtime.NumCPU(), cfg.Backends, cfg.Concurrency, cfg.Duration, cfg.Rounds)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "path\treq/s\tx plain\tp50 ms\tp99 ms\tfailed\trecorded by agent\t")
+	for _, r := range res {
+		rec := "-"
+		if r.Path != "plain" {
+			rec = fmt.Sprint(r.Recorded)
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.3f\t%.3f\t%d\t%s\t\n", r.Path, r.Throughput, r.Ratio,
+			float64(r.P50)/1e6, float64(r.P99)/1e6, r.Failed, rec)
+	}
+	tw.Flush()
+}
