@@ -6,6 +6,7 @@ import (
 	"flag"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/hapilot/hapilot/internal/bench"
@@ -22,8 +23,13 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&cfg.Duration, "duration", 20*time.Second, "load per telemetry path, split over the rounds")
 	fs.IntVar(&cfg.Rounds, "rounds", 4, "interleaved rounds (plain, syslog, lua, spoe, plain, ...)")
 	fs.IntVar(&cfg.Backends, "backends", 2, "backend servers, answering at once")
+	paths := fs.String("paths", "plain,syslog,lua,spoe", "telemetry paths to compare, plain first (also syslog-noagent, lua-noagent: HAProxy's side alone)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
+	}
+	cfg.Paths = strings.Split(*paths, ",")
+	if cfg.Paths[0] != "plain" {
+		return errors.New("--paths must start with plain: every ratio is to it")
 	}
 	if cfg.Concurrency < 1 || cfg.Rounds < 1 || cfg.Backends < 1 || cfg.Duration < time.Second {
 		return errors.New("concurrency, rounds and backends must be positive, duration at least 1s")

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -25,6 +26,9 @@ type OverheadConfig struct {
 	Duration    time.Duration // per path, split over Rounds
 	Rounds      int
 	Backends    int
+	// Paths to run, plain first; "syslog-noagent" and "lua-noagent" send
+	// to a port nobody reads: HAProxy's side of the cost alone.
+	Paths []string
 }
 
 // PathResult is one telemetry path's figures.
@@ -70,7 +74,7 @@ func Overhead(ctx context.Context, cfg OverheadConfig, dir string) ([]PathResult
 			}
 		}
 	}()
-	for _, name := range []string{"plain", "syslog", "lua", "spoe"} {
+	for _, name := range cfg.Paths {
 		v, err := startVariant(ctx, name, fleet.Addrs(bs), dir)
 		if v != nil {
 			vs = append(vs, v)
@@ -135,7 +139,19 @@ func startVariant(ctx context.Context, name string, servers []string, root strin
 		return nil, err
 	}
 	v := &variant{name: name, addr: fmt.Sprintf("127.0.0.1:%d", ports[0])}
-	if name != "plain" {
+	if name == "syslog-noagent" || name == "lua-noagent" {
+		// The same config as syslog/lua, and no agent on the other end.
+		base := strings.TrimSuffix(name, "-noagent")
+		if base == "lua" {
+			opts.LuaAgent = agentAddr
+		} else {
+			opts.SyslogAddr = agentAddr
+		}
+		if cfg, err = fleet.HAProxyConfig(opts); err != nil {
+			return nil, err
+		}
+	}
+	if name != "plain" && !strings.HasSuffix(name, "-noagent") {
 		fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
 		c := config.Register(fs)
@@ -187,7 +203,7 @@ func PrintOverhead(w io.Writer, cfg OverheadConfig, res []PathResult) {
 	fmt.Fprintln(tw, "path\treq/s\tx plain\tp50 ms\tp99 ms\tfailed\trecorded by agent\t")
 	for _, r := range res {
 		rec := "-"
-		if r.Path != "plain" {
+		if r.Path != "plain" && !strings.HasSuffix(r.Path, "-noagent") {
 			rec = fmt.Sprint(r.Recorded)
 		}
 		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.3f\t%.3f\t%d\t%s\t\n", r.Path, r.Throughput, r.Ratio,
