@@ -2,12 +2,15 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/fleet"
 	"github.com/hapilot/hapilot/internal/scenario"
@@ -110,32 +113,48 @@ func TestTransientFaultReadmitted(t *testing.T) {
 	}
 }
 
-// A capacity-tight fleet: 4 servers that each serve 4 requests at a time,
-// at 64% of their throughput; draining the faulty one would run the
-// others at 86%. The agent cuts its weight instead: p99 stays within 1.5x
-// of the no-policy run while most of the 5xx go.
+// A capacity-tight fleet: 4 servers that each serve 16 requests at a
+// time in about 44 ms (364 req/s), at 1100 req/s in all (76% busy). A plain
+// drain of the faulty one saturates the other three (101%): the "drain" run,
+// capacity-awareness off, is logged as the counterfactual. The agent, told
+// that pools of 16 may run at 95% (--max-utilization 0.95), cuts the faulty
+// server's weight instead: p99 stays within 1.5x of the no-policy run while
+// most of the 5xx go.
 func TestCapacityTightFleet(t *testing.T) {
 	t.Parallel()
 	servers := paperFleet(0, 0, 0.05, 0)
 	for i := range servers {
-		servers[i].Capacity = 4
+		servers[i].Capacity, servers[i].Latency, servers[i].Jitter = 16, 40*time.Millisecond, 8*time.Millisecond
 	}
 	outs := map[string]*scenario.Outcome{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, pol := range []string{"static", "rules"} {
+	// "drain" is the counterfactual: the rules with capacity-awareness
+	// off, for the log.
+	runs := map[string]scenario.Scenario{
+		"static": {Policy: "static"},
+		"rules":  {Policy: "rules", AgentArgs: []string{"--max-utilization", "0.95"}},
+		"drain":  {Policy: "rules", Name: "drain", AgentArgs: []string{"--max-utilization", "0"}},
+	}
+	for name, s := range runs {
+		s.Servers, s.Weight, s.MaxConn, s.Rate, s.Duration = servers, 8, 16, 1100, 60*time.Second
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			t.Run(pol, func(t *testing.T) {
-				out := run(t, scenario.Scenario{Servers: servers, Weight: 8, MaxConn: 4, Rate: 936, Duration: 40 * time.Second, Policy: pol})
+			t.Run(name, func(t *testing.T) {
+				out := run(t, s)
+				logCommands(t, out.AuditLog)
 				mu.Lock()
-				outs[pol] = out
+				outs[name] = out
 				mu.Unlock()
 			})
 		}()
 	}
 	wg.Wait()
+	if d := outs["drain"]; d != nil && outs["static"] != nil {
+		t.Logf("counterfactual, a plain drain: p99 %v (%.2fx static), 5xx %d", d.Load.Quantile(0.99),
+			float64(d.Load.Quantile(0.99))/float64(outs["static"].Load.Quantile(0.99)), d.Load.Err5xx)
+	}
 	static, rules := outs["static"], outs["rules"]
 	if static == nil || rules == nil {
 		t.Fatal("a run failed")
@@ -194,5 +213,21 @@ func TestPersistentFaultTenMinutes(t *testing.T) {
 	}
 	if len(out.DrainedAt) != 1 {
 		t.Errorf("drained %v", out.DrainedAt)
+	}
+}
+
+// logCommands logs every command an agent sent, with its step's time.
+func logCommands(t *testing.T, auditLog string) {
+	b, err := os.ReadFile(auditLog)
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var rec agent.Record
+		if json.Unmarshal([]byte(line), &rec) == nil && len(rec.Commands) > 0 {
+			for _, c := range rec.Commands {
+				t.Logf("step %d %s: %s %s", rec.Cycle, rec.Time.Format("15:04:05.0"), c.Command, c.Error)
+			}
+		}
 	}
 }
