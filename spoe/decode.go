@@ -3,6 +3,7 @@ package spoe
 import (
 	"errors"
 	"fmt"
+	"github.com/hapilot/hapilot/internal/bytesconv"
 
 	"github.com/hapilot/hapilot/internal/window"
 	"github.com/negasus/haproxy-spoe-go/typeddata"
@@ -111,30 +112,9 @@ func (v value) integer() (int, bool) {
 		}
 		return int(v.num), true
 	case typeddata.TypeString:
-		return atoi(v.data)
+		return bytesconv.Atoi(v.data)
 	}
 	return 0, false
-}
-
-func atoi(b []byte) (int, bool) {
-	neg := false
-	if len(b) > 0 && b[0] == '-' {
-		neg, b = true, b[1:]
-	}
-	if len(b) == 0 || len(b) > 9 {
-		return 0, false
-	}
-	n := 0
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int(c-'0')
-	}
-	if neg {
-		n = -n
-	}
-	return n, true
 }
 
 func (v value) name() ([]byte, bool) {

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hapilot/hapilot/internal/bytesconv"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -32,36 +33,15 @@ func ParseFields(f [][]byte) (window.Event, error) {
 	if len(f) != 4 {
 		return window.Event{}, fmt.Errorf("%d fields, want 4 (backend server status tr)", len(f))
 	}
-	status, ok := atoi(f[2])
+	status, ok := bytesconv.Atoi(f[2])
 	if !ok || status < 100 || status > 999 {
 		return window.Event{}, fmt.Errorf("status %q", f[2])
 	}
-	tr, ok := atoi(f[3])
+	tr, ok := bytesconv.Atoi(f[3])
 	if !ok {
 		return window.Event{}, fmt.Errorf("tr %q", f[3])
 	}
 	return window.Event{Backend: f[0], Server: f[1], Status: status, ResponseMs: tr}, nil
-}
-
-func atoi(b []byte) (int, bool) {
-	neg := len(b) > 0 && b[0] == '-'
-	if neg {
-		b = b[1:]
-	}
-	if len(b) == 0 || len(b) > 9 {
-		return 0, false
-	}
-	n := 0
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int(c-'0')
-	}
-	if neg {
-		n = -n
-	}
-	return n, true
 }
 
 // noServer reports HAProxy's placeholders for "no server": the Lua
