@@ -3,8 +3,8 @@ package spoe
 import (
 	"errors"
 	"fmt"
-	"github.com/hapilot/hapilot/internal/bytesconv"
 
+	"github.com/hapilot/hapilot/internal/bytesconv"
 	"github.com/hapilot/hapilot/internal/window"
 	"github.com/negasus/haproxy-spoe-go/typeddata"
 	"github.com/negasus/haproxy-spoe-go/varint"

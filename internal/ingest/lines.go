@@ -9,12 +9,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/hapilot/hapilot/internal/bytesconv"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/hapilot/hapilot/internal/bytesconv"
 	"github.com/hapilot/hapilot/internal/window"
 	"github.com/rs/zerolog"
 )
