@@ -9,29 +9,16 @@ import (
 const AgentAddr = "127.0.0.1:12345"
 
 // Stanza returns the drop-in parts of haproxy.cfg: the hapilot lines of
-// the frontend (comments, bind and default_backend left out) and the
-// hapilot-agents backend with its server pointed at agentAddr.
+// the frontend (bind and default_backend left out) and the hapilot-agents
+// backend with its server pointed at agentAddr.
 func Stanza(agentAddr string) (frontend []string, agentsBackend string, err error) {
-	section := ""
-	var backend []string
-	for _, line := range strings.Split(HAProxyCfg, "\n") {
-		trimmed := strings.TrimSpace(line)
-		if line != "" && line[0] != ' ' && line[0] != '#' {
-			section = trimmed
-		}
-		switch {
-		case section == "frontend www" && line != trimmed && trimmed != "" && trimmed[0] != '#' &&
-			!strings.HasPrefix(trimmed, "bind ") && !strings.HasPrefix(trimmed, "default_backend "):
-			frontend = append(frontend, trimmed)
-		case section == "backend hapilot-agents" && trimmed != "" && trimmed[0] != '#':
-			backend = append(backend, line)
-		}
-	}
+	frontend = Lines(HAProxyCfg, "frontend www")
+	backend := Lines(HAProxyCfg, "backend hapilot-agents")
 	if len(frontend) == 0 || len(backend) == 0 {
 		return nil, "", fmt.Errorf("examples: haproxy.cfg lacks the hapilot stanza")
 	}
-	agentsBackend = strings.ReplaceAll(strings.Join(backend, "\n"), AgentAddr, agentAddr) + "\n"
-	return frontend, agentsBackend, nil
+	agentsBackend = "backend hapilot-agents\n    " + strings.Join(backend, "\n    ") + "\n"
+	return frontend, strings.ReplaceAll(agentsBackend, AgentAddr, agentAddr), nil
 }
 
 // Lines returns the directives of one section of cfg ("global",

@@ -35,7 +35,6 @@ const MaxFrameSize = 16384
 // SPOP status codes (SPOE.txt, section 3.2.7).
 const (
 	statusNormal       = 0
-	statusIO           = 1
 	statusInvalidFrame = 3
 	statusBadVersion   = 8
 )

@@ -17,6 +17,7 @@ import (
 	"github.com/hapilot/hapilot/internal/config"
 	"github.com/hapilot/hapilot/internal/daemon"
 	"github.com/hapilot/hapilot/internal/fleet"
+	"github.com/hapilot/hapilot/internal/scenario"
 	"github.com/rs/zerolog"
 )
 
@@ -173,26 +174,11 @@ func startVariant(ctx context.Context, name string, servers []string, root strin
 		if err != nil {
 			return v, err
 		}
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			rows, err := rt.ShowStat(ctx)
-			if err == nil && agentUp(rows) {
-				break
-			}
-			if time.Now().After(deadline) {
-				return v, fmt.Errorf("the SPOE agent never came UP in HAProxy's check")
-			}
+		if err := scenario.WaitAgentUp(ctx, rt); err != nil {
+			return v, err
 		}
 	}
 	return v, nil
-}
-
-func agentUp(rows []haproxy.StatRow) bool {
-	for _, r := range rows {
-		if r["pxname"] == "hapilot-agents" && r["svname"] == "agent1" && r["status"] == "UP" {
-			return true
-		}
-	}
-	return false
 }
 
 // PrintOverhead writes the table.

@@ -83,6 +83,9 @@ func run(t *testing.T, s scenario.Scenario) *scenario.Outcome {
 	if name == "" {
 		name = s.Policy
 	}
+	if name == "" {
+		name = "plain"
+	}
 	t.Logf("%s: %d requests, %d 5xx, %d failed, p50 %v p99 %v, drained at %v, flips %v",
 		name, out.Load.Scheduled, out.Load.Err5xx, out.Load.Failed, out.Load.Quantile(.5), out.Load.Quantile(.99), out.DrainedAt, out.Flips)
 	return out

@@ -207,7 +207,7 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 		}
 		switch {
 		case opts.AgentAddr != "":
-			if err := waitAgentUp(ctx, rt); err != nil {
+			if err := WaitAgentUp(ctx, rt); err != nil {
 				return nil, fmt.Errorf("%w\nhaproxy log:\n%s", err, hp.Log())
 			}
 		case proc != nil:
@@ -320,9 +320,9 @@ func (o *Outcome) watch(ctx context.Context, rt *haproxy.Client, start time.Time
 	}
 }
 
-// waitAgentUp waits until HAProxy's check sees the agent, so that the
-// measured load is observed from its first request.
-func waitAgentUp(ctx context.Context, rt *haproxy.Client) error {
+// WaitAgentUp waits until HAProxy's check of the hapilot-agents backend
+// passes.
+func WaitAgentUp(ctx context.Context, rt *haproxy.Client) error {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		rows, err := rt.ShowStat(ctx)
