@@ -158,6 +158,10 @@ type Loop struct {
 	// StateFile keeps the agent's changes across its own restarts
 	// (replaced atomically on every change); "" keeps them in memory.
 	StateFile string
+	// NoStepBudget lets a step run as long as its policy takes, as the
+	// study's loop did: the cadence slips instead of the call being cut
+	// short. Only `hapilot bench` sets it, to show what deadlines buy.
+	NoStepBudget bool
 
 	mu      sync.Mutex // guards what follows, read by Status and Metrics
 	cycle   uint64
@@ -196,6 +200,9 @@ func (l *Loop) Run(ctx context.Context) error {
 		// A step ends before the next slot, however stuck a socket or a
 		// policy is: 90% of the interval is its whole budget.
 		sctx, cancel := context.WithDeadline(ctx, slot.Add(l.Interval*9/10))
+		if l.NoStepBudget {
+			sctx, cancel = context.WithCancel(ctx)
+		}
 		l.Step(sctx)
 		cancel()
 		if ctx.Err() != nil {

@@ -28,8 +28,12 @@ type Config struct {
 	// candidate or a proposal awaits confirmation; "always" every step.
 	Gate string
 	// ThinkRetry is how many steps thinking stays off after it overran
-	// (only when the operator asked for thinking).
+	// (only when the operator asked for thinking); 0 leaves thinking on
+	// whatever it costs.
 	ThinkRetry int
+	// NoEvidence lets the model drain servers the windows do not flag.
+	// Only `hapilot bench` sets it, to show what the check buys.
+	NoEvidence bool
 }
 
 // DefaultConfig: deadline is set from the interval by the caller.
@@ -137,8 +141,8 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 	p.counters.totalMs += call.TotalMs
 	p.counters.loadMs += call.LoadMs
 	overran := dctx.Err() != nil
-	if think != "off" && (overran || call.CompletionTokens > p.Model.Config.TokenBudget) {
-		p.thinkOff = max(p.Config.ThinkRetry, 1)
+	if think != "off" && p.Config.ThinkRetry > 0 && (overran || call.CompletionTokens > p.Model.Config.TokenBudget) {
+		p.thinkOff = p.Config.ThinkRetry
 		p.report.ThinkNote = fmt.Sprintf("thinking (%s) overran the deadline or spent %d tokens (budget %d): off for %d steps",
 			think, call.CompletionTokens, p.Model.Config.TokenBudget, p.thinkOff)
 		p.Log.Warn().Str("think", think).Int("tokens", call.CompletionTokens).Bool("overran", overran).Msg("switching thinking off")
@@ -167,7 +171,7 @@ func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[str
 				cut = true
 			}
 		}
-		if _, flagged := cands[a.Backend+"/"+a.Server]; cut && !flagged {
+		if _, flagged := cands[a.Backend+"/"+a.Server]; cut && !flagged && !p.Config.NoEvidence {
 			p.report.Unsupported = append(p.report.Unsupported, actionKey(a))
 			continue
 		}

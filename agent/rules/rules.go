@@ -35,11 +35,17 @@ type Config struct {
 	// MinRatio is how many times its peers' error rate a server's must
 	// reach, however significant.
 	MinRatio float64
+	// LatencyRatio: a server whose median answer time is at least this
+	// many times the median of its serving peers' medians, and at least
+	// LatencyMinMs above it, is drained too (0: errors only). Medians,
+	// not tails, so that a few slow answers are never enough.
+	LatencyRatio float64
+	LatencyMinMs int
 }
 
 // DefaultConfig is what `hapilot run` uses unless told otherwise.
 func DefaultConfig() Config {
-	return Config{Alpha: 1e-6, MinRequests: 100, MinErrors: 5, MinRatio: 2}
+	return Config{Alpha: 1e-6, MinRequests: 100, MinErrors: 5, MinRatio: 2, LatencyRatio: 5, LatencyMinMs: 50}
 }
 
 // Policy is the rule policy.
@@ -67,15 +73,22 @@ func (p *Policy) Decide(_ context.Context, obs agent.Observation) (agent.Plan, e
 	for _, b := range obs.Backends {
 		findings := p.Test(b)
 		sort.SliceStable(findings, func(i, j int) bool { return findings[i].P < findings[j].P })
+		planned := map[string]bool{}
 		for _, f := range findings {
 			if !f.Outlier {
 				continue
 			}
+			planned[f.Server] = true
 			plan = append(plan, agent.Action{
 				Kind: agent.Drain, Backend: b.Name, Server: f.Server,
 				Reason: fmt.Sprintf("5xx %.2f%% (%d/%d) vs peers %.2f%% (%d/%d), p=%.2g",
 					100*f.Rate, f.X, f.N, 100*f.PeerRate, f.PeerX, f.PeerN, f.P),
 			})
+		}
+		for _, s := range p.Slow(b) {
+			if !planned[s.Server] {
+				plan = append(plan, agent.Action{Kind: agent.Drain, Backend: b.Name, Server: s.Server, Reason: s.Reason})
+			}
 		}
 	}
 	return plan, nil
@@ -131,6 +144,45 @@ func (p *Policy) Test(b agent.BackendView) []Finding {
 			f.Outlier = f.P < threshold && f.Rate >= c.MinRatio*f.PeerRate
 		}
 		out = append(out, f)
+	}
+	return out
+}
+
+// SlowServer is a latency outlier.
+type SlowServer struct {
+	Server string
+	Reason string
+}
+
+// Slow finds the serving servers whose median answer time departs from
+// their peers' by LatencyRatio and LatencyMinMs, each judged on at least
+// half MinRequests answers, against at least one such peer.
+func (p *Policy) Slow(b agent.BackendView) []SlowServer {
+	c := p.Config
+	if c.LatencyRatio <= 0 {
+		return nil
+	}
+	enough := func(s agent.ServerView) bool { return s.Serving() && s.Window.Requests >= max(c.MinRequests/2, 1) }
+	var out []SlowServer
+	for _, s := range b.Servers {
+		if !enough(s) {
+			continue
+		}
+		var peers []int
+		for _, q := range b.Servers {
+			if q.Server != s.Server && enough(q) {
+				peers = append(peers, q.Window.P50Ms)
+			}
+		}
+		if len(peers) == 0 {
+			continue
+		}
+		sort.Ints(peers)
+		med := peers[len(peers)/2]
+		if float64(s.Window.P50Ms) >= c.LatencyRatio*float64(max(med, 1)) && s.Window.P50Ms-med >= c.LatencyMinMs {
+			out = append(out, SlowServer{Server: s.Server,
+				Reason: fmt.Sprintf("median answer %d ms vs peers' %d ms (%d answers)", s.Window.P50Ms, med, s.Window.Requests)})
+		}
 	}
 	return out
 }

@@ -176,3 +176,42 @@ func TestGolden(t *testing.T) {
 		})
 	}
 }
+
+func slowServer(name string, n uint64, p50 int) agent.ServerView {
+	s := server(name, n, 0)
+	s.Window.P50Ms = p50
+	return s
+}
+
+func TestLatencyOutliers(t *testing.T) {
+	tests := []struct {
+		name    string
+		servers []agent.ServerView
+		want    string
+	}{
+		{"20x slower drained", []agent.ServerView{slowServer("srv1", 300, 11), slowServer("srv2", 300, 220), slowServer("srv3", 300, 11)}, "srv2"},
+		{"all slow alike: nobody", []agent.ServerView{slowServer("srv1", 300, 220), slowServer("srv2", 300, 230), slowServer("srv3", 300, 210)}, ""},
+		{"3x slower: below the ratio", []agent.ServerView{slowServer("srv1", 300, 30), slowServer("srv2", 300, 90), slowServer("srv3", 300, 30)}, ""},
+		{"5x but only 40 ms more: below the floor", []agent.ServerView{slowServer("srv1", 300, 10), slowServer("srv2", 300, 50), slowServer("srv3", 300, 10)}, ""},
+		{"too few answers to judge", []agent.ServerView{slowServer("srv1", 300, 11), slowServer("srv2", 20, 400), slowServer("srv3", 300, 11)}, ""},
+		{"two servers: one peer is enough", []agent.ServerView{slowServer("srv1", 300, 11), slowServer("srv2", 300, 220)}, "srv2"},
+	}
+	p := New(DefaultConfig())
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := drained(t, p, agent.BackendView{Name: "app", Servers: tc.servers})
+			var names []string
+			for s := range got {
+				names = append(names, s)
+			}
+			if strings.Join(names, ",") != tc.want {
+				t.Errorf("drained %v, want %q", names, tc.want)
+			}
+		})
+	}
+	off := DefaultConfig()
+	off.LatencyRatio = 0
+	if got := drained(t, New(off), agent.BackendView{Name: "app", Servers: tests[0].servers}); len(got) != 0 {
+		t.Errorf("latency off: drained %v", got)
+	}
+}

@@ -58,6 +58,9 @@ type LLM struct {
 	Shadow          bool
 	SkipCalibration bool
 	CalibrationDir  string
+	// Unprotected switches off every fix hapilot puts around the model,
+	// for the benchmark's side-by-side runs (the study's loop).
+	Unprotected bool
 }
 
 // LLMDeadline is the model's deadline: --llm-deadline, or 80% of the interval.
@@ -95,7 +98,7 @@ func Register(fs *flag.FlagSet) *Config {
 	c := &Config{HAProxySockets: []string{"/run/haproxy/admin.sock"}, Rules: rules.DefaultConfig()}
 	fs.StringVar(&c.SPOEListen, "spoe-listen", "127.0.0.1:12345", "where HAProxy's SPOE engine connects (host:port or unix:/path; \"off\" to disable)")
 	fs.StringVar(&c.LuaListen, "lua-listen", "", "where lua/hapilot.lua sends its batches (host:port); empty: off")
-	fs.StringVar(&c.SyslogListen, "syslog-listen", "", "HAProxy log lines in hapilot's log-format: udp://host:port or unixgram:///path; empty: off")
+	fs.StringVar(&c.SyslogListen, "syslog-listen", "", "HAProxy log lines in hapilot's log-format: udp://host:port, unixgram:///path, or tcp://host:port for an HAProxy ring's forwarder; empty: off")
 	fs.Var(&multi{v: &c.HAProxySockets}, "haproxy-socket", "HAProxy runtime socket with level admin (unix path, unix:/path, tcp:host:port); repeat for several HAProxy processes")
 	fs.DurationVar(&c.Interval, "interval", 10*time.Second, "time between control-loop steps (at least 250ms)")
 	fs.DurationVar(&c.Window, "window", 60*time.Second, "length of the sliding windows (1 s buckets)")
@@ -122,6 +125,8 @@ func Register(fs *flag.FlagSet) *Config {
 	fs.Uint64Var(&c.Rules.MinRequests, "rules-min-requests", c.Rules.MinRequests, "rules: fewest requests in the window before a server is judged")
 	fs.Uint64Var(&c.Rules.MinErrors, "rules-min-errors", c.Rules.MinErrors, "rules: fewest 5xx before a server may be drained")
 	fs.Float64Var(&c.Rules.MinRatio, "rules-min-ratio", c.Rules.MinRatio, "rules: a server's 5xx rate must be at least this many times its peers'")
+	fs.Float64Var(&c.Rules.LatencyRatio, "rules-latency-ratio", c.Rules.LatencyRatio, "rules: drain a server whose median answer time is this many times its peers' (0: judge 5xx only)")
+	fs.IntVar(&c.Rules.LatencyMinMs, "rules-latency-min-ms", c.Rules.LatencyMinMs, "rules: ... and at least this many milliseconds above it")
 	l := &c.LLM
 	fs.StringVar(&l.Model, "model", "", "llm: Ollama model name")
 	fs.StringVar(&l.OllamaHost, "ollama-host", "", "llm: Ollama's address (default: $OLLAMA_HOST, as Ollama's client reads it)")
@@ -136,6 +141,7 @@ func Register(fs *flag.FlagSet) *Config {
 	fs.StringVar(&l.Fallback, "fallback", "rules", "llm: policy for a step whose call failed or overran: rules|none")
 	fs.BoolVar(&l.Shadow, "shadow", false, "llm: the model decides, the rules act, disagreements are audited")
 	fs.BoolVar(&l.SkipCalibration, "skip-calibration", false, "llm: let a model act without a passing calibration record")
+	fs.BoolVar(&l.Unprotected, "unprotected", false, "llm, research only: the study's loop, without hapilot's fixes (calibration gate, confirmation, hold, anomaly gate, evidence check, deadlines, cost-aware thinking), to measure what they buy")
 	fs.StringVar(&l.CalibrationDir, "calibration-dir", "/var/lib/hapilot", "llm: where `hapilot calibrate` keeps its records")
 	return c
 }
@@ -234,8 +240,8 @@ func (c *Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
-	if c.SyslogListen != "" && !strings.HasPrefix(c.SyslogListen, "udp://") && !strings.HasPrefix(c.SyslogListen, "unixgram://") {
-		errs = append(errs, fmt.Errorf("syslog-listen %q: want udp://host:port or unixgram:///path", c.SyslogListen))
+	if c.SyslogListen != "" && !strings.HasPrefix(c.SyslogListen, "udp://") && !strings.HasPrefix(c.SyslogListen, "unixgram://") && !strings.HasPrefix(c.SyslogListen, "tcp://") {
+		errs = append(errs, fmt.Errorf("syslog-listen %q: want udp://host:port, unixgram:///path or tcp://host:port", c.SyslogListen))
 	}
 	if c.StatusListen != "off" {
 		if err := checkAddr("status-listen", c.StatusListen, false); err != nil {

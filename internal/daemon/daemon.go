@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,6 +42,7 @@ type Daemon struct {
 	spoeLn   net.Listener
 	luaLn    net.Listener
 	syslogPC net.PacketConn
+	syslogLn net.Listener // --syslog-listen tcp://: an HAProxy ring's forwarder
 	statusLn net.Listener
 	audit    io.WriteCloser
 }
@@ -87,15 +89,23 @@ func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
 	guard := agent.DefaultGuardrails()
 	guard.MinServing = c.MinServing
 	guard.MaxUtilization = c.MaxUtilization
-	if pol.Name() == "llm" {
+	switch pol.Name() {
+	case "llm":
 		// Fleet-size adaptation: a backend of N servers may lose up to
 		// N/10 servers per step (at least one), floor permitting.
 		guard.DrainsPer = 10
+	case "rules":
+		// The rule test bounds false drains per backend and step at
+		// alpha whatever N, so several significant outliers may go in one
+		// step: up to N/3 (the study's faulty share), floor and capacity
+		// permitting. One a step would take three steps to isolate the
+		// study's three faulty servers at N=9.
+		guard.DrainsPer = 3
 	}
 	d.Loop = &agent.Loop{
 		Clock: agent.RealClock{}, Interval: c.Interval, Policy: pol, Guard: guard,
 		Runtimes: runtimes, Windows: d.Store, Log: log.With().Str("component", "loop").Logger(),
-		StateFile: c.StateFile,
+		StateFile: c.StateFile, NoStepBudget: c.Policy == "llm" && c.LLM.Unprotected,
 	}
 	if c.Readmit != "off" {
 		rc := c.Recovery
@@ -123,7 +133,12 @@ func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
 		d.Lua = &ingest.LineServer{Sink: d.Store, Log: log.With().Str("component", "lua").Logger()}
 	}
 	if c.SyslogListen != "" {
-		if d.syslogPC, err = ingest.ListenSyslog(c.SyslogListen); err != nil {
+		if strings.HasPrefix(c.SyslogListen, "tcp://") {
+			d.syslogLn, err = ingest.ListenSyslogStream(c.SyslogListen)
+		} else {
+			d.syslogPC, err = ingest.ListenSyslog(c.SyslogListen)
+		}
+		if err != nil {
 			d.Close()
 			return nil, fmt.Errorf("syslog listen: %w", err)
 		}
@@ -156,7 +171,7 @@ func (d *Daemon) writeIngestMetrics(w io.Writer) {
 		}
 		agent.Metric(w, "hapilot_"+p.name+"_events_total", "counter", "Responses recorded from the "+p.name+" path.", p.c.Events.Load())
 		agent.Metric(w, "hapilot_"+p.name+"_ingest_errors_total", "counter", "Malformed "+p.name+" lines, skipped.", p.c.Errors.Load())
-		agent.Metric(w, "hapilot_"+p.name+"_batches_total", "counter", "Batches (Lua connections, syslog datagrams) received.", p.c.Batches.Load())
+		agent.Metric(w, "hapilot_"+p.name+"_batches_total", "counter", "Batches received: Lua connections, syslog datagrams or stream messages.", p.c.Batches.Load())
 	}
 	agent.Metric(w, "hapilot_window_series", "gauge", "Backend/server series held.", uint64(d.Store.Len()))
 	agent.Metric(w, "hapilot_window_dropped_events_total", "counter", "Events dropped because max-servers series were held.", d.Store.Dropped())
@@ -233,7 +248,10 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	if d.Lua != nil {
 		run("lua", func(ctx context.Context) error { return d.Lua.Serve(ctx, d.luaLn) })
 	}
-	if d.Syslog != nil {
+	switch {
+	case d.syslogLn != nil:
+		run("syslog", func(ctx context.Context) error { return d.Syslog.ServeStream(ctx, d.syslogLn) })
+	case d.syslogPC != nil:
 		run("syslog", func(ctx context.Context) error { return d.Syslog.Serve(ctx, d.syslogPC) })
 	}
 	run("loop", d.Loop.Run)
@@ -267,6 +285,9 @@ func (d *Daemon) Close() {
 	}
 	if d.syslogPC != nil {
 		d.syslogPC.Close()
+	}
+	if d.syslogLn != nil {
+		d.syslogLn.Close()
 	}
 	if d.statusLn != nil {
 		d.statusLn.Close()

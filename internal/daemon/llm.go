@@ -66,11 +66,18 @@ func newLLMPolicy(c config.Config, log zerolog.Logger) (agent.Policy, error) {
 	}
 	cfg := llm.DefaultConfig()
 	cfg.Deadline, cfg.Confirm, cfg.MinHold, cfg.Gate = c.LLMDeadline(), c.LLM.Confirm, c.LLM.MinHold, c.LLM.Gate
+	if c.LLM.Unprotected {
+		// The study's loop: every proposal runs at once, the model is
+		// asked every step and waited for, thinking is never switched off.
+		cfg = llm.Config{Confirm: 1, Gate: "always", NoEvidence: true}
+		fallback = agent.Static{}
+		log.Warn().Msg("--unprotected: the model acts without hapilot's protections (research runs only)")
+	}
 	pol := llm.New(model, fallback, cfg, log.With().Str("component", "llm").Logger())
 	if c.LLM.Shadow {
 		return &llm.Shadow{Model: pol, Acting: rules.New(c.Rules)}, nil
 	}
-	if c.LLM.SkipCalibration {
+	if c.LLM.SkipCalibration || c.LLM.Unprotected {
 		log.Warn().Str("model", c.LLM.Model).Msg("--skip-calibration: the model acts without a calibration record")
 		return pol, nil
 	}
