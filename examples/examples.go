@@ -23,3 +23,13 @@ var HAProxyLuaCfg string
 //
 //go:embed haproxy-syslog.cfg
 var HAProxySyslogCfg string
+
+// RatioPolicy is policies/ratio.lua, the benchmark's default Lua policy.
+//
+//go:embed policies/ratio.lua
+var RatioPolicy string
+
+// HAProxySyslogRingCfg is haproxy-syslog-ring.cfg.
+//
+//go:embed haproxy-syslog-ring.cfg
+var HAProxySyslogRingCfg string

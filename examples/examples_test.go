@@ -37,7 +37,7 @@ func TestExampleConfigIsValid(t *testing.T) {
 
 func TestLuaAndSyslogExamplesAreValid(t *testing.T) {
 	dir := t.TempDir()
-	for name, cfg := range map[string]string{"lua": examples.HAProxyLuaCfg, "syslog": examples.HAProxySyslogCfg} {
+	for name, cfg := range map[string]string{"lua": examples.HAProxyLuaCfg, "syslog": examples.HAProxySyslogCfg, "syslog-ring": examples.HAProxySyslogRingCfg} {
 		lua := filepath.Join(dir, "hapilot.lua")
 		if err := os.WriteFile(lua, []byte(hapilotlua.Companion), 0o644); err != nil {
 			t.Fatal(err)
@@ -54,6 +54,9 @@ func TestLuaAndSyslogExamplesAreValid(t *testing.T) {
 	}
 	if got := examples.Lines(examples.HAProxySyslogCfg, "frontend www"); len(got) != 2 || !strings.HasPrefix(got[1], "log-format") {
 		t.Fatalf("syslog frontend lines %q", got)
+	}
+	if got := examples.Lines(examples.HAProxySyslogRingCfg, "ring hapilot"); len(got) != 6 || !strings.Contains(got[5], "127.0.0.1:5141") {
+		t.Fatalf("ring section lines %q", got)
 	}
 }
 

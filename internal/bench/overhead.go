@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -27,10 +28,13 @@ type OverheadConfig struct {
 	Duration    time.Duration // per path, split over Rounds
 	Rounds      int
 	Backends    int
-	// Paths to run, plain first; "syslog-noagent" and "lua-noagent" send
+	// Paths to run, plain first (OverheadPaths); the "-noagent" ones send
 	// to a port nobody reads: HAProxy's side of the cost alone.
 	Paths []string
 }
+
+// OverheadPaths are the telemetry paths Overhead knows.
+var OverheadPaths = []string{"plain", "syslog", "syslog-noagent", "ring", "ring-noagent", "lua", "lua-noagent", "spoe"}
 
 // PathResult is one telemetry path's figures.
 type PathResult struct {
@@ -75,6 +79,11 @@ func Overhead(ctx context.Context, cfg OverheadConfig, dir string) ([]PathResult
 			}
 		}
 	}()
+	for _, name := range cfg.Paths {
+		if !slices.Contains(OverheadPaths, name) {
+			return nil, fmt.Errorf("unknown telemetry path %q (want %s)", name, strings.Join(OverheadPaths, ", "))
+		}
+	}
 	for _, name := range cfg.Paths {
 		v, err := startVariant(ctx, name, fleet.Addrs(bs), dir)
 		if v != nil {
@@ -134,18 +143,23 @@ func startVariant(ctx context.Context, name string, servers []string, root strin
 	case "syslog":
 		opts.SyslogAddr = agentAddr
 		args = append(args, "--syslog-listen", "udp://"+agentAddr)
+	case "ring":
+		opts.SyslogRing = agentAddr
+		args = append(args, "--syslog-listen", "tcp://"+agentAddr)
 	}
 	cfg, err := fleet.HAProxyConfig(opts)
 	if err != nil {
 		return nil, err
 	}
 	v := &variant{name: name, addr: fmt.Sprintf("127.0.0.1:%d", ports[0])}
-	if name == "syslog-noagent" || name == "lua-noagent" {
-		// The same config as syslog/lua, and no agent on the other end.
-		base := strings.TrimSuffix(name, "-noagent")
-		if base == "lua" {
+	if strings.HasSuffix(name, "-noagent") {
+		// The same config as syslog/lua/ring, and no agent on the other end.
+		switch strings.TrimSuffix(name, "-noagent") {
+		case "lua":
 			opts.LuaAgent = agentAddr
-		} else {
+		case "ring":
+			opts.SyslogRing = agentAddr
+		default:
 			opts.SyslogAddr = agentAddr
 		}
 		if cfg, err = fleet.HAProxyConfig(opts); err != nil {

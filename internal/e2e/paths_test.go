@@ -9,11 +9,12 @@ import (
 	"github.com/hapilot/hapilot/internal/scenario"
 )
 
-// The core fault test through the Lua companion and through syslog: the
+// The core fault test through the Lua companion and through syslog (UDP,
+// and batched through a ring over TCP): the
 // faulty servers drained, the healthy never.
 func TestLuaAndSyslogPathsDrainFaulty(t *testing.T) {
 	t.Parallel()
-	for _, path := range []string{"lua", "syslog"} {
+	for _, path := range []string{"lua", "syslog", "syslog-ring"} {
 		t.Run(path, func(t *testing.T) {
 			t.Parallel()
 			out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 40 * time.Second,
@@ -39,9 +40,10 @@ func TestLuaAndSyslogPathsDrainFaulty(t *testing.T) {
 func TestAgentKilledLuaAndSyslog(t *testing.T) {
 	t.Parallel()
 	runs := map[string]scenario.Scenario{
-		"plain":  {NoSPOE: true},
-		"lua":    {Policy: "rules", Name: "lua", Telemetry: "lua", AgentBinary: agentBinary, KillAgentAt: 10 * time.Second},
-		"syslog": {Policy: "rules", Name: "syslog", Telemetry: "syslog", AgentBinary: agentBinary, KillAgentAt: 10 * time.Second},
+		"plain":       {NoSPOE: true},
+		"lua":         {Policy: "rules", Name: "lua", Telemetry: "lua", AgentBinary: agentBinary, KillAgentAt: 10 * time.Second},
+		"syslog":      {Policy: "rules", Name: "syslog", Telemetry: "syslog", AgentBinary: agentBinary, KillAgentAt: 10 * time.Second},
+		"syslog-ring": {Policy: "rules", Name: "syslog-ring", Telemetry: "syslog-ring", AgentBinary: agentBinary, KillAgentAt: 10 * time.Second},
 	}
 	outs := map[string]*scenario.Outcome{}
 	var mu sync.Mutex
@@ -60,11 +62,11 @@ func TestAgentKilledLuaAndSyslog(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if len(outs) != 3 {
+	if len(outs) != len(runs) {
 		t.Fatal("a run failed")
 	}
 	plain := outs["plain"].Load.Quantile(0.99)
-	for _, name := range []string{"lua", "syslog"} {
+	for _, name := range []string{"lua", "syslog", "syslog-ring"} {
 		o := outs[name].Load
 		p99 := o.Quantile(0.99)
 		t.Logf("%s: %d requests, %d failed, %d 5xx, p99 %v (plain HAProxy %v)", name, o.Scheduled, o.Failed, o.Err5xx, p99, plain)

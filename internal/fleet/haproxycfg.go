@@ -27,6 +27,9 @@ type HAProxyOptions struct {
 	// stanza from examples/haproxy-syslog.cfg.
 	LuaAgent   string
 	SyslogAddr string
+	// SyslogRing (host:port, TCP) adds examples/haproxy-syslog-ring.cfg:
+	// logs batched through a ring forwarded to the agent.
+	SyslogRing string
 	// Weight is every server's configured weight; 0 leaves HAProxy's 1.
 	Weight int
 	// MaxConn is every server's maxconn (HAProxy queues beyond it); 0 none.
@@ -73,6 +76,13 @@ func HAProxyConfig(o HAProxyOptions) (string, error) {
 		for _, l := range examples.Lines(examples.HAProxySyslogCfg, "frontend www") {
 			front = append(front, strings.Replace(l, "127.0.0.1:5140", o.SyslogAddr, 1))
 		}
+	}
+	if o.SyslogRing != "" {
+		b.WriteString("\nring hapilot\n")
+		for _, l := range examples.Lines(examples.HAProxySyslogRingCfg, "ring hapilot") {
+			fmt.Fprintf(&b, "    %s\n", strings.Replace(l, "127.0.0.1:5141", o.SyslogRing, 1))
+		}
+		front = append(front, examples.Lines(examples.HAProxySyslogRingCfg, "frontend www")...)
 	}
 	fmt.Fprintf(&b, `
 defaults

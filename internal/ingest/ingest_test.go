@@ -140,3 +140,72 @@ func TestSyslogServer(t *testing.T) {
 		t.Fatal("accepted tcp://")
 	}
 }
+
+// oc frames msg as RFC 6587 octet counting.
+func oc(msg string) string { return fmt.Sprintf("%d %s", len(msg), msg) }
+
+// The TCP stream an HAProxy ring forwards: octet-counted frames (what
+// log-proto octet-count sends) and LF-ended lines; a broken count drops
+// the connection, counted, and the next connection is served.
+func TestSyslogStream(t *testing.T) {
+	tests := []struct {
+		name   string
+		stream string
+		events []string
+		errors uint64
+	}{
+		{"octet-counted", oc("hapilot app srv1 500 9") + oc("<134>1 - - - hapilot app srv2 200 12"), []string{"app/srv1 500 9", "app/srv2 200 12"}, 0},
+		{"frame split across writes", oc("hapilot app srv3 200 1")[:5] + "|" + oc("hapilot app srv3 200 1")[5:] + oc("hapilot app srv3 503 7")[:1] + "|" + oc("hapilot app srv3 503 7")[1:],
+			[]string{"app/srv3 200 1", "app/srv3 503 7"}, 0},
+		{"LF-ended lines", "hapilot app srv1 200 3\nnot ours\nhapilot app <NOSRV> 503 -1\n", []string{"app/srv1 200 3"}, 1},
+		{"count too large", "99999999 hapilot", nil, 1},
+		{"count not a number", "12x4 hapilot app srv1 200 3", nil, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recorder{}
+			s := &SyslogServer{Sink: rec, Log: zerolog.Nop()}
+			ln, err := ListenSyslogStream("tcp://127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- s.ServeStream(ctx, ln) }()
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, part := range strings.Split(tc.stream, "|") {
+				c.Write([]byte(part))
+				time.Sleep(10 * time.Millisecond)
+			}
+			c.Close()
+			// A second connection still works.
+			c2, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			c2.Write([]byte(oc("hapilot app srv9 200 5")))
+			c2.Close()
+			want := append(append([]string(nil), tc.events...), "app/srv9 200 5")
+			deadline := time.Now().Add(5 * time.Second)
+			for len(rec.list()) < len(want) && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			got := rec.list()
+			sort.Strings(got)
+			sort.Strings(want)
+			if strings.Join(got, ";") != strings.Join(want, ";") || s.Counters.Errors.Load() != tc.errors {
+				t.Fatalf("events %v (want %v), errors %d (want %d)", got, want, s.Counters.Errors.Load(), tc.errors)
+			}
+		})
+	}
+	if _, err := ListenSyslogStream("udp://127.0.0.1:0"); err == nil {
+		t.Fatal("accepted udp://")
+	}
+}

@@ -50,13 +50,57 @@ func noServer(server []byte) bool {
 	return len(server) == 0 || bytes.Equal(server, []byte("<NOSRV>")) || bytes.Equal(server, []byte("-"))
 }
 
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'
+}
+
+// fields splits line at ASCII white space into at most len(out)
+// fields without allocating (bytes.Fields allocates a slice per line:
+// the paths' only allocation per event). More fields than out holds
+// returns len(out)+1.
+func fields(line []byte, out [][]byte) int {
+	n := 0
+	for i := 0; i < len(line); {
+		for i < len(line) && isSpace(line[i]) {
+			i++
+		}
+		if i == len(line) {
+			break
+		}
+		j := i
+		for j < len(line) && !isSpace(line[j]) {
+			j++
+		}
+		if n == len(out) {
+			return n + 1
+		}
+		out[n] = line[i:j]
+		n++
+		i = j
+	}
+	return n
+}
+
+// parseLine parses "backend server status tr" without allocating.
+func parseLine(line []byte) (window.Event, bool, error) {
+	var buf [4][]byte
+	n := fields(line, buf[:])
+	if n == 0 {
+		return window.Event{}, false, nil
+	}
+	if n > len(buf) {
+		return window.Event{}, true, fmt.Errorf("more than 4 fields (backend server status tr)")
+	}
+	ev, err := ParseFields(buf[:n])
+	return ev, true, err
+}
+
 // record parses one line into sink, counting what it was.
 func record(c *Counters, sink window.Sink, line []byte) {
-	f := bytes.Fields(line)
-	if len(f) == 0 {
+	ev, any, err := parseLine(line)
+	if !any {
 		return
 	}
-	ev, err := ParseFields(f)
 	switch {
 	case err != nil:
 		c.Errors.Add(1)

@@ -1,10 +1,12 @@
 package ingest
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -34,7 +36,8 @@ func ParseLogLine(msg []byte) (window.Event, error) {
 	if i < 0 {
 		return window.Event{}, errors.New("no hapilot marker")
 	}
-	return ParseFields(bytes.Fields(msg[i+len(LogMarker):]))
+	ev, _, err := parseLine(msg[i+len(LogMarker):])
+	return ev, err
 }
 
 // ListenSyslog opens "udp://host:port" or "unixgram:///path".
@@ -64,16 +67,111 @@ func (s *SyslogServer) Serve(ctx context.Context, pc net.PacketConn) error {
 			return fmt.Errorf("syslog: read: %w", err)
 		}
 		s.Counters.Batches.Add(1)
-		msg := bytes.TrimRight(buf[:n], "\n\x00")
-		ev, err := ParseLogLine(msg)
-		switch {
-		case err != nil:
+		s.line(buf[:n])
+	}
+}
+
+// line takes one log line.
+func (s *SyslogServer) line(msg []byte) {
+	ev, err := ParseLogLine(bytes.TrimRight(msg, "\r\n\x00"))
+	switch {
+	case err != nil:
+		s.Counters.Errors.Add(1)
+	case noServer(ev.Server):
+		s.Counters.NoServer.Add(1)
+	default:
+		s.Counters.Events.Add(1)
+		s.Sink.Record(ev)
+	}
+}
+
+// maxFrame bounds one octet-counted message: HAProxy's ring maxlen is far
+// below it, so a larger count is a broken stream.
+const maxFrame = 64 << 10
+
+// ListenSyslogStream opens "tcp://host:port", where an HAProxy ring's
+// forwarder connects (examples/haproxy-syslog-ring.cfg).
+func ListenSyslogStream(addr string) (net.Listener, error) {
+	host, ok := strings.CutPrefix(addr, "tcp://")
+	if !ok {
+		return nil, fmt.Errorf("syslog-listen %q: want tcp://host:port", addr)
+	}
+	return net.Listen("tcp", host)
+}
+
+// ServeStream accepts ring forwarders until ctx ends. Each connection
+// carries syslog over TCP (RFC 6587): octet-counted frames ("LEN MSG"),
+// as HAProxy's log-proto octet-count sends them, or lines ended by LF.
+func (s *SyslogServer) ServeStream(ctx context.Context, ln net.Listener) error {
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("syslog: accept: %w", err)
+		}
+		go s.stream(ctx, conn)
+	}
+}
+
+func (s *SyslogServer) stream(ctx context.Context, conn net.Conn) {
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	defer conn.Close()
+	r := bufio.NewReaderSize(conn, 64<<10)
+	msg := make([]byte, maxFrame)
+	for {
+		c, err := r.Peek(1)
+		if err != nil {
+			return // closed: HAProxy reconnects on its own
+		}
+		s.Counters.Batches.Add(1)
+		if c[0] < '0' || c[0] > '9' {
+			line, err := r.ReadSlice('\n')
+			if err != nil {
+				if errors.Is(err, bufio.ErrBufferFull) {
+					s.Counters.Errors.Add(1)
+					s.Log.Warn().Msg("syslog stream: a line longer than 64 KiB; dropping the connection")
+				}
+				return
+			}
+			s.line(line)
+			continue
+		}
+		n, err := octetCount(r)
+		if err != nil {
 			s.Counters.Errors.Add(1)
-		case noServer(ev.Server):
-			s.Counters.NoServer.Add(1)
+			s.Log.Warn().Err(err).Msg("syslog stream: bad frame; dropping the connection")
+			return
+		}
+		if _, err := io.ReadFull(r, msg[:n]); err != nil {
+			return
+		}
+		s.line(msg[:n])
+	}
+}
+
+// octetCount reads "LEN " and returns LEN.
+func octetCount(r *bufio.Reader) (int, error) {
+	n := 0
+	for i := 0; ; i++ {
+		c, err := r.ReadByte()
+		if err != nil {
+			return 0, err
+		}
+		switch {
+		case c == ' ' && i > 0:
+			return n, nil
+		case c >= '0' && c <= '9' && i < 6:
+			n = n*10 + int(c-'0')
+			if n > maxFrame {
+				return 0, fmt.Errorf("frame of %d bytes is over %d", n, maxFrame)
+			}
 		default:
-			s.Counters.Events.Add(1)
-			s.Sink.Record(ev)
+			return 0, fmt.Errorf("bad octet count byte %q", c)
 		}
 	}
 }

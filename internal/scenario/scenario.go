@@ -55,8 +55,9 @@ type Scenario struct {
 	// NoSPOE leaves the SPOE stanza out of HAProxy's config.
 	NoSPOE bool
 	// Telemetry is the path from HAProxy to the agent: "spoe" (default),
-	// "lua" (the companion, examples/haproxy-lua.cfg) or "syslog"
-	// (examples/haproxy-syslog.cfg).
+	// "lua" (the companion, examples/haproxy-lua.cfg), "syslog"
+	// (examples/haproxy-syslog.cfg) or "syslog-ring"
+	// (examples/haproxy-syslog-ring.cfg).
 	Telemetry string
 	// Prepare runs once HAProxy is up, before the load (e.g. an operator's
 	// `set server ... state maint`).
@@ -83,6 +84,8 @@ type Outcome struct {
 	DrainedAt map[string]time.Duration // first seen entering drain, from the load's start
 	Flips     map[string]int           // changes of drained state during the load
 	Timeline  map[string][]Transition  // every change of drained state
+	Changes   map[string][]StateChange // every change of state or weight, the first at 0
+	Start     time.Time                // when the measured load began
 	Final     []haproxy.ServerState
 	Events    uint64 // responses the agent recorded (in-process agent only)
 	Ingest    uint64 // ingest errors (in-process agent only)
@@ -95,6 +98,14 @@ type Outcome struct {
 type Transition struct {
 	At      time.Duration
 	Drained bool
+}
+
+// StateChange is a server's state label (ready, drain, maint, down) and
+// weight from At on, as HAProxy reported them.
+type StateChange struct {
+	At     time.Duration `json:"at"`
+	State  string        `json:"state"`
+	Weight int           `json:"weight"`
 }
 
 // Run executes the scenario.
@@ -122,6 +133,9 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 	case "syslog":
 		opts.SyslogAddr = fmt.Sprintf("127.0.0.1:%d", ports[2])
 		ingestArgs = append(ingestArgs, "--syslog-listen", "udp://"+opts.SyslogAddr)
+	case "syslog-ring":
+		opts.SyslogRing = fmt.Sprintf("127.0.0.1:%d", ports[2])
+		ingestArgs = append(ingestArgs, "--syslog-listen", "tcp://"+opts.SyslogRing)
 	default:
 		return nil, fmt.Errorf("unknown telemetry %q", s.Telemetry)
 	}
@@ -133,7 +147,8 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &Outcome{Policy: s.Policy, HAProxy: hp, DrainedAt: map[string]time.Duration{}, Flips: map[string]int{}, Timeline: map[string][]Transition{}}
+	out := &Outcome{Policy: s.Policy, HAProxy: hp, DrainedAt: map[string]time.Duration{}, Flips: map[string]int{}, Timeline: map[string][]Transition{},
+		Changes: map[string][]StateChange{}}
 	defer hp.Stop()
 	rt, err := haproxy.New(opts.Socket())
 	if err != nil {
@@ -224,6 +239,7 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 		w.Run(ctx)
 	}
 	start := time.Now()
+	out.Start = start
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -298,6 +314,14 @@ func (o *Outcome) watch(ctx context.Context, rt *haproxy.Client, start time.Time
 			for _, st := range states {
 				if st.Backend != fleet.BackendName {
 					continue
+				}
+				at := time.Since(start)
+				if first {
+					at = 0
+				}
+				label := st.Label()
+				if ch := o.Changes[st.Server]; len(ch) == 0 || ch[len(ch)-1].State != label || ch[len(ch)-1].Weight != st.Weight {
+					o.Changes[st.Server] = append(ch, StateChange{At: at, State: label, Weight: st.Weight})
 				}
 				now := st.Drain()
 				if !first && now != drained[st.Server] {
