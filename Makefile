@@ -6,7 +6,7 @@ BIN      := bin/hapilot
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 
-.PHONY: all build demo test unit e2e fuzz bench vet fmt deps clean
+.PHONY: all build demo test unit e2e fuzz bench bench-quick bench-study vet fmt deps clean
 
 all: build
 
@@ -48,5 +48,16 @@ fuzz:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -cpu 1 ./internal/window/ ./spoe/
 
+# The study's benchmark, compressed tenfold (60 steps of 1 s): the paper
+# scenario at N=3 and N=9, static and rules, real HAProxy. About 4.5 min.
+BENCH_OUT ?= bench-out/quick
+bench-quick: deps build
+	./$(BIN) bench --scenario paper --servers 3,9 --algo roundrobin --policy rules --steps 60 --interval 1s --out $(BENCH_OUT)
+
+# The study's grid at the study's own pace (60 steps of 10 s): N = 3, 5, 7,
+# 9 x roundrobin, leastconn, static and rules. About 3 hours.
+bench-study: deps build
+	./$(BIN) bench --sweep --scenario paper --policy rules --steps 60 --interval 10s --out bench-out/study
+
 clean:
-	rm -rf bin
+	rm -rf bin bench-out

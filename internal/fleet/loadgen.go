@@ -28,6 +28,10 @@ type Second struct {
 	Requests int `json:"requests"`
 	Err5xx   int `json:"err_5xx"`
 	Failed   int `json:"failed"` // transport errors, timeouts, in-flight overflow
+	// Latency percentiles of the responses due in this second.
+	P50Ms float64 `json:"p50_ms"`
+	P95Ms float64 `json:"p95_ms"`
+	P99Ms float64 `json:"p99_ms"`
 }
 
 // Result is what the clients saw.
@@ -43,11 +47,7 @@ type Result struct {
 
 // Quantile is the q-th latency (0 < q <= 1) over all responses.
 func (r *Result) Quantile(q float64) time.Duration {
-	if len(r.latencies) == 0 {
-		return 0
-	}
-	i := int(math.Ceil(q*float64(len(r.latencies)))) - 1
-	return r.latencies[max(0, min(i, len(r.latencies)-1))]
+	return quantile(r.latencies, q)
 }
 
 // Mean latency over all responses.
@@ -85,6 +85,7 @@ func (l Load) Run(ctx context.Context) *Result {
 	total := int(l.Rate * l.Duration.Seconds())
 	period := time.Duration(float64(time.Second) / l.Rate)
 	res := &Result{Scheduled: total, PerSecond: make([]Second, int(math.Ceil(l.Duration.Seconds()))+1)}
+	perSecond := make([][]time.Duration, len(res.PerSecond))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, l.MaxInFlight)
@@ -95,7 +96,8 @@ func (l Load) Run(ctx context.Context) *Result {
 		sec := int(due.Sub(start) / time.Second)
 		mu.Lock()
 		defer mu.Unlock()
-		ps := &res.PerSecond[min(sec, len(res.PerSecond)-1)]
+		sec = min(sec, len(res.PerSecond)-1)
+		ps := &res.PerSecond[sec]
 		ps.Requests++
 		switch {
 		case err != nil:
@@ -104,6 +106,7 @@ func (l Load) Run(ctx context.Context) *Result {
 		default:
 			res.Completed++
 			res.latencies = append(res.latencies, lat)
+			perSecond[sec] = append(perSecond[sec], lat)
 			if status >= 500 {
 				res.Err5xx++
 				ps.Err5xx++
@@ -142,7 +145,25 @@ func (l Load) Run(ctx context.Context) *Result {
 	wg.Wait()
 	res.Elapsed = time.Since(start)
 	sort.Slice(res.latencies, func(i, j int) bool { return res.latencies[i] < res.latencies[j] })
+	for i, lats := range perSecond {
+		sort.Slice(lats, func(a, b int) bool { return lats[a] < lats[b] })
+		ps := &res.PerSecond[i]
+		ps.P50Ms, ps.P95Ms, ps.P99Ms = quantileMs(lats, 0.50), quantileMs(lats, 0.95), quantileMs(lats, 0.99)
+	}
 	return res
+}
+
+// quantile is the q-th of sorted latencies (0 < q <= 1).
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+func quantileMs(sorted []time.Duration, q float64) float64 {
+	return float64(quantile(sorted, q)) / float64(time.Millisecond)
 }
 
 // ClosedLoad keeps Concurrency requests in flight for Duration, each
