@@ -18,6 +18,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -51,13 +52,20 @@ type Config struct {
 	// TailHold. 0 is off.
 	P99Guard float64
 	TailHold time.Duration
+	// SlowRatio, SlowMinMs: a burst whose median answer time is this many
+	// times the serving peers' median, and this many ms above it, fails
+	// as a 5xx would, so that a server drained for slowness is not let
+	// back while still slow (0: errors only). The rules' latency test
+	// uses the same figures by default.
+	SlowRatio float64
+	SlowMinMs int
 }
 
 // DefaultConfig is what `hapilot run` uses.
 func DefaultConfig() Config {
 	return Config{Probe: true, Path: "/", Rate: 50, Timeout: 2 * time.Second, Cooldown: 30 * time.Second,
 		MaxCooldown: 10 * time.Minute, MinBurst: 20, MaxBurst: 1000, CanaryFor: 10 * time.Second,
-		P99Guard: 2.5, TailHold: 10 * time.Minute}
+		P99Guard: 2.5, TailHold: 10 * time.Minute, SlowRatio: 5, SlowMinMs: 50}
 }
 
 type phase int
@@ -87,6 +95,7 @@ type server struct {
 
 type burstResult struct {
 	sent, failed int
+	medianMs     float64 // of the answers' times
 	err          error
 }
 
@@ -163,7 +172,7 @@ func (r *Readmitter) Plan(ctx context.Context, obs agent.Observation) agent.Plan
 					plan = append(plan, a)
 					continue
 				}
-				if a, ok := r.whileDrained(ctx, k, st, s, now); ok {
+				if a, ok := r.whileDrained(ctx, k, st, s, peersP50(b, s.Server), now); ok {
 					plan = append(plan, a)
 				}
 				continue
@@ -244,7 +253,28 @@ func (r *Readmitter) drained(k string, prev *server, s agent.ServerView, now tim
 	return st
 }
 
-func (r *Readmitter) whileDrained(ctx context.Context, k string, st *server, s agent.ServerView, now time.Time) (agent.Action, bool) {
+// peersP50 is the median of the other serving servers' median answer
+// times, 0 when none has answered.
+func peersP50(b agent.BackendView, self string) int {
+	var p50 []int
+	for _, p := range b.Servers {
+		if p.Server != self && p.Serving() && p.Window.Requests > 0 {
+			p50 = append(p50, p.Window.P50Ms)
+		}
+	}
+	if len(p50) == 0 {
+		return 0
+	}
+	sort.Ints(p50)
+	return p50[len(p50)/2]
+}
+
+// tooSlow tells whether a burst's answers are far slower than the peers'.
+func (c Config) tooSlow(medianMs float64, peerMs int) bool {
+	return c.SlowRatio > 0 && peerMs > 0 && medianMs >= c.SlowRatio*float64(peerMs) && medianMs-float64(peerMs) >= float64(c.SlowMinMs)
+}
+
+func (r *Readmitter) whileDrained(ctx context.Context, k string, st *server, s agent.ServerView, peerMs int, now time.Time) (agent.Action, bool) {
 	switch st.phase {
 	case waiting:
 		if now.Before(st.next) {
@@ -263,8 +293,8 @@ func (r *Readmitter) whileDrained(ctx context.Context, k string, st *server, s a
 	case probing:
 		select {
 		case res := <-st.result:
-			st.lastBurst = fmt.Sprintf("%d/%d probes failed", res.failed, res.sent)
-			if res.err != nil || res.failed > 0 || res.sent == 0 {
+			st.lastBurst = fmt.Sprintf("%d/%d probes failed, median %.0f ms (peers %d ms)", res.failed, res.sent, res.medianMs, peerMs)
+			if res.err != nil || res.failed > 0 || res.sent == 0 || r.Config.tooSlow(res.medianMs, peerMs) {
 				st.cooldown = min(2*st.cooldown, r.Config.MaxCooldown)
 				st.next = now.Add(r.jitter(st.cooldown))
 				st.phase = waiting
@@ -327,14 +357,20 @@ func (r *Readmitter) whileCanary(b agent.BackendView, st *server, s agent.Server
 
 // burst sends n probe requests at the configured rate, straight to the
 // server; any 5xx or transport error fails it, and it stops at the first.
-func (r *Readmitter) burst(ctx context.Context, s agent.ServerView, n int) burstResult {
+func (r *Readmitter) burst(ctx context.Context, s agent.ServerView, n int) (res burstResult) {
 	scheme := "http"
 	if s.State.UseSSL {
 		scheme = "https"
 	}
 	url := scheme + "://" + net.JoinHostPort(s.State.Addr, strconv.Itoa(s.State.Port)) + r.Config.Path
 	period := time.Duration(float64(time.Second) / r.Config.Rate)
-	var res burstResult
+	var times []float64
+	defer func() { // on every return: the median of what answered
+		if len(times) > 0 {
+			sort.Float64s(times)
+			res.medianMs = times[len(times)/2]
+		}
+	}()
 	c := r.client()
 	for i := 0; i < n; i++ {
 		if i > 0 {
@@ -355,13 +391,16 @@ func (r *Readmitter) burst(ctx context.Context, s agent.ServerView, n int) burst
 		}
 		req.Header.Set("User-Agent", "hapilot-probe")
 		res.sent++
+		t0 := time.Now()
 		resp, err := c.Do(req)
 		if err != nil {
 			res.failed++
 			res.err = err
 			return res
 		}
+		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
+		times = append(times, float64(time.Since(t0))/float64(time.Millisecond))
 		if resp.StatusCode >= 500 {
 			res.failed++
 			return res

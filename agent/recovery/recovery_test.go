@@ -213,3 +213,41 @@ func TestRedrainDoublesCooldown(t *testing.T) {
 		t.Fatalf("not re-admitted after the doubled cooldown: %v (%+v)", p, h.r.servers["app/srv2"])
 	}
 }
+
+// A server drained for slowness (no errors) is probed as any other: a
+// burst whose answers are still far slower than the peers' fails, so the
+// server is not let back to be drained again; one as fast as its peers
+// passes.
+func TestSlowServerStaysDrainedWhileSlow(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		latency time.Duration
+		back    bool
+	}{
+		{"still 8x slower", 100 * time.Millisecond, false},
+		{"as fast as its peers", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := fleet.StartBackend(fleet.BackendConfig{Latency: tc.latency})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			h := newHarness(t, b.Addr, 8, true)
+			for i := range h.obs.Backends[0].Servers {
+				h.obs.Backends[0].Servers[i].Window.P50Ms = 12
+			}
+			s := h.srv2()
+			s.Changed.ErrorRate, s.Window = 0, window.Stats{Requests: 600, P50Ms: 180}
+			h.plan(34 * time.Second)
+			h.waitBurst()
+			p := h.plan(35 * time.Second)
+			if got := len(p) == 1 && p[0].Kind == agent.SetWeight; got != tc.back {
+				t.Fatalf("plan %v, want re-admission %v", p, tc.back)
+			}
+			if st := h.r.servers["app/srv2"]; !tc.back && (st.phase != waiting || st.cooldown != time.Minute) {
+				t.Fatalf("a slow burst must count as failed: %+v (%s)", st, st.lastBurst)
+			}
+		})
+	}
+}
