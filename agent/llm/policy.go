@@ -140,7 +140,8 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 	p.counters.completionTokens += uint64(call.CompletionTokens)
 	p.counters.totalMs += call.TotalMs
 	p.counters.loadMs += call.LoadMs
-	overran := dctx.Err() != nil
+	// A call cut by the agent stopping is no deadline miss.
+	overran := errors.Is(dctx.Err(), context.DeadlineExceeded)
 	if think != "off" && p.Config.ThinkRetry > 0 && (overran || call.CompletionTokens > p.Model.Config.TokenBudget) {
 		p.thinkOff = p.Config.ThinkRetry
 		p.report.ThinkNote = fmt.Sprintf("thinking (%s) overran the deadline or spent %d tokens (budget %d): off for %d steps",

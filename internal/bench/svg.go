@@ -47,7 +47,7 @@ func LineChart(w io.Writer, title, xLabel, yLabel string, dx float64, lines []Li
 		}
 	}
 	ymax = niceCeil(ymax)
-	xmax := math.Max(dx*float64(max(n-1, 1)), dx)
+	xmax := math.Max(dx*float64(n), dx)
 	px := func(x float64) float64 { return padL + x/xmax*float64(chartW-padL-padR) }
 	py := func(y float64) float64 { return float64(chartH-padB) - y/ymax*float64(chartH-padT-padB) }
 	header(w, title)
