@@ -115,6 +115,13 @@ func (r *RunResult) writeMarkdown(w io.Writer) {
 		r.Truth.About, r.Truth.Expect, list(r.Truth.Faulty), list(r.Truth.EndFaulty))
 	fmt.Fprintf(w, "%d steps of %s, %.0f req/s open loop, seed %d, telemetry %s, server pool %d (maxconn %d), weight %d.\n\n",
 		r.Config.Steps, r.Config.Interval, r.Config.Rate, r.Config.Seed, r.Config.Telemetry, r.Config.Capacity, r.Config.Capacity, r.Config.Weight)
+	if g := r.Config.Calibration; g != nil {
+		verdict := "passed: the model acts"
+		if !g.Passed {
+			verdict = "failed (" + g.Why + "): the rules act instead"
+		}
+		fmt.Fprintf(w, "Capability gate: precision %.2f, recall %.2f, %d healthy servers drained in calibration; %s.\n\n", g.Precision, g.Recall, g.Collateral, verdict)
+	}
 	if len(r.Config.AgentArgs) > 0 {
 		fmt.Fprintf(w, "Agent flags: `%s`\n\n", strings.Join(r.Config.AgentArgs, " "))
 	}

@@ -104,6 +104,18 @@ type RunSettings struct {
 	Events    []Event           `json:"events,omitempty"`
 	AgentArgs []string          `json:"agent_args,omitempty"`
 	Model     string            `json:"model,omitempty"`
+	// Calibration is the capability gate's verdict on the model, when
+	// protections are on.
+	Calibration *GateVerdict `json:"calibration,omitempty"`
+}
+
+// GateVerdict is what `hapilot calibrate` found.
+type GateVerdict struct {
+	Passed     bool    `json:"passed"`
+	Precision  float64 `json:"precision"`
+	Recall     float64 `json:"recall"`
+	Collateral int     `json:"collateral"`
+	Why        string  `json:"why,omitempty"`
 }
 
 // BackendSettings is one server as configured.
@@ -235,12 +247,12 @@ func runOne(ctx context.Context, c StudyConfig, spec Spec, cell Cell, v Variant,
 		res.Truth.HealS = truth.Heal.Seconds()
 	}
 
-	args, cleanup, err := agentArgs(ctx, c, v, scratch)
+	args, gate, cleanup, err := agentArgs(ctx, c, v, scratch)
 	if err != nil {
 		return nil, err
 	}
 	defer cleanup()
-	res.Config.AgentArgs = args
+	res.Config.AgentArgs, res.Config.Calibration = args, gate
 	if v.Policy == "llm" {
 		res.Config.Model = c.Model
 		if v.Emulated() {
@@ -310,31 +322,32 @@ func runOne(ctx context.Context, c StudyConfig, spec Spec, cell Cell, v Variant,
 }
 
 // agentArgs are the `hapilot run` flags of a variant beyond the
-// scenario's own; cleanup stops an emulated model's server.
-func agentArgs(ctx context.Context, c StudyConfig, v Variant, scratch string) ([]string, func(), error) {
+// scenario's own, and the calibration verdict of a protected model;
+// cleanup stops an emulated model's server.
+func agentArgs(ctx context.Context, c StudyConfig, v Variant, scratch string) ([]string, *GateVerdict, func(), error) {
 	noop := func() {}
 	switch v.Policy {
 	case "static", "rules":
-		return nil, noop, nil
+		return nil, nil, noop, nil
 	case "lua":
 		file := c.PolicyFile
 		if file == "" {
 			file = filepath.Join(scratch, "ratio.lua")
 			if err := os.WriteFile(file, []byte(examples.RatioPolicy), 0o644); err != nil {
-				return nil, noop, err
+				return nil, nil, noop, err
 			}
 		}
-		return []string{"--policy-file", file}, noop, nil
+		return []string{"--policy-file", file}, nil, noop, nil
 	case "llm":
 	default:
-		return nil, noop, fmt.Errorf("unknown policy %q", v.Policy)
+		return nil, nil, noop, fmt.Errorf("unknown policy %q", v.Policy)
 	}
 	host, model, think := c.OllamaHost, c.Model, c.Think
 	cleanup := noop
 	if v.Emulated() {
 		respond, err := ollamafake.Emulation(v.Emulation, c.Seed, c.Interval)
 		if err != nil {
-			return nil, noop, err
+			return nil, nil, noop, err
 		}
 		model = "emulated-" + v.Emulation
 		fake := ollamafake.New(map[string]string{model: "sha256:emulated-" + v.Emulation}, respond)
@@ -350,35 +363,38 @@ func agentArgs(ctx context.Context, c StudyConfig, v Variant, scratch string) ([
 	}
 	args := []string{"--model", model, "--ollama-host", host, "--think", think}
 	if v.Unprotected {
-		return append(args, "--unprotected"), cleanup, nil
+		return append(args, "--unprotected"), nil, cleanup, nil
 	}
 	// The capability gate: calibrate now, in the cheapest mode, and let
 	// the agent read the record as `hapilot run` would.
 	calDir := filepath.Join(scratch, "calibration")
-	if err := calibrate(ctx, model, host, c.Interval, calDir); err != nil {
+	gate, err := calibrate(ctx, model, host, c.Interval, calDir)
+	if err != nil {
 		cleanup()
-		return nil, noop, err
+		return nil, nil, noop, err
 	}
-	return append(args, "--calibration-dir", calDir), cleanup, nil
+	return append(args, "--calibration-dir", calDir), gate, cleanup, nil
 }
 
-func calibrate(ctx context.Context, model, host string, interval time.Duration, dir string) error {
+func calibrate(ctx context.Context, model, host string, interval time.Duration, dir string) (*GateVerdict, error) {
 	fs := flag.NewFlagSet("calibrate", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	cfg := config.Register(fs)
 	if err := config.Parse(fs, []string{"--model", model, "--ollama-host", host, "--think", "off"}); err != nil {
-		return err
+		return nil, err
 	}
 	m, err := daemon.NewModel(*cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	sc, err := llm.Calibrate(ctx, m, max(interval, 30*time.Second), time.Now())
 	if err != nil {
-		return fmt.Errorf("calibrate %s: %w", model, err)
+		return nil, fmt.Errorf("calibrate %s: %w", model, err)
 	}
-	_, err = sc.Save(dir)
-	return err
+	if _, err := sc.Save(dir); err != nil {
+		return nil, err
+	}
+	return &GateVerdict{Passed: sc.Passed, Precision: sc.Precision, Recall: sc.Recall, Collateral: sc.Collateral, Why: sc.Why}, nil
 }
 
 // actionMarks lists the commands of an audit log, from start.

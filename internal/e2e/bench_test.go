@@ -71,6 +71,9 @@ func TestBenchCommand(t *testing.T) {
 	if !capable.Emulated || capable.Config.Model != "emulation:capable" || slices.Contains(capable.Config.AgentArgs, "--unprotected") {
 		t.Errorf("capable: emulated %v, model %q, args %v", capable.Emulated, capable.Config.Model, capable.Config.AgentArgs)
 	}
+	if g := capable.Config.Calibration; g == nil || !g.Passed || unprotected.Config.Calibration != nil {
+		t.Errorf("capability gate: protected %+v (want passed), unprotected %+v (want none)", g, unprotected.Config.Calibration)
+	}
 	if !slices.Contains(unprotected.Config.AgentArgs, "--unprotected") {
 		t.Errorf("unprotected args %v", unprotected.Config.AgentArgs)
 	}
