@@ -55,7 +55,7 @@ bench-quick: deps build
 	./$(BIN) bench --scenario paper --servers 3,9 --algo roundrobin --policy rules --steps 60 --interval 1s --out $(BENCH_OUT)
 
 # The study's grid at the study's own pace (60 steps of 10 s): N = 3, 5, 7,
-# 9 x roundrobin, leastconn, static and rules. About 3 hours.
+# 9 x roundrobin, leastconn, static and rules: 32 runs of 10 min, about 5.5 hours.
 bench-study: deps build
 	./$(BIN) bench --sweep --scenario paper --policy rules --steps 60 --interval 10s --out bench-out/study
 

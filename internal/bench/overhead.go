@@ -56,11 +56,16 @@ type variant struct {
 	res   *fleet.Result
 }
 
-// Overhead runs the same HAProxy config four ways (plain, syslog, Lua
-// companion, SPOE), each with an in-process agent where it has one, and
-// loads them in turn, interleaved round by round, so that drift in the
-// machine hits every path alike.
+// Overhead runs the same HAProxy config several ways (plain, syslog, the
+// ring, the Lua companion, SPOE), each with an in-process agent where it
+// has one, and loads them in turn, interleaved round by round, so that
+// drift in the machine hits every path alike.
 func Overhead(ctx context.Context, cfg OverheadConfig, dir string) ([]PathResult, error) {
+	for _, name := range cfg.Paths {
+		if !slices.Contains(OverheadPaths, name) {
+			return nil, fmt.Errorf("unknown telemetry path %q (want %s)", name, strings.Join(OverheadPaths, ", "))
+		}
+	}
 	backends := make([]fleet.BackendConfig, cfg.Backends)
 	bs, err := fleet.StartBackends(backends)
 	if err != nil {
@@ -79,11 +84,6 @@ func Overhead(ctx context.Context, cfg OverheadConfig, dir string) ([]PathResult
 			}
 		}
 	}()
-	for _, name := range cfg.Paths {
-		if !slices.Contains(OverheadPaths, name) {
-			return nil, fmt.Errorf("unknown telemetry path %q (want %s)", name, strings.Join(OverheadPaths, ", "))
-		}
-	}
 	for _, name := range cfg.Paths {
 		v, err := startVariant(ctx, name, fleet.Addrs(bs), dir)
 		if v != nil {
