@@ -22,7 +22,7 @@ const (
 	conservativeNotices = 0.34   // share of faulty servers it ever acts on
 	conservativeFalse   = 0.0015 // per step: drains the slowest healthy server
 	// trigger-happy: precision about 0.71, recall about 0.94.
-	triggerHappyMisses = 0.06  // share of faulty servers it never looks at twice
+	triggerHappyMisses = 0.06  // share of faulty servers it never acts on
 	triggerHappyFalse  = 0.006 // per step: drains a server that "looks slow"
 	// slow-thinker, reasoning on: about 1,546 completion tokens and 12 s
 	// a step at a 10 s interval; reasoning off: about 157 tokens.
@@ -44,11 +44,11 @@ func Emulation(name string, seed uint64, interval time.Duration) (Responder, err
 		c := newCoins(seed)
 		return func(req Request) Reply {
 			rep := Capable(req)
-			if a, ok := drainIn(rep.Content); ok && !c.fixed(a.Server, conservativeNotices) {
+			a, drains := drainIn(rep.Content)
+			switch {
+			case drains && !c.fixed(a.Server, conservativeNotices):
 				rep.Content = Answer(Action{Action: "no_op", Backend: "-", Server: "-", Reason: "not sure enough"})
-				return rep
-			}
-			if _, ok := drainIn(rep.Content); !ok && c.step(conservativeFalse) {
+			case !drains && c.step(conservativeFalse):
 				if r, ok := slowest(ParsePrompt(req)); ok {
 					rep.Content = Answer(Action{Action: "drain", Backend: r.Backend, Server: r.Server, Reason: "looks slow"})
 				}
