@@ -215,8 +215,9 @@ type Agent struct {
 	StepsCompleted int      `json:"steps_completed"`
 	CadenceS       *float64 `json:"median_cadence_s"` // median time between steps
 	DeadlineMisses int      `json:"deadline_misses"`
-	// TimeToActionS: seconds from the load's start to the first command
-	// the agent sent HAProxy (nil: it never acted).
+	// TimeToActionS: seconds from the load's start to the start of the
+	// step that sent HAProxy the agent's first command (nil: it never
+	// acted).
 	TimeToActionS     *float64 `json:"time_to_action_s"`
 	Commands          int      `json:"commands"`
 	PromptTokens      int      `json:"prompt_tokens"`
