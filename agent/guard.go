@@ -65,7 +65,10 @@ func (g Guardrails) capacityWeight(obs *Observation, b *BackendView, serving map
 		}
 		r := v.Recent.RatePerSec
 		if r <= 0 {
-			if v.Recent.Requests >= 50 {
+			// No rate over complete seconds yet. With 50 requests, or in
+			// the first seconds of data, a partial second would understate
+			// the load: wait. Otherwise it is a trickle.
+			if v.Recent.Requests >= 50 || v.Recent.Seconds < 3 {
 				return s.State.Weight, "capacity: too little history yet to know whether the others can take its load"
 			}
 			r = float64(v.Recent.Requests) / float64(max(v.Recent.Seconds, 1)) // a trickle
