@@ -242,10 +242,12 @@ type auditRecord struct {
 	} `json:"policy_report"`
 }
 
-// AgentView reads an audit log: the steps that began within the run
-// [start, start+steps*interval) are the run's.
-func AgentView(audit io.Reader, start time.Time, steps int, interval time.Duration) (Agent, error) {
+// AgentView reads an audit log in one pass: the steps that began within
+// the run [start, start+steps*interval) are the run's, and their commands
+// are the marks on its charts.
+func AgentView(audit io.Reader, start time.Time, steps int, interval time.Duration) (Agent, []ActionMark, error) {
 	a := Agent{StepsPlanned: steps}
+	marks := []ActionMark{}
 	end := start.Add(time.Duration(steps) * interval)
 	var times []time.Time
 	sc := bufio.NewScanner(audit)
@@ -253,12 +255,15 @@ func AgentView(audit io.Reader, start time.Time, steps int, interval time.Durati
 	for n := 1; sc.Scan(); n++ {
 		var r auditRecord
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			return a, fmt.Errorf("audit line %d: %w", n, err)
+			return a, nil, fmt.Errorf("audit line %d: %w", n, err)
 		}
 		if r.Time.Before(start) || !r.Time.Before(end) {
 			continue
 		}
 		times = append(times, r.Time)
+		for _, cmd := range r.Commands {
+			marks = append(marks, ActionMark{AtS: r.Time.Sub(start).Seconds(), Command: cmd.Command})
+		}
 		if len(r.Commands) > 0 {
 			a.Commands += len(r.Commands)
 			if a.TimeToActionS == nil {
@@ -274,7 +279,7 @@ func AgentView(audit io.Reader, start time.Time, steps int, interval time.Durati
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return a, fmt.Errorf("audit: %w", err)
+		return a, nil, fmt.Errorf("audit: %w", err)
 	}
 	a.StepsCompleted = len(times)
 	if a.StepsCompleted > 0 {
@@ -289,7 +294,7 @@ func AgentView(audit io.Reader, start time.Time, steps int, interval time.Durati
 		sort.Float64s(gaps)
 		a.CadenceS = ptr(gaps[len(gaps)/2])
 	}
-	return a, nil
+	return a, marks, nil
 }
 
 // Avoided fills the failed requests avoided per 1,000 completion tokens.

@@ -168,7 +168,7 @@ func TestAgentView(t *testing.T) {
 		line(22.01, 1, 350, 40, false) +
 		line(30.01, 0, 0, 0, false) +
 		line(40.5, 0, 0, 0, false) // after 4 steps of 10 s: not the run's
-	a, err := AgentView(strings.NewReader(audit), start, 4, step)
+	a, marks, err := AgentView(strings.NewReader(audit), start, 4, step)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,11 @@ func TestAgentView(t *testing.T) {
 	if got := f(a.AvoidedPer1kTokens); got != "50" {
 		t.Errorf("avoided per 1k tokens %s, want (100-21)/1.58 = 50", got)
 	}
-	if _, err := AgentView(strings.NewReader("{not json\n"), start, 4, step); err == nil {
+	// The commands of the run's steps, and none from before it.
+	if len(marks) != 1 || marks[0].AtS != 22.01 || marks[0].Command != "set server app/srv3 state drain" {
+		t.Errorf("marks %+v", marks)
+	}
+	if _, _, err := AgentView(strings.NewReader("{not json\n"), start, 4, step); err == nil {
 		t.Error("a garbled audit line must be an error")
 	}
 }

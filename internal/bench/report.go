@@ -11,8 +11,6 @@ import (
 	"time"
 )
 
-var jsonUnmarshal = json.Unmarshal
-
 // writeRun writes a run's result.json, report.md and charts into its
 // directory.
 func writeRun(r *RunResult) error {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -301,16 +300,13 @@ func runOne(ctx context.Context, c StudyConfig, spec Spec, cell Cell, v Variant,
 		if err != nil {
 			return nil, err
 		}
-		a, err := AgentView(f, out.Start, c.Steps, c.Interval)
+		a, marks, err := AgentView(f, out.Start, c.Steps, c.Interval)
 		f.Close()
 		if err != nil {
 			return nil, err
 		}
 		a.Avoided(res.Client, res.Static)
-		res.Agent = &a
-		if res.Series.Actions, err = actionMarks(out.AuditLog, out.Start); err != nil {
-			return nil, err
-		}
+		res.Agent, res.Series.Actions = &a, marks
 		if err := copyFile(out.AuditLog, filepath.Join(dir, "audit.jsonl")); err != nil {
 			return nil, err
 		}
@@ -395,29 +391,6 @@ func calibrate(ctx context.Context, model, host string, interval time.Duration, 
 		return nil, err
 	}
 	return &GateVerdict{Passed: sc.Passed, Precision: sc.Precision, Recall: sc.Recall, Collateral: sc.Collateral, Why: sc.Why}, nil
-}
-
-// actionMarks lists the commands of an audit log, from start.
-func actionMarks(path string, start time.Time) ([]ActionMark, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	out := []ActionMark{}
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		if line == "" {
-			continue
-		}
-		var r auditRecord
-		if err := jsonUnmarshal([]byte(line), &r); err != nil {
-			return nil, fmt.Errorf("audit: %w", err)
-		}
-		for _, cmd := range r.Commands {
-			out = append(out, ActionMark{AtS: r.Time.Sub(start).Seconds(), Command: cmd.Command})
-		}
-	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].AtS < out[j].AtS })
-	return out, nil
 }
 
 func telemetry(t string) string {

@@ -5,7 +5,6 @@ import (
 	"html"
 	"io"
 	"math"
-	"sort"
 	"strings"
 
 	"github.com/hapilot/hapilot/internal/scenario"
@@ -229,12 +228,3 @@ func trimFloat(v float64) string {
 }
 
 func esc(s string) string { return html.EscapeString(s) }
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
