@@ -2,6 +2,7 @@ package lua
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -9,13 +10,13 @@ import (
 )
 
 // fakeCore runs hapilot.lua in gopher-lua against a stand-in for HAProxy's
-// `core`: register_action and register_task keep the functions,
+// `core`: register_converters and register_task keep the functions,
 // core.msleep yields the task's coroutine (so the test drives time), and
 // core.tcp() returns a socket whose peer is the test.
 type fakeCore struct {
 	t        *testing.T
 	L        *glua.LState
-	action   *glua.LFunction
+	convert  *glua.LFunction
 	task     *glua.LState // the task's coroutine
 	taskFn   *glua.LFunction
 	sleeps   []int
@@ -32,11 +33,11 @@ func newFakeCore(t *testing.T, env map[string]string) *fakeCore {
 	t.Cleanup(L.Close)
 	f := &fakeCore{t: t, L: L, agentUp: true}
 	core := L.NewTable()
-	L.SetField(core, "register_action", L.NewFunction(func(L *glua.LState) int {
-		if L.CheckString(1) != "hapilot-record" {
-			t.Errorf("action name %q", L.CheckString(1))
+	L.SetField(core, "register_converters", L.NewFunction(func(L *glua.LState) int {
+		if L.CheckString(1) != "hapilot_record" {
+			t.Errorf("converter name %q", L.CheckString(1))
 		}
-		f.action = L.CheckFunction(3)
+		f.convert = L.CheckFunction(2)
 		return 0
 	}))
 	L.SetField(core, "register_task", L.NewFunction(func(L *glua.LState) int {
@@ -55,8 +56,8 @@ func newFakeCore(t *testing.T, env map[string]string) *fakeCore {
 	if err := L.DoString(Companion); err != nil {
 		t.Fatalf("load hapilot.lua: %v", err)
 	}
-	if f.action == nil || f.taskFn == nil {
-		t.Fatal("hapilot.lua registered no action or no task")
+	if f.convert == nil || f.taskFn == nil {
+		t.Fatal("hapilot.lua registered no converter or no task")
 	}
 	f.task, _ = L.NewThread()
 	return f
@@ -94,9 +95,10 @@ func (f *fakeCore) socket(L *glua.LState) *glua.LTable {
 	return s
 }
 
-// respond runs the http-res action for one response, with the line
-// HAProxy's set-var-fmt(txn.hapilot) "%b %s %ST %Tr" would have built.
-func (f *fakeCore) respond(backend, server string, status int, tr string) {
+// respond runs the converter for one response, on the line HAProxy's
+// set-var-fmt(txn.hapilot) "%b %s %ST %Tr" would have built, and returns
+// what the converter returned (1 counted, 0 table full).
+func (f *fakeCore) respond(backend, server string, status int, tr string) int {
 	L := f.L
 	if server == "" {
 		server = "<NOSRV>"
@@ -105,18 +107,16 @@ func (f *fakeCore) respond(backend, server string, status int, tr string) {
 		tr = "-1"
 	}
 	line := fmt.Sprintf("%s %s %d %s", backend, server, status, tr)
-	txn := L.NewTable()
-	L.SetField(txn, "get_var", L.NewFunction(func(L *glua.LState) int {
-		if L.CheckString(2) != "txn.hapilot" {
-			L.Push(glua.LNil)
-		} else {
-			L.Push(glua.LString(line))
-		}
-		return 1
-	}))
-	if err := L.CallByParam(glua.P{Fn: f.action, NRet: 0, Protect: true}, txn); err != nil {
-		f.t.Fatalf("action: %v", err)
+	if err := L.CallByParam(glua.P{Fn: f.convert, NRet: 1, Protect: true}, glua.LString(line)); err != nil {
+		f.t.Fatalf("converter: %v", err)
 	}
+	ret := L.Get(-1)
+	L.Pop(1)
+	n, ok := ret.(glua.LNumber)
+	if !ok {
+		f.t.Fatalf("converter returned %s, want a number", ret.Type())
+	}
+	return int(n)
 }
 
 // tick lets the task run until its next sleep.
@@ -127,7 +127,24 @@ func (f *fakeCore) tick() {
 }
 
 func (f *fakeCore) stat(name string) int {
-	return int(glua.LVAsNumber(f.L.GetField(f.L.GetGlobal("hapilot_stats"), name)))
+	L := f.L
+	if err := L.CallByParam(glua.P{Fn: L.GetGlobal("hapilot_stats"), NRet: 1, Protect: true}); err != nil {
+		f.t.Fatalf("hapilot_stats: %v", err)
+	}
+	stats := L.Get(-1)
+	L.Pop(1)
+	return int(glua.LVAsNumber(L.GetField(stats, name)))
+}
+
+// lines is a batch's lines, sorted: the companion sends them in table
+// order, which Lua does not define.
+func lines(batch string) []string {
+	if !strings.HasSuffix(batch, "\n") {
+		return []string{"no final newline: " + batch}
+	}
+	ls := strings.Split(strings.TrimSuffix(batch, "\n"), "\n")
+	slices.Sort(ls)
+	return ls
 }
 
 var env = map[string]string{"HAPILOT_LUA_AGENT": "127.0.0.1:4242", "HAPILOT_LUA_FLUSH_MS": "100", "HAPILOT_LUA_MAX": "5"}
@@ -137,33 +154,51 @@ func TestFlushSendsOneBatch(t *testing.T) {
 	f.tick() // the task starts and sleeps
 	f.respond("app", "srv1", 200, "12")
 	f.respond("app", "srv3", 500, "9")
-	f.respond("app", "", 503, "")     // HAProxy answered itself: sent; the agent counts it apart
-	f.respond("app", "srv2", 200, "") // no %Tr: -1
+	f.respond("app", "srv1", 200, "12") // identical: counted in one line
+	f.respond("app", "", 503, "")       // HAProxy answered itself: sent; the agent counts it apart
+	f.respond("app", "srv2", 200, "")   // no %Tr: -1
 	f.tick()
-	if len(f.batches) != 1 || f.batches[0] != "app srv1 200 12\napp srv3 500 9\napp <NOSRV> 503 -1\napp srv2 200 -1\n" {
-		t.Fatalf("batches %q", f.batches)
+	want := []string{"app <NOSRV> 503 -1 1", "app srv1 200 12 2", "app srv2 200 -1 1", "app srv3 500 9 1"}
+	if len(f.batches) != 1 || !slices.Equal(lines(f.batches[0]), want) {
+		t.Fatalf("batches %q, want one with %q", f.batches, want)
 	}
 	f.tick() // nothing buffered: no connection
-	if f.connects != 1 || f.stat("sent") != 4 {
-		t.Fatalf("connects %d, sent %d", f.connects, f.stat("sent"))
+	if f.connects != 1 || f.stat("sent") != 5 || f.stat("recorded") != 5 || f.stat("buffered") != 0 {
+		t.Fatalf("connects %d, sent %d, recorded %d, buffered %d", f.connects, f.stat("sent"), f.stat("recorded"), f.stat("buffered"))
 	}
 	if f.sleeps[0] != 100 || f.sleeps[len(f.sleeps)-1] != 100 {
 		t.Fatalf("sleeps %v", f.sleeps)
 	}
 }
 
-func TestBufferIsBounded(t *testing.T) {
+// The table holds at most HAPILOT_LUA_MAX distinct lines: when it is
+// full, a new line is dropped and counted, a line already in it still
+// counts.
+func TestTableIsBounded(t *testing.T) {
 	f := newFakeCore(t, env)
 	f.tick()
 	for i := 0; i < 8; i++ {
-		f.respond("app", "srv1", 200, "1")
+		want := 1
+		if i >= 5 {
+			want = 0
+		}
+		if got := f.respond("app", "srv1", 200, fmt.Sprint(i)); got != want {
+			t.Fatalf("response %d: converter returned %d, want %d", i, got, want)
+		}
 	}
-	if f.stat("dropped_full") != 3 || f.stat("recorded") != 5 {
+	if got := f.respond("app", "srv1", 200, "0"); got != 1 {
+		t.Fatalf("a line already counted, table full: converter returned %d, want 1", got)
+	}
+	if f.stat("dropped_full") != 3 || f.stat("recorded") != 6 {
 		t.Fatalf("dropped %d, recorded %d", f.stat("dropped_full"), f.stat("recorded"))
 	}
 	f.tick()
-	if len(f.batches) != 1 || strings.Count(f.batches[0], "\n") != 5 {
-		t.Fatalf("batches %q", f.batches)
+	want := []string{"app srv1 200 0 2", "app srv1 200 1 1", "app srv1 200 2 1", "app srv1 200 3 1", "app srv1 200 4 1"}
+	if len(f.batches) != 1 || !slices.Equal(lines(f.batches[0]), want) {
+		t.Fatalf("batches %q, want one with %q", f.batches, want)
+	}
+	if got := f.respond("app", "srv1", 200, "7"); got != 1 { // room again after the flush
+		t.Fatalf("after the flush: converter returned %d, want 1", got)
 	}
 }
 
@@ -188,7 +223,7 @@ func TestAgentDownBackoffAndReconnect(t *testing.T) {
 	f.respond("app", "srv2", 500, "4")
 	f.tick()
 	f.tick()
-	if len(f.batches) != 1 || f.batches[0] != "app srv2 500 4\n" || f.sleeps[len(f.sleeps)-1] != 100 {
+	if len(f.batches) != 1 || f.batches[0] != "app srv2 500 4 1\n" || f.sleeps[len(f.sleeps)-1] != 100 {
 		t.Fatalf("after reconnect: batches %q, sleeps %v", f.batches, f.sleeps)
 	}
 }

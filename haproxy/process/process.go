@@ -7,8 +7,8 @@ package process
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -184,34 +184,61 @@ func StartT(t testing.TB, config func(dir string) (cfg, socket string)) *Process
 	return p
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-// FreePorts returns n distinct free ports.
+// FreePorts returns n distinct TCP ports on 127.0.0.1 that were free a
+// moment ago and that no other caller in this process was given.
+//
+// They are drawn from below the kernel's ephemeral range when there is
+// room there: a port from inside it can be taken, between this check and
+// the bind of whoever uses it, by any outgoing connection (the load's,
+// HAProxy's to its servers), and was: a test failed with "address already
+// in use" on a port FreePorts had just handed out.
 func FreePorts(n int) ([]int, error) {
-	var lns []net.Listener
-	defer func() {
-		for _, l := range lns {
-			l.Close()
-		}
-	}()
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	lo, hi := quietPorts()
+	if len(handedOut) > (hi-lo)/2 { // a long sweep: ports handed out long ago are long bound or closed
+		clear(handedOut)
+	}
 	ports := make([]int, 0, n)
-	for i := 0; i < n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, errors.Join(fmt.Errorf("free port %d of %d", i+1, n), err)
+	for tries := 0; len(ports) < n; tries++ {
+		if tries == 1000 {
+			return nil, fmt.Errorf("free ports: found %d of %d in %d-%d", len(ports), n, lo, hi)
 		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+		port := lo + rand.IntN(hi-lo)
+		if handedOut[port] {
+			continue
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue // in use
+		}
+		ln.Close()
+		handedOut[port] = true
+		ports = append(ports, port)
 	}
 	return ports, nil
+}
+
+var (
+	portsMu   sync.Mutex
+	handedOut = map[int]bool{}
+)
+
+// quietPorts is the range FreePorts draws from: the 10000 ports below the
+// ephemeral range, or, when the ephemeral range starts too low to leave
+// them, the 10000 above it.
+func quietPorts() (lo, hi int) {
+	ephLo, ephHi := 32768, 60999 // Linux's default
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		fmt.Sscan(string(b), &ephLo, &ephHi)
+	}
+	if ephLo >= 11024 {
+		return ephLo - 10000, ephLo
+	}
+	if ephHi <= 65535-10000 {
+		return ephHi + 1, ephHi + 10001
+	}
+	return 1024, 65536 // no quiet range: any port, as the kernel would
 }
 
 type lockedBuffer struct {

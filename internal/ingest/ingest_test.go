@@ -23,7 +23,17 @@ type recorder struct {
 func (r *recorder) Record(ev window.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.events = append(r.events, fmt.Sprintf("%s/%s %d %d", ev.Backend, ev.Server, ev.Status, ev.ResponseMs))
+	r.events = append(r.events, show(ev))
+}
+
+// show prints an event as the tests expect it: "backend/server status tr",
+// then " xN" when it stands for N > 1 responses.
+func show(ev window.Event) string {
+	s := fmt.Sprintf("%s/%s %d %d", ev.Backend, ev.Server, ev.Status, ev.ResponseMs)
+	if ev.Count > 1 {
+		s += fmt.Sprintf(" x%d", ev.Count)
+	}
+	return s
 }
 
 func (r *recorder) list() []string {
@@ -45,6 +55,12 @@ func TestParseLogLine(t *testing.T) {
 		{"hapilot app srv1 200", "", true},
 		{"hapilot app srv1 200 12 extra", "", true},
 		{"hapilot app srv1 42 12", "", true},
+		{"hapilot app srv1 200 12 3", "app/srv1 200 12 x3", false},
+		{"hapilot app srv1 200 12 1", "app/srv1 200 12", false},
+		{"hapilot app srv1 200 12 0", "", true},
+		{"hapilot app srv1 200 12 -2", "", true},
+		{"hapilot app srv1 200 12 1048577", "", true}, // over window.MaxCount
+		{"hapilot app srv1 200 12 3 4", "", true},
 	}
 	for _, tc := range tests {
 		ev, err := ParseLogLine([]byte(tc.line))
@@ -52,7 +68,7 @@ func TestParseLogLine(t *testing.T) {
 			t.Errorf("%q: err %v", tc.line, err)
 			continue
 		}
-		if got := fmt.Sprintf("%s/%s %d %d", ev.Backend, ev.Server, ev.Status, ev.ResponseMs); !tc.err && got != tc.want {
+		if got := show(ev); !tc.err && got != tc.want {
 			t.Errorf("%q: %s, want %s", tc.line, got, tc.want)
 		}
 	}
@@ -76,11 +92,11 @@ func TestLineServer(t *testing.T) {
 		c.Write([]byte(payload))
 		c.Close()
 	}
-	send("app srv1 200 12\napp srv2 500 3\n")
-	send("garbage\napp - 503 -1\napp srv3 200 " + string(make([]byte, 100)) + "\napp srv1 404 1\n")
+	send("app srv1 200 12\napp srv2 500 3\napp srv4 200 2 40\n") // the last line stands for 40 responses
+	send("garbage\napp - 503 -1\napp srv3 200 " + string(make([]byte, 100)) + "\napp srv1 404 1\napp srv1 500 1 0\n")
 	send("app srv1 200 5") // no final newline: cut short
 	deadline := time.Now().Add(5 * time.Second)
-	for s.Counters.Batches.Load() < 3 || s.Counters.Events.Load()+s.Counters.Errors.Load()+s.Counters.NoServer.Load() < 7 {
+	for s.Counters.Batches.Load() < 3 || len(rec.list())+int(s.Counters.Errors.Load()+s.Counters.NoServer.Load()) < 9 {
 		if time.Now().After(deadline) {
 			t.Fatalf("counters: batches %d events %d errors %d", s.Counters.Batches.Load(), s.Counters.Events.Load(), s.Counters.Errors.Load())
 		}
@@ -92,11 +108,14 @@ func TestLineServer(t *testing.T) {
 	}
 	got := rec.list()
 	sort.Strings(got) // connections are served concurrently
-	if strings.Join(got, ",") != "app/srv1 200 12,app/srv1 404 1,app/srv2 500 3" {
+	if strings.Join(got, ",") != "app/srv1 200 12,app/srv1 404 1,app/srv2 500 3,app/srv4 200 2 x40" {
 		t.Fatalf("events %v", got)
 	}
-	if s.Counters.Errors.Load() != 3 || s.Counters.NoServer.Load() != 1 {
-		t.Fatalf("errors %d (garbage, long line, cut line), no server %d", s.Counters.Errors.Load(), s.Counters.NoServer.Load())
+	if s.Counters.Events.Load() != 43 {
+		t.Fatalf("events counted %d, want 43 (3 lines of one response, 1 of 40)", s.Counters.Events.Load())
+	}
+	if s.Counters.Errors.Load() != 4 || s.Counters.NoServer.Load() != 1 {
+		t.Fatalf("errors %d (garbage, long line, count 0, cut line), no server %d", s.Counters.Errors.Load(), s.Counters.NoServer.Load())
 	}
 }
 

@@ -27,11 +27,13 @@ type Counters struct {
 	Batches  atomic.Uint64 // connections (Lua) or datagrams (syslog)
 }
 
-// ParseFields turns "backend server status tr" into an event. The names
-// point into line.
+// ParseFields turns "backend server status tr [count]" into an event. The
+// names point into line. The optional count (at least 1, at most
+// window.MaxCount) says how many identical responses the line stands for:
+// the Lua companion sends each distinct line once per flush with its count.
 func ParseFields(f [][]byte) (window.Event, error) {
-	if len(f) != 4 {
-		return window.Event{}, fmt.Errorf("%d fields, want 4 (backend server status tr)", len(f))
+	if len(f) != 4 && len(f) != 5 {
+		return window.Event{}, fmt.Errorf("%d fields, want 4 or 5 (backend server status tr [count])", len(f))
 	}
 	status, ok := bytesconv.Atoi(f[2])
 	if !ok || status < 100 || status > 999 {
@@ -41,7 +43,15 @@ func ParseFields(f [][]byte) (window.Event, error) {
 	if !ok {
 		return window.Event{}, fmt.Errorf("tr %q", f[3])
 	}
-	return window.Event{Backend: f[0], Server: f[1], Status: status, ResponseMs: tr}, nil
+	ev := window.Event{Backend: f[0], Server: f[1], Status: status, ResponseMs: tr}
+	if len(f) == 5 {
+		n, ok := bytesconv.Atoi(f[4])
+		if !ok || n < 1 || n > window.MaxCount {
+			return window.Event{}, fmt.Errorf("count %q", f[4])
+		}
+		ev.Count = n
+	}
+	return ev, nil
 }
 
 // noServer reports HAProxy's placeholders for "no server": the Lua
@@ -81,15 +91,15 @@ func fields(line []byte, out [][]byte) int {
 	return n
 }
 
-// parseLine parses "backend server status tr" without allocating.
+// parseLine parses "backend server status tr [count]" without allocating.
 func parseLine(line []byte) (window.Event, bool, error) {
-	var buf [4][]byte
+	var buf [5][]byte
 	n := fields(line, buf[:])
 	if n == 0 {
 		return window.Event{}, false, nil
 	}
 	if n > len(buf) {
-		return window.Event{}, true, fmt.Errorf("more than 4 fields (backend server status tr)")
+		return window.Event{}, true, fmt.Errorf("more than 5 fields (backend server status tr [count])")
 	}
 	ev, err := ParseFields(buf[:n])
 	return ev, true, err
@@ -107,13 +117,13 @@ func record(c *Counters, sink window.Sink, line []byte) {
 	case noServer(ev.Server):
 		c.NoServer.Add(1)
 	default:
-		c.Events.Add(1)
+		c.Events.Add(uint64(max(ev.Count, 1)))
 		sink.Record(ev)
 	}
 }
 
 // LineServer takes the Lua companion's batches: each connection carries
-// newline-terminated "backend server status tr" lines, then closes.
+// newline-terminated "backend server status tr [count]" lines, then closes.
 type LineServer struct {
 	Sink     window.Sink
 	Log      zerolog.Logger

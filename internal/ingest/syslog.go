@@ -80,7 +80,7 @@ func (s *SyslogServer) line(msg []byte) {
 	case noServer(ev.Server):
 		s.Counters.NoServer.Add(1)
 	default:
-		s.Counters.Events.Add(1)
+		s.Counters.Events.Add(uint64(max(ev.Count, 1)))
 		s.Sink.Record(ev)
 	}
 }

@@ -42,6 +42,10 @@ type Event struct {
 	Server     []byte
 	Status     int
 	ResponseMs int // HAProxy's %Tr; negative when the server never answered
+	// Count is how many identical responses the event stands for (the Lua
+	// companion sends each distinct line once per flush with its count);
+	// 0 means 1.
+	Count int
 }
 
 // Sink takes events. *Store is the sink of the agent; tests use others.
@@ -112,9 +116,16 @@ func (s *Store) RecordAt(sec int64, ev Event) {
 		s.dropped.Add(1)
 		return
 	}
-	s.events.Add(1)
-	sr.record(sec, ev.Status, ev.ResponseMs)
+	n := uint32(1)
+	if ev.Count > 1 {
+		n = uint32(min(ev.Count, MaxCount))
+	}
+	s.events.Add(uint64(n))
+	sr.record(sec, ev.Status, ev.ResponseMs, n)
 }
+
+// MaxCount bounds one event's Count: a bucket's counters are 32 bits.
+const MaxCount = 1 << 20
 
 func (s *Store) lookup(backend, server []byte) *Series {
 	m := *s.series.Load()
@@ -157,7 +168,7 @@ func (s *Store) insert(backend, server string) *Series {
 	return sr
 }
 
-func (sr *Series) record(sec int64, status, ms int) {
+func (sr *Series) record(sec int64, status, ms int, count uint32) {
 	n := int64(len(sr.buckets))
 	b := &sr.buckets[uint64(sec)%uint64(n)]
 	if cur := b.sec.Load(); cur != sec {
@@ -173,15 +184,15 @@ func (sr *Series) record(sec int64, status, ms int) {
 			}
 		}
 	}
-	b.requests.Add(1)
+	b.requests.Add(count)
 	switch {
 	case status >= 500 && status <= 599:
-		b.err5xx.Add(1)
+		b.err5xx.Add(count)
 	case status >= 400 && status <= 499:
-		b.err4xx.Add(1)
+		b.err4xx.Add(count)
 	}
 	if ms >= 0 {
-		b.latency[latencyBin(ms)].Add(1)
+		b.latency[latencyBin(ms)].Add(count)
 	}
 }
 

@@ -82,6 +82,31 @@ func TestSnapshotCountsAndQuantiles(t *testing.T) {
 	}
 }
 
+// An event with a Count stands for that many identical responses: the
+// same figures as recording each one.
+func TestCountedEventEqualsItsResponses(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	one, counted := New(60*time.Second, 10, clk.Now), New(60*time.Second, 10, clk.Now)
+	for _, e := range []struct{ status, ms, n int }{{200, 3, 70}, {503, 40, 7}, {404, 1, 1}, {200, 250, 22}} {
+		for i := 0; i < e.n; i++ {
+			one.Record(ev("be", "a", e.status, e.ms))
+		}
+		c := ev("be", "a", e.status, e.ms)
+		c.Count = e.n
+		counted.Record(c)
+	}
+	a, b := one.Snapshot(0)[0], counted.Snapshot(0)[0]
+	if a != b || a.Requests != 100 || counted.Events() != 100 {
+		t.Fatalf("one by one %+v\ncounted    %+v (events %d)", a, b, counted.Events())
+	}
+	big := ev("be", "a", 200, 1)
+	big.Count = 1 << 40 // beyond a bucket's 32-bit counters: clamped
+	counted.Record(big)
+	if got := counted.Snapshot(0)[0].Requests; got != 100+MaxCount {
+		t.Fatalf("requests %d after a huge count, want %d", got, 100+MaxCount)
+	}
+}
+
 func TestWindowSlides(t *testing.T) {
 	clk := &fakeClock{t: time.Unix(5000, 0)}
 	s := New(10*time.Second, 10, clk.Now)
