@@ -189,7 +189,7 @@ func cmdBenchOverhead(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.DurationVar(&cfg.Duration, "duration", 20*time.Second, "load per telemetry path, split over the rounds")
 	fs.IntVar(&cfg.Rounds, "rounds", 4, "interleaved rounds (plain, syslog, ring, lua, spoe, plain, ...)")
 	fs.IntVar(&cfg.Backends, "backends", 2, "backend servers, answering at once")
-	paths := fs.String("paths", "plain,syslog,ring,lua,spoe", "telemetry paths to compare, plain first: "+strings.Join(bench.OverheadPaths, ",")+" (-noagent: HAProxy's side alone)")
+	paths := fs.String("paths", "plain,syslog,unixgram,ring,lua,spoe", "telemetry paths to compare, plain first: "+strings.Join(bench.OverheadPaths, ",")+" (-noagent: HAProxy's side alone)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -2,13 +2,16 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -34,7 +37,7 @@ type OverheadConfig struct {
 }
 
 // OverheadPaths are the telemetry paths Overhead knows.
-var OverheadPaths = []string{"plain", "syslog", "syslog-noagent", "ring", "ring-noagent", "lua", "lua-noagent", "spoe"}
+var OverheadPaths = []string{"plain", "syslog", "syslog-noagent", "unixgram", "unixgram-noagent", "ring", "ring-noagent", "lua", "lua-noagent", "spoe"}
 
 // PathResult is one telemetry path's figures.
 type PathResult struct {
@@ -44,6 +47,11 @@ type PathResult struct {
 	Failed     int
 	Recorded   uint64 // responses the agent recorded
 	Ratio      float64
+	// HAProxyCPU is HAProxy's own CPU time (user and system, from
+	// /proc/PID/stat) per response: the path's cost to HAProxy alone,
+	// apart from the load generator, the backends and the agent that share
+	// the machine and so shape the throughput. Zero when /proc is missing.
+	HAProxyCPU time.Duration
 }
 
 type variant struct {
@@ -54,6 +62,7 @@ type variant struct {
 	stop  context.CancelFunc
 	done  chan error
 	res   *fleet.Result
+	cpu   time.Duration // HAProxy's CPU time over the measured rounds
 }
 
 // Overhead runs the same HAProxy config several ways (plain, syslog, the
@@ -99,7 +108,9 @@ func Overhead(ctx context.Context, cfg OverheadConfig, dir string) ([]PathResult
 	}
 	for r := 0; r < cfg.Rounds; r++ {
 		for _, v := range vs {
+			before := processCPU(v.hp.Pid())
 			res := fleet.ClosedLoad{Addr: v.addr, Concurrency: cfg.Concurrency, Duration: per}.Run(ctx)
+			v.cpu += processCPU(v.hp.Pid()) - before
 			if v.res == nil {
 				v.res = res
 			} else {
@@ -113,12 +124,41 @@ func Overhead(ctx context.Context, cfg OverheadConfig, dir string) ([]PathResult
 		if v.agent != nil {
 			p.Recorded = v.agent.Events()
 		}
+		if n := v.res.Completed; n > 0 {
+			p.HAProxyCPU = v.cpu / time.Duration(n)
+		}
 		out = append(out, p)
 	}
 	for i := range out { // out[0] is plain
 		out[i].Ratio = out[i].Throughput / out[0].Throughput
 	}
 	return out, nil
+}
+
+// processCPU is a process's user and system CPU time so far, read from
+// /proc/PID/stat (fields 14 and 15, in clock ticks of 1/100 s: Linux's
+// USER_HZ on every architecture Debian ships); 0 when it cannot be read.
+func processCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) is in parentheses and may hold spaces:
+	// count fields from the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:])) // f[0] is field 3
+	if len(f) < 13 {
+		return 0
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return time.Duration(utime+stime) * (time.Second / 100)
 }
 
 func startVariant(ctx context.Context, name string, servers []string, root string) (*variant, error) {
@@ -146,6 +186,9 @@ func startVariant(ctx context.Context, name string, servers []string, root strin
 	case "ring":
 		opts.SyslogRing = agentAddr
 		args = append(args, "--syslog-listen", "tcp://"+agentAddr)
+	case "unixgram":
+		opts.SyslogAddr = filepath.Join(dir, "log.sock")
+		args = append(args, "--syslog-listen", "unixgram://"+opts.SyslogAddr)
 	}
 	cfg, err := fleet.HAProxyConfig(opts)
 	if err != nil {
@@ -159,6 +202,8 @@ func startVariant(ctx context.Context, name string, servers []string, root strin
 			opts.LuaAgent = agentAddr
 		case "ring":
 			opts.SyslogRing = agentAddr
+		case "unixgram":
+			opts.SyslogAddr = filepath.Join(dir, "log.sock")
 		default:
 			opts.SyslogAddr = agentAddr
 		}
@@ -200,14 +245,18 @@ func PrintOverhead(w io.Writer, cfg OverheadConfig, res []PathResult) {
 	fmt.Fprintf(w, "telemetry overhead: %d cores, HAProxy nbthread 1, %d backends answering at once, concurrency %d, %v per path in %d interleaved rounds\n",
 		runtime.NumCPU(), cfg.Backends, cfg.Concurrency, cfg.Duration, cfg.Rounds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "path\treq/s\tx plain\tp50 ms\tp99 ms\tfailed\trecorded by agent\t")
+	fmt.Fprintln(tw, "path\treq/s\tx plain\tp50 ms\tp99 ms\tHAProxy CPU µs/resp\tfailed\trecorded by agent\t")
 	for _, r := range res {
 		rec := "-"
 		if r.Path != "plain" && !strings.HasSuffix(r.Path, "-noagent") {
 			rec = fmt.Sprint(r.Recorded)
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.3f\t%.3f\t%d\t%s\t\n", r.Path, r.Throughput, r.Ratio,
-			float64(r.P50)/1e6, float64(r.P99)/1e6, r.Failed, rec)
+		cpu := "-"
+		if r.HAProxyCPU > 0 {
+			cpu = fmt.Sprintf("%.1f", float64(r.HAProxyCPU)/1e3)
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.3f\t%.3f\t%s\t%d\t%s\t\n", r.Path, r.Throughput, r.Ratio,
+			float64(r.P50)/1e6, float64(r.P99)/1e6, cpu, r.Failed, rec)
 	}
 	tw.Flush()
 }
