@@ -11,7 +11,9 @@
 -- response. A response never waits for the agent: when the agent is
 -- unreachable the batch is dropped and counted, and the task backs off;
 -- when the table is full, responses with a line not already in it are
--- dropped and counted.
+-- dropped and counted. Load it with lua-load-per-thread: each thread then
+-- has its own copy, table and task, and no thread waits for another's
+-- Lua lock.
 --
 -- Why a converter that counts, and not an http-res action that appends:
 -- HAProxy 2.6 builds a txn object (six tables) for every Lua action call,

@@ -11,14 +11,20 @@ import (
 
 // The core fault test through the Lua companion and through syslog (UDP,
 // and batched through a ring over TCP): the
-// faulty servers drained, the healthy never.
+// faulty servers drained, the healthy never. The Lua companion runs in an
+// HAProxy of two threads: lua-load-per-thread gives each its own copy, its
+// own table and its own flushing task, and the agent must hear from both.
 func TestLuaAndSyslogPathsDrainFaulty(t *testing.T) {
 	t.Parallel()
 	for _, path := range []string{"lua", "syslog", "syslog-ring"} {
 		t.Run(path, func(t *testing.T) {
 			t.Parallel()
+			threads := 1
+			if path == "lua" {
+				threads = 2
+			}
 			out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 40 * time.Second,
-				Policy: "rules", Name: path, Telemetry: path})
+				Policy: "rules", Name: path, Telemetry: path, Threads: threads})
 			for _, s := range []string{"srv3", "srv6"} {
 				if at, ok := out.DrainedAt[s]; !ok || at > 15*time.Second {
 					t.Errorf("%s drained at %v (%v)", s, at, ok)

@@ -34,6 +34,9 @@ type HAProxyOptions struct {
 	Weight int
 	// MaxConn is every server's maxconn (HAProxy queues beyond it); 0 none.
 	MaxConn int
+	// Threads is HAProxy's nbthread; 0 means 1, which keeps one core for
+	// the load generator and backends on a small machine.
+	Threads int
 }
 
 // Backend is the backend name the generated config uses.
@@ -51,12 +54,13 @@ func HAProxyConfig(o HAProxyOptions) (string, error) {
 	if algo == "" {
 		algo = "roundrobin"
 	}
+	threads := max(o.Threads, 1)
 	var b strings.Builder
 	fmt.Fprintf(&b, `global
     stats socket %s mode 600 level admin
     maxconn 4096
-    nbthread 1
-`, o.Socket())
+    nbthread %d
+`, o.Socket(), threads)
 	var front []string
 	if o.LuaAgent != "" {
 		luaFile := filepath.Join(o.Dir, "hapilot.lua")

@@ -30,6 +30,7 @@ type Scenario struct {
 	Algo     string
 	Weight   int // every server's configured weight; 0 for HAProxy's default
 	MaxConn  int // every server's maxconn in HAProxy; 0 for none
+	Threads  int // HAProxy's nbthread; 0 for 1
 	Rate     float64
 	Duration time.Duration
 	// Warmup is load sent (and discarded) before the measured run, so
@@ -119,7 +120,7 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := fleet.HAProxyOptions{Dir: s.Dir, FrontendPort: ports[0], Servers: fleet.Addrs(backends), Algo: s.Algo, Weight: s.Weight, MaxConn: s.MaxConn}
+	opts := fleet.HAProxyOptions{Dir: s.Dir, FrontendPort: ports[0], Servers: fleet.Addrs(backends), Algo: s.Algo, Weight: s.Weight, MaxConn: s.MaxConn, Threads: s.Threads}
 	ingestArgs := []string{"--spoe-listen", "off"}
 	switch s.Telemetry {
 	case "", "spoe":
