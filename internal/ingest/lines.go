@@ -115,7 +115,7 @@ func record(c *Counters, sink window.Sink, line []byte) {
 	case err != nil:
 		c.Errors.Add(1)
 	case noServer(ev.Server):
-		c.NoServer.Add(1)
+		c.NoServer.Add(uint64(max(ev.Count, 1)))
 	default:
 		c.Events.Add(uint64(max(ev.Count, 1)))
 		sink.Record(ev)

@@ -78,7 +78,7 @@ func (s *SyslogServer) line(msg []byte) {
 	case err != nil:
 		s.Counters.Errors.Add(1)
 	case noServer(ev.Server):
-		s.Counters.NoServer.Add(1)
+		s.Counters.NoServer.Add(uint64(max(ev.Count, 1)))
 	default:
 		s.Counters.Events.Add(uint64(max(ev.Count, 1)))
 		s.Sink.Record(ev)

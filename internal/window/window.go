@@ -111,14 +111,14 @@ func (s *Store) Record(ev Event) {
 
 // RecordAt adds one event that happened in the given Unix second.
 func (s *Store) RecordAt(sec int64, ev Event) {
-	sr := s.lookup(ev.Backend, ev.Server)
-	if sr == nil {
-		s.dropped.Add(1)
-		return
-	}
 	n := uint32(1)
 	if ev.Count > 1 {
 		n = uint32(min(ev.Count, MaxCount))
+	}
+	sr := s.lookup(ev.Backend, ev.Server)
+	if sr == nil {
+		s.dropped.Add(uint64(n))
+		return
 	}
 	s.events.Add(uint64(n))
 	sr.record(sec, ev.Status, ev.ResponseMs, n)

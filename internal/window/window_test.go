@@ -162,6 +162,12 @@ func TestMaxSeriesBoundsMemory(t *testing.T) {
 	if s.Len() != 3 || s.Dropped() != 2 || s.Events() != 4 {
 		t.Fatalf("len %d dropped %d events %d", s.Len(), s.Dropped(), s.Events())
 	}
+	counted := ev("be", "f", 200, 1)
+	counted.Count = 7 // dropped as the 7 responses it stands for
+	s.Record(counted)
+	if s.Dropped() != 9 {
+		t.Fatalf("dropped %d after a counted event of 7, want 9", s.Dropped())
+	}
 }
 
 func TestSnapshotSorted(t *testing.T) {
