@@ -173,7 +173,9 @@ func startVariant(ctx context.Context, name string, servers []string, root strin
 	opts := fleet.HAProxyOptions{Dir: dir, FrontendPort: ports[0], Servers: servers}
 	args := []string{"--policy", "static", "--interval", "10s", "--status-listen", "off", "--haproxy-socket", opts.Socket(), "--spoe-listen", "off"}
 	agentAddr := fmt.Sprintf("127.0.0.1:%d", ports[1])
-	switch name {
+	// A "-noagent" path is its base path's config with nobody on the other end.
+	base, noAgent := strings.CutSuffix(name, "-noagent")
+	switch base {
 	case "spoe":
 		opts.AgentAddr = agentAddr
 		args[len(args)-1] = agentAddr
@@ -195,23 +197,7 @@ func startVariant(ctx context.Context, name string, servers []string, root strin
 		return nil, err
 	}
 	v := &variant{name: name, addr: fmt.Sprintf("127.0.0.1:%d", ports[0])}
-	if strings.HasSuffix(name, "-noagent") {
-		// The same config as syslog/lua/ring, and no agent on the other end.
-		switch strings.TrimSuffix(name, "-noagent") {
-		case "lua":
-			opts.LuaAgent = agentAddr
-		case "ring":
-			opts.SyslogRing = agentAddr
-		case "unixgram":
-			opts.SyslogAddr = filepath.Join(dir, "log.sock")
-		default:
-			opts.SyslogAddr = agentAddr
-		}
-		if cfg, err = fleet.HAProxyConfig(opts); err != nil {
-			return nil, err
-		}
-	}
-	if name != "plain" && !strings.HasSuffix(name, "-noagent") {
+	if base != "plain" && !noAgent {
 		fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
 		c := config.Register(fs)
