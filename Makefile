@@ -1,12 +1,21 @@
 # hapilot: `make demo` runs the main job, `make test` the tests. Both install
 # what they need on a Debian machine (HAProxy through apt-get).
+#
+# Two binaries: bin/hapilot is the agent an operator installs; bin/hapilot-bench
+# is the lab (demo, benchmark, overhead), which the agent never links.
 
-GO       ?= go
-BIN      := bin/hapilot
-VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS  := -X main.version=$(VERSION)
+GO          ?= go
+BIN         := bin/hapilot
+LAB         := bin/hapilot-bench
+VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS     := -X main.version=$(VERSION)
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build demo test unit e2e fuzz bench bench-quick bench-study vet fmt deps clean
+# Tests that need HAProxy skip where it is missing (so `go test ./...` runs
+# anywhere); under make, a missing HAProxy fails them instead.
+export HAPILOT_REQUIRE_HAPROXY := 1
+
+.PHONY: all build demo test unit e2e lint vet fmt tidy fuzz bench bench-quick bench-study deps clean
 
 all: build
 
@@ -20,22 +29,42 @@ deps:
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/hapilot
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(LAB) ./cmd/hapilot-bench
 
 # The demo: a real HAProxy, 6 servers of which srv3 and srv6 fail 5%,
 # 300 req/s with --policy static then --policy rules, and a table.
 demo: deps build
-	./$(BIN) demo
+	./$(LAB) demo
 
-# Unit tests, the fuzz seed corpora, and the end-to-end tests against a
-# real HAProxy (run in parallel: they are light on CPU and long on time).
-test: deps vet
-	$(GO) test -count=1 -race $$($(GO) list ./... | grep -v /internal/e2e)
-	$(GO) test -count=1 -parallel 8 -timeout 9m ./internal/e2e/
+# Static checks, the unit tests (with the fuzz seed corpora) under the race
+# detector, then the end-to-end tests against a real HAProxy.
+test: deps lint unit e2e
+
+unit:
+	$(GO) test -count=1 -race ./...
+
+# The end-to-end tests (build tag e2e), run in parallel: they are light on
+# CPU and long on time.
+e2e: deps
+	$(GO) test -tags e2e -count=1 -parallel 8 -timeout 9m ./internal/lab/e2e/
+
+lint: vet tidy
+	$(GO) run $(STATICCHECK) -tags e2e ./...
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags e2e ./internal/lab/e2e/
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+# go.mod and go.sum must be what `go mod tidy` makes of the code.
+tidy:
+	@cp go.mod /tmp/hapilot-go.mod.$$$$ && cp go.sum /tmp/hapilot-go.sum.$$$$ && \
+		$(GO) mod tidy && \
+		if ! cmp -s go.mod /tmp/hapilot-go.mod.$$$$ || ! cmp -s go.sum /tmp/hapilot-go.sum.$$$$; then \
+			echo "go.mod/go.sum were not tidy: run go mod tidy and commit"; \
+			mv /tmp/hapilot-go.mod.$$$$ go.mod; mv /tmp/hapilot-go.sum.$$$$ go.sum; exit 1; \
+		fi; rm -f /tmp/hapilot-go.mod.$$$$ /tmp/hapilot-go.sum.$$$$
 
 # Longer fuzzing, outside CI: FUZZTIME per target.
 FUZZTIME ?= 5m
@@ -52,12 +81,12 @@ bench:
 # scenario at N=3 and N=9, static and rules, real HAProxy. About 4.5 min.
 BENCH_OUT ?= bench-out/quick
 bench-quick: deps build
-	./$(BIN) bench --scenario paper --servers 3,9 --algo roundrobin --policy rules --steps 60 --interval 1s --out $(BENCH_OUT)
+	./$(LAB) bench --scenario paper --servers 3,9 --algo roundrobin --policy rules --steps 60 --interval 1s --out $(BENCH_OUT)
 
 # The study's grid at the study's own pace (60 steps of 10 s): N = 3, 5, 7,
 # 9 x roundrobin, leastconn, static and rules: 32 runs of 10 min, about 5.5 hours.
 bench-study: deps build
-	./$(BIN) bench --sweep --scenario paper --policy rules --steps 60 --interval 10s --out bench-out/study
+	./$(LAB) bench --sweep --scenario paper --policy rules --steps 60 --interval 10s --out bench-out/study
 
 clean:
 	rm -rf bin bench-out

@@ -6,16 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/internal/lab/fakes"
 	"github.com/hapilot/hapilot/internal/window"
 	"github.com/rs/zerolog"
-	"github.com/valyala/fasthttp"
 )
 
 func obsOf(servers ...ServerView) *Observation {
@@ -34,7 +33,7 @@ func sv(name string, mod ...func(*ServerView)) ServerView {
 func drainedByAgent(v *ServerView) {
 	v.State.AdminState = haproxy.AdminForcedDrain
 	v.Owner = OwnerAgent
-	v.Changed = &Change{Kind: Drain}
+	v.Changed = &Change{Phase: PhaseDrained}
 }
 
 func operatorMaint(v *ServerView) {
@@ -149,21 +148,21 @@ func TestFloor(t *testing.T) {
 	}
 }
 
-func newLoop(rt ...Runtime) (*Loop, *fakeClock, *scripted, *bytes.Buffer) {
-	clk := &fakeClock{t: time.Unix(1000, 0)}
+func newLoop(rt ...Runtime) (*Loop, *fakes.Clock, *scripted, *bytes.Buffer) {
+	clk := fakes.NewClock(time.Unix(1000, 0))
 	pol := &scripted{}
 	audit := &bytes.Buffer{}
 	l := &Loop{Clock: clk, Interval: time.Second, Policy: pol, Guard: DefaultGuardrails(), Runtimes: rt,
-		Windows: &fakeWindows{}, Audit: audit, Log: zerolog.Nop()}
+		Windows: fakes.NewWindows(), Audit: audit, Log: zerolog.Nop()}
 	return l, clk, pol, audit
 }
 
 // TestStepSendsExactCommands drives the loop by hand and compares the
 // exact commands each step sends.
 func TestStepSendsExactCommands(t *testing.T) {
-	rt := newFakeRuntime("s1", "s2", "s3", "s4")
+	rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
 	l, _, pol, audit := newLoop(rt)
-	rt.set("s4", func(s *haproxy.ServerState) { s.AdminState = haproxy.AdminForcedMaint }) // operator's
+	rt.Set("s4", func(s *haproxy.ServerState) { s.AdminState = haproxy.AdminForcedMaint }) // operator's
 	pol.plans = []Plan{
 		{drain("s2"), drain("s3"), drain("s4")},
 		{drain("s3")},
@@ -178,7 +177,7 @@ func TestStepSendsExactCommands(t *testing.T) {
 	}
 	for i, w := range want {
 		rec := l.Step(context.Background())
-		if got := rt.takeCommands(); !reflect.DeepEqual(append([]string{}, got...), w) {
+		if got := rt.TakeCommands(); !reflect.DeepEqual(append([]string{}, got...), w) {
 			t.Fatalf("step %d: commands %q, want %q (verdicts %+v)", i+1, got, w, rec.Verdicts)
 		}
 	}
@@ -199,13 +198,13 @@ func TestStepSendsExactCommands(t *testing.T) {
 		t.Fatalf("audit record %+v", first)
 	}
 	m := l.metrics
-	if m.cycles != 4 || m.applied != 2 || m.refused != 4 {
+	if m.Cycles != 4 || m.Applied != 2 || m.Refused != 4 {
 		t.Fatalf("metrics %+v", m)
 	}
 }
 
 func TestOperatorOverrideIsRespected(t *testing.T) {
-	rt := newFakeRuntime("s1", "s2", "s3")
+	rt := fakes.NewRuntime("s1", "s2", "s3")
 	l, _, pol, _ := newLoop(rt)
 	pol.plans = []Plan{{drain("s2")}}
 	l.Step(context.Background())
@@ -213,10 +212,10 @@ func TestOperatorOverrideIsRespected(t *testing.T) {
 		t.Fatal("drain not in the ledger")
 	}
 	// The operator puts s2 in maint: it is theirs now.
-	rt.set("s2", func(s *haproxy.ServerState) { s.AdminState = haproxy.AdminForcedMaint })
+	rt.Set("s2", func(s *haproxy.ServerState) { s.AdminState = haproxy.AdminForcedMaint })
 	pol.plans = []Plan{{{Kind: Ready, Backend: "app", Server: "s2"}}}
 	rec := l.Step(context.Background())
-	if len(rt.takeCommands()) != 1 || rec.Verdicts[0].Accepted || !strings.Contains(rec.Verdicts[0].Reason, "operator") {
+	if len(rt.TakeCommands()) != 1 || rec.Verdicts[0].Accepted || !strings.Contains(rec.Verdicts[0].Reason, "operator") {
 		t.Fatalf("verdicts %+v", rec.Verdicts)
 	}
 	if len(l.Ledger()) != 0 {
@@ -225,45 +224,45 @@ func TestOperatorOverrideIsRespected(t *testing.T) {
 }
 
 func TestStateErrorMeansNoAction(t *testing.T) {
-	rt := newFakeRuntime("s1", "s2")
-	rt.fail = errors.New("connection refused")
+	rt := fakes.NewRuntime("s1", "s2")
+	rt.Fail = errors.New("connection refused")
 	l, _, pol, _ := newLoop(rt)
 	pol.plans = []Plan{{drain("s1")}}
 	rec := l.Step(context.Background())
-	if rec.Error == "" || pol.calls != 0 || len(rt.takeCommands()) != 0 {
+	if rec.Error == "" || pol.calls != 0 || len(rt.TakeCommands()) != 0 {
 		t.Fatalf("record %+v, policy calls %d", rec, pol.calls)
 	}
-	if l.metrics.stateErrors != 1 {
+	if l.metrics.StateErrors != 1 {
 		t.Fatal("state error not counted")
 	}
 }
 
 func TestPolicyErrorMeansNoAction(t *testing.T) {
-	rt := newFakeRuntime("s1", "s2")
+	rt := fakes.NewRuntime("s1", "s2")
 	l, _, pol, _ := newLoop(rt)
 	pol.err = errors.New("model said nonsense")
 	rec := l.Step(context.Background())
-	if rec.PolicyError == "" || len(rt.takeCommands()) != 0 || l.metrics.policyErrors != 1 {
+	if rec.PolicyError == "" || len(rt.TakeCommands()) != 0 || l.metrics.PolicyErrors != 1 {
 		t.Fatalf("record %+v", rec)
 	}
 }
 
 func TestSeveralSocketsAllReceiveTheAction(t *testing.T) {
-	a, b := newFakeRuntime("s1", "s2", "s3", "s4"), newFakeRuntime("s1", "s2", "s3", "s4")
-	b.addr = "fake2"
+	a, b := fakes.NewRuntime("s1", "s2", "s3", "s4"), fakes.NewRuntime("s1", "s2", "s3", "s4")
+	b.SetAddr("fake2")
 	// Only b has s3 drained by an operator: merged, s3 is the operator's.
-	b.set("s3", func(s *haproxy.ServerState) { s.AdminState = haproxy.AdminForcedDrain })
+	b.Set("s3", func(s *haproxy.ServerState) { s.AdminState = haproxy.AdminForcedDrain })
 	l, _, pol, _ := newLoop(a, b)
 	pol.plans = []Plan{{drain("s1"), drain("s3")}}
 	rec := l.Step(context.Background())
-	if got := append(a.takeCommands(), b.takeCommands()...); !reflect.DeepEqual(got, []string{"set server app/s1 state drain", "set server app/s1 state drain"}) {
+	if got := append(a.TakeCommands(), b.TakeCommands()...); !reflect.DeepEqual(got, []string{"set server app/s1 state drain", "set server app/s1 state drain"}) {
 		t.Fatalf("commands %q", got)
 	}
 	if rec.Verdicts[1].Accepted {
 		t.Fatalf("s3 drained on one HAProxy was treated as free: %+v", rec.Verdicts[1])
 	}
 	// A server only one HAProxy knows is unknown to the loop.
-	a.states = append(a.states, haproxy.ServerState{Backend: "app", Server: "s9", OpState: haproxy.OpRunning, Weight: 10, Initial: 10})
+	a.Add(haproxy.ServerState{Backend: "app", Server: "s9", OpState: haproxy.OpRunning, Weight: 10, Initial: 10})
 	pol.plans = []Plan{{drain("s9")}}
 	rec = l.Step(context.Background())
 	if rec.Verdicts[0].Accepted || !strings.Contains(rec.Verdicts[0].Reason, "unknown server") {
@@ -274,9 +273,9 @@ func TestSeveralSocketsAllReceiveTheAction(t *testing.T) {
 // An action one HAProxy refuses is reported as partial, with that
 // HAProxy's error, in the audit record and the decision.
 func TestPartialApplyIsReported(t *testing.T) {
-	a, b := newFakeRuntime("s1", "s2", "s3", "s4"), newFakeRuntime("s1", "s2", "s3", "s4")
-	b.addr = "fake2"
-	b.failSet = &haproxy.CommandError{Command: "set server app/s1 state drain", Reply: "Permission denied"}
+	a, b := fakes.NewRuntime("s1", "s2", "s3", "s4"), fakes.NewRuntime("s1", "s2", "s3", "s4")
+	b.SetAddr("fake2")
+	b.FailSet = &haproxy.CommandError{Command: "set server app/s1 state drain", Reply: "Permission denied"}
 	l, _, pol, _ := newLoop(a, b)
 	pol.plans = []Plan{{drain("s1")}}
 	rec := l.Step(context.Background())
@@ -292,7 +291,7 @@ func TestPartialApplyIsReported(t *testing.T) {
 // TestRunKeepsSchedule: steps start at start + k·interval; a step that
 // overruns makes the loop skip the slots it missed instead of queueing.
 func TestRunKeepsSchedule(t *testing.T) {
-	rt := newFakeRuntime("s1", "s2")
+	rt := fakes.NewRuntime("s1", "s2")
 	l, clk, pol, _ := newLoop(rt)
 	start := clk.Now()
 	var starts []time.Duration
@@ -313,40 +312,8 @@ func TestRunKeepsSchedule(t *testing.T) {
 	if !reflect.DeepEqual(starts, want) {
 		t.Fatalf("steps at %v, want %v", starts, want)
 	}
-	if l.metrics.skipped != 2 {
-		t.Fatalf("skipped %d, want 2", l.metrics.skipped)
-	}
-}
-
-func TestStatusAndMetricsEndpoints(t *testing.T) {
-	rt := newFakeRuntime("s1", "s2", "s3")
-	l, _, pol, _ := newLoop(rt)
-	pol.plans = []Plan{{drain("s2")}}
-	l.Step(context.Background())
-	s := &StatusServer{Loop: l, Extra: []func(io.Writer){func(w io.Writer) { Metric(w, "hapilot_extra_total", "counter", "x", 7) }}}
-	do := func(method, path string) (int, string) {
-		var ctx fasthttp.RequestCtx
-		ctx.Request.Header.SetMethod(method)
-		ctx.Request.SetRequestURI(path)
-		s.Handler(&ctx)
-		return ctx.Response.StatusCode(), string(ctx.Response.Body())
-	}
-	code, body := do("GET", "/status")
-	var st Status
-	if code != 200 || json.Unmarshal([]byte(body), &st) != nil || st.Cycle != 1 || len(st.Backends) != 1 || len(st.Decisions) != 1 || st.Changes["app/s2"].Kind != Drain {
-		t.Fatalf("status %d %s", code, body)
-	}
-	code, body = do("GET", "/metrics")
-	for _, m := range []string{"hapilot_cycles_total 1", "hapilot_actions_applied_total 1", "hapilot_actions_refused_total 0", "hapilot_cycle_duration_seconds_count 1", "hapilot_extra_total 7"} {
-		if code != 200 || !strings.Contains(body, m+"\n") {
-			t.Fatalf("metrics lack %q:\n%s", m, body)
-		}
-	}
-	if code, _ := do("POST", "/status"); code != fasthttp.StatusMethodNotAllowed {
-		t.Fatalf("POST answered %d", code)
-	}
-	if code, _ := do("GET", "/admin"); code != 404 {
-		t.Fatalf("unknown path answered %d", code)
+	if l.metrics.Skipped != 2 {
+		t.Fatalf("skipped %d, want 2", l.metrics.Skipped)
 	}
 }
 
@@ -381,7 +348,7 @@ func TestCapacityAwareDrain(t *testing.T) {
 		t.Fatalf("overloaded: %+v", v[0])
 	}
 	// Half a second of data: 30 requests each looks like a trickle, but
-	// the load is unknown yet (seen in hapilot bench --scenario overload:
+	// the load is unknown yet (seen in hapilot-bench bench --scenario overload:
 	// a drain let through at 0.5 s). Wait for complete seconds.
 	young := fleet(30)
 	for i := range young.Backends[0].Servers {
@@ -399,7 +366,7 @@ func TestCapacityAwareDrain(t *testing.T) {
 func TestTailHoldRefusesDrain(t *testing.T) {
 	now := time.Unix(5000, 0)
 	o := obsOf(sv("s1"), sv("s2", func(v *ServerView) {
-		v.Owner, v.Changed = OwnerAgent, &Change{Kind: SetWeight, Weight: 2, NoDrainUntil: now.Add(time.Minute)}
+		v.Owner, v.Changed = OwnerAgent, &Change{Phase: PhaseCanary, Weight: 2, NoDrainUntil: now.Add(time.Minute)}
 		v.State.Weight = 2
 	}), sv("s3"), sv("s4"))
 	o.Time = now
@@ -409,5 +376,28 @@ func TestTailHoldRefusesDrain(t *testing.T) {
 	o.Time = now.Add(2 * time.Minute)
 	if v := DefaultGuardrails().Vet(o, Plan{drain("s2")}); !v[0].Accepted {
 		t.Fatalf("after the hold: %+v", v[0])
+	}
+}
+
+// The loop widens the drain cap by what the policy declares it needs,
+// and by nothing else: three outliers among nine servers go in one step
+// for a policy that declares DrainsPer 3, one for a policy that does not.
+func TestLoopReadsPolicyNeeds(t *testing.T) {
+	for _, tc := range []struct {
+		needs Needs
+		want  int
+	}{{Needs{}, 1}, {Needs{DrainsPer: 3}, 3}} {
+		var names []string
+		for i := 1; i <= 9; i++ {
+			names = append(names, "s"+string(rune('0'+i)))
+		}
+		rt := fakes.NewRuntime(names...)
+		l, _, pol, _ := newLoop(rt)
+		pol.needs = tc.needs
+		pol.plans = []Plan{{drain("s3"), drain("s6"), drain("s9")}}
+		l.Step(context.Background())
+		if got := len(rt.TakeCommands()); got != tc.want {
+			t.Errorf("needs %+v: %d drains sent, want %d", tc.needs, got, tc.want)
+		}
 	}
 }

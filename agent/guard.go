@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -31,6 +32,31 @@ type Guardrails struct {
 // DefaultGuardrails are the study's limits plus our serving floor.
 func DefaultGuardrails() Guardrails {
 	return Guardrails{MaxDrains: 1, MaxActions: 3, MaxWeightStep: 50, MaxUtilization: 0.85}
+}
+
+// For returns the guardrails widened by a policy's needs: its drain cap
+// per fleet size. Nothing a policy needs loosens the floor, the operator's
+// hold or any other limit.
+func (g Guardrails) For(n Needs) Guardrails {
+	if n.DrainsPer > 0 {
+		g.DrainsPer = n.DrainsPer
+	}
+	return g
+}
+
+// Validate checks the settings an operator may give.
+func (g Guardrails) Validate() error {
+	var errs []error
+	if g.MinServing < 0 {
+		errs = append(errs, fmt.Errorf("min-serving %d is negative", g.MinServing))
+	}
+	if g.MaxUtilization < 0 || g.MaxUtilization > 1 {
+		errs = append(errs, fmt.Errorf("max-utilization %v outside [0, 1]", g.MaxUtilization))
+	}
+	if g.MaxDrains < 1 || g.MaxActions < 1 || g.MaxWeightStep < 1 {
+		errs = append(errs, fmt.Errorf("max drains, actions and weight step must be positive"))
+	}
+	return errors.Join(errs...)
 }
 
 // Floor is the serving floor for a backend of n servers.
@@ -176,46 +202,9 @@ func (g Guardrails) check(obs *Observation, serving map[string]map[string]bool, 
 		}
 		serving[b.Name] = cur
 	}
-	count := 0
-	for _, on := range cur {
-		if on {
-			count++
-		}
-	}
-	floor := g.Floor(len(b.Servers))
-	removes := func() string {
-		if cur[a.Server] && count-1 < floor {
-			return fmt.Sprintf("would leave %s with %d serving servers, below the floor of %d", b.Name, count-1, floor)
-		}
-		return ""
-	}
 	switch a.Kind {
 	case Drain:
-		if s.State.Drain() {
-			return "already drained", a
-		}
-		if limit := g.drainLimit(len(b.Servers)); drains >= limit && !a.Restore {
-			return fmt.Sprintf("at most %d drain per step", limit), a
-		}
-		if s.Changed != nil && obs.Time.Before(s.Changed.NoDrainUntil) {
-			return fmt.Sprintf("held at a reduced weight until %s: draining it hurt the backend's p99", s.Changed.NoDrainUntil.Format(time.TimeOnly)), a
-		}
-		if r := removes(); r != "" {
-			return r, a
-		}
-		if !a.Restore {
-			if w, why := g.capacityWeight(obs, b, cur, s); why != "" {
-				if w >= s.State.Weight {
-					return why, a
-				}
-				cut := a
-				cut.Kind, cut.Weight = SetWeight, w
-				cut.Reason = a.Reason + "; " + why
-				return "", cut
-			}
-		}
-		cur[a.Server] = false
-		return "", a
+		return g.checkDrain(obs, b, s, cur, a, drains)
 	case Ready:
 		if s.Owner != OwnerAgent {
 			return "not changed by the agent: nothing to undo", a
@@ -223,24 +212,71 @@ func (g Guardrails) check(obs *Observation, serving map[string]map[string]bool, 
 		cur[a.Server] = s.State.OpState == haproxy.OpRunning
 		return "", a
 	case SetWeight:
-		w := a.Weight
-		lo, hi := s.State.Weight-g.MaxWeightStep, s.State.Weight+g.MaxWeightStep
-		w = max(w, lo, 0)
-		w = min(w, hi, 256)
-		if w == s.State.Weight {
-			return fmt.Sprintf("weight already %d", w), a
-		}
-		if w == 0 {
-			if r := removes(); r != "" {
-				return r, a
-			}
-			cur[a.Server] = false
-		} else if !s.State.Drain() && !s.State.Maint() {
-			cur[a.Server] = s.State.OpState == haproxy.OpRunning
-		}
-		applied := a
-		applied.Weight = w
-		return "", applied
+		return g.checkWeight(b, s, cur, a)
 	}
 	return fmt.Sprintf("unknown action kind %q", a.Kind), a
+}
+
+// belowFloor says why taking server out of b's serving set cur would
+// leave b below its floor, or "" when it would not.
+func (g Guardrails) belowFloor(b *BackendView, cur map[string]bool, server string) string {
+	count := 0
+	for _, on := range cur {
+		if on {
+			count++
+		}
+	}
+	if floor := g.Floor(len(b.Servers)); cur[server] && count-1 < floor {
+		return fmt.Sprintf("would leave %s with %d serving servers, below the floor of %d", b.Name, count-1, floor)
+	}
+	return ""
+}
+
+func (g Guardrails) checkDrain(obs *Observation, b *BackendView, s *ServerView, cur map[string]bool, a Action, drains int) (string, Action) {
+	if s.State.Drain() {
+		return "already drained", a
+	}
+	if limit := g.drainLimit(len(b.Servers)); drains >= limit && !a.Restore {
+		return fmt.Sprintf("at most %d drain per step", limit), a
+	}
+	if s.Changed != nil && obs.Time.Before(s.Changed.NoDrainUntil) {
+		return fmt.Sprintf("held at a reduced weight until %s: draining it hurt the backend's p99", s.Changed.NoDrainUntil.Format(time.TimeOnly)), a
+	}
+	if r := g.belowFloor(b, cur, a.Server); r != "" {
+		return r, a
+	}
+	if !a.Restore {
+		if w, why := g.capacityWeight(obs, b, cur, s); why != "" {
+			if w >= s.State.Weight {
+				return why, a
+			}
+			cut := a
+			cut.Kind, cut.Weight = SetWeight, w
+			cut.Reason = a.Reason + "; " + why
+			return "", cut
+		}
+	}
+	cur[a.Server] = false
+	return "", a
+}
+
+func (g Guardrails) checkWeight(b *BackendView, s *ServerView, cur map[string]bool, a Action) (string, Action) {
+	w := a.Weight
+	lo, hi := s.State.Weight-g.MaxWeightStep, s.State.Weight+g.MaxWeightStep
+	w = max(w, lo, 0)
+	w = min(w, hi, 256)
+	if w == s.State.Weight {
+		return fmt.Sprintf("weight already %d", w), a
+	}
+	if w == 0 {
+		if r := g.belowFloor(b, cur, a.Server); r != "" {
+			return r, a
+		}
+		cur[a.Server] = false
+	} else if !s.State.Drain() && !s.State.Maint() {
+		cur[a.Server] = s.State.OpState == haproxy.OpRunning
+	}
+	applied := a
+	applied.Weight = w
+	return "", applied
 }

@@ -8,22 +8,23 @@ import (
 	"testing"
 
 	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/internal/lab/fakes"
 )
 
 // A reload (new HAProxy process, servers back at their configured state)
 // loses the agent's drain: the next step applies it again, outside the
 // per-step drain count, and the audit says so.
 func TestReloadLostDrainIsReapplied(t *testing.T) {
-	rt := newFakeRuntime("s1", "s2", "s3", "s4", "s5", "s6")
+	rt := fakes.NewRuntime("s1", "s2", "s3", "s4", "s5", "s6")
 	l, _, pol, _ := newLoop(rt)
 	pol.plans = []Plan{{drain("s3")}, {drain("s6")}}
 	l.Step(context.Background())
 	l.Step(context.Background())
-	rt.takeCommands()
-	rt.reload()
+	rt.TakeCommands()
+	rt.Reload()
 	pol.plans = []Plan{{drain("s1")}} // and the policy wants one more
 	rec := l.Step(context.Background())
-	got := rt.takeCommands()
+	got := rt.TakeCommands()
 	want := []string{"set server app/s3 state drain", "set server app/s6 state drain"}
 	if !reflect.DeepEqual(got[:2], want) && !reflect.DeepEqual(got[:2], []string{want[1], want[0]}) {
 		t.Fatalf("after reload: %q (verdicts %+v)", got, rec.Verdicts)
@@ -38,7 +39,7 @@ func TestReloadLostDrainIsReapplied(t *testing.T) {
 	}
 	// A further step with nothing lost sends nothing.
 	l.Step(context.Background())
-	if got := rt.takeCommands(); len(got) != 0 {
+	if got := rt.TakeCommands(); len(got) != 0 {
 		t.Fatalf("steady state sent %q", got)
 	}
 }
@@ -46,14 +47,14 @@ func TestReloadLostDrainIsReapplied(t *testing.T) {
 // Without a reload, a drain that comes back ready was undone by someone:
 // it is theirs now, and never re-applied.
 func TestUndoneDrainIsNotReapplied(t *testing.T) {
-	rt := newFakeRuntime("s1", "s2", "s3")
+	rt := fakes.NewRuntime("s1", "s2", "s3")
 	l, _, pol, _ := newLoop(rt)
 	pol.plans = []Plan{{drain("s2")}}
 	l.Step(context.Background())
-	rt.takeCommands()
-	rt.set("s2", func(s *haproxy.ServerState) { s.AdminState = 0 })
+	rt.TakeCommands()
+	rt.Set("s2", func(s *haproxy.ServerState) { s.AdminState = 0 })
 	l.Step(context.Background())
-	if got := rt.takeCommands(); len(got) != 0 || len(l.Ledger()) != 0 {
+	if got := rt.TakeCommands(); len(got) != 0 || len(l.Ledger()) != 0 {
 		t.Fatalf("commands %q, ledger %v", got, l.Ledger())
 	}
 }
@@ -63,13 +64,13 @@ func TestUndoneDrainIsNotReapplied(t *testing.T) {
 // operator undid while it was down, and re-applies one a reload lost.
 func TestStateFileAcrossAgentRestarts(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "state.json")
-	rt := newFakeRuntime("s1", "s2", "s3", "s4", "s5", "s6")
+	rt := fakes.NewRuntime("s1", "s2", "s3", "s4", "s5", "s6")
 	first, _, pol, _ := newLoop(rt)
 	first.StateFile = file
 	pol.plans = []Plan{{drain("s2")}, {drain("s4")}}
 	first.Step(context.Background())
 	first.Step(context.Background())
-	rt.takeCommands()
+	rt.TakeCommands()
 	if _, err := os.Stat(file); err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +79,7 @@ func TestStateFileAcrossAgentRestarts(t *testing.T) {
 	second, _, _, _ := newLoop(rt)
 	second.StateFile = file
 	rec := second.Step(context.Background())
-	if got := rt.takeCommands(); len(got) != 0 {
+	if got := rt.TakeCommands(); len(got) != 0 {
 		t.Fatalf("restart sent %q", got)
 	}
 	owners := map[string]Owner{}
@@ -90,29 +91,29 @@ func TestStateFileAcrossAgentRestarts(t *testing.T) {
 	}
 
 	// Down again: the operator readies s2, then HAProxy reloads.
-	rt.set("s2", func(s *haproxy.ServerState) { s.AdminState = 0 })
+	rt.Set("s2", func(s *haproxy.ServerState) { s.AdminState = 0 })
 	third, _, _, _ := newLoop(rt)
 	third.StateFile = file
 	third.Step(context.Background())
-	if got := rt.takeCommands(); len(got) != 0 || len(third.Ledger()) != 1 {
+	if got := rt.TakeCommands(); len(got) != 0 || len(third.Ledger()) != 1 {
 		t.Fatalf("operator's ready: commands %q, ledger %v", got, third.Ledger())
 	}
-	rt.reload()
+	rt.Reload()
 	third.Step(context.Background())
-	if got := rt.takeCommands(); !reflect.DeepEqual(got, []string{"set server app/s4 state drain"}) {
+	if got := rt.TakeCommands(); !reflect.DeepEqual(got, []string{"set server app/s4 state drain"}) {
 		t.Fatalf("after reload: %q", got)
 	}
 }
 
 func TestUndoRestoresEverything(t *testing.T) {
-	rt := newFakeRuntime("s1", "s2", "s3", "s4")
+	rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
 	l, _, pol, _ := newLoop(rt)
-	rt.set("s4", func(s *haproxy.ServerState) { s.AdminState = haproxy.AdminForcedMaint })
+	rt.Set("s4", func(s *haproxy.ServerState) { s.AdminState = haproxy.AdminForcedMaint })
 	pol.plans = []Plan{{drain("s2"), {Kind: SetWeight, Backend: "app", Server: "s1", Weight: 5}}}
 	l.Step(context.Background())
-	rt.takeCommands()
+	rt.TakeCommands()
 	l.Undo(context.Background())
-	got := rt.takeCommands()
+	got := rt.TakeCommands()
 	want := []string{"set weight app/s1 10", "set server app/s2 state ready"}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("undo sent %q, want %q", got, want)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/internal/lab/fakes"
 	"github.com/rs/zerolog"
 )
 
@@ -37,8 +38,8 @@ func TestStalledSocketNeitherStallsNorLeaks(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := runtime.NumGoroutine()
-	l := &Loop{Clock: RealClock{}, Interval: 100 * time.Millisecond, Policy: Static{}, Guard: DefaultGuardrails(),
-		Runtimes: []Runtime{client}, Windows: &fakeWindows{}, Log: zerolog.Nop()}
+	l := &Loop{Clock: RealClock{}, Interval: 100 * time.Millisecond, Policy: &scripted{}, Guard: DefaultGuardrails(),
+		Runtimes: []Runtime{client}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -51,8 +52,8 @@ func TestStalledSocketNeitherStallsNorLeaks(t *testing.T) {
 	l.mu.Lock()
 	m := l.metrics
 	l.mu.Unlock()
-	if m.cycles < 10 || m.stateErrors != m.cycles || m.skipped > 1 {
-		t.Fatalf("cycles %d, state errors %d, skipped %d", m.cycles, m.stateErrors, m.skipped)
+	if m.Cycles < 10 || m.StateErrors != m.Cycles || m.Skipped > 1 {
+		t.Fatalf("cycles %d, state errors %d, skipped %d", m.Cycles, m.StateErrors, m.Skipped)
 	}
 	deadline := time.Now().Add(2 * time.Second)
 	for runtime.NumGoroutine() > before+2 {

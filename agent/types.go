@@ -142,9 +142,29 @@ type Reporter interface {
 	Report() any
 }
 
-// Static is the policy that never acts: the baseline of every comparison.
-type Static struct{}
+// Needs is what a policy asks of the loop around it. A policy declares
+// its needs by implementing NeedsDeclarer; the loop never tells policies
+// apart by name.
+type Needs struct {
+	// DrainsPer lets a backend of N servers lose up to N/DrainsPer of them
+	// in one step (at least the guardrails' MaxDrains), floor and capacity
+	// permitting. 0 keeps MaxDrains for the whole step.
+	DrainsPer int
+	// NoStepBudget lets a step run as long as the policy takes, as the
+	// study's loop did: the cadence slips instead of the call being cut
+	// short. Only the benchmark's unprotected runs ask for it.
+	NoStepBudget bool
+}
 
-func (Static) Name() string { return "static" }
+// NeedsDeclarer is a policy with needs of its own.
+type NeedsDeclarer interface {
+	Needs() Needs
+}
 
-func (Static) Decide(context.Context, Observation) (Plan, error) { return nil, nil }
+// NeedsOf returns p's needs, or none.
+func NeedsOf(p Policy) Needs {
+	if d, ok := p.(NeedsDeclarer); ok {
+		return d.Needs()
+	}
+	return Needs{}
+}

@@ -8,16 +8,15 @@ import (
 	"testing"
 
 	"github.com/hapilot/hapilot/examples"
-	"github.com/hapilot/hapilot/haproxy/process"
+	"github.com/hapilot/hapilot/internal/lab/haproxyproc"
+	"github.com/hapilot/hapilot/internal/lab/labtest"
 	hapilotlua "github.com/hapilot/hapilot/lua"
 )
 
 // TestExampleConfigIsValid runs `haproxy -c` on the example haproxy.cfg
 // with its SPOE file, paths pointed at a temporary directory.
 func TestExampleConfigIsValid(t *testing.T) {
-	if _, err := exec.LookPath(process.Binary()); err != nil {
-		t.Fatalf("haproxy not installed: %v", err)
-	}
+	labtest.RequireHAProxy(t)
 	dir := t.TempDir()
 	spoe := filepath.Join(dir, "hapilot-spoe.conf")
 	if err := os.WriteFile(spoe, []byte(examples.SPOEConf), 0o644); err != nil {
@@ -29,13 +28,14 @@ func TestExampleConfigIsValid(t *testing.T) {
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(process.Binary(), "-c", "-f", path).CombinedOutput()
+	out, err := exec.Command(haproxyproc.Binary(), "-c", "-f", path).CombinedOutput()
 	if err != nil {
 		t.Fatalf("haproxy -c: %v\n%s", err, out)
 	}
 }
 
 func TestLuaAndSyslogExamplesAreValid(t *testing.T) {
+	labtest.RequireHAProxy(t)
 	dir := t.TempDir()
 	for name, cfg := range map[string]string{"lua": examples.HAProxyLuaCfg, "syslog": examples.HAProxySyslogCfg, "syslog-ring": examples.HAProxySyslogRingCfg} {
 		lua := filepath.Join(dir, "hapilot.lua")
@@ -48,10 +48,15 @@ func TestLuaAndSyslogExamplesAreValid(t *testing.T) {
 		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if out, err := exec.Command(process.Binary(), "-c", "-f", path).CombinedOutput(); err != nil {
+		if out, err := exec.Command(haproxyproc.Binary(), "-c", "-f", path).CombinedOutput(); err != nil {
 			t.Fatalf("%s: haproxy -c: %v\n%s", name, err, out)
 		}
 	}
+}
+
+// The sections the tests and the benchmark take from the examples are
+// where they expect them.
+func TestExampleSections(t *testing.T) {
 	if got := examples.Lines(examples.HAProxySyslogCfg, "frontend www"); len(got) != 2 || !strings.HasPrefix(got[1], "log-format") {
 		t.Fatalf("syslog frontend lines %q", got)
 	}

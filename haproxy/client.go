@@ -201,30 +201,51 @@ const (
 	StateMaint AdminState = "maint"
 )
 
-// SetServerState puts a server into ready, drain or maint.
-func (c *Client) SetServerState(ctx context.Context, backend, server string, st AdminState) error {
+// SetStateCommand is the runtime command that puts backend/server into
+// st. Every such command is built here, so that what the agent logs is
+// what it sends.
+func SetStateCommand(backend, server string, st AdminState) (string, error) {
 	t, err := target(backend, server)
 	if err != nil {
-		return err
+		return "", err
 	}
 	switch st {
 	case StateReady, StateDrain, StateMaint:
 	default:
-		return fmt.Errorf("haproxy: unknown server state %q", st)
+		return "", fmt.Errorf("haproxy: unknown server state %q", st)
 	}
-	return c.runSet(ctx, "set server "+t+" state "+string(st))
+	return "set server " + t + " state " + string(st), nil
+}
+
+// SetWeightCommand is the runtime command that sets backend/server's
+// absolute weight (0..256).
+func SetWeightCommand(backend, server string, weight int) (string, error) {
+	t, err := target(backend, server)
+	if err != nil {
+		return "", err
+	}
+	if weight < 0 || weight > 256 {
+		return "", fmt.Errorf("haproxy: weight %d outside [0, 256]", weight)
+	}
+	return fmt.Sprintf("set weight %s %d", t, weight), nil
+}
+
+// SetServerState puts a server into ready, drain or maint.
+func (c *Client) SetServerState(ctx context.Context, backend, server string, st AdminState) error {
+	cmd, err := SetStateCommand(backend, server, st)
+	if err != nil {
+		return err
+	}
+	return c.runSet(ctx, cmd)
 }
 
 // SetWeight sets a server's absolute weight (0..256).
 func (c *Client) SetWeight(ctx context.Context, backend, server string, weight int) error {
-	t, err := target(backend, server)
+	cmd, err := SetWeightCommand(backend, server, weight)
 	if err != nil {
 		return err
 	}
-	if weight < 0 || weight > 256 {
-		return fmt.Errorf("haproxy: weight %d outside [0, 256]", weight)
-	}
-	return c.runSet(ctx, fmt.Sprintf("set weight %s %d", t, weight))
+	return c.runSet(ctx, cmd)
 }
 
 // Weight is a server's current and initial weight.

@@ -10,19 +10,20 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/haproxy"
-	"github.com/hapilot/hapilot/haproxy/process"
+	"github.com/hapilot/hapilot/internal/lab/haproxyproc"
+	"github.com/hapilot/hapilot/internal/lab/labtest"
 )
 
 type sockets struct{ admin, user, tcp string }
 
-func startHAProxy(t *testing.T) (*process.Process, sockets) {
+func startHAProxy(t *testing.T) (*haproxyproc.Process, sockets) {
 	t.Helper()
-	ports, err := process.FreePorts(2)
+	ports, err := haproxyproc.FreePorts(2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var s sockets
-	p := process.StartT(t, func(dir string) (string, string) {
+	p := labtest.StartT(t, func(dir string) (string, string) {
 		s = sockets{
 			admin: filepath.Join(dir, "admin.sock"),
 			user:  filepath.Join(dir, "user.sock"),

@@ -204,6 +204,39 @@ func ParseStat(reply string) ([]StatRow, error) {
 	return out, nil
 }
 
+// ServerStat is what the agent reads of one server's `show stat` row.
+type ServerStat struct {
+	Backend string `json:"backend"`
+	Server  string `json:"server"`
+	// MaxConn is the server's maxconn (slim); 0 when it has none.
+	MaxConn int `json:"maxconn,omitempty"`
+	// RespTimeMs is HAProxy's average response time over the server's last
+	// 1024 requests (rtime): service time without the queue.
+	RespTimeMs int `json:"resp_time_ms,omitempty"`
+}
+
+// ServerStats keeps the server rows of a `show stat` reply (not the
+// BACKEND and FRONTEND summaries), typed.
+func ServerStats(rows []StatRow) []ServerStat {
+	out := make([]ServerStat, 0, len(rows))
+	for _, r := range rows {
+		if r["svname"] == "BACKEND" || r["svname"] == "FRONTEND" {
+			continue
+		}
+		out = append(out, ServerStat{Backend: r["pxname"], Server: r["svname"], MaxConn: int(r.Int("slim")), RespTimeMs: int(r.Int("rtime"))})
+	}
+	return out
+}
+
+// ServerStats reads `show stat` and returns its server rows, typed.
+func (c *Client) ServerStats(ctx context.Context) ([]ServerStat, error) {
+	rows, err := c.ShowStat(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return ServerStats(rows), nil
+}
+
 // Info is the part of `show info` that identifies a running HAProxy.
 type Info struct {
 	Version   string `json:"version"`

@@ -20,7 +20,7 @@
 -- and a table holding one string per response keeps Lua's collector busy.
 -- A converter gets just the string, and the counts table stays small (its
 -- size is the number of distinct lines, not of responses). On the 2-core
--- machine where it was measured (`hapilot bench overhead`), that took the
+-- machine where it was measured (`hapilot-bench bench overhead`), that took the
 -- companion from 0.65-0.71x plain HAProxy's throughput to 0.82-0.85x.
 --
 -- Settings come from the environment (HAProxy's global `setenv`):

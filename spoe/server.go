@@ -162,12 +162,11 @@ type conn struct {
 }
 
 type header struct {
-	typ       frame.Type
-	flags     uint32
-	streamID  uint64
-	frameID   uint64
-	payload   []byte
-	headerErr error
+	typ      frame.Type
+	flags    uint32
+	streamID uint64
+	frameID  uint64
+	payload  []byte
 }
 
 // readFrame reads one frame into the connection's buffer; the payload is

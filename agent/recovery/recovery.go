@@ -12,11 +12,16 @@
 // or more), then at full weight once its live window stays clean. A
 // server that still fails stays drained and is never flipped. With probing
 // off, the canary weight ramp alone is the test.
+//
+// Which phase a server is in (drained, cut, canary) is the ledger's to
+// say; recovery keeps only the progress of a drained server's probes and
+// the backoff history of its drains.
 package recovery
 
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -29,12 +34,36 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/internal/enum"
 	"github.com/rs/zerolog"
 )
 
+// Mode is how drained servers come back.
+type Mode string
+
+const (
+	// ModeProbe: a burst of the agent's own requests, then a canary weight.
+	ModeProbe Mode = "probe"
+	// ModeCanary: the canary weight ramp alone is the test.
+	ModeCanary Mode = "canary"
+	// ModeOff: drained servers stay drained until an operator acts.
+	ModeOff Mode = "off"
+)
+
+// Modes lists the modes, for usage lines.
+var Modes = []Mode{ModeProbe, ModeCanary, ModeOff}
+
+func (m *Mode) String() string { return string(*m) }
+
+// Set implements flag.Value.
+func (m *Mode) Set(s string) (err error) {
+	*m, err = enum.Parse("readmit", s, Modes...)
+	return err
+}
+
 // Config tunes re-admission.
 type Config struct {
-	Probe       bool          // probe drained servers; false: canary ramp only
+	Mode        Mode
 	Path        string        // probe request path
 	Host        string        // Host header; "" uses the address
 	Rate        float64       // probe requests per second
@@ -63,29 +92,52 @@ type Config struct {
 
 // DefaultConfig is what `hapilot run` uses.
 func DefaultConfig() Config {
-	return Config{Probe: true, Path: "/", Rate: 50, Timeout: 2 * time.Second, Cooldown: 30 * time.Second,
+	return Config{Mode: ModeProbe, Path: "/", Rate: 50, Timeout: 2 * time.Second, Cooldown: 30 * time.Second,
 		MaxCooldown: 10 * time.Minute, MinBurst: 20, MaxBurst: 1000, CanaryFor: 10 * time.Second,
 		P99Guard: 2.5, TailHold: 10 * time.Minute, SlowRatio: 5, SlowMinMs: 50}
 }
 
-type phase int
+// Validate checks the settings an operator may give.
+func (c Config) Validate() error {
+	var errs []error
+	if _, err := enum.Parse("readmit", string(c.Mode), Modes...); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Rate <= 0 || c.Cooldown <= 0 || c.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("probe-rate, probe-cooldown and the probe timeout must be positive"))
+	}
+	if c.MaxCooldown < c.Cooldown {
+		errs = append(errs, fmt.Errorf("the longest cooldown %v is below the first %v", c.MaxCooldown, c.Cooldown))
+	}
+	if c.MinBurst < 1 || c.MaxBurst < c.MinBurst {
+		errs = append(errs, fmt.Errorf("burst sizes %d..%d: want 1 <= min <= max", c.MinBurst, c.MaxBurst))
+	}
+	if c.P99Guard < 0 {
+		errs = append(errs, fmt.Errorf("p99-guard %v is negative", c.P99Guard))
+	}
+	return errors.Join(errs...)
+}
+
+// probeState is where a drained server stands in its probe cycle. Whether
+// it is drained, reweighted or a canary is the ledger's to say (its
+// Change.Phase); this is only the burst's progress.
+type probeState int
 
 const (
-	waiting phase = iota // drained, cooldown running
-	probing              // a burst is in flight
-	passed               // the last burst was clean: re-admit
-	canary               // back at reduced weight
-	done                 // back at full weight; kept for the backoff history
+	waiting probeState = iota // cooldown running
+	probing                   // a burst is in flight
+	passed                    // the last burst was clean: re-admit
 )
 
+// server is what recovery remembers of a server the agent drained: its
+// probe cycle, and the backoff history that outlives one drain.
 type server struct {
-	phase     phase
+	probe     probeState
 	next      time.Time // when the next burst may start
 	cooldown  time.Duration
-	drainedAt time.Time
-	faultRate float64 // error rate seen when it was drained
-	drains    int     // times the agent drained it
-	readyAt   time.Time
+	drainedAt time.Time // the ledger's Change.At of the drain being handled
+	faultRate float64   // error rate seen when it was drained
+	drains    int       // times the agent drained it
 	lastBurst string
 	result    chan burstResult
 	// tailStrikes counts steps in a row with the backend's p99 over the
@@ -99,28 +151,29 @@ type burstResult struct {
 	err          error
 }
 
-// Readmitter implements agent.Recovery.
+// Readmitter implements agent.Recovery. It owns its probe bursts: Close
+// stops them and waits for them.
 type Readmitter struct {
 	Config Config
 	Log    zerolog.Logger
 	Now    func() time.Time
-	// Client sends the probes; nil builds one from Config.
-	Client *http.Client
+
+	client *http.Client
+	ctx    context.Context // ends at Close: every burst runs under it
+	cancel context.CancelFunc
+	bursts sync.WaitGroup
 
 	mu      sync.Mutex
 	servers map[string]*server
 	rng     *rand.Rand
 }
 
-// New returns a Readmitter.
-func New(cfg Config, log zerolog.Logger) *Readmitter {
-	return &Readmitter{Config: cfg, Log: log, Now: time.Now, servers: map[string]*server{}, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))}
-}
-
-func (r *Readmitter) client() *http.Client {
-	if r.Client == nil {
-		r.Client = &http.Client{
-			Timeout: r.Config.Timeout,
+// New returns a Readmitter whose probes go out through client (nil: one
+// built from cfg).
+func New(cfg Config, client *http.Client, log zerolog.Logger) *Readmitter {
+	if client == nil {
+		client = &http.Client{
+			Timeout: cfg.Timeout,
 			Transport: &http.Transport{
 				TLSClientConfig:     &tls.Config{InsecureSkipVerify: true}, // a health probe to a backend, as HAProxy's check-ssl without verify
 				MaxIdleConnsPerHost: 8,
@@ -129,7 +182,15 @@ func (r *Readmitter) client() *http.Client {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
 	}
-	return r.Client
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Readmitter{Config: cfg, Log: log, Now: time.Now, client: client, ctx: ctx, cancel: cancel,
+		servers: map[string]*server{}, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))}
+}
+
+// Close stops every probe burst in flight and waits for them to end.
+func (r *Readmitter) Close() {
+	r.cancel()
+	r.bursts.Wait()
 }
 
 func (r *Readmitter) jitter(d time.Duration) time.Duration {
@@ -149,66 +210,44 @@ func (c Config) BurstSize(rate float64) int {
 	return min(max(n, c.MinBurst), c.MaxBurst)
 }
 
-// Plan proposes this step's re-admissions.
-func (r *Readmitter) Plan(ctx context.Context, obs agent.Observation) agent.Plan {
+// Plan proposes this step's re-admissions, reading each server's phase
+// from the ledger (Changed.Phase).
+func (r *Readmitter) Plan(_ context.Context, obs agent.Observation) agent.Plan {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.Now()
 	var plan agent.Plan
-	seen := map[string]bool{}
 	for _, b := range obs.Backends {
 		for _, s := range b.Servers {
-			k := s.Backend + "/" + s.Server
 			if s.Owner != agent.OwnerAgent || s.Changed == nil {
 				continue
 			}
-			seen[k] = true
-			st := r.servers[k]
-			if s.Changed.Kind == agent.Drain && s.State.Drain() {
-				if st == nil || st.phase == canary || st.phase == done || !st.drainedAt.Equal(s.Changed.At) {
-					st = r.drained(k, st, s, now)
+			k := s.Backend + "/" + s.Server
+			var a agent.Action
+			var ok bool
+			switch s.Changed.Phase {
+			case agent.PhaseDrained:
+				st := r.servers[k]
+				if st == nil || !st.drainedAt.Equal(s.Changed.At) {
+					st = r.drained(k, st, s)
 				}
-				if a, ok := r.tailGuard(b, st, s); ok {
-					plan = append(plan, a)
-					continue
+				if a, ok = r.tailGuard(b, st, s); !ok {
+					a, ok = r.whileDrained(k, st, s, peersP50(b, s.Server), now)
 				}
-				if a, ok := r.whileDrained(ctx, k, st, s, peersP50(b, s.Server), now); ok {
-					plan = append(plan, a)
-				}
-				continue
-			}
-			if s.Changed.Kind == agent.SetWeight && s.Serving() {
+			case agent.PhaseCut, agent.PhaseCanary:
 				// Back at a reduced weight: after a re-admission, a
 				// capacity-aware cut or the tail guard. Full weight
 				// returns once its live traffic is clean.
-				if st == nil || st.phase == done {
-					st = r.history(k, st)
-					st.phase, st.readyAt = canary, s.Changed.At
+				if s.Serving() {
+					a, ok = r.whileCanary(b, s, now)
 				}
-				if st.phase == canary {
-					if a, ok := r.whileCanary(b, st, s, now); ok {
-						plan = append(plan, a)
-					}
-				}
+			}
+			if ok {
+				plan = append(plan, a)
 			}
 		}
 	}
-	for k, st := range r.servers {
-		if !seen[k] && st.phase != probing {
-			st.phase = done // back to normal, or taken over by an operator
-		}
-	}
 	return plan
-}
-
-// history returns a fresh state that keeps prev's backoff.
-func (r *Readmitter) history(k string, prev *server) *server {
-	st := &server{cooldown: r.Config.Cooldown}
-	if prev != nil {
-		st.cooldown, st.drains, st.faultRate = prev.cooldown, prev.drains, prev.faultRate
-	}
-	r.servers[k] = st
-	return st
 }
 
 // tailGuard brings a drained server back at a reduced weight when the
@@ -231,20 +270,19 @@ func (r *Readmitter) tailGuard(b agent.BackendView, st *server, s agent.ServerVi
 	if w := max(s.State.Initial/4, 1); s.State.Initial >= 4 && s.State.Weight != w {
 		return agent.Action{Kind: agent.SetWeight, Backend: s.Backend, Server: s.Server, Weight: w, Reason: why + ": reduced weight first"}, true
 	}
-	st.phase, st.readyAt, st.tailStrikes = canary, r.Now(), 0
+	st.tailStrikes = 0
 	return agent.Action{Kind: agent.Ready, Backend: s.Backend, Server: s.Server, Reason: why, NoDrainFor: r.Config.TailHold}, true
 }
 
-// drained starts (or restarts) the cooldown of a server the agent drained.
-func (r *Readmitter) drained(k string, prev *server, s agent.ServerView, now time.Time) *server {
-	st := &server{phase: waiting, drainedAt: s.Changed.At, cooldown: r.Config.Cooldown, drains: 1,
+// drained starts (or restarts) the cooldown of a server the agent
+// drained, keeping the backoff of its earlier drains.
+func (r *Readmitter) drained(k string, prev *server, s agent.ServerView) *server {
+	st := &server{probe: waiting, drainedAt: s.Changed.At, cooldown: r.Config.Cooldown, drains: 1,
 		faultRate: max(s.Window.ErrorRate(), s.Changed.ErrorRate)}
 	if prev != nil {
 		st.drains = prev.drains + 1
 		st.cooldown = min(2*prev.cooldown, r.Config.MaxCooldown)
-		if prev.faultRate > st.faultRate {
-			st.faultRate = prev.faultRate
-		}
+		st.faultRate = max(st.faultRate, prev.faultRate)
 	}
 	st.next = s.Changed.At.Add(r.jitter(st.cooldown))
 	r.servers[k] = st
@@ -274,21 +312,18 @@ func (c Config) tooSlow(medianMs float64, peerMs int) bool {
 	return c.SlowRatio > 0 && peerMs > 0 && medianMs >= c.SlowRatio*float64(peerMs) && medianMs-float64(peerMs) >= float64(c.SlowMinMs)
 }
 
-func (r *Readmitter) whileDrained(ctx context.Context, k string, st *server, s agent.ServerView, peerMs int, now time.Time) (agent.Action, bool) {
-	switch st.phase {
+func (r *Readmitter) whileDrained(k string, st *server, s agent.ServerView, peerMs int, now time.Time) (agent.Action, bool) {
+	switch st.probe {
 	case waiting:
 		if now.Before(st.next) {
 			return agent.Action{}, false
 		}
-		if !r.Config.Probe || s.State.Addr == "" || s.State.Port == 0 {
-			st.phase = passed
+		if r.Config.Mode != ModeProbe || s.State.Addr == "" || s.State.Port == 0 {
+			st.probe = passed
 			st.lastBurst = "probing off: canary ramp"
 			break
 		}
-		st.phase = probing
-		st.result = make(chan burstResult, 1)
-		n := r.Config.BurstSize(st.faultRate)
-		go func(res chan<- burstResult) { res <- r.burst(context.WithoutCancel(ctx), s, n) }(st.result)
+		r.startBurst(st, s)
 		return agent.Action{}, false
 	case probing:
 		select {
@@ -297,12 +332,12 @@ func (r *Readmitter) whileDrained(ctx context.Context, k string, st *server, s a
 			if res.err != nil || res.failed > 0 || res.sent == 0 || r.Config.tooSlow(res.medianMs, peerMs) {
 				st.cooldown = min(2*st.cooldown, r.Config.MaxCooldown)
 				st.next = now.Add(r.jitter(st.cooldown))
-				st.phase = waiting
+				st.probe = waiting
 				r.Log.Info().Str("server", k).Str("burst", st.lastBurst).AnErr("error", res.err).Dur("next_in", st.cooldown).
 					Msg("probe burst failed: the server stays drained")
 				return agent.Action{}, false
 			}
-			st.phase = passed
+			st.probe = passed
 		default:
 			return agent.Action{}, false
 		}
@@ -313,18 +348,33 @@ func (r *Readmitter) whileDrained(ctx context.Context, k string, st *server, s a
 		return agent.Action{Kind: agent.SetWeight, Backend: s.Backend, Server: s.Server, Weight: canaryW,
 			Reason: "re-admission: canary weight before ready (" + st.lastBurst + ")"}, true
 	}
-	st.phase = canary
-	st.readyAt = now
 	return agent.Action{Kind: agent.Ready, Backend: s.Backend, Server: s.Server, Reason: "re-admission: " + st.lastBurst}, true
 }
 
+// startBurst sends a probe burst in a goroutine of the Readmitter's own,
+// which Close stops: a step's deadline does not cut a burst short, and
+// no burst outlives the agent.
+func (r *Readmitter) startBurst(st *server, s agent.ServerView) {
+	st.probe = probing
+	res := make(chan burstResult, 1)
+	st.result = res
+	n := r.Config.BurstSize(st.faultRate)
+	r.bursts.Add(1)
+	go func() {
+		defer r.bursts.Done()
+		res <- r.burst(r.ctx, s, n)
+	}()
+}
+
 // whileCanary returns full weight once the live (recent) window has
-// enough traffic, no excess errors and no excess latency.
-func (r *Readmitter) whileCanary(b agent.BackendView, st *server, s agent.ServerView, now time.Time) (agent.Action, bool) {
-	if now.Sub(st.readyAt) < r.Config.CanaryFor || s.Recent.Requests < 50 {
+// enough traffic, no excess errors and no excess latency, CanaryFor after
+// the reduced weight began.
+func (r *Readmitter) whileCanary(b agent.BackendView, s agent.ServerView, now time.Time) (agent.Action, bool) {
+	since := s.Changed.At
+	if now.Sub(since) < r.Config.CanaryFor || s.Recent.Requests < 50 {
 		return agent.Action{}, false
 	}
-	if s.Changed != nil && now.Before(s.Changed.NoDrainUntil) {
+	if now.Before(s.Changed.NoDrainUntil) {
 		return agent.Action{}, false // the tail guard holds it here
 	}
 	var peerN, peerX uint64
@@ -352,7 +402,7 @@ func (r *Readmitter) whileCanary(b agent.BackendView, st *server, s agent.Server
 		}
 	}
 	return agent.Action{Kind: agent.SetWeight, Backend: s.Backend, Server: s.Server, Weight: s.State.Initial,
-		Reason: fmt.Sprintf("re-admission: live traffic clean for %v (%d recent requests)", now.Sub(st.readyAt).Round(time.Second), s.Recent.Requests)}, true
+		Reason: fmt.Sprintf("re-admission: live traffic clean for %v (%d recent requests)", now.Sub(since).Round(time.Second), s.Recent.Requests)}, true
 }
 
 // burst sends n probe requests at the configured rate, straight to the
@@ -371,7 +421,7 @@ func (r *Readmitter) burst(ctx context.Context, s agent.ServerView, n int) (res 
 			res.medianMs = times[len(times)/2]
 		}
 	}()
-	c := r.client()
+	c := r.client
 	for i := 0; i < n; i++ {
 		if i > 0 {
 			select {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/haproxy"
-	"github.com/hapilot/hapilot/internal/fleet"
+	"github.com/hapilot/hapilot/internal/lab/fleet"
 	"github.com/hapilot/hapilot/internal/window"
 	"github.com/rs/zerolog"
 )
@@ -37,8 +37,12 @@ func newHarness(t *testing.T, addr string, initial int, probe bool) *harness {
 	p, _ := strconv.Atoi(port)
 	h := &harness{t: t, now: time.Unix(10000, 0)}
 	cfg := DefaultConfig()
-	cfg.Probe, cfg.Rate = probe, 2000
-	h.r = New(cfg, zerolog.Nop())
+	cfg.Mode, cfg.Rate = ModeCanary, 2000
+	if probe {
+		cfg.Mode = ModeProbe
+	}
+	h.r = New(cfg, nil, zerolog.Nop())
+	t.Cleanup(h.r.Close)
 	h.r.Now = func() time.Time { return h.now }
 	b := agent.BackendView{Name: "app"}
 	for _, name := range []string{"srv1", "srv2", "srv3"} {
@@ -49,7 +53,7 @@ func newHarness(t *testing.T, addr string, initial int, probe bool) *harness {
 			v.State.Addr, v.State.Port = host, p
 			v.State.AdminState = haproxy.AdminForcedDrain
 			v.Owner = agent.OwnerAgent
-			v.Changed = &agent.Change{Kind: agent.Drain, At: h.now, ErrorRate: 0.05}
+			v.Changed = &agent.Change{Phase: agent.PhaseDrained, At: h.now, ErrorRate: 0.05}
 			v.Window = window.Stats{Requests: 600, Err5xx: 30}
 		}
 		b.Servers = append(b.Servers, v)
@@ -71,7 +75,7 @@ func (h *harness) waitBurst() {
 	h.r.mu.Lock()
 	st := h.r.servers["app/srv2"]
 	h.r.mu.Unlock()
-	if st == nil || st.phase != probing {
+	if st == nil || st.probe != probing {
 		h.t.Fatalf("no burst running: %+v", st)
 	}
 	res := <-st.result
@@ -94,12 +98,12 @@ func TestPersistentFaultStaysDrained(t *testing.T) {
 		t.Fatalf("re-admitted a failing server: %v", p)
 	}
 	st := h.r.servers["app/srv2"]
-	if st.cooldown != time.Minute || st.phase != waiting || b.Served() == 0 {
+	if st.cooldown != time.Minute || st.probe != waiting || b.Served() == 0 {
 		t.Fatalf("after a failed burst: %+v, %d probes served", st, b.Served())
 	}
 	// The next burst waits for the doubled cooldown.
-	if p := h.plan(80 * time.Second); len(p) != 0 || st.phase != waiting {
-		t.Fatalf("probed again too soon: %v %v", p, st.phase)
+	if p := h.plan(80 * time.Second); len(p) != 0 || st.probe != waiting {
+		t.Fatalf("probed again too soon: %v %v", p, st.probe)
 	}
 }
 
@@ -126,7 +130,7 @@ func TestHealedServerComesBackThroughACanary(t *testing.T) {
 	}
 	// Back in rotation at weight 2, the agent's weight.
 	s := h.srv2()
-	s.State.AdminState, s.Changed = 0, &agent.Change{Kind: agent.SetWeight, Weight: 2, At: h.now}
+	s.State.AdminState, s.Changed = 0, &agent.Change{Phase: agent.PhaseCanary, Weight: 2, At: h.now}
 	s.Recent = window.Stats{Requests: 20}
 	if p := h.plan(40 * time.Second); len(p) != 0 {
 		t.Fatalf("promoted too early: %v", p)
@@ -187,7 +191,7 @@ func TestCanaryStaysAtReducedWeightWhileFailing(t *testing.T) {
 	if p := h.plan(35 * time.Second); len(p) != 1 || p[0].Kind != agent.Ready {
 		t.Fatalf("want ready: %v", p)
 	}
-	s.State.AdminState, s.Changed = 0, &agent.Change{Kind: agent.SetWeight, Weight: 2, At: h.now}
+	s.State.AdminState, s.Changed = 0, &agent.Change{Phase: agent.PhaseCanary, Weight: 2, At: h.now}
 	s.Recent = window.Stats{Requests: 200, Err5xx: 10}
 	if p := h.plan(60 * time.Second); len(p) != 0 {
 		t.Fatalf("promoted a failing canary: %v", p)
@@ -205,7 +209,7 @@ func TestRedrainDoublesCooldown(t *testing.T) {
 	h.plan(40 * time.Second)
 	// Drained again at 50 s.
 	s.State.AdminState, s.Owner = haproxy.AdminForcedDrain, agent.OwnerAgent
-	s.Changed = &agent.Change{Kind: agent.Drain, At: time.Unix(10000, 0).Add(50 * time.Second), ErrorRate: 0.05}
+	s.Changed = &agent.Change{Phase: agent.PhaseDrained, At: time.Unix(10000, 0).Add(50 * time.Second), ErrorRate: 0.05}
 	if p := h.plan(90 * time.Second); len(p) != 0 {
 		t.Fatalf("re-admitted after 40 s: the cooldown should be 60 s: %v", p)
 	}
@@ -245,9 +249,53 @@ func TestSlowServerStaysDrainedWhileSlow(t *testing.T) {
 			if got := len(p) == 1 && p[0].Kind == agent.SetWeight; got != tc.back {
 				t.Fatalf("plan %v, want re-admission %v", p, tc.back)
 			}
-			if st := h.r.servers["app/srv2"]; !tc.back && (st.phase != waiting || st.cooldown != time.Minute) {
+			if st := h.r.servers["app/srv2"]; !tc.back && (st.probe != waiting || st.cooldown != time.Minute) {
 				t.Fatalf("a slow burst must count as failed: %+v (%s)", st, st.lastBurst)
 			}
 		})
+	}
+}
+
+// Two drained servers whose cooldowns end in the same step probe at once,
+// each with its own burst; Close stops bursts still running and waits for
+// them, so that none outlives the agent. Run with -race.
+func TestTwoBurstsInOneStepAndClose(t *testing.T) {
+	slow, err := fleet.StartBackend(fleet.BackendConfig{Latency: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	h := newHarness(t, slow.Addr, 1, true)
+	h.r.Config.Rate = 20 // 20 probes at 20/s: a burst lasts about a second
+	s3 := &h.obs.Backends[0].Servers[2]
+	*s3 = *h.srv2()
+	s3.Server, s3.State.Server = "srv3", "srv3"
+	s3.Changed = &agent.Change{Phase: agent.PhaseDrained, At: h.now, ErrorRate: 0.05}
+	h.plan(34 * time.Second)
+	h.r.mu.Lock()
+	running := 0
+	for _, st := range h.r.servers {
+		if st.probe == probing {
+			running++
+		}
+	}
+	h.r.mu.Unlock()
+	if running != 2 {
+		t.Fatalf("%d bursts running, want 2", running)
+	}
+	for deadline := time.Now().Add(5 * time.Second); slow.Served() < 2 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond) // wait for the bursts to be under way
+	}
+	began := time.Now()
+	done := make(chan struct{})
+	go func() { h.r.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not stop the bursts")
+	}
+	t.Logf("Close took %v", time.Since(began))
+	if n := slow.Served(); n == 0 || n >= uint64(2*h.r.Config.BurstSize(0.05)) {
+		t.Fatalf("%d probes served: the bursts should have started and been cut short", n)
 	}
 }

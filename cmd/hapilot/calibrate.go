@@ -8,9 +8,8 @@ import (
 	"io"
 	"time"
 
-	"github.com/hapilot/hapilot/agent/llm"
+	"github.com/hapilot/hapilot/agent/policy/llm"
 	"github.com/hapilot/hapilot/internal/config"
-	"github.com/hapilot/hapilot/internal/daemon"
 )
 
 // errCalibrationFailed makes `hapilot calibrate` exit 1 after printing a
@@ -28,7 +27,7 @@ func cmdCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if c.LLM.Model == "" {
 		return errors.New("--model is required")
 	}
-	model, err := daemon.NewModel(*c)
+	model, err := llm.NewModel(c.LLM)
 	if err != nil {
 		return err
 	}

@@ -1,10 +1,12 @@
 // Command hapilot takes degraded backend servers out of HAProxy's rotation.
 //
-//	hapilot run      run the agent
-//	hapilot check    validate settings (flags or --config FILE) and exit
-//	hapilot demo     real HAProxy, a demo fleet with faulty servers, before/after
+//	hapilot run        run the agent
+//	hapilot check      validate settings (flags or --config FILE) and exit
 //	hapilot calibrate  score an Ollama model; only a passing one may act
-//	hapilot version  print the version
+//	hapilot version    print the version
+//
+// The demo and the benchmark are the lab's, in cmd/hapilot-bench: this
+// binary holds the agent and nothing else.
 package main
 
 import (
@@ -31,9 +33,7 @@ const usage = `usage: hapilot <command> [flags]
 commands:
   run       run the agent beside HAProxy
   check     validate settings (flags or --config FILE) and exit
-  demo      run a demo fleet behind a real HAProxy, static then rules, and print a table
   calibrate score a model on built-in scenarios; only a passing model may act
-  bench     bench overhead: what each telemetry path costs HAProxy
   version   print the version
 
 Run 'hapilot <command> -h' for a command's flags.
@@ -56,12 +56,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdRun(ctx, args[1:], stderr)
 	case "check":
 		err = cmdCheck(args[1:], stdout, stderr)
-	case "demo":
-		err = cmdDemo(ctx, args[1:], stdout, stderr)
 	case "calibrate":
 		err = cmdCalibrate(ctx, args[1:], stdout, stderr)
-	case "bench":
-		err = cmdBench(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, versionString())
 	case "help", "-h", "--help":
@@ -109,8 +105,8 @@ func newLogger(c *config.Config, stderr io.Writer) (zerolog.Logger, error) {
 		return zerolog.Logger{}, fmt.Errorf("log-level: %w", err)
 	}
 	w := stderr
-	console := c.LogFormat == "console"
-	if c.LogFormat == "auto" {
+	console := c.LogFormat == config.LogConsole
+	if c.LogFormat == config.LogAuto {
 		if f, ok := stderr.(*os.File); ok {
 			if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
 				console = true

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hapilot/hapilot/agent/llm/ollamafake"
+	"github.com/hapilot/hapilot/internal/lab/ollamafake"
 )
 
 // TestCalibrateAndRun calibrates emulated models served by the Ollama
@@ -50,16 +50,8 @@ func TestCommands(t *testing.T) {
 		{[]string{"check", "--config", "/nonexistent/hapilot.conf"}, 1, "", "no such file"},
 		{[]string{"frobnicate"}, 2, "", "unknown command"},
 		{nil, 2, "", "usage"},
-		{[]string{"run", "--policy", "nope"}, 1, "", "unknown policy"},
-		{[]string{"bench", "--list"}, 0, "two-faults", ""},
-		{[]string{"bench", "--scenario", "meteor"}, 1, "", "unknown scenario"},
-		{[]string{"bench", "--policy", "llm"}, 1, "", "needs --emulate"},
-		{[]string{"bench", "--policy", "llm", "--emulate", "oracle"}, 1, "", "unknown emulation"},
-		{[]string{"bench", "--policy", "llm", "--emulate", "capable", "--protections", "maybe"}, 1, "", "want on, off"},
-		{[]string{"bench", "--algo", "random"}, 1, "", "roundrobin or leastconn"},
-		{[]string{"bench", "--servers", "1"}, 1, "", "from 2 to 64"},
-		{[]string{"bench", "--report", "/nonexistent"}, 1, "", "no such file"},
-		{[]string{"bench", "overhead", "--paths", "plain,carrier-pigeon", "--duration", "1s"}, 1, "", "unknown telemetry path"},
+		{[]string{"run", "--policy", "nope"}, 1, "", `policy "nope": want static|rules|llm|lua`},
+		{[]string{"demo"}, 2, "", "unknown command"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -68,7 +68,7 @@ func TestInvalid(t *testing.T) {
 		want       string
 	}{
 		{"interval too short", "", []string{"--interval", "100ms"}, "below 250ms"},
-		{"unknown policy", "", []string{"--policy", "magic"}, "unknown policy"},
+		{"unknown policy", "", []string{"--policy", "magic"}, `policy "magic": want static|rules|llm|lua`},
 		{"bad socket", "", []string{"--haproxy-socket", "tcp:nohost"}, "socket address"},
 		{"bad spoe address", "", []string{"--spoe-listen", "12345"}, "spoe-listen"},
 		{"unknown key in file", "intervall 1s\n", nil, "unknown setting"},

@@ -16,13 +16,16 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy"
+	"github.com/hapilot/hapilot/agent/policy/luapolicy"
+	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/agent/recovery"
-	"github.com/hapilot/hapilot/agent/rules"
+	"github.com/hapilot/hapilot/agent/status"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/config"
 	"github.com/hapilot/hapilot/internal/ingest"
+	"github.com/hapilot/hapilot/internal/promtext"
 	"github.com/hapilot/hapilot/internal/window"
-	hapilotlua "github.com/hapilot/hapilot/lua"
 	"github.com/hapilot/hapilot/spoe"
 	"github.com/rs/zerolog"
 )
@@ -33,18 +36,20 @@ type Daemon struct {
 	Store  *window.Store
 	SPOE   *spoe.Server
 	Loop   *agent.Loop
-	Status *agent.StatusServer
+	Status *status.Server
 
 	Lua    *ingest.LineServer   // nil unless --lua-listen
 	Syslog *ingest.SyslogServer // nil unless --syslog-listen
 
-	log      zerolog.Logger
-	spoeLn   net.Listener
-	luaLn    net.Listener
-	syslogPC net.PacketConn
-	syslogLn net.Listener // --syslog-listen tcp://: an HAProxy ring's forwarder
-	statusLn net.Listener
-	audit    io.WriteCloser
+	log       zerolog.Logger
+	readmit   *recovery.Readmitter // nil with --readmit off
+	spoeLn    net.Listener
+	luaLn     net.Listener
+	syslogPC  net.PacketConn
+	syslogLn  net.Listener // --syslog-listen tcp://: an HAProxy ring's forwarder
+	statusLn  net.Listener
+	audit     io.WriteCloser
+	closeOnce sync.Once
 }
 
 // NewPolicy builds the policy a config names.
@@ -53,14 +58,14 @@ func NewPolicy(c config.Config, log zerolog.Logger) (agent.Policy, error) {
 		return newLLMPolicy(c, log)
 	}
 	switch c.Policy {
-	case "static":
-		return agent.Static{}, nil
-	case "rules":
+	case config.PolicyStatic:
+		return policy.Static{}, nil
+	case config.PolicyRules:
 		return rules.New(c.Rules), nil
-	case "llm":
+	case config.PolicyLLM:
 		return newLLMPolicy(c, log)
-	case "lua":
-		return hapilotlua.NewPolicy(c.PolicyFile, c.Interval/2, log.With().Str("component", "lua-policy").Logger())
+	case config.PolicyLua:
+		return luapolicy.NewPolicy(c.PolicyFile, c.Interval/2, log.With().Str("component", "lua-policy").Logger())
 	}
 	return nil, fmt.Errorf("unknown policy %q", c.Policy)
 }
@@ -86,49 +91,43 @@ func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
 	}
 	d.Store = window.New(c.Window, c.MaxServers, nil)
 	d.SPOE = &spoe.Server{Sink: d.Store, Log: log.With().Str("component", "spoe").Logger()}
-	guard := agent.DefaultGuardrails()
-	guard.MinServing = c.MinServing
-	guard.MaxUtilization = c.MaxUtilization
-	switch pol.Name() {
-	case "llm":
-		// Fleet-size adaptation: a backend of N servers may lose up to
-		// N/10 servers per step (at least one), floor permitting.
-		guard.DrainsPer = 10
-	case "rules":
-		// The rule test bounds false drains per backend and step at
-		// alpha whatever N, so several significant outliers may go in one
-		// step: up to N/3 (the study's faulty share), floor and capacity
-		// permitting. One a step would take three steps to isolate the
-		// study's three faulty servers at N=9.
-		guard.DrainsPer = 3
-	}
+	// The policy's own needs (its drain cap per fleet size, its step
+	// budget) are declared by the policy and read by the loop.
 	d.Loop = &agent.Loop{
-		Clock: agent.RealClock{}, Interval: c.Interval, Policy: pol, Guard: guard,
+		Clock: agent.RealClock{}, Interval: c.Interval, Policy: pol, Guard: c.Guard,
 		Runtimes: runtimes, Windows: d.Store, Log: log.With().Str("component", "loop").Logger(),
-		StateFile: c.StateFile, NoStepBudget: c.Policy == "llm" && c.LLM.Unprotected,
+		StateFile: c.StateFile,
 	}
-	if c.Readmit != "off" {
-		rc := c.Recovery
-		rc.Probe = c.Readmit == "probe"
-		d.Loop.Recovery = recovery.New(rc, log.With().Str("component", "recovery").Logger())
+	if c.Recovery.Mode != recovery.ModeOff {
+		d.readmit = recovery.New(c.Recovery, nil, log.With().Str("component", "recovery").Logger())
+		d.Loop.Recovery = d.readmit
 	}
+	if err := d.listen(); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// listen opens the audit log and every listener the config names.
+func (d *Daemon) listen() error {
+	c, log := &d.Config, d.log
+	var err error
 	if c.AuditLog != "" {
 		f, err := os.OpenFile(c.AuditLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
 		if err != nil {
-			return nil, fmt.Errorf("audit log: %w", err)
+			return fmt.Errorf("audit log: %w", err)
 		}
 		d.audit, d.Loop.Audit = f, f
 	}
 	if c.SPOEListen != "off" {
 		if d.spoeLn, err = spoe.Listen(c.SPOEListen); err != nil {
-			d.Close()
-			return nil, err
+			return err
 		}
 	}
 	if c.LuaListen != "" {
 		if d.luaLn, err = net.Listen("tcp", c.LuaListen); err != nil {
-			d.Close()
-			return nil, fmt.Errorf("lua listen: %w", err)
+			return fmt.Errorf("lua listen: %w", err)
 		}
 		d.Lua = &ingest.LineServer{Sink: d.Store, Log: log.With().Str("component", "lua").Logger()}
 	}
@@ -139,29 +138,27 @@ func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
 			d.syslogPC, err = ingest.ListenSyslog(c.SyslogListen)
 		}
 		if err != nil {
-			d.Close()
-			return nil, fmt.Errorf("syslog listen: %w", err)
+			return fmt.Errorf("syslog listen: %w", err)
 		}
 		d.Syslog = &ingest.SyslogServer{Sink: d.Store, Log: log.With().Str("component", "syslog").Logger()}
 	}
 	if c.StatusListen != "off" {
 		if d.statusLn, err = net.Listen("tcp", c.StatusListen); err != nil {
-			d.Close()
-			return nil, fmt.Errorf("status listen: %w", err)
+			return fmt.Errorf("status listen: %w", err)
 		}
-		d.Status = &agent.StatusServer{Loop: d.Loop, Extra: []func(io.Writer){d.writeIngestMetrics}}
+		d.Status = &status.Server{Loop: d.Loop, Extra: []func(io.Writer){d.writeIngestMetrics}}
 	}
-	return d, nil
+	return nil
 }
 
 func (d *Daemon) writeIngestMetrics(w io.Writer) {
 	c := &d.SPOE.Counters
-	agent.Metric(w, "hapilot_events_total", "counter", "Responses recorded into the windows.", c.Events.Load())
-	agent.Metric(w, "hapilot_ingest_errors_total", "counter", "Malformed SPOE frames or messages, dropped.", c.IngestErrors.Load())
-	agent.Metric(w, "hapilot_spoe_frames_total", "counter", "SPOE NOTIFY frames received.", c.Frames.Load())
-	agent.Metric(w, "hapilot_spoe_connections_total", "counter", "SPOE connections accepted.", c.Connections.Load())
-	agent.Metric(w, "hapilot_spoe_unknown_messages_total", "counter", "SPOE messages of another name, skipped.", c.Unknown.Load())
-	agent.Metric(w, "hapilot_no_server_responses_total", "counter", "Responses HAProxy produced with no server chosen.", c.NoServer.Load())
+	promtext.Counter(w, "hapilot_events_total", "Responses recorded into the windows.", c.Events.Load())
+	promtext.Counter(w, "hapilot_ingest_errors_total", "Malformed SPOE frames or messages, dropped.", c.IngestErrors.Load())
+	promtext.Counter(w, "hapilot_spoe_frames_total", "SPOE NOTIFY frames received.", c.Frames.Load())
+	promtext.Counter(w, "hapilot_spoe_connections_total", "SPOE connections accepted.", c.Connections.Load())
+	promtext.Counter(w, "hapilot_spoe_unknown_messages_total", "SPOE messages of another name, skipped.", c.Unknown.Load())
+	promtext.Counter(w, "hapilot_no_server_responses_total", "Responses HAProxy produced with no server chosen.", c.NoServer.Load())
 	for _, p := range []struct {
 		name string
 		c    *ingest.Counters
@@ -169,12 +166,12 @@ func (d *Daemon) writeIngestMetrics(w io.Writer) {
 		if p.c == nil {
 			continue
 		}
-		agent.Metric(w, "hapilot_"+p.name+"_events_total", "counter", "Responses recorded from the "+p.name+" path.", p.c.Events.Load())
-		agent.Metric(w, "hapilot_"+p.name+"_ingest_errors_total", "counter", "Malformed "+p.name+" lines, skipped.", p.c.Errors.Load())
-		agent.Metric(w, "hapilot_"+p.name+"_batches_total", "counter", "Batches received: Lua connections, syslog datagrams or stream messages.", p.c.Batches.Load())
+		promtext.Counter(w, "hapilot_"+p.name+"_events_total", "Responses recorded from the "+p.name+" path.", p.c.Events.Load())
+		promtext.Counter(w, "hapilot_"+p.name+"_ingest_errors_total", "Malformed "+p.name+" lines, skipped.", p.c.Errors.Load())
+		promtext.Counter(w, "hapilot_"+p.name+"_batches_total", "Batches received: Lua connections, syslog datagrams or stream messages.", p.c.Batches.Load())
 	}
-	agent.Metric(w, "hapilot_window_series", "gauge", "Backend/server series held.", uint64(d.Store.Len()))
-	agent.Metric(w, "hapilot_window_dropped_events_total", "counter", "Events dropped because max-servers series were held.", d.Store.Dropped())
+	promtext.Gauge(w, "hapilot_window_series", "Backend/server series held.", d.Store.Len())
+	promtext.Counter(w, "hapilot_window_dropped_events_total", "Events dropped because max-servers series were held.", d.Store.Dropped())
 }
 
 func (d *Daemon) luaCounters() *ingest.Counters {
@@ -259,9 +256,9 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		run("status", func(ctx context.Context) error { return d.Status.Serve(ctx, d.statusLn) })
 	}
 	d.log.Info().Str("spoe", d.SPOEAddr()).Str("lua", d.LuaAddr()).Str("syslog", d.Config.SyslogListen).Str("status", d.StatusAddr()).Strs("haproxy", d.Config.HAProxySockets).
-		Str("policy", d.Config.Policy).Dur("interval", d.Config.Interval).Msg("hapilot running")
+		Str("policy", string(d.Config.Policy)).Dur("interval", d.Config.Interval).Msg("hapilot running")
 	wg.Wait()
-	if d.Config.OnExit == "restore" {
+	if d.Config.OnExit == config.OnExitRestore {
 		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		results := d.Loop.Undo(uctx)
 		cancel()
@@ -275,8 +272,21 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	return errors.Join(all...)
 }
 
-// Close releases the listeners and the audit log.
+// Close stops the probe bursts and releases the listeners, the policy
+// and the audit log. It is safe to call more than once.
 func (d *Daemon) Close() {
+	d.closeOnce.Do(d.close)
+}
+
+func (d *Daemon) close() {
+	if d.readmit != nil {
+		d.readmit.Close()
+	}
+	if d.Loop != nil {
+		if c, ok := d.Loop.Policy.(interface{ Close() }); ok {
+			c.Close()
+		}
+	}
 	if d.spoeLn != nil {
 		d.spoeLn.Close()
 	}

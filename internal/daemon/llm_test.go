@@ -3,13 +3,17 @@ package daemon
 import (
 	"context"
 	"flag"
+	"fmt"
 	"io"
 	"testing"
 	"time"
 
-	"github.com/hapilot/hapilot/agent/llm"
-	"github.com/hapilot/hapilot/agent/llm/ollamafake"
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm"
+	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/config"
+	"github.com/hapilot/hapilot/internal/lab/ollamafake"
+	"github.com/hapilot/hapilot/internal/window"
 	"github.com/rs/zerolog"
 )
 
@@ -47,7 +51,7 @@ func TestCapabilityGate(t *testing.T) {
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	c := config.Register(fs)
 	_ = config.Parse(fs, []string{"--model", "m", "--ollama-host", fake.URL})
-	m, err := NewModel(*c)
+	m, err := llm.NewModel(c.LLM)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,4 +76,74 @@ func TestCapabilityGate(t *testing.T) {
 	if got := policy(); got != "llm" {
 		t.Fatalf("calibrated model: policy %s", got)
 	}
+}
+
+// Each policy declares its needs; the loop reads them, never the
+// policy's name. Shadow mode's acting rules therefore get the rules'
+// N/3 drains a step, as --policy rules does (before, "shadow:rules"
+// matched no name and got one drain a step). Nine servers with three
+// significant outliers: all three go in one step.
+func TestShadowActsWithTheRulesNeeds(t *testing.T) {
+	fake := ollamafake.New(map[string]string{"m": "sha256:m1"}, ollamafake.Capable)
+	defer fake.Close()
+	build := func(extra ...string) *Daemon {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		c := config.Register(fs)
+		args := append([]string{"--model", "m", "--ollama-host", fake.URL, "--calibration-dir", t.TempDir(),
+			"--spoe-listen", "off", "--status-listen", "off", "--haproxy-socket", "/nonexistent.sock"}, extra...)
+		if err := config.Parse(fs, args); err != nil {
+			t.Fatal(err)
+		}
+		d, err := New(*c, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(d.Close)
+		return d
+	}
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		policy string
+	}{
+		{"rules", []string{"--policy", "rules"}, "rules"},
+		{"shadow", []string{"--policy", "llm", "--shadow"}, "shadow:rules"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := build(tc.args...)
+			if got := d.Loop.Policy.Name(); got != tc.policy {
+				t.Fatalf("policy %s, want %s", got, tc.policy)
+			}
+			obs := nineWithThreeFaulty()
+			plan, err := d.Loop.Policy.Decide(context.Background(), obs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			accepted := 0
+			for _, v := range d.Loop.Guard.For(agent.NeedsOf(d.Loop.Policy)).Vet(&obs, plan) {
+				if v.Accepted && v.Applied.Kind == agent.Drain {
+					accepted++
+				}
+			}
+			if accepted != 3 {
+				t.Fatalf("%d drains accepted of plan %v, want 3 (N/3 at N=9)", accepted, plan)
+			}
+		})
+	}
+}
+
+func nineWithThreeFaulty() agent.Observation {
+	b := agent.BackendView{Name: "app"}
+	for i := 1; i <= 9; i++ {
+		name := fmt.Sprintf("srv%d", i)
+		x := uint64(0)
+		if i%3 == 0 {
+			x = 100
+		}
+		b.Servers = append(b.Servers, agent.ServerView{Backend: "app", Server: name, Owner: agent.OwnerNone,
+			State:  haproxy.ServerState{Backend: "app", Server: name, OpState: haproxy.OpRunning, Weight: 1, Initial: 1},
+			Window: window.Stats{Backend: "app", Server: name, Requests: 2000, Err5xx: x, P50Ms: 10, P95Ms: 12, P99Ms: 14}})
+	}
+	return agent.Observation{Time: time.Unix(1000, 0), Backends: []agent.BackendView{b}}
 }

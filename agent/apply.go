@@ -1,0 +1,87 @@
+package agent
+
+import (
+	"context"
+
+	"github.com/hapilot/hapilot/haproxy"
+)
+
+// forgetter is a Windows that can drop a series' history.
+type forgetter interface {
+	Forget(backend, server string)
+}
+
+// command is one runtime command, as text for the audit and as the call
+// that sends it.
+type command struct {
+	text string
+	send func(ctx context.Context, rt Runtime) error
+}
+
+// commandFor turns a vetted action on server v into its runtime command;
+// the text comes from haproxy/, which builds every command. A ready of a
+// server the agent only reweighted puts its configured weight back.
+func commandFor(a Action, v *ServerView) (command, error) {
+	switch {
+	case a.Kind == Drain, a.Kind == Ready && (v.Changed == nil || v.Changed.Phase == PhaseDrained):
+		st := haproxy.StateDrain
+		if a.Kind == Ready {
+			st = haproxy.StateReady
+		}
+		text, err := haproxy.SetStateCommand(a.Backend, a.Server, st)
+		return command{text, func(ctx context.Context, rt Runtime) error { return rt.SetServerState(ctx, a.Backend, a.Server, st) }}, err
+	default:
+		w := a.Weight
+		if a.Kind == Ready {
+			w = v.State.Initial
+		}
+		text, err := haproxy.SetWeightCommand(a.Backend, a.Server, w)
+		return command{text, func(ctx context.Context, rt Runtime) error { return rt.SetWeight(ctx, a.Backend, a.Server, w) }}, err
+	}
+}
+
+// apply sends one vetted action to every HAProxy, and records it in the
+// ledger when at least one took it.
+func (l *Loop) apply(ctx context.Context, obs *Observation, a Action) []CommandResult {
+	b, v := obs.Find(a.Backend, a.Server)
+	cmd, err := commandFor(a, v)
+	if err != nil {
+		return []CommandResult{{Command: string(a.Kind) + " " + key(a.Backend, a.Server), Error: err.Error()}}
+	}
+	results := make([]CommandResult, 0, len(l.Runtimes))
+	took := 0
+	for _, rt := range l.Runtimes {
+		r := CommandResult{Socket: rt.Addr(), Command: cmd.text}
+		if err := cmd.send(ctx, rt); err != nil {
+			r.Error = err.Error()
+		} else {
+			took++
+		}
+		results = append(results, r)
+	}
+	if took > 0 {
+		l.record(b, v, a)
+	}
+	return results
+}
+
+// record is the ledger transition an applied action makes.
+func (l *Loop) record(b *BackendView, v *ServerView, a Action) {
+	k, now, ledger := key(a.Backend, a.Server), l.Clock.Now(), l.theLedger()
+	switch {
+	case a.Restore:
+		ledger.Adopt(k)
+	case a.Kind == Drain:
+		p99, _ := b.RecentP99()
+		ledger.Drain(k, now, a.Reason, v.Window.ErrorRate(), p99)
+	case a.Kind == SetWeight:
+		ledger.Cut(k, a.Weight, v.State.Initial, now, a.Reason)
+	case a.Kind == Ready:
+		ledger.Ready(k, v.State.Weight, v.State.Initial, now, a.Reason, a.NoDrainFor)
+		if v.Changed != nil && v.Changed.Phase == PhaseDrained {
+			if f, ok := l.Windows.(forgetter); ok {
+				f.Forget(a.Backend, a.Server) // its errors before the drain are history
+			}
+		}
+	}
+}

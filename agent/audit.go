@@ -1,0 +1,114 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// CommandResult is one command sent to one HAProxy.
+type CommandResult struct {
+	Socket  string `json:"socket"`
+	Command string `json:"command"`
+	Error   string `json:"error,omitempty"`
+}
+
+// ServerSummary is a server's line in the audit log.
+type ServerSummary struct {
+	Backend  string `json:"backend"`
+	Server   string `json:"server"`
+	State    string `json:"state"`
+	Owner    Owner  `json:"owner"`
+	Weight   int    `json:"weight"`
+	Requests uint64 `json:"requests"`
+	Err5xx   uint64 `json:"err_5xx"`
+	P99Ms    int    `json:"p99_ms"`
+}
+
+// Record is one step's audit line.
+type Record struct {
+	Time         time.Time       `json:"time"`
+	Cycle        uint64          `json:"cycle"`
+	Policy       string          `json:"policy"`
+	DurationMs   float64         `json:"duration_ms"`
+	Servers      []ServerSummary `json:"servers"`
+	Plan         Plan            `json:"plan"`
+	PolicyError  string          `json:"policy_error,omitempty"`
+	PolicyReport any             `json:"policy_report,omitempty"`
+	Verdicts     []Verdict       `json:"verdicts"`
+	Commands     []CommandResult `json:"commands"`
+	// Partial lists actions some HAProxy processes took and others did
+	// not: never silently half-done.
+	Partial []string `json:"partial,omitempty"`
+	Error   string   `json:"error,omitempty"`
+}
+
+// Decision is a verdict with its time, for /status.
+type Decision struct {
+	Time  time.Time `json:"time"`
+	Cycle uint64    `json:"cycle"`
+	Verdict
+	Error string `json:"error,omitempty"`
+
+	repeat bool // the same refusal as the step before: counted, not listed again
+}
+
+// Counters are the loop's running totals, for /metrics.
+type Counters struct {
+	Cycles, Skipped, Applied, Refused, CommandErrors, PolicyErrors, StateErrors uint64
+	// Step durations in seconds.
+	DurationSum, DurationLast, DurationMax float64
+}
+
+func (m *Counters) add(rec *Record, decisions []Decision, seconds float64) {
+	m.Cycles++
+	m.DurationSum += seconds
+	m.DurationLast = seconds
+	m.DurationMax = max(m.DurationMax, seconds)
+	if rec.Error != "" {
+		m.StateErrors++
+	}
+	if rec.PolicyError != "" {
+		m.PolicyErrors++
+	}
+	for _, d := range decisions {
+		if d.Accepted {
+			m.Applied++
+		} else {
+			m.Refused++
+		}
+	}
+	for _, c := range rec.Commands {
+		if c.Error != "" {
+			m.CommandErrors++
+		}
+	}
+}
+
+func summarize(obs *Observation) []ServerSummary {
+	var out []ServerSummary
+	for _, b := range obs.Backends {
+		for _, s := range b.Servers {
+			out = append(out, ServerSummary{
+				Backend: s.Backend, Server: s.Server, State: s.State.Label(), Owner: s.Owner, Weight: s.State.Weight,
+				Requests: s.Window.Requests, Err5xx: s.Window.Err5xx, P99Ms: s.Window.P99Ms,
+			})
+		}
+	}
+	return out
+}
+
+// writeAudit appends rec to the audit log as one JSON line.
+func (l *Loop) writeAudit(rec *Record) {
+	if l.Audit == nil {
+		return
+	}
+	b, err := json.Marshal(rec)
+	if err == nil {
+		b = append(b, '\n')
+		_, err = l.Audit.Write(b)
+	}
+	if err != nil {
+		l.Log.Error().Err(fmt.Errorf("audit record of step %d: %w", rec.Cycle, err)).Msg("cannot write audit record")
+	}
+}

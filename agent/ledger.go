@@ -1,0 +1,297 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hapilot/hapilot/haproxy"
+	"github.com/rs/zerolog"
+)
+
+// Phase is where a server the agent changed stands. Only the ledger's
+// transitions move a server from one phase to another; recovery and the
+// policies read it and never work it out for themselves.
+type Phase string
+
+const (
+	// PhaseDrained: the agent drained the server.
+	PhaseDrained Phase = "drained"
+	// PhaseCut: the server serves at a weight the agent cut (a policy's
+	// set_weight, or a drain the capacity check turned into a cut).
+	PhaseCut Phase = "cut"
+	// PhaseCanary: the agent brought a drained server back at a reduced
+	// weight; full weight returns once its live traffic is clean.
+	PhaseCanary Phase = "canary"
+)
+
+// Change is a change the agent made and still holds.
+type Change struct {
+	Phase  Phase     `json:"phase"`
+	Weight int       `json:"weight,omitempty"` // cut and canary: the weight the agent set
+	At     time.Time `json:"at"`               // when the phase began
+	Reason string    `json:"reason,omitempty"`
+	// ErrorRate is the server's 5xx rate when it was drained, which sizes
+	// the probe burst that may bring it back.
+	ErrorRate float64 `json:"error_rate,omitempty"`
+	// BaselineP99Ms is the backend's recent p99 just before a drain, what
+	// the tail-latency guard compares against.
+	BaselineP99Ms float64 `json:"baseline_p99_ms,omitempty"`
+	// NoDrainUntil: the tail-latency guard brought the server back at a
+	// reduced weight; it is not drained again before this.
+	NoDrainUntil time.Time `json:"no_drain_until,omitempty"`
+	// Epoch names the HAProxy processes the change was applied to (see
+	// haproxy.Info.Instance). A server back at its configured state under
+	// a new epoch lost the change to a reload or restart; under the same
+	// epoch, someone undid it.
+	Epoch string `json:"epoch"`
+}
+
+// holds reports whether s shows this change in force.
+func (c *Change) holds(s haproxy.ServerState) bool {
+	if c.Phase == PhaseDrained {
+		return s.AdminState == haproxy.AdminForcedDrain
+	}
+	return s.AdminState == 0 && s.Weight == c.Weight
+}
+
+// Ledger owns the agent's changes: who changed each server, when, to
+// what, in which HAProxy epoch. Every transition is one method, and each
+// writes the state file, so the agent's own restarts lose nothing. It is
+// safe for concurrent use (the status server reads it).
+type Ledger struct {
+	file string // "" keeps the ledger in memory only
+	log  zerolog.Logger
+
+	mu      sync.Mutex
+	epoch   string
+	changes map[string]*Change
+}
+
+// NewLedger reads file, if it exists, and returns the ledger it holds. A
+// file that cannot be read is logged and the ledger starts empty: the
+// servers it named then read as the operator's, which is the safe side.
+func NewLedger(file string, log zerolog.Logger) *Ledger {
+	l := &Ledger{file: file, log: log, changes: map[string]*Change{}}
+	if err := l.load(); err != nil {
+		log.Error().Err(err).Str("file", file).Msg("cannot read the state file; starting with no record of earlier changes")
+	}
+	return l
+}
+
+// SetEpoch records the HAProxy processes now running; it reports the
+// previous epoch when this one differs ("" on the first call).
+func (l *Ledger) SetEpoch(epoch string) (was string, changed bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	was, changed = l.epoch, l.epoch != epoch
+	l.epoch = epoch
+	return was, changed
+}
+
+// Reconcile says who holds server k, whose merged state is s. A change
+// still in force is adopted under the current epoch. One that a reload
+// lost (the server is back at its configured state under a new epoch)
+// stays, and reapply is set so that the loop applies it again. One that
+// someone else undid or replaced is lost, and the server left to them.
+func (l *Ledger) Reconcile(k string, s haproxy.ServerState) (owner Owner, ch *Change, reapply bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c := l.changes[k]; c != nil {
+		pristine := s.AdminState == 0 && s.Weight == s.Initial
+		switch {
+		case c.holds(s):
+			c.Epoch = l.epoch
+			cp := *c
+			return OwnerAgent, &cp, false
+		case pristine && c.Epoch != l.epoch:
+			cp := *c
+			return OwnerAgent, &cp, true
+		}
+		l.log.Warn().Str("server", k).Str("phase", string(c.Phase)).Str("now", s.Label()).Int("weight", s.Weight).
+			Msg("the agent's change was overridden outside the agent; leaving the server to the operator")
+		l.lose(k)
+	}
+	if s.AdminState != 0 || s.Weight != s.Initial {
+		return OwnerOperator, nil, false
+	}
+	return OwnerNone, nil, false
+}
+
+// Drain records that the agent drained k.
+func (l *Ledger) Drain(k string, at time.Time, reason string, errorRate, baselineP99Ms float64) {
+	l.set(k, &Change{Phase: PhaseDrained, At: at, Reason: reason, ErrorRate: errorRate, BaselineP99Ms: baselineP99Ms})
+}
+
+// Cut records that the agent set k's weight to weight. On a drained
+// server that only stages the weight it will come back at, so the drain
+// stays the change in force; back at the configured weight, the change
+// is over.
+func (l *Ledger) Cut(k string, weight, initial int, at time.Time, reason string) {
+	l.mu.Lock()
+	c := l.changes[k]
+	l.mu.Unlock()
+	switch {
+	case c != nil && c.Phase == PhaseDrained:
+		return
+	case weight == initial:
+		l.Lose(k)
+		return
+	}
+	phase := PhaseCut
+	if c != nil {
+		phase = c.Phase // a canary's weight moves within its phase
+	}
+	l.set(k, &Change{Phase: phase, Weight: weight, At: at, Reason: reason})
+}
+
+// Ready records that the agent readied k, which now serves at weight. A
+// drained server back below its configured weight becomes a canary,
+// held from another drain until at+noDrainFor when that is set; anything
+// else is back to normal and leaves the ledger.
+func (l *Ledger) Ready(k string, weight, initial int, at time.Time, reason string, noDrainFor time.Duration) {
+	l.mu.Lock()
+	c := l.changes[k]
+	l.mu.Unlock()
+	if c != nil && c.Phase == PhaseDrained && weight != initial {
+		next := &Change{Phase: PhaseCanary, Weight: weight, At: at, Reason: reason}
+		if noDrainFor > 0 {
+			next.NoDrainUntil = at.Add(noDrainFor)
+		}
+		l.set(k, next)
+		return
+	}
+	l.Lose(k)
+}
+
+// Adopt records that k's change, lost to a reload, was applied again
+// under the current epoch.
+func (l *Ledger) Adopt(k string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c := l.changes[k]; c != nil {
+		c.Epoch = l.epoch
+		l.save()
+	}
+}
+
+// Lose forgets k's change: undone, overridden, or the server is gone.
+func (l *Ledger) Lose(k string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lose(k)
+}
+
+func (l *Ledger) lose(k string) {
+	if _, ok := l.changes[k]; ok {
+		delete(l.changes, k)
+		l.save()
+	}
+}
+
+// Keep loses the change of every server not in present: a server gone
+// from HAProxy takes the agent's change with it.
+func (l *Ledger) Keep(present map[string]bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k := range l.changes {
+		if !present[k] {
+			l.log.Warn().Str("server", k).Msg("server the agent changed is gone from HAProxy; forgetting the change")
+			l.lose(k)
+		}
+	}
+}
+
+func (l *Ledger) set(k string, c *Change) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c.Epoch = l.epoch
+	l.changes[k] = c
+	l.save()
+}
+
+// Changes returns a copy of the changes in force, keyed "backend/server".
+func (l *Ledger) Changes() map[string]Change {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string]Change, len(l.changes))
+	for k, c := range l.changes {
+		out[k] = *c
+	}
+	return out
+}
+
+// stateFile is the file's layout. Version 1 named the change's kind
+// ("drain" or "set_weight") where version 2 names its phase.
+type stateFile struct {
+	Version int                `json:"version"`
+	Changes map[string]*Change `json:"changes"`
+}
+
+type v1Change struct {
+	Kind Kind `json:"kind"`
+}
+
+func (l *Ledger) load() error {
+	if l.file == "" {
+		return nil
+	}
+	b, err := os.ReadFile(l.file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var st stateFile
+	if err := json.Unmarshal(b, &st); err != nil {
+		return fmt.Errorf("state file %s: %w", l.file, err)
+	}
+	switch st.Version {
+	case 1:
+		var v1 struct{ Changes map[string]v1Change }
+		if err := json.Unmarshal(b, &v1); err != nil {
+			return fmt.Errorf("state file %s: %w", l.file, err)
+		}
+		for k, c := range st.Changes {
+			switch {
+			case c == nil:
+			case v1.Changes[k].Kind == Drain:
+				c.Phase = PhaseDrained
+			case v1.Changes[k].Kind == SetWeight:
+				c.Phase = PhaseCut
+			}
+		}
+	case 2:
+	default:
+		return fmt.Errorf("state file %s: version %d, want 1 or 2", l.file, st.Version)
+	}
+	for k, c := range st.Changes {
+		if c != nil && (c.Phase == PhaseDrained || c.Phase == PhaseCut || c.Phase == PhaseCanary) {
+			l.changes[k] = c
+		}
+	}
+	l.log.Info().Int("changes", len(l.changes)).Str("file", l.file).Msg("loaded the agent's earlier changes")
+	return nil
+}
+
+// save replaces the state file atomically. Called with l.mu held.
+func (l *Ledger) save() {
+	if l.file == "" {
+		return
+	}
+	b, err := json.MarshalIndent(stateFile{Version: 2, Changes: l.changes}, "", "  ")
+	if err == nil {
+		tmp := l.file + ".tmp"
+		if err = os.WriteFile(tmp, append(b, '\n'), 0o640); err == nil {
+			err = os.Rename(tmp, l.file)
+		}
+	}
+	if err != nil {
+		l.log.Error().Err(err).Str("file", l.file).Msg("cannot write the state file")
+	}
+}

@@ -1,0 +1,139 @@
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hapilot/hapilot/haproxy"
+	"github.com/rs/zerolog"
+)
+
+// TestLedgerTransitions: each method is one transition, and the phase it
+// leaves is the only thing recovery reads.
+func TestLedgerTransitions(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	const k = "app/s1"
+	tests := []struct {
+		name  string
+		steps func(l *Ledger)
+		phase Phase // "" when the server should have left the ledger
+		want  Change
+	}{
+		{"drain", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20) }, PhaseDrained,
+			Change{ErrorRate: 0.05, BaselineP99Ms: 20, At: t0}},
+		{"drain then ready at full weight", func(l *Ledger) {
+			l.Drain(k, t0, "5xx", 0.05, 20)
+			l.Ready(k, 8, 8, t0.Add(time.Minute), "probes clean", 0)
+		}, "", Change{}},
+		{"drain, canary weight staged, ready", func(l *Ledger) {
+			l.Drain(k, t0, "5xx", 0.05, 20)
+			l.Cut(k, 2, 8, t0.Add(time.Minute), "canary weight") // staged: still drained
+			l.Ready(k, 2, 8, t0.Add(2*time.Minute), "probes clean", 10*time.Minute)
+		}, PhaseCanary, Change{Weight: 2, At: t0.Add(2 * time.Minute), NoDrainUntil: t0.Add(12 * time.Minute)}},
+		{"a weight staged on a drained server keeps the drain", func(l *Ledger) {
+			l.Drain(k, t0, "5xx", 0.05, 20)
+			l.Cut(k, 2, 8, t0.Add(time.Minute), "canary weight")
+		}, PhaseDrained, Change{ErrorRate: 0.05, BaselineP99Ms: 20, At: t0}},
+		{"cut", func(l *Ledger) { l.Cut(k, 3, 8, t0, "capacity") }, PhaseCut, Change{Weight: 3, At: t0}},
+		{"cut back to the configured weight", func(l *Ledger) {
+			l.Cut(k, 3, 8, t0, "capacity")
+			l.Cut(k, 8, 8, t0.Add(time.Minute), "clean")
+		}, "", Change{}},
+		{"canary promoted", func(l *Ledger) {
+			l.Drain(k, t0, "5xx", 0.05, 20)
+			l.Ready(k, 2, 8, t0, "probes clean", 0)
+			l.Cut(k, 8, 8, t0.Add(time.Minute), "live traffic clean")
+		}, "", Change{}},
+		{"a canary's weight moves within its phase", func(l *Ledger) {
+			l.Drain(k, t0, "5xx", 0.05, 20)
+			l.Ready(k, 2, 8, t0, "probes clean", 0)
+			l.Cut(k, 4, 8, t0.Add(time.Minute), "half way")
+		}, PhaseCanary, Change{Weight: 4, At: t0.Add(time.Minute)}},
+		{"lose", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20); l.Lose(k) }, "", Change{}},
+		{"a server gone from HAProxy", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20); l.Keep(map[string]bool{"app/s2": true}) }, "", Change{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l := NewLedger("", zerolog.Nop())
+			l.SetEpoch("1@1")
+			tc.steps(l)
+			got, ok := l.Changes()[k]
+			if tc.phase == "" {
+				if ok {
+					t.Fatalf("still in the ledger: %+v", got)
+				}
+				return
+			}
+			want := tc.want
+			want.Phase, want.Epoch, want.Reason = tc.phase, "1@1", got.Reason
+			if !ok || got != want {
+				t.Fatalf("change %+v, want %+v", got, want)
+			}
+		})
+	}
+}
+
+func TestLedgerReconcile(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ready := haproxy.ServerState{Backend: "app", Server: "s1", OpState: haproxy.OpRunning, Weight: 8, Initial: 8}
+	drained := ready
+	drained.AdminState = haproxy.AdminForcedDrain
+	maint := ready
+	maint.AdminState = haproxy.AdminForcedMaint
+	cut := ready
+	cut.Weight = 3
+	tests := []struct {
+		name         string
+		change       func(l *Ledger)
+		epoch        string
+		state        haproxy.ServerState
+		owner        Owner
+		reapply, has bool
+	}{
+		{"untouched", func(*Ledger) {}, "e1", ready, OwnerNone, false, false},
+		{"the operator's maint", func(*Ledger) {}, "e1", maint, OwnerOperator, false, false},
+		{"our drain in force", func(l *Ledger) { l.Drain("app/s1", t0, "", 0, 0) }, "e1", drained, OwnerAgent, false, true},
+		{"our cut in force", func(l *Ledger) { l.Cut("app/s1", 3, 8, t0, "") }, "e1", cut, OwnerAgent, false, true},
+		{"a reload lost our drain", func(l *Ledger) { l.Drain("app/s1", t0, "", 0, 0) }, "e2", ready, OwnerAgent, true, true},
+		{"someone readied our drain", func(l *Ledger) { l.Drain("app/s1", t0, "", 0, 0) }, "e1", ready, OwnerNone, false, false},
+		{"someone put our drain in maint", func(l *Ledger) { l.Drain("app/s1", t0, "", 0, 0) }, "e1", maint, OwnerOperator, false, false},
+		{"a reload, then the operator's maint", func(l *Ledger) { l.Drain("app/s1", t0, "", 0, 0) }, "e2", maint, OwnerOperator, false, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l := NewLedger("", zerolog.Nop())
+			l.SetEpoch("e1")
+			tc.change(l)
+			l.SetEpoch(tc.epoch)
+			owner, ch, reapply := l.Reconcile("app/s1", tc.state)
+			_, has := l.Changes()["app/s1"]
+			if owner != tc.owner || reapply != tc.reapply || has != tc.has || (owner == OwnerAgent) != (ch != nil) {
+				t.Fatalf("owner %s change %+v reapply %v kept %v; want %s %v %v", owner, ch, reapply, has, tc.owner, tc.reapply, tc.has)
+			}
+		})
+	}
+}
+
+// A state file written before phases (version 1, with kinds) still reads.
+func TestLedgerReadsVersion1(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	v1 := `{"version": 1, "changes": {
+	  "app/s1": {"kind": "drain", "at": "2026-11-01T10:00:00Z", "epoch": "1@1", "error_rate": 0.05},
+	  "app/s2": {"kind": "set_weight", "weight": 3, "at": "2026-11-01T10:00:00Z", "epoch": "1@1"},
+	  "app/s3": {"kind": "bogus", "at": "2026-11-01T10:00:00Z", "epoch": "1@1"}}}`
+	if err := os.WriteFile(path, []byte(v1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := NewLedger(path, zerolog.Nop()).Changes()
+	if len(got) != 2 || got["app/s1"].Phase != PhaseDrained || got["app/s1"].ErrorRate != 0.05 || got["app/s2"].Phase != PhaseCut || got["app/s2"].Weight != 3 {
+		t.Fatalf("changes %+v", got)
+	}
+	// The next change writes version 2, which reads back the same.
+	l := NewLedger(path, zerolog.Nop())
+	l.Drain("app/s4", time.Unix(1000, 0).UTC(), "x", 0, 0)
+	if again := NewLedger(path, zerolog.Nop()).Changes(); len(again) != 3 || again["app/s4"].Phase != PhaseDrained {
+		t.Fatalf("after rewrite %+v", again)
+	}
+}

@@ -1,0 +1,178 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/internal/window"
+)
+
+// Runtime is the part of the runtime API the loop uses; *haproxy.Client
+// implements it, tests use a recording fake.
+type Runtime interface {
+	Addr() string
+	ShowInfo(ctx context.Context) (haproxy.Info, error)
+	ServerStats(ctx context.Context) ([]haproxy.ServerStat, error)
+	ShowServersState(ctx context.Context) ([]haproxy.ServerState, error)
+	SetServerState(ctx context.Context, backend, server string, st haproxy.AdminState) error
+	SetWeight(ctx context.Context, backend, server string, weight int) error
+}
+
+// Windows is where observations come from; *window.Store implements it.
+type Windows interface {
+	Snapshot(last time.Duration) []window.Stats
+}
+
+func key(backend, server string) string { return backend + "/" + server }
+
+// processes is every HAProxy's view of its servers, merged: a server
+// serves only if every process lets it, and only servers every process
+// knows can be acted on.
+type processes struct {
+	epoch   string // the processes' instances, joined
+	order   []string
+	state   map[string]*haproxy.ServerState
+	seenBy  map[string]int
+	maxconn map[string]int // the smallest of the processes' limits
+	rtime   map[string]int // the slowest process's average
+	count   int
+}
+
+// readProcesses reads every runtime's info, stats and server states.
+func readProcesses(ctx context.Context, runtimes []Runtime) (*processes, error) {
+	if len(runtimes) == 0 {
+		return nil, fmt.Errorf("no runtime socket")
+	}
+	p := &processes{state: map[string]*haproxy.ServerState{}, seenBy: map[string]int{},
+		maxconn: map[string]int{}, rtime: map[string]int{}, count: len(runtimes)}
+	var instances []string
+	for _, rt := range runtimes {
+		info, err := rt.ShowInfo(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("read info from %s: %w", rt.Addr(), err)
+		}
+		instances = append(instances, info.Instance())
+		stats, err := rt.ServerStats(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("read stats from %s: %w", rt.Addr(), err)
+		}
+		p.addStats(stats)
+		states, err := rt.ShowServersState(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("read states from %s: %w", rt.Addr(), err)
+		}
+		p.addStates(states)
+	}
+	p.epoch = strings.Join(instances, ",")
+	return p, nil
+}
+
+func (p *processes) addStats(stats []haproxy.ServerStat) {
+	for _, st := range stats {
+		k := key(st.Backend, st.Server)
+		if st.MaxConn > 0 {
+			if cur, ok := p.maxconn[k]; !ok || st.MaxConn < cur {
+				p.maxconn[k] = st.MaxConn
+			}
+		}
+		p.rtime[k] = max(p.rtime[k], st.RespTimeMs)
+	}
+}
+
+func (p *processes) addStates(states []haproxy.ServerState) {
+	for _, s := range states {
+		k := key(s.Backend, s.Server)
+		p.seenBy[k]++
+		m, ok := p.state[k]
+		if !ok {
+			c := s
+			p.state[k] = &c
+			p.order = append(p.order, k)
+			continue
+		}
+		m.AdminState |= s.AdminState
+		m.Weight = min(m.Weight, s.Weight)
+		if s.OpState != haproxy.OpRunning {
+			m.OpState = s.OpState
+		}
+	}
+}
+
+// everywhere lists, in HAProxy's order, the servers every process knows.
+func (p *processes) everywhere() []haproxy.ServerState {
+	var out []haproxy.ServerState
+	for _, k := range p.order {
+		if p.seenBy[k] == p.count {
+			out = append(out, *p.state[k])
+		}
+	}
+	return out
+}
+
+// observe builds the step's observation from the processes and the
+// windows, with the ledger's word on who holds each server. It also
+// returns the changes a reload lost, to be applied again.
+func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observation, Plan, error) {
+	procs, err := readProcesses(ctx, l.Runtimes)
+	if err != nil {
+		return Observation{}, nil, err
+	}
+	ledger := l.theLedger()
+	if was, changed := ledger.SetEpoch(procs.epoch); changed && was != "" {
+		l.Log.Warn().Str("was", was).Str("now", procs.epoch).Msg("HAProxy reloaded or restarted")
+	}
+	span := l.RecentSpan
+	if span <= 0 {
+		span = 10 * time.Second
+	}
+	long, recent := l.snapshot(l.Lookback), l.snapshot(span)
+	obs := Observation{Time: now, Cycle: cycle, Lookback: l.Lookback, RecentSpan: span}
+	var reapply Plan
+	present := map[string]bool{}
+	index := map[string]int{}
+	for _, s := range procs.everywhere() {
+		k := key(s.Backend, s.Server)
+		present[k] = true
+		v := ServerView{Backend: s.Backend, Server: s.Server, State: s, Window: long[k], Recent: recent[k],
+			MaxConn: procs.maxconn[k], RespTimeMs: procs.rtime[k]}
+		v.Window.Backend, v.Window.Server = s.Backend, s.Server
+		v.Recent.Backend, v.Recent.Server = s.Backend, s.Server
+		var lost bool
+		v.Owner, v.Changed, lost = ledger.Reconcile(k, s)
+		if lost {
+			l.Log.Warn().Str("server", k).Str("phase", string(v.Changed.Phase)).Msg("a reload lost the agent's change; applying it again")
+			reapply = append(reapply, reapplyAction(v))
+		}
+		bi, ok := index[s.Backend]
+		if !ok {
+			bi = len(obs.Backends)
+			index[s.Backend] = bi
+			obs.Backends = append(obs.Backends, BackendView{Name: s.Backend})
+		}
+		obs.Backends[bi].Servers = append(obs.Backends[bi].Servers, v)
+	}
+	ledger.Keep(present)
+	sort.Slice(obs.Backends, func(i, j int) bool { return obs.Backends[i].Name < obs.Backends[j].Name })
+	return obs, reapply, nil
+}
+
+func (l *Loop) snapshot(last time.Duration) map[string]window.Stats {
+	out := map[string]window.Stats{}
+	for _, st := range l.Windows.Snapshot(last) {
+		out[key(st.Backend, st.Server)] = st
+	}
+	return out
+}
+
+// reapplyAction puts back a change a reload lost.
+func reapplyAction(v ServerView) Action {
+	a := Action{Kind: Drain, Backend: v.Backend, Server: v.Server, Reason: "re-applied after a reload: " + v.Changed.Reason, Restore: true}
+	if v.Changed.Phase != PhaseDrained {
+		a.Kind, a.Weight = SetWeight, v.Changed.Weight
+	}
+	return a
+}

@@ -1,0 +1,213 @@
+package llm
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hapilot/hapilot/internal/enum"
+	"github.com/ollama/ollama/api"
+)
+
+// Think is how the model is asked to think; it is sent explicitly on
+// every call, since Ollama turns thinking on when the field is omitted.
+type Think string
+
+const (
+	ThinkOff    Think = "off"
+	ThinkOn     Think = "on"
+	ThinkLow    Think = "low"
+	ThinkMedium Think = "medium"
+	ThinkHigh   Think = "high"
+)
+
+// Thinks lists the think modes.
+var Thinks = []Think{ThinkOff, ThinkOn, ThinkLow, ThinkMedium, ThinkHigh}
+
+func (t *Think) String() string { return string(*t) }
+
+// Set implements flag.Value.
+func (t *Think) Set(s string) (err error) { *t, err = enum.Parse("think", s, Thinks...); return err }
+
+// Gate is when the model is asked.
+type Gate string
+
+const (
+	// GateAnomaly: only when the windows show a candidate, or a proposal
+	// awaits confirmation.
+	GateAnomaly Gate = "anomaly"
+	// GateAlways: every step.
+	GateAlways Gate = "always"
+)
+
+// Gates lists the gates.
+var Gates = []Gate{GateAnomaly, GateAlways}
+
+func (g *Gate) String() string { return string(*g) }
+
+// Set implements flag.Value.
+func (g *Gate) Set(s string) (err error) { *g, err = enum.Parse("llm-gate", s, Gates...); return err }
+
+// Fallback is the policy of a step whose call failed or overran.
+type Fallback string
+
+const (
+	FallbackRules Fallback = "rules"
+	FallbackNone  Fallback = "none"
+)
+
+// Fallbacks lists the fallbacks.
+var Fallbacks = []Fallback{FallbackRules, FallbackNone}
+
+func (f *Fallback) String() string { return string(*f) }
+
+// Set implements flag.Value.
+func (f *Fallback) Set(s string) (err error) {
+	*f, err = enum.Parse("fallback", s, Fallbacks...)
+	return err
+}
+
+// Config is every setting of --policy llm and --shadow: how the model is
+// called, the protections around it, and whether it may act.
+type Config struct {
+	Model string
+	// Host is Ollama's address; "" reads $OLLAMA_HOST, as Ollama's own
+	// client does.
+	Host       string
+	Think      Think
+	NumPredict int // completion token cap per call
+	Seed       int
+	KeepAlive  time.Duration
+	// TokenBudget: a thinking reply that spends more completion tokens
+	// than this switches thinking off for ThinkRetry steps (0: never).
+	TokenBudget int
+	ThinkRetry  int
+	// SystemPromptFile replaces the embedded system prompt.
+	SystemPromptFile string
+	// MaxShown is how many servers per backend the prompt lists in full;
+	// the rest are summed in one line.
+	MaxShown int
+
+	// Deadline bounds each model call; past it the step uses Fallback.
+	// 0: 80% of the loop's interval (see ForInterval).
+	Deadline time.Duration
+	// Confirm is how many consecutive steps must propose an action
+	// before it runs.
+	Confirm int
+	// MinHold: readying a server the agent drained less than this long
+	// ago needs the windows to show it healthy, not only the model's word.
+	MinHold  time.Duration
+	Gate     Gate
+	Fallback Fallback
+
+	// Shadow: the model decides, the rules act, disagreements are audited.
+	Shadow bool
+	// SkipCalibration lets a model act without a passing record.
+	SkipCalibration bool
+	CalibrationDir  string
+	// Unprotected switches off every fix hapilot puts around the model
+	// (confirmation, hold, anomaly gate, evidence check, deadlines,
+	// cost-aware thinking, calibration), for the benchmark's side-by-side
+	// runs of the study's loop. Research only.
+	Unprotected bool
+}
+
+// DefaultConfig has the defaults of `hapilot run --policy llm`.
+func DefaultConfig() Config {
+	return Config{Think: ThinkOff, NumPredict: 256, Seed: 42, KeepAlive: 30 * time.Minute, TokenBudget: 512, ThinkRetry: 30,
+		MaxShown: 12, Confirm: 2, MinHold: time.Minute, Gate: GateAnomaly, Fallback: FallbackRules,
+		CalibrationDir: "/var/lib/hapilot"}
+}
+
+// ForInterval resolves the settings that depend on the loop's interval:
+// a Deadline of 0 becomes 80% of it. An unprotected config is the
+// study's loop: every proposal runs at once, the model is asked every
+// step and waited for, thinking is never switched off.
+func (c Config) ForInterval(interval time.Duration) Config {
+	if c.Deadline <= 0 {
+		c.Deadline = interval * 8 / 10
+	}
+	if c.Unprotected {
+		c.Confirm, c.Gate, c.Deadline, c.MinHold, c.ThinkRetry, c.Fallback = 1, GateAlways, 0, 0, 0, FallbackNone
+	}
+	return c
+}
+
+// Validate checks the settings together.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Model == "" {
+		errs = append(errs, errors.New("llm: --model is required"))
+	}
+	if _, err := enum.Parse("think", string(c.Think), Thinks...); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := enum.Parse("llm-gate", string(c.Gate), Gates...); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := enum.Parse("fallback", string(c.Fallback), Fallbacks...); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Confirm < 1 {
+		errs = append(errs, fmt.Errorf("confirm %d: at least 1", c.Confirm))
+	}
+	if c.NumPredict < 1 {
+		errs = append(errs, fmt.Errorf("num-predict %d: at least 1", c.NumPredict))
+	}
+	if c.Deadline < 0 || c.MinHold < 0 {
+		errs = append(errs, errors.New("llm-deadline and min-hold must not be negative"))
+	}
+	if c.Host != "" {
+		if _, err := ollamaURL(c.Host); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func ollamaURL(host string) (*url.URL, error) {
+	if !strings.Contains(host, "://") {
+		host = "http://" + host
+	}
+	u, err := url.Parse(host)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("ollama-host %q: not a URL", host)
+	}
+	return u, nil
+}
+
+// Client returns Ollama's client for c.Host, or for $OLLAMA_HOST as
+// Ollama's own client reads it. Its HTTP client has no timeout of its
+// own: every call carries a deadline.
+func (c Config) Client() (*api.Client, error) {
+	if c.Host == "" {
+		return api.ClientFromEnvironment()
+	}
+	u, err := ollamaURL(c.Host)
+	if err != nil {
+		return nil, err
+	}
+	return api.NewClient(u, &http.Client{}), nil
+}
+
+// NewModel builds the model client from c, with the system prompt from
+// SystemPromptFile or the embedded one.
+func NewModel(c Config) (*Model, error) {
+	client, err := c.Client()
+	if err != nil {
+		return nil, err
+	}
+	prompt := DefaultSystemPrompt
+	if c.SystemPromptFile != "" {
+		b, err := os.ReadFile(c.SystemPromptFile)
+		if err != nil {
+			return nil, fmt.Errorf("system prompt: %w", err)
+		}
+		prompt = string(b)
+	}
+	return &Model{Client: client, Config: c, SystemPrompt: prompt}, nil
+}

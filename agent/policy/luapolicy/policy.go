@@ -1,0 +1,222 @@
+// Package luapolicy is the policy an operator writes: decide(obs) in a
+// Lua script, run in a gopher-lua sandbox under a deadline. (The
+// HAProxy-side Lua companion that sends telemetry is in lua/.)
+package luapolicy
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/haproxy"
+	"github.com/rs/zerolog"
+	glua "github.com/yuin/gopher-lua"
+)
+
+// Policy runs a user's decide(obs) written in Lua (`--policy lua
+// --policy-file FILE`). The script runs in a sandbox: no os, io, package,
+// debug, require, load, loadstring, dofile or loadfile; each call runs
+// under a deadline; an error, a timeout or a malformed answer means no
+// action, logged. Its globals persist between steps, so a script can keep
+// its own memory. The guardrails apply to what it returns, as always.
+type Policy struct {
+	File    string
+	Timeout time.Duration
+	Log     zerolog.Logger
+
+	mu    sync.Mutex
+	L     *glua.LState
+	needs agent.Needs
+}
+
+// sandboxed are the base-library functions a policy may not reach.
+var sandboxed = []string{"dofile", "loadfile", "load", "loadstring", "require", "module", "setfenv", "getfenv", "collectgarbage", "newproxy"}
+
+// NewPolicy loads and runs the script once; it must define decide(obs).
+func NewPolicy(file string, timeout time.Duration, log zerolog.Logger) (*Policy, error) {
+	src, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("lua policy: %w", err)
+	}
+	return newPolicy(file, string(src), timeout, log)
+}
+
+func newPolicy(name, src string, timeout time.Duration, log zerolog.Logger) (*Policy, error) {
+	L := glua.NewState(glua.Options{SkipOpenLibs: true, CallStackSize: 256, RegistrySize: 1 << 16})
+	for _, lib := range []struct {
+		name string
+		fn   glua.LGFunction
+	}{{glua.BaseLibName, glua.OpenBase}, {glua.TabLibName, glua.OpenTable}, {glua.StringLibName, glua.OpenString}, {glua.MathLibName, glua.OpenMath}} {
+		L.Push(L.NewFunction(lib.fn))
+		L.Push(glua.LString(lib.name))
+		L.Call(1, 0)
+	}
+	for _, f := range sandboxed {
+		L.SetGlobal(f, glua.LNil)
+	}
+	p := &Policy{File: name, Timeout: timeout, Log: log, L: L}
+	L.SetGlobal("print", L.NewFunction(func(L *glua.LState) int {
+		var parts []any
+		for i := 1; i <= L.GetTop(); i++ {
+			parts = append(parts, L.Get(i).String())
+		}
+		p.Log.Info().Str("policy", name).Msg(fmt.Sprint(parts...))
+		return 0
+	}))
+	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, time.Second))
+	defer cancel()
+	L.SetContext(ctx)
+	if err := L.DoString(src); err != nil {
+		L.Close()
+		return nil, fmt.Errorf("lua policy %s: %w", name, err)
+	}
+	if _, ok := L.GetGlobal("decide").(*glua.LFunction); !ok {
+		L.Close()
+		return nil, fmt.Errorf("lua policy %s: no function decide(obs)", name)
+	}
+	if err := p.readNeeds(); err != nil {
+		L.Close()
+		return nil, fmt.Errorf("lua policy %s: %w", name, err)
+	}
+	return p, nil
+}
+
+// readNeeds reads the script's optional global `needs = {drains_per = N}`:
+// a backend of N servers may then lose up to N/drains_per servers a step,
+// as the rules do with 3. Without it, one drain a step.
+func (p *Policy) readNeeds() error {
+	switch t := p.L.GetGlobal("needs").(type) {
+	case *glua.LNilType:
+		return nil
+	case *glua.LTable:
+		switch v := t.RawGetString("drains_per").(type) {
+		case *glua.LNilType:
+		case glua.LNumber:
+			if v < 1 || v > 1000 || v != glua.LNumber(int(v)) {
+				return fmt.Errorf("needs.drains_per %v: want an integer from 1 to 1000", v)
+			}
+			p.needs.DrainsPer = int(v)
+		default:
+			return fmt.Errorf("needs.drains_per is a %s, want a number", v.Type())
+		}
+		return nil
+	default:
+		return fmt.Errorf("needs is a %s, want a table", t.Type())
+	}
+}
+
+// Needs are what the script declared in its global `needs` table.
+func (p *Policy) Needs() agent.Needs { return p.needs }
+
+func (p *Policy) Name() string { return "lua" }
+
+// Close releases the Lua state.
+func (p *Policy) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.L.Close()
+}
+
+// Decide calls decide(obs) under the deadline.
+func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, p.Timeout)
+	defer cancel()
+	L := p.L
+	L.SetContext(ctx)
+	defer L.RemoveContext()
+	err := L.CallByParam(glua.P{Fn: L.GetGlobal("decide"), NRet: 1, Protect: true}, observationTable(L, obs))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("lua policy %s: over its %v deadline: %w", p.File, p.Timeout, err)
+		}
+		return nil, fmt.Errorf("lua policy %s: %w", p.File, err)
+	}
+	ret := L.Get(-1)
+	L.Pop(1)
+	return planFrom(ret)
+}
+
+func observationTable(L *glua.LState, obs agent.Observation) *glua.LTable {
+	t := L.NewTable()
+	t.RawSetString("time", glua.LNumber(obs.Time.Unix()))
+	t.RawSetString("cycle", glua.LNumber(obs.Cycle))
+	backends := L.NewTable()
+	for _, b := range obs.Backends {
+		bt := L.NewTable()
+		bt.RawSetString("name", glua.LString(b.Name))
+		bt.RawSetString("serving", glua.LNumber(b.ServingCount()))
+		servers := L.NewTable()
+		for _, s := range b.Servers {
+			st := L.NewTable()
+			for k, v := range map[string]glua.LValue{
+				"name": glua.LString(s.Server), "state": glua.LString(s.State.Label()), "owner": glua.LString(string(s.Owner)),
+				"serving": glua.LBool(s.Serving()), "weight": glua.LNumber(s.State.Weight), "initial_weight": glua.LNumber(s.State.Initial),
+				"requests": glua.LNumber(s.Window.Requests), "err_5xx": glua.LNumber(s.Window.Err5xx), "err_4xx": glua.LNumber(s.Window.Err4xx),
+				"error_rate": glua.LNumber(s.Window.ErrorRate()), "p50_ms": glua.LNumber(s.Window.P50Ms), "p95_ms": glua.LNumber(s.Window.P95Ms),
+				"p99_ms": glua.LNumber(s.Window.P99Ms), "recent_requests": glua.LNumber(s.Recent.Requests), "recent_err_5xx": glua.LNumber(s.Recent.Err5xx),
+			} {
+				st.RawSetString(k, v)
+			}
+			servers.Append(st)
+		}
+		bt.RawSetString("servers", servers)
+		backends.Append(bt)
+	}
+	t.RawSetString("backends", backends)
+	return t
+}
+
+// planFrom validates decide's answer: nil or a list of
+// {action=, backend=, server=, weight=, reason=} tables.
+func planFrom(v glua.LValue) (agent.Plan, error) {
+	if v == glua.LNil {
+		return nil, nil
+	}
+	list, ok := v.(*glua.LTable)
+	if !ok {
+		return nil, fmt.Errorf("decide returned a %s, want a list of actions", v.Type())
+	}
+	var plan agent.Plan
+	n := list.Len()
+	if n > 16 {
+		return nil, fmt.Errorf("decide returned %d actions, at most 16", n)
+	}
+	for i := 1; i <= n; i++ {
+		t, ok := list.RawGetInt(i).(*glua.LTable)
+		if !ok {
+			return nil, fmt.Errorf("action %d is not a table", i)
+		}
+		str := func(k string) string { s, _ := t.RawGetString(k).(glua.LString); return string(s) }
+		if str("action") == "no_op" {
+			continue
+		}
+		a := agent.Action{Backend: str("backend"), Server: str("server"), Reason: "lua: " + str("reason")}
+		if err := haproxy.ValidName(a.Backend); err != nil {
+			return nil, fmt.Errorf("action %d: backend: %w", i, err)
+		}
+		if err := haproxy.ValidName(a.Server); err != nil {
+			return nil, fmt.Errorf("action %d: server: %w", i, err)
+		}
+		switch str("action") {
+		case "drain":
+			a.Kind = agent.Drain
+		case "ready":
+			a.Kind = agent.Ready
+		case "set_weight":
+			w, ok := t.RawGetString("weight").(glua.LNumber)
+			if !ok || w < 0 || w > 256 || w != glua.LNumber(int(w)) {
+				return nil, fmt.Errorf("action %d: set_weight needs an integer weight in [0, 256]", i)
+			}
+			a.Kind, a.Weight = agent.SetWeight, int(w)
+		default:
+			return nil, fmt.Errorf("action %d: unknown action %q", i, str("action"))
+		}
+		plan = append(plan, a)
+	}
+	return plan, nil
+}

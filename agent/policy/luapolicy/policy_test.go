@@ -1,0 +1,179 @@
+package luapolicy
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/internal/window"
+	"github.com/rs/zerolog"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata golden files")
+
+func policyFrom(t *testing.T, src string) (*Policy, error) {
+	t.Helper()
+	p, err := newPolicy("test.lua", src, 200*time.Millisecond, zerolog.Nop())
+	if p != nil {
+		t.Cleanup(p.Close)
+	}
+	return p, err
+}
+
+func oneBackend(servers ...agent.ServerView) agent.Observation {
+	return agent.Observation{Time: time.Unix(1000, 0), Backends: []agent.BackendView{{Name: "app", Servers: servers}}}
+}
+
+func srv(name string, req, e5 uint64) agent.ServerView {
+	return agent.ServerView{Backend: "app", Server: name, Owner: agent.OwnerNone,
+		State:  haproxy.ServerState{Backend: "app", Server: name, OpState: haproxy.OpRunning, Weight: 8, Initial: 8},
+		Window: window.Stats{Requests: req, Err5xx: e5, P95Ms: 12}}
+}
+
+func TestSandbox(t *testing.T) {
+	tests := []struct {
+		name, src, loadErr, decideErr string
+	}{
+		{"no decide", `x = 1`, "no function decide", ""},
+		{"syntax error", `function decide(obs`, "test.lua", ""},
+		{"os is gone", `function decide(obs) os.execute("true") end`, "", "non-"},
+		{"io is gone", `function decide(obs) io.open("/etc/passwd") end`, "", "non-"},
+		{"require is gone", `function decide(obs) require("x") end`, "", "non-"},
+		{"load is gone", `function decide(obs) load("return 1")() end`, "", "non-"},
+		{"dofile is gone", `function decide(obs) dofile("/etc/passwd") end`, "", "non-"},
+		{"runaway loop", `function decide(obs) while true do end end`, "", "deadline"},
+		{"runaway at load", `while true do end`, "test.lua", ""},
+		{"error()", `function decide(obs) error("boom") end`, "", "boom"},
+		{"returns a string", `function decide(obs) return "drain srv1" end`, "", "string"},
+		{"unknown action", `function decide(obs) return {{action="reboot", backend="app", server="s1"}} end`, "", "unknown action"},
+		{"bad name", `function decide(obs) return {{action="drain", backend="app", server="s1;shutdown"}} end`, "", "server"},
+		{"weight out of range", `function decide(obs) return {{action="set_weight", backend="app", server="s1", weight=300}} end`, "", "weight"},
+		{"fractional weight", `function decide(obs) return {{action="set_weight", backend="app", server="s1", weight=1.5}} end`, "", "weight"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := policyFrom(t, tc.src)
+			if tc.loadErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.loadErr) {
+					t.Fatalf("load: %v, want %q", err, tc.loadErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			plan, err := p.Decide(context.Background(), oneBackend(srv("s1", 100, 0)))
+			if err == nil || !strings.Contains(err.Error(), tc.decideErr) || plan != nil {
+				t.Fatalf("decide: %v %v, want %q", plan, err, tc.decideErr)
+			}
+			if time.Since(start) > 2*time.Second {
+				t.Fatalf("decide took %v", time.Since(start))
+			}
+		})
+	}
+}
+
+func TestStatePersistsAndPrintIsLogged(t *testing.T) {
+	p, err := policyFrom(t, `n = 0
+function decide(obs)
+  n = n + 1
+  print("step", n)
+  if n == 2 then return {{action="drain", backend="app", server=obs.backends[1].servers[1].name, reason="second"}} end
+  return {}
+end`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := oneBackend(srv("s1", 100, 0), srv("s2", 100, 0))
+	if plan, err := p.Decide(context.Background(), obs); err != nil || len(plan) != 0 {
+		t.Fatalf("first: %v %v", plan, err)
+	}
+	plan, err := p.Decide(context.Background(), obs)
+	if err != nil || len(plan) != 1 || plan[0].Server != "s1" || plan[0].Reason != "lua: second" {
+		t.Fatalf("second: %+v %v", plan, err)
+	}
+}
+
+// TestExamplePolicies: testdata/policies/<policy>/<case>.json holds an
+// observation, <case>.golden the plan examples/policies/<policy>.lua
+// returns for it.
+func TestExamplePolicies(t *testing.T) {
+	dirs, err := filepath.Glob("testdata/policies/*")
+	if err != nil || len(dirs) < 2 {
+		t.Fatalf("golden dirs %v %v", dirs, err)
+	}
+	for _, dir := range dirs {
+		name := filepath.Base(dir)
+		p, err := NewPolicy(filepath.Join("..", "..", "..", "examples", "policies", name+".lua"), time.Second, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cases, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+		for _, c := range cases {
+			t.Run(name+"/"+filepath.Base(c), func(t *testing.T) {
+				raw, err := os.ReadFile(c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var obs agent.Observation
+				if err := json.Unmarshal(raw, &obs); err != nil {
+					t.Fatal(err)
+				}
+				plan, err := p.Decide(context.Background(), obs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, _ := json.MarshalIndent(plan, "", "  ")
+				got = append(got, '\n')
+				golden := strings.TrimSuffix(c, ".json") + ".golden"
+				if *update {
+					os.WriteFile(golden, got, 0o644)
+				}
+				want, err := os.ReadFile(golden)
+				if err != nil || string(got) != string(want) {
+					t.Fatalf("plan:\n%s\nwant:\n%s (%v)", got, want, err)
+				}
+			})
+		}
+		p.Close()
+	}
+}
+
+func TestNeeds(t *testing.T) {
+	for _, tc := range []struct {
+		src     string
+		want    int
+		wantErr string
+	}{
+		{"function decide(obs) end", 0, ""},
+		{"needs = {drains_per = 3}\nfunction decide(obs) end", 3, ""},
+		{"needs = {}\nfunction decide(obs) end", 0, ""},
+		{"needs = 3\nfunction decide(obs) end", 0, "needs is a number"},
+		{"needs = {drains_per = 0}\nfunction decide(obs) end", 0, "drains_per 0"},
+		{"needs = {drains_per = 2.5}\nfunction decide(obs) end", 0, "drains_per 2.5"},
+		{"needs = {drains_per = 'x'}\nfunction decide(obs) end", 0, "is a string"},
+	} {
+		p, err := newPolicy("t.lua", tc.src, time.Second, zerolog.Nop())
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%q: error %v, want %q", tc.src, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%q: %v", tc.src, err)
+		}
+		if got := agent.NeedsOf(p).DrainsPer; got != tc.want {
+			t.Errorf("%q: drains_per %d, want %d", tc.src, got, tc.want)
+		}
+		p.Close()
+	}
+}

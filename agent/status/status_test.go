@@ -1,0 +1,57 @@
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/internal/lab/fakes"
+	"github.com/hapilot/hapilot/internal/promtext"
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+)
+
+// drainOnce proposes draining one server.
+type drainOnce struct{ server string }
+
+func (drainOnce) Name() string { return "drain-once" }
+
+func (d drainOnce) Decide(context.Context, agent.Observation) (agent.Plan, error) {
+	return agent.Plan{{Kind: agent.Drain, Backend: "app", Server: d.server}}, nil
+}
+
+func TestStatusAndMetricsEndpoints(t *testing.T) {
+	rt := fakes.NewRuntime("s1", "s2", "s3")
+	l := &agent.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Interval: time.Second, Policy: drainOnce{"s2"},
+		Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
+	l.Step(context.Background())
+	s := &Server{Loop: l, Extra: []func(io.Writer){func(w io.Writer) { promtext.Counter(w, "hapilot_extra_total", "x", 7) }}}
+	do := func(method, path string) (int, string) {
+		var ctx fasthttp.RequestCtx
+		ctx.Request.Header.SetMethod(method)
+		ctx.Request.SetRequestURI(path)
+		s.Handler(&ctx)
+		return ctx.Response.StatusCode(), string(ctx.Response.Body())
+	}
+	code, body := do("GET", "/status")
+	var st agent.Status
+	if code != 200 || json.Unmarshal([]byte(body), &st) != nil || st.Cycle != 1 || len(st.Backends) != 1 || len(st.Decisions) != 1 || st.Changes["app/s2"].Phase != agent.PhaseDrained {
+		t.Fatalf("status %d %s", code, body)
+	}
+	code, body = do("GET", "/metrics")
+	for _, m := range []string{"hapilot_cycles_total 1", "hapilot_actions_applied_total 1", "hapilot_actions_refused_total 0", "hapilot_cycle_duration_seconds_count 1", "hapilot_extra_total 7"} {
+		if code != 200 || !strings.Contains(body, m+"\n") {
+			t.Fatalf("metrics lack %q:\n%s", m, body)
+		}
+	}
+	if code, _ := do("POST", "/status"); code != fasthttp.StatusMethodNotAllowed {
+		t.Fatalf("POST answered %d", code)
+	}
+	if code, _ := do("GET", "/admin"); code != 404 {
+		t.Fatalf("unknown path answered %d", code)
+	}
+}

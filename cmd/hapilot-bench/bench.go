@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hapilot/hapilot/internal/lab/bench"
+	"github.com/hapilot/hapilot/internal/lab/ollamafake"
+	"github.com/rs/zerolog"
+)
+
+func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "overhead" {
+		return cmdBenchOverhead(ctx, args[1:], stdout, stderr)
+	}
+	fs := flag.NewFlagSet("hapilot-bench bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: hapilot-bench bench [--scenario S] [--sweep] [flags]   the study's benchmark against a real HAProxy")
+		fmt.Fprintln(stderr, "       hapilot-bench bench overhead [flags]                  what each telemetry path costs HAProxy")
+		fs.PrintDefaults()
+	}
+	var scenarios []string
+	for _, s := range bench.Scenarios {
+		scenarios = append(scenarios, s.Name)
+	}
+	scenario := fs.String("scenario", "paper", "scenario: "+strings.Join(scenarios, "|"))
+	sweep := fs.Bool("sweep", false, "the study's grid: servers 3,5,7,9 x roundrobin,leastconn (unless --servers/--algo say otherwise)")
+	servers := fs.String("servers", "3", "fleet sizes, comma-separated")
+	algos := fs.String("algo", "roundrobin", "balance algorithms, comma-separated: roundrobin|leastconn")
+	policies := fs.String("policy", "rules", "policies, comma-separated: rules|lua|llm (each run is paired with static)")
+	emulate := fs.String("emulate", "", "llm: emulated models, comma-separated, served by the Ollama stand-in: "+strings.Join(ollamafake.Emulations, "|"))
+	protections := fs.String("protections", "on", "llm: on (hapilot's fixes), off (--unprotected, the study's loop), or on,off side by side")
+	steps := fs.Int("steps", 60, "control-loop steps per run (the study: 60)")
+	interval := fs.Duration("interval", 10*time.Second, "agent interval (the study: 10s; 1s compresses time tenfold)")
+	rate := fs.Float64("rate", 0, "total client requests per second (0: the scenario's per-server rate, 50 for most, times the fleet size)")
+	seed := fs.Uint64("seed", 1, "seed of the servers' faults and the emulations' coins")
+	out := fs.String("out", "bench-out", "directory for result.json, report.md and charts")
+	telemetry := fs.String("telemetry", "spoe", "how HAProxy reports to the agent: spoe|lua|syslog")
+	policyFile := fs.String("policy-file", "", "lua: the policy script (default: examples/policies/ratio.lua)")
+	ollamaHost := fs.String("ollama-host", "", "llm without --emulate: a real Ollama")
+	model := fs.String("model", "", "llm without --emulate: the model")
+	think := fs.String("think", "off", "llm with a real model: thinking off|on|low|medium|high")
+	list := fs.Bool("list", false, "describe the scenarios and emulated models, and exit")
+	reread := fs.String("report", "", "write the reports of an earlier run's `dir` again from its result.json files, and exit")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *list {
+		for _, s := range bench.Scenarios {
+			fmt.Fprintf(stdout, "%-11s %s.\n            expected: %s.\n", s.Name, s.About, s.Expect)
+		}
+		fmt.Fprintf(stdout, "emulated models (Go code behind the Ollama stand-in, not models): %s\n", strings.Join(ollamafake.Emulations, ", "))
+		return nil
+	}
+	if *reread != "" {
+		runs, err := bench.Reread(*reread)
+		if err != nil {
+			return err
+		}
+		bench.WriteTable(stdout, runs)
+		return bench.WriteSummary(*reread, bench.Command(*reread, "hapilot-bench bench --report "+*reread), runs)
+	}
+	explicit := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+	if *sweep && !explicit["servers"] {
+		*servers = "3,5,7,9"
+	}
+	if *sweep && !explicit["algo"] {
+		*algos = "roundrobin,leastconn"
+	}
+	cfg := bench.StudyConfig{Scenario: *scenario, Steps: *steps, Interval: *interval, Rate: *rate, Seed: *seed, Out: *out,
+		Telemetry: *telemetry, PolicyFile: *policyFile, OllamaHost: *ollamaHost, Model: *model, Think: *think, Log: zerolog.Nop()}
+	if _, err := bench.Lookup(*scenario); err != nil {
+		return err
+	}
+	for _, s := range split(*servers) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 2 || n > 64 {
+			return fmt.Errorf("--servers %q: want sizes from 2 to 64", s)
+		}
+		cfg.Servers = append(cfg.Servers, n)
+	}
+	for _, a := range split(*algos) {
+		if a != "roundrobin" && a != "leastconn" {
+			return fmt.Errorf("--algo %q: want roundrobin or leastconn", a)
+		}
+		cfg.Algos = append(cfg.Algos, a)
+	}
+	variants, err := benchVariants(split(*policies), split(*emulate), split(*protections), *model)
+	if err != nil {
+		return err
+	}
+	cfg.Variants = variants
+	if *steps < 2 || *interval < 250*time.Millisecond {
+		return errors.New("--steps must be at least 2 and --interval at least 250ms")
+	}
+	if len(cfg.Servers) == 0 || len(cfg.Algos) == 0 {
+		return errors.New("--servers and --algo need at least one value each")
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	if f, ok := stderr.(*os.File); ok && isTerminal(f) && os.Getenv("CI") == "" {
+		cfg.Progress = &bench.Progress{W: stderr}
+	}
+	runs, err := bench.Study(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	bench.SortRuns(runs)
+	command := "hapilot-bench bench " + strings.Join(args, " ")
+	bench.WriteTable(stdout, runs)
+	if err := bench.WriteSummary(*out, command, runs); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nreports: %s/summary.md, and one directory per run (result.json, report.md, 5xx.svg, states.svg, latency.svg)\n", *out)
+	return nil
+}
+
+// benchVariants expands the policy list: llm once per emulated model (or
+// the real one) and per protection setting.
+func benchVariants(policies, emulations, protections []string, model string) ([]bench.Variant, error) {
+	var out []bench.Variant
+	for _, p := range policies {
+		switch p {
+		case "static":
+			continue // every cell runs it as the pair
+		case "rules", "lua":
+			out = append(out, bench.Variant{Policy: p})
+		case "llm":
+			if len(emulations) == 0 && model == "" {
+				return nil, errors.New("--policy llm needs --emulate PROFILE, or --ollama-host and --model for a real Ollama")
+			}
+			models := emulations
+			if len(models) == 0 {
+				models = []string{""}
+			}
+			for _, e := range models {
+				if e != "" {
+					if _, err := ollamafake.Emulation(e, 0, time.Second); err != nil {
+						return nil, err
+					}
+				}
+				for _, pr := range protections {
+					if pr != "on" && pr != "off" {
+						return nil, fmt.Errorf("--protections %q: want on, off or on,off", pr)
+					}
+					out = append(out, bench.Variant{Policy: "llm", Emulation: e, Unprotected: pr == "off"})
+				}
+			}
+		default:
+			return nil, fmt.Errorf("--policy %q: want rules, lua or llm", p)
+		}
+	}
+	return out, nil
+}
+
+func split(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func cmdBenchOverhead(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("hapilot-bench bench overhead", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg := bench.OverheadConfig{}
+	fs.IntVar(&cfg.Concurrency, "concurrency", 16, "requests in flight")
+	fs.DurationVar(&cfg.Duration, "duration", 20*time.Second, "load per telemetry path, split over the rounds")
+	fs.IntVar(&cfg.Rounds, "rounds", 4, "interleaved rounds (plain, syslog, ring, lua, spoe, plain, ...)")
+	fs.IntVar(&cfg.Backends, "backends", 2, "backend servers, answering at once")
+	paths := fs.String("paths", "plain,syslog,unixgram,ring,lua,spoe", "telemetry paths to compare, plain first: "+strings.Join(bench.OverheadPaths, ",")+" (-noagent: HAProxy's side alone)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg.Paths = strings.Split(*paths, ",")
+	if cfg.Paths[0] != "plain" {
+		return errors.New("--paths must start with plain: every ratio is to it")
+	}
+	if cfg.Concurrency < 1 || cfg.Rounds < 1 || cfg.Backends < 1 || cfg.Duration < time.Second {
+		return errors.New("concurrency, rounds and backends must be positive, duration at least 1s")
+	}
+	dir, err := os.MkdirTemp("", "hapilot-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	res, err := bench.Overhead(ctx, cfg, dir)
+	if err != nil {
+		return err
+	}
+	bench.PrintOverhead(stdout, cfg, res)
+	return nil
+}

@@ -1,0 +1,248 @@
+// Package bench holds hapilot's benchmarks against a real HAProxy.
+package bench
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/internal/config"
+	"github.com/hapilot/hapilot/internal/daemon"
+	"github.com/hapilot/hapilot/internal/lab/fleet"
+	"github.com/hapilot/hapilot/internal/lab/haproxyproc"
+	"github.com/hapilot/hapilot/internal/lab/scenario"
+	"github.com/rs/zerolog"
+)
+
+// OverheadConfig shapes `hapilot-bench bench overhead`.
+type OverheadConfig struct {
+	Concurrency int
+	Duration    time.Duration // per path, split over Rounds
+	Rounds      int
+	Backends    int
+	// Paths to run, plain first (OverheadPaths); the "-noagent" ones send
+	// to a port nobody reads: HAProxy's side of the cost alone.
+	Paths []string
+}
+
+// OverheadPaths are the telemetry paths Overhead knows.
+var OverheadPaths = []string{"plain", "syslog", "syslog-noagent", "unixgram", "unixgram-noagent", "ring", "ring-noagent", "lua", "lua-noagent", "spoe"}
+
+// PathResult is one telemetry path's figures.
+type PathResult struct {
+	Path       string
+	Throughput float64 // responses per second
+	P50, P99   time.Duration
+	Failed     int
+	Recorded   uint64 // responses the agent recorded
+	Ratio      float64
+	// HAProxyCPU is HAProxy's own CPU time (user and system, from
+	// /proc/PID/stat) per response: the path's cost to HAProxy alone,
+	// apart from the load generator, the backends and the agent that share
+	// the machine and so shape the throughput. Zero when /proc is missing.
+	HAProxyCPU time.Duration
+}
+
+type variant struct {
+	name  string
+	hp    *haproxyproc.Process
+	addr  string
+	agent *daemon.Daemon
+	stop  context.CancelFunc
+	done  chan error
+	res   *fleet.Result
+	cpu   time.Duration // HAProxy's CPU time over the measured rounds
+}
+
+// Overhead runs the same HAProxy config several ways (plain, syslog, the
+// ring, the Lua companion, SPOE), each with an in-process agent where it
+// has one, and loads them in turn, interleaved round by round, so that
+// drift in the machine hits every path alike.
+func Overhead(ctx context.Context, cfg OverheadConfig, dir string) ([]PathResult, error) {
+	for _, name := range cfg.Paths {
+		if !slices.Contains(OverheadPaths, name) {
+			return nil, fmt.Errorf("unknown telemetry path %q (want %s)", name, strings.Join(OverheadPaths, ", "))
+		}
+	}
+	backends := make([]fleet.BackendConfig, cfg.Backends)
+	bs, err := fleet.StartBackends(backends)
+	if err != nil {
+		return nil, err
+	}
+	defer fleet.CloseAll(bs)
+	var vs []*variant
+	defer func() {
+		for _, v := range vs {
+			if v.stop != nil {
+				v.stop()
+				<-v.done
+			}
+			if v.hp != nil {
+				v.hp.Stop()
+			}
+		}
+	}()
+	for _, name := range cfg.Paths {
+		v, err := startVariant(ctx, name, fleet.Addrs(bs), dir)
+		if v != nil {
+			vs = append(vs, v)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	per := cfg.Duration / time.Duration(cfg.Rounds)
+	for _, v := range vs { // warm up connections and Lua/SPOE state
+		fleet.ClosedLoad{Addr: v.addr, Concurrency: cfg.Concurrency, Duration: time.Second}.Run(ctx)
+	}
+	for r := 0; r < cfg.Rounds; r++ {
+		for _, v := range vs {
+			before := processCPU(v.hp.Pid())
+			res := fleet.ClosedLoad{Addr: v.addr, Concurrency: cfg.Concurrency, Duration: per}.Run(ctx)
+			v.cpu += processCPU(v.hp.Pid()) - before
+			if v.res == nil {
+				v.res = res
+			} else {
+				v.res.Merge(res)
+			}
+		}
+	}
+	var out []PathResult
+	for _, v := range vs {
+		p := PathResult{Path: v.name, Throughput: v.res.Throughput(), P50: v.res.Quantile(0.5), P99: v.res.Quantile(0.99), Failed: v.res.Failed}
+		if v.agent != nil {
+			p.Recorded = v.agent.Events()
+		}
+		if n := v.res.Completed; n > 0 {
+			p.HAProxyCPU = v.cpu / time.Duration(n)
+		}
+		out = append(out, p)
+	}
+	for i := range out { // out[0] is plain
+		out[i].Ratio = out[i].Throughput / out[0].Throughput
+	}
+	return out, nil
+}
+
+// processCPU is a process's user and system CPU time so far, read from
+// /proc/PID/stat (fields 14 and 15, in clock ticks of 1/100 s: Linux's
+// USER_HZ on every architecture Debian ships); 0 when it cannot be read.
+func processCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) is in parentheses and may hold spaces:
+	// count fields from the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:])) // f[0] is field 3
+	if len(f) < 13 {
+		return 0
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return time.Duration(utime+stime) * (time.Second / 100)
+}
+
+func startVariant(ctx context.Context, name string, servers []string, root string) (*variant, error) {
+	dir, err := os.MkdirTemp(root, name+"-")
+	if err != nil {
+		return nil, err
+	}
+	ports, err := haproxyproc.FreePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	opts := fleet.HAProxyOptions{Dir: dir, FrontendPort: ports[0], Servers: servers}
+	args := []string{"--policy", "static", "--interval", "10s", "--status-listen", "off", "--haproxy-socket", opts.Socket(), "--spoe-listen", "off"}
+	agentAddr := fmt.Sprintf("127.0.0.1:%d", ports[1])
+	// A "-noagent" path is its base path's config with nobody on the other end.
+	base, noAgent := strings.CutSuffix(name, "-noagent")
+	switch base {
+	case "spoe":
+		opts.AgentAddr = agentAddr
+		args[len(args)-1] = agentAddr
+	case "lua":
+		opts.LuaAgent = agentAddr
+		args = append(args, "--lua-listen", agentAddr)
+	case "syslog":
+		opts.SyslogAddr = agentAddr
+		args = append(args, "--syslog-listen", "udp://"+agentAddr)
+	case "ring":
+		opts.SyslogRing = agentAddr
+		args = append(args, "--syslog-listen", "tcp://"+agentAddr)
+	case "unixgram":
+		opts.SyslogAddr = filepath.Join(dir, "log.sock")
+		args = append(args, "--syslog-listen", "unixgram://"+opts.SyslogAddr)
+	}
+	cfg, err := fleet.HAProxyConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	v := &variant{name: name, addr: fmt.Sprintf("127.0.0.1:%d", ports[0])}
+	if base != "plain" && !noAgent {
+		fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		c := config.Register(fs)
+		if err := config.Parse(fs, args); err != nil {
+			return nil, err
+		}
+		if v.agent, err = daemon.New(*c, zerolog.Nop()); err != nil {
+			return nil, err
+		}
+		actx, cancel := context.WithCancel(ctx)
+		v.stop, v.done = cancel, make(chan error, 1)
+		go func() { v.done <- v.agent.Serve(actx) }()
+	}
+	if v.hp, err = haproxyproc.Start(ctx, dir, cfg, opts.Socket()); err != nil {
+		return v, err
+	}
+	if name == "spoe" {
+		rt, err := haproxy.New(opts.Socket())
+		if err != nil {
+			return v, err
+		}
+		if err := scenario.WaitAgentUp(ctx, rt); err != nil {
+			return v, err
+		}
+	}
+	return v, nil
+}
+
+// PrintOverhead writes the table.
+func PrintOverhead(w io.Writer, cfg OverheadConfig, res []PathResult) {
+	fmt.Fprintf(w, "telemetry overhead: %d cores, HAProxy nbthread 1, %d backends answering at once, concurrency %d, %v per path in %d interleaved rounds\n",
+		runtime.NumCPU(), cfg.Backends, cfg.Concurrency, cfg.Duration, cfg.Rounds)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "path\treq/s\tx plain\tp50 ms\tp99 ms\tHAProxy CPU µs/resp\tfailed\trecorded by agent\t")
+	for _, r := range res {
+		rec := "-"
+		if r.Path != "plain" && !strings.HasSuffix(r.Path, "-noagent") {
+			rec = fmt.Sprint(r.Recorded)
+		}
+		cpu := "-"
+		if r.HAProxyCPU > 0 {
+			cpu = fmt.Sprintf("%.1f", float64(r.HAProxyCPU)/1e3)
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.3f\t%.3f\t%s\t%d\t%s\t\n", r.Path, r.Throughput, r.Ratio,
+			float64(r.P50)/1e6, float64(r.P99)/1e6, cpu, r.Failed, rec)
+	}
+	tw.Flush()
+}

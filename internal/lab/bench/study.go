@@ -1,0 +1,417 @@
+package bench
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hapilot/hapilot/agent/policy/llm"
+	"github.com/hapilot/hapilot/examples"
+	"github.com/hapilot/hapilot/internal/config"
+	"github.com/hapilot/hapilot/internal/lab/fleet"
+	"github.com/hapilot/hapilot/internal/lab/ollamafake"
+	"github.com/hapilot/hapilot/internal/lab/scenario"
+	"github.com/rs/zerolog"
+)
+
+// Variant is one policy as the benchmark runs it.
+type Variant struct {
+	Policy string // static|rules|lua|llm
+	// Emulation names an emulated model served by the Ollama stand-in
+	// (ollamafake.Emulations); "" with --policy llm means a real Ollama.
+	Emulation string
+	// Unprotected runs the model without hapilot's fixes (--unprotected).
+	Unprotected bool
+}
+
+// Name is how reports label the variant.
+func (v Variant) Name() string {
+	n := v.Policy
+	if v.Policy == "llm" && v.Emulation != "" {
+		n += "/" + v.Emulation
+	}
+	if v.Unprotected {
+		n += "/unprotected"
+	}
+	return n
+}
+
+// Emulated tells whether an emulation, not a model, decided.
+func (v Variant) Emulated() bool { return v.Emulation != "" }
+
+// StudyConfig is one `hapilot-bench bench` invocation.
+type StudyConfig struct {
+	Scenario   string
+	Servers    []int
+	Algos      []string
+	Variants   []Variant // static is always run as the pair of each cell
+	Steps      int
+	Interval   time.Duration
+	Rate       float64 // total req/s; 0: the scenario's per-server rate times N
+	Seed       uint64
+	Out        string
+	Telemetry  string // spoe|lua|syslog
+	PolicyFile string // --policy lua; "" runs examples/policies/ratio.lua
+	OllamaHost string // a real Ollama, with Model
+	Model      string
+	Think      string // llm with a real model: --think
+	Progress   *Progress
+	Log        zerolog.Logger
+}
+
+// Cell is one point of the grid.
+type Cell struct {
+	Scenario string `json:"scenario"`
+	Servers  int    `json:"servers"`
+	Algo     string `json:"algo"`
+}
+
+func (c Cell) String() string { return fmt.Sprintf("%s n=%d %s", c.Scenario, c.Servers, c.Algo) }
+
+// RunResult is one run, as result.json holds it.
+type RunResult struct {
+	Tool     string       `json:"tool"`
+	Cell     Cell         `json:"cell"`
+	Variant  string       `json:"variant"`
+	Emulated bool         `json:"emulated_model,omitempty"`
+	Config   RunSettings  `json:"config"`
+	Truth    TruthView    `json:"truth"`
+	Client   Client       `json:"client"`
+	Static   Client       `json:"static_client"`
+	Loc      Localisation `json:"localisation"`
+	Agent    *Agent       `json:"agent,omitempty"`
+	Series   Series       `json:"series"`
+	Dir      string       `json:"-"`
+}
+
+// RunSettings is the configuration that produced a run.
+type RunSettings struct {
+	Steps     int               `json:"steps"`
+	Interval  string            `json:"interval"`
+	Rate      float64           `json:"rate_per_s"`
+	Seed      uint64            `json:"seed"`
+	Telemetry string            `json:"telemetry"`
+	Capacity  int               `json:"server_capacity"`
+	Weight    int               `json:"server_weight"`
+	Backends  []BackendSettings `json:"backends"`
+	Events    []Event           `json:"events,omitempty"`
+	AgentArgs []string          `json:"agent_args,omitempty"`
+	Model     string            `json:"model,omitempty"`
+	// Calibration is the capability gate's verdict on the model, when
+	// protections are on.
+	Calibration *GateVerdict `json:"calibration,omitempty"`
+}
+
+// GateVerdict is what `hapilot calibrate` found.
+type GateVerdict struct {
+	Passed     bool    `json:"passed"`
+	Precision  float64 `json:"precision"`
+	Recall     float64 `json:"recall"`
+	Collateral int     `json:"collateral"`
+	Why        string  `json:"why,omitempty"`
+}
+
+// BackendSettings is one server as configured.
+type BackendSettings struct {
+	Server    string  `json:"server"`
+	ErrorRate float64 `json:"error_rate"`
+	LatencyMs float64 `json:"latency_ms"`
+	JitterMs  float64 `json:"jitter_ms"`
+}
+
+// TruthView is the scenario and what it is scored against.
+type TruthView struct {
+	About     string   `json:"about"`
+	Expect    string   `json:"expect"`
+	Faulty    []string `json:"faulty"`
+	EndFaulty []string `json:"end_faulty"`
+	HealS     float64  `json:"heal_s,omitempty"`
+}
+
+// Series is what happened over time, for the charts.
+type Series struct {
+	PerSecond       []fleet.Second                    `json:"per_second"`
+	StaticPerSecond []fleet.Second                    `json:"static_per_second"`
+	States          map[string][]scenario.StateChange `json:"states"`
+	Actions         []ActionMark                      `json:"actions"`
+}
+
+// ActionMark is a command the agent sent, from the load's start.
+type ActionMark struct {
+	AtS     float64 `json:"at_s"`
+	Command string  `json:"command"`
+}
+
+// weight every server is configured with: the study's scale (0..256, a
+// move of at most 50 a step) has room for cuts.
+const serverWeight = 100
+
+// Study runs the grid: for every cell, the static pair first, then each
+// variant; every run writes its directory, and the whole a summary.
+func Study(ctx context.Context, c StudyConfig) ([]*RunResult, error) {
+	spec, err := Lookup(c.Scenario)
+	if err != nil {
+		return nil, err
+	}
+	var cells []Cell
+	for _, n := range c.Servers {
+		for _, a := range c.Algos {
+			cells = append(cells, Cell{Scenario: spec.Name, Servers: spec.fleetSize(n), Algo: a})
+		}
+	}
+	cells = dedupe(cells)
+	c.Progress.Start(len(cells)*(1+len(c.Variants)), time.Duration(c.Steps)*c.Interval)
+	defer c.Progress.Done()
+	var all []*RunResult
+	for _, cell := range cells {
+		static, err := runOne(ctx, c, spec, cell, Variant{Policy: "static"}, nil)
+		if err != nil {
+			return all, fmt.Errorf("%s static: %w", cell, err)
+		}
+		all = append(all, static)
+		for _, v := range c.Variants {
+			r, err := runOne(ctx, c, spec, cell, v, static)
+			if err != nil {
+				return all, fmt.Errorf("%s %s: %w", cell, v.Name(), err)
+			}
+			all = append(all, r)
+		}
+	}
+	return all, nil
+}
+
+func dedupe(cells []Cell) []Cell {
+	seen := map[Cell]bool{}
+	var out []Cell
+	for _, c := range cells {
+		if !seen[c] {
+			seen[c] = true
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// runOne runs one variant in one cell and writes its reports; static is
+// the paired no-policy run (nil for the static run itself).
+func runOne(ctx context.Context, c StudyConfig, spec Spec, cell Cell, v Variant, static *RunResult) (*RunResult, error) {
+	c.Progress.Begin(cell.String() + " " + v.Name())
+	defer c.Progress.End()
+	dir := filepath.Join(c.Out, cell.Scenario, fmt.Sprintf("n%d-%s", cell.Servers, cell.Algo), slug(v.Name()))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	scratch, err := os.MkdirTemp("", "hapilot-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(scratch)
+
+	n := cell.Servers
+	backends := spec.Backends(n)
+	for i := range backends {
+		backends[i].Seed += c.Seed * 1000
+		backends[i].Capacity = spec.capacity()
+	}
+	rate := c.Rate
+	if rate == 0 {
+		rate = spec.defaultRate(n)
+	}
+	faulty, end := spec.truth(n)
+	var events []Event
+	if spec.Events != nil {
+		events = spec.Events(n, c.Steps)
+	}
+	res := &RunResult{
+		Tool: "hapilot-bench bench", Cell: cell, Variant: v.Name(), Emulated: v.Emulated(), Dir: dir,
+		Config: RunSettings{Steps: c.Steps, Interval: c.Interval.String(), Rate: rate, Seed: c.Seed, Telemetry: telemetry(c.Telemetry),
+			Capacity: spec.capacity(), Weight: serverWeight, Events: events},
+		Truth: TruthView{About: spec.About, Expect: spec.Expect, Faulty: nonNil(faulty), EndFaulty: nonNil(end)},
+	}
+	for i, b := range backends {
+		res.Config.Backends = append(res.Config.Backends, BackendSettings{Server: fleet.ServerName(i), ErrorRate: b.ErrorRate, LatencyMs: ms(b.Latency), JitterMs: ms(b.Jitter)})
+	}
+	truth := Truth{Faulty: faulty, EndFaulty: end, Steps: c.Steps, Interval: c.Interval}
+	for i := 0; i < n; i++ {
+		truth.Servers = append(truth.Servers, fleet.ServerName(i))
+	}
+	if spec.HealStep != nil {
+		truth.Heal = time.Duration(spec.HealStep(c.Steps)) * c.Interval
+		res.Truth.HealS = truth.Heal.Seconds()
+	}
+
+	args, gate, cleanup, err := agentArgs(ctx, c, v, scratch)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	res.Config.AgentArgs, res.Config.Calibration = args, gate
+	if v.Policy == "llm" {
+		res.Config.Model = c.Model
+		if v.Emulated() {
+			res.Config.Model = "emulation:" + v.Emulation
+		}
+	}
+
+	at := map[time.Duration]func(*scenario.Env){}
+	byStep := map[int][]Event{}
+	for _, e := range events {
+		byStep[e.Step] = append(byStep[e.Step], e)
+	}
+	for s, evs := range byStep {
+		at[time.Duration(s)*c.Interval] = func(env *scenario.Env) {
+			for _, e := range evs {
+				env.Backends[e.Server].SetErrorRate(e.ErrorRate)
+			}
+		}
+	}
+	policy := v.Policy
+	sc := scenario.Scenario{
+		Servers: backends, Algo: cell.Algo, Weight: serverWeight, MaxConn: spec.capacity(),
+		Rate: rate, Duration: time.Duration(c.Steps) * c.Interval, Policy: policy, Interval: c.Interval,
+		AgentArgs: args, Name: slug(v.Name()), Telemetry: c.Telemetry, At: at, Dir: scratch, Log: c.Log,
+	}
+	if policy == "static" {
+		sc.Policy = "" // no agent at all: HAProxy alone, the study's baseline
+		sc.NoSPOE = true
+	}
+	out, err := sc.Run(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.Client = ClientView(out.Load)
+	res.Series = Series{PerSecond: out.Load.PerSecond, States: out.Changes, Actions: []ActionMark{}}
+	res.Loc = Localise(out.Timeline, truth)
+	if static != nil {
+		res.Static = static.Client
+		res.Client.Against(static.Client)
+		res.Series.StaticPerSecond = static.Series.PerSecond
+	} else {
+		res.Static = res.Client
+	}
+	if out.AuditLog != "" {
+		f, err := os.Open(out.AuditLog)
+		if err != nil {
+			return nil, err
+		}
+		a, marks, err := AgentView(f, out.Start, c.Steps, c.Interval)
+		f.Close()
+		if err != nil {
+			return nil, err
+		}
+		a.Avoided(res.Client, res.Static)
+		res.Agent, res.Series.Actions = &a, marks
+		if err := copyFile(out.AuditLog, filepath.Join(dir, "audit.jsonl")); err != nil {
+			return nil, err
+		}
+	}
+	if err := writeRun(res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// agentArgs are the `hapilot run` flags of a variant beyond the
+// scenario's own, and the calibration verdict of a protected model;
+// cleanup stops an emulated model's server.
+func agentArgs(ctx context.Context, c StudyConfig, v Variant, scratch string) ([]string, *GateVerdict, func(), error) {
+	noop := func() {}
+	switch v.Policy {
+	case "static", "rules":
+		return nil, nil, noop, nil
+	case "lua":
+		file := c.PolicyFile
+		if file == "" {
+			file = filepath.Join(scratch, "ratio.lua")
+			if err := os.WriteFile(file, []byte(examples.RatioPolicy), 0o644); err != nil {
+				return nil, nil, noop, err
+			}
+		}
+		return []string{"--policy-file", file}, nil, noop, nil
+	case "llm":
+	default:
+		return nil, nil, noop, fmt.Errorf("unknown policy %q", v.Policy)
+	}
+	host, model, think := c.OllamaHost, c.Model, c.Think
+	cleanup := noop
+	if v.Emulated() {
+		respond, err := ollamafake.Emulation(v.Emulation, c.Seed, c.Interval)
+		if err != nil {
+			return nil, nil, noop, err
+		}
+		model = "emulated-" + v.Emulation
+		fake := ollamafake.New(map[string]string{model: "sha256:emulated-" + v.Emulation}, respond)
+		fake.Thinking = true
+		host, cleanup = fake.URL, fake.Close
+		think = "off"
+		if v.Emulation == "slow-thinker" {
+			think = "on" // the study's reasoning mode
+		}
+	}
+	if think == "" {
+		think = "off"
+	}
+	args := []string{"--model", model, "--ollama-host", host, "--think", think}
+	if v.Unprotected {
+		return append(args, "--unprotected"), nil, cleanup, nil
+	}
+	// The capability gate: calibrate now, in the cheapest mode, and let
+	// the agent read the record as `hapilot run` would.
+	calDir := filepath.Join(scratch, "calibration")
+	gate, err := calibrate(ctx, model, host, c.Interval, calDir)
+	if err != nil {
+		cleanup()
+		return nil, nil, noop, err
+	}
+	return append(args, "--calibration-dir", calDir), gate, cleanup, nil
+}
+
+func calibrate(ctx context.Context, model, host string, interval time.Duration, dir string) (*GateVerdict, error) {
+	fs := flag.NewFlagSet("calibrate", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	cfg := config.Register(fs)
+	if err := config.Parse(fs, []string{"--model", model, "--ollama-host", host, "--think", "off"}); err != nil {
+		return nil, err
+	}
+	m, err := llm.NewModel(cfg.LLM)
+	if err != nil {
+		return nil, err
+	}
+	sc, err := llm.Calibrate(ctx, m, max(interval, 30*time.Second), time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("calibrate %s: %w", model, err)
+	}
+	if _, err := sc.Save(dir); err != nil {
+		return nil, err
+	}
+	return &GateVerdict{Passed: sc.Passed, Precision: sc.Precision, Recall: sc.Recall, Collateral: sc.Collateral, Why: sc.Why}, nil
+}
+
+func telemetry(t string) string {
+	if t == "" {
+		return "spoe"
+	}
+	return t
+}
+
+func slug(s string) string { return strings.ReplaceAll(s, "/", "-") }
+
+func nonNil(v []string) []string {
+	if v == nil {
+		return []string{}
+	}
+	return v
+}
+
+func copyFile(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, 0o644)
+}

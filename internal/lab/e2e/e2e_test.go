@@ -1,0 +1,341 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/internal/lab/fleet"
+	"github.com/hapilot/hapilot/internal/lab/labtest"
+	"github.com/hapilot/hapilot/internal/lab/scenario"
+	"github.com/negasus/haproxy-spoe-go/frame"
+	"github.com/rs/zerolog"
+)
+
+// agentBinary is `hapilot` (the agent), benchBinary `hapilot-bench` (the
+// lab), both built once for the package.
+var agentBinary, benchBinary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "hapilot-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	agentBinary, benchBinary = filepath.Join(dir, "hapilot"), filepath.Join(dir, "hapilot-bench")
+	for bin, pkg := range map[string]string{agentBinary: "./cmd/hapilot", benchBinary: "./cmd/hapilot-bench"} {
+		cmd := exec.Command("go", "build", "-o", bin, pkg)
+		cmd.Dir = "../../.."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, out)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// paperFleet is the study's fleet: ~9 ms answers plus up to 4 ms jitter.
+func paperFleet(rates ...float64) []fleet.BackendConfig {
+	out := make([]fleet.BackendConfig, len(rates))
+	for i, r := range rates {
+		out[i] = fleet.BackendConfig{ErrorRate: r, Latency: 9 * time.Millisecond, Jitter: 4 * time.Millisecond, Capacity: 64, Seed: uint64(100 + i)}
+	}
+	return out
+}
+
+func run(t *testing.T, s scenario.Scenario) *scenario.Outcome {
+	t.Helper()
+	labtest.RequireHAProxy(t)
+	s.Dir = t.TempDir()
+	if s.Interval == 0 {
+		s.Interval = time.Second
+	}
+	s.Log = zerolog.Nop()
+	ctx, cancel := context.WithTimeout(context.Background(), s.Duration+2*time.Minute)
+	defer cancel()
+	out, err := s.Run(ctx)
+	if err != nil {
+		t.Fatalf("scenario (%s): %v", s.Policy, err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s: haproxy output:\n%s", s.Policy, out.HAProxy.Log())
+			if l := out.AgentLog(); l != "" {
+				t.Logf("%s: agent output:\n%s", s.Policy, l)
+			}
+			if b, err := os.ReadFile(out.AuditLog); err == nil {
+				t.Logf("%s: last audit lines:\n%s", s.Policy, tail(string(b), 4000))
+			}
+		}
+	})
+	name := s.Name
+	if name == "" {
+		name = s.Policy
+	}
+	if name == "" {
+		name = "plain"
+	}
+	t.Logf("%s: %d requests, %d 5xx, %d failed, p50 %v p99 %v, drained at %v, flips %v",
+		name, out.Load.Scheduled, out.Load.Err5xx, out.Load.Failed, out.Load.Quantile(.5), out.Load.Quantile(.99), out.DrainedAt, out.Flips)
+	return out
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func finalState(out *scenario.Outcome, server string) haproxy.ServerState {
+	for _, st := range out.Final {
+		if st.Backend == fleet.BackendName && st.Server == server {
+			return st
+		}
+	}
+	return haproxy.ServerState{}
+}
+
+// 6 servers, srv3 and srv6 fail 5%, 300 req/s, interval 1 s: both drained
+// within 15 s, no healthy server ever drained, and client 5xx at least 90%
+// below the same run with --policy static.
+func TestFaultyServersDrained(t *testing.T) {
+	t.Parallel()
+	servers := paperFleet(0, 0, 0.05, 0, 0, 0.05)
+	outs := map[string]*scenario.Outcome{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, pol := range []string{"static", "rules"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.Run(pol, func(t *testing.T) {
+				out := run(t, scenario.Scenario{Servers: servers, Rate: 300, Duration: 90 * time.Second, Policy: pol})
+				mu.Lock()
+				outs[pol] = out
+				mu.Unlock()
+			})
+		}()
+	}
+	wg.Wait()
+	static, rules := outs["static"], outs["rules"]
+	if static == nil || rules == nil {
+		t.Fatal("a run failed")
+	}
+	if len(static.DrainedAt) != 0 {
+		t.Fatalf("static drained %v", static.DrainedAt)
+	}
+	for _, s := range []string{"srv3", "srv6"} {
+		at, ok := rules.DrainedAt[s]
+		if !ok || at > 15*time.Second {
+			t.Errorf("%s drained at %v (drained: %v), want within 15 s", s, at, ok)
+		}
+		if rules.Flips[s] != 1 || !finalState(rules, s).Drain() {
+			t.Errorf("%s flipped %d times, final %+v", s, rules.Flips[s], finalState(rules, s))
+		}
+	}
+	if len(rules.DrainedAt) != 2 {
+		t.Errorf("healthy servers drained: %v", rules.DrainedAt)
+	}
+	if static.Load.Err5xx < 200 {
+		t.Fatalf("static run saw only %d 5xx: the fault injection is off", static.Load.Err5xx)
+	}
+	reduction := 1 - float64(rules.Load.Err5xx)/float64(static.Load.Err5xx)
+	t.Logf("client 5xx: static %d, rules %d, reduction %.1f%%", static.Load.Err5xx, rules.Load.Err5xx, 100*reduction)
+	if reduction < 0.90 {
+		t.Errorf("5xx reduction %.1f%%, want at least 90%%", 100*reduction)
+	}
+	if static.Load.Failed+rules.Load.Failed > 0 {
+		t.Errorf("transport failures: static %d, rules %d", static.Load.Failed, rules.Load.Failed)
+	}
+}
+
+// Healthy servers failing 0.2% and one server failing 5% for 2 minutes:
+// no healthy server drained.
+func TestBackgroundNoiseNeverDrainsHealthy(t *testing.T) {
+	t.Parallel()
+	out := run(t, scenario.Scenario{Servers: paperFleet(0.002, 0.002, 0.05, 0.002, 0.002, 0.002), Rate: 300, Duration: 2 * time.Minute, Policy: "rules"})
+	for s := range out.DrainedAt {
+		if s != "srv3" {
+			t.Errorf("healthy %s drained", s)
+		}
+	}
+	if _, ok := out.DrainedAt["srv3"]; !ok {
+		t.Errorf("the 5%% server was not drained")
+	}
+}
+
+// All servers failing 3%: nobody drained.
+func TestFleetWideErrorsDrainNobody(t *testing.T) {
+	t.Parallel()
+	out := run(t, scenario.Scenario{Servers: paperFleet(0.03, 0.03, 0.03, 0.03, 0.03, 0.03), Rate: 300, Duration: 90 * time.Second, Policy: "rules"})
+	if len(out.DrainedAt) != 0 {
+		t.Errorf("drained %v in a fleet-wide fault", out.DrainedAt)
+	}
+	if out.Events < uint64(out.Load.Completed)*9/10 {
+		t.Errorf("agent recorded %d events for %d responses", out.Events, out.Load.Completed)
+	}
+}
+
+// The agent (a `hapilot run` process) is killed in the middle of the load:
+// no client request fails because of it and HAProxy keeps its throughput.
+func TestAgentKilledMidLoad(t *testing.T) {
+	t.Parallel()
+	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0, 0), Rate: 300, Duration: 30 * time.Second,
+		Policy: "rules", AgentBinary: agentBinary, KillAgentAt: 10 * time.Second})
+	if out.Load.Failed != 0 || out.Load.Err5xx != 0 {
+		t.Fatalf("%d failed and %d 5xx requests (healthy fleet)", out.Load.Failed, out.Load.Err5xx)
+	}
+	if out.Load.Completed != out.Load.Scheduled {
+		t.Fatalf("%d of %d requests completed", out.Load.Completed, out.Load.Scheduled)
+	}
+	// Every second after the kill carried the full rate.
+	for i, s := range out.Load.PerSecond[:30] {
+		if s.Requests < 290 {
+			t.Errorf("second %d: %d requests", i, s.Requests)
+		}
+	}
+	if p99 := out.Load.Quantile(0.99); p99 > 100*time.Millisecond {
+		t.Errorf("p99 %v", p99)
+	}
+}
+
+// A server put in maint (and one in drain) by hand is never touched by
+// the agent, though the maint one fails 5%; a faulty server free to act
+// on is still drained.
+func TestOperatorStateNeverTouched(t *testing.T) {
+	t.Parallel()
+	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 40 * time.Second, Policy: "rules",
+		Prepare: func(ctx context.Context, rt *haproxy.Client) error {
+			if err := rt.SetServerState(ctx, fleet.BackendName, "srv3", haproxy.StateMaint); err != nil {
+				return err
+			}
+			return rt.SetServerState(ctx, fleet.BackendName, "srv2", haproxy.StateDrain)
+		},
+	})
+	if st := finalState(out, "srv3"); st.AdminState != haproxy.AdminForcedMaint {
+		t.Errorf("srv3 (operator's maint) is now %+v", st)
+	}
+	if st := finalState(out, "srv2"); st.AdminState != haproxy.AdminForcedDrain {
+		t.Errorf("srv2 (operator's drain) is now %+v", st)
+	}
+	if out.Flips["srv3"] != 0 || out.Flips["srv2"] != 0 {
+		t.Errorf("operator's servers flipped: %v", out.Flips)
+	}
+	if _, ok := out.DrainedAt["srv6"]; !ok {
+		t.Errorf("srv6 (faulty) not drained: %v", out.DrainedAt)
+	}
+	b, err := os.ReadFile(out.AuditLog)
+	if err != nil || len(b) == 0 {
+		t.Fatalf("audit log: %v", err)
+	}
+}
+
+// A malformed SPOE frame and a message with mistyped arguments do not
+// disturb the agent: both are counted, the live traffic keeps being
+// recorded and the faulty server is still drained.
+func TestMalformedSPOEDoesNotDisturbAgent(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var before, after uint64
+	var sendErr error
+	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05), Rate: 200, Duration: 30 * time.Second, Policy: "rules",
+		At: map[time.Duration]func(*scenario.Env){
+			5 * time.Second: func(env *scenario.Env) {
+				mu.Lock()
+				defer mu.Unlock()
+				before = env.Daemon.SPOE.Counters.Events.Load()
+				sendErr = sendMalformed(env.AgentAddr)
+			},
+			10 * time.Second: func(env *scenario.Env) {
+				mu.Lock()
+				defer mu.Unlock()
+				after = env.Daemon.SPOE.Counters.Events.Load()
+			},
+		}})
+	mu.Lock()
+	defer mu.Unlock()
+	if sendErr != nil {
+		t.Fatal(sendErr)
+	}
+	if out.Ingest < 2 {
+		t.Errorf("ingest errors %d, want the mistyped message and the bad frame counted", out.Ingest)
+	}
+	if after <= before {
+		t.Errorf("events stopped after the malformed input: %d then %d", before, after)
+	}
+	if _, ok := out.DrainedAt["srv3"]; !ok || len(out.DrainedAt) != 1 {
+		t.Errorf("drained %v, want srv3 only", out.DrainedAt)
+	}
+}
+
+// sendMalformed opens its own SPOP connection to the agent, sends a
+// NOTIFY whose message has a mistyped status, then a frame whose length
+// runs past its content.
+func sendMalformed(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	hello := frame.AcquireFrame()
+	hello.Type = frame.TypeHaproxyHello
+	hello.KV.Add("supported-versions", "2.0")
+	hello.KV.Add("max-frame-size", uint32(16380))
+	hello.KV.Add("capabilities", "pipelining")
+	if _, err := hello.Encode(c); err != nil {
+		return err
+	}
+	r := bufio.NewReader(c)
+	if err := skipFrame(r); err != nil {
+		return fmt.Errorf("agent hello: %w", err)
+	}
+	// hapilot-response with a status that is not a number.
+	msg := []byte{16}
+	msg = append(msg, "hapilot-response"...)
+	msg = append(msg, 4)
+	for _, kv := range [][2]string{{"backend", "app"}, {"server", "srv1"}, {"status", "OK"}, {"tr", "5"}} {
+		msg = append(msg, byte(len(kv[0])))
+		msg = append(msg, kv[0]...)
+		msg = append(msg, 8, byte(len(kv[1])))
+		msg = append(msg, kv[1]...)
+	}
+	notify := append([]byte{0, 0, 0, 0, byte(frame.TypeNotify), 0, 0, 0, 1, 1, 1}, msg...)
+	binary.BigEndian.PutUint32(notify, uint32(len(notify)-4))
+	if _, err := c.Write(notify); err != nil {
+		return err
+	}
+	if err := skipFrame(r); err != nil {
+		return fmt.Errorf("ack of the mistyped message: %w", err)
+	}
+	// A NOTIFY whose message name claims more bytes than the frame holds.
+	bad := []byte{0, 0, 0, 9, byte(frame.TypeNotify), 0, 0, 0, 1, 2, 1, 0x30, 'x'}
+	if _, err := c.Write(bad); err != nil {
+		return err
+	}
+	return skipFrame(r)
+}
+
+func skipFrame(r *bufio.Reader) error {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return err
+	}
+	_, err := r.Discard(int(binary.BigEndian.Uint32(hdr[:])))
+	return err
+}

@@ -1,0 +1,81 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hapilot/hapilot/internal/lab/ollamafake"
+	"github.com/hapilot/hapilot/internal/lab/scenario"
+)
+
+// The LLM policy end to end against a real HAProxy, the model emulated by
+// the Ollama stand-in (no model can run here). A trigger-happy emulation,
+// let act with --skip-calibration, must leave client 5xx no worse than
+// --policy static; a capable one drains the faulty servers.
+func TestLLMPolicyEndToEnd(t *testing.T) {
+	t.Parallel()
+	capable := ollamafake.New(map[string]string{"capable": "sha256:c"}, ollamafake.Capable)
+	defer capable.Close()
+	happy := ollamafake.New(map[string]string{"happy": "sha256:h"}, ollamafake.TriggerHappy)
+	defer happy.Close()
+	servers := paperFleet(0, 0, 0.05, 0, 0, 0.05)
+	runs := map[string]scenario.Scenario{
+		"static":        {Policy: "static"},
+		"capable":       {Policy: "llm", Name: "capable", AgentArgs: []string{"--model", "capable", "--ollama-host", capable.URL, "--skip-calibration"}},
+		"trigger-happy": {Policy: "llm", Name: "trigger-happy", AgentArgs: []string{"--model", "happy", "--ollama-host", happy.URL, "--skip-calibration"}},
+	}
+	outs := map[string]*scenario.Outcome{}
+	audits := map[string][]byte{} // read before each run's directory is removed
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for name, s := range runs {
+		s.Servers, s.Rate, s.Duration = servers, 300, 60*time.Second
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.Run(name, func(t *testing.T) {
+				out := run(t, s)
+				audit, _ := os.ReadFile(out.AuditLog)
+				mu.Lock()
+				outs[name], audits[name] = out, audit
+				mu.Unlock()
+			})
+		}()
+	}
+	wg.Wait()
+	if len(outs) != 3 {
+		t.Fatal("a run failed")
+	}
+	static := outs["static"].Load.Err5xx
+	for _, name := range []string{"capable", "trigger-happy"} {
+		o := outs[name]
+		t.Logf("%s: 5xx %d vs static %d; drained %v; flips %v", name, o.Load.Err5xx, static, o.DrainedAt, o.Flips)
+		if o.Load.Err5xx > static {
+			t.Errorf("%s: client 5xx %d worse than static %d", name, o.Load.Err5xx, static)
+		}
+		for s := range o.DrainedAt {
+			if s != "srv3" && s != "srv6" {
+				t.Errorf("%s: healthy %s drained", name, s)
+			}
+		}
+	}
+	for _, s := range []string{"srv3", "srv6"} {
+		if at, ok := outs["capable"].DrainedAt[s]; !ok || at > 20*time.Second {
+			t.Errorf("capable: %s drained at %v (%v)", s, at, ok)
+		}
+	}
+	for _, line := range strings.Split(string(audits["capable"]), "\n") {
+		if strings.Contains(line, `"accepted":true`) {
+			t.Logf("capable: the audit record of the step that drained:\n%s", line)
+			break
+		}
+	}
+	if len(capable.Requests()) == 0 || len(happy.Requests()) == 0 {
+		t.Fatalf("the model was never called")
+	}
+}

@@ -1,0 +1,108 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hapilot/hapilot/internal/lab/scenario"
+)
+
+// The core fault test through the Lua companion and through syslog (UDP,
+// and batched through a ring over TCP): the
+// faulty servers drained, the healthy never. The Lua companion runs in an
+// HAProxy of two threads: lua-load-per-thread gives each its own copy, its
+// own table and its own flushing task, and the agent must hear from both.
+func TestLuaAndSyslogPathsDrainFaulty(t *testing.T) {
+	t.Parallel()
+	for _, path := range []string{"lua", "syslog", "syslog-ring"} {
+		t.Run(path, func(t *testing.T) {
+			t.Parallel()
+			threads := 1
+			if path == "lua" {
+				threads = 2
+			}
+			out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 40 * time.Second,
+				Policy: "rules", Name: path, Telemetry: path, Threads: threads})
+			for _, s := range []string{"srv3", "srv6"} {
+				if at, ok := out.DrainedAt[s]; !ok || at > 15*time.Second {
+					t.Errorf("%s drained at %v (%v)", s, at, ok)
+				}
+			}
+			if len(out.DrainedAt) != 2 {
+				t.Errorf("drained %v", out.DrainedAt)
+			}
+			if out.Events < uint64(out.Load.Completed)*9/10 {
+				t.Errorf("agent recorded %d events for %d responses", out.Events, out.Load.Completed)
+			}
+		})
+	}
+}
+
+// With the agent (a `hapilot run` process) killed mid-load, the Lua and
+// syslog paths add no errors and no latency: every request succeeds and
+// p99 stays near a plain HAProxy's, run at the same time.
+func TestAgentKilledLuaAndSyslog(t *testing.T) {
+	t.Parallel()
+	runs := map[string]scenario.Scenario{
+		"plain":       {NoSPOE: true},
+		"lua":         {Policy: "rules", Name: "lua", Telemetry: "lua", AgentBinary: agentBinary, KillAgentAt: 10 * time.Second},
+		"syslog":      {Policy: "rules", Name: "syslog", Telemetry: "syslog", AgentBinary: agentBinary, KillAgentAt: 10 * time.Second},
+		"syslog-ring": {Policy: "rules", Name: "syslog-ring", Telemetry: "syslog-ring", AgentBinary: agentBinary, KillAgentAt: 10 * time.Second},
+	}
+	outs := map[string]*scenario.Outcome{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for name, s := range runs {
+		s.Servers, s.Rate, s.Duration = paperFleet(0, 0, 0, 0), 300, 30*time.Second
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.Run(name, func(t *testing.T) {
+				out := run(t, s)
+				mu.Lock()
+				outs[name] = out
+				mu.Unlock()
+			})
+		}()
+	}
+	wg.Wait()
+	if len(outs) != len(runs) {
+		t.Fatal("a run failed")
+	}
+	plain := outs["plain"].Load.Quantile(0.99)
+	for _, name := range []string{"lua", "syslog", "syslog-ring"} {
+		o := outs[name].Load
+		p99 := o.Quantile(0.99)
+		t.Logf("%s: %d requests, %d failed, %d 5xx, p99 %v (plain HAProxy %v)", name, o.Scheduled, o.Failed, o.Err5xx, p99, plain)
+		if o.Failed != 0 || o.Err5xx != 0 || o.Completed != o.Scheduled {
+			t.Errorf("%s: %d failed, %d 5xx, %d of %d completed", name, o.Failed, o.Err5xx, o.Completed, o.Scheduled)
+		}
+		if p99 > plain*3/2+2*time.Millisecond {
+			t.Errorf("%s: p99 %v against plain %v", name, p99, plain)
+		}
+	}
+}
+
+// A user's Lua policy (examples/policies/ratio.lua) in charge, end to end:
+// the guardrails apply as to any policy, and the faulty servers go.
+func TestLuaPolicyEndToEnd(t *testing.T) {
+	t.Parallel()
+	script, err := filepath.Abs("../../../examples/policies/ratio.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 40 * time.Second,
+		Policy: "lua", AgentArgs: []string{"--policy-file", script}})
+	for _, s := range []string{"srv3", "srv6"} {
+		if _, ok := out.DrainedAt[s]; !ok {
+			t.Errorf("%s not drained: %v", s, out.DrainedAt)
+		}
+	}
+	if len(out.DrainedAt) != 2 {
+		t.Errorf("drained %v", out.DrainedAt)
+	}
+}

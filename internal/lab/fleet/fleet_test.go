@@ -1,0 +1,97 @@
+package fleet
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hapilot/hapilot/internal/lab/haproxyproc"
+	"github.com/hapilot/hapilot/internal/lab/labtest"
+)
+
+func TestBackendInjectsFaults(t *testing.T) {
+	tests := []struct {
+		name   string
+		rate   float64
+		lo, hi int
+	}{
+		{"healthy", 0, 0, 0},
+		{"always failing", 1, 400, 400},
+		{"5%", 0.05, 5, 40}, // 400 draws: mean 20
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := StartBackend(BackendConfig{ErrorRate: tc.rate, Seed: 7})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			res := Load{Addr: b.Addr, Rate: 400, Duration: time.Second}.Run(context.Background())
+			if res.Completed != 400 || res.Failed != 0 {
+				t.Fatalf("completed %d failed %d", res.Completed, res.Failed)
+			}
+			if res.Err5xx < tc.lo || res.Err5xx > tc.hi || uint64(res.Err5xx) != b.Failed() {
+				t.Fatalf("%d 5xx (backend counted %d), want %d..%d", res.Err5xx, b.Failed(), tc.lo, tc.hi)
+			}
+		})
+	}
+}
+
+// An open-loop load must show a server's queue as latency: capacity 1 at
+// 20 ms per request serves 50 req/s, and 100 req/s for 1 s builds a
+// queue, so late requests wait hundreds of milliseconds from their due
+// time, where a closed loop would just have sent fewer.
+func TestOpenLoopShowsQueueing(t *testing.T) {
+	b, err := StartBackend(BackendConfig{Latency: 20 * time.Millisecond, Capacity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	res := Load{Addr: b.Addr, Rate: 100, Duration: time.Second}.Run(context.Background())
+	if res.Completed != 100 {
+		t.Fatalf("completed %d", res.Completed)
+	}
+	if p99 := res.Quantile(0.99); p99 < 500*time.Millisecond {
+		t.Fatalf("p99 %v: the queue is hidden", p99)
+	}
+	if p50 := res.Quantile(0.01); p50 < 20*time.Millisecond {
+		t.Fatalf("fastest %v below the service time", p50)
+	}
+}
+
+func TestErrorRateChangesLive(t *testing.T) {
+	b, err := StartBackend(BackendConfig{ErrorRate: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	b.SetErrorRate(0)
+	res := Load{Addr: b.Addr, Rate: 100, Duration: time.Second}.Run(context.Background())
+	if res.Err5xx != 0 {
+		t.Fatalf("%d 5xx after healing", res.Err5xx)
+	}
+}
+
+func TestHAProxyConfigIsValid(t *testing.T) {
+	labtest.RequireHAProxy(t)
+	for _, agent := range []string{"", "127.0.0.1:4242"} {
+		dir := t.TempDir()
+		cfg, err := HAProxyConfig(HAProxyOptions{Dir: dir, FrontendPort: 18080, Servers: []string{"127.0.0.1:1", "127.0.0.1:2"}, Algo: "leastconn", AgentAddr: agent})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(cfg, "spoe") != (agent != "") || !strings.Contains(cfg, "balance leastconn") || !strings.Contains(cfg, "server srv2 127.0.0.1:2") {
+			t.Fatalf("config:\n%s", cfg)
+		}
+		p := dir + "/haproxy.cfg"
+		if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(haproxyproc.Binary(), "-c", "-f", p).CombinedOutput(); err != nil {
+			t.Fatalf("haproxy -c: %v\n%s\n%s", err, out, cfg)
+		}
+	}
+}

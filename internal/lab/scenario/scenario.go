@@ -1,0 +1,398 @@
+// Package scenario runs one end-to-end experiment: a fleet of
+// fault-injecting backends behind a real HAProxy carrying the example
+// stanza, the agent (in process, or as a `hapilot run` process), and an
+// open-loop load; it reports what the clients saw and what happened to
+// each server, as HAProxy itself reported it.
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/internal/config"
+	"github.com/hapilot/hapilot/internal/daemon"
+	"github.com/hapilot/hapilot/internal/lab/fleet"
+	"github.com/hapilot/hapilot/internal/lab/haproxyproc"
+	"github.com/rs/zerolog"
+)
+
+// Scenario describes one run.
+type Scenario struct {
+	Servers  []fleet.BackendConfig
+	Algo     string
+	Weight   int // every server's configured weight; 0 for HAProxy's default
+	MaxConn  int // every server's maxconn in HAProxy; 0 for none
+	Threads  int // HAProxy's nbthread; 0 for 1
+	Rate     float64
+	Duration time.Duration
+	// Warmup is load sent (and discarded) before the measured run, so
+	// connections are open and windows hold data; 0 for none.
+	Warmup time.Duration
+
+	Policy   string // static|rules|llm; "" runs no agent at all
+	Interval time.Duration
+	// AgentArgs are further `hapilot run` flags (the LLM's, say).
+	AgentArgs []string
+	// Name tells runs of one policy apart in file names; default Policy.
+	Name string
+	// AgentBinary runs the agent as `AgentBinary run ...` instead of in
+	// process, so that it can be killed.
+	AgentBinary string
+	// KillAgentAt sends SIGKILL to the agent process at this offset;
+	// RestartAgentAt, later, starts it again with the same flags (and so
+	// the same state file).
+	KillAgentAt    time.Duration
+	RestartAgentAt time.Duration
+	// KillSignal is what KillAgentAt sends; default SIGKILL.
+	KillSignal syscall.Signal
+	// NoSPOE leaves the SPOE stanza out of HAProxy's config.
+	NoSPOE bool
+	// Telemetry is the path from HAProxy to the agent: "spoe" (default),
+	// "lua" (the companion, examples/haproxy-lua.cfg), "syslog"
+	// (examples/haproxy-syslog.cfg) or "syslog-ring"
+	// (examples/haproxy-syslog-ring.cfg).
+	Telemetry string
+	// Prepare runs once HAProxy is up, before the load (e.g. an operator's
+	// `set server ... state maint`).
+	Prepare func(ctx context.Context, rt *haproxy.Client) error
+	// At runs at the given offsets into the load.
+	At map[time.Duration]func(env *Env)
+
+	Dir string // scratch directory (config, socket, audit log)
+	Log zerolog.Logger
+}
+
+// Env is what an At hook can reach.
+type Env struct {
+	HAProxy   *haproxyproc.Process
+	Backends  []*fleet.Backend
+	AgentAddr string         // the agent's SPOE address
+	Daemon    *daemon.Daemon // nil when the agent is a process or absent
+}
+
+// Outcome is what one run produced.
+type Outcome struct {
+	Policy    string
+	Load      *fleet.Result
+	DrainedAt map[string]time.Duration // first seen entering drain, from the load's start
+	Flips     map[string]int           // changes of drained state during the load
+	Timeline  map[string][]Transition  // every change of drained state
+	Changes   map[string][]StateChange // every change of state or weight, the first at 0
+	Start     time.Time                // when the measured load began
+	Final     []haproxy.ServerState
+	Events    uint64 // responses the agent recorded (in-process agent only)
+	Ingest    uint64 // ingest errors (in-process agent only)
+	AuditLog  string
+	HAProxy   *haproxyproc.Process
+	agentLog  *os.File
+}
+
+// Transition is a server entering or leaving drain.
+type Transition struct {
+	At      time.Duration
+	Drained bool
+}
+
+// StateChange is a server's state label (ready, drain, maint, down) and
+// weight from At on, as HAProxy reported them.
+type StateChange struct {
+	At     time.Duration `json:"at"`
+	State  string        `json:"state"`
+	Weight int           `json:"weight"`
+}
+
+// Run executes the scenario.
+func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
+	backends, err := fleet.StartBackends(s.Servers)
+	if err != nil {
+		return nil, err
+	}
+	defer fleet.CloseAll(backends)
+	ports, err := haproxyproc.FreePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	opts := fleet.HAProxyOptions{Dir: s.Dir, FrontendPort: ports[0], Servers: fleet.Addrs(backends), Algo: s.Algo, Weight: s.Weight, MaxConn: s.MaxConn, Threads: s.Threads}
+	ingestArgs := []string{"--spoe-listen", "off"}
+	switch s.Telemetry {
+	case "", "spoe":
+		if !s.NoSPOE {
+			opts.AgentAddr = fmt.Sprintf("127.0.0.1:%d", ports[1])
+			ingestArgs = []string{"--spoe-listen", opts.AgentAddr}
+		}
+	case "lua":
+		opts.LuaAgent = fmt.Sprintf("127.0.0.1:%d", ports[1])
+		ingestArgs = append(ingestArgs, "--lua-listen", opts.LuaAgent)
+	case "syslog":
+		opts.SyslogAddr = fmt.Sprintf("127.0.0.1:%d", ports[2])
+		ingestArgs = append(ingestArgs, "--syslog-listen", "udp://"+opts.SyslogAddr)
+	case "syslog-ring":
+		opts.SyslogRing = fmt.Sprintf("127.0.0.1:%d", ports[2])
+		ingestArgs = append(ingestArgs, "--syslog-listen", "tcp://"+opts.SyslogRing)
+	default:
+		return nil, fmt.Errorf("unknown telemetry %q", s.Telemetry)
+	}
+	cfg, err := fleet.HAProxyConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	hp, err := haproxyproc.Start(ctx, s.Dir, cfg, opts.Socket())
+	if err != nil {
+		return nil, err
+	}
+	out := &Outcome{Policy: s.Policy, HAProxy: hp, DrainedAt: map[string]time.Duration{}, Flips: map[string]int{}, Timeline: map[string][]Transition{},
+		Changes: map[string][]StateChange{}}
+	defer hp.Stop()
+	rt, err := haproxy.New(opts.Socket())
+	if err != nil {
+		return nil, err
+	}
+	if s.Prepare != nil {
+		if err := s.Prepare(ctx, rt); err != nil {
+			return nil, fmt.Errorf("prepare: %w", err)
+		}
+	}
+
+	agentCtx, stopAgent := context.WithCancel(ctx)
+	defer stopAgent()
+	var agentDone chan error
+	var d *daemon.Daemon
+	var proc *exec.Cmd
+	var procMu sync.Mutex // proc and agentDone change when the agent is restarted
+	var restartAgent func() error
+	if s.Policy != "" {
+		name := s.Name
+		if name == "" {
+			name = s.Policy
+		}
+		out.AuditLog = filepath.Join(s.Dir, "audit-"+name+".jsonl")
+		args := []string{"--policy", s.Policy, "--interval", s.Interval.String(), "--haproxy-socket", opts.Socket(),
+			"--status-listen", "off", "--audit-log", out.AuditLog,
+			"--state-file", filepath.Join(s.Dir, "state-"+name+".json")}
+		args = append(args, ingestArgs...)
+		args = append(args, s.AgentArgs...)
+		if s.AgentBinary != "" {
+			if out.agentLog, err = os.Create(filepath.Join(s.Dir, "agent-"+name+".log")); err != nil {
+				return nil, err
+			}
+			startAgent := func() error {
+				procMu.Lock()
+				defer procMu.Unlock()
+				proc = exec.Command(s.AgentBinary, append([]string{"run", "--log-format", "json"}, args...)...)
+				proc.Stdout, proc.Stderr = out.agentLog, out.agentLog
+				if err := proc.Start(); err != nil {
+					return fmt.Errorf("start agent: %w", err)
+				}
+				done := make(chan error, 1)
+				agentDone = done
+				go func(p *exec.Cmd) { done <- p.Wait() }(proc)
+				return nil
+			}
+			if err := startAgent(); err != nil {
+				return nil, err
+			}
+			restartAgent = startAgent
+			defer func() {
+				procMu.Lock()
+				defer procMu.Unlock()
+				_ = proc.Process.Signal(syscall.SIGTERM)
+				<-agentDone
+				out.agentLog.Close()
+			}()
+		} else {
+			fs := newFlagSet()
+			c := config.Register(fs)
+			if err := config.Parse(fs, args); err != nil {
+				return nil, err
+			}
+			d, err = daemon.New(*c, s.Log)
+			if err != nil {
+				return nil, err
+			}
+			agentDone = make(chan error, 1)
+			go func() { agentDone <- d.Serve(agentCtx) }()
+			defer func() { stopAgent(); <-agentDone }()
+		}
+		switch {
+		case opts.AgentAddr != "":
+			if err := WaitAgentUp(ctx, rt); err != nil {
+				return nil, fmt.Errorf("%w\nhaproxy log:\n%s", err, hp.Log())
+			}
+		case proc != nil:
+			if err := out.waitAgentLog(ctx, "hapilot running"); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	load := fleet.Load{Addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), Rate: s.Rate, Duration: s.Duration}
+	if s.Warmup > 0 {
+		w := load
+		w.Duration = s.Warmup
+		w.Run(ctx)
+	}
+	start := time.Now()
+	out.Start = start
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); out.watch(watchCtx, rt, start) }()
+	env := &Env{HAProxy: hp, Backends: backends, AgentAddr: opts.AgentAddr, Daemon: d}
+	for at, f := range s.At {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-watchCtx.Done():
+			case <-time.After(at):
+				f(env)
+			}
+		}()
+	}
+	if s.KillAgentAt > 0 && proc != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-watchCtx.Done():
+			case <-time.After(s.KillAgentAt):
+				procMu.Lock()
+				sig := s.KillSignal
+				if sig == 0 {
+					sig = syscall.SIGKILL
+				}
+				_ = proc.Process.Signal(sig)
+				<-agentDone // reap it
+				agentDone <- nil
+				procMu.Unlock()
+			}
+			if s.RestartAgentAt > s.KillAgentAt {
+				select {
+				case <-watchCtx.Done():
+				case <-time.After(s.RestartAgentAt - s.KillAgentAt):
+					procMu.Lock()
+					<-agentDone
+					procMu.Unlock()
+					if err := restartAgent(); err != nil {
+						s.Log.Error().Err(err).Msg("restart agent")
+					}
+				}
+			}
+		}()
+	}
+	out.Load = load.Run(ctx)
+	stopWatch()
+	wg.Wait()
+	if out.Final, err = rt.ShowServersState(ctx); err != nil {
+		return nil, err
+	}
+	if d != nil {
+		out.Events, out.Ingest = d.Events(), d.SPOE.Counters.IngestErrors.Load()
+	}
+	return out, nil
+}
+
+// watch polls HAProxy's own view of the servers every 100 ms.
+func (o *Outcome) watch(ctx context.Context, rt *haproxy.Client, start time.Time) {
+	var drained map[string]bool // nil until the first poll: the state the run started from
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		states, err := rt.ShowServersState(ctx)
+		if err == nil {
+			first := drained == nil
+			if first {
+				drained = map[string]bool{}
+			}
+			for _, st := range states {
+				if st.Backend != fleet.BackendName {
+					continue
+				}
+				at := time.Since(start)
+				if first {
+					at = 0
+				}
+				label := st.Label()
+				if ch := o.Changes[st.Server]; len(ch) == 0 || ch[len(ch)-1].State != label || ch[len(ch)-1].Weight != st.Weight {
+					o.Changes[st.Server] = append(ch, StateChange{At: at, State: label, Weight: st.Weight})
+				}
+				now := st.Drain()
+				if !first && now != drained[st.Server] {
+					o.Flips[st.Server]++
+					o.Timeline[st.Server] = append(o.Timeline[st.Server], Transition{At: time.Since(start), Drained: now})
+					if now {
+						if _, seen := o.DrainedAt[st.Server]; !seen {
+							o.DrainedAt[st.Server] = time.Since(start)
+						}
+					}
+				}
+				drained[st.Server] = now
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// WaitAgentUp waits until HAProxy's check of the hapilot-agents backend
+// passes.
+func WaitAgentUp(ctx context.Context, rt *haproxy.Client) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		rows, err := rt.ShowStat(ctx)
+		if err == nil {
+			for _, r := range rows {
+				if r["pxname"] == "hapilot-agents" && r["svname"] == "agent1" && r["status"] == "UP" {
+					return nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("agent not UP in HAProxy's check after 15s (last error %v)", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitAgentLog waits until an agent process has logged msg.
+func (o *Outcome) waitAgentLog(ctx context.Context, msg string) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(o.AgentLog(), msg) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("agent never logged %q:\n%s", msg, o.AgentLog())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
+}
+
+// AgentLog is what an agent process printed.
+func (o *Outcome) AgentLog() string {
+	if o.agentLog == nil {
+		return ""
+	}
+	b, _ := os.ReadFile(o.agentLog.Name())
+	return string(b)
+}
+
+// Faulty names the servers configured with an error rate above healthy.
+func Faulty(cfgs []fleet.BackendConfig, above float64) map[string]bool {
+	out := map[string]bool{}
+	for i, c := range cfgs {
+		if c.ErrorRate > above {
+			out[fleet.ServerName(i)] = true
+		}
+	}
+	return out
+}
