@@ -63,14 +63,16 @@ func TestGuardrails(t *testing.T) {
 		{"unknown backend", six, Plan{{Kind: Drain, Backend: "nope", Server: "s1"}}, []bool{false}, "unknown server", 0},
 		{"operator maint untouched", obsOf(sv("s1"), sv("s2", operatorMaint), sv("s3")), Plan{{Kind: Ready, Backend: "app", Server: "s2"}}, []bool{false}, "operator", 0},
 		{"operator maint not drained", obsOf(sv("s1"), sv("s2", operatorMaint), sv("s3")), Plan{drain("s2")}, []bool{false}, "operator", 0},
-		{"ready what the agent drained", obsOf(sv("s1"), sv("s2", drainedByAgent)), Plan{{Kind: Ready, Backend: "app", Server: "s2"}}, []bool{true}, "", 0},
+		{"recovery readies what the agent drained", obsOf(sv("s1"), sv("s2", drainedByAgent)), Plan{{Kind: Ready, Backend: "app", Server: "s2", Readmit: true}}, []bool{true}, "", 0},
+		{"a policy's ready of a drained server waits for probes", obsOf(sv("s1"), sv("s2", drainedByAgent)), Plan{{Kind: Ready, Backend: "app", Server: "s2"}}, []bool{false}, "probe burst", 0},
 		{"ready a server nobody drained", obsOf(sv("s1"), sv("s2")), Plan{{Kind: Ready, Backend: "app", Server: "s2"}}, []bool{false}, "nothing to undo", 0},
 		{"floor of 2 servers", obsOf(sv("s1"), sv("s2", drainedByAgent)), Plan{drain("s1")}, []bool{false}, "below the floor", 0},
 		{"floor of 3 servers", obsOf(sv("s1"), sv("s2"), sv("s3", drainedByAgent)), Plan{drain("s1")}, []bool{false}, "below the floor", 0},
 		{"3 servers: one drain fits", obsOf(sv("s1"), sv("s2"), sv("s3")), Plan{drain("s1")}, []bool{true}, "", 0},
 		{"weight 0 counts against the floor", obsOf(sv("s1", func(v *ServerView) { v.State.Weight = 30; v.State.Initial = 30 }), sv("s2", drainedByAgent)), Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 0}}, []bool{false}, "floor", 0},
 		{"weight step clamped", six, Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 10}}, []bool{true}, "", 50},
-		{"weight clamped to 256", obsOf(sv("s1", func(v *ServerView) { v.State.Weight = 230 }), sv("s2")), Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 999}}, []bool{true}, "", 256},
+		{"a raise stops at the configured weight", obsOf(sv("s1", func(v *ServerView) { v.State.Weight = 60; v.Owner = OwnerAgent; v.Changed = &Change{Phase: PhaseCut, Weight: 60} }), sv("s2")), Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 999}}, []bool{true}, "", 100},
+		{"no raise past the configured weight", six, Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 101}}, []bool{false}, "above the configured 100", 0},
 		{"weight unchanged", six, Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 100}}, []bool{false}, "already", 0},
 		{"one action per server", six, Plan{drain("s1"), {Kind: SetWeight, Backend: "app", Server: "s1", Weight: 90}}, []bool{true, false}, "per server", 0},
 		{"already drained", obsOf(sv("s1"), sv("s2"), sv("s3", drainedByAgent)), Plan{drain("s3")}, []bool{false}, "already drained", 0},
@@ -166,7 +168,7 @@ func TestStepSendsExactCommands(t *testing.T) {
 	pol.plans = []Plan{
 		{drain("s2"), drain("s3"), drain("s4")},
 		{drain("s3")},
-		{{Kind: Ready, Backend: "app", Server: "s4"}, {Kind: Ready, Backend: "app", Server: "s2"}},
+		{{Kind: Ready, Backend: "app", Server: "s4", Readmit: true}, {Kind: Ready, Backend: "app", Server: "s2", Readmit: true}},
 		nil,
 	}
 	want := [][]string{
@@ -366,7 +368,7 @@ func TestCapacityAwareDrain(t *testing.T) {
 func TestTailHoldRefusesDrain(t *testing.T) {
 	now := time.Unix(5000, 0)
 	o := obsOf(sv("s1"), sv("s2", func(v *ServerView) {
-		v.Owner, v.Changed = OwnerAgent, &Change{Phase: PhaseCanary, Weight: 2, NoDrainUntil: now.Add(time.Minute)}
+		v.Owner, v.Changed, v.NoDrainUntil = OwnerAgent, &Change{Phase: PhaseCanary, Weight: 2}, now.Add(time.Minute)
 		v.State.Weight = 2
 	}), sv("s3"), sv("s4"))
 	o.Time = now
@@ -399,5 +401,90 @@ func TestLoopReadsPolicyNeeds(t *testing.T) {
 		if got := len(rt.TakeCommands()); got != tc.want {
 			t.Errorf("needs %+v: %d drains sent, want %d", tc.needs, got, tc.want)
 		}
+	}
+}
+
+// A weight cut is checked against the others' capacity as a drain is: a
+// cut to 0 at 64% load becomes the smallest safe weight, and a cut at low
+// load stands.
+func TestCapacityCoversWeightCuts(t *testing.T) {
+	fleet := func(perServer uint64) *Observation {
+		var servers []ServerView
+		for _, n := range []string{"s1", "s2", "s3", "s4"} {
+			servers = append(servers, sv(n, func(v *ServerView) {
+				v.State.Weight, v.State.Initial, v.MaxConn = 8, 8, 4
+				v.Recent = window.Stats{Requests: perServer, P50Ms: 11, Seconds: 10, RatePerSec: float64(perServer) / 10}
+			}))
+		}
+		return obsOf(servers...)
+	}
+	g := DefaultGuardrails()
+	cut := Action{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 0}
+	if v := g.Vet(fleet(2340), Plan{cut}); !v[0].Accepted || v[0].Applied.Weight != 1 || !strings.Contains(v[0].Applied.Reason, "capacity") {
+		t.Fatalf("cut to 0 at 64%% load: %+v", v[0])
+	}
+	if v := g.Vet(fleet(500), Plan{cut}); !v[0].Accepted || v[0].Applied.Weight != 0 {
+		t.Fatalf("cut at low load: %+v", v[0])
+	}
+	if v := g.Vet(fleet(3600), Plan{cut}); v[0].Accepted || !strings.Contains(v[0].Reason, "capacity") {
+		t.Fatalf("cut past saving: %+v", v[0])
+	}
+}
+
+// recordingRecovery plans nothing and records the probes it is asked for.
+type recordingRecovery struct{ asked []string }
+
+func (r *recordingRecovery) Plan(context.Context, Observation) Plan { return nil }
+func (r *recordingRecovery) RequestProbe(b, s string)              { r.asked = append(r.asked, b+"/"+s) }
+
+// The harm paths a model opened, closed for every policy: a weight raise
+// past the configured weight sends nothing, and a ready of a drained
+// server sends nothing but becomes a request to probe it.
+func TestNoPolicyRaisesAWeightOrSkipsProbes(t *testing.T) {
+	rt := fakes.NewRuntime("s1", "s2", "s3", "s4", "s5", "s6")
+	l, _, pol, _ := newLoop(rt)
+	rec := &recordingRecovery{}
+	l.Recovery = rec
+	raise := Action{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 51}
+	pol.plans = []Plan{{raise}, {raise}, {drain("s2")}, {{Kind: Ready, Backend: "app", Server: "s2"}}}
+	for i := 0; i < 2; i++ {
+		r := l.Step(context.Background())
+		if cmds := rt.TakeCommands(); len(cmds) != 0 || r.Verdicts[0].Accepted {
+			t.Fatalf("raise %d: commands %q, verdict %+v", i+1, cmds, r.Verdicts[0])
+		}
+	}
+	l.Step(context.Background())
+	if cmds := rt.TakeCommands(); len(cmds) != 1 {
+		t.Fatalf("drain: %q", cmds)
+	}
+	r := l.Step(context.Background())
+	if cmds := rt.TakeCommands(); len(cmds) != 0 || !r.Verdicts[0].WantsProbe || len(rec.asked) != 1 || rec.asked[0] != "app/s2" {
+		t.Fatalf("ready without probes: commands %q, verdict %+v, probes asked %v", cmds, r.Verdicts[0], rec.asked)
+	}
+	if rt.State("s2").AdminState != haproxy.AdminForcedDrain {
+		t.Fatalf("s2 %+v", rt.State("s2"))
+	}
+}
+
+// The tail guard's hold outlives the change it ends: a server brought back
+// at full weight (weight 1: no canary step) is still not drained again.
+func TestTailHoldOutlivesAFullReady(t *testing.T) {
+	rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
+	rt.Set("s2", func(s *haproxy.ServerState) { s.Weight, s.Initial = 1, 1 })
+	l, clk, pol, _ := newLoop(rt)
+	pol.plans = []Plan{
+		{drain("s2")},
+		{{Kind: Ready, Backend: "app", Server: "s2", Readmit: true, NoDrainFor: 10 * time.Minute}},
+		{drain("s2")},
+	}
+	l.Step(context.Background())
+	l.Step(context.Background())
+	if got := rt.TakeCommands(); len(got) != 2 {
+		t.Fatalf("drain and ready: %q", got)
+	}
+	clk.Advance(time.Minute)
+	r := l.Step(context.Background())
+	if cmds := rt.TakeCommands(); len(cmds) != 0 || !strings.Contains(r.Verdicts[0].Reason, "held from draining") {
+		t.Fatalf("drained again within the hold: %q %+v", cmds, r.Verdicts[0])
 	}
 }

@@ -75,7 +75,8 @@ func (l *Loop) record(b *BackendView, v *ServerView, a Action) {
 		p99, _ := b.RecentP99()
 		ledger.Drain(k, now, a.Reason, v.Window.ErrorRate(), p99)
 	case a.Kind == SetWeight:
-		ledger.Cut(k, a.Weight, v.State.Initial, now, a.Reason)
+		p99, _ := b.RecentP99()
+		ledger.Cut(k, a.Weight, v.State.Initial, now, a.Reason, p99)
 	case a.Kind == Ready:
 		ledger.Ready(k, v.State.Weight, v.State.Initial, now, a.Reason, a.NoDrainFor)
 		if v.Changed != nil && v.Changed.Phase == PhaseDrained {

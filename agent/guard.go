@@ -145,7 +145,13 @@ type Verdict struct {
 	Accepted bool   `json:"accepted"`
 	Applied  Action `json:"applied,omitempty"`
 	Reason   string `json:"reason,omitempty"`
+	// WantsProbe: a ready of a drained server that did not come from
+	// recovery; the loop passes it on to recovery as a request to probe.
+	WantsProbe bool `json:"wants_probe,omitempty"`
 }
+
+// errNeedsProbe is the refusal of a ready that skips the probes.
+const errNeedsProbe = "a drained server comes back only after a clean probe burst: recovery was asked to probe it"
 
 // Vet checks a plan against the observation, in the plan's order.
 func (g Guardrails) Vet(obs *Observation, plan Plan) []Verdict {
@@ -163,7 +169,7 @@ func (g Guardrails) Vet(obs *Observation, plan Plan) []Verdict {
 		}
 		reason, applied := g.check(obs, serving, touched, a, drains[scope], actions)
 		if reason != "" {
-			v.Reason = reason
+			v.Reason, v.WantsProbe = reason, reason == errNeedsProbe
 			out = append(out, v)
 			continue
 		}
@@ -209,10 +215,13 @@ func (g Guardrails) check(obs *Observation, serving map[string]map[string]bool, 
 		if s.Owner != OwnerAgent {
 			return "not changed by the agent: nothing to undo", a
 		}
+		if s.Changed != nil && s.Changed.Phase == PhaseDrained && !a.Readmit && !a.Restore {
+			return errNeedsProbe, a
+		}
 		cur[a.Server] = s.State.OpState == haproxy.OpRunning
 		return "", a
 	case SetWeight:
-		return g.checkWeight(b, s, cur, a)
+		return g.checkWeight(obs, b, s, cur, a)
 	}
 	return fmt.Sprintf("unknown action kind %q", a.Kind), a
 }
@@ -239,8 +248,8 @@ func (g Guardrails) checkDrain(obs *Observation, b *BackendView, s *ServerView, 
 	if limit := g.drainLimit(len(b.Servers)); drains >= limit && !a.Restore {
 		return fmt.Sprintf("at most %d drain per step", limit), a
 	}
-	if s.Changed != nil && obs.Time.Before(s.Changed.NoDrainUntil) {
-		return fmt.Sprintf("held at a reduced weight until %s: draining it hurt the backend's p99", s.Changed.NoDrainUntil.Format(time.TimeOnly)), a
+	if obs.Time.Before(s.NoDrainUntil) {
+		return fmt.Sprintf("held from draining until %s: draining it hurt the backend's p99", s.NoDrainUntil.Format(time.TimeOnly)), a
 	}
 	if r := g.belowFloor(b, cur, a.Server); r != "" {
 		return r, a
@@ -260,13 +269,29 @@ func (g Guardrails) checkDrain(obs *Observation, b *BackendView, s *ServerView, 
 	return "", a
 }
 
-func (g Guardrails) checkWeight(b *BackendView, s *ServerView, cur map[string]bool, a Action) (string, Action) {
+// checkWeight bounds a weight change: at most MaxWeightStep a step, and
+// never above the server's configured weight, whichever policy asks. A
+// cut is checked against the others' capacity as a drain is.
+func (g Guardrails) checkWeight(obs *Observation, b *BackendView, s *ServerView, cur map[string]bool, a Action) (string, Action) {
 	w := a.Weight
 	lo, hi := s.State.Weight-g.MaxWeightStep, s.State.Weight+g.MaxWeightStep
 	w = max(w, lo, 0)
-	w = min(w, hi, 256)
+	w = min(w, hi, 256, s.State.Initial)
 	if w == s.State.Weight {
+		if a.Weight > s.State.Initial {
+			return fmt.Sprintf("weight %d is above the configured %d: no policy raises a weight past its configuration", a.Weight, s.State.Initial), a
+		}
 		return fmt.Sprintf("weight already %d", w), a
+	}
+	applied := a
+	if w < s.State.Weight && cur[a.Server] && !a.Restore {
+		if least, why := g.capacityWeight(obs, b, cur, s); why != "" && w < least {
+			if least >= s.State.Weight {
+				return why, a
+			}
+			w = least
+			applied.Reason = a.Reason + "; " + why
+		}
 	}
 	if w == 0 {
 		if r := g.belowFloor(b, cur, a.Server); r != "" {
@@ -276,7 +301,6 @@ func (g Guardrails) checkWeight(b *BackendView, s *ServerView, cur map[string]bo
 	} else if !s.State.Drain() && !s.State.Maint() {
 		cur[a.Server] = s.State.OpState == haproxy.OpRunning
 	}
-	applied := a
 	applied.Weight = w
 	return "", applied
 }

@@ -70,13 +70,16 @@ type Ledger struct {
 	mu      sync.Mutex
 	epoch   string
 	changes map[string]*Change
+	// holds keep a server the tail guard brought back to full weight from
+	// being drained again until the time given, after its change is over.
+	holds map[string]time.Time
 }
 
 // NewLedger reads file, if it exists, and returns the ledger it holds. A
 // file that cannot be read is logged and the ledger starts empty: the
 // servers it named then read as the operator's, which is the safe side.
 func NewLedger(file string, log zerolog.Logger) *Ledger {
-	l := &Ledger{file: file, log: log, changes: map[string]*Change{}}
+	l := &Ledger{file: file, log: log, changes: map[string]*Change{}, holds: map[string]time.Time{}}
 	if err := l.load(); err != nil {
 		log.Error().Err(err).Str("file", file).Msg("cannot read the state file; starting with no record of earlier changes")
 	}
@@ -127,11 +130,11 @@ func (l *Ledger) Drain(k string, at time.Time, reason string, errorRate, baselin
 	l.set(k, &Change{Phase: PhaseDrained, At: at, Reason: reason, ErrorRate: errorRate, BaselineP99Ms: baselineP99Ms})
 }
 
-// Cut records that the agent set k's weight to weight. On a drained
-// server that only stages the weight it will come back at, so the drain
-// stays the change in force; back at the configured weight, the change
-// is over.
-func (l *Ledger) Cut(k string, weight, initial int, at time.Time, reason string) {
+// Cut records that the agent set k's weight to weight, with the
+// backend's p99 before it for the tail guard. On a drained server that
+// only stages the weight it will come back at, so the drain stays the
+// change in force; back at the configured weight, the change is over.
+func (l *Ledger) Cut(k string, weight, initial int, at time.Time, reason string, baselineP99Ms float64) {
 	l.mu.Lock()
 	c := l.changes[k]
 	l.mu.Unlock()
@@ -142,20 +145,26 @@ func (l *Ledger) Cut(k string, weight, initial int, at time.Time, reason string)
 		l.Lose(k)
 		return
 	}
-	phase := PhaseCut
+	next := &Change{Phase: PhaseCut, Weight: weight, At: at, Reason: reason, BaselineP99Ms: baselineP99Ms}
 	if c != nil {
-		phase = c.Phase // a canary's weight moves within its phase
+		// A weight moves within its phase, against the level before the
+		// first change.
+		next.Phase, next.BaselineP99Ms, next.NoDrainUntil = c.Phase, c.BaselineP99Ms, c.NoDrainUntil
 	}
-	l.set(k, &Change{Phase: phase, Weight: weight, At: at, Reason: reason})
+	l.set(k, next)
 }
 
 // Ready records that the agent readied k, which now serves at weight. A
-// drained server back below its configured weight becomes a canary,
-// held from another drain until at+noDrainFor when that is set; anything
-// else is back to normal and leaves the ledger.
+// drained server back below its configured weight becomes a canary;
+// anything else is back to normal and leaves the ledger. With noDrainFor
+// set (the tail guard), the server is held from another drain until
+// at+noDrainFor either way.
 func (l *Ledger) Ready(k string, weight, initial int, at time.Time, reason string, noDrainFor time.Duration) {
 	l.mu.Lock()
 	c := l.changes[k]
+	if noDrainFor > 0 {
+		l.holds[k] = at.Add(noDrainFor)
+	}
 	l.mu.Unlock()
 	if c != nil && c.Phase == PhaseDrained && weight != initial {
 		next := &Change{Phase: PhaseCanary, Weight: weight, At: at, Reason: reason}
@@ -165,7 +174,24 @@ func (l *Ledger) Ready(k string, weight, initial int, at time.Time, reason strin
 		l.set(k, next)
 		return
 	}
-	l.Lose(k)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.changes, k)
+	l.save()
+}
+
+// HeldUntil is when k's hold on draining ends (zero: none).
+func (l *Ledger) HeldUntil(k string, now time.Time) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	until := l.holds[k]
+	if c := l.changes[k]; c != nil && c.NoDrainUntil.After(until) {
+		until = c.NoDrainUntil
+	}
+	if !until.After(now) {
+		return time.Time{}
+	}
+	return until
 }
 
 // Adopt records that k's change, lost to a reload, was applied again
@@ -194,10 +220,15 @@ func (l *Ledger) lose(k string) {
 }
 
 // Keep loses the change of every server not in present: a server gone
-// from HAProxy takes the agent's change with it.
-func (l *Ledger) Keep(present map[string]bool) {
+// from HAProxy takes the agent's change with it. Holds past now go too.
+func (l *Ledger) Keep(present map[string]bool, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	for k, until := range l.holds {
+		if !present[k] || !until.After(now) {
+			delete(l.holds, k)
+		}
+	}
 	for k := range l.changes {
 		if !present[k] {
 			l.log.Warn().Str("server", k).Msg("server the agent changed is gone from HAProxy; forgetting the change")
@@ -228,8 +259,9 @@ func (l *Ledger) Changes() map[string]Change {
 // stateFile is the file's layout. Version 1 named the change's kind
 // ("drain" or "set_weight") where version 2 names its phase.
 type stateFile struct {
-	Version int                `json:"version"`
-	Changes map[string]*Change `json:"changes"`
+	Version int                  `json:"version"`
+	Changes map[string]*Change   `json:"changes"`
+	Holds   map[string]time.Time `json:"holds,omitempty"`
 }
 
 type v1Change struct {
@@ -275,6 +307,9 @@ func (l *Ledger) load() error {
 			l.changes[k] = c
 		}
 	}
+	for k, until := range st.Holds {
+		l.holds[k] = until
+	}
 	l.log.Info().Int("changes", len(l.changes)).Str("file", l.file).Msg("loaded the agent's earlier changes")
 	return nil
 }
@@ -284,7 +319,7 @@ func (l *Ledger) save() {
 	if l.file == "" {
 		return
 	}
-	b, err := json.MarshalIndent(stateFile{Version: 2, Changes: l.changes}, "", "  ")
+	b, err := json.MarshalIndent(stateFile{Version: 2, Changes: l.changes, Holds: l.holds}, "", "  ")
 	if err == nil {
 		tmp := l.file + ".tmp"
 		if err = os.WriteFile(tmp, append(b, '\n'), 0o640); err == nil {

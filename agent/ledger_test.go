@@ -29,30 +29,30 @@ func TestLedgerTransitions(t *testing.T) {
 		}, "", Change{}},
 		{"drain, canary weight staged, ready", func(l *Ledger) {
 			l.Drain(k, t0, "5xx", 0.05, 20)
-			l.Cut(k, 2, 8, t0.Add(time.Minute), "canary weight") // staged: still drained
+			l.Cut(k, 2, 8, t0.Add(time.Minute), "canary weight", 0) // staged: still drained
 			l.Ready(k, 2, 8, t0.Add(2*time.Minute), "probes clean", 10*time.Minute)
 		}, PhaseCanary, Change{Weight: 2, At: t0.Add(2 * time.Minute), NoDrainUntil: t0.Add(12 * time.Minute)}},
 		{"a weight staged on a drained server keeps the drain", func(l *Ledger) {
 			l.Drain(k, t0, "5xx", 0.05, 20)
-			l.Cut(k, 2, 8, t0.Add(time.Minute), "canary weight")
+			l.Cut(k, 2, 8, t0.Add(time.Minute), "canary weight", 0)
 		}, PhaseDrained, Change{ErrorRate: 0.05, BaselineP99Ms: 20, At: t0}},
-		{"cut", func(l *Ledger) { l.Cut(k, 3, 8, t0, "capacity") }, PhaseCut, Change{Weight: 3, At: t0}},
+		{"cut", func(l *Ledger) { l.Cut(k, 3, 8, t0, "capacity", 0) }, PhaseCut, Change{Weight: 3, At: t0}},
 		{"cut back to the configured weight", func(l *Ledger) {
-			l.Cut(k, 3, 8, t0, "capacity")
-			l.Cut(k, 8, 8, t0.Add(time.Minute), "clean")
+			l.Cut(k, 3, 8, t0, "capacity", 0)
+			l.Cut(k, 8, 8, t0.Add(time.Minute), "clean", 0)
 		}, "", Change{}},
 		{"canary promoted", func(l *Ledger) {
 			l.Drain(k, t0, "5xx", 0.05, 20)
 			l.Ready(k, 2, 8, t0, "probes clean", 0)
-			l.Cut(k, 8, 8, t0.Add(time.Minute), "live traffic clean")
+			l.Cut(k, 8, 8, t0.Add(time.Minute), "live traffic clean", 0)
 		}, "", Change{}},
 		{"a canary's weight moves within its phase", func(l *Ledger) {
 			l.Drain(k, t0, "5xx", 0.05, 20)
 			l.Ready(k, 2, 8, t0, "probes clean", 0)
-			l.Cut(k, 4, 8, t0.Add(time.Minute), "half way")
+			l.Cut(k, 4, 8, t0.Add(time.Minute), "half way", 0)
 		}, PhaseCanary, Change{Weight: 4, At: t0.Add(time.Minute)}},
 		{"lose", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20); l.Lose(k) }, "", Change{}},
-		{"a server gone from HAProxy", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20); l.Keep(map[string]bool{"app/s2": true}) }, "", Change{}},
+		{"a server gone from HAProxy", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20); l.Keep(map[string]bool{"app/s2": true}, t0) }, "", Change{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -95,7 +95,7 @@ func TestLedgerReconcile(t *testing.T) {
 		{"untouched", func(*Ledger) {}, "e1", ready, OwnerNone, false, false},
 		{"the operator's maint", func(*Ledger) {}, "e1", maint, OwnerOperator, false, false},
 		{"our drain in force", func(l *Ledger) { l.Drain("app/s1", t0, "", 0, 0) }, "e1", drained, OwnerAgent, false, true},
-		{"our cut in force", func(l *Ledger) { l.Cut("app/s1", 3, 8, t0, "") }, "e1", cut, OwnerAgent, false, true},
+		{"our cut in force", func(l *Ledger) { l.Cut("app/s1", 3, 8, t0, "", 0) }, "e1", cut, OwnerAgent, false, true},
 		{"a reload lost our drain", func(l *Ledger) { l.Drain("app/s1", t0, "", 0, 0) }, "e2", ready, OwnerAgent, true, true},
 		{"someone readied our drain", func(l *Ledger) { l.Drain("app/s1", t0, "", 0, 0) }, "e1", ready, OwnerNone, false, false},
 		{"someone put our drain in maint", func(l *Ledger) { l.Drain("app/s1", t0, "", 0, 0) }, "e1", maint, OwnerOperator, false, false},

@@ -15,6 +15,10 @@ import (
 // actions pass the guardrails like any policy's.
 type Recovery interface {
 	Plan(ctx context.Context, obs Observation) Plan
+	// RequestProbe asks for backend/server, drained by the agent, to be
+	// probed as soon as its backoff allows: what a policy's ready of a
+	// drained server becomes.
+	RequestProbe(backend, server string)
 }
 
 // Loop is the decision goroutine. Set the exported fields, then call Run,
@@ -155,6 +159,9 @@ func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decisio
 		d := Decision{Time: rec.Time, Cycle: rec.Cycle, Verdict: v}
 		if !v.Accepted {
 			d.repeat = l.refused(v, refusals)
+			if v.WantsProbe && l.Recovery != nil {
+				l.Recovery.RequestProbe(v.Proposed.Backend, v.Proposed.Server)
+			}
 		} else {
 			results := l.apply(ctx, obs, v.Applied)
 			rec.Commands = append(rec.Commands, results...)

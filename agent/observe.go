@@ -143,6 +143,7 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 		v.Recent.Backend, v.Recent.Server = s.Backend, s.Server
 		var lost bool
 		v.Owner, v.Changed, lost = ledger.Reconcile(k, s)
+		v.NoDrainUntil = ledger.HeldUntil(k, now)
 		if lost {
 			l.Log.Warn().Str("server", k).Str("phase", string(v.Changed.Phase)).Msg("a reload lost the agent's change; applying it again")
 			reapply = append(reapply, reapplyAction(v))
@@ -155,7 +156,7 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 		}
 		obs.Backends[bi].Servers = append(obs.Backends[bi].Servers, v)
 	}
-	ledger.Keep(present)
+	ledger.Keep(present, now)
 	sort.Slice(obs.Backends, func(i, j int) bool { return obs.Backends[i].Name < obs.Backends[j].Name })
 	return obs, reapply, nil
 }

@@ -25,6 +25,9 @@ type ServerView struct {
 	RespTimeMs int     `json:"resp_time_ms,omitempty"`
 	Owner      Owner   `json:"owner"`
 	Changed    *Change `json:"changed,omitempty"` // the agent's own change in force
+	// NoDrainUntil: the tail-latency guard brought the server back; it is
+	// not drained again before this, even at full weight.
+	NoDrainUntil time.Time `json:"no_drain_until,omitempty"`
 }
 
 // Owner says who holds a server's admin state and weight.
@@ -121,9 +124,14 @@ type Action struct {
 	// Restore marks the loop's own re-application of a change a reload
 	// lost: exempt from the per-step counts, not from the floor.
 	Restore bool `json:"restore,omitempty"`
-	// NoDrainFor, on a Ready back to a reduced weight, keeps the server
-	// from being drained again for that long (the tail-latency guard).
+	// NoDrainFor, on a Ready, keeps the server from being drained again
+	// for that long (the tail-latency guard).
 	NoDrainFor time.Duration `json:"no_drain_for,omitempty"`
+	// Readmit marks recovery's own re-admissions (after a clean probe
+	// burst, the canary ramp with probing off, or the tail guard). A
+	// drained server comes back only through one: any other ready of it
+	// is refused and turned into a request to probe it.
+	Readmit bool `json:"readmit,omitempty"`
 }
 
 // Plan is a policy's answer for one step.

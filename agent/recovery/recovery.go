@@ -139,10 +139,8 @@ type server struct {
 	faultRate float64   // error rate seen when it was drained
 	drains    int       // times the agent drained it
 	lastBurst string
+	failed    int // bursts of this drain that failed
 	result    chan burstResult
-	// tailStrikes counts steps in a row with the backend's p99 over the
-	// guard.
-	tailStrikes int
 }
 
 type burstResult struct {
@@ -165,6 +163,9 @@ type Readmitter struct {
 
 	mu      sync.Mutex
 	servers map[string]*server
+	// strikes counts, per server, steps in a row with the backend's p99
+	// over the tail guard.
+	strikes map[string]int
 	rng     *rand.Rand
 }
 
@@ -184,7 +185,7 @@ func New(cfg Config, client *http.Client, log zerolog.Logger) *Readmitter {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Readmitter{Config: cfg, Log: log, Now: time.Now, client: client, ctx: ctx, cancel: cancel,
-		servers: map[string]*server{}, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))}
+		servers: map[string]*server{}, strikes: map[string]int{}, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))}
 }
 
 // Close stops every probe burst in flight and waits for them to end.
@@ -231,14 +232,17 @@ func (r *Readmitter) Plan(_ context.Context, obs agent.Observation) agent.Plan {
 				if st == nil || !st.drainedAt.Equal(s.Changed.At) {
 					st = r.drained(k, st, s)
 				}
-				if a, ok = r.tailGuard(b, st, s); !ok {
+				if a, ok = r.tailGuard(b, k, s); !ok {
 					a, ok = r.whileDrained(k, st, s, peersP50(b, s.Server), now)
 				}
 			case agent.PhaseCut, agent.PhaseCanary:
 				// Back at a reduced weight: after a re-admission, a
 				// capacity-aware cut or the tail guard. Full weight
 				// returns once its live traffic is clean.
-				if s.Serving() {
+				if s.Changed.Phase == agent.PhaseCut {
+					a, ok = r.tailGuard(b, k, s)
+				}
+				if !ok && s.Serving() {
 					a, ok = r.whileCanary(b, s, now)
 				}
 			}
@@ -250,28 +254,52 @@ func (r *Readmitter) Plan(_ context.Context, obs agent.Observation) agent.Plan {
 	return plan
 }
 
-// tailGuard brings a drained server back at a reduced weight when the
-// drain left the backend's p99 far above its level before the drain.
-func (r *Readmitter) tailGuard(b agent.BackendView, st *server, s agent.ServerView) (agent.Action, bool) {
+// tailGuard undoes a drain or a weight cut that left the backend's p99
+// far above its level before the change, two steps running: a drained
+// server comes back at a reduced weight first, then ready; a cut server
+// goes back to its configured weight. Either way it is held from being
+// drained again for TailHold.
+func (r *Readmitter) tailGuard(b agent.BackendView, k string, s agent.ServerView) (agent.Action, bool) {
 	base := s.Changed.BaselineP99Ms
 	if r.Config.P99Guard <= 0 || base <= 0 {
 		return agent.Action{}, false
 	}
 	p99, n := b.RecentP99()
 	if n < 100 || p99 <= r.Config.P99Guard*base {
-		st.tailStrikes = 0
+		delete(r.strikes, k)
 		return agent.Action{}, false
 	}
-	st.tailStrikes++
-	if st.tailStrikes < 2 {
+	r.strikes[k]++
+	if r.strikes[k] < 2 {
 		return agent.Action{}, false
 	}
-	why := fmt.Sprintf("tail-latency guard: p99 %.0f ms is %.1fx the %.0f ms before the drain", p99, p99/base, base)
-	if w := max(s.State.Initial/4, 1); s.State.Initial >= 4 && s.State.Weight != w {
+	what := "the drain"
+	if s.Changed.Phase != agent.PhaseDrained {
+		what = "the weight cut"
+	}
+	why := fmt.Sprintf("tail-latency guard: p99 %.0f ms is %.1fx the %.0f ms before %s", p99, p99/base, base, what)
+	if w := max(s.State.Initial/4, 1); s.Changed.Phase == agent.PhaseDrained && s.State.Initial >= 4 && s.State.Weight != w {
 		return agent.Action{Kind: agent.SetWeight, Backend: s.Backend, Server: s.Server, Weight: w, Reason: why + ": reduced weight first"}, true
 	}
-	st.tailStrikes = 0
-	return agent.Action{Kind: agent.Ready, Backend: s.Backend, Server: s.Server, Reason: why, NoDrainFor: r.Config.TailHold}, true
+	delete(r.strikes, k)
+	return agent.Action{Kind: agent.Ready, Backend: s.Backend, Server: s.Server, Reason: why, NoDrainFor: r.Config.TailHold, Readmit: true}, true
+}
+
+// RequestProbe lets a drained server's next burst start now, when no
+// burst of its current drain has failed yet: a policy that thinks the
+// server healed shortens the first cooldown, never the backoff earned by
+// a failed burst.
+func (r *Readmitter) RequestProbe(backend, server string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.servers[backend+"/"+server]
+	if st == nil || st.probe != waiting || st.failed > 0 {
+		return
+	}
+	if now := r.Now(); now.Before(st.next) {
+		st.next = now
+		r.Log.Info().Str("server", backend+"/"+server).Msg("a policy asked for a probe: the first burst starts at the next step")
+	}
 }
 
 // drained starts (or restarts) the cooldown of a server the agent
@@ -333,6 +361,7 @@ func (r *Readmitter) whileDrained(k string, st *server, s agent.ServerView, peer
 				st.cooldown = min(2*st.cooldown, r.Config.MaxCooldown)
 				st.next = now.Add(r.jitter(st.cooldown))
 				st.probe = waiting
+				st.failed++
 				r.Log.Info().Str("server", k).Str("burst", st.lastBurst).AnErr("error", res.err).Dur("next_in", st.cooldown).
 					Msg("probe burst failed: the server stays drained")
 				return agent.Action{}, false
@@ -348,7 +377,7 @@ func (r *Readmitter) whileDrained(k string, st *server, s agent.ServerView, peer
 		return agent.Action{Kind: agent.SetWeight, Backend: s.Backend, Server: s.Server, Weight: canaryW,
 			Reason: "re-admission: canary weight before ready (" + st.lastBurst + ")"}, true
 	}
-	return agent.Action{Kind: agent.Ready, Backend: s.Backend, Server: s.Server, Reason: "re-admission: " + st.lastBurst}, true
+	return agent.Action{Kind: agent.Ready, Backend: s.Backend, Server: s.Server, Reason: "re-admission: " + st.lastBurst, Readmit: true}, true
 }
 
 // startBurst sends a probe burst in a goroutine of the Readmitter's own,

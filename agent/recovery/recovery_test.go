@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -297,5 +298,42 @@ func TestTwoBurstsInOneStepAndClose(t *testing.T) {
 	t.Logf("Close took %v", time.Since(began))
 	if n := slow.Served(); n == 0 || n >= uint64(2*h.r.Config.BurstSize(0.05)) {
 		t.Fatalf("%d probes served: the bursts should have started and been cut short", n)
+	}
+}
+
+// The tail guard covers weight cuts: a cut that leaves the backend's p99
+// far above its level before, two steps running, goes back to the
+// configured weight with a hold on draining.
+func TestTailGuardUndoesAWeightCut(t *testing.T) {
+	h := newHarness(t, "127.0.0.1:1", 8, false)
+	s := h.srv2()
+	s.State.AdminState, s.State.Weight = 0, 2
+	s.Changed = &agent.Change{Phase: agent.PhaseCut, Weight: 2, At: h.now, BaselineP99Ms: 15}
+	for i := range h.obs.Backends[0].Servers {
+		h.obs.Backends[0].Servers[i].Recent = window.Stats{Requests: 500, P99Ms: 60}
+	}
+	if p := h.plan(5 * time.Second); len(p) != 0 {
+		t.Fatalf("acted on one step over the guard: %v", p)
+	}
+	p := h.plan(6 * time.Second)
+	if len(p) != 1 || p[0].Kind != agent.Ready || p[0].NoDrainFor != 10*time.Minute || !strings.Contains(p[0].Reason, "weight cut") {
+		t.Fatalf("want the cut undone with a hold: %v", p)
+	}
+}
+
+// A policy's ready becomes a request to probe: it ends the first cooldown
+// early, never the backoff of a failed burst.
+func TestRequestProbeShortensOnlyTheFirstCooldown(t *testing.T) {
+	h := newHarness(t, "127.0.0.1:1", 1, false)
+	h.plan(5 * time.Second) // the drain is seen: cooldown until ~30 s
+	h.r.RequestProbe("app", "srv2")
+	if p := h.plan(6 * time.Second); len(p) != 1 || p[0].Kind != agent.Ready || !p[0].Readmit {
+		t.Fatalf("want a re-admission at once after a request (probing off): %v", p)
+	}
+	st := h.r.servers["app/srv2"]
+	st.failed, st.probe, st.next = 1, waiting, h.now.Add(time.Minute)
+	h.r.RequestProbe("app", "srv2")
+	if p := h.plan(7 * time.Second); len(p) != 0 {
+		t.Fatalf("a request cut a failed burst's backoff: %v", p)
 	}
 }
