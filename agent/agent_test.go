@@ -71,7 +71,11 @@ func TestGuardrails(t *testing.T) {
 		{"3 servers: one drain fits", obsOf(sv("s1"), sv("s2"), sv("s3")), Plan{drain("s1")}, []bool{true}, "", 0},
 		{"weight 0 counts against the floor", obsOf(sv("s1", func(v *ServerView) { v.State.Weight = 30; v.State.Initial = 30 }), sv("s2", drainedByAgent)), Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 0}}, []bool{false}, "floor", 0},
 		{"weight step clamped", six, Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 10}}, []bool{true}, "", 50},
-		{"a raise stops at the configured weight", obsOf(sv("s1", func(v *ServerView) { v.State.Weight = 60; v.Owner = OwnerAgent; v.Changed = &Change{Phase: PhaseCut, Weight: 60} }), sv("s2")), Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 999}}, []bool{true}, "", 100},
+		{"a raise stops at the configured weight", obsOf(sv("s1", func(v *ServerView) {
+			v.State.Weight = 60
+			v.Owner = OwnerAgent
+			v.Changed = &Change{Phase: PhaseCut, Weight: 60}
+		}), sv("s2")), Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 999}}, []bool{true}, "", 100},
 		{"no raise past the configured weight", six, Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 101}}, []bool{false}, "above the configured 100", 0},
 		{"weight unchanged", six, Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 100}}, []bool{false}, "already", 0},
 		{"one action per server", six, Plan{drain("s1"), {Kind: SetWeight, Backend: "app", Server: "s1", Weight: 90}}, []bool{true, false}, "per server", 0},
@@ -435,7 +439,7 @@ func TestCapacityCoversWeightCuts(t *testing.T) {
 type recordingRecovery struct{ asked []string }
 
 func (r *recordingRecovery) Plan(context.Context, Observation) Plan { return nil }
-func (r *recordingRecovery) RequestProbe(b, s string)              { r.asked = append(r.asked, b+"/"+s) }
+func (r *recordingRecovery) RequestProbe(b, s string)               { r.asked = append(r.asked, b+"/"+s) }
 
 // The harm paths a model opened, closed for every policy: a weight raise
 // past the configured weight sends nothing, and a ready of a drained
