@@ -45,9 +45,10 @@ type Loop struct {
 	ledgerOnce sync.Once
 	ledger     *Ledger
 	// lastRefusals: what was refused last step and why, so that a policy
-	// repeating a refused proposal is logged once at warn, then at debug.
-	// Only Step touches it.
-	lastRefusals map[string]string
+	// repeating a refused proposal is logged once at warn, then at debug;
+	// refusedServers, the same by server, for the next observation. Only
+	// Step touches them.
+	lastRefusals, refusedServers map[string]string
 
 	mu      sync.Mutex // guards what follows: Step writes, Status and Metrics read
 	cycle   uint64
@@ -116,6 +117,7 @@ func (l *Loop) Step(ctx context.Context) Record {
 		return rec
 	}
 	rec.Servers = summarize(&obs)
+	obs.Refused = l.refusedServers
 	rec.Plan = append(rec.Plan, l.plan(ctx, obs, reapply, &rec)...)
 	rec.Verdicts = l.Guard.For(NeedsOf(l.Policy)).Vet(&obs, rec.Plan)
 	decisions := l.act(ctx, &obs, &rec)
@@ -170,6 +172,12 @@ func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decisio
 		decisions = append(decisions, d)
 	}
 	l.lastRefusals = refusals
+	l.refusedServers = map[string]string{}
+	for _, v := range rec.Verdicts {
+		if !v.Accepted {
+			l.refusedServers[key(v.Proposed.Backend, v.Proposed.Server)] = v.Reason
+		}
+	}
 	return decisions
 }
 
@@ -261,22 +269,28 @@ func (l *Loop) Ledger() map[string]Change { return l.theLedger().Changes() }
 
 // Status is what GET /status answers.
 type Status struct {
-	Policy    string            `json:"policy"`
-	Interval  string            `json:"interval"`
-	Cycle     uint64            `json:"cycle"`
-	Observed  time.Time         `json:"observed"`
-	Backends  []BackendView     `json:"backends"`
-	Changes   map[string]Change `json:"changes"`
-	Decisions []Decision        `json:"decisions"`
+	Policy string `json:"policy"`
+	// PolicyStatus is the policy's own state (a model loading, say).
+	PolicyStatus any               `json:"policy_status,omitempty"`
+	Interval     string            `json:"interval"`
+	Cycle        uint64            `json:"cycle"`
+	Observed     time.Time         `json:"observed"`
+	Backends     []BackendView     `json:"backends"`
+	Changes      map[string]Change `json:"changes"`
+	Decisions    []Decision        `json:"decisions"`
 }
 
 // Status is a copy of the loop's latest view, for people and scripts.
 func (l *Loop) Status() Status {
 	changes := l.Ledger()
+	var ps any
+	if r, ok := l.Policy.(StatusReporter); ok {
+		ps = r.PolicyStatus()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return Status{
-		Policy: l.Policy.Name(), Interval: l.Interval.String(), Cycle: l.cycle, Observed: l.last.Time,
+		Policy: l.Policy.Name(), PolicyStatus: ps, Interval: l.Interval.String(), Cycle: l.cycle, Observed: l.last.Time,
 		Backends: l.last.Backends, Changes: changes, Decisions: append([]Decision(nil), l.recent...),
 	}
 }

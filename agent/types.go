@@ -86,6 +86,9 @@ type Observation struct {
 	Lookback   time.Duration `json:"lookback"`
 	RecentSpan time.Duration `json:"recent_span"`
 	Backends   []BackendView `json:"backends"`
+	// Refused: "backend/server" -> why the guardrails refused an action
+	// on it last step, so that a policy can see its word was not enough.
+	Refused map[string]string `json:"refused,omitempty"`
 }
 
 // Find returns the view of backend/server.
@@ -162,6 +165,12 @@ type Needs struct {
 	// study's loop did: the cadence slips instead of the call being cut
 	// short. Only the benchmark's unprotected runs ask for it.
 	NoStepBudget bool
+}
+
+// StatusReporter is a policy with a state worth showing in /status: a
+// model loading, say.
+type StatusReporter interface {
+	PolicyStatus() any
 }
 
 // NeedsDeclarer is a policy with needs of its own.

@@ -20,18 +20,19 @@ func cmdCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs := flag.NewFlagSet("hapilot calibrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c := config.Register(fs)
-	perCall := fs.Duration("call-timeout", 30*time.Second, "deadline of each scenario's model call")
 	if err := config.Parse(fs, args); err != nil {
 		return err
 	}
 	if c.LLM.Model == "" {
 		return errors.New("--model is required")
 	}
-	model, err := llm.NewModel(c.LLM)
+	// The model is judged as `hapilot run` will call it: the same
+	// options, and its calls' p95 against the same step deadline.
+	model, err := llm.NewModel(c.LLM.ForInterval(c.Interval))
 	if err != nil {
 		return err
 	}
-	sc, err := llm.Calibrate(ctx, model, *perCall, time.Now())
+	sc, err := llm.Calibrate(ctx, model, time.Now())
 	if err != nil {
 		return err
 	}

@@ -251,6 +251,11 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	case d.syslogPC != nil:
 		run("syslog", func(ctx context.Context) error { return d.Syslog.Serve(ctx, d.syslogPC) })
 	}
+	// A policy with a life of its own (the model's warm-up) starts with
+	// the agent; Close stops it.
+	if s, ok := d.Loop.Policy.(interface{ Start() }); ok {
+		s.Start()
+	}
 	run("loop", d.Loop.Run)
 	if d.Status != nil {
 		run("status", func(ctx context.Context) error { return d.Status.Serve(ctx, d.statusLn) })

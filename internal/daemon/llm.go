@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
-	"github.com/hapilot/hapilot/agent/policy"
 	"github.com/hapilot/hapilot/agent/policy/llm"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/internal/config"
@@ -22,14 +21,17 @@ func newLLMPolicy(c config.Config, log zerolog.Logger) (agent.Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	var fallback agent.Policy = rules.New(c.Rules)
+	// The rules are the model's floor: their drains apply whatever the
+	// model says. --fallback none (and --unprotected) leaves the model
+	// alone, for research.
+	var floor agent.Policy = rules.New(c.Rules)
 	if cfg.Fallback == llm.FallbackNone {
-		fallback = policy.Static{}
+		floor = nil
 	}
 	if cfg.Unprotected {
 		log.Warn().Msg("--unprotected: the model acts without hapilot's protections (research runs only)")
 	}
-	pol := llm.New(model, fallback, cfg, log.With().Str("component", "llm").Logger())
+	pol := llm.New(model, floor, cfg, log.With().Str("component", "llm").Logger())
 	if cfg.Shadow {
 		return &llm.Shadow{Model: pol, Acting: rules.New(c.Rules)}, nil
 	}
@@ -51,6 +53,9 @@ func newLLMPolicy(c config.Config, log zerolog.Logger) (agent.Policy, error) {
 	sc, err := llm.Load(cfg.CalibrationDir, digest)
 	if err != nil {
 		return refuse(fmt.Sprintf("no calibration record for digest %s: %v", digest, err))
+	}
+	if stale := sc.Key.Stale(llm.KeyFor(digest, model)); stale != "" {
+		return refuse("stale calibration record: " + stale)
 	}
 	if !sc.Passed {
 		return refuse("failed calibration: " + sc.Why)

@@ -56,7 +56,7 @@ func TestCapabilityGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	fake.SetResponder(ollamafake.TriggerHappy)
-	sc, err := llm.Calibrate(context.Background(), m, time.Second, time.Now())
+	sc, err := llm.Calibrate(context.Background(), m, time.Now())
 	if err != nil || sc.Passed {
 		t.Fatalf("trigger-happy passed: %v", err)
 	}
@@ -67,7 +67,7 @@ func TestCapabilityGate(t *testing.T) {
 		t.Fatalf("failing model: policy %s", got)
 	}
 	fake.SetResponder(ollamafake.Capable)
-	if sc, err = llm.Calibrate(context.Background(), m, time.Second, time.Now()); err != nil || !sc.Passed {
+	if sc, err = llm.Calibrate(context.Background(), m, time.Now()); err != nil || !sc.Passed {
 		t.Fatalf("capable failed: %v %+v", err, sc)
 	}
 	if _, err := sc.Save(dir); err != nil {
@@ -75,6 +75,15 @@ func TestCapabilityGate(t *testing.T) {
 	}
 	if got := policy(); got != "llm" {
 		t.Fatalf("calibrated model: policy %s", got)
+	}
+	// The record holds for the settings it was made with: another think
+	// mode, prompt or options make it stale, and the rules act.
+	fake.Thinking = true
+	if got := policy("--think", "on"); got != "rules" {
+		t.Fatalf("stale record (think on): policy %s", got)
+	}
+	if got := policy("--num-predict", "128"); got != "rules" {
+		t.Fatalf("stale record (num-predict): policy %s", got)
 	}
 }
 

@@ -79,11 +79,24 @@ type Config struct {
 	// client does.
 	Host       string
 	Think      Think
-	NumPredict int // completion token cap per call
-	Seed       int
-	KeepAlive  time.Duration
-	// TokenBudget: a thinking reply that spends more completion tokens
-	// than this switches thinking off for ThinkRetry steps (0: never).
+	NumPredict int // the answer's token cap per call
+	// ThinkBudget is thinking's own token budget, added to NumPredict when
+	// thinking is on: Ollama's num_predict bounds both together.
+	ThinkBudget int
+	// NumCtx fixes the context; 0 sizes it from the measured prompt, with
+	// headroom, capped by the model's own context.
+	NumCtx int
+	Seed   int
+	// KeepAlive keeps the model resident between calls, which come only
+	// on anomalies; negative: for good.
+	KeepAlive time.Duration
+	// LoadTimeout bounds a call or a load in the background: a step waits
+	// for a call only until its deadline, but never cancels it, since
+	// Ollama aborts a load whose request ends.
+	LoadTimeout time.Duration
+	// TokenBudget: a thinking call that spends more completion tokens
+	// than this, is cut at its cap, or overruns the deadline switches
+	// thinking off for ThinkRetry steps (0: never).
 	TokenBudget int
 	ThinkRetry  int
 	// SystemPromptFile replaces the embedded system prompt.
@@ -118,7 +131,8 @@ type Config struct {
 
 // DefaultConfig has the defaults of `hapilot run --policy llm`.
 func DefaultConfig() Config {
-	return Config{Think: ThinkOff, NumPredict: 256, Seed: 42, KeepAlive: 30 * time.Minute, TokenBudget: 512, ThinkRetry: 30,
+	return Config{Think: ThinkOff, NumPredict: 256, ThinkBudget: 1024, Seed: 42, KeepAlive: -1, LoadTimeout: 5 * time.Minute,
+		TokenBudget: 768, ThinkRetry: 30,
 		MaxShown: 12, Confirm: 2, MinHold: time.Minute, Gate: GateAnomaly, Fallback: FallbackRules,
 		CalibrationDir: "/var/lib/hapilot"}
 }
@@ -157,6 +171,12 @@ func (c Config) Validate() error {
 	}
 	if c.NumPredict < 1 {
 		errs = append(errs, fmt.Errorf("num-predict %d: at least 1", c.NumPredict))
+	}
+	if c.ThinkBudget < 0 || c.NumCtx < 0 || (c.NumCtx > 0 && c.NumCtx < 2048) {
+		errs = append(errs, fmt.Errorf("think-budget must not be negative, and num-ctx is 0 (sized) or at least 2048"))
+	}
+	if c.LoadTimeout < time.Second {
+		errs = append(errs, fmt.Errorf("llm-load-timeout %v: at least 1s", c.LoadTimeout))
 	}
 	if c.Deadline < 0 || c.MinHold < 0 {
 		errs = append(errs, errors.New("llm-deadline and min-hold must not be negative"))

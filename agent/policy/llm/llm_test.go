@@ -18,9 +18,14 @@ import (
 	"github.com/rs/zerolog"
 )
 
+// These tests meet the Ollama stand-in (internal/lab/ollamafake) through
+// Ollama's own client. The emulated models test the plumbing and the
+// guards, not a model's judgment.
+
 const model = "fake-capable:latest"
 
-// fleet is one backend of n servers, 600 requests each; faulty ones fail 5%.
+// fleet is one backend of n servers, 600 requests each; faulty ones fail
+// 5%, clearly: the rules' floor drains them on its own.
 func fleet(now time.Time, n int, faulty ...string) agent.Observation {
 	b := agent.BackendView{Name: "app"}
 	for i := 1; i <= n; i++ {
@@ -33,9 +38,17 @@ func fleet(now time.Time, n int, faulty ...string) agent.Observation {
 		}
 		b.Servers = append(b.Servers, agent.ServerView{Backend: "app", Server: name, Owner: agent.OwnerNone,
 			State:  haproxy.ServerState{Backend: "app", Server: name, OpState: haproxy.OpRunning, Weight: 1, Initial: 1},
-			Window: window.Stats{Backend: "app", Server: name, Requests: 600, Err5xx: x, P95Ms: 12, P99Ms: 14}})
+			Window: window.Stats{Backend: "app", Server: name, Requests: 600, Err5xx: x, P50Ms: 9, P95Ms: 12, P99Ms: 14}})
 	}
-	return agent.Observation{Time: now, Backends: []agent.BackendView{b}}
+	return agent.Observation{Time: now, Cycle: 1, Backends: []agent.BackendView{b}}
+}
+
+// grey is six servers of which srv4 fails 7 of 600: suspicious (the
+// loose test flags it) and not significant at the rules' alpha.
+func grey(now time.Time) agent.Observation {
+	obs := fleet(now, 6)
+	obs.Backends[0].Servers[3].Window.Err5xx = 7
+	return obs
 }
 
 func newPolicy(t *testing.T, respond ollamafake.Responder, mod func(*Config)) (*Policy, *ollamafake.Server) {
@@ -46,11 +59,14 @@ func newPolicy(t *testing.T, respond ollamafake.Responder, mod func(*Config)) (*
 	cfg := DefaultConfig()
 	cfg.Model = model
 	cfg.Deadline = 2 * time.Second
+	cfg.LoadTimeout = 10 * time.Second
 	if mod != nil {
 		mod(&cfg)
 	}
 	m := &Model{Client: api.NewClient(u, fake.Client()), Config: cfg, SystemPrompt: DefaultSystemPrompt}
-	return New(m, rules.New(rules.DefaultConfig()), cfg, zerolog.Nop()), fake
+	p := New(m, rules.New(rules.DefaultConfig()), cfg, zerolog.Nop())
+	t.Cleanup(p.Close)
+	return p, fake
 }
 
 // steps runs the policy n times on obs and vets each plan as the loop
@@ -58,7 +74,7 @@ func newPolicy(t *testing.T, respond ollamafake.Responder, mod func(*Config)) (*
 func steps(t *testing.T, p *Policy, obs agent.Observation, n int) []agent.Action {
 	t.Helper()
 	var accepted []agent.Action
-	g := agent.DefaultGuardrails()
+	g := agent.DefaultGuardrails().For(p.Needs())
 	for i := 0; i < n; i++ {
 		plan, err := p.Decide(context.Background(), obs)
 		if err != nil {
@@ -70,45 +86,76 @@ func steps(t *testing.T, p *Policy, obs agent.Observation, n int) []agent.Action
 			}
 		}
 		obs.Time = obs.Time.Add(time.Second)
+		obs.Cycle++
 	}
 	return accepted
 }
 
-func TestCapableModelDrainsAfterConfirmation(t *testing.T) {
+// The rules are the floor: a clear fault is drained at once, whatever the
+// model would say, and the model is not even asked about it.
+func TestTheRulesAreTheFloor(t *testing.T) {
+	p, fake := newPolicy(t, ollamafake.Fixed(ollamafake.Answer()), nil)
+	got := steps(t, p, fleet(time.Unix(1000, 0), 6, "srv3"), 1)
+	if len(got) != 1 || got[0].Kind != agent.Drain || got[0].Server != "srv3" {
+		t.Fatalf("the floor did not act: %v", got)
+	}
+	if n := len(fake.Requests()); n != 0 {
+		t.Fatalf("%d calls about what the rules decide alone", n)
+	}
+}
+
+// The model decides the grey zone, after confirmation; the request is
+// what Ollama expects of a careful client.
+func TestGreyZoneIsTheModelsAfterConfirmation(t *testing.T) {
 	p, fake := newPolicy(t, ollamafake.Capable, nil)
-	obs := fleet(time.Unix(1000, 0), 6, "srv3")
-	first := steps(t, p, obs, 1)
-	if len(first) != 0 {
+	obs := grey(time.Unix(1000, 0))
+	if first := steps(t, p, obs, 1); len(first) != 0 {
 		t.Fatalf("acted on the first proposal: %v", first)
 	}
-	if r := p.Report().(Report); len(r.Pending) != 1 || !r.Called {
+	if r := p.Report().(Report); len(r.Pending) != 1 || !r.Called || len(r.Floor) != 0 {
 		t.Fatalf("report %+v", r)
 	}
 	second := steps(t, p, obs, 1)
-	if len(second) != 1 || second[0].Kind != agent.Drain || second[0].Server != "srv3" {
+	if len(second) != 1 || second[0].Kind != agent.Drain || second[0].Server != "srv4" {
 		t.Fatalf("second step %v", second)
 	}
-	// The request was what Ollama expects.
 	req := fake.Requests()[0]
-	if req.Stream == nil || *req.Stream || string(req.Think) != "false" || len(req.Format) == 0 || len(req.KeepAlive) == 0 {
-		t.Fatalf("request stream=%v think=%s format=%d keep_alive=%s", req.Stream, req.Think, len(req.Format), req.KeepAlive)
+	if req.Stream == nil || *req.Stream || string(req.Think) != "false" || string(req.KeepAlive) != "-1" || req.Truncate == nil || *req.Truncate {
+		t.Fatalf("request stream=%v think=%s keep_alive=%s truncate=%v", req.Stream, req.Think, req.KeepAlive, req.Truncate)
 	}
-	if req.Options["temperature"] != 0.0 || req.Options["seed"] != 42.0 || req.Options["num_predict"] != 256.0 {
+	if req.Options["temperature"] != 0.0 || req.Options["seed"] != 42.0 || req.Options["num_predict"] != 256.0 || req.Options["num_ctx"] != 2048.0 {
 		t.Fatalf("options %v", req.Options)
 	}
-	if req.Messages[0].Role != "system" || !strings.Contains(req.Messages[1].Content, "srv3 ready none 1 600 30 5.00") {
+	var schema struct {
+		Properties struct {
+			Actions struct {
+				Items struct {
+					Properties map[string]struct {
+						Enum    []string `json:"enum"`
+						Maximum int      `json:"maximum"`
+					} `json:"properties"`
+				} `json:"items"`
+			} `json:"actions"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(req.Format, &schema); err != nil {
+		t.Fatal(err)
+	}
+	items := schema.Properties.Actions.Items.Properties
+	if len(items["server"].Enum) != 7 || items["weight"].Maximum != 1 || !strings.HasPrefix(string(req.Format), `{"type":"object","properties":{"actions":{"type":"array","maxItems":8,"items":{"type":"object","properties":{"reason"`) {
+		t.Fatalf("schema %s", req.Format)
+	}
+	if req.Messages[0].Role != "system" || !strings.Contains(req.Messages[1].Content, "srv4 ready none 1 1 ") ||
+		!strings.Contains(req.Messages[1].Content, "candidate: errors 1.17% vs peers 0.00%") {
 		t.Fatalf("prompt:\n%s", req.Messages[1].Content)
 	}
-	var c Call
-	if r := p.Report().(Report); r.Call != nil {
-		c = *r.Call
-	}
-	if c.PromptTokens != 350 || c.CompletionTokens != 40 || c.TotalMs <= 0 || c.LoadMs <= 1 {
-		t.Fatalf("call metrics %+v", c)
+	c := p.Report().(Report).Call
+	if c == nil || c.PromptTokens < 100 || c.CompletionTokens == 0 || c.TotalMs <= 0 || c.NumCtx != 2048 {
+		t.Fatalf("call %+v", c)
 	}
 	var m strings.Builder
 	p.WriteMetrics(&m)
-	for _, want := range []string{"hapilot_llm_calls_total 2\n", "hapilot_llm_prompt_tokens_total 700\n", "hapilot_llm_completion_tokens_total 80\n", "hapilot_llm_load_duration_seconds_total 0.00266"} {
+	for _, want := range []string{"hapilot_llm_calls_total 2\n", "hapilot_llm_fallbacks_total 0\n"} {
 		if !strings.Contains(m.String(), want) {
 			t.Errorf("metrics lack %q:\n%s", want, m.String())
 		}
@@ -131,64 +178,57 @@ func TestQuietStepsMakeNoCall(t *testing.T) {
 }
 
 // Each adversarial reply leads to zero unsafe actions: the only action
-// ever accepted is the drain of the faulty srv3 (by the rules fallback or
-// the confirmed model), never a healthy server, never a weight out of range.
+// ever accepted is the drain of the faulty srv3 (by the rules' floor),
+// never a healthy server, never a weight out of range.
 func TestAdversarialReplies(t *testing.T) {
 	empty := ""
 	tests := []struct {
 		name     string
 		respond  ollamafake.Responder
 		mod      func(*Config)
-		fallback bool // the step must have fallen back to the rules
-		wantNote string
+		fallback bool // the step fell back to the floor alone
 	}{
-		{"malformed JSON", ollamafake.Fixed(`{"actions": [{"action": "drain"`), nil, true, ""},
-		{"prose instead of JSON", ollamafake.Fixed(`I would drain srv3.`), nil, true, ""},
-		{"unknown server", ollamafake.Fixed(ollamafake.Answer(ollamafake.Action{Action: "drain", Backend: "app", Server: "srv99", Reason: "x"})), nil, false, ""},
-		{"bad name", ollamafake.Fixed(ollamafake.Answer(ollamafake.Action{Action: "drain", Backend: "app", Server: "srv1;shutdown", Reason: "x"})), nil, true, ""},
+		{"malformed JSON", ollamafake.Fixed(`{"actions": [{"action": "drain"`), nil, true},
+		{"prose instead of JSON", ollamafake.Fixed(`I would drain srv3.`), nil, true},
+		{"unknown server", ollamafake.Fixed(ollamafake.Answer(ollamafake.Action{Action: "drain", Backend: "app", Server: "srv99", Reason: "x"})), nil, false},
+		{"bad name", ollamafake.Fixed(ollamafake.Answer(ollamafake.Action{Action: "drain", Backend: "app", Server: "srv1;shutdown", Reason: "x"})), nil, true},
 		{"drain every server", func(req ollamafake.Request) ollamafake.Reply {
 			var acts []ollamafake.Action
 			for i := 1; i <= 6; i++ {
 				acts = append(acts, ollamafake.Action{Action: "drain", Backend: "app", Server: "srv" + string(rune('0'+i)), Reason: "all bad"})
 			}
 			return ollamafake.Reply{Content: ollamafake.Answer(acts...)}
-		}, nil, false, ""},
-		{"weight 1000", ollamafake.Fixed(`{"actions":[{"action":"set_weight","backend":"app","server":"srv1","weight":1000,"reason":"more"}]}`), nil, true, ""},
-		{"weight cut on a healthy server", ollamafake.Fixed(`{"actions":[{"action":"set_weight","backend":"app","server":"srv1","weight":0,"reason":"less"}]}`), nil, false, ""},
-		{"unknown action", ollamafake.Fixed(`{"actions":[{"action":"reboot","backend":"app","server":"srv1","reason":"x"}]}`), nil, true, ""},
-		{"extra field", ollamafake.Fixed(`{"actions":[],"note":"hi"}`), nil, true, ""},
+		}, nil, false},
+		{"weight 1000", ollamafake.Fixed(`{"actions":[{"action":"set_weight","backend":"app","server":"srv1","weight":1000,"reason":"more"}]}`), nil, true},
+		{"weight raise", ollamafake.Fixed(`{"actions":[{"action":"set_weight","backend":"app","server":"srv1","weight":51,"reason":"more"}]}`), nil, false},
+		{"weight cut on a healthy server", ollamafake.Fixed(`{"actions":[{"action":"set_weight","backend":"app","server":"srv1","weight":0,"reason":"less"}]}`), nil, false},
+		{"unknown action", ollamafake.Fixed(`{"actions":[{"action":"reboot","backend":"app","server":"srv1","reason":"x"}]}`), nil, true},
+		{"extra field", ollamafake.Fixed(`{"actions":[],"note":"hi"}`), nil, true},
 		{"reply after the deadline", func(req ollamafake.Request) ollamafake.Reply {
 			r := ollamafake.Capable(req)
 			r.Delay = 300 * time.Millisecond
 			return r
-		}, func(c *Config) { c.Deadline = 100 * time.Millisecond }, true, ""},
+		}, func(c *Config) { c.Deadline = 100 * time.Millisecond }, true},
 		{"HTTP 500", func(ollamafake.Request) ollamafake.Reply {
 			return ollamafake.Reply{Status: 500, Error: "llama runner process has terminated"}
-		}, nil, true, ""},
-		{"empty body", func(ollamafake.Request) ollamafake.Reply { return ollamafake.Reply{RawBody: &empty} }, nil, true, ""},
-		{"think unsupported", ollamafake.Capable, func(c *Config) { c.Think = "on" }, true, "does not support thinking"},
+		}, nil, true},
+		{"empty body", func(ollamafake.Request) ollamafake.Reply { return ollamafake.Reply{RawBody: &empty} }, nil, true},
+		{"think unsupported", ollamafake.Capable, func(c *Config) { c.Think = ThinkOn }, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p, _ := newPolicy(t, tc.respond, tc.mod)
+			p, _ := newPolicy(t, tc.respond, func(c *Config) {
+				c.Gate = GateAlways
+				if tc.mod != nil {
+					tc.mod(c)
+				}
+			})
 			obs := fleet(time.Unix(1000, 0), 6, "srv3")
-			plan, err := p.Decide(context.Background(), obs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := p.Report().(Report)
-			if (r.Fallback != "") != tc.fallback {
+			accepted := steps(t, p, obs, 1)
+			if r := p.Report().(Report); (r.Fallback != "") != tc.fallback {
 				t.Fatalf("fallback %q, want fallback=%v (call %+v)", r.Fallback, tc.fallback, r.Call)
 			}
-			if tc.wantNote != "" && !strings.Contains(r.ThinkNote, "does not support thinking") {
-				t.Fatalf("think note %q", r.ThinkNote)
-			}
-			accepted := steps(t, p, obs, 4)
-			for _, v := range agent.DefaultGuardrails().Vet(&obs, plan) {
-				if v.Accepted {
-					accepted = append(accepted, v.Applied)
-				}
-			}
+			accepted = append(accepted, steps(t, p, obs, 4)...)
 			for _, a := range accepted {
 				if a.Kind != agent.Drain || a.Server != "srv3" {
 					t.Fatalf("unsafe action %+v (report %+v)", a, p.Report())
@@ -200,11 +240,11 @@ func TestAdversarialReplies(t *testing.T) {
 
 func TestInvalidReplyIsAudited(t *testing.T) {
 	p, _ := newPolicy(t, ollamafake.Fixed("not json at all"), nil)
-	if _, err := p.Decide(context.Background(), fleet(time.Unix(1000, 0), 3, "srv1")); err != nil {
+	if _, err := p.Decide(context.Background(), grey(time.Unix(1000, 0))); err != nil {
 		t.Fatal(err)
 	}
 	r := p.Report().(Report)
-	if r.Call == nil || r.Call.Raw != "not json at all" || r.Call.Error == "" {
+	if r.Call == nil || r.Call.Raw != "not json at all" || r.Call.Error == "" || r.Fallback == "" {
 		t.Fatalf("report %+v", r)
 	}
 	if p.counters.invalid != 1 || p.counters.fallbacks != 1 {
@@ -212,37 +252,218 @@ func TestInvalidReplyIsAudited(t *testing.T) {
 	}
 }
 
-// A model that readies what the agent drained, every cycle, is held: the
-// drained server's window still condemns it.
-func TestFlipFlopIsHeld(t *testing.T) {
-	// Gate "always": with the anomaly gate a drained server is no
-	// candidate, so the model would not even be asked.
-	p, _ := newPolicy(t, ollamafake.FlipFlop, func(c *Config) { c.Gate = "always" })
-	now := time.Unix(1000, 0)
-	obs := fleet(now, 6, "srv3")
-	s := &obs.Backends[0].Servers[2]
-	s.State.AdminState = haproxy.AdminForcedDrain
-	s.Owner, s.Changed = agent.OwnerAgent, &agent.Change{Phase: agent.PhaseDrained, At: now.Add(-10 * time.Second)}
-	if got := steps(t, p, obs, 6); len(got) != 0 {
-		t.Fatalf("actions %v", got)
-	}
-	if r := p.Report().(Report); len(r.Held) != 1 {
+// A cold model loads for longer than the step deadline. The step falls
+// back to the floor, but the call is never cancelled, so the load
+// completes (Ollama aborts a load whose request ends) and a later step
+// finds the model warm.
+func TestDeadlineNeverAbortsALoad(t *testing.T) {
+	p, fake := newPolicy(t, ollamafake.Capable, func(c *Config) { c.Deadline = 100 * time.Millisecond })
+	fake.LoadTime = 400 * time.Millisecond
+	obs := grey(time.Unix(1000, 0))
+	steps(t, p, obs, 1)
+	if r := p.Report().(Report); !r.DeadlineMiss {
 		t.Fatalf("report %+v", r)
+	}
+	// The next step finds the call still running and does not stack
+	// another on it.
+	steps(t, p, obs, 1)
+	if r := p.Report().(Report); !strings.Contains(r.Fallback, "still running") || len(fake.Requests()) != 1 {
+		t.Fatalf("report %+v, %d requests", r, len(fake.Requests()))
+	}
+	waitFor(t, func() bool { _, ok := fake.Loaded(model); return ok })
+	for _, e := range fake.Events() {
+		if strings.Contains(e, "aborting load") {
+			t.Fatalf("the load was aborted: %q", fake.Events())
+		}
+	}
+	waitFor(t, func() bool { p.fmu.Lock(); defer p.fmu.Unlock(); return len(p.inflight.done) == 1 })
+	steps(t, p, obs, 1) // the late reply is taken and discarded; this step's call answers warm
+	if r := p.Report().(Report); !r.Called || r.Call.LoadMs > 50 || p.counters.late != 1 {
+		t.Fatalf("report %+v, late %d", r, p.counters.late)
 	}
 }
 
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatal("condition not met within 5 s")
+}
+
+// Start inspects and loads the model in the background: while it loads,
+// steps leave the decisions to the floor and /status says "loading"; it is
+// loaded with keep_alive -1, and loaded again when something unloads it.
+func TestWarmUpLoadingStatusAndReload(t *testing.T) {
+	p, fake := newPolicy(t, ollamafake.Capable, nil)
+	p.WatchEvery = 20 * time.Millisecond
+	fake.LoadTime = 300 * time.Millisecond
+	fake.ContextLength = 40960
+	p.Start()
+	waitFor(t, func() bool { return p.PolicyStatus().(Status).State == "loading" })
+	steps(t, p, grey(time.Unix(1000, 0)), 1)
+	r := p.Report().(Report)
+	st := p.PolicyStatus().(Status)
+	if r.Called || !strings.Contains(r.Fallback, "loading for") || !strings.HasPrefix(st.For, "loading ") || st.Info.ContextLength != 40960 {
+		t.Fatalf("while loading: report %+v, status %+v", r, st)
+	}
+	waitFor(t, func() bool { return p.PolicyStatus().(Status).State == "ready" })
+	if req := fake.Requests()[0]; len(req.Messages) != 0 || string(req.KeepAlive) != "-1" {
+		t.Fatalf("warm-up request %+v", req)
+	}
+	steps(t, p, grey(time.Unix(1001, 0)), 1)
+	if r := p.Report().(Report); !r.Called || r.Call.LoadMs > 50 {
+		t.Fatalf("after the warm-up: %+v", r)
+	}
+	// Someone unloads the model: the watch loads it again.
+	unload(t, fake)
+	waitFor(t, func() bool { p.cmu.Lock(); defer p.cmu.Unlock(); return p.counters.loads == 2 })
+	if _, ok := fake.Loaded(model); !ok {
+		t.Fatal("not loaded again")
+	}
+}
+
+func unload(t *testing.T, fake *ollamafake.Server) {
+	t.Helper()
+	u, _ := url.Parse(fake.URL)
+	stream := false
+	err := api.NewClient(u, fake.Client()).Chat(context.Background(), &api.ChatRequest{Model: model, Stream: &stream, KeepAlive: &api.Duration{}},
+		func(api.ChatResponse) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The context is sized from the prompt and capped by the model's own;
+// truncation is refused, and a prompt too large for the model is shrunk
+// instead of cut from its start (which would lose the system prompt).
+func TestContextSizedAndNeverTruncated(t *testing.T) {
+	big := func(now time.Time) agent.Observation {
+		obs := agent.Observation{Time: now, Cycle: 1}
+		for b := 0; b < 5; b++ {
+			o := fleet(now, 9)
+			o.Backends[0].Name = "pool" + string(rune('a'+b))
+			for i := range o.Backends[0].Servers {
+				o.Backends[0].Servers[i].Backend = o.Backends[0].Name
+			}
+			o.Backends[0].Servers[2].Window.Err5xx = 7
+			obs.Backends = append(obs.Backends, o.Backends[0])
+		}
+		return obs
+	}
+	p, fake := newPolicy(t, ollamafake.Capable, func(c *Config) { c.MaxShown = 12 })
+	fake.ContextLength = 1536
+	if _, err := p.Model.Inspect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	steps(t, p, big(time.Unix(1000, 0)), 1)
+	r := p.Report().(Report)
+	req := fake.Requests()[len(fake.Requests())-1]
+	if !r.Called || r.Call.Error != "" || r.PromptNote == "" || req.Options["num_ctx"] != 1536.0 || req.Truncated {
+		t.Fatalf("report %+v (note %q), num_ctx %v, truncated %v", r.Call, r.PromptNote, req.Options["num_ctx"], req.Truncated)
+	}
+	// Told nothing of the model's context, a prompt that does not fit is
+	// an invalid reply with its reason, never a silent cut; the next
+	// prompt is smaller.
+	p2, fake2 := newPolicy(t, ollamafake.Capable, func(c *Config) { c.NumCtx = 2048 })
+	fake2.ContextLength = 1024
+	steps(t, p2, big(time.Unix(1000, 0)), 1)
+	r = p2.Report().(Report)
+	if r.Call == nil || !strings.Contains(r.Call.Error, "exceeds the context length") || p2.shown != 6 || r.Fallback == "" {
+		t.Fatalf("overflow: %+v shown %d", r.Call, p2.shown)
+	}
+}
+
+// Thinking has its own budget on top of the answer's; a call cut while
+// thinking is an invalid reply that turns thinking off for a while.
+func TestThinkingBudget(t *testing.T) {
+	thinker := func(req ollamafake.Request) ollamafake.Reply {
+		r := ollamafake.Capable(req)
+		r.Thinking = strings.Repeat("Let me compare srv4 with its peers. ", 200)
+		r.ThinkingTokens = 700
+		return r
+	}
+	p, fake := newPolicy(t, thinker, func(c *Config) { c.Think = ThinkOn })
+	fake.Thinking = true
+	steps(t, p, grey(time.Unix(1000, 0)), 1)
+	r := p.Report().(Report)
+	if !r.Called || r.Call.Error != "" || r.Call.NumPredict != 256+1024 || r.Call.DoneReason != "stop" || len(r.Call.Thinking) > MaxThinking+3 || r.Call.Thinking == "" {
+		t.Fatalf("with a thinking budget: %+v", r.Call)
+	}
+	p2, fake2 := newPolicy(t, thinker, func(c *Config) { c.Think = ThinkOn; c.ThinkBudget = 0 })
+	fake2.Thinking = true
+	steps(t, p2, grey(time.Unix(1000, 0)), 2)
+	reqs := fake2.Requests()
+	r = p2.Report().(Report)
+	if string(reqs[0].Think) != "true" || string(reqs[1].Think) != "false" || !r.Called || r.Call.Error != "" {
+		t.Fatalf("think sent %s then %s; second call %+v", reqs[0].Think, reqs[1].Think, r.Call)
+	}
+}
+
+// A think level goes only where the model takes it: after Ollama's 400 the
+// same call is sent again with thinking on, and the choice is kept.
+func TestThinkLevelFallsBackToOn(t *testing.T) {
+	p, fake := newPolicy(t, ollamafake.Capable, func(c *Config) { c.Think = ThinkLow })
+	fake.Thinking = true
+	steps(t, p, grey(time.Unix(1000, 0)), 2)
+	reqs := fake.Requests()
+	if len(reqs) != 3 || string(reqs[0].Think) != `"low"` || string(reqs[1].Think) != "true" || string(reqs[2].Think) != "true" {
+		t.Fatalf("think sent: %d requests", len(reqs))
+	}
+	if r := p.Report().(Report); !r.Called || r.Fallback != "" {
+		t.Fatalf("report %+v", r)
+	}
+	fake.ThinkLevels = true // gpt-oss takes levels
+	p2, fake2 := newPolicy(t, ollamafake.Capable, func(c *Config) { c.Think = ThinkHigh })
+	fake2.Thinking, fake2.ThinkLevels = true, true
+	steps(t, p2, grey(time.Unix(1000, 0)), 1)
+	if reqs := fake2.Requests(); len(reqs) != 1 || string(reqs[0].Think) != `"high"` {
+		t.Fatalf("a harmony model's level: %d requests", len(reqs))
+	}
+}
+
+// The cost-aware toggle uses what it can observe: a call over the token
+// budget turns thinking off for the next steps.
 func TestThinkingSwitchedOffWhenOverBudget(t *testing.T) {
 	p, fake := newPolicy(t, func(req ollamafake.Request) ollamafake.Reply {
 		r := ollamafake.Capable(req)
-		r.CompletionTokens = 1500
+		r.ThinkingTokens = 900
 		return r
-	}, func(c *Config) { c.Think = "high" })
+	}, func(c *Config) { c.Think = ThinkOn })
 	fake.Thinking = true
-	obs := fleet(time.Unix(1000, 0), 6, "srv3")
-	steps(t, p, obs, 3)
+	steps(t, p, grey(time.Unix(1000, 0)), 3)
 	reqs := fake.Requests()
-	if string(reqs[0].Think) != `"high"` || string(reqs[1].Think) != "false" || string(reqs[2].Think) != "false" {
+	if string(reqs[0].Think) != "true" || string(reqs[1].Think) != "false" || string(reqs[2].Think) != "false" {
 		t.Fatalf("think sent: %s %s %s", reqs[0].Think, reqs[1].Think, reqs[2].Think)
+	}
+}
+
+// /metrics and /status never wait for a model call in flight.
+func TestMetricsAndStatusDoNotWaitForACall(t *testing.T) {
+	release := make(chan struct{})
+	p, fake := newPolicy(t, func(req ollamafake.Request) ollamafake.Reply {
+		<-release
+		return ollamafake.Capable(req)
+	}, func(c *Config) { c.Deadline = time.Minute })
+	defer close(release)
+	go func() { _, _ = p.Decide(context.Background(), grey(time.Unix(1000, 0))) }()
+	waitFor(t, func() bool { return len(fake.Requests()) == 1 })
+	done := make(chan string)
+	go func() {
+		var m strings.Builder
+		p.WriteMetrics(&m)
+		st := p.PolicyStatus().(Status)
+		done <- m.String() + st.State
+	}()
+	select {
+	case out := <-done:
+		if !strings.Contains(out, "hapilot_llm_calls_total 1") {
+			t.Fatalf("metrics %s", out)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("metrics waited for the model call")
 	}
 }
 
@@ -251,58 +472,138 @@ func TestParseReply(t *testing.T) {
 	if err != nil || len(plan) != 1 || plan[0].Weight != 10 {
 		t.Fatalf("%+v %v", plan, err)
 	}
-	for _, bad := range []string{`{}`, `[]`, `{"actions":[{"action":"drain","backend":"app","server":"s1","weight":3,"reason":"r"}]}`,
-		`{"actions":[]} {"actions":[]}`, `{"actions":[{"action":"set_weight","backend":"app","server":"s1","reason":"r"}]}`} {
+	// The schema allows a weight with drain or ready: it is ignored.
+	plan, err = ParseReply(`{"actions":[{"reason":"r","action":"drain","backend":"app","server":"s1","weight":3}]}`)
+	if err != nil || len(plan) != 1 || plan[0].Kind != agent.Drain || plan[0].Weight != 0 {
+		t.Fatalf("weight with drain: %+v %v", plan, err)
+	}
+	for _, bad := range []string{`{}`, `[]`, `{"actions":[]} {"actions":[]}`, `{"actions":[{"action":"set_weight","backend":"app","server":"s1","reason":"r"}]}`} {
 		if _, err := ParseReply(bad); err == nil {
 			t.Errorf("accepted %s", bad)
 		}
 	}
 }
 
-func TestPromptHidesQuietServersInLargeFleets(t *testing.T) {
-	obs := fleet(time.Unix(1000, 0), 9, "srv5")
-	p := Prompt(obs, nil, 4)
-	if !strings.Contains(p, "srv5 ready") || !strings.Contains(p, "(5 more servers") {
-		t.Fatalf("prompt:\n%s", p)
+// The prompt gives each server its peers' rate and its ratio, why it is a
+// candidate, a recent figure, its load against maxconn and its configured
+// weight, the agent's state, and the model's recent decisions.
+func TestPromptRows(t *testing.T) {
+	now := time.Unix(1000, 0)
+	obs := grey(now)
+	for i := range obs.Backends[0].Servers {
+		s := &obs.Backends[0].Servers[i]
+		s.MaxConn, s.RespTimeMs = 20, 40
+		s.Recent = window.Stats{Requests: 100, Err5xx: 0, Seconds: 10, RatePerSec: 10, P50Ms: 9}
 	}
-	b, _ := json.Marshal(obs)
-	if len(p) > len(b)/4 {
-		t.Errorf("prompt of %d bytes for an observation of %d", len(p), len(b))
+	d := &obs.Backends[0].Servers[0]
+	d.State.AdminState, d.Owner = haproxy.AdminForcedDrain, agent.OwnerAgent
+	d.Changed = &agent.Change{Phase: agent.PhaseDrained, At: now.Add(-25 * time.Second)}
+	obs.Refused = map[string]string{"app/srv1": "a drained server comes back only after a clean probe burst"}
+	in := PromptInput{Obs: obs, Candidates: map[string]string{"app/srv4": "errors 1.17% vs peers 0.00%"}, Confirm: 2,
+		Pending: map[string]int{"app/srv4": 1}, History: []string{"step 3: drain app/srv2: refused: floor"}, DrainsPer: 3, MaxShown: 12}
+	got := Prompt(in)
+	for _, want := range []string{
+		Header,
+		"backend app: 6 servers, 5 serving (keep at least 3), at most 2 drains a step, 3600 requests, 5xx 0.19%",
+		"srv4 ready none 1 1 10.0 2 600 7 1.17 0.00 inf 100 0.00 9 12 candidate: errors 1.17% vs peers 0.00%; your proposal awaits confirmation (1 of 2)",
+		"srv1 drain agent 1 1 10.0 2 600 0 0.00 0.23 0.0 100 0.00 9 12 drained by the agent 25s ago; no traffic while drained: a ready only asks for probes; refused last step:",
+		"your recent decisions, oldest first:\n- step 3: drain app/srv2: refused: floor",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("prompt lacks %q:\n%s", want, got)
+		}
+	}
+	rows := ollamafake.ParsePrompt(ollamafake.Request{Messages: []ollamafake.Message{{Role: "user", Content: got}}})
+	if len(rows) != 6 || rows[0].Server != "srv4" || rows[0].Candidate == "" || rows[1].Owner != "agent" {
+		t.Fatalf("an emulated model reads %+v", rows)
 	}
 }
 
-func TestCalibrationScorecard(t *testing.T) {
+// In a large backend, only the flagged servers and the agent's are listed
+// in full; the rest are summed.
+func TestPromptSumsQuietServers(t *testing.T) {
+	obs := fleet(time.Unix(1000, 0), 9)
+	in := PromptInput{Obs: obs, Candidates: map[string]string{"app/srv5": "latency"}, MaxShown: 4}
+	p := Prompt(in)
+	if !strings.Contains(p, "srv5 ready") || !strings.Contains(p, "(5 more servers, none flagged") {
+		t.Fatalf("prompt:\n%s", p)
+	}
+	in.Candidates = nil
+	if p := Prompt(in); strings.Contains(p, "backend app") {
+		t.Fatalf("a backend with nothing flagged was sent:\n%s", p)
+	}
+}
+
+func TestCalibration(t *testing.T) {
 	tests := []struct {
 		name    string
 		respond ollamafake.Responder
+		mod     func(*Config)
 		pass    bool
+		why     string
 	}{
-		{"capable", ollamafake.Capable, true},
-		{"trigger-happy", ollamafake.TriggerHappy, false},
-		{"garbage", ollamafake.Fixed("no"), false},
+		{"capable", ollamafake.Capable, nil, true, ""},
+		{"trigger-happy", ollamafake.TriggerHappy, nil, false, "harmful"},
+		{"garbage", ollamafake.Fixed("no"), nil, false, "valid replies"},
+		{"always drains the top row", func(req ollamafake.Request) ollamafake.Reply {
+			rows := ollamafake.ParsePrompt(req)
+			if len(rows) == 0 {
+				return ollamafake.Reply{Content: ollamafake.Answer()}
+			}
+			return ollamafake.Reply{Content: ollamafake.Answer(ollamafake.Action{Action: "drain", Backend: rows[0].Backend, Server: rows[0].Server, Reason: "top"})}
+		}, nil, false, "harmful"},
+		{"too slow for the deadline", func(req ollamafake.Request) ollamafake.Reply {
+			r := ollamafake.Capable(req)
+			r.Delay = 60 * time.Millisecond
+			return r
+		}, func(c *Config) { c.Deadline = 30 * time.Millisecond }, false, "step deadline"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p, _ := newPolicy(t, tc.respond, nil)
-			sc, err := Calibrate(context.Background(), p.Model, time.Second, time.Unix(5000, 0))
+			p, _ := newPolicy(t, tc.respond, tc.mod)
+			sc, err := Calibrate(context.Background(), p.Model, time.Unix(5000, 0))
 			if err != nil {
 				t.Fatal(err)
 			}
 			var out strings.Builder
 			sc.Print(&out)
 			t.Logf("\n%s", out.String())
-			if len(sc.Scenarios) < 10 || sc.Passed != tc.pass || sc.Digest != "sha256:fa4e" {
-				t.Fatalf("passed %v (%s), %d scenarios", sc.Passed, sc.Why, len(sc.Scenarios))
+			if len(sc.Steps) < 12 || sc.Passed != tc.pass || !strings.Contains(sc.Why, tc.why) || sc.Key.Digest != "sha256:fa4e" {
+				t.Fatalf("passed %v (%s), %d steps", sc.Passed, sc.Why, len(sc.Steps))
 			}
 			dir := t.TempDir()
 			if _, err := sc.Save(dir); err != nil {
 				t.Fatal(err)
 			}
-			back, err := Load(dir, sc.Digest)
-			if err != nil || back.Passed != sc.Passed || back.Precision != sc.Precision {
+			back, err := Load(dir, sc.Key.Digest)
+			if err != nil || back.Passed != sc.Passed || back.Key != sc.Key {
 				t.Fatalf("record %+v %v", back, err)
 			}
 		})
+	}
+}
+
+// A record is keyed by digest, think mode and a hash of the prompt,
+// schema and options; a stale one says what changed.
+func TestCalibrationKey(t *testing.T) {
+	p, _ := newPolicy(t, ollamafake.Capable, nil)
+	k := KeyFor("sha256:1", p.Model)
+	if k.Stale(KeyFor("sha256:1", p.Model)) != "" {
+		t.Fatal("a key is stale against itself")
+	}
+	other := func(f func(*Model)) *Model {
+		m := &Model{Config: p.Model.Config, SystemPrompt: p.Model.SystemPrompt}
+		f(m)
+		return m
+	}
+	if s := k.Stale(KeyFor("sha256:1", other(func(m *Model) { m.Config.Think = ThinkOn }))); !strings.Contains(s, "think mode (off, now on)") {
+		t.Fatalf("think: %q", s)
+	}
+	if s := k.Stale(KeyFor("sha256:1", other(func(m *Model) { m.SystemPrompt += "\nBe bold." }))); !strings.Contains(s, "the prompt") {
+		t.Fatalf("prompt: %q", s)
+	}
+	if s := k.Stale(KeyFor("sha256:2", other(func(m *Model) { m.Config.NumPredict = 64 }))); !strings.Contains(s, "digest") || !strings.Contains(s, "call options") {
+		t.Fatalf("digest and options: %q", s)
 	}
 }
 
@@ -319,21 +620,34 @@ func TestShadowAuditsDisagreement(t *testing.T) {
 		t.Fatalf("acting plan %v", plan)
 	}
 	r := s.Report().(ShadowReport)
-	if !r.Model.Called || !r.Disagreement || len(r.OnlyModel) != 1 || r.OnlyModel[0] != "drain app/srv1 0" || len(r.OnlyActing) != 0 {
+	if !r.Compared || !r.Disagreement || len(r.OnlyModel) != 1 || r.OnlyModel[0] != "drain app/srv1 0" || len(r.OnlyActing) != 0 {
 		t.Fatalf("report %+v", r)
 	}
-	t.Logf("shadow report: %+v", r)
 }
 
-// A model slower than the interval never makes the loop late: each call
-// is cut at its deadline, the rules decide that step, and steps stay on
-// start + k·interval with none skipped.
+// A failed call is no agreement: the shadow report says the model did not
+// decide, and compares nothing.
+func TestShadowDoesNotCountAFailureAsAgreement(t *testing.T) {
+	p, _ := newPolicy(t, func(ollamafake.Request) ollamafake.Reply { return ollamafake.Reply{Status: 500, Error: "boom"} }, nil)
+	s := &Shadow{Model: p, Acting: rules.New(rules.DefaultConfig())}
+	if _, err := s.Decide(context.Background(), grey(time.Unix(1000, 0))); err != nil {
+		t.Fatal(err)
+	}
+	r := s.Report().(ShadowReport)
+	if r.Compared || r.Disagreement || !strings.Contains(r.ModelError, "did not decide") {
+		t.Fatalf("report %+v", r)
+	}
+}
+
+// A model slower than the interval never makes the loop late: each step
+// waits only until the deadline, the floor decides that step, and steps
+// stay on start + k·interval with none skipped.
 func TestSlowModelKeepsTheSchedule(t *testing.T) {
 	p, _ := newPolicy(t, func(req ollamafake.Request) ollamafake.Reply {
 		r := ollamafake.Capable(req)
 		r.Delay = 2 * time.Second
 		return r
-	}, func(c *Config) { c.Deadline = 200 * time.Millisecond; c.Gate = "always" })
+	}, func(c *Config) { c.Deadline = 200 * time.Millisecond; c.Gate = GateAlways })
 	obs := fleet(time.Now(), 3, "srv3")
 	var states []haproxy.ServerState
 	var stats []window.Stats
@@ -355,15 +669,14 @@ func TestSlowModelKeepsTheSchedule(t *testing.T) {
 	if m := l.Metrics(); len(lines) < 8 || m.Skipped != 0 {
 		t.Fatalf("%d steps in %v; counters %+v", len(lines), time.Since(start), m)
 	}
-	if p.counters.deadlineMisses < 7 || p.counters.fallbacks != p.counters.deadlineMisses {
-		t.Fatalf("deadline misses %d, fallbacks %d", p.counters.deadlineMisses, p.counters.fallbacks)
+	if p.counters.deadlineMisses < 1 || p.counters.busy < 5 || p.counters.fallbacks != p.counters.deadlineMisses+p.counters.busy {
+		t.Fatalf("deadline misses %d, busy %d, fallbacks %d", p.counters.deadlineMisses, p.counters.busy, p.counters.fallbacks)
 	}
 	var rec agent.Record
 	if err := json.Unmarshal([]byte(lines[0]), &rec); err != nil {
 		t.Fatal(err)
 	}
 	if len(rec.Plan) != 1 || rec.Plan[0].Server != "srv3" {
-		t.Fatalf("fallback plan %+v", rec.Plan)
+		t.Fatalf("the floor's plan %+v", rec.Plan)
 	}
-	t.Logf("one audit record: %s", lines[0])
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,70 +18,130 @@ import (
 
 // Report is what one step of the policy did, for the audit log.
 type Report struct {
-	Called       bool       `json:"called"`
-	Gated        string     `json:"gated,omitempty"` // why the model was not called
-	Candidates   []string   `json:"candidates,omitempty"`
+	Called     bool     `json:"called"`
+	Gated      string   `json:"gated,omitempty"` // why the model was not called
+	Candidates []string `json:"candidates,omitempty"`
+	// Floor is what the rules decided on their own this step: it applies
+	// whatever the model says.
+	Floor        agent.Plan `json:"floor,omitempty"`
 	Call         *Call      `json:"call,omitempty"`
-	Proposed     agent.Plan `json:"proposed,omitempty"`    // the model's plan before confirmation
+	Proposed     agent.Plan `json:"proposed,omitempty"`    // the model's plan before the checks
+	ModelPlan    agent.Plan `json:"model_plan,omitempty"`  // the model's actions that go on, confirmed
 	Pending      []string   `json:"pending,omitempty"`     // proposals awaiting confirmation
 	Held         []string   `json:"held,omitempty"`        // undo proposals refused by the hold
 	Unsupported  []string   `json:"unsupported,omitempty"` // drains or weight cuts the windows do not support
-	Fallback     string     `json:"fallback,omitempty"`    // why the fallback policy acted
+	Fallback     string     `json:"fallback,omitempty"`    // why only the floor acted
 	DeadlineMiss bool       `json:"deadline_miss,omitempty"`
 	ThinkNote    string     `json:"think_note,omitempty"`
+	PromptNote   string     `json:"prompt_note,omitempty"`
 }
 
-// Policy asks the model, under every protection.
+// Policy asks the model, under every protection. The rules are its floor:
+// their drains always apply, and the model decides what they cannot
+// decide well (the grey zone, latency below their test, overload, when a
+// drained server should be probed, several faults at once).
 type Policy struct {
-	Model    *Model
-	Fallback agent.Policy // rules, or agent.Static for none
-	Config   Config
-	Log      zerolog.Logger
-	Now      func() time.Time
+	Model *Model
+	// Floor is the policy whose plan always applies (the rules); nil for
+	// none (research runs of the study's loop).
+	Floor  agent.Policy
+	Config Config
+	Log    zerolog.Logger
+	Now    func() time.Time
+	// WatchEvery is how often a ready model is checked for still being
+	// loaded (/api/ps): someone else's keep_alive or a restart of Ollama
+	// unloads it, and it is then loaded again before a step needs it.
+	WatchEvery time.Duration
 
-	mu       sync.Mutex
-	prev     map[string]float64 // error rate per server at the previous step
-	pending  map[string]int     // consecutive proposals per action
-	think    Think              // the mode in force
-	thinkOff int                // steps left with thinking forced off
+	mu       sync.Mutex // one step at a time
+	prev     map[string]float64
+	pending  map[string]int // consecutive proposals per action
+	think    Think          // the mode in force
+	thinkOff int            // steps left with thinking forced off
+	shown    int            // servers per backend the prompt lists in full
+	history  []string       // the model's decisions and their outcomes
+	judge    []agent.Action // last step's model actions, to judge now
 	report   Report
 	gate     *rules.Policy
 	evidence *rules.Policy
-	counters struct {
-		calls, gated, invalid, httpErrors, deadlineMisses, fallbacks, promptTokens, completionTokens uint64
-		totalMs, loadMs                                                                              float64
-	}
+
+	ctx    context.Context // the policy's life: Close ends it
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the life-cycle goroutine and calls in flight
+
+	lmu  sync.Mutex // the model's life cycle
+	life lifeState
+
+	fmu      sync.Mutex // the call in flight
+	inflight *flight
+
+	cmu      sync.Mutex // counters, read by /metrics while a step waits
+	counters counters
+}
+
+type counters struct {
+	calls, gated, invalid, httpErrors, deadlineMisses, fallbacks, busy, late, promptTokens, completionTokens, loads uint64
+	totalMs, loadMs                                                                                                 float64
+}
+
+// lifeState is where the model stands: "unknown" until Start, then
+// "inspecting", "loading", "ready" or "unreachable".
+type lifeState struct {
+	state string
+	since time.Time
+	err   string
+	info  Info
+}
+
+type flight struct {
+	started time.Time
+	done    chan callResult
+}
+
+type callResult struct {
+	plan agent.Plan
+	call Call
+	err  error
 }
 
 // New returns the LLM policy; cfg is resolved for the loop's interval
-// (Config.ForInterval) by the caller.
-func New(m *Model, fallback agent.Policy, cfg Config, log zerolog.Logger) *Policy {
+// (Config.ForInterval) by the caller. Start warms the model; Close ends
+// every call and the warm-up.
+func New(m *Model, floor agent.Policy, cfg Config, log zerolog.Logger) *Policy {
+	ctx, cancel := context.WithCancel(context.Background())
 	return &Policy{
-		Model: m, Fallback: fallback, Config: cfg, Log: log, Now: time.Now,
-		prev: map[string]float64{}, pending: map[string]int{}, think: m.Config.Think,
-		// A loose version of the rule test finds candidates worth a call.
+		Model: m, Floor: floor, Config: cfg, Log: log, Now: time.Now, WatchEvery: 30 * time.Second,
+		prev: map[string]float64{}, pending: map[string]int{}, think: cfg.Think, shown: cfg.MaxShown,
+		// A loose version of the rule test finds the grey zone: suspicious,
+		// not yet significant at the rules' alpha.
 		gate: rules.New(rules.Config{Alpha: 0.05, MinRequests: 50, MinErrors: 3, MinRatio: 1.5}),
 		// The default rule test decides whether a drained server's own
 		// window still condemns it.
 		evidence: rules.New(rules.DefaultConfig()),
+		ctx:      ctx, cancel: cancel, life: lifeState{state: "unknown"},
 	}
 }
 
 func (*Policy) Name() string { return "llm" }
 
-// Needs: fleet-size adaptation, a backend of N servers may lose up to
-// N/10 servers a step (at least one), floor permitting. The unprotected
-// study loop waits for the model however long it takes.
+// Needs: as the rules, a backend of N servers may lose up to N/3 servers
+// a step, floor and capacity permitting. The unprotected study loop waits
+// for the model however long it takes.
 func (p *Policy) Needs() agent.Needs {
-	return agent.Needs{DrainsPer: 10, NoStepBudget: p.Config.Unprotected}
+	return agent.Needs{DrainsPer: 3, NoStepBudget: p.Config.Unprotected}
 }
 
 // Report returns the last step's report.
 func (p *Policy) Report() any {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	r := p.report
-	return r
+	return p.report
+}
+
+// Close stops the warm-up and every call in flight, and waits for them.
+func (p *Policy) Close() {
+	p.cancel()
+	p.wg.Wait()
 }
 
 // Decide runs one step.
@@ -89,62 +150,157 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 	defer p.mu.Unlock()
 	p.report = Report{}
 	defer p.remember(obs)
+	p.judgeOutcomes(obs)
 
-	cands := p.candidates(obs)
+	floor, err := p.floorPlan(ctx, obs)
+	if err != nil {
+		return nil, err
+	}
+	cands := p.candidates(obs, floor)
 	for k, why := range cands {
 		p.report.Candidates = append(p.report.Candidates, k+" "+why)
 	}
 	sort.Strings(p.report.Candidates)
 	if p.Config.Gate != GateAlways && len(cands) == 0 && len(p.pending) == 0 {
-		p.report.Gated = "no candidate in the windows and nothing awaiting confirmation"
-		p.counters.gated++
+		p.report.Gated = "nothing for the model: no candidate beyond the rules' own and nothing awaiting confirmation"
+		p.count(func(c *counters) { c.gated++ })
+		return floor, nil
+	}
+	if why := p.unusable(); why != "" {
+		return p.fallback(floor, why, false), nil
+	}
+	think := p.thinkFor()
+	in, note := p.promptInput(obs, cands, floor, think)
+	p.report.PromptNote = note
+	prompt := Prompt(in)
+	res, answered, why := p.call(ctx, prompt, p.schema(in), think)
+	if !answered {
+		overran := why == "overran"
+		if overran {
+			why = fmt.Sprintf("the call overran its %v deadline: it goes on in the background, so a load is not aborted", p.Config.Deadline)
+		}
+		p.costOfThinking(think, Call{}, overran)
+		return p.fallback(floor, why, overran), nil
+	}
+	p.report.Called, p.report.Call = true, &res.call
+	p.costOfThinking(think, res.call, false)
+	if res.err != nil {
+		p.failed(res)
+		return p.fallback(floor, res.err.Error(), false), nil
+	}
+	p.report.Proposed = res.plan
+	mine := p.confirm(obs, p.supported(obs, res.plan, cands))
+	p.report.ModelPlan = mine
+	p.judge = mine
+	return merge(floor, mine), nil
+}
+
+func (p *Policy) floorPlan(ctx context.Context, obs agent.Observation) (agent.Plan, error) {
+	if p.Floor == nil {
 		return nil, nil
 	}
+	plan, err := p.Floor.Decide(ctx, obs)
+	if err != nil {
+		return nil, fmt.Errorf("llm: the rules' floor: %w", err)
+	}
+	p.report.Floor = plan
+	return plan, nil
+}
 
-	think := p.think
+// merge puts the model's actions after the floor's, one per server.
+func merge(floor, model agent.Plan) agent.Plan {
+	out := append(agent.Plan(nil), floor...)
+	seen := map[string]bool{}
+	for _, a := range floor {
+		seen[a.Backend+"/"+a.Server] = true
+	}
+	for _, a := range model {
+		if !seen[a.Backend+"/"+a.Server] {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func (p *Policy) count(f func(*counters)) {
+	p.cmu.Lock()
+	defer p.cmu.Unlock()
+	f(&p.counters)
+}
+
+// fallback is a step the model did not decide: the floor alone acts.
+func (p *Policy) fallback(floor agent.Plan, why string, overran bool) agent.Plan {
+	p.report.Fallback, p.report.DeadlineMiss = why, overran
+	p.count(func(c *counters) {
+		c.fallbacks++
+		if overran {
+			c.deadlineMisses++
+		}
+	})
+	p.Log.Warn().Str("why", why).Int("floor_actions", len(floor)).Msg("the model did not decide this step; the rules' floor acts")
+	// Proposals awaiting confirmation lapse: they were not repeated.
+	clear(p.pending)
+	return floor
+}
+
+// failed counts a call that came back unusable, and learns from it.
+func (p *Policy) failed(res callResult) {
+	switch {
+	case errors.Is(res.err, ErrThinkUnsupported):
+		p.think = ThinkOff
+		p.report.ThinkNote = "the model does not support thinking: off from now on"
+	case errors.Is(res.err, ErrContextOverflow):
+		p.shown = max(2, p.shown/2)
+		p.report.PromptNote = fmt.Sprintf("the prompt did not fit the model's context: %d servers a backend in full from now on", p.shown)
+	}
+	p.count(func(c *counters) {
+		if res.call.Raw != "" || errors.Is(res.err, ErrCutShort) || errors.Is(res.err, ErrContextOverflow) {
+			c.invalid++
+		} else {
+			c.httpErrors++
+		}
+	})
+}
+
+// thinkFor is the think mode of this step's call.
+func (p *Policy) thinkFor() Think {
 	if p.thinkOff > 0 {
 		p.thinkOff--
-		think = ThinkOff
 		if p.thinkOff == 0 {
 			p.report.ThinkNote = "thinking allowed again from the next step"
 		}
+		return ThinkOff
 	}
-	dctx, cancel := context.WithCancel(ctx)
-	if p.Config.Deadline > 0 {
-		dctx, cancel = context.WithTimeout(ctx, p.Config.Deadline)
+	return p.think
+}
+
+// costOfThinking switches thinking off for ThinkRetry steps after a call
+// that showed it costs too much, by what can be observed: the call
+// overran its deadline, was cut at num_predict, or spent more completion
+// tokens than TokenBudget.
+func (p *Policy) costOfThinking(think Think, call Call, overran bool) {
+	if think == ThinkOff || p.Config.ThinkRetry <= 0 {
+		return
 	}
-	defer cancel()
-	p.counters.calls++
-	p.report.Called = true
-	plan, call, err := p.Model.Ask(dctx, Prompt(obs, p.prev, p.Config.MaxShown), think)
-	p.report.Call = &call
-	p.counters.promptTokens += uint64(call.PromptTokens)
-	p.counters.completionTokens += uint64(call.CompletionTokens)
-	p.counters.totalMs += call.TotalMs
-	p.counters.loadMs += call.LoadMs
-	// A call cut by the agent stopping is no deadline miss.
-	overran := errors.Is(dctx.Err(), context.DeadlineExceeded)
-	if think != ThinkOff && p.Config.ThinkRetry > 0 && (overran || call.CompletionTokens > p.Config.TokenBudget) {
-		p.thinkOff = p.Config.ThinkRetry
-		p.report.ThinkNote = fmt.Sprintf("thinking (%s) overran the deadline or spent %d tokens (budget %d): off for %d steps",
-			think, call.CompletionTokens, p.Config.TokenBudget, p.thinkOff)
-		p.Log.Warn().Str("think", string(think)).Int("tokens", call.CompletionTokens).Bool("overran", overran).Msg("switching thinking off")
+	var why string
+	switch {
+	case overran:
+		why = "the call overran its deadline"
+	case call.DoneReason == "length":
+		why = fmt.Sprintf("the call was cut at num_predict %d", call.NumPredict)
+	case call.CompletionTokens > p.Config.TokenBudget:
+		why = fmt.Sprintf("the call spent %d completion tokens (budget %d)", call.CompletionTokens, p.Config.TokenBudget)
+	default:
+		return
 	}
-	if errors.Is(err, ErrThinkUnsupported) {
-		p.think = ThinkOff
-		p.report.ThinkNote = "the model does not support thinking: off from now on"
-	}
-	if err != nil {
-		return p.fallback(ctx, obs, err, overran)
-	}
-	p.report.Proposed = plan
-	return p.confirm(obs, p.supported(obs, plan, cands)), nil
+	p.thinkOff = p.Config.ThinkRetry
+	p.report.ThinkNote = fmt.Sprintf("thinking (%s) off for %d steps: %s", think, p.thinkOff, why)
+	p.Log.Warn().Str("think", string(think)).Str("why", why).Msg("switching thinking off")
 }
 
 // supported drops drains and weight cuts of servers the windows do not
-// show departing from their peers: the model proposes, the data must
-// agree. A model that drains healthy servers therefore cannot do worse
-// than the rules.
+// flag: the model proposes, the data must agree. A model that drains
+// healthy servers therefore cannot do worse than the rules.
 func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[string]string) agent.Plan {
 	var out agent.Plan
 	for _, a := range plan {
@@ -161,24 +317,6 @@ func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[str
 		out = append(out, a)
 	}
 	return out
-}
-
-func (p *Policy) fallback(ctx context.Context, obs agent.Observation, cause error, overran bool) (agent.Plan, error) {
-	switch {
-	case overran:
-		p.counters.deadlineMisses++
-		p.report.DeadlineMiss = true
-	case p.report.Call != nil && p.report.Call.Raw != "":
-		p.counters.invalid++
-	default:
-		p.counters.httpErrors++
-	}
-	p.counters.fallbacks++
-	p.report.Fallback = cause.Error()
-	p.Log.Warn().Err(cause).Str("fallback", p.Fallback.Name()).Msg("model failed; the fallback policy decides this step")
-	// Proposals awaiting confirmation lapse: they were not repeated.
-	clear(p.pending)
-	return p.Fallback.Decide(ctx, obs)
 }
 
 func actionKey(a agent.Action) string {
@@ -218,8 +356,9 @@ func (p *Policy) confirm(obs agent.Observation, plan agent.Plan) agent.Plan {
 	return out
 }
 
-// mayUndo: a drain older than MinHold may be undone on the model's word;
-// a younger one only if the server's window no longer condemns it.
+// mayUndo: a drain older than MinHold may be undone on the model's word
+// (which, for a drained server, only asks recovery to probe it); a
+// younger one only if the server's window no longer condemns it.
 func (p *Policy) mayUndo(obs agent.Observation, a agent.Action) bool {
 	b, s := obs.Find(a.Backend, a.Server)
 	if s == nil || s.Changed == nil {
@@ -247,15 +386,26 @@ func (p *Policy) mayUndo(obs agent.Observation, a agent.Action) bool {
 	return false
 }
 
-// candidates maps "backend/server" to why it departs from its peers: in
-// errors (the loose rule test) or latency (p95 over twice the median of
-// the serving servers', plus 5 ms).
-func (p *Policy) candidates(obs agent.Observation) map[string]string {
+// candidates maps "backend/server" to why the model should look at it:
+// errors in the grey zone (the loose rule test flags it, the strict one
+// does not), latency (p95 over twice the serving servers' median plus
+// 5 ms), or overload (80% of its maxconn busy). Servers the floor acts on
+// are the rules' already.
+func (p *Policy) candidates(obs agent.Observation, floor agent.Plan) map[string]string {
+	decided := map[string]bool{}
+	for _, a := range floor {
+		decided[a.Backend+"/"+a.Server] = true
+	}
 	out := map[string]string{}
+	add := func(k, why string) {
+		if _, dup := out[k]; !dup && !decided[k] {
+			out[k] = why
+		}
+	}
 	for _, b := range obs.Backends {
 		for _, f := range p.gate.Test(b) {
 			if f.Outlier {
-				out[b.Name+"/"+f.Server] = "errors"
+				add(b.Name+"/"+f.Server, fmt.Sprintf("errors %.2f%% vs peers %.2f%%, p=%.2g", 100*f.Rate, 100*f.PeerRate, f.P))
 			}
 		}
 		var p95 []int
@@ -264,19 +414,30 @@ func (p *Policy) candidates(obs agent.Observation) map[string]string {
 				p95 = append(p95, s.Window.P95Ms)
 			}
 		}
-		if len(p95) < 2 {
-			continue
-		}
-		med := median(p95)
 		for _, s := range b.Servers {
-			if s.Serving() && s.Window.Requests >= 50 && s.Window.P95Ms > 2*med+5 {
-				if _, dup := out[b.Name+"/"+s.Server]; !dup {
-					out[b.Name+"/"+s.Server] = "latency"
-				}
+			k := b.Name + "/" + s.Server
+			if len(p95) >= 2 && s.Serving() && s.Window.Requests >= 50 && s.Window.P95Ms > 2*median(p95)+5 {
+				add(k, fmt.Sprintf("latency: p95 %d ms vs the median %d ms", s.Window.P95Ms, median(p95)))
+			}
+			if u := busy(s); u >= 0.8 && s.Serving() {
+				add(k, fmt.Sprintf("overload: %.0f%% of maxconn %d busy", 100*u, s.MaxConn))
 			}
 		}
 	}
 	return out
+}
+
+// busy is the share of the server's maxconn in use (recent rate times
+// service time), 0 when it has no maxconn.
+func busy(s agent.ServerView) float64 {
+	if s.MaxConn <= 0 {
+		return 0
+	}
+	service := s.RespTimeMs
+	if service <= 0 {
+		service = s.Recent.P50Ms
+	}
+	return s.Recent.RatePerSec * float64(service) / 1000 / float64(s.MaxConn)
 }
 
 func median(v []int) int {
@@ -293,17 +454,185 @@ func (p *Policy) remember(obs agent.Observation) {
 	}
 }
 
-// WriteMetrics adds the model's counters to /metrics.
+// judgeOutcomes writes how last step's model actions turned out into the
+// history the next prompts show: memory across steps.
+func (p *Policy) judgeOutcomes(obs agent.Observation) {
+	for _, a := range p.judge {
+		k := a.Backend + "/" + a.Server
+		outcome := "not in force"
+		_, s := obs.Find(a.Backend, a.Server)
+		switch why, refused := obs.Refused[k]; {
+		case refused:
+			outcome = "refused: " + why
+		case s != nil && s.Changed != nil:
+			outcome = fmt.Sprintf("in force (%s)", s.Changed.Phase)
+		case s != nil && a.Kind == agent.Ready && s.Changed == nil:
+			outcome = "back to normal"
+		}
+		p.history = append(p.history, fmt.Sprintf("step %d: %s %s: %s", obs.Cycle-1, a.Kind, k, outcome))
+	}
+	p.judge = nil
+	if n := len(p.history); n > 5 {
+		p.history = p.history[n-5:]
+	}
+}
+
+// promptInput assembles what this call shows, shrunk to fit the model's
+// context: fewer servers in full, then only the backend with the most
+// candidates (the others get their turn on later steps).
+func (p *Policy) promptInput(obs agent.Observation, cands map[string]string, floor agent.Plan, think Think) (PromptInput, string) {
+	pending := map[string]int{}
+	for k, n := range p.pending {
+		f := strings.Fields(k)
+		if len(f) >= 2 {
+			pending[f[1]] = n
+		}
+	}
+	fl := map[string]string{}
+	for _, a := range floor {
+		fl[a.Backend+"/"+a.Server] = string(a.Kind)
+	}
+	in := PromptInput{Obs: obs, Candidates: cands, Floor: fl, Pending: pending, Confirm: p.Config.Confirm,
+		History: p.history, DrainsPer: p.Needs().DrainsPer, MaxShown: p.shown}
+	room := p.Model.Room(think)
+	fits := func() bool {
+		return room <= 0 || EstimateTokens(p.Model.SystemPrompt)+EstimateTokens(Prompt(in)) <= room
+	}
+	note := ""
+	for !fits() && in.MaxShown > 2 {
+		in.MaxShown /= 2
+		note = fmt.Sprintf("%d servers a backend in full, to fit the model's context", in.MaxShown)
+	}
+	if !fits() {
+		best, most := "", -1
+		for _, b := range in.Shown() {
+			n := 0
+			for k := range cands {
+				if strings.HasPrefix(k, b+"/") {
+					n++
+				}
+			}
+			if n > most {
+				best, most = b, n
+			}
+		}
+		in.Only = map[string]bool{best: true}
+		note = "only backend " + best + " this call, to fit the model's context"
+	}
+	return in, note
+}
+
+// schema is the reply schema for the servers this prompt shows and the
+// agent may act on.
+func (p *Policy) schema(in PromptInput) []byte {
+	var backends, servers []string
+	maxWeight := 1
+	shown := map[string]bool{}
+	for _, b := range in.Shown() {
+		shown[b] = true
+		backends = append(backends, b)
+	}
+	seen := map[string]bool{}
+	for _, b := range in.Obs.Backends {
+		if !shown[b.Name] {
+			continue
+		}
+		for _, s := range b.Servers {
+			if s.Owner != agent.OwnerOperator && !seen[s.Server] {
+				seen[s.Server] = true
+				servers = append(servers, s.Server)
+				maxWeight = max(maxWeight, s.State.Initial)
+			}
+		}
+	}
+	return Schema(backends, servers, maxWeight)
+}
+
+// call asks the model once, never more than one call at a time. The step
+// waits for the answer until the deadline (or its own end); a call still
+// running then goes on in the background, under the policy's life and
+// LoadTimeout, because Ollama aborts a load whose request ends. Its late
+// answer keeps the model warm and is discarded.
+func (p *Policy) call(ctx context.Context, prompt string, schema []byte, think Think) (callResult, bool, string) {
+	p.fmu.Lock()
+	if f := p.inflight; f != nil {
+		select {
+		case res := <-f.done:
+			p.inflight = nil
+			p.account(res, true)
+		default:
+			p.fmu.Unlock()
+			p.count(func(c *counters) { c.busy++ })
+			return callResult{}, false, fmt.Sprintf("the previous call is still running after %v: not asking again", p.Now().Sub(f.started).Round(time.Second))
+		}
+	}
+	f := &flight{started: p.Now(), done: make(chan callResult, 1)}
+	p.inflight = f
+	p.fmu.Unlock()
+	p.count(func(c *counters) { c.calls++ })
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		cctx, cancel := context.WithTimeout(p.ctx, p.Config.LoadTimeout)
+		defer cancel()
+		plan, call, err := p.Model.Ask(cctx, prompt, schema, think)
+		f.done <- callResult{plan, call, err}
+	}()
+	var deadline <-chan time.Time
+	if p.Config.Deadline > 0 {
+		t := time.NewTimer(p.Config.Deadline)
+		defer t.Stop()
+		deadline = t.C
+	}
+	select {
+	case res := <-f.done:
+		p.fmu.Lock()
+		p.inflight = nil
+		p.fmu.Unlock()
+		p.account(res, false)
+		return res, true, ""
+	case <-deadline:
+		return callResult{}, false, "overran"
+	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return callResult{}, false, "overran"
+		}
+		return callResult{}, false, "the agent is stopping"
+	}
+}
+
+// account adds a call's cost to the counters.
+func (p *Policy) account(res callResult, late bool) {
+	p.count(func(c *counters) {
+		c.promptTokens += uint64(res.call.PromptTokens)
+		c.completionTokens += uint64(res.call.CompletionTokens)
+		c.totalMs += res.call.TotalMs
+		c.loadMs += res.call.LoadMs
+		if late {
+			c.late++
+		}
+	})
+	if late {
+		p.Log.Info().Float64("wall_ms", res.call.WallMs).Float64("load_ms", res.call.LoadMs).AnErr("error", res.err).
+			Msg("a call that overran its step answered late: discarded")
+	}
+}
+
+// WriteMetrics adds the model's counters to /metrics. It never waits for
+// a call.
 func (p *Policy) WriteMetrics(w io.Writer) {
-	p.mu.Lock()
+	p.cmu.Lock()
 	c := p.counters
-	p.mu.Unlock()
+	p.cmu.Unlock()
 	promtext.Counter(w, "hapilot_llm_calls_total", "Model calls made.", c.calls)
 	promtext.Counter(w, "hapilot_llm_gated_steps_total", "Steps that made no call: nothing to ask about.", c.gated)
-	promtext.Counter(w, "hapilot_llm_invalid_replies_total", "Replies that failed validation.", c.invalid)
+	promtext.Counter(w, "hapilot_llm_invalid_replies_total", "Replies that failed validation, were cut short, or did not fit the context.", c.invalid)
 	promtext.Counter(w, "hapilot_llm_http_errors_total", "Calls that failed at HTTP or in Ollama.", c.httpErrors)
 	promtext.Counter(w, "hapilot_llm_deadline_misses_total", "Calls that overran the deadline.", c.deadlineMisses)
-	promtext.Counter(w, "hapilot_llm_fallbacks_total", "Steps decided by the fallback policy.", c.fallbacks)
+	promtext.Counter(w, "hapilot_llm_busy_steps_total", "Steps that did not call because a call was still running.", c.busy)
+	promtext.Counter(w, "hapilot_llm_late_replies_total", "Answers that came after their step, discarded.", c.late)
+	promtext.Counter(w, "hapilot_llm_fallbacks_total", "Steps in which only the rules' floor acted.", c.fallbacks)
+	promtext.Counter(w, "hapilot_llm_loads_total", "Times the model was loaded by the agent's warm-up.", c.loads)
 	promtext.Counter(w, "hapilot_llm_prompt_tokens_total", "Prompt tokens spent.", c.promptTokens)
 	promtext.Counter(w, "hapilot_llm_completion_tokens_total", "Completion tokens spent.", c.completionTokens)
 	promtext.Counter(w, "hapilot_llm_total_duration_seconds_total", "Ollama's total_duration, summed.", c.totalMs/1000)

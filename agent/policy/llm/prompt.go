@@ -9,53 +9,201 @@ import (
 	"github.com/hapilot/hapilot/agent"
 )
 
-// Prompt renders an observation compactly: backend figures, then one row
-// per server. prev holds each server's 5xx rate at the previous step, for
-// the trend column. Backends with more than maxShown servers list the
-// maxShown most anomalous in full and sum the rest in one line, so that
-// the prompt stays small as fleets grow (the study lost recall with N).
-func Prompt(obs agent.Observation, prev map[string]float64, maxShown int) string {
+// PromptInput is what one call shows the model.
+type PromptInput struct {
+	Obs agent.Observation
+	// Candidates: "backend/server" -> why the windows flag it (errors in
+	// the grey zone, latency, overload). Backends with one are shown.
+	Candidates map[string]string
+	// Floor: "backend/server" -> what the rules already do this step.
+	Floor map[string]string
+	// Pending: "backend/server" -> how many steps a proposal of the
+	// model's has waited for confirmation, out of Confirm.
+	Pending map[string]int
+	Confirm int
+	// History is the model's last decisions and how they turned out.
+	History []string
+	// DrainsPer is the drain cap per fleet size (N/DrainsPer a step).
+	DrainsPer int
+	// MaxShown is how many servers per backend are listed in full (the
+	// most anomalous first); the rest are summed in one line.
+	MaxShown int
+	// Only, when set, limits the prompt to these backends.
+	Only map[string]bool
+}
+
+// Header names the columns of a server row; an emulated model reads rows
+// by these names.
+const Header = "server state owner weight cfg_weight req_s util_pct requests 5xx err_pct peer_err_pct ratio recent_requests recent_err_pct p50_ms p95_ms note"
+
+// Shown lists the backends a prompt of in would show.
+func (in PromptInput) Shown() []string {
+	var out []string
+	for _, b := range in.Obs.Backends {
+		if in.shows(b) {
+			out = append(out, b.Name)
+		}
+	}
+	return out
+}
+
+func (in PromptInput) shows(b agent.BackendView) bool {
+	if in.Only != nil {
+		return in.Only[b.Name]
+	}
+	for _, s := range b.Servers {
+		if _, ok := in.Candidates[b.Name+"/"+s.Server]; ok {
+			return true
+		}
+		if s.Owner == agent.OwnerAgent {
+			return true
+		}
+	}
+	return false
+}
+
+// Prompt renders the observation for the model: per backend shown, its
+// figures, then one row per server with its peers' error rate and its
+// ratio to them, whether it is a candidate and why, a recent figure beside
+// the full window, its load against maxconn, its configured weight, and
+// the agent's hold, pending and refusal state; then the model's recent
+// decisions and how they turned out.
+func Prompt(in PromptInput) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "window: last %s\n", lookback(obs.Lookback))
+	obs := in.Obs
+	fmt.Fprintf(&b, "step %d; windows: the last %s, and the last %s as recent\n", obs.Cycle, lookback(obs.Lookback), lookback(obs.RecentSpan))
 	for _, be := range obs.Backends {
-		var req, e5 uint64
-		for _, s := range be.Servers {
-			req += s.Window.Requests
-			e5 += s.Window.Err5xx
+		if in.shows(be) {
+			writeBackend(&b, in, be)
 		}
-		if req == 0 {
-			continue // no traffic seen: nothing to judge
-		}
-		fmt.Fprintf(&b, "\nbackend %s: %d servers, %d serving (keep at least %d), %d requests, 5xx %.2f%%\n",
-			be.Name, len(be.Servers), be.ServingCount(), (len(be.Servers)+1)/2, req, pct(e5, req))
-		b.WriteString("server state owner weight requests 5xx err% p95ms p99ms trend agent_change\n")
-		servers := append([]agent.ServerView(nil), be.Servers...)
-		sort.SliceStable(servers, func(i, j int) bool {
-			return servers[i].Window.ErrorRate() > servers[j].Window.ErrorRate()
-		})
-		hidden := 0
-		var hReq, hErr uint64
-		for i, s := range servers {
-			if maxShown > 0 && i >= maxShown {
-				hidden++
-				hReq += s.Window.Requests
-				hErr += s.Window.Err5xx
-				continue
-			}
-			k := s.Backend + "/" + s.Server
-			change := "-"
-			if s.Changed != nil {
-				change = fmt.Sprintf("%s %.0fs ago", s.Changed.Phase, obs.Time.Sub(s.Changed.At).Seconds())
-			}
-			fmt.Fprintf(&b, "%s %s %s %d %d %d %.2f %d %d %s %s\n", s.Server, s.State.Label(), s.Owner, s.State.Weight,
-				s.Window.Requests, s.Window.Err5xx, 100*s.Window.ErrorRate(), s.Window.P95Ms, s.Window.P99Ms,
-				trend(prev, k, s.Window.ErrorRate()), change)
-		}
-		if hidden > 0 {
-			fmt.Fprintf(&b, "(%d more servers with lower error rates: %d requests, 5xx %.2f%%)\n", hidden, hReq, pct(hErr, hReq))
+	}
+	if len(in.History) > 0 {
+		b.WriteString("\nyour recent decisions, oldest first:\n")
+		for _, h := range in.History {
+			b.WriteString("- " + h + "\n")
 		}
 	}
 	return b.String()
+}
+
+func writeBackend(b *strings.Builder, in PromptInput, be agent.BackendView) {
+	var req, e5 uint64
+	for _, s := range be.Servers {
+		req += s.Window.Requests
+		e5 += s.Window.Err5xx
+	}
+	floor := (len(be.Servers) + 1) / 2
+	drains := 1
+	if in.DrainsPer > 0 {
+		drains = max(1, len(be.Servers)/in.DrainsPer)
+	}
+	fmt.Fprintf(b, "\nbackend %s: %d servers, %d serving (keep at least %d), at most %d drains a step, %d requests, 5xx %.2f%%\n",
+		be.Name, len(be.Servers), be.ServingCount(), floor, drains, req, pct(e5, req))
+	b.WriteString(Header + "\n")
+	servers := append([]agent.ServerView(nil), be.Servers...)
+	rank := func(s agent.ServerView) int { // candidates and the agent's servers first
+		if _, ok := in.Candidates[be.Name+"/"+s.Server]; ok {
+			return 0
+		}
+		if s.Owner == agent.OwnerAgent {
+			return 1
+		}
+		return 2
+	}
+	sort.SliceStable(servers, func(i, j int) bool {
+		if ri, rj := rank(servers[i]), rank(servers[j]); ri != rj {
+			return ri < rj
+		}
+		return servers[i].Window.ErrorRate() > servers[j].Window.ErrorRate()
+	})
+	hidden, hReq, hErr := 0, uint64(0), uint64(0)
+	for i, s := range servers {
+		if in.MaxShown > 0 && i >= in.MaxShown && rank(s) == 2 {
+			hidden++
+			hReq += s.Window.Requests
+			hErr += s.Window.Err5xx
+			continue
+		}
+		writeRow(b, in, be, s)
+	}
+	if hidden > 0 {
+		fmt.Fprintf(b, "(%d more servers, none flagged: %d requests, 5xx %.2f%%)\n", hidden, hReq, pct(hErr, hReq))
+	}
+}
+
+func writeRow(b *strings.Builder, in PromptInput, be agent.BackendView, s agent.ServerView) {
+	var peerN, peerX uint64
+	for _, p := range be.Servers {
+		if p.Server != s.Server && p.Serving() {
+			peerN += p.Window.Requests
+			peerX += p.Window.Err5xx
+		}
+	}
+	rate, peer := s.Window.ErrorRate(), 0.0
+	if peerN > 0 {
+		peer = float64(peerX) / float64(peerN)
+	}
+	ratio := "-"
+	switch {
+	case peer > 0:
+		ratio = fmt.Sprintf("%.1f", rate/peer)
+	case rate > 0:
+		ratio = "inf"
+	}
+	rps := s.Recent.RatePerSec
+	if rps == 0 && s.Recent.Seconds > 0 {
+		rps = float64(s.Recent.Requests) / float64(s.Recent.Seconds)
+	}
+	fmt.Fprintf(b, "%s %s %s %d %d %.1f %s %d %d %.2f %.2f %s %d %.2f %d %d %s\n",
+		s.Server, s.State.Label(), s.Owner, s.State.Weight, s.State.Initial, rps, utilization(s, rps),
+		s.Window.Requests, s.Window.Err5xx, 100*rate, 100*peer, ratio,
+		s.Recent.Requests, 100*s.Recent.ErrorRate(), s.Window.P50Ms, s.Window.P95Ms, note(in, be, s))
+}
+
+// utilization is the server's load against its maxconn: requests in
+// flight (rate x service time) over the limit, "-" when it has none.
+func utilization(s agent.ServerView, rps float64) string {
+	if s.MaxConn <= 0 {
+		return "-"
+	}
+	service := s.RespTimeMs
+	if service <= 0 {
+		service = s.Recent.P50Ms
+	}
+	return fmt.Sprintf("%.0f", 100*rps*float64(service)/1000/float64(s.MaxConn))
+}
+
+func note(in PromptInput, be agent.BackendView, s agent.ServerView) string {
+	k := be.Name + "/" + s.Server
+	var n []string
+	if why, ok := in.Candidates[k]; ok {
+		n = append(n, "candidate: "+why)
+	}
+	if a, ok := in.Floor[k]; ok {
+		n = append(n, "the rules "+a+" it this step")
+	}
+	if s.Changed != nil {
+		n = append(n, fmt.Sprintf("%s by the agent %.0fs ago", s.Changed.Phase, in.Obs.Time.Sub(s.Changed.At).Seconds()))
+		if s.Changed.Phase == agent.PhaseDrained {
+			n = append(n, "no traffic while drained: a ready only asks for probes")
+		}
+	}
+	if !s.NoDrainUntil.IsZero() {
+		n = append(n, fmt.Sprintf("held from draining for %.0fs", s.NoDrainUntil.Sub(in.Obs.Time).Seconds()))
+	}
+	if c := in.Pending[k]; c > 0 {
+		n = append(n, fmt.Sprintf("your proposal awaits confirmation (%d of %d)", c, in.Confirm))
+	}
+	if why, ok := in.Obs.Refused[k]; ok {
+		n = append(n, "refused last step: "+why)
+	}
+	if s.Owner == agent.OwnerOperator {
+		n = append(n, "the operator's: never act on it")
+	}
+	if len(n) == 0 {
+		return "-"
+	}
+	return strings.Join(n, "; ")
 }
 
 func lookback(d time.Duration) string {
@@ -70,17 +218,4 @@ func pct(x, n uint64) float64 {
 		return 0
 	}
 	return 100 * float64(x) / float64(n)
-}
-
-func trend(prev map[string]float64, k string, now float64) string {
-	p, ok := prev[k]
-	switch {
-	case !ok:
-		return "new"
-	case now > p*1.2 && now-p > 0.001:
-		return "rising"
-	case now < p*0.8 && p-now > 0.001:
-		return "falling"
-	}
-	return "steady"
 }

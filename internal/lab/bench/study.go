@@ -346,10 +346,10 @@ func agentArgs(ctx context.Context, c StudyConfig, v Variant, scratch string) ([
 		}
 		model = "emulated-" + v.Emulation
 		fake := ollamafake.New(map[string]string{model: "sha256:emulated-" + v.Emulation}, respond)
-		fake.Thinking = true
+		ollamafake.Traits(v.Emulation, c.Interval)(fake)
 		host, cleanup = fake.URL, fake.Close
 		think = "off"
-		if v.Emulation == "slow-thinker" {
+		if v.Emulation == "slow-thinker" || v.Emulation == "thinker" {
 			think = "on" // the study's reasoning mode
 		}
 	}
@@ -360,10 +360,10 @@ func agentArgs(ctx context.Context, c StudyConfig, v Variant, scratch string) ([
 	if v.Unprotected {
 		return append(args, "--unprotected"), nil, cleanup, nil
 	}
-	// The capability gate: calibrate now, in the cheapest mode, and let
-	// the agent read the record as `hapilot run` would.
+	// The capability gate: calibrate now, with the agent's own settings,
+	// and let the agent read the record as `hapilot run` would.
 	calDir := filepath.Join(scratch, "calibration")
-	gate, err := calibrate(ctx, model, host, c.Interval, calDir)
+	gate, err := calibrate(ctx, append(args, "--interval", c.Interval.String()), calDir)
 	if err != nil {
 		cleanup()
 		return nil, nil, noop, err
@@ -371,20 +371,20 @@ func agentArgs(ctx context.Context, c StudyConfig, v Variant, scratch string) ([
 	return append(args, "--calibration-dir", calDir), gate, cleanup, nil
 }
 
-func calibrate(ctx context.Context, model, host string, interval time.Duration, dir string) (*GateVerdict, error) {
+func calibrate(ctx context.Context, args []string, dir string) (*GateVerdict, error) {
 	fs := flag.NewFlagSet("calibrate", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	cfg := config.Register(fs)
-	if err := config.Parse(fs, []string{"--model", model, "--ollama-host", host, "--think", "off"}); err != nil {
+	if err := config.Parse(fs, args); err != nil {
 		return nil, err
 	}
-	m, err := llm.NewModel(cfg.LLM)
+	m, err := llm.NewModel(cfg.LLM.ForInterval(cfg.Interval))
 	if err != nil {
 		return nil, err
 	}
-	sc, err := llm.Calibrate(ctx, m, max(interval, 30*time.Second), time.Now())
+	sc, err := llm.Calibrate(ctx, m, time.Now())
 	if err != nil {
-		return nil, fmt.Errorf("calibrate %s: %w", model, err)
+		return nil, fmt.Errorf("calibrate %s: %w", cfg.LLM.Model, err)
 	}
 	if _, err := sc.Save(dir); err != nil {
 		return nil, err

@@ -14,7 +14,29 @@ import (
 // Emulations are the benchmark's emulated models, named after the
 // behaviours the study saw. They are Go code behind the stand-in server,
 // not models; every report that uses one says so.
-var Emulations = []string{"capable", "conservative", "trigger-happy", "flip-flop", "slow-thinker"}
+var Emulations = []string{"capable", "thinker", "conservative", "trigger-happy", "flip-flop", "slow-thinker",
+	"drain-all", "garbage", "slow", "cold", "small-context", "readies-all", "raises-weights"}
+
+// Misbehaving are the emulations that must never do worse than static
+// and never harm a healthy server, whatever they answer.
+var Misbehaving = []string{"drain-all", "trigger-happy", "flip-flop", "garbage", "slow", "cold", "small-context", "readies-all", "raises-weights"}
+
+// Traits sets the server-side traits an emulation needs, scaled to the
+// loop being benchmarked as Emulation's delays are: a cold model loads
+// for two intervals (20 s at the study's 10 s); a small-context one has
+// 1,536 tokens; the thinkers can think.
+func Traits(name string, interval time.Duration) func(*Server) {
+	return func(s *Server) {
+		switch name {
+		case "cold":
+			s.LoadTime = 2 * interval
+		case "small-context":
+			s.ContextLength, s.DefaultNumCtx = 1536, 1536
+		case "thinker", "slow-thinker":
+			s.Thinking = true
+		}
+	}
+}
 
 // The study's figures the emulations aim at (shared/PAPER.md).
 const (
@@ -36,8 +58,67 @@ const (
 // benchmarked (12 s at the study's 10 s, 1.2 s at 1 s).
 func Emulation(name string, seed uint64, interval time.Duration) (Responder, error) {
 	switch name {
-	case "capable":
+	case "capable", "cold", "small-context":
 		return Capable, nil
+	case "thinker":
+		return func(req Request) Reply {
+			rep := Capable(req)
+			rep.Thinking = strings.Repeat("Compare each flagged server with its peers before acting. ", 60)
+			rep.ThinkingTokens = 900
+			return rep
+		}, nil
+	case "drain-all":
+		return func(req Request) Reply {
+			var acts []Action
+			for _, r := range ready(ParsePrompt(req)) {
+				acts = append(acts, Action{Action: "drain", Backend: r.Backend, Server: r.Server, Reason: "drain everything"})
+			}
+			return Reply{Content: Answer(acts...)}
+		}, nil
+	case "garbage":
+		var mu sync.Mutex
+		n := 0
+		replies := []string{
+			"Sure! srv3 looks bad, drain it.",
+			`{"actions":[{"action":"reboot","backend":"app","server":"srv1","reason":"x"}]}`,
+			`{"actions":[{"action":"drain","backend":"app","server":"srv1; set server app/srv2 state maint","reason":"x"}]}`,
+			`{"actions":[{"action":"drain"`,
+			`{"plan":"drain"}`,
+		}
+		return func(Request) Reply {
+			mu.Lock()
+			defer mu.Unlock()
+			n++
+			return Reply{Content: replies[n%len(replies)]}
+		}, nil
+	case "slow":
+		return func(req Request) Reply {
+			rep := Capable(req)
+			rep.Delay = 3 * interval
+			return rep
+		}, nil
+	case "readies-all":
+		return func(req Request) Reply {
+			var acts []Action
+			for _, r := range ParsePrompt(req) {
+				if r.State == "drain" && r.Owner == "agent" {
+					acts = append(acts, Action{Action: "ready", Backend: r.Backend, Server: r.Server, Reason: "looks healthy: 0 errors"})
+				}
+			}
+			if len(acts) == 0 {
+				return Capable(req)
+			}
+			return Reply{Content: Answer(acts...)}
+		}, nil
+	case "raises-weights":
+		return func(req Request) Reply {
+			var acts []Action
+			for _, r := range ready(ParsePrompt(req)) {
+				w := min(r.Weight+50, 256)
+				acts = append(acts, Action{Action: "set_weight", Backend: r.Backend, Server: r.Server, Weight: &w, Reason: "more traffic to the best"})
+			}
+			return Reply{Content: Answer(acts...)}
+		}, nil
 	case "flip-flop":
 		return FlipFlop, nil
 	case "conservative":
@@ -59,7 +140,7 @@ func Emulation(name string, seed uint64, interval time.Duration) (Responder, err
 		c := newCoins(seed)
 		return func(req Request) Reply {
 			rows := ready(ParsePrompt(req))
-			rep := Reply{PromptTokens: 350, CompletionTokens: 30, Content: Answer()}
+			rep := Reply{Content: Answer()}
 			for _, r := range rows {
 				if r.Err5xx > 0 && !c.fixed(r.Server, triggerHappyMisses) {
 					rep.Content = Answer(Action{Action: "drain", Backend: r.Backend, Server: r.Server, Reason: "has errors"})

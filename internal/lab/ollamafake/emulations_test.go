@@ -2,24 +2,47 @@ package ollamafake_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/policy/llm"
+	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/ollamafake"
+	"github.com/hapilot/hapilot/internal/window"
 )
 
-// request is the prompt hapilot sends for a calibration scenario.
-func request(t *testing.T, name string, think string) ollamafake.Request {
-	t.Helper()
-	for _, s := range llm.Scenarios(time.Now()) {
-		if s.Name == name {
-			return ollamafake.Request{Messages: []ollamafake.Message{{Role: "user", Content: llm.Prompt(s.Obs, nil, 12)}}, Think: json.RawMessage(think)}
+// request is the prompt hapilot sends for a backend of n servers named
+// srv1..srvN; faulty (0: none) fails 5% and is flagged as a candidate,
+// noisy ones fail 0.2%, and drained (0: none) was drained by the agent.
+func request(n, faulty, drained int, noisy bool, think string) ollamafake.Request {
+	now := time.Unix(1000, 0)
+	b := agent.BackendView{Name: "app"}
+	cands := map[string]string{}
+	for i := 1; i <= n; i++ {
+		name := fmt.Sprintf("srv%d", i)
+		v := agent.ServerView{Backend: "app", Server: name, Owner: agent.OwnerNone,
+			State:  haproxy.ServerState{Backend: "app", Server: name, OpState: haproxy.OpRunning, Weight: 1, Initial: 1},
+			Window: window.Stats{Requests: 3000, P50Ms: 9, P95Ms: 12, P99Ms: 14}}
+		if noisy {
+			v.Window.Err5xx = 6
 		}
+		if i == faulty {
+			v.Window.Err5xx = 150
+			cands["app/"+name] = "errors 5.00% vs peers 0.00%"
+		}
+		if i == drained {
+			v.State.AdminState, v.Owner = haproxy.AdminForcedDrain, agent.OwnerAgent
+			v.Changed = &agent.Change{Phase: agent.PhaseDrained, At: now.Add(-10 * time.Minute)}
+			v.Window = window.Stats{}
+		}
+		b.Servers = append(b.Servers, v)
 	}
-	t.Fatalf("no calibration scenario %q", name)
-	return ollamafake.Request{}
+	in := llm.PromptInput{Obs: agent.Observation{Time: now, Backends: []agent.BackendView{b}}, Candidates: cands, MaxShown: 12,
+		Only: map[string]bool{"app": true}}
+	return ollamafake.Request{Messages: []ollamafake.Message{{Role: "user", Content: llm.Prompt(in)}}, Think: json.RawMessage(think)}
 }
 
 func drains(content string) []string {
@@ -37,7 +60,7 @@ func drains(content string) []string {
 // Over many seeds (runs), the share of runs in which an emulation acts on
 // a faulty server is its recall; the study's figures are the targets.
 func TestEmulationRecall(t *testing.T) {
-	req := request(t, "one faulty of 9", "false")
+	req := request(9, 9, 0, false, "false")
 	for _, tc := range []struct {
 		name     string
 		lo, hi   float64
@@ -68,7 +91,7 @@ func TestEmulationRecall(t *testing.T) {
 }
 
 func TestEmulationRepeatable(t *testing.T) {
-	req := request(t, "healthy with 0.2% noise", "false")
+	req := request(6, 0, 0, true, "false")
 	answers := func() string {
 		respond, _ := ollamafake.Emulation("trigger-happy", 7, time.Second)
 		var b strings.Builder
@@ -87,8 +110,8 @@ func TestEmulationRepeatable(t *testing.T) {
 // delay. Its decision is the capable one either way.
 func TestSlowThinker(t *testing.T) {
 	respond, _ := ollamafake.Emulation("slow-thinker", 1, 10*time.Second)
-	on := respond(request(t, "one faulty of 3", "true"))
-	off := respond(request(t, "one faulty of 3", "false"))
+	on := respond(request(3, 3, 0, false, "true"))
+	off := respond(request(3, 3, 0, false, "false"))
 	if on.CompletionTokens != 1546 || on.Delay != 12*time.Second || on.Thinking == "" {
 		t.Errorf("thinking: %d tokens, delay %v, thinking %q", on.CompletionTokens, on.Delay, on.Thinking[:min(len(on.Thinking), 20)])
 	}
@@ -102,7 +125,7 @@ func TestSlowThinker(t *testing.T) {
 
 func TestFlipFlopUndoes(t *testing.T) {
 	respond, _ := ollamafake.Emulation("flip-flop", 1, time.Second)
-	rep := respond(request(t, "recovered server drained 10 min ago", "false"))
+	rep := respond(request(4, 0, 1, false, "false"))
 	if !strings.Contains(rep.Content, `"ready"`) {
 		t.Errorf("flip-flop left its drain: %s", rep.Content)
 	}
@@ -111,5 +134,36 @@ func TestFlipFlopUndoes(t *testing.T) {
 func TestUnknownEmulation(t *testing.T) {
 	if _, err := ollamafake.Emulation("oracle", 1, time.Second); err == nil || !strings.Contains(err.Error(), "capable") {
 		t.Errorf("want an error listing the emulations, got %v", err)
+	}
+}
+
+// The misbehaving emulations misbehave as named.
+func TestMisbehavingEmulations(t *testing.T) {
+	drained := request(6, 0, 2, false, "false")
+	faulty := request(6, 3, 0, false, "false")
+	for _, tc := range []struct {
+		name string
+		req  ollamafake.Request
+		want string
+	}{
+		{"drain-all", faulty, `"drain","backend":"app","server":"srv6"`},
+		{"readies-all", drained, `"action":"ready","backend":"app","server":"srv2"`},
+		{"raises-weights", faulty, `"action":"set_weight","backend":"app","server":"srv1","weight":51`},
+		{"garbage", faulty, `reboot`},
+	} {
+		respond, err := ollamafake.Emulation(tc.name, 1, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := respond(tc.req).Content; !strings.Contains(got, tc.want) {
+			t.Errorf("%s: %s", tc.name, got)
+		}
+	}
+	s := ollamafake.New(map[string]string{"m": "x"}, nil)
+	defer s.Close()
+	ollamafake.Traits("cold", 10*time.Second)(s)
+	ollamafake.Traits("small-context", time.Second)(s)
+	if s.LoadTime != 20*time.Second || s.ContextLength != 1536 {
+		t.Errorf("traits: load %v, context %d", s.LoadTime, s.ContextLength)
 	}
 }

@@ -7,17 +7,26 @@ import (
 	"strings"
 )
 
-// Row is one server line of hapilot's prompt, as an emulated model reads it.
+// Row is one server line of hapilot's prompt, as an emulated model reads
+// it: by the column names of the prompt's header row.
 type Row struct {
 	Backend, Server, State, Owner string
-	Requests, Err5xx, P95Ms       int
-	ErrPct                        float64
+	Weight, CfgWeight             int
+	Requests, Err5xx, P50Ms       int
+	P95Ms                         int
+	ErrPct, PeerErrPct, UtilPct   float64
+	// Candidate is why the agent flags the server ("errors ...",
+	// "latency ...", "overload ..."), "" when it does not.
+	Candidate string
+	Note      string
 }
 
-// ParsePrompt reads the server rows out of the user message.
+// ParsePrompt reads the server rows out of the user message, whatever
+// its columns' order, and skips the rows it cannot read.
 func ParsePrompt(req Request) []Row {
 	var rows []Row
 	backend := ""
+	var cols []string
 	for _, m := range req.Messages {
 		if m.Role != "user" {
 			continue
@@ -27,24 +36,42 @@ func ParsePrompt(req Request) []Row {
 				backend, _, _ = strings.Cut(rest, ":")
 				continue
 			}
+			if strings.HasPrefix(line, "server ") {
+				cols = strings.Fields(line)
+				continue
+			}
 			f := strings.Fields(line)
-			if backend == "" || len(f) < 7 || f[0] == "server" {
+			if backend == "" || len(cols) == 0 || len(f) < len(cols) {
 				continue
 			}
-			req, err1 := strconv.Atoi(f[4])
-			e5, err2 := strconv.Atoi(f[5])
-			pct, err3 := strconv.ParseFloat(f[6], 64)
-			if err1 != nil || err2 != nil || err3 != nil {
-				continue
+			if r, ok := readRow(backend, cols, f); ok {
+				rows = append(rows, r)
 			}
-			r := Row{Backend: backend, Server: f[0], State: f[1], Owner: f[2], Requests: req, Err5xx: e5, ErrPct: pct}
-			if len(f) > 7 {
-				r.P95Ms, _ = strconv.Atoi(f[7])
-			}
-			rows = append(rows, r)
 		}
 	}
 	return rows
+}
+
+func readRow(backend string, cols, f []string) (Row, bool) {
+	v := map[string]string{}
+	for i, c := range cols[:len(cols)-1] {
+		v[c] = f[i]
+	}
+	v[cols[len(cols)-1]] = strings.Join(f[len(cols)-1:], " ")
+	num := func(k string) int { n, _ := strconv.Atoi(v[k]); return n }
+	flt := func(k string) float64 { x, _ := strconv.ParseFloat(v[k], 64); return x }
+	if _, err := strconv.Atoi(v["requests"]); err != nil {
+		return Row{}, false
+	}
+	r := Row{Backend: backend, Server: v["server"], State: v["state"], Owner: v["owner"], Weight: num("weight"), CfgWeight: num("cfg_weight"),
+		Requests: num("requests"), Err5xx: num("5xx"), P50Ms: num("p50_ms"), P95Ms: num("p95_ms"),
+		ErrPct: flt("err_pct"), PeerErrPct: flt("peer_err_pct"), UtilPct: flt("util_pct"), Note: v["note"]}
+	for _, part := range strings.Split(r.Note, "; ") {
+		if why, ok := strings.CutPrefix(part, "candidate: "); ok {
+			r.Candidate = why
+		}
+	}
+	return r, true
 }
 
 // Action is one action of a reply.
@@ -65,6 +92,7 @@ func Answer(actions ...Action) string {
 	return string(b)
 }
 
+// ready lists the ready rows, the most failing first.
 func ready(rows []Row) []Row {
 	var out []Row
 	for _, r := range rows {
@@ -76,52 +104,57 @@ func ready(rows []Row) []Row {
 	return out
 }
 
-// Capable emulates a capable model: it drains the ready server whose
-// error rate is far above the others' (or, with no error outlier, whose
-// p95 is five times theirs), readies a server the agent drained once its
-// traffic is clean, and otherwise answers no_op.
+// Capable emulates a capable model. It acts on what the agent flags,
+// one server a backend: a server whose errors stand far above its peers'
+// is drained; a slow one gets half its weight; an overloaded one two
+// thirds. A server the agent drained is left to its probes, an
+// operator's is never named, and anything else is a no_op.
 func Capable(req Request) Reply {
-	all := ParsePrompt(req)
-	rows := ready(all)
-	rep := Reply{PromptTokens: 350, CompletionTokens: 40}
-	for _, r := range all {
-		if r.State == "drain" && r.Owner == "agent" && r.Requests >= 100 && r.Err5xx == 0 {
-			rep.Content = Answer(Action{Action: "ready", Backend: r.Backend, Server: r.Server, Reason: "clean again"})
-			return rep
+	var acts []Action
+	done := map[string]bool{}
+	for _, r := range ParsePrompt(req) {
+		if done[r.Backend] || r.State != "ready" || r.Owner == "operator" || strings.Contains(r.Note, "the rules ") {
+			continue
+		}
+		a, ok := judge(r)
+		if ok {
+			acts = append(acts, a)
+			done[r.Backend] = true
 		}
 	}
-	if len(rows) >= 2 {
-		top := rows[0]
-		var others []float64
-		var p95s []int
-		for _, r := range rows[1:] {
-			others = append(others, r.ErrPct)
-		}
-		for _, r := range rows {
-			p95s = append(p95s, r.P95Ms)
-		}
-		sort.Float64s(others)
-		if top.Err5xx >= 5 && top.Requests >= 100 && top.ErrPct >= 3*others[len(others)/2]+0.5 {
-			rep.Content = Answer(Action{Action: "drain", Backend: top.Backend, Server: top.Server, Reason: "error rate far above peers"})
-			return rep
-		}
-		sort.Ints(p95s)
-		for _, r := range rows {
-			if r.Requests >= 100 && r.P95Ms >= 5*p95s[len(p95s)/2] && r.P95Ms > 20 {
-				rep.Content = Answer(Action{Action: "drain", Backend: r.Backend, Server: r.Server, Reason: "far slower than peers"})
-				return rep
-			}
-		}
+	if len(acts) == 0 {
+		return Reply{Content: Answer(Action{Action: "no_op", Backend: "-", Server: "-", Reason: "nothing stands out"})}
 	}
-	rep.Content = Answer(Action{Action: "no_op", Backend: "-", Server: "-", Reason: "nothing stands out"})
-	return rep
+	return Reply{Content: Answer(acts...)}
+}
+
+func judge(r Row) (Action, bool) {
+	cut := func(num, den int, why string) (Action, bool) {
+		w := max(r.CfgWeight*num/den, 0)
+		if w >= r.Weight {
+			return Action{}, false
+		}
+		return Action{Action: "set_weight", Backend: r.Backend, Server: r.Server, Weight: &w, Reason: why}, true
+	}
+	switch {
+	case r.Err5xx >= 5 && r.Requests >= 100 && r.ErrPct >= 3*r.PeerErrPct+0.5:
+		return Action{Action: "drain", Backend: r.Backend, Server: r.Server, Reason: "error rate far above peers"}, true
+	case strings.HasPrefix(r.Candidate, "latency"):
+		if r.CfgWeight < 2 {
+			return Action{Action: "drain", Backend: r.Backend, Server: r.Server, Reason: "far slower than peers"}, true
+		}
+		return cut(1, 2, "slower than peers: half its weight")
+	case strings.HasPrefix(r.Candidate, "overload"):
+		return cut(2, 3, "near its maxconn: a third less load")
+	}
+	return Action{}, false
 }
 
 // TriggerHappy emulates a small model that drains the ready server with
 // the most errors whenever it has any, healthy or not.
 func TriggerHappy(req Request) Reply {
 	rows := ready(ParsePrompt(req))
-	rep := Reply{PromptTokens: 350, CompletionTokens: 30, Content: Answer()}
+	rep := Reply{CompletionTokens: 30, Content: Answer()}
 	if len(rows) > 0 && rows[0].Err5xx > 0 {
 		rep.Content = Answer(Action{Action: "drain", Backend: rows[0].Backend, Server: rows[0].Server, Reason: "has errors"})
 	}
@@ -133,7 +166,7 @@ func TriggerHappy(req Request) Reply {
 func FlipFlop(req Request) Reply {
 	for _, r := range ParsePrompt(req) {
 		if r.State == "drain" && r.Owner == "agent" {
-			return Reply{PromptTokens: 350, CompletionTokens: 30,
+			return Reply{CompletionTokens: 30,
 				Content: Answer(Action{Action: "ready", Backend: r.Backend, Server: r.Server, Reason: "give it another chance"})}
 		}
 	}
@@ -142,5 +175,5 @@ func FlipFlop(req Request) Reply {
 
 // Fixed always answers the same content.
 func Fixed(content string) Responder {
-	return func(Request) Reply { return Reply{Content: content, PromptTokens: 300, CompletionTokens: 20} }
+	return func(Request) Reply { return Reply{Content: content, CompletionTokens: 20} }
 }

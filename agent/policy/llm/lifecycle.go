@@ -1,0 +1,167 @@
+package llm
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Start inspects the model and loads it in the background, in requests
+// no step cancels; until it is loaded, steps leave the decisions to the
+// rules' floor and /status says "loading". Close stops it.
+func (p *Policy) Start() {
+	p.setLife("inspecting", nil)
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		p.run(p.ctx)
+	}()
+}
+
+func (p *Policy) run(ctx context.Context) {
+	backoff := time.Second
+	for ctx.Err() == nil {
+		if err := p.bringUp(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			p.setLife("unreachable", err)
+			p.Log.Warn().Err(err).Dur("retry_in", backoff).Msg("the model is not usable yet; the rules act meanwhile")
+			if !sleep(ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, 30*time.Second)
+			continue
+		}
+		backoff = time.Second
+		p.watch(ctx)
+	}
+}
+
+// bringUp inspects the model and loads it.
+func (p *Policy) bringUp(ctx context.Context) error {
+	p.setLife("inspecting", nil)
+	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	info, err := p.Model.Inspect(ictx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	p.lmu.Lock()
+	p.life.info = info
+	p.lmu.Unlock()
+	if p.Config.Think != ThinkOff && !info.CanThink() {
+		p.mu.Lock()
+		p.think = ThinkOff
+		p.mu.Unlock()
+		p.Log.Warn().Str("model", p.Config.Model).Msg("the model cannot think (no \"thinking\" capability): thinking off")
+	}
+	return p.load(ctx)
+}
+
+// load warms the model, under LoadTimeout and the policy's life only.
+func (p *Policy) load(ctx context.Context) error {
+	p.setLife("loading", nil)
+	lctx, cancel := context.WithTimeout(ctx, p.Config.LoadTimeout)
+	defer cancel()
+	took, err := p.Model.Warm(lctx, 2048)
+	if err != nil {
+		return err
+	}
+	p.count(func(c *counters) { c.loads++ })
+	p.setLife("ready", nil)
+	p.Log.Info().Str("model", p.Config.Model).Dur("load", took).Msg("the model is loaded: it decides from the next step")
+	return nil
+}
+
+// watch loads the model again whenever it is found unloaded, until ctx
+// ends or Ollama cannot be reached.
+func (p *Policy) watch(ctx context.Context) {
+	for sleep(ctx, p.WatchEvery) {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		loaded, err := p.Model.Loaded(wctx)
+		cancel()
+		if err != nil {
+			p.setLife("unreachable", err)
+			return
+		}
+		if !loaded {
+			p.Log.Warn().Str("model", p.Config.Model).Msg("the model was unloaded: loading it again")
+			if err := p.load(ctx); err != nil {
+				p.setLife("unreachable", err)
+				return
+			}
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (p *Policy) setLife(state string, err error) {
+	p.lmu.Lock()
+	defer p.lmu.Unlock()
+	if p.life.state != state {
+		p.life.since = p.Now()
+	}
+	p.life.state, p.life.err = state, ""
+	if err != nil {
+		p.life.err = err.Error()
+	}
+}
+
+// unusable says why the model cannot be asked this step, "" when it can.
+// Before Start the model is asked as it is: a cold first call then loads
+// it in the background.
+func (p *Policy) unusable() string {
+	p.lmu.Lock()
+	defer p.lmu.Unlock()
+	switch p.life.state {
+	case "ready", "unknown":
+		return ""
+	case "unreachable":
+		return fmt.Sprintf("the model is unreachable (%s) for %v", p.life.err, p.Now().Sub(p.life.since).Round(time.Second))
+	}
+	return fmt.Sprintf("the model is %s for %v", p.life.state, p.Now().Sub(p.life.since).Round(time.Second))
+}
+
+// Status is what /status shows of the model.
+type Status struct {
+	Model     string  `json:"model"`
+	State     string  `json:"state"` // unknown, inspecting, loading, ready, unreachable
+	For       string  `json:"for"`   // how long in that state, "loading 14s"
+	Error     string  `json:"error,omitempty"`
+	Info      Info    `json:"info"`
+	NumCtx    int     `json:"num_ctx,omitempty"`
+	Think     Think   `json:"think"`
+	InFlightS float64 `json:"call_in_flight_s,omitempty"`
+}
+
+// PolicyStatus implements agent.StatusReporter; it never waits for a
+// call.
+func (p *Policy) PolicyStatus() any {
+	p.lmu.Lock()
+	life := p.life
+	p.lmu.Unlock()
+	st := Status{Model: p.Config.Model, State: life.state, Error: life.err, Info: life.info, Think: p.Config.Think}
+	if !life.since.IsZero() {
+		st.For = fmt.Sprintf("%s %v", life.state, p.Now().Sub(life.since).Round(time.Second))
+	}
+	p.Model.mu.Lock()
+	st.NumCtx = p.Model.numCtx
+	p.Model.mu.Unlock()
+	p.fmu.Lock()
+	if p.inflight != nil {
+		st.InFlightS = p.Now().Sub(p.inflight.started).Seconds()
+	}
+	p.fmu.Unlock()
+	return st
+}
