@@ -492,3 +492,35 @@ func TestTailHoldOutlivesAFullReady(t *testing.T) {
 		t.Fatalf("drained again within the hold: %q %+v", cmds, r.Verdicts[0])
 	}
 }
+
+// An operator's undo stands: once they ready a server the agent drained,
+// the agent leaves it alone for the operator hold, however often a policy
+// proposes the drain again, and takes it back only when its state changes
+// again or the hold ends. (Before, the agent drained it again in the same
+// step, and every step after.)
+func TestOperatorUndoStands(t *testing.T) {
+	rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
+	l, clk, pol, _ := newLoop(rt)
+	l.OperatorHold = 10 * time.Minute
+	pol.plans = []Plan{{drain("s2")}, {drain("s2")}, {drain("s2")}, {drain("s2")}}
+	l.Step(context.Background())
+	if got := rt.TakeCommands(); len(got) != 1 {
+		t.Fatalf("first drain: %q", got)
+	}
+	rt.Set("s2", func(s *haproxy.ServerState) { s.AdminState = 0 }) // the operator: set server app/s2 state ready
+	for i := 0; i < 2; i++ {
+		clk.Advance(time.Minute)
+		r := l.Step(context.Background())
+		if got := rt.TakeCommands(); len(got) != 0 || !strings.Contains(r.Verdicts[0].Reason, "the operator undid") {
+			t.Fatalf("step %d after the undo: commands %q, verdict %+v", i+1, got, r.Verdicts[0])
+		}
+	}
+	if st := l.Status(); st.Backends[0].Servers[1].OperatorUntil.IsZero() {
+		t.Fatalf("/status does not show the hold: %+v", st.Backends[0].Servers[1])
+	}
+	clk.Advance(10 * time.Minute) // the hold ends: the server is free again
+	l.Step(context.Background())
+	if got := rt.TakeCommands(); len(got) != 1 {
+		t.Fatalf("after the hold: %q", got)
+	}
+}

@@ -195,6 +195,10 @@ func (g Guardrails) check(obs *Observation, serving map[string]map[string]bool, 
 		return "one action per server per step", a
 	}
 	if s.Owner == OwnerOperator {
+		if !s.OperatorUntil.IsZero() {
+			return fmt.Sprintf("the operator undid the agent's change (%s, weight %d of %d): theirs until %s or until its state changes",
+				s.State.Label(), s.State.Weight, s.State.Initial, s.OperatorUntil.Format(time.TimeOnly)), a
+		}
 		return fmt.Sprintf("held by the operator (%s, weight %d of %d): the agent never changes it", s.State.Label(), s.State.Weight, s.State.Initial), a
 	}
 	if actions >= g.MaxActions && !a.Restore {

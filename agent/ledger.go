@@ -66,6 +66,11 @@ func (c *Change) holds(s haproxy.ServerState) bool {
 type Ledger struct {
 	file string // "" keeps the ledger in memory only
 	log  zerolog.Logger
+	// OperatorHold is how long an operator's override of the agent's
+	// change stands: the agent leaves that server alone until then, or
+	// until its state changes again (0: only while it differs from the
+	// configured state, as any operator's state).
+	OperatorHold time.Duration
 
 	mu      sync.Mutex
 	epoch   string
@@ -73,13 +78,24 @@ type Ledger struct {
 	// holds keep a server the tail guard brought back to full weight from
 	// being drained again until the time given, after its change is over.
 	holds map[string]time.Time
+	// overrides are operators' undos of the agent's changes, which stand.
+	overrides map[string]Override
+}
+
+// Override is an operator's undo of the agent's change: the server is
+// theirs until Until, or until its state leaves the one they set.
+type Override struct {
+	Until      time.Time `json:"until"`
+	AdminState int       `json:"admin_state"`
+	Weight     int       `json:"weight"`
 }
 
 // NewLedger reads file, if it exists, and returns the ledger it holds. A
 // file that cannot be read is logged and the ledger starts empty: the
 // servers it named then read as the operator's, which is the safe side.
 func NewLedger(file string, log zerolog.Logger) *Ledger {
-	l := &Ledger{file: file, log: log, changes: map[string]*Change{}, holds: map[string]time.Time{}}
+	l := &Ledger{file: file, log: log, changes: map[string]*Change{}, holds: map[string]time.Time{}, overrides: map[string]Override{},
+		OperatorHold: DefaultOperatorHold}
 	if err := l.load(); err != nil {
 		log.Error().Err(err).Str("file", file).Msg("cannot read the state file; starting with no record of earlier changes")
 	}
@@ -96,14 +112,26 @@ func (l *Ledger) SetEpoch(epoch string) (was string, changed bool) {
 	return was, changed
 }
 
-// Reconcile says who holds server k, whose merged state is s. A change
-// still in force is adopted under the current epoch. One that a reload
-// lost (the server is back at its configured state under a new epoch)
-// stays, and reapply is set so that the loop applies it again. One that
-// someone else undid or replaced is lost, and the server left to them.
-func (l *Ledger) Reconcile(k string, s haproxy.ServerState) (owner Owner, ch *Change, reapply bool) {
+// DefaultOperatorHold is how long an operator's undo stands by default.
+const DefaultOperatorHold = 30 * time.Minute
+
+// Reconcile says who holds server k, whose merged state is s, at now. A
+// change still in force is adopted under the current epoch. One that a
+// reload lost (the server is back at its configured state under a new
+// epoch) stays, and reapply is set so that the loop applies it again. One
+// that someone else undid or replaced is lost, and the server is the
+// operator's for OperatorHold, even back at its configured state: their
+// word stands until then, or until the server's state changes again.
+func (l *Ledger) Reconcile(k string, s haproxy.ServerState, now time.Time) (owner Owner, ch *Change, reapply bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if o, ok := l.overrides[k]; ok {
+		if now.Before(o.Until) && s.AdminState == o.AdminState && s.Weight == o.Weight {
+			return OwnerOperator, nil, false
+		}
+		delete(l.overrides, k)
+		l.save()
+	}
 	if c := l.changes[k]; c != nil {
 		pristine := s.AdminState == 0 && s.Weight == s.Initial
 		switch {
@@ -116,8 +144,15 @@ func (l *Ledger) Reconcile(k string, s haproxy.ServerState) (owner Owner, ch *Ch
 			return OwnerAgent, &cp, true
 		}
 		l.log.Warn().Str("server", k).Str("phase", string(c.Phase)).Str("now", s.Label()).Int("weight", s.Weight).
-			Msg("the agent's change was overridden outside the agent; leaving the server to the operator")
-		l.lose(k)
+			Dur("for", l.OperatorHold).Msg("the agent's change was overridden outside the agent; leaving the server to the operator")
+		delete(l.changes, k)
+		if l.OperatorHold > 0 {
+			l.overrides[k] = Override{Until: now.Add(l.OperatorHold), AdminState: s.AdminState, Weight: s.Weight}
+		}
+		l.save()
+		if l.OperatorHold > 0 {
+			return OwnerOperator, nil, false
+		}
 	}
 	if s.AdminState != 0 || s.Weight != s.Initial {
 		return OwnerOperator, nil, false
@@ -180,6 +215,14 @@ func (l *Ledger) Ready(k string, weight, initial int, at time.Time, reason strin
 	l.save()
 }
 
+// OverriddenUntil is when an operator's undo of the agent's change on k
+// stops holding the agent off (zero: none).
+func (l *Ledger) OverriddenUntil(k string) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.overrides[k].Until
+}
+
 // HeldUntil is when k's hold on draining ends (zero: none).
 func (l *Ledger) HeldUntil(k string, now time.Time) time.Time {
 	l.mu.Lock()
@@ -229,6 +272,11 @@ func (l *Ledger) Keep(present map[string]bool, now time.Time) {
 			delete(l.holds, k)
 		}
 	}
+	for k, o := range l.overrides {
+		if !present[k] || !o.Until.After(now) {
+			delete(l.overrides, k)
+		}
+	}
 	for k := range l.changes {
 		if !present[k] {
 			l.log.Warn().Str("server", k).Msg("server the agent changed is gone from HAProxy; forgetting the change")
@@ -259,9 +307,10 @@ func (l *Ledger) Changes() map[string]Change {
 // stateFile is the file's layout. Version 1 named the change's kind
 // ("drain" or "set_weight") where version 2 names its phase.
 type stateFile struct {
-	Version int                  `json:"version"`
-	Changes map[string]*Change   `json:"changes"`
-	Holds   map[string]time.Time `json:"holds,omitempty"`
+	Version   int                  `json:"version"`
+	Changes   map[string]*Change   `json:"changes"`
+	Holds     map[string]time.Time `json:"holds,omitempty"`
+	Overrides map[string]Override  `json:"operator_overrides,omitempty"`
 }
 
 type v1Change struct {
@@ -310,6 +359,9 @@ func (l *Ledger) load() error {
 	for k, until := range st.Holds {
 		l.holds[k] = until
 	}
+	for k, o := range st.Overrides {
+		l.overrides[k] = o
+	}
 	l.log.Info().Int("changes", len(l.changes)).Str("file", l.file).Msg("loaded the agent's earlier changes")
 	return nil
 }
@@ -319,7 +371,7 @@ func (l *Ledger) save() {
 	if l.file == "" {
 		return
 	}
-	b, err := json.MarshalIndent(stateFile{Version: 2, Changes: l.changes, Holds: l.holds}, "", "  ")
+	b, err := json.MarshalIndent(stateFile{Version: 2, Changes: l.changes, Holds: l.holds, Overrides: l.overrides}, "", "  ")
 	if err == nil {
 		tmp := l.file + ".tmp"
 		if err = os.WriteFile(tmp, append(b, '\n'), 0o640); err == nil {

@@ -97,7 +97,7 @@ func TestLedgerReconcile(t *testing.T) {
 		{"our drain in force", func(l *Ledger) { l.Drain("app/s1", t0, "", 0, 0) }, "e1", drained, OwnerAgent, false, true},
 		{"our cut in force", func(l *Ledger) { l.Cut("app/s1", 3, 8, t0, "", 0) }, "e1", cut, OwnerAgent, false, true},
 		{"a reload lost our drain", func(l *Ledger) { l.Drain("app/s1", t0, "", 0, 0) }, "e2", ready, OwnerAgent, true, true},
-		{"someone readied our drain", func(l *Ledger) { l.Drain("app/s1", t0, "", 0, 0) }, "e1", ready, OwnerNone, false, false},
+		{"someone readied our drain: their word stands", func(l *Ledger) { l.Drain("app/s1", t0, "", 0, 0) }, "e1", ready, OwnerOperator, false, false},
 		{"someone put our drain in maint", func(l *Ledger) { l.Drain("app/s1", t0, "", 0, 0) }, "e1", maint, OwnerOperator, false, false},
 		{"a reload, then the operator's maint", func(l *Ledger) { l.Drain("app/s1", t0, "", 0, 0) }, "e2", maint, OwnerOperator, false, false},
 	}
@@ -107,7 +107,7 @@ func TestLedgerReconcile(t *testing.T) {
 			l.SetEpoch("e1")
 			tc.change(l)
 			l.SetEpoch(tc.epoch)
-			owner, ch, reapply := l.Reconcile("app/s1", tc.state)
+			owner, ch, reapply := l.Reconcile("app/s1", tc.state, t0)
 			_, has := l.Changes()["app/s1"]
 			if owner != tc.owner || reapply != tc.reapply || has != tc.has || (owner == OwnerAgent) != (ch != nil) {
 				t.Fatalf("owner %s change %+v reapply %v kept %v; want %s %v %v", owner, ch, reapply, has, tc.owner, tc.reapply, tc.has)

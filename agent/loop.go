@@ -41,6 +41,11 @@ type Loop struct {
 	// StateFile keeps the agent's changes across its own restarts
 	// (replaced atomically on every change); "" keeps them in memory.
 	StateFile string
+	// OperatorHold is how long an operator's undo of the agent's change
+	// stands (see Ledger.OperatorHold); 0 takes DefaultOperatorHold, a
+	// negative value only as long as the server differs from its
+	// configured state.
+	OperatorHold time.Duration
 
 	ledgerOnce sync.Once
 	ledger     *Ledger
@@ -61,7 +66,15 @@ const recentDecisions = 64
 
 // theLedger is the loop's ledger, read from StateFile on first use.
 func (l *Loop) theLedger() *Ledger {
-	l.ledgerOnce.Do(func() { l.ledger = NewLedger(l.StateFile, l.Log) })
+	l.ledgerOnce.Do(func() {
+		l.ledger = NewLedger(l.StateFile, l.Log)
+		switch {
+		case l.OperatorHold > 0:
+			l.ledger.OperatorHold = l.OperatorHold
+		case l.OperatorHold < 0:
+			l.ledger.OperatorHold = 0
+		}
+	})
 	return l.ledger
 }
 

@@ -142,8 +142,9 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 		v.Window.Backend, v.Window.Server = s.Backend, s.Server
 		v.Recent.Backend, v.Recent.Server = s.Backend, s.Server
 		var lost bool
-		v.Owner, v.Changed, lost = ledger.Reconcile(k, s)
+		v.Owner, v.Changed, lost = ledger.Reconcile(k, s, now)
 		v.NoDrainUntil = ledger.HeldUntil(k, now)
+		v.OperatorUntil = ledger.OverriddenUntil(k)
 		if lost {
 			l.Log.Warn().Str("server", k).Str("phase", string(v.Changed.Phase)).Msg("a reload lost the agent's change; applying it again")
 			reapply = append(reapply, reapplyAction(v))

@@ -28,6 +28,9 @@ type ServerView struct {
 	// NoDrainUntil: the tail-latency guard brought the server back; it is
 	// not drained again before this, even at full weight.
 	NoDrainUntil time.Time `json:"no_drain_until,omitempty"`
+	// OperatorUntil: an operator undid the agent's change on this server;
+	// it is theirs until then, or until its state changes again.
+	OperatorUntil time.Time `json:"operator_until,omitempty"`
 }
 
 // Owner says who holds a server's admin state and weight.

@@ -42,6 +42,9 @@ type Config struct {
 	LogLevel       string
 	StateFile      string
 	OnExit         OnExit
+	// OperatorHold is how long an operator's undo of the agent's change
+	// stands (0: only while the server differs from its configuration).
+	OperatorHold time.Duration
 
 	Guard    agent.Guardrails
 	Rules    rules.Config
@@ -114,7 +117,7 @@ func Default() Config {
 	return Config{
 		SPOEListen: "127.0.0.1:12345", HAProxySockets: []string{"/run/haproxy/admin.sock"},
 		Interval: 10 * time.Second, Window: 60 * time.Second, Policy: PolicyRules, MaxServers: 4096,
-		StatusListen: "127.0.0.1:9310", LogFormat: LogAuto, LogLevel: "info", OnExit: OnExitKeep,
+		StatusListen: "127.0.0.1:9310", LogFormat: LogAuto, LogLevel: "info", OnExit: OnExitKeep, OperatorHold: agent.DefaultOperatorHold,
 		Guard: agent.DefaultGuardrails(), Rules: rules.DefaultConfig(), Recovery: recovery.DefaultConfig(), LLM: llm.DefaultConfig(),
 	}
 }
@@ -156,6 +159,7 @@ func Register(fs *flag.FlagSet) *Config {
 	fs.Var(&c.LogFormat, "log-format", "log format: "+enum.Join(LogFormats...)+" (auto: console on a terminal, else JSON)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug|info|warn|error")
 	fs.StringVar(&c.StateFile, "state-file", c.StateFile, "file keeping the agent's own changes across its restarts (\"\": memory only)")
+	fs.DurationVar(&c.OperatorHold, "operator-hold", c.OperatorHold, "how long an operator's undo of the agent's change stands: the agent leaves that server alone until then, or until its state changes again")
 	fs.Var(&c.OnExit, "on-exit", "on SIGTERM: keep the agent's drains, or restore every server it changed: "+enum.Join(OnExits...))
 	registerGuard(fs, &c.Guard)
 	registerRecovery(fs, &c.Recovery)
@@ -275,6 +279,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := enum.Parse("policy", string(c.Policy), Policies...); err != nil {
 		errs = append(errs, err)
+	}
+	if c.OperatorHold < 0 {
+		errs = append(errs, fmt.Errorf("operator-hold %v is negative", c.OperatorHold))
 	}
 	if c.MaxServers < 1 {
 		errs = append(errs, fmt.Errorf("max-servers %d must be positive", c.MaxServers))

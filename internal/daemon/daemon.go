@@ -96,7 +96,10 @@ func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
 	d.Loop = &agent.Loop{
 		Clock: agent.RealClock{}, Interval: c.Interval, Policy: pol, Guard: c.Guard,
 		Runtimes: runtimes, Windows: d.Store, Log: log.With().Str("component", "loop").Logger(),
-		StateFile: c.StateFile,
+		StateFile: c.StateFile, OperatorHold: c.OperatorHold,
+	}
+	if c.OperatorHold == 0 {
+		d.Loop.OperatorHold = -1 // the setting's 0: no hold past the override itself
 	}
 	if c.Recovery.Mode != recovery.ModeOff {
 		d.readmit = recovery.New(c.Recovery, nil, log.With().Str("component", "recovery").Logger())

@@ -193,6 +193,28 @@ var Scenarios = []Spec{
 		EndFaulty: none,
 	},
 	{
+		Name: "moderate-latency",
+		About: "srv2 answers about 3 times slower (27 ms plus up to 12 ms), with no errors: below the rules' " +
+			"latency test (a median 5 times its peers' and 50 ms above)",
+		Expect: "the grey zone: the rules leave srv2; a policy that judges latency may cut its weight or drain it",
+		Backends: func(n int) []fleet.BackendConfig {
+			out := fleetWith(n, paperServer, nil, 0)
+			out[1].Latency, out[1].Jitter = 27*time.Millisecond, 12*time.Millisecond
+			return out
+		},
+		Faulty: func(int) []string { return []string{fleet.ServerName(1)} },
+	},
+	{
+		Name:          "low-traffic",
+		About:         "the paper scenario at 5 requests a second per server: evidence comes ten times slower",
+		Expect:        "drain the faulty servers once the evidence is there, never a healthy one on a few unlucky errors",
+		RatePerServer: 5,
+		Backends: func(n int) []fleet.BackendConfig {
+			return fleetWith(n, paperServer, rates(everyThird(n), 0.05), 0)
+		},
+		Faulty: paperFaulty,
+	},
+	{
 		Name:    "two-faults",
 		About:   "five servers, two of them (srv2 and srv4) failing 5%",
 		Expect:  "drain both, so that one faulty server does not hide the other",

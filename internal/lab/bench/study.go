@@ -60,8 +60,12 @@ type StudyConfig struct {
 	OllamaHost string // a real Ollama, with Model
 	Model      string
 	Think      string // llm with a real model: --think
-	Progress   *Progress
-	Log        zerolog.Logger
+	// NoGate lets every model act without passing calibration
+	// (--skip-calibration), to test what the guards alone hold against a
+	// misbehaving one.
+	NoGate   bool
+	Progress *Progress
+	Log      zerolog.Logger
 }
 
 // Cell is one point of the grid.
@@ -359,6 +363,9 @@ func agentArgs(ctx context.Context, c StudyConfig, v Variant, scratch string) ([
 	args := []string{"--model", model, "--ollama-host", host, "--think", think}
 	if v.Unprotected {
 		return append(args, "--unprotected"), nil, cleanup, nil
+	}
+	if c.NoGate {
+		return append(args, "--skip-calibration"), nil, cleanup, nil
 	}
 	// The capability gate: calibrate now, with the agent's own settings,
 	// and let the agent read the record as `hapilot run` would.
