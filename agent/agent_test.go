@@ -326,19 +326,23 @@ func TestRunKeepsSchedule(t *testing.T) {
 // Capacity-aware draining: with maxconn known, a drain that would push
 // the others past 80% of their throughput becomes the smallest weight cut
 // that does not; at low load it stays a drain.
-func TestCapacityAwareDrain(t *testing.T) {
-	fleet := func(perServer uint64) *Observation {
-		var servers []ServerView
-		for _, n := range []string{"s1", "s2", "s3", "s4"} {
-			servers = append(servers, sv(n, func(v *ServerView) {
-				v.State.Weight, v.State.Initial, v.MaxConn = 8, 8, 4
-				v.Recent = window.Stats{Requests: perServer, P50Ms: 11, Seconds: 10, RatePerSec: float64(perServer) / 10}
-			}))
-		}
-		o := obsOf(servers...)
-		o.RecentSpan = 10 * time.Second
-		return o
+// capacityFleet is four servers of weight 8 and maxconn 4, each with
+// perServer requests over the last 10 s at 11 ms.
+func capacityFleet(perServer uint64) *Observation {
+	var servers []ServerView
+	for _, n := range []string{"s1", "s2", "s3", "s4"} {
+		servers = append(servers, sv(n, func(v *ServerView) {
+			v.State.Weight, v.State.Initial, v.MaxConn = 8, 8, 4
+			v.Recent = window.Stats{Requests: perServer, P50Ms: 11, Seconds: 10, RatePerSec: float64(perServer) / 10}
+		}))
 	}
+	o := obsOf(servers...)
+	o.RecentSpan = 10 * time.Second
+	return o
+}
+
+func TestCapacityAwareDrain(t *testing.T) {
+	fleet := capacityFleet
 	g := DefaultGuardrails()
 	// 936 req/s over 4 servers of 4/0.011 = 364 req/s each: 64% busy.
 	// Drained, the others would run at 86%; weight 1 keeps them at 82%.
@@ -412,16 +416,7 @@ func TestLoopReadsPolicyNeeds(t *testing.T) {
 // cut to 0 at 64% load becomes the smallest safe weight, and a cut at low
 // load stands.
 func TestCapacityCoversWeightCuts(t *testing.T) {
-	fleet := func(perServer uint64) *Observation {
-		var servers []ServerView
-		for _, n := range []string{"s1", "s2", "s3", "s4"} {
-			servers = append(servers, sv(n, func(v *ServerView) {
-				v.State.Weight, v.State.Initial, v.MaxConn = 8, 8, 4
-				v.Recent = window.Stats{Requests: perServer, P50Ms: 11, Seconds: 10, RatePerSec: float64(perServer) / 10}
-			}))
-		}
-		return obsOf(servers...)
-	}
+	fleet := capacityFleet
 	g := DefaultGuardrails()
 	cut := Action{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 0}
 	if v := g.Vet(fleet(2340), Plan{cut}); !v[0].Accepted || v[0].Applied.Weight != 1 || !strings.Contains(v[0].Applied.Reason, "capacity") {

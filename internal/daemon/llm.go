@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -48,19 +49,42 @@ func newLLMPolicy(c config.Config, log zerolog.Logger) (agent.Policy, error) {
 	}
 	digest, err := model.Digest(ctx)
 	if err != nil {
+		// Ollama does not answer yet: the policy starts with the rules
+		// alone, and checks the record once Ollama answers.
+		log.Warn().Err(err).Str("model", cfg.Model).Msg("Ollama does not answer: the rules act alone until it does and the model's calibration record is checked")
+		pol.Admit = func(ctx context.Context) error { return admit(ctx, model, cfg.CalibrationDir) }
+		return pol, nil
+	}
+	if err := checkRecord(model, cfg.CalibrationDir, digest); err != nil {
 		return refuse(err.Error())
 	}
-	sc, err := llm.Load(cfg.CalibrationDir, digest)
-	if err != nil {
-		return refuse(fmt.Sprintf("no calibration record for digest %s: %v", digest, err))
-	}
-	if stale := sc.Key.Stale(llm.KeyFor(digest, model)); stale != "" {
-		return refuse("stale calibration record: " + stale)
-	}
-	if !sc.Passed {
-		return refuse("failed calibration: " + sc.Why)
-	}
+	sc, _ := llm.Load(cfg.CalibrationDir, digest)
 	log.Info().Str("model", cfg.Model).Str("digest", digest).Float64("precision", sc.Precision).Float64("recall", sc.Recall).
 		Msg("calibrated model may act")
 	return pol, nil
+}
+
+// admit checks the model's calibration record once Ollama answers.
+func admit(ctx context.Context, model *llm.Model, dir string) error {
+	digest, err := model.Digest(ctx)
+	if err != nil {
+		return err
+	}
+	return checkRecord(model, dir, digest)
+}
+
+// checkRecord says why the model may not act, nil when its record for
+// digest passed and holds for the running settings.
+func checkRecord(model *llm.Model, dir, digest string) error {
+	sc, err := llm.Load(dir, digest)
+	if err != nil {
+		return fmt.Errorf("no calibration record for digest %s: %v", digest, err)
+	}
+	if stale := sc.Key.Stale(llm.KeyFor(digest, model)); stale != "" {
+		return errors.New("stale calibration record: " + stale)
+	}
+	if !sc.Passed {
+		return errors.New("failed calibration: " + sc.Why)
+	}
+	return nil
 }

@@ -156,3 +156,27 @@ func nineWithThreeFaulty() agent.Observation {
 	}
 	return agent.Observation{Time: time.Unix(1000, 0), Backends: []agent.BackendView{b}}
 }
+
+// Ollama down at the agent's start: the model's gate is checked once it
+// answers; until then, and if it refuses, the rules act alone.
+func TestGateWaitsForOllama(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c := config.Register(fs)
+	if err := config.Parse(fs, []string{"--policy", "llm", "--model", "m", "--ollama-host", "127.0.0.1:1", "--calibration-dir", t.TempDir(),
+		"--spoe-listen", "off", "--status-listen", "off", "--haproxy-socket", "/nonexistent.sock"}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(*c, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	p, ok := d.Loop.Policy.(*llm.Policy)
+	if !ok || p.Admit == nil {
+		t.Fatalf("policy %T without a pending gate", d.Loop.Policy)
+	}
+	if err := p.Admit(context.Background()); err == nil {
+		t.Fatal("admitted with Ollama down")
+	}
+}

@@ -50,6 +50,17 @@ func (p *Policy) bringUp(ctx context.Context) error {
 	p.lmu.Lock()
 	p.life.info = info
 	p.lmu.Unlock()
+	if p.Admit != nil {
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := p.Admit(actx)
+		cancel()
+		if err != nil {
+			p.setLife("refused", err)
+			p.Log.Error().Err(err).Msg("the model may not act: the rules act alone")
+			<-ctx.Done() // refused for good: only a restart with a new record lets it act
+			return ctx.Err()
+		}
+	}
 	if p.Config.Think != ThinkOff && !info.CanThink() {
 		p.mu.Lock()
 		p.think = ThinkOff
@@ -125,10 +136,17 @@ func (p *Policy) unusable() string {
 	p.lmu.Lock()
 	defer p.lmu.Unlock()
 	switch p.life.state {
-	case "ready", "unknown":
+	case "ready":
+		return ""
+	case "unknown":
+		if p.Admit != nil {
+			return "the model's calibration record is not checked yet"
+		}
 		return ""
 	case "unreachable":
 		return fmt.Sprintf("the model is unreachable (%s) for %v", p.life.err, p.Now().Sub(p.life.since).Round(time.Second))
+	case "refused":
+		return "the model may not act: " + p.life.err
 	}
 	return fmt.Sprintf("the model is %s for %v", p.life.state, p.Now().Sub(p.life.since).Round(time.Second))
 }
@@ -136,7 +154,7 @@ func (p *Policy) unusable() string {
 // Status is what /status shows of the model.
 type Status struct {
 	Model     string  `json:"model"`
-	State     string  `json:"state"` // unknown, inspecting, loading, ready, unreachable
+	State     string  `json:"state"` // unknown, inspecting, loading, ready, unreachable, refused
 	For       string  `json:"for"`   // how long in that state, "loading 14s"
 	Error     string  `json:"error,omitempty"`
 	Info      Info    `json:"info"`

@@ -3,6 +3,7 @@ package llm
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/url"
 	"strings"
 	"testing"
@@ -678,5 +679,28 @@ func TestSlowModelKeepsTheSchedule(t *testing.T) {
 	}
 	if len(rec.Plan) != 1 || rec.Plan[0].Server != "srv3" {
 		t.Fatalf("the floor's plan %+v", rec.Plan)
+	}
+}
+
+// A model whose gate is checked only once Ollama answers (it did not at
+// the agent's start) stays out while refused, and /status says why.
+func TestAdmitRefusesAtStart(t *testing.T) {
+	p, fake := newPolicy(t, ollamafake.Capable, nil)
+	p.Admit = func(context.Context) error { return errors.New("no calibration record") }
+	steps(t, p, grey(time.Unix(1000, 0)), 1)
+	if r := p.Report().(Report); r.Called || !strings.Contains(r.Fallback, "not checked yet") {
+		t.Fatalf("before start: %+v", r)
+	}
+	p.Start()
+	waitFor(t, func() bool { return p.PolicyStatus().(Status).State == "refused" })
+	steps(t, p, grey(time.Unix(1001, 0)), 1)
+	r := p.Report().(Report)
+	if st := p.PolicyStatus().(Status); r.Called || !strings.Contains(r.Fallback, "no calibration record") || st.Error != "no calibration record" {
+		t.Fatalf("refused: report %+v, status %+v", r, st)
+	}
+	for _, req := range fake.Requests() {
+		if len(req.Messages) > 0 {
+			t.Fatalf("a refused model was asked: %+v", req)
+		}
 	}
 }

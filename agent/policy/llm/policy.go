@@ -52,6 +52,10 @@ type Policy struct {
 	// loaded (/api/ps): someone else's keep_alive or a restart of Ollama
 	// unloads it, and it is then loaded again before a step needs it.
 	WatchEvery time.Duration
+	// Admit, when set, is asked once Ollama answers whether the model may
+	// act (its calibration record); a refusal keeps the floor alone in
+	// charge, with the reason in /status.
+	Admit func(ctx context.Context) error
 
 	mu       sync.Mutex // one step at a time
 	prev     map[string]float64
@@ -85,7 +89,8 @@ type counters struct {
 }
 
 // lifeState is where the model stands: "unknown" until Start, then
-// "inspecting", "loading", "ready" or "unreachable".
+// "inspecting", "loading", "ready", "unreachable", or "refused" when
+// Admit said no.
 type lifeState struct {
 	state string
 	since time.Time
