@@ -50,7 +50,7 @@ func (g Guardrails) Validate() error {
 	if g.MinServing < 0 {
 		errs = append(errs, fmt.Errorf("min-serving %d is negative", g.MinServing))
 	}
-	if g.MaxUtilization < 0 || g.MaxUtilization > 1 {
+	if !(g.MaxUtilization >= 0 && g.MaxUtilization <= 1) { // NaN fails too
 		errs = append(errs, fmt.Errorf("max-utilization %v outside [0, 1]", g.MaxUtilization))
 	}
 	if g.MaxDrains < 1 || g.MaxActions < 1 || g.MaxWeightStep < 1 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -373,12 +374,38 @@ func (l *Ledger) save() {
 	}
 	b, err := json.MarshalIndent(stateFile{Version: 2, Changes: l.changes, Holds: l.holds, Overrides: l.overrides}, "", "  ")
 	if err == nil {
-		tmp := l.file + ".tmp"
-		if err = os.WriteFile(tmp, append(b, '\n'), 0o640); err == nil {
-			err = os.Rename(tmp, l.file)
-		}
+		err = replaceFile(l.file, append(b, '\n'))
 	}
 	if err != nil {
 		l.log.Error().Err(err).Str("file", l.file).Msg("cannot write the state file")
 	}
+}
+
+// replaceFile writes data to a new file of a random name beside path
+// (created exclusively, so a planted link is never followed), syncs it,
+// and renames it over path, which replaces a link at path rather than
+// write through it.
+func replaceFile(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(0o640)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
 }

@@ -137,3 +137,30 @@ func TestLedgerReadsVersion1(t *testing.T) {
 		t.Fatalf("after rewrite %+v", again)
 	}
 }
+
+// A link planted beside or at the state file is never written through:
+// the file is written under a fresh name and renamed into place.
+func TestStateFileFollowsNoLink(t *testing.T) {
+	dir := t.TempDir()
+	victim := filepath.Join(dir, "victim")
+	if err := os.WriteFile(victim, []byte("precious"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, "state.json")
+	for _, link := range []string{state + ".tmp", state} {
+		if err := os.Symlink(victim, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := NewLedger(state, zerolog.Nop())
+	l.Drain("app/s1", time.Unix(1000, 0), "x", 0, 0)
+	if b, _ := os.ReadFile(victim); string(b) != "precious" {
+		t.Fatalf("the victim was overwritten: %q", b)
+	}
+	if fi, err := os.Lstat(state); err != nil || fi.Mode()&os.ModeSymlink != 0 {
+		t.Fatalf("the state file is still a link: %v", err)
+	}
+	if got := NewLedger(state, zerolog.Nop()).Changes(); len(got) != 1 {
+		t.Fatalf("state %+v", got)
+	}
+}

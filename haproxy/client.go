@@ -71,6 +71,8 @@ func (e *CommandError) Error() string {
 // ErrConnection wraps failures to reach the socket or read a reply.
 var ErrConnection = errors.New("runtime socket unreachable")
 
+var errTooLong = errors.New("reply too long")
+
 // Run sends one command and returns HAProxy's reply without the severity
 // preamble. Most callers want the typed methods.
 func (c *Client) Run(ctx context.Context, cmd string) (string, error) {
@@ -91,8 +93,8 @@ func (c *Client) Run(ctx context.Context, cmd string) (string, error) {
 			return reply, nil
 		}
 		lastErr = err
-		if ctx.Err() != nil {
-			break
+		if ctx.Err() != nil || errors.Is(err, errTooLong) {
+			break // a reply too long would be too long again
 		}
 	}
 	return "", fmt.Errorf("haproxy: %s on %s: %w: %v", cmd, c.Addr(), ErrConnection, lastErr)
@@ -116,7 +118,7 @@ func (c *Client) roundTrip(ctx context.Context, cmd string) (string, error) {
 		return "", err
 	}
 	if n > c.MaxReply {
-		return "", fmt.Errorf("reply longer than %d bytes", c.MaxReply)
+		return "", fmt.Errorf("%w: over %d bytes", errTooLong, c.MaxReply)
 	}
 	// The first command answers with one empty line; a reply then ends
 	// with an empty line of its own.

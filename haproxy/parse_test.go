@@ -1,7 +1,11 @@
 package haproxy
 
 import (
+	"bufio"
+	"context"
+	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -92,4 +96,49 @@ func FuzzParseServersState(f *testing.F) {
 		_, _ = ParseInfo(s)
 		_ = failure("cmd", s)
 	})
+}
+
+// Weights from the socket are bounded to HAProxy's 0..256 as they are
+// read: a weight of 2^40 once hung the capacity check's loop.
+func TestParseServersStateBoundsNumbers(t *testing.T) {
+	const header = "# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight srv_iweight srv_port\n"
+	got, err := ParseServersState("1\n" + header + "2 app 1 s1 127.0.0.1 2 0 1099511627776 -5 99999\n")
+	if err != nil || len(got) != 1 || got[0].Weight != 256 || got[0].Initial != 0 || got[0].Port != 65535 {
+		t.Fatalf("%+v %v", got, err)
+	}
+}
+
+// A reply over MaxReply is refused once, not fetched again.
+func TestTooLongReplyIsNotRetried(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var conns atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() {
+				defer c.Close()
+				_, _ = bufio.NewReader(c).ReadString('\n')
+				_, _ = c.Write([]byte("\n" + strings.Repeat("x", 2048)))
+			}()
+		}
+	}()
+	c, err := New(ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.MaxReply = 1024
+	if _, err := c.Run(context.Background(), "show stat"); err == nil || !strings.Contains(err.Error(), "reply too long") {
+		t.Fatalf("err %v", err)
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("%d connections: the long reply was fetched again", n)
+	}
 }

@@ -141,6 +141,10 @@ func ParseServersState(reply string) ([]ServerState, error) {
 		if idx, ok := cols["srv_use_ssl"]; ok {
 			s.UseSSL = f[idx] == "1"
 		}
+		// HAProxy's weights are 0..256: a number past that comes from
+		// something else, and bounds every loop over weights downstream.
+		s.Weight, s.Initial = min(max(s.Weight, 0), 256), min(max(s.Initial, 0), 256)
+		s.Port = min(max(s.Port, 0), 65535)
 		out = append(out, s)
 	}
 	return out, nil

@@ -103,8 +103,8 @@ func (c Config) Validate() error {
 	if _, err := enum.Parse("readmit", string(c.Mode), Modes...); err != nil {
 		errs = append(errs, err)
 	}
-	if c.Rate <= 0 || c.Cooldown <= 0 || c.Timeout <= 0 {
-		errs = append(errs, fmt.Errorf("probe-rate, probe-cooldown and the probe timeout must be positive"))
+	if !(c.Rate > 0 && c.Rate <= 10000) || c.Cooldown <= 0 || c.Timeout <= 0 { // NaN and Inf fail too
+		errs = append(errs, fmt.Errorf("probe-rate (up to 10000/s), probe-cooldown and the probe timeout must be positive"))
 	}
 	if c.MaxCooldown < c.Cooldown {
 		errs = append(errs, fmt.Errorf("the longest cooldown %v is below the first %v", c.MaxCooldown, c.Cooldown))
@@ -112,8 +112,8 @@ func (c Config) Validate() error {
 	if c.MinBurst < 1 || c.MaxBurst < c.MinBurst {
 		errs = append(errs, fmt.Errorf("burst sizes %d..%d: want 1 <= min <= max", c.MinBurst, c.MaxBurst))
 	}
-	if c.P99Guard < 0 {
-		errs = append(errs, fmt.Errorf("p99-guard %v is negative", c.P99Guard))
+	if !(c.P99Guard >= 0 && c.P99Guard < 1000) {
+		errs = append(errs, fmt.Errorf("p99-guard %v: want a finite number from 0", c.P99Guard))
 	}
 	return errors.Join(errs...)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/internal/promtext"
+	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 )
 
@@ -26,7 +27,15 @@ type Server struct {
 	Loop *agent.Loop
 	// Extra writes further metrics (ingest counters, window store).
 	Extra []func(io.Writer)
+	// Log receives the HTTP server's complaints (a refused POST, a broken
+	// connection), at debug level: they are the client's faults.
+	Log zerolog.Logger
 }
+
+// printf adapts a zerolog.Logger to fasthttp's Logger.
+type printf struct{ log zerolog.Logger }
+
+func (p printf) Printf(format string, args ...any) { p.log.Debug().Msgf(format, args...) }
 
 // WriteLoopMetrics writes the loop's counters, and its policy's if it
 // keeps any.
@@ -75,7 +84,11 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 
 // Serve listens on ln until ctx ends.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &fasthttp.Server{Handler: s.Handler, Name: "hapilot", ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second}
+	// Read-only and small: a request with a body is refused before the
+	// body is read, and idle connections are closed.
+	srv := &fasthttp.Server{Handler: s.Handler, Name: "hapilot", ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second,
+		IdleTimeout: 30 * time.Second, GetOnly: true, MaxRequestBodySize: 1, DisablePreParseMultipartForm: true, Concurrency: 64,
+		Logger: printf{s.Log}}
 	stop := context.AfterFunc(ctx, func() { _ = srv.Shutdown() })
 	defer stop()
 	if err := srv.Serve(ln); err != nil && ctx.Err() == nil {

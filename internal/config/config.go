@@ -19,6 +19,7 @@ import (
 	"github.com/hapilot/hapilot/agent/recovery"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/enum"
+	"github.com/hapilot/hapilot/internal/window"
 	"github.com/rs/zerolog"
 )
 
@@ -51,6 +52,13 @@ type Config struct {
 	Recovery recovery.Config
 	LLM      llm.Config
 }
+
+// Bounds on the windows: one bucket a second per series, allocated when a
+// series is first seen.
+const (
+	MaxWindow       = time.Hour
+	MaxWindowMemory = 1 << 30
+)
 
 // PolicyName names the policy that decides.
 type PolicyName string
@@ -274,8 +282,12 @@ func (c *Config) Validate() error {
 	if c.Interval < 250*time.Millisecond {
 		errs = append(errs, fmt.Errorf("interval %v is below 250ms", c.Interval))
 	}
-	if c.Window < time.Second {
-		errs = append(errs, fmt.Errorf("window %v is below 1s", c.Window))
+	if c.Window < time.Second || c.Window > MaxWindow {
+		errs = append(errs, fmt.Errorf("window %v: want 1s to %v", c.Window, MaxWindow))
+	}
+	if mem := window.BytesPerSeries(c.Window) * int64(max(c.MaxServers, 1)); mem > MaxWindowMemory {
+		errs = append(errs, fmt.Errorf("window %v for max-servers %d would hold up to %d MiB of buckets, over the %d MiB allowed: a shorter window or fewer servers",
+			c.Window, c.MaxServers, mem>>20, MaxWindowMemory>>20))
 	}
 	if _, err := enum.Parse("policy", string(c.Policy), Policies...); err != nil {
 		errs = append(errs, err)

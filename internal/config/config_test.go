@@ -77,6 +77,13 @@ func TestInvalid(t *testing.T) {
 		{"stray argument", "", []string{"extra"}, "unexpected arguments"},
 		{"alpha out of range", "", []string{"--rules-alpha", "2"}, "rules-alpha"},
 		{"log format", "", []string{"--log-format", "xml"}, "log-format"},
+		{"NaN alpha", "", []string{"--rules-alpha", "NaN"}, "rules-alpha NaN is not a finite number"},
+		{"NaN utilization", "", []string{"--max-utilization", "NaN"}, "max-utilization NaN"},
+		{"infinite probe rate", "", []string{"--probe-rate", "+Inf"}, "probe-rate"},
+		{"NaN p99 guard", "", []string{"--p99-guard", "NaN"}, "p99-guard"},
+		{"a window of a million hours", "", []string{"--window", "1000000h"}, "want 1s to 1h0m0s"},
+		{"a window too big for max-servers", "", []string{"--window", "1h", "--max-servers", "4096"}, "MiB of buckets"},
+		{"negative operator hold", "", []string{"--operator-hold", "-1s"}, "operator-hold"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

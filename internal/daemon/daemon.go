@@ -13,6 +13,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
@@ -24,6 +25,7 @@ import (
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/config"
 	"github.com/hapilot/hapilot/internal/ingest"
+	"github.com/hapilot/hapilot/internal/netx"
 	"github.com/hapilot/hapilot/internal/promtext"
 	"github.com/hapilot/hapilot/internal/window"
 	"github.com/hapilot/hapilot/spoe"
@@ -51,6 +53,14 @@ type Daemon struct {
 	audit     io.WriteCloser
 	closeOnce sync.Once
 }
+
+// Connection caps: HAProxy holds a handful of SPOE connections per
+// process, the Lua companion one per flush, a ring one; /status is for
+// people and scrapers. Past a cap, a new connection waits for one to close.
+const (
+	MaxConns       = 256
+	MaxStatusConns = 64
+)
 
 // NewPolicy builds the policy a config names.
 func NewPolicy(c config.Config, log zerolog.Logger) (agent.Policy, error) {
@@ -117,9 +127,11 @@ func (d *Daemon) listen() error {
 	c, log := &d.Config, d.log
 	var err error
 	if c.AuditLog != "" {
-		f, err := os.OpenFile(c.AuditLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+		// O_NOFOLLOW: a link planted at the audit log's path is refused,
+		// never appended through.
+		f, err := os.OpenFile(c.AuditLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0o640)
 		if err != nil {
-			return fmt.Errorf("audit log: %w", err)
+			return fmt.Errorf("audit log %s (a symbolic link is refused): %w", c.AuditLog, err)
 		}
 		d.audit, d.Loop.Audit = f, f
 	}
@@ -127,16 +139,21 @@ func (d *Daemon) listen() error {
 		if d.spoeLn, err = spoe.Listen(c.SPOEListen); err != nil {
 			return err
 		}
+		d.spoeLn = netx.Limit(d.spoeLn, MaxConns, log.With().Str("component", "spoe").Logger())
 	}
 	if c.LuaListen != "" {
 		if d.luaLn, err = net.Listen("tcp", c.LuaListen); err != nil {
 			return fmt.Errorf("lua listen: %w", err)
 		}
+		d.luaLn = netx.Limit(d.luaLn, MaxConns, log.With().Str("component", "lua").Logger())
 		d.Lua = &ingest.LineServer{Sink: d.Store, Log: log.With().Str("component", "lua").Logger()}
 	}
 	if c.SyslogListen != "" {
 		if strings.HasPrefix(c.SyslogListen, "tcp://") {
 			d.syslogLn, err = ingest.ListenSyslogStream(c.SyslogListen)
+			if err == nil {
+				d.syslogLn = netx.Limit(d.syslogLn, MaxConns, log.With().Str("component", "syslog").Logger())
+			}
 		} else {
 			d.syslogPC, err = ingest.ListenSyslog(c.SyslogListen)
 		}
@@ -149,7 +166,8 @@ func (d *Daemon) listen() error {
 		if d.statusLn, err = net.Listen("tcp", c.StatusListen); err != nil {
 			return fmt.Errorf("status listen: %w", err)
 		}
-		d.Status = &status.Server{Loop: d.Loop, Extra: []func(io.Writer){d.writeIngestMetrics}}
+		d.statusLn = netx.Limit(d.statusLn, MaxStatusConns, log.With().Str("component", "status").Logger())
+		d.Status = &status.Server{Loop: d.Loop, Extra: []func(io.Writer){d.writeIngestMetrics}, Log: log.With().Str("component", "status").Logger()}
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Defaults for a Store.
@@ -59,6 +60,12 @@ type bucket struct {
 	err5xx   atomic.Uint32
 	err4xx   atomic.Uint32
 	latency  [latencyBins]atomic.Uint32
+}
+
+// BytesPerSeries is the memory one series takes for a window of span:
+// one bucket a second, allocated when the series is first seen.
+func BytesPerSeries(span time.Duration) int64 {
+	return max(int64(span/time.Second), 1) * int64(unsafe.Sizeof(bucket{}))
 }
 
 // Series is the window of one backend/server pair.

@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 
 	"github.com/hapilot/hapilot/agent"
@@ -67,6 +68,11 @@ func (*Policy) Needs() agent.Needs { return agent.Needs{DrainsPer: 3} }
 // Validate checks the settings an operator may give.
 func (c Config) Validate() error {
 	var errs []error
+	for name, v := range map[string]float64{"rules-alpha": c.Alpha, "rules-min-ratio": c.MinRatio, "rules-latency-ratio": c.LatencyRatio} {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			errs = append(errs, fmt.Errorf("%s %v is not a finite number", name, v))
+		}
+	}
 	if c.Alpha <= 0 || c.Alpha >= 1 {
 		errs = append(errs, fmt.Errorf("rules-alpha %v outside (0, 1)", c.Alpha))
 	}
@@ -90,10 +96,13 @@ type Finding struct {
 }
 
 // Decide proposes a drain for every outlier, most significant first; the
-// guardrails decide how many run.
-func (p *Policy) Decide(_ context.Context, obs agent.Observation) (agent.Plan, error) {
+// guardrails decide how many run. It stops at the step's deadline.
+func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan, error) {
 	var plan agent.Plan
 	for _, b := range obs.Backends {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("rules: stopped at backend %s: %w", b.Name, err)
+		}
 		findings := p.Test(b)
 		sort.SliceStable(findings, func(i, j int) bool { return findings[i].P < findings[j].P })
 		planned := map[string]bool{}

@@ -1,0 +1,103 @@
+package netx
+
+import (
+	"errors"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// flaky fails its first accepts as a machine out of file descriptors does.
+type flaky struct {
+	net.Listener
+	fails int
+}
+
+func (f *flaky) Accept() (net.Conn, error) {
+	if f.fails > 0 {
+		f.fails--
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: syscall.EMFILE}
+	}
+	return f.Listener.Accept()
+}
+
+func TestAcceptLivesThroughEMFILE(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := Limit(&flaky{Listener: ln, fails: 3}, 4, zerolog.Nop())
+	defer l.Close()
+	go func() {
+		if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+			defer c.Close()
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatalf("accept gave up: %v", err)
+	}
+	c.Close()
+	if l.Refused.Load() != 3 {
+		t.Fatalf("refused %d", l.Refused.Load())
+	}
+}
+
+// Past the cap, a connection waits for another to close; Close ends a
+// waiting Accept.
+func TestCapAndClose(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := Limit(ln, 1, zerolog.Nop())
+	for i := 0; i < 2; i++ {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	first, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		c, err := l.Accept()
+		if err == nil {
+			c.Close()
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("a second connection was accepted past the cap: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	first.Close() // frees the slot
+	if err := <-got; err != nil {
+		t.Fatalf("after a close: %v", err)
+	}
+	// An Accept waiting for a slot ends when the listener closes.
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	held, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	go func() { _, err := l.Accept(); got <- err }()
+	time.Sleep(20 * time.Millisecond)
+	l.Close()
+	if err := <-got; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("accept after close: %v", err)
+	}
+}
