@@ -48,6 +48,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ollamaHost := fs.String("ollama-host", "", "llm without --emulate: a real Ollama")
 	model := fs.String("model", "", "llm without --emulate: the model")
 	think := fs.String("think", "off", "llm with a real model: thinking off|on|low|medium|high")
+	llmGate := fs.String("llm-gate", "", "llm: the agent's --llm-gate; always asks the model every step, so that a misbehaving one keeps trying")
 	noGate := fs.Bool("no-gate", false, "llm: let every model act without passing calibration, to test what the guards alone hold")
 	list := fs.Bool("list", false, "describe the scenarios and emulated models, and exit")
 	reread := fs.String("report", "", "write the reports of an earlier run's `dir` again from its result.json files, and exit")
@@ -81,7 +82,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		*algos = "roundrobin,leastconn"
 	}
 	cfg := bench.StudyConfig{Scenario: *scenario, Steps: *steps, Interval: *interval, Rate: *rate, Seed: *seed, Out: *out,
-		Telemetry: *telemetry, PolicyFile: *policyFile, OllamaHost: *ollamaHost, Model: *model, Think: *think, NoGate: *noGate, Log: zerolog.Nop()}
+		Telemetry: *telemetry, PolicyFile: *policyFile, OllamaHost: *ollamaHost, Model: *model, Think: *think, NoGate: *noGate, LLMGate: *llmGate, Log: zerolog.Nop()}
 	if _, err := bench.Lookup(*scenario); err != nil {
 		return err
 	}

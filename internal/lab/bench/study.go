@@ -63,7 +63,10 @@ type StudyConfig struct {
 	// NoGate lets every model act without passing calibration
 	// (--skip-calibration), to test what the guards alone hold against a
 	// misbehaving one.
-	NoGate   bool
+	NoGate bool
+	// LLMGate is the agent's --llm-gate ("" for its default): "always"
+	// asks the model every step, so that a misbehaving one keeps trying.
+	LLMGate  string
 	Progress *Progress
 	Log      zerolog.Logger
 }
@@ -361,6 +364,9 @@ func agentArgs(ctx context.Context, c StudyConfig, v Variant, scratch string) ([
 		think = "off"
 	}
 	args := []string{"--model", model, "--ollama-host", host, "--think", think}
+	if c.LLMGate != "" {
+		args = append(args, "--llm-gate", c.LLMGate)
+	}
 	if v.Unprotected {
 		return append(args, "--unprotected"), nil, cleanup, nil
 	}

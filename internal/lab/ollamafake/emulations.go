@@ -73,7 +73,7 @@ func Emulation(name string, seed uint64, interval time.Duration) (Responder, err
 			for _, r := range ready(ParsePrompt(req)) {
 				acts = append(acts, Action{Action: "drain", Backend: r.Backend, Server: r.Server, Reason: "drain everything"})
 			}
-			return Reply{Content: Answer(acts...)}
+			return Reply{Content: Answer(grammar(acts)...)}
 		}, nil
 	case "garbage":
 		var mu sync.Mutex
@@ -117,7 +117,7 @@ func Emulation(name string, seed uint64, interval time.Duration) (Responder, err
 				w := min(r.Weight+50, 256)
 				acts = append(acts, Action{Action: "set_weight", Backend: r.Backend, Server: r.Server, Weight: &w, Reason: "more traffic to the best"})
 			}
-			return Reply{Content: Answer(acts...)}
+			return Reply{Content: Answer(grammar(acts)...)}
 		}, nil
 	case "flip-flop":
 		return FlipFlop, nil
@@ -168,6 +168,13 @@ func Emulation(name string, seed uint64, interval time.Duration) (Responder, err
 		}, nil
 	}
 	return nil, fmt.Errorf("unknown emulation %q (want %s)", name, strings.Join(Emulations, ", "))
+}
+
+// grammar keeps what Ollama's grammar for hapilot's schema would let
+// through: at most 8 actions. A real model cannot answer more, so an
+// emulation that would is cut as the grammar cuts it.
+func grammar(acts []Action) []Action {
+	return acts[:min(len(acts), 8)]
 }
 
 // drainIn finds the first drain in a reply rendered by Answer.
