@@ -54,6 +54,13 @@ type Server struct {
 	Sink     window.Sink
 	Log      zerolog.Logger
 	Counters Counters
+	// HelloTimeout is how long a new connection may take to send its
+	// HAPROXY-HELLO (default 10 s; HAProxy's own `timeout hello` is
+	// 500 ms in the example); IdleTimeout, how long an open one may stay
+	// silent (default 5 minutes; HAProxy closes idle ones after its
+	// `timeout idle`, 30 s in the example). A connection past either is
+	// closed, so that idle connections cannot pile up.
+	HelloTimeout, IdleTimeout time.Duration
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -115,10 +122,39 @@ func (s *Server) handleConn(conn net.Conn) {
 	defer conn.Close()
 	s.Counters.Connections.Add(1)
 	w := bufio.NewWriter(conn)
-	err := s.ServeConn(bufio.NewReaderSize(conn, MaxFrameSize+4), w)
+	dc := &deadlines{Conn: conn, first: orDefault(s.HelloTimeout, 10*time.Second), idle: orDefault(s.IdleTimeout, 5*time.Minute)}
+	err := s.ServeConn(bufio.NewReaderSize(dc, MaxFrameSize+4), w)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		s.Log.Debug().Err(err).Str("peer", conn.RemoteAddr().String()).Msg("spoe connection ended")
 	}
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// deadlines sets a read deadline before every read: first until the
+// first bytes arrive, idle after.
+type deadlines struct {
+	net.Conn
+	first, idle time.Duration
+	started     bool
+}
+
+func (d *deadlines) Read(b []byte) (int, error) {
+	wait := d.idle
+	if !d.started {
+		wait = d.first
+	}
+	if err := d.Conn.SetReadDeadline(time.Now().Add(wait)); err != nil {
+		return 0, err
+	}
+	n, err := d.Conn.Read(b)
+	d.started = d.started || n > 0
+	return n, err
 }
 
 // protocolError closes a connection with an AGENT-DISCONNECT.

@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"path/filepath"
 	"sort"
@@ -226,5 +227,31 @@ func TestSyslogStream(t *testing.T) {
 	}
 	if _, err := ListenSyslogStream("udp://127.0.0.1:0"); err == nil {
 		t.Fatal("accepted udp://")
+	}
+}
+
+// A stream that begins a frame and stops is closed by the agent: 5,000
+// half-sent 60 KB frames once held 600 MB.
+func TestHalfSentFrameIsClosed(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &SyslogServer{Sink: window.New(time.Minute, 16, nil), Log: zerolog.Nop(), FrameTimeout: 100 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.ServeStream(ctx, ln) }()
+	defer func() { cancel(); <-done }()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("60000 <134>hapilot app s1 200 5")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadAll(c); err != nil {
+		t.Fatalf("the half-sent frame's connection was not closed by the agent: %v", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/hapilot/hapilot/internal/window"
 	"github.com/rs/zerolog"
@@ -28,6 +29,12 @@ type SyslogServer struct {
 	Sink     window.Sink
 	Log      zerolog.Logger
 	Counters Counters
+	// FrameTimeout bounds how long one frame of a stream may take to
+	// arrive once begun (default 10 s); IdleTimeout, how long a stream
+	// may stay silent between frames (default 5 minutes; HAProxy's ring
+	// forwarder reconnects). A connection past either is closed, so that
+	// half-sent frames cannot hold memory.
+	FrameTimeout, IdleTimeout time.Duration
 }
 
 // ParseLogLine finds the marker and parses what follows it.
@@ -121,13 +128,22 @@ func (s *SyslogServer) stream(ctx context.Context, conn net.Conn) {
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	defer conn.Close()
+	frame, idle := s.FrameTimeout, s.IdleTimeout
+	if frame <= 0 {
+		frame = 10 * time.Second
+	}
+	if idle <= 0 {
+		idle = 5 * time.Minute
+	}
 	r := bufio.NewReaderSize(conn, 64<<10)
-	msg := make([]byte, maxFrame)
+	var msg []byte // allocated with the first octet-counted frame
 	for {
+		_ = conn.SetReadDeadline(time.Now().Add(idle))
 		c, err := r.Peek(1)
 		if err != nil {
-			return // closed: HAProxy reconnects on its own
+			return // closed or idle: HAProxy reconnects on its own
 		}
+		_ = conn.SetReadDeadline(time.Now().Add(frame)) // the frame begun must arrive whole, soon
 		s.Counters.Batches.Add(1)
 		if c[0] < '0' || c[0] > '9' {
 			line, err := r.ReadSlice('\n')
@@ -146,6 +162,9 @@ func (s *SyslogServer) stream(ctx context.Context, conn net.Conn) {
 			s.Counters.Errors.Add(1)
 			s.Log.Warn().Err(err).Msg("syslog stream: bad frame; dropping the connection")
 			return
+		}
+		if msg == nil {
+			msg = make([]byte, maxFrame)
 		}
 		if _, err := io.ReadFull(r, msg[:n]); err != nil {
 			return
