@@ -519,3 +519,20 @@ func TestOperatorUndoStands(t *testing.T) {
 		t.Fatalf("after the hold: %q", got)
 	}
 }
+
+// Each step drops the windows of servers no HAProxy reports, so that a
+// flood of made-up names in events cannot hold the store.
+func TestStepRetainsOnlyReportedServers(t *testing.T) {
+	rt := fakes.NewRuntime("s1", "s2")
+	l, clk, _, _ := newLoop(rt)
+	store := window.New(time.Minute, 3, clk.Now)
+	l.Windows = store
+	for _, s := range []string{"s1", "madeup1", "madeup2", "madeup3"} {
+		store.Record(window.Event{Backend: []byte("app"), Server: []byte(s), Status: 200})
+	}
+	l.Step(context.Background())
+	store.Record(window.Event{Backend: []byte("app"), Server: []byte("s2"), Status: 200})
+	if got := store.Snapshot(0); len(got) != 2 || store.Len() != 2 {
+		t.Fatalf("series after a step: %+v", got)
+	}
+}

@@ -11,6 +11,12 @@ type forgetter interface {
 	Forget(backend, server string)
 }
 
+// retainer is a Windows that can drop the series of servers HAProxy does
+// not report (window.Store.Retain).
+type retainer interface {
+	Retain(keep func(backend, server string) bool) int
+}
+
 // command is one runtime command, as text for the audit and as the call
 // that sends it.
 type command struct {

@@ -158,6 +158,7 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 		obs.Backends[bi].Servers = append(obs.Backends[bi].Servers, v)
 	}
 	ledger.Keep(present, now)
+	l.retain(procs)
 	sort.Slice(obs.Backends, func(i, j int) bool { return obs.Backends[i].Name < obs.Backends[j].Name })
 	return obs, reapply, nil
 }
@@ -177,4 +178,16 @@ func reapplyAction(v ServerView) Action {
 		a.Kind, a.Weight = SetWeight, v.Changed.Weight
 	}
 	return a
+}
+
+// retain drops the windows' series of servers no HAProxy reports, so
+// that names that only arrive in events cannot fill the store for good.
+func (l *Loop) retain(procs *processes) {
+	r, ok := l.Windows.(retainer)
+	if !ok {
+		return
+	}
+	if n := r.Retain(func(b, s string) bool { _, known := procs.state[key(b, s)]; return known }); n > 0 {
+		l.Log.Warn().Int("series", n).Msg("dropped the windows of servers HAProxy does not report")
+	}
 }

@@ -192,6 +192,7 @@ func (d *Daemon) writeIngestMetrics(w io.Writer) {
 		promtext.Counter(w, "hapilot_"+p.name+"_batches_total", "Batches received: Lua connections, syslog datagrams or stream messages.", p.c.Batches.Load())
 	}
 	promtext.Gauge(w, "hapilot_window_series", "Backend/server series held.", d.Store.Len())
+	promtext.Counter(w, "hapilot_window_bad_names_total", "Events dropped for an empty name or one over 255 bytes.", d.Store.BadNames())
 	promtext.Counter(w, "hapilot_window_dropped_events_total", "Events dropped because max-servers series were held.", d.Store.Dropped())
 }
 

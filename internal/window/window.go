@@ -82,11 +82,12 @@ type Store struct {
 	span      int64
 	maxSeries int
 
-	series  atomic.Pointer[seriesMap] // read without locks, replaced on insert
-	mu      sync.Mutex                // serialises inserts only
-	count   int
-	events  atomic.Uint64
-	dropped atomic.Uint64
+	series   atomic.Pointer[seriesMap] // read without locks, replaced on insert
+	mu       sync.Mutex                // serialises inserts only
+	count    int
+	events   atomic.Uint64
+	dropped  atomic.Uint64
+	badNames atomic.Uint64
 }
 
 // New returns a store with a window of span (whole seconds, at least one)
@@ -122,6 +123,11 @@ func (s *Store) RecordAt(sec int64, ev Event) {
 	if ev.Count > 1 {
 		n = uint32(min(ev.Count, MaxCount))
 	}
+	if len(ev.Backend) == 0 || len(ev.Backend) > MaxName || len(ev.Server) == 0 || len(ev.Server) > MaxName {
+		s.badNames.Add(uint64(n))
+		s.dropped.Add(uint64(n))
+		return
+	}
 	sr := s.lookup(ev.Backend, ev.Server)
 	if sr == nil {
 		s.dropped.Add(uint64(n))
@@ -133,6 +139,11 @@ func (s *Store) RecordAt(sec int64, ev Event) {
 
 // MaxCount bounds one event's Count: a bucket's counters are 32 bits.
 const MaxCount = 1 << 20
+
+// MaxName bounds a backend's or a server's name, as the runtime client
+// does (haproxy.ValidName): an event with a longer or empty name is
+// dropped and counted, so names cannot swell the store.
+const MaxName = 255
 
 func (s *Store) lookup(backend, server []byte) *Series {
 	m := *s.series.Load()
@@ -355,6 +366,45 @@ func (s *Store) Forget(backend, server string) {
 		}
 	}
 }
+
+// Retain drops every series keep rejects, and returns how many went. The
+// loop keeps the servers HAProxy reports each step, so that names that
+// only ever arrive in events (a typo, or a flood of made-up ones) cannot
+// fill the store for good and shut the real servers out.
+func (s *Store) Retain(keep func(backend, server string) bool) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := *s.series.Load()
+	gone := 0
+	for b, srv := range old {
+		for name := range srv {
+			if !keep(b, name) {
+				gone++
+			}
+		}
+	}
+	if gone == 0 {
+		return 0
+	}
+	next := make(seriesMap, len(old))
+	for b, srv := range old {
+		kept := make(map[string]*Series, len(srv))
+		for name, sr := range srv {
+			if keep(b, name) {
+				kept[name] = sr
+			}
+		}
+		if len(kept) > 0 {
+			next[b] = kept
+		}
+	}
+	s.count -= gone
+	s.series.Store(&next)
+	return gone
+}
+
+// BadNames is how many events were dropped for an empty or overlong name.
+func (s *Store) BadNames() uint64 { return s.badNames.Load() }
 
 // Events is how many events were recorded; Dropped how many found no room.
 func (s *Store) Events() uint64  { return s.events.Load() }

@@ -1,6 +1,7 @@
 package window
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -222,4 +223,34 @@ func BenchmarkRecordParallel(b *testing.B) {
 			s.Record(e)
 		}
 	})
+}
+
+// Names are bounded, and series HAProxy does not report can be dropped:
+// a flood of made-up names once shut every real server out until a
+// restart.
+func TestNamesBoundedAndFloodsRetained(t *testing.T) {
+	s := New(time.Minute, 4, func() time.Time { return time.Unix(1000, 0) })
+	long := make([]byte, MaxName+1)
+	for i := range long {
+		long[i] = 'x'
+	}
+	s.Record(Event{Backend: []byte("app"), Server: long, Status: 200})
+	s.Record(Event{Backend: []byte(""), Server: []byte("s1"), Status: 200})
+	if s.BadNames() != 2 || s.Len() != 0 {
+		t.Fatalf("bad names %d, series %d", s.BadNames(), s.Len())
+	}
+	for i := 0; i < 10; i++ {
+		s.Record(Event{Backend: []byte("app"), Server: []byte(fmt.Sprintf("fake%d", i)), Status: 200})
+	}
+	s.Record(Event{Backend: []byte("app"), Server: []byte("s1"), Status: 200})
+	if s.Len() != 4 || s.Dropped() < 7 {
+		t.Fatalf("series %d, dropped %d", s.Len(), s.Dropped())
+	}
+	if n := s.Retain(func(b, srv string) bool { return b == "app" && srv == "s1" }); n != 4 || s.Len() != 0 {
+		t.Fatalf("retained away %d, left %d", n, s.Len())
+	}
+	s.Record(Event{Backend: []byte("app"), Server: []byte("s1"), Status: 500})
+	if st := s.Snapshot(0); len(st) != 1 || st[0].Server != "s1" || st[0].Err5xx != 1 {
+		t.Fatalf("after the flood: %+v", st)
+	}
 }
