@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
@@ -21,19 +22,45 @@ import (
 // debug, require, load, loadstring, dofile or loadfile; each call runs
 // under a deadline; an error, a timeout or a malformed answer means no
 // action, logged. Its globals persist between steps, so a script can keep
-// its own memory. The guardrails apply to what it returns, as always.
+// its own memory, within MaxKept values. The guardrails apply to what it
+// returns, as always.
+//
+// The deadline stops Lua instructions, not a Go built-in in the middle of
+// its work (a pattern match can take exponential time), so each call runs
+// in a goroutine of its own that the step can abandon. A call abandoned,
+// or a script that keeps too much, breaks the policy: it makes no more
+// calls, every step says why, and the guardrails' floor of "no action"
+// holds until the agent is restarted with a fixed script.
 type Policy struct {
 	File    string
 	Timeout time.Duration
 	Log     zerolog.Logger
 
-	mu    sync.Mutex
-	L     *glua.LState
-	needs agent.Needs
+	mu     sync.Mutex // held by the call running the script
+	L      *glua.LState
+	needs  agent.Needs
+	broken atomic.Pointer[error] // set for good once a call is abandoned or keeps too much
 }
 
+func (p *Policy) breaks(err error) error {
+	p.broken.CompareAndSwap(nil, &err)
+	p.Log.Error().Err(err).Msg("lua policy broken")
+	return *p.broken.Load()
+}
+
+// Limits on what a script may build.
+const (
+	// MaxString bounds a string string.rep, string.format or a
+	// concatenation may make; MaxSubject the subject of a pattern match.
+	MaxString  = 1 << 20
+	MaxSubject = 1 << 12
+	// MaxKept bounds the values reachable from the script's globals
+	// after a call: memory it keeps from step to step.
+	MaxKept = 1 << 17
+)
+
 // sandboxed are the base-library functions a policy may not reach.
-var sandboxed = []string{"dofile", "loadfile", "load", "loadstring", "require", "module", "setfenv", "getfenv", "collectgarbage", "newproxy"}
+var sandboxed = []string{"dofile", "loadfile", "load", "loadstring", "require", "module", "setfenv", "getfenv", "collectgarbage", "newproxy", "_printregs"}
 
 // NewPolicy loads and runs the script once; it must define decide(obs).
 func NewPolicy(file string, timeout time.Duration, log zerolog.Logger) (*Policy, error) {
@@ -57,6 +84,7 @@ func newPolicy(name, src string, timeout time.Duration, log zerolog.Logger) (*Po
 	for _, f := range sandboxed {
 		L.SetGlobal(f, glua.LNil)
 	}
+	boundStrings(L)
 	p := &Policy{File: name, Timeout: timeout, Log: log, L: L}
 	L.SetGlobal("print", L.NewFunction(func(L *glua.LState) int {
 		var parts []any
@@ -113,19 +141,53 @@ func (p *Policy) Needs() agent.Needs { return p.needs }
 
 func (p *Policy) Name() string { return "lua" }
 
-// Close releases the Lua state.
+// Close releases the Lua state, unless a call abandoned at its deadline
+// still holds it: the process is ending, and waiting for it would make
+// SIGTERM wait.
 func (p *Policy) Close() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.L.Close()
+	if p.mu.TryLock() {
+		defer p.mu.Unlock()
+		p.L.Close()
+	}
 }
 
-// Decide calls decide(obs) under the deadline.
+// Decide calls decide(obs) under the deadline, in a goroutine the step
+// abandons when the deadline passes (see Policy).
 func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	if !p.mu.TryLock() {
+		return nil, fmt.Errorf("lua policy %s: an earlier call is still running", p.File)
+	}
+	if b := p.broken.Load(); b != nil {
+		p.mu.Unlock()
+		return nil, *b
+	}
 	ctx, cancel := context.WithTimeout(ctx, p.Timeout)
-	defer cancel()
+	type result struct {
+		plan agent.Plan
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer p.mu.Unlock() // held until the call really ends
+		defer cancel()
+		plan, err := p.call(ctx, obs)
+		done <- result{plan, err}
+	}()
+	select {
+	case r := <-done:
+		return r.plan, r.err
+	case <-ctx.Done():
+		select {
+		case r := <-done: // it stopped at the deadline on its own
+			return r.plan, r.err
+		case <-time.After(50 * time.Millisecond):
+		}
+		return nil, p.breaks(fmt.Errorf("lua policy %s: a call did not stop at its %v deadline (a built-in still running): abandoned, no more calls until the agent restarts", p.File, p.Timeout))
+	}
+}
+
+// call runs decide(obs); it holds p.mu.
+func (p *Policy) call(ctx context.Context, obs agent.Observation) (agent.Plan, error) {
 	L := p.L
 	L.SetContext(ctx)
 	defer L.RemoveContext()
@@ -138,7 +200,79 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 	}
 	ret := L.Get(-1)
 	L.Pop(1)
+	if n := kept(L.G.Global, MaxKept); n > MaxKept {
+		return nil, p.breaks(fmt.Errorf("lua policy %s: its globals hold over %d values: broken, no more calls until the agent restarts", p.File, MaxKept))
+	}
 	return planFrom(ret)
+}
+
+// kept counts the values reachable from t, stopping past limit.
+func kept(t *glua.LTable, limit int) int {
+	n := 0
+	seen := map[*glua.LTable]bool{}
+	var walk func(*glua.LTable)
+	walk = func(t *glua.LTable) {
+		if seen[t] || n > limit {
+			return
+		}
+		seen[t] = true
+		t.ForEach(func(k, v glua.LValue) {
+			n++
+			if s, ok := v.(glua.LString); ok {
+				n += len(s) / 1024 // a kilobyte of string weighs as a value
+			}
+			if sub, ok := v.(*glua.LTable); ok && n <= limit {
+				walk(sub)
+			}
+		})
+	}
+	walk(t)
+	return n
+}
+
+// boundStrings replaces the string functions that can make huge strings
+// or run for ages with bounded ones.
+func boundStrings(L *glua.LState) {
+	str, ok := L.GetGlobal("string").(*glua.LTable)
+	if !ok {
+		return
+	}
+	orig := map[string]glua.LValue{}
+	for _, name := range []string{"rep", "find", "match", "gmatch", "gsub", "format"} {
+		orig[name] = str.RawGetString(name)
+	}
+	call := func(L *glua.LState, name string) int {
+		fn := orig[name]
+		top := L.GetTop()
+		L.Push(fn)
+		for i := 1; i <= top; i++ {
+			L.Push(L.Get(i))
+		}
+		L.Call(top, glua.MultRet)
+		return L.GetTop() - top
+	}
+	str.RawSetString("rep", L.NewFunction(func(L *glua.LState) int {
+		s, n := L.CheckString(1), L.CheckInt(2)
+		if n > 0 && len(s) > 0 && n > MaxString/len(s) {
+			L.RaiseError("string.rep: a result over %d bytes", MaxString)
+		}
+		return call(L, "rep")
+	}))
+	for _, name := range []string{"find", "match", "gmatch", "gsub"} {
+		str.RawSetString(name, L.NewFunction(func(L *glua.LState) int {
+			if s := L.CheckString(1); len(s) > MaxSubject {
+				L.RaiseError("string.%s: a subject over %d bytes", name, MaxSubject)
+			}
+			return call(L, name)
+		}))
+	}
+	str.RawSetString("format", L.NewFunction(func(L *glua.LState) int {
+		n := call(L, "format")
+		if s, ok := L.Get(-1).(glua.LString); ok && len(s) > MaxString {
+			L.RaiseError("string.format: a result over %d bytes", MaxString)
+		}
+		return n
+	}))
 }
 
 func observationTable(L *glua.LState, obs agent.Observation) *glua.LTable {

@@ -177,3 +177,61 @@ func TestNeeds(t *testing.T) {
 		p.Close()
 	}
 }
+
+// A built-in that runs past the deadline (a pattern match of exponential
+// cost) is abandoned: the step gets an error at once, and the policy
+// makes no more calls. Before, the loop hung until the match ended.
+func TestRunawayBuiltinIsAbandoned(t *testing.T) {
+	src := `function decide(obs) string.find(("a"):rep(200), ".-.-.-b") return {} end`
+	p, err := newPolicy("t.lua", src, 100*time.Millisecond, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	began := time.Now()
+	if _, err := p.Decide(context.Background(), agent.Observation{}); err == nil || !strings.Contains(err.Error(), "abandoned") {
+		t.Fatalf("err %v", err)
+	}
+	if _, err := p.Decide(context.Background(), agent.Observation{}); err == nil {
+		t.Fatal("a broken policy was called again")
+	}
+	if d := time.Since(began); d > time.Second {
+		t.Fatalf("the steps waited %v for the runaway call", d)
+	}
+}
+
+// Strings are bounded, the register dump is gone, and a script that keeps
+// too much breaks.
+func TestSandboxLimits(t *testing.T) {
+	for _, tc := range []struct {
+		name, src, want string
+	}{
+		{"huge rep", `function decide(obs) local s = string.rep("x", 8 * 1024 * 1024 * 1024) return {} end`, "string.rep: a result over"},
+		{"huge rep as a method", `function decide(obs) local s = ("xy"):rep(1024 * 1024) return {} end`, "string.rep: a result over"},
+		{"long subject", `function decide(obs) string.match(("a"):rep(5000), "b") return {} end`, "a subject over"},
+		{"register dump", `function decide(obs) _printregs() return {} end`, "attempt to call a non-function"},
+		{"keeps too much", `kept = {} function decide(obs) for i = 1, 200000 do kept[i] = i end return {} end`, "globals hold over"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := newPolicy("t.lua", tc.src, time.Second, zerolog.Nop())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			if _, err := p.Decide(context.Background(), agent.Observation{}); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want %q", err, tc.want)
+			}
+		})
+	}
+	// Within the limits, all works.
+	p, err := newPolicy("t.lua", `n = 0 function decide(obs) n = n + 1 local s = ("ab"):rep(10) if s:find("ba") then return {} end end`, time.Second, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for i := 0; i < 3; i++ {
+		if _, err := p.Decide(context.Background(), agent.Observation{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
