@@ -66,12 +66,16 @@ tidy:
 			mv /tmp/hapilot-go.mod.$$$$ go.mod; mv /tmp/hapilot-go.sum.$$$$ go.sum; exit 1; \
 		fi; rm -f /tmp/hapilot-go.mod.$$$$ /tmp/hapilot-go.sum.$$$$
 
-# Longer fuzzing, outside CI: FUZZTIME per target.
+# Longer fuzzing, outside CI: FUZZTIME per target (a nightly run:
+# make fuzz FUZZTIME=30m). make test runs every target's seed corpus.
 FUZZTIME ?= 5m
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeNotify$$' -fuzztime $(FUZZTIME) ./spoe/
 	$(GO) test -run '^$$' -fuzz '^FuzzServeConn$$' -fuzztime $(FUZZTIME) ./spoe/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseServersState$$' -fuzztime $(FUZZTIME) ./haproxy/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseLine$$' -fuzztime $(FUZZTIME) ./internal/ingest/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseLogLine$$' -fuzztime $(FUZZTIME) ./internal/ingest/
+	$(GO) test -run '^$$' -fuzz '^FuzzConfigFile$$' -fuzztime $(FUZZTIME) ./internal/config/
 
 # Ingest cost per event and per SPOE message.
 bench:
