@@ -23,6 +23,8 @@ type fakeCore struct {
 	agentUp  bool
 	batches  []string
 	connects int
+	// want is the address connect must get: "host:port" or a whole one.
+	want string
 }
 
 func newFakeCore(t *testing.T, env map[string]string) *fakeCore {
@@ -31,7 +33,10 @@ func newFakeCore(t *testing.T, env map[string]string) *fakeCore {
 	}
 	L := glua.NewState()
 	t.Cleanup(L.Close)
-	f := &fakeCore{t: t, L: L, agentUp: true}
+	f := &fakeCore{t: t, L: L, agentUp: true, want: "127.0.0.1:4242"}
+	if a := env["HAPILOT_LUA_AGENT"]; a != "" {
+		f.want = a
+	}
 	core := L.NewTable()
 	L.SetField(core, "register_converters", L.NewFunction(func(L *glua.LState) int {
 		if L.CheckString(1) != "hapilot_record" {
@@ -69,8 +74,12 @@ func (f *fakeCore) socket(L *glua.LState) *glua.LTable {
 	L.SetField(s, "settimeout", L.NewFunction(func(L *glua.LState) int { return 0 }))
 	L.SetField(s, "connect", L.NewFunction(func(L *glua.LState) int {
 		f.connects++
-		if host, port := L.CheckString(2), L.CheckInt(3); host != "127.0.0.1" || port != 4242 {
-			f.t.Errorf("connect to %s:%d", host, port)
+		got := L.CheckString(2)
+		if L.GetTop() >= 3 {
+			got = fmt.Sprintf("%s:%d", got, L.CheckInt(3))
+		}
+		if got != f.want {
+			f.t.Errorf("connect to %s, want %s", got, f.want)
 		}
 		if !f.agentUp {
 			L.Push(glua.LNil)
@@ -225,5 +234,16 @@ func TestAgentDownBackoffAndReconnect(t *testing.T) {
 	f.tick()
 	if len(f.batches) != 1 || f.batches[0] != "app srv2 500 4 1\n" || f.sleeps[len(f.sleeps)-1] != 100 {
 		t.Fatalf("after reconnect: batches %q, sleeps %v", f.batches, f.sleeps)
+	}
+}
+
+// HAPILOT_LUA_AGENT may name a unix socket, passed whole to connect().
+func TestUnixSocketAgent(t *testing.T) {
+	f := newFakeCore(t, map[string]string{"HAPILOT_LUA_AGENT": "unix@/run/hapilot/lua.sock", "HAPILOT_LUA_FLUSH_MS": "100", "HAPILOT_LUA_MAX": "5"})
+	f.tick()
+	f.respond("app", "srv1", 200, "12")
+	f.tick()
+	if f.connects != 1 || len(f.batches) != 1 {
+		t.Fatalf("connects %d, batches %q", f.connects, f.batches)
 	}
 }

@@ -24,7 +24,8 @@
 -- companion from 0.65-0.71x plain HAProxy's throughput to 0.82-0.85x.
 --
 -- Settings come from the environment (HAProxy's global `setenv`):
---   HAPILOT_LUA_AGENT     host:port of `hapilot run --lua-listen` (127.0.0.1:12346)
+--   HAPILOT_LUA_AGENT     host:port of `hapilot run --lua-listen` (127.0.0.1:12346),
+--                         or a unix socket, unix@/path, for --lua-listen unix:/path
 --   HAPILOT_LUA_FLUSH_MS  flush interval in milliseconds (100)
 --   HAPILOT_LUA_MAX       bound on distinct lines between flushes (20000)
 --
@@ -38,6 +39,8 @@ local function setting(name, default)
 end
 
 local agent = setting("HAPILOT_LUA_AGENT", "127.0.0.1:12346")
+-- host:port for TCP; anything else (unix@/path) is passed whole to
+-- connect(), which takes HAProxy's address prefixes.
 local host, port = string.match(agent, "^(.+):(%d+)$")
 port = tonumber(port)
 local flush_ms = tonumber(setting("HAPILOT_LUA_FLUSH_MS", "100"))
@@ -89,7 +92,12 @@ local function flush()
   end
   local sock = core.tcp()
   sock:settimeout(1)
-  local ok = sock:connect(host, port)
+  local ok
+  if port then
+    ok = sock:connect(host, port)
+  else
+    ok = sock:connect(agent)
+  end
   if ok then
     ok = sock:send(table.concat(out, "\n") .. "\n")
   end

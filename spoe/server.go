@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hapilot/hapilot/internal/netx"
 	"github.com/hapilot/hapilot/internal/window"
 	"github.com/negasus/haproxy-spoe-go/frame"
 	"github.com/negasus/haproxy-spoe-go/varint"
@@ -376,13 +377,9 @@ func parseHello(payload []byte) (hello, error) {
 
 // Listen opens the agent's listening socket ("host:port" or "unix:/path").
 func Listen(addr string) (net.Listener, error) {
-	network := "tcp"
-	if len(addr) > 5 && addr[:5] == "unix:" {
-		network, addr = "unix", addr[5:]
-	}
-	ln, err := net.Listen(network, addr)
+	ln, err := netx.Listen(addr)
 	if err != nil {
-		return nil, fmt.Errorf("spoe: listen %s %s: %w", network, addr, err)
+		return nil, fmt.Errorf("spoe: %w", err)
 	}
 	return ln, nil
 }

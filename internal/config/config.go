@@ -153,9 +153,9 @@ func (m *multi) Set(s string) error {
 // holds the defaults (which the flags therefore show).
 func Register(fs *flag.FlagSet) *Config {
 	c := Default()
-	fs.StringVar(&c.SPOEListen, "spoe-listen", c.SPOEListen, "where HAProxy's SPOE engine connects (host:port or unix:/path; \"off\" to disable)")
-	fs.StringVar(&c.LuaListen, "lua-listen", c.LuaListen, "where lua/hapilot.lua sends its batches (host:port); empty: off")
-	fs.StringVar(&c.SyslogListen, "syslog-listen", c.SyslogListen, "HAProxy log lines in hapilot's log-format: udp://host:port, unixgram:///path, or tcp://host:port for an HAProxy ring's forwarder; empty: off")
+	fs.StringVar(&c.SPOEListen, "spoe-listen", c.SPOEListen, "where HAProxy's SPOE engine connects (unix:/path, mode 0660, or host:port; \"off\" to disable)")
+	fs.StringVar(&c.LuaListen, "lua-listen", c.LuaListen, "where lua/hapilot.lua sends its batches (unix:/path, mode 0660, or host:port); empty: off")
+	fs.StringVar(&c.SyslogListen, "syslog-listen", c.SyslogListen, "HAProxy log lines in hapilot's log-format: udp://host:port, unixgram:///path, or tcp://host:port or unix:///path for an HAProxy ring's forwarder; empty: off")
 	fs.Var(&multi{v: &c.HAProxySockets}, "haproxy-socket", "HAProxy runtime socket with level admin (unix path, unix:/path, tcp:host:port); repeat for several HAProxy processes")
 	fs.DurationVar(&c.Interval, "interval", c.Interval, "time between control-loop steps (at least 250ms)")
 	fs.DurationVar(&c.Window, "window", c.Window, "length of the sliding windows (1 s buckets)")
@@ -334,12 +334,13 @@ func (c *Config) checkListeners() []error {
 		}
 	}
 	if c.LuaListen != "" {
-		if err := checkAddr("lua-listen", c.LuaListen, false); err != nil {
+		if err := checkAddr("lua-listen", c.LuaListen, true); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if c.SyslogListen != "" && !strings.HasPrefix(c.SyslogListen, "udp://") && !strings.HasPrefix(c.SyslogListen, "unixgram://") && !strings.HasPrefix(c.SyslogListen, "tcp://") {
-		errs = append(errs, fmt.Errorf("syslog-listen %q: want udp://host:port, unixgram:///path or tcp://host:port", c.SyslogListen))
+	if c.SyslogListen != "" && !strings.HasPrefix(c.SyslogListen, "udp://") && !strings.HasPrefix(c.SyslogListen, "unixgram://") &&
+		!strings.HasPrefix(c.SyslogListen, "tcp://") && !strings.HasPrefix(c.SyslogListen, "unix://") {
+		errs = append(errs, fmt.Errorf("syslog-listen %q: want udp://host:port, unixgram:///path, tcp://host:port or unix:///path", c.SyslogListen))
 	}
 	if c.StatusListen != "off" {
 		if err := checkAddr("status-listen", c.StatusListen, false); err != nil {

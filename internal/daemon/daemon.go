@@ -142,14 +142,14 @@ func (d *Daemon) listen() error {
 		d.spoeLn = netx.Limit(d.spoeLn, MaxConns, log.With().Str("component", "spoe").Logger())
 	}
 	if c.LuaListen != "" {
-		if d.luaLn, err = net.Listen("tcp", c.LuaListen); err != nil {
+		if d.luaLn, err = netx.Listen(c.LuaListen); err != nil {
 			return fmt.Errorf("lua listen: %w", err)
 		}
 		d.luaLn = netx.Limit(d.luaLn, MaxConns, log.With().Str("component", "lua").Logger())
 		d.Lua = &ingest.LineServer{Sink: d.Store, Log: log.With().Str("component", "lua").Logger()}
 	}
 	if c.SyslogListen != "" {
-		if strings.HasPrefix(c.SyslogListen, "tcp://") {
+		if strings.HasPrefix(c.SyslogListen, "tcp://") || strings.HasPrefix(c.SyslogListen, "unix://") {
 			d.syslogLn, err = ingest.ListenSyslogStream(c.SyslogListen)
 			if err == nil {
 				d.syslogLn = netx.Limit(d.syslogLn, MaxConns, log.With().Str("component", "syslog").Logger())
@@ -167,6 +167,9 @@ func (d *Daemon) listen() error {
 			return fmt.Errorf("status listen: %w", err)
 		}
 		d.statusLn = netx.Limit(d.statusLn, MaxStatusConns, log.With().Str("component", "status").Logger())
+		if !netx.IsLoopback(c.StatusListen) {
+			log.Warn().Str("status", c.StatusListen).Msg("/status shows backend servers' addresses and /metrics the fleet's figures: they are served beyond loopback, with no authentication")
+		}
 		d.Status = &status.Server{Loop: d.Loop, Extra: []func(io.Writer){d.writeIngestMetrics}, Log: log.With().Str("component", "status").Logger()}
 	}
 	return nil

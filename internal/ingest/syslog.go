@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hapilot/hapilot/internal/netx"
 	"github.com/hapilot/hapilot/internal/window"
 	"github.com/rs/zerolog"
 )
@@ -99,11 +100,14 @@ const maxFrame = 64 << 10
 // ListenSyslogStream opens "tcp://host:port", where an HAProxy ring's
 // forwarder connects (examples/haproxy-syslog-ring.cfg).
 func ListenSyslogStream(addr string) (net.Listener, error) {
+	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
+		return netx.Listen("unix:" + path)
+	}
 	host, ok := strings.CutPrefix(addr, "tcp://")
 	if !ok {
-		return nil, fmt.Errorf("syslog-listen %q: want tcp://host:port", addr)
+		return nil, fmt.Errorf("syslog-listen %q: want tcp://host:port or unix:///path", addr)
 	}
-	return net.Listen("tcp", host)
+	return netx.Listen(host)
 }
 
 // ServeStream accepts ring forwarders until ctx ends. Each connection

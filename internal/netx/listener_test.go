@@ -3,6 +3,8 @@ package netx
 import (
 	"errors"
 	"net"
+	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -99,5 +101,42 @@ func TestCapAndClose(t *testing.T) {
 	l.Close()
 	if err := <-got; !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("accept after close: %v", err)
+	}
+}
+
+// A unix socket is group-only, replaces what a killed agent left, and is
+// refused while another process answers on it.
+func TestListenUnix(t *testing.T) {
+	path := t.TempDir() + "/spoe.sock"
+	ln, err := Listen("unix:" + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != SocketMode {
+		t.Fatalf("mode %v %v", fi.Mode().Perm(), err)
+	}
+	if _, err := Listen("unix:" + path); err == nil || !strings.Contains(err.Error(), "another process") {
+		t.Fatalf("second listener: %v", err)
+	}
+	// A stale socket: the listener's file, left without its listener.
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close()
+	ln2, err := Listen("unix:" + path)
+	if err != nil {
+		t.Fatalf("over a stale socket: %v", err)
+	}
+	ln2.Close()
+	plain := t.TempDir() + "/file"
+	if err := os.WriteFile(plain, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Listen("unix:" + plain); err == nil {
+		t.Fatal("listened over a regular file")
+	}
+	for addr, want := range map[string]bool{"127.0.0.1:9310": true, "[::1]:9310": true, "localhost:1": true, "0.0.0.0:9310": false, "10.0.0.1:9310": false, ":9310": false} {
+		if IsLoopback(addr) != want {
+			t.Errorf("IsLoopback(%q) != %v", addr, want)
+		}
 	}
 }

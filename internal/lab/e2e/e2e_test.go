@@ -339,3 +339,31 @@ func skipFrame(r *bufio.Reader) error {
 	_, err := r.Discard(int(binary.BigEndian.Uint32(hdr[:])))
 	return err
 }
+
+// An operator's undo stands, against a real HAProxy: the agent drains the
+// faulty srv3, the operator readies it (`set server app/srv3 state
+// ready`), and the agent leaves it alone for the rest of the run. Before,
+// it drained srv3 again in the same step, and every step after.
+func TestOperatorUndoStands(t *testing.T) {
+	t.Parallel()
+	var undoErr error
+	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0), Rate: 200, Duration: 35 * time.Second, Policy: "rules",
+		At: map[time.Duration]func(*scenario.Env){
+			15 * time.Second: func(env *scenario.Env) {
+				rt, err := haproxy.New(env.HAProxy.Socket)
+				if err == nil {
+					err = rt.SetServerState(context.Background(), fleet.BackendName, "srv3", haproxy.StateReady)
+				}
+				undoErr = err
+			},
+		}})
+	if undoErr != nil {
+		t.Fatalf("the operator's ready: %v", undoErr)
+	}
+	if at, ok := out.DrainedAt["srv3"]; !ok || at > 15*time.Second {
+		t.Fatalf("srv3 was not drained before the undo: %v (%v)", at, ok)
+	}
+	if st := finalState(out, "srv3"); st.AdminState != 0 || out.Flips["srv3"] != 2 {
+		t.Fatalf("srv3 after the operator's ready: %+v, flips %d (timeline %v)", st, out.Flips["srv3"], out.Timeline["srv3"])
+	}
+}

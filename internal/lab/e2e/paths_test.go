@@ -12,13 +12,15 @@ import (
 )
 
 // The core fault test through the Lua companion and through syslog (UDP,
-// and batched through a ring over TCP): the
+// and batched through a ring over TCP), and through SPOE and the Lua
+// companion over unix sockets (HAProxy reaching a local agent with no
+// port open to anyone else): the
 // faulty servers drained, the healthy never. The Lua companion runs in an
 // HAProxy of two threads: lua-load-per-thread gives each its own copy, its
 // own table and its own flushing task, and the agent must hear from both.
 func TestLuaAndSyslogPathsDrainFaulty(t *testing.T) {
 	t.Parallel()
-	for _, path := range []string{"lua", "syslog", "syslog-ring"} {
+	for _, path := range []string{"lua", "syslog", "syslog-ring", "spoe-unix", "lua-unix"} {
 		t.Run(path, func(t *testing.T) {
 			t.Parallel()
 			threads := 1

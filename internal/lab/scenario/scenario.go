@@ -56,6 +56,7 @@ type Scenario struct {
 	// NoSPOE leaves the SPOE stanza out of HAProxy's config.
 	NoSPOE bool
 	// Telemetry is the path from HAProxy to the agent: "spoe" (default),
+	// "spoe-unix" and "lua-unix" (the same over a unix socket),
 	// "lua" (the companion, examples/haproxy-lua.cfg), "syslog"
 	// (examples/haproxy-syslog.cfg) or "syslog-ring"
 	// (examples/haproxy-syslog-ring.cfg).
@@ -128,9 +129,17 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 			opts.AgentAddr = fmt.Sprintf("127.0.0.1:%d", ports[1])
 			ingestArgs = []string{"--spoe-listen", opts.AgentAddr}
 		}
+	case "spoe-unix":
+		path := filepath.Join(s.Dir, "spoe.sock")
+		opts.AgentAddr = "unix@" + path
+		ingestArgs = []string{"--spoe-listen", "unix:" + path}
 	case "lua":
 		opts.LuaAgent = fmt.Sprintf("127.0.0.1:%d", ports[1])
 		ingestArgs = append(ingestArgs, "--lua-listen", opts.LuaAgent)
+	case "lua-unix":
+		path := filepath.Join(s.Dir, "lua.sock")
+		opts.LuaAgent = "unix@" + path
+		ingestArgs = append(ingestArgs, "--lua-listen", "unix:"+path)
 	case "syslog":
 		opts.SyslogAddr = fmt.Sprintf("127.0.0.1:%d", ports[2])
 		ingestArgs = append(ingestArgs, "--syslog-listen", "udp://"+opts.SyslogAddr)

@@ -1,0 +1,82 @@
+package netx
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// SocketMode is the mode of the unix sockets the agent listens on: its
+// own user and its group (haproxy, in the package), and nobody else, so
+// that only HAProxy can send it evidence.
+const SocketMode = 0o660
+
+// Listen listens on "unix:/path" (a stream socket, mode SocketMode, a
+// stale socket file from an earlier run replaced) or on "host:port"
+// (TCP, for an HAProxy on another host).
+func Listen(addr string) (net.Listener, error) {
+	path, ok := strings.CutPrefix(addr, "unix:")
+	if !ok {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("listen %s: %w", addr, err)
+		}
+		return ln, nil
+	}
+	if err := removeStale(path); err != nil {
+		return nil, err
+	}
+	// The socket is created with the umask's mode; it is made group-only
+	// before the first connection can be accepted.
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen unix %s: %w", path, err)
+	}
+	if err := os.Chmod(path, SocketMode); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("listen unix %s: %w", path, err)
+	}
+	return ln, nil
+}
+
+// removeStale removes a socket file nobody answers on: what a killed
+// agent leaves behind. Anything else at path is left and reported.
+func removeStale(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("listen unix %s: %w", path, err)
+	}
+	if fi.Mode()&fs.ModeSocket == 0 {
+		return fmt.Errorf("listen unix %s: a file that is not a socket is in the way", path)
+	}
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		c.Close()
+		return fmt.Errorf("listen unix %s: another process answers on it", path)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("listen unix %s: %w", path, err)
+	}
+	return os.Remove(path)
+}
+
+// IsLoopback reports whether a "host:port" listens on loopback only.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
