@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
@@ -51,6 +52,7 @@ func WriteLoopMetrics(w io.Writer, l *agent.Loop) {
 	promtext.Counter(w, "hapilot_command_errors_total", "Runtime commands HAProxy failed or never answered.", m.CommandErrors)
 	promtext.Counter(w, "hapilot_policy_errors_total", "Steps whose policy returned an error.", m.PolicyErrors)
 	promtext.Counter(w, "hapilot_state_errors_total", "Steps that could not read server states.", m.StateErrors)
+	promtext.Gauge(w, "hapilot_goroutines", "Goroutines running in the agent.", runtime.NumGoroutine())
 	if mw, ok := l.Policy.(MetricsWriter); ok {
 		mw.WriteMetrics(w)
 	}
