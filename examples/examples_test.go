@@ -60,7 +60,7 @@ func TestExampleSections(t *testing.T) {
 	if got := examples.Lines(examples.HAProxySyslogCfg, "frontend www"); len(got) != 2 || !strings.HasPrefix(got[1], "log-format") {
 		t.Fatalf("syslog frontend lines %q", got)
 	}
-	if got := examples.Lines(examples.HAProxySyslogRingCfg, "ring hapilot"); len(got) != 6 || !strings.Contains(got[5], "127.0.0.1:5141") {
+	if got := examples.Lines(examples.HAProxySyslogRingCfg, "ring hapilot"); len(got) != 6 || !strings.Contains(got[5], "unix@/run/hapilot/ring.sock") {
 		t.Fatalf("ring section lines %q", got)
 	}
 }

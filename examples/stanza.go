@@ -6,7 +6,7 @@ import (
 )
 
 // AgentAddr is the agent address written in haproxy.cfg's example.
-const AgentAddr = "127.0.0.1:12345"
+const AgentAddr = "unix@/run/hapilot/spoe.sock"
 
 // Stanza returns the drop-in parts of haproxy.cfg: the hapilot lines of
 // the frontend (bind and default_backend left out) and the hapilot-agents

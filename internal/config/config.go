@@ -123,7 +123,7 @@ func (o *OnExit) Set(s string) (err error) {
 // Default is the configuration with every part's defaults.
 func Default() Config {
 	return Config{
-		SPOEListen: "127.0.0.1:12345", HAProxySockets: []string{"/run/haproxy/admin.sock"},
+		SPOEListen: "unix:/run/hapilot/spoe.sock", HAProxySockets: []string{"/run/haproxy/admin.sock"},
 		Interval: 10 * time.Second, Window: 60 * time.Second, Policy: PolicyRules, MaxServers: 4096,
 		StatusListen: "127.0.0.1:9310", LogFormat: LogAuto, LogLevel: "info", OnExit: OnExitKeep, OperatorHold: agent.DefaultOperatorHold,
 		Guard: agent.DefaultGuardrails(), Rules: rules.DefaultConfig(), Recovery: recovery.DefaultConfig(), LLM: llm.DefaultConfig(),

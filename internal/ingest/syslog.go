@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strings"
 	"time"
 
@@ -54,9 +53,7 @@ func ListenSyslog(addr string) (net.PacketConn, error) {
 	case strings.HasPrefix(addr, "udp://"):
 		return net.ListenPacket("udp", addr[len("udp://"):])
 	case strings.HasPrefix(addr, "unixgram://"):
-		path := addr[len("unixgram://"):]
-		_ = os.Remove(path) // a stale socket from an earlier run
-		return net.ListenPacket("unixgram", path)
+		return netx.ListenUnixgram(addr[len("unixgram://"):])
 	}
 	return nil, fmt.Errorf("syslog-listen %q: want udp://host:port or unixgram:///path", addr)
 }

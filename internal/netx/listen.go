@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -28,6 +29,11 @@ func Listen(addr string) (net.Listener, error) {
 		}
 		return ln, nil
 	}
+	// The folder is made when missing (as systemd's RuntimeDirectory
+	// would), readable by the agent's group for HAProxy to reach the socket.
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("listen unix %s: %w", path, err)
+	}
 	if err := removeStale(path); err != nil {
 		return nil, err
 	}
@@ -42,6 +48,33 @@ func Listen(addr string) (net.Listener, error) {
 		return nil, fmt.Errorf("listen unix %s: %w", path, err)
 	}
 	return ln, nil
+}
+
+// ListenUnixgram listens for datagrams on a unix socket at path, made as
+// Listen makes a stream one: mode SocketMode, its folder made when
+// missing, a socket file of an earlier run replaced, anything else at
+// path refused.
+func ListenUnixgram(path string) (net.PacketConn, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("listen unixgram %s: %w", path, err)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&fs.ModeSocket == 0 {
+			return nil, fmt.Errorf("listen unixgram %s: a file that is not a socket is in the way", path)
+		}
+		if err := os.Remove(path); err != nil { // a datagram socket cannot be asked whether it is live
+			return nil, fmt.Errorf("listen unixgram %s: %w", path, err)
+		}
+	}
+	pc, err := net.ListenPacket("unixgram", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen unixgram %s: %w", path, err)
+	}
+	if err := os.Chmod(path, SocketMode); err != nil {
+		pc.Close()
+		return nil, fmt.Errorf("listen unixgram %s: %w", path, err)
+	}
+	return pc, nil
 }
 
 // removeStale removes a socket file nobody answers on: what a killed

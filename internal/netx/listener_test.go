@@ -140,3 +140,26 @@ func TestListenUnix(t *testing.T) {
 		}
 	}
 }
+
+func TestListenUnixgram(t *testing.T) {
+	dir := t.TempDir()
+	path := dir + "/sub/syslog.sock"
+	pc, err := ListenUnixgram(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != SocketMode {
+		t.Fatalf("mode %v %v", fi.Mode().Perm(), err)
+	}
+	pc.Close()
+	plain := dir + "/file"
+	if err := os.WriteFile(plain, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ListenUnixgram(plain); err == nil {
+		t.Fatal("listened over a regular file")
+	}
+	if b, _ := os.ReadFile(plain); string(b) != "keep" {
+		t.Fatal("the regular file was removed")
+	}
+}

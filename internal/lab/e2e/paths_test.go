@@ -20,7 +20,7 @@ import (
 // own table and its own flushing task, and the agent must hear from both.
 func TestLuaAndSyslogPathsDrainFaulty(t *testing.T) {
 	t.Parallel()
-	for _, path := range []string{"lua", "syslog", "syslog-ring", "spoe-unix", "lua-unix"} {
+	for _, path := range []string{"lua", "syslog", "syslog-ring", "spoe-unix", "lua-unix", "syslog-unix", "syslog-ring-unix"} {
 		t.Run(path, func(t *testing.T) {
 			t.Parallel()
 			threads := 1

@@ -69,7 +69,7 @@ func HAProxyConfig(o HAProxyOptions) (string, error) {
 		}
 		for _, l := range examples.Lines(examples.HAProxyLuaCfg, "global") {
 			if strings.Contains(l, "HAPILOT") || strings.HasPrefix(l, "lua-load") {
-				l = strings.Replace(l, "127.0.0.1:12346", o.LuaAgent, 1)
+				l = strings.Replace(l, "unix@/run/hapilot/lua.sock", o.LuaAgent, 1)
 				l = strings.Replace(l, "/etc/haproxy/hapilot.lua", luaFile, 1)
 				fmt.Fprintf(&b, "    %s\n", l)
 			}
@@ -78,13 +78,13 @@ func HAProxyConfig(o HAProxyOptions) (string, error) {
 	}
 	if o.SyslogAddr != "" {
 		for _, l := range examples.Lines(examples.HAProxySyslogCfg, "frontend www") {
-			front = append(front, strings.Replace(l, "127.0.0.1:5140", o.SyslogAddr, 1))
+			front = append(front, strings.Replace(l, "/run/hapilot/syslog.sock", o.SyslogAddr, 1))
 		}
 	}
 	if o.SyslogRing != "" {
 		b.WriteString("\nring hapilot\n")
 		for _, l := range examples.Lines(examples.HAProxySyslogRingCfg, "ring hapilot") {
-			fmt.Fprintf(&b, "    %s\n", strings.Replace(l, "127.0.0.1:5141", o.SyslogRing, 1))
+			fmt.Fprintf(&b, "    %s\n", strings.Replace(l, "unix@/run/hapilot/ring.sock", o.SyslogRing, 1))
 		}
 		front = append(front, examples.Lines(examples.HAProxySyslogRingCfg, "frontend www")...)
 	}

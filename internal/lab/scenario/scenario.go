@@ -56,7 +56,8 @@ type Scenario struct {
 	// NoSPOE leaves the SPOE stanza out of HAProxy's config.
 	NoSPOE bool
 	// Telemetry is the path from HAProxy to the agent: "spoe" (default),
-	// "spoe-unix" and "lua-unix" (the same over a unix socket),
+	// "spoe-unix", "lua-unix", "syslog-unix" and "syslog-ring-unix" (the
+	// same over unix sockets, as the examples have them),
 	// "lua" (the companion, examples/haproxy-lua.cfg), "syslog"
 	// (examples/haproxy-syslog.cfg) or "syslog-ring"
 	// (examples/haproxy-syslog-ring.cfg).
@@ -146,6 +147,13 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 	case "syslog-ring":
 		opts.SyslogRing = fmt.Sprintf("127.0.0.1:%d", ports[2])
 		ingestArgs = append(ingestArgs, "--syslog-listen", "tcp://"+opts.SyslogRing)
+	case "syslog-unix":
+		opts.SyslogAddr = filepath.Join(s.Dir, "syslog.sock")
+		ingestArgs = append(ingestArgs, "--syslog-listen", "unixgram://"+opts.SyslogAddr)
+	case "syslog-ring-unix":
+		path := filepath.Join(s.Dir, "ring.sock")
+		opts.SyslogRing = "unix@" + path
+		ingestArgs = append(ingestArgs, "--syslog-listen", "unix://"+path)
 	default:
 		return nil, fmt.Errorf("unknown telemetry %q", s.Telemetry)
 	}
