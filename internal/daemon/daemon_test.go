@@ -6,6 +6,8 @@ import (
 	"flag"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -80,5 +82,44 @@ func TestMetricsCountIngestErrors(t *testing.T) {
 	}
 	if s := get("/status"); !strings.Contains(s, `"policy": "rules"`) {
 		t.Fatalf("status: %s", s)
+	}
+}
+
+// A link planted at the audit log's path is refused, never appended
+// through; /status served beyond loopback is warned about.
+func TestAuditLinkRefusedAndStatusWarned(t *testing.T) {
+	dir := t.TempDir()
+	victim, audit := filepath.Join(dir, "victim"), filepath.Join(dir, "audit.jsonl")
+	if err := os.WriteFile(victim, []byte("precious"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, audit); err != nil {
+		t.Fatal(err)
+	}
+	build := func(extra ...string) (*Daemon, string, error) {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		c := config.Register(fs)
+		args := append([]string{"--spoe-listen", "off", "--haproxy-socket", "/nonexistent.sock"}, extra...)
+		if err := config.Parse(fs, args); err != nil {
+			t.Fatal(err)
+		}
+		var logs strings.Builder
+		d, err := New(*c, zerolog.New(&logs))
+		return d, logs.String(), err
+	}
+	if _, _, err := build("--status-listen", "off", "--audit-log", audit); err == nil || !strings.Contains(err.Error(), "symbolic link is refused") {
+		t.Fatalf("err %v", err)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "precious" {
+		t.Fatalf("victim %q", b)
+	}
+	d, logs, err := build("--status-listen", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	if !strings.Contains(logs, "served beyond loopback") {
+		t.Fatalf("no warning: %s", logs)
 	}
 }
