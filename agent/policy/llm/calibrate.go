@@ -341,6 +341,12 @@ func Calibrate(ctx context.Context, m *Model, now time.Time) (*Scorecard, error)
 		}
 		p.Close()
 	}
+	sc.judge(calls, valid, tp, fp, fn, lat, toks)
+	return sc, nil
+}
+
+// judge turns the counts into the scorecard's figures and verdict.
+func (sc *Scorecard) judge(calls, valid, tp, fp, fn int, lat []float64, toks []int) {
 	sc.ValidRate = ratio(valid, len(sc.Steps))
 	sc.Precision, sc.Recall = ratio(tp, tp+fp), ratio(tp, tp+fn)
 	if len(lat) > 0 {
@@ -369,7 +375,6 @@ func Calibrate(ctx context.Context, m *Model, now time.Time) (*Scorecard, error)
 		why = append(why, fmt.Sprintf("p95 call time %.0f ms is past the %.0f ms step deadline", sc.P95Ms, sc.DeadlineMs))
 	}
 	sc.Passed, sc.Why = len(why) == 0, strings.Join(why, "; ")
-	return sc, nil
 }
 
 // score judges one step's proposals: the model's own plan before the
