@@ -101,13 +101,7 @@ func (g Guardrails) capacityWeight(obs *Observation, b *BackendView, serving map
 		}
 		rate += r
 		if v.Server != s.Server {
-			// Service time: HAProxy's rtime (no queue wait in it), else
-			// our p50 (which has it, so errs on the safe side).
-			service := v.RespTimeMs
-			if service <= 0 {
-				service = v.Recent.P50Ms
-			}
-			c := float64(v.MaxConn) / (float64(max(service, 1)) / 1000)
+			c := float64(v.MaxConn) / (float64(max(v.ServiceMs(), 1)) / 1000)
 			peers = append(peers, peer{float64(v.State.Weight), c})
 			peerWeight += float64(v.State.Weight)
 		}

@@ -42,9 +42,6 @@ type Change struct {
 	// BaselineP99Ms is the backend's recent p99 just before a drain, what
 	// the tail-latency guard compares against.
 	BaselineP99Ms float64 `json:"baseline_p99_ms,omitempty"`
-	// NoDrainUntil: the tail-latency guard brought the server back at a
-	// reduced weight; it is not drained again before this.
-	NoDrainUntil time.Time `json:"no_drain_until,omitempty"`
 	// Epoch names the HAProxy processes the change was applied to (see
 	// haproxy.Info.Instance). A server back at its configured state under
 	// a new epoch lost the change to a reload or restart; under the same
@@ -95,8 +92,7 @@ type Override struct {
 // file that cannot be read is logged and the ledger starts empty: the
 // servers it named then read as the operator's, which is the safe side.
 func NewLedger(file string, log zerolog.Logger) *Ledger {
-	l := &Ledger{file: file, log: log, changes: map[string]*Change{}, holds: map[string]time.Time{}, overrides: map[string]Override{},
-		OperatorHold: DefaultOperatorHold}
+	l := &Ledger{file: file, log: log, changes: map[string]*Change{}, holds: map[string]time.Time{}, overrides: map[string]Override{}}
 	if err := l.load(); err != nil {
 		log.Error().Err(err).Str("file", file).Msg("cannot read the state file; starting with no record of earlier changes")
 	}
@@ -163,7 +159,9 @@ func (l *Ledger) Reconcile(k string, s haproxy.ServerState, now time.Time) (owne
 
 // Drain records that the agent drained k.
 func (l *Ledger) Drain(k string, at time.Time, reason string, errorRate, baselineP99Ms float64) {
-	l.set(k, &Change{Phase: PhaseDrained, At: at, Reason: reason, ErrorRate: errorRate, BaselineP99Ms: baselineP99Ms})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.put(k, &Change{Phase: PhaseDrained, At: at, Reason: reason, ErrorRate: errorRate, BaselineP99Ms: baselineP99Ms})
 }
 
 // Cut records that the agent set k's weight to weight, with the
@@ -172,22 +170,22 @@ func (l *Ledger) Drain(k string, at time.Time, reason string, errorRate, baselin
 // change in force; back at the configured weight, the change is over.
 func (l *Ledger) Cut(k string, weight, initial int, at time.Time, reason string, baselineP99Ms float64) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	c := l.changes[k]
-	l.mu.Unlock()
 	switch {
 	case c != nil && c.Phase == PhaseDrained:
 		return
 	case weight == initial:
-		l.Lose(k)
+		l.lose(k)
 		return
 	}
 	next := &Change{Phase: PhaseCut, Weight: weight, At: at, Reason: reason, BaselineP99Ms: baselineP99Ms}
 	if c != nil {
 		// A weight moves within its phase, against the level before the
 		// first change.
-		next.Phase, next.BaselineP99Ms, next.NoDrainUntil = c.Phase, c.BaselineP99Ms, c.NoDrainUntil
+		next.Phase, next.BaselineP99Ms = c.Phase, c.BaselineP99Ms
 	}
-	l.set(k, next)
+	l.put(k, next)
 }
 
 // Ready records that the agent readied k, which now serves at weight. A
@@ -197,21 +195,14 @@ func (l *Ledger) Cut(k string, weight, initial int, at time.Time, reason string,
 // at+noDrainFor either way.
 func (l *Ledger) Ready(k string, weight, initial int, at time.Time, reason string, noDrainFor time.Duration) {
 	l.mu.Lock()
-	c := l.changes[k]
+	defer l.mu.Unlock()
 	if noDrainFor > 0 {
 		l.holds[k] = at.Add(noDrainFor)
 	}
-	l.mu.Unlock()
-	if c != nil && c.Phase == PhaseDrained && weight != initial {
-		next := &Change{Phase: PhaseCanary, Weight: weight, At: at, Reason: reason}
-		if noDrainFor > 0 {
-			next.NoDrainUntil = at.Add(noDrainFor)
-		}
-		l.set(k, next)
+	if c := l.changes[k]; c != nil && c.Phase == PhaseDrained && weight != initial {
+		l.put(k, &Change{Phase: PhaseCanary, Weight: weight, At: at, Reason: reason})
 		return
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	delete(l.changes, k)
 	l.save()
 }
@@ -229,9 +220,6 @@ func (l *Ledger) HeldUntil(k string, now time.Time) time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	until := l.holds[k]
-	if c := l.changes[k]; c != nil && c.NoDrainUntil.After(until) {
-		until = c.NoDrainUntil
-	}
 	if !until.After(now) {
 		return time.Time{}
 	}
@@ -286,9 +274,9 @@ func (l *Ledger) Keep(present map[string]bool, now time.Time) {
 	}
 }
 
-func (l *Ledger) set(k string, c *Change) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// put records c as k's change under the current epoch. Called with l.mu
+// held.
+func (l *Ledger) put(k string, c *Change) {
 	c.Epoch = l.epoch
 	l.changes[k] = c
 	l.save()
@@ -314,8 +302,11 @@ type stateFile struct {
 	Overrides map[string]Override  `json:"operator_overrides,omitempty"`
 }
 
-type v1Change struct {
-	Kind Kind `json:"kind"`
+// oldChange is what earlier files held that Change no longer does: the
+// kind (version 1), and a canary's hold on draining, now kept in holds.
+type oldChange struct {
+	Kind         Kind      `json:"kind"`
+	NoDrainUntil time.Time `json:"no_drain_until"`
 }
 
 func (l *Ledger) load() error {
@@ -333,24 +324,26 @@ func (l *Ledger) load() error {
 	if err := json.Unmarshal(b, &st); err != nil {
 		return fmt.Errorf("state file %s: %w", l.file, err)
 	}
-	switch st.Version {
-	case 1:
-		var v1 struct{ Changes map[string]v1Change }
-		if err := json.Unmarshal(b, &v1); err != nil {
-			return fmt.Errorf("state file %s: %w", l.file, err)
-		}
-		for k, c := range st.Changes {
-			switch {
-			case c == nil:
-			case v1.Changes[k].Kind == Drain:
-				c.Phase = PhaseDrained
-			case v1.Changes[k].Kind == SetWeight:
-				c.Phase = PhaseCut
-			}
-		}
-	case 2:
-	default:
+	if st.Version != 1 && st.Version != 2 {
 		return fmt.Errorf("state file %s: version %d, want 1 or 2", l.file, st.Version)
+	}
+	var old struct{ Changes map[string]oldChange }
+	if err := json.Unmarshal(b, &old); err != nil {
+		return fmt.Errorf("state file %s: %w", l.file, err)
+	}
+	for k, c := range st.Changes {
+		o := old.Changes[k]
+		switch {
+		case c == nil:
+			continue
+		case st.Version == 1 && o.Kind == Drain:
+			c.Phase = PhaseDrained
+		case st.Version == 1 && o.Kind == SetWeight:
+			c.Phase = PhaseCut
+		}
+		if o.NoDrainUntil.After(l.holds[k]) {
+			l.holds[k] = o.NoDrainUntil
+		}
 	}
 	for k, c := range st.Changes {
 		if c != nil && (c.Phase == PhaseDrained || c.Phase == PhaseCut || c.Phase == PhaseCanary) {
@@ -358,7 +351,9 @@ func (l *Ledger) load() error {
 		}
 	}
 	for k, until := range st.Holds {
-		l.holds[k] = until
+		if until.After(l.holds[k]) {
+			l.holds[k] = until
+		}
 	}
 	for k, o := range st.Overrides {
 		l.overrides[k] = o

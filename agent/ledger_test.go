@@ -20,45 +20,49 @@ func TestLedgerTransitions(t *testing.T) {
 		steps func(l *Ledger)
 		phase Phase // "" when the server should have left the ledger
 		want  Change
+		held  time.Time // the hold on draining it leaves, if any
 	}{
 		{"drain", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20) }, PhaseDrained,
-			Change{ErrorRate: 0.05, BaselineP99Ms: 20, At: t0}},
+			Change{ErrorRate: 0.05, BaselineP99Ms: 20, At: t0}, time.Time{}},
 		{"drain then ready at full weight", func(l *Ledger) {
 			l.Drain(k, t0, "5xx", 0.05, 20)
 			l.Ready(k, 8, 8, t0.Add(time.Minute), "probes clean", 0)
-		}, "", Change{}},
+		}, "", Change{}, time.Time{}},
 		{"drain, canary weight staged, ready", func(l *Ledger) {
 			l.Drain(k, t0, "5xx", 0.05, 20)
 			l.Cut(k, 2, 8, t0.Add(time.Minute), "canary weight", 0) // staged: still drained
 			l.Ready(k, 2, 8, t0.Add(2*time.Minute), "probes clean", 10*time.Minute)
-		}, PhaseCanary, Change{Weight: 2, At: t0.Add(2 * time.Minute), NoDrainUntil: t0.Add(12 * time.Minute)}},
+		}, PhaseCanary, Change{Weight: 2, At: t0.Add(2 * time.Minute)}, t0.Add(12 * time.Minute)},
 		{"a weight staged on a drained server keeps the drain", func(l *Ledger) {
 			l.Drain(k, t0, "5xx", 0.05, 20)
 			l.Cut(k, 2, 8, t0.Add(time.Minute), "canary weight", 0)
-		}, PhaseDrained, Change{ErrorRate: 0.05, BaselineP99Ms: 20, At: t0}},
-		{"cut", func(l *Ledger) { l.Cut(k, 3, 8, t0, "capacity", 0) }, PhaseCut, Change{Weight: 3, At: t0}},
+		}, PhaseDrained, Change{ErrorRate: 0.05, BaselineP99Ms: 20, At: t0}, time.Time{}},
+		{"cut", func(l *Ledger) { l.Cut(k, 3, 8, t0, "capacity", 0) }, PhaseCut, Change{Weight: 3, At: t0}, time.Time{}},
 		{"cut back to the configured weight", func(l *Ledger) {
 			l.Cut(k, 3, 8, t0, "capacity", 0)
 			l.Cut(k, 8, 8, t0.Add(time.Minute), "clean", 0)
-		}, "", Change{}},
+		}, "", Change{}, time.Time{}},
 		{"canary promoted", func(l *Ledger) {
 			l.Drain(k, t0, "5xx", 0.05, 20)
 			l.Ready(k, 2, 8, t0, "probes clean", 0)
 			l.Cut(k, 8, 8, t0.Add(time.Minute), "live traffic clean", 0)
-		}, "", Change{}},
+		}, "", Change{}, time.Time{}},
 		{"a canary's weight moves within its phase", func(l *Ledger) {
 			l.Drain(k, t0, "5xx", 0.05, 20)
 			l.Ready(k, 2, 8, t0, "probes clean", 0)
 			l.Cut(k, 4, 8, t0.Add(time.Minute), "half way", 0)
-		}, PhaseCanary, Change{Weight: 4, At: t0.Add(time.Minute)}},
-		{"lose", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20); l.Lose(k) }, "", Change{}},
-		{"a server gone from HAProxy", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20); l.Keep(map[string]bool{"app/s2": true}, t0) }, "", Change{}},
+		}, PhaseCanary, Change{Weight: 4, At: t0.Add(time.Minute)}, time.Time{}},
+		{"lose", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20); l.Lose(k) }, "", Change{}, time.Time{}},
+		{"a server gone from HAProxy", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20); l.Keep(map[string]bool{"app/s2": true}, t0) }, "", Change{}, time.Time{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			l := NewLedger("", zerolog.Nop())
 			l.SetEpoch("1@1")
 			tc.steps(l)
+			if held := l.HeldUntil(k, t0); !held.Equal(tc.held) {
+				t.Fatalf("held until %v, want %v", held, tc.held)
+			}
 			got, ok := l.Changes()[k]
 			if tc.phase == "" {
 				if ok {
@@ -104,6 +108,7 @@ func TestLedgerReconcile(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			l := NewLedger("", zerolog.Nop())
+			l.OperatorHold = DefaultOperatorHold
 			l.SetEpoch("e1")
 			tc.change(l)
 			l.SetEpoch(tc.epoch)

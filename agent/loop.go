@@ -42,9 +42,8 @@ type Loop struct {
 	// (replaced atomically on every change); "" keeps them in memory.
 	StateFile string
 	// OperatorHold is how long an operator's undo of the agent's change
-	// stands (see Ledger.OperatorHold); 0 takes DefaultOperatorHold, a
-	// negative value only as long as the server differs from its
-	// configured state.
+	// stands (see Ledger.OperatorHold); 0: only as long as the server
+	// differs from its configured state.
 	OperatorHold time.Duration
 
 	ledgerOnce sync.Once
@@ -68,12 +67,7 @@ const recentDecisions = 64
 func (l *Loop) theLedger() *Ledger {
 	l.ledgerOnce.Do(func() {
 		l.ledger = NewLedger(l.StateFile, l.Log)
-		switch {
-		case l.OperatorHold > 0:
-			l.ledger.OperatorHold = l.OperatorHold
-		case l.OperatorHold < 0:
-			l.ledger.OperatorHold = 0
-		}
+		l.ledger.OperatorHold = l.OperatorHold
 	})
 	return l.ledger
 }

@@ -49,6 +49,24 @@ const (
 // Serving reports whether the server takes new traffic.
 func (v ServerView) Serving() bool { return v.State.Serving() }
 
+// ServiceMs is the server's service time: HAProxy's rtime (no queue wait
+// in it), else the recent p50 (which has it, and so errs on the safe side).
+func (v ServerView) ServiceMs() int {
+	if v.RespTimeMs > 0 {
+		return v.RespTimeMs
+	}
+	return v.Recent.P50Ms
+}
+
+// Busy is the share of the server's maxconn in use: requests in flight
+// (rps times the service time) over the limit; 0 when it has no maxconn.
+func (v ServerView) Busy(rps float64) float64 {
+	if v.MaxConn <= 0 {
+		return 0
+	}
+	return rps * float64(v.ServiceMs()) / 1000 / float64(v.MaxConn)
+}
+
 // BackendView groups a backend's servers.
 type BackendView struct {
 	Name    string       `json:"name"`

@@ -123,39 +123,21 @@ func (s *Server) handleConn(conn net.Conn) {
 	defer conn.Close()
 	s.Counters.Connections.Add(1)
 	w := bufio.NewWriter(conn)
-	dc := &deadlines{Conn: conn, first: orDefault(s.HelloTimeout, 10*time.Second), idle: orDefault(s.IdleTimeout, 5*time.Minute)}
+	// The first read waits for HAProxy's HELLO, every later one at most
+	// the idle timeout.
+	hello, idle := netx.Or(s.HelloTimeout, 10*time.Second), netx.Or(s.IdleTimeout, 5*time.Minute)
+	started := false
+	dc := &netx.DeadlineConn{Conn: conn, Timeout: func() time.Duration {
+		if !started {
+			started = true
+			return hello
+		}
+		return idle
+	}}
 	err := s.ServeConn(bufio.NewReaderSize(dc, MaxFrameSize+4), w)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		s.Log.Debug().Err(err).Str("peer", conn.RemoteAddr().String()).Msg("spoe connection ended")
 	}
-}
-
-func orDefault(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
-}
-
-// deadlines sets a read deadline before every read: first until the
-// first bytes arrive, idle after.
-type deadlines struct {
-	net.Conn
-	first, idle time.Duration
-	started     bool
-}
-
-func (d *deadlines) Read(b []byte) (int, error) {
-	wait := d.idle
-	if !d.started {
-		wait = d.first
-	}
-	if err := d.Conn.SetReadDeadline(time.Now().Add(wait)); err != nil {
-		return 0, err
-	}
-	n, err := d.Conn.Read(b)
-	d.started = d.started || n > 0
-	return n, err
 }
 
 // protocolError closes a connection with an AGENT-DISCONNECT.

@@ -403,7 +403,7 @@ func (r *Readmitter) whileCanary(b agent.BackendView, s agent.ServerView, now ti
 	if now.Sub(since) < r.Config.CanaryFor || s.Recent.Requests < 50 {
 		return agent.Action{}, false
 	}
-	if now.Before(s.Changed.NoDrainUntil) {
+	if now.Before(s.NoDrainUntil) {
 		return agent.Action{}, false // the tail guard holds it here
 	}
 	var peerN, peerX uint64

@@ -108,9 +108,6 @@ func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
 		Runtimes: runtimes, Windows: d.Store, Log: log.With().Str("component", "loop").Logger(),
 		StateFile: c.StateFile, OperatorHold: c.OperatorHold,
 	}
-	if c.OperatorHold == 0 {
-		d.Loop.OperatorHold = -1 // the setting's 0: no hold past the override itself
-	}
 	if c.Recovery.Mode != recovery.ModeOff {
 		d.readmit = recovery.New(c.Recovery, nil, log.With().Str("component", "recovery").Logger())
 		d.Loop.Recovery = d.readmit

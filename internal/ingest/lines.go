@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/internal/bytesconv"
+	"github.com/hapilot/hapilot/internal/netx"
 	"github.com/hapilot/hapilot/internal/window"
 	"github.com/rs/zerolog"
 )
@@ -170,11 +171,10 @@ func (s *LineServer) ReadBatch(ctx context.Context, conn net.Conn) {
 	if idle <= 0 {
 		idle = 5 * time.Second
 	}
-	stop := context.AfterFunc(ctx, func() { conn.SetReadDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
-	r := bufio.NewReaderSize(conn, max)
+	r := bufio.NewReaderSize(&netx.DeadlineConn{Conn: conn, Timeout: func() time.Duration { return idle }}, max)
 	for {
-		conn.SetReadDeadline(time.Now().Add(idle))
 		line, err := r.ReadSlice('\n')
 		switch {
 		case errors.Is(err, bufio.ErrBufferFull):

@@ -129,22 +129,24 @@ func (s *SyslogServer) stream(ctx context.Context, conn net.Conn) {
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	defer conn.Close()
-	frame, idle := s.FrameTimeout, s.IdleTimeout
-	if frame <= 0 {
-		frame = 10 * time.Second
-	}
-	if idle <= 0 {
-		idle = 5 * time.Minute
-	}
-	r := bufio.NewReaderSize(conn, 64<<10)
+	// A read between frames may wait the idle timeout; one inside a frame
+	// begun, the frame timeout: a half-sent frame is not held for long.
+	frame, idle := netx.Or(s.FrameTimeout, 10*time.Second), netx.Or(s.IdleTimeout, 5*time.Minute)
+	inFrame := false
+	r := bufio.NewReaderSize(&netx.DeadlineConn{Conn: conn, Timeout: func() time.Duration {
+		if inFrame {
+			return frame
+		}
+		return idle
+	}}, 64<<10)
 	var msg []byte // allocated with the first octet-counted frame
 	for {
-		_ = conn.SetReadDeadline(time.Now().Add(idle))
+		inFrame = false
 		c, err := r.Peek(1)
 		if err != nil {
 			return // closed or idle: HAProxy reconnects on its own
 		}
-		_ = conn.SetReadDeadline(time.Now().Add(frame)) // the frame begun must arrive whole, soon
+		inFrame = true
 		s.Counters.Batches.Add(1)
 		if c[0] < '0' || c[0] > '9' {
 			line, err := r.ReadSlice('\n')

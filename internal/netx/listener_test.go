@@ -33,12 +33,11 @@ func TestAcceptLivesThroughEMFILE(t *testing.T) {
 	}
 	l := Limit(&flaky{Listener: ln, fails: 3}, 4, zerolog.Nop())
 	defer l.Close()
-	go func() {
-		if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
-			defer c.Close()
-			time.Sleep(100 * time.Millisecond)
-		}
-	}()
+	c0, err := net.Dial("tcp", ln.Addr().String()) // waits in the backlog for the accept
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c0.Close()
 	c, err := l.Accept()
 	if err != nil {
 		t.Fatalf("accept gave up: %v", err)
@@ -96,8 +95,8 @@ func TestCapAndClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Close()
+	// Whether it waits for a slot already or not, a closed listener ends it.
 	go func() { _, err := l.Accept(); got <- err }()
-	time.Sleep(20 * time.Millisecond)
 	l.Close()
 	if err := <-got; !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("accept after close: %v", err)

@@ -169,6 +169,7 @@ func (m *Model) Loaded(ctx context.Context) (bool, error) {
 
 // numPredict is the completion cap for a call: the answer's budget, plus
 // thinking's own when thinking is on, since Ollama bounds both together.
+// Config does not change after the model is built: no lock.
 func (m *Model) numPredict(think Think) int {
 	if think == ThinkOff {
 		return m.Config.NumPredict
@@ -208,14 +209,7 @@ func (m *Model) Room(think Think) int {
 	if limit == 0 {
 		return 0
 	}
-	return limit - m.numPredictLocked(think)
-}
-
-func (m *Model) numPredictLocked(think Think) int {
-	if think == ThinkOff {
-		return m.Config.NumPredict
-	}
-	return m.Config.NumPredict + m.Config.ThinkBudget
+	return limit - m.numPredict(think)
 }
 
 // EstimateTokens guesses a text's tokens on the high side (three bytes

@@ -57,8 +57,7 @@ type Policy struct {
 	// charge, with the reason in /status.
 	Admit func(ctx context.Context) error
 
-	mu       sync.Mutex // one step at a time
-	prev     map[string]float64
+	mu       sync.Mutex     // one step at a time
 	pending  map[string]int // consecutive proposals per action
 	think    Think          // the mode in force
 	thinkOff int            // steps left with thinking forced off
@@ -116,7 +115,7 @@ func New(m *Model, floor agent.Policy, cfg Config, log zerolog.Logger) *Policy {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Policy{
 		Model: m, Floor: floor, Config: cfg, Log: log, Now: time.Now, WatchEvery: 30 * time.Second,
-		prev: map[string]float64{}, pending: map[string]int{}, think: cfg.Think, shown: cfg.MaxShown,
+		pending: map[string]int{}, think: cfg.Think, shown: cfg.MaxShown,
 		// A loose version of the rule test finds the grey zone: suspicious,
 		// not yet significant at the rules' alpha.
 		gate: rules.New(rules.Config{Alpha: 0.05, MinRequests: 50, MinErrors: 3, MinRatio: 1.5}),
@@ -154,7 +153,6 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.report = Report{}
-	defer p.remember(obs)
 	p.judgeOutcomes(obs)
 
 	floor, err := p.floorPlan(ctx, obs)
@@ -424,7 +422,7 @@ func (p *Policy) candidates(obs agent.Observation, floor agent.Plan) map[string]
 			if len(p95) >= 2 && s.Serving() && s.Window.Requests >= 50 && s.Window.P95Ms > 2*median(p95)+5 {
 				add(k, fmt.Sprintf("latency: p95 %d ms vs the median %d ms", s.Window.P95Ms, median(p95)))
 			}
-			if u := busy(s); u >= 0.8 && s.Serving() {
+			if u := s.Busy(s.Recent.RatePerSec); u >= 0.8 && s.Serving() {
 				add(k, fmt.Sprintf("overload: %.0f%% of maxconn %d busy", 100*u, s.MaxConn))
 			}
 		}
@@ -432,31 +430,10 @@ func (p *Policy) candidates(obs agent.Observation, floor agent.Plan) map[string]
 	return out
 }
 
-// busy is the share of the server's maxconn in use (recent rate times
-// service time), 0 when it has no maxconn.
-func busy(s agent.ServerView) float64 {
-	if s.MaxConn <= 0 {
-		return 0
-	}
-	service := s.RespTimeMs
-	if service <= 0 {
-		service = s.Recent.P50Ms
-	}
-	return s.Recent.RatePerSec * float64(service) / 1000 / float64(s.MaxConn)
-}
-
 func median(v []int) int {
 	c := append([]int(nil), v...)
 	sort.Ints(c)
 	return c[len(c)/2]
-}
-
-func (p *Policy) remember(obs agent.Observation) {
-	for _, b := range obs.Backends {
-		for _, s := range b.Servers {
-			p.prev[s.Backend+"/"+s.Server] = s.Window.ErrorRate()
-		}
-	}
 }
 
 // judgeOutcomes writes how last step's model actions turned out into the

@@ -160,17 +160,13 @@ func writeRow(b *strings.Builder, in PromptInput, be agent.BackendView, s agent.
 		s.Recent.Requests, 100*s.Recent.ErrorRate(), s.Window.P50Ms, s.Window.P95Ms, note(in, be, s))
 }
 
-// utilization is the server's load against its maxconn: requests in
-// flight (rate x service time) over the limit, "-" when it has none.
+// utilization is the server's load against its maxconn in percent, "-"
+// when it has none.
 func utilization(s agent.ServerView, rps float64) string {
 	if s.MaxConn <= 0 {
 		return "-"
 	}
-	service := s.RespTimeMs
-	if service <= 0 {
-		service = s.Recent.P50Ms
-	}
-	return fmt.Sprintf("%.0f", 100*rps*float64(service)/1000/float64(s.MaxConn))
+	return fmt.Sprintf("%.0f", 100*s.Busy(rps))
 }
 
 func note(in PromptInput, be agent.BackendView, s agent.ServerView) string {

@@ -188,13 +188,6 @@ type Windows struct {
 // NewWindows returns windows holding stats.
 func NewWindows(stats ...window.Stats) *Windows { return &Windows{stats: stats} }
 
-// Set replaces the figures.
-func (w *Windows) Set(stats ...window.Stats) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.stats = stats
-}
-
 func (w *Windows) Snapshot(time.Duration) []window.Stats {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -203,9 +196,8 @@ func (w *Windows) Snapshot(time.Duration) []window.Stats {
 
 // Clock advances only when told, or when the loop sleeps.
 type Clock struct {
-	mu    sync.Mutex
-	t     time.Time
-	slept []time.Time
+	mu sync.Mutex
+	t  time.Time
 }
 
 // NewClock returns a clock standing at t.
@@ -224,22 +216,14 @@ func (c *Clock) Advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-// SleepUntil jumps to t and records it.
+// SleepUntil jumps to t.
 func (c *Clock) SleepUntil(ctx context.Context, t time.Time) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.slept = append(c.slept, t)
 	if t.After(c.t) {
 		c.t = t
 	}
 	return ctx.Err()
-}
-
-// Slept returns every time the loop slept until.
-func (c *Clock) Slept() []time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]time.Time(nil), c.slept...)
 }
 
 // Add puts one more server in the runtime's table.
