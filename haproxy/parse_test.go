@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"net"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -140,5 +141,41 @@ func TestTooLongReplyIsNotRetried(t *testing.T) {
 	}
 	if n := conns.Load(); n != 1 {
 		t.Fatalf("%d connections: the long reply was fetched again", n)
+	}
+}
+
+// TestServerStatsCounters reads a reply HAProxy 2.6 gave behind
+// `retry-on 500 502 503 504`, `retries 2`, `option redispatch 1`, after
+// 20 requests: srv1 answered only 500s, all retried on srv2, so its
+// answers are counted nowhere but in wretr and wredis.
+func TestServerStatsCounters(t *testing.T) {
+	raw, err := os.ReadFile("testdata/show-stat-2.6-retries.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := ParseStat(string(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]StatCounters{}
+	for _, s := range ServerStats(rows) {
+		got[s.Backend+"/"+s.Server] = s.Counters
+	}
+	if len(got) != 2 {
+		t.Fatalf("server rows %v, want app/srv1 and app/srv2 only", got)
+	}
+	tests := []struct {
+		server                       string
+		reqTot, ok2xx, wretr, wredis int64
+	}{
+		{"app/srv1", 0, 0, 20, 20},
+		{"app/srv2", 20, 20, 0, 0},
+	}
+	for _, tt := range tests {
+		c := got[tt.server]
+		if c.ReqTot != tt.reqTot || c.Hrsp[1] != tt.ok2xx || c.Wretr != tt.wretr || c.Wredis != tt.wredis {
+			t.Errorf("%s: req_tot %d 2xx %d wretr %d wredis %d, want %d %d %d %d", tt.server,
+				c.ReqTot, c.Hrsp[1], c.Wretr, c.Wredis, tt.reqTot, tt.ok2xx, tt.wretr, tt.wredis)
+		}
 	}
 }

@@ -217,7 +217,32 @@ type ServerStat struct {
 	// RespTimeMs is HAProxy's average response time over the server's last
 	// 1024 requests (rtime): service time without the queue.
 	RespTimeMs int `json:"resp_time_ms,omitempty"`
+	// Counters are the row's cumulative counters and gauges, for the
+	// stats path (internal/ingest.StatPoller).
+	Counters StatCounters `json:"-"`
 }
+
+// StatCounters are the cumulative counters (since the process started or
+// the last `clear counters`) and the gauges of one server's row.
+type StatCounters struct {
+	// ReqTot is HTTP requests the server answered; Hrsp its answers by
+	// class: 1xx..5xx, then other. A retried attempt is in neither.
+	ReqTot int64
+	Hrsp   [6]int64
+	// Wretr is retries away from this server (connection failures, and
+	// with retry-on, answers such as a 500 that HAProxy did not pass on);
+	// Wredis is those of them redispatched to another server.
+	Wretr, Wredis int64
+	// Averages over the last 1024 requests, in ms: queue, response (server
+	// answer), total session; and their maxima since start.
+	QTime, RTime, TTime          int
+	QTimeMax, RTimeMax, TTimeMax int
+	// Scur and Qcur are current sessions and queued requests.
+	Scur, Qcur int
+}
+
+// hrspColumns are the answer classes in StatCounters.Hrsp order.
+var hrspColumns = [6]string{"hrsp_1xx", "hrsp_2xx", "hrsp_3xx", "hrsp_4xx", "hrsp_5xx", "hrsp_other"}
 
 // ServerStats keeps the server rows of a `show stat` reply (not the
 // BACKEND and FRONTEND summaries), typed.
@@ -227,7 +252,16 @@ func ServerStats(rows []StatRow) []ServerStat {
 		if r["svname"] == "BACKEND" || r["svname"] == "FRONTEND" {
 			continue
 		}
-		out = append(out, ServerStat{Backend: r["pxname"], Server: r["svname"], MaxConn: int(r.Int("slim")), RespTimeMs: int(r.Int("rtime"))})
+		c := StatCounters{
+			ReqTot: r.Int("req_tot"), Wretr: r.Int("wretr"), Wredis: r.Int("wredis"),
+			QTime: int(r.Int("qtime")), RTime: int(r.Int("rtime")), TTime: int(r.Int("ttime")),
+			QTimeMax: int(r.Int("qtime_max")), RTimeMax: int(r.Int("rtime_max")), TTimeMax: int(r.Int("ttime_max")),
+			Scur: int(r.Int("scur")), Qcur: int(r.Int("qcur")),
+		}
+		for i, col := range hrspColumns {
+			c.Hrsp[i] = r.Int(col)
+		}
+		out = append(out, ServerStat{Backend: r["pxname"], Server: r["svname"], MaxConn: int(r.Int("slim")), RespTimeMs: c.RTime, Counters: c})
 	}
 	return out
 }
