@@ -47,6 +47,11 @@ type Event struct {
 	// companion sends each distinct line once per flush with its count);
 	// 0 means 1.
 	Count int
+	// Retried marks attempts HAProxy retried instead of passing on their
+	// answer (its per-server wretr): each is a request and a 5xx of this
+	// server, counted in Stats.Retried too, with no answer time. No
+	// per-response path sees them; the stats path reads them.
+	Retried bool
 }
 
 // Sink takes events. *Store is the sink of the agent; tests use others.
@@ -59,6 +64,7 @@ type bucket struct {
 	requests atomic.Uint32
 	err5xx   atomic.Uint32
 	err4xx   atomic.Uint32
+	retried  atomic.Uint32
 	latency  [latencyBins]atomic.Uint32
 }
 
@@ -134,6 +140,10 @@ func (s *Store) RecordAt(sec int64, ev Event) {
 		return
 	}
 	s.events.Add(uint64(n))
+	if ev.Retried {
+		sr.recordRetried(sec, n)
+		return
+	}
 	sr.record(sec, ev.Status, ev.ResponseMs, n)
 }
 
@@ -186,21 +196,45 @@ func (s *Store) insert(backend, server string) *Series {
 	return sr
 }
 
-func (sr *Series) record(sec int64, status, ms int, count uint32) {
+// bucketAt is the bucket of second sec, claimed and cleared by the first
+// writer of that second; nil when sec is older than the bucket now in its
+// slot (outside the window).
+func (sr *Series) bucketAt(sec int64) *bucket {
 	n := int64(len(sr.buckets))
 	b := &sr.buckets[uint64(sec)%uint64(n)]
 	if cur := b.sec.Load(); cur != sec {
 		if cur > sec {
-			return // older than the bucket now in this slot: outside the window
+			return nil
 		}
 		if b.sec.CompareAndSwap(cur, sec) {
-			b.requests.Store(0)
-			b.err5xx.Store(0)
-			b.err4xx.Store(0)
-			for i := range b.latency {
-				b.latency[i].Store(0)
-			}
+			b.clear()
 		}
+	}
+	return b
+}
+
+func (b *bucket) clear() {
+	b.requests.Store(0)
+	b.err5xx.Store(0)
+	b.err4xx.Store(0)
+	b.retried.Store(0)
+	for i := range b.latency {
+		b.latency[i].Store(0)
+	}
+}
+
+func (sr *Series) recordRetried(sec int64, count uint32) {
+	if b := sr.bucketAt(sec); b != nil {
+		b.requests.Add(count)
+		b.err5xx.Add(count)
+		b.retried.Add(count)
+	}
+}
+
+func (sr *Series) record(sec int64, status, ms int, count uint32) {
+	b := sr.bucketAt(sec)
+	if b == nil {
+		return
 	}
 	b.requests.Add(count)
 	switch {
@@ -245,6 +279,8 @@ type Stats struct {
 	Requests uint64 `json:"requests"`
 	Err5xx   uint64 `json:"err_5xx"`
 	Err4xx   uint64 `json:"err_4xx"`
+	// Retried is attempts HAProxy retried (in Requests and Err5xx too).
+	Retried uint64 `json:"retried,omitempty"`
 	P50Ms    int    `json:"p50_ms"`
 	P95Ms    int    `json:"p95_ms"`
 	P99Ms    int    `json:"p99_ms"`
@@ -312,6 +348,7 @@ func (sr *Series) stats(now, secs int64, hist *[latencyBins]uint64) Stats {
 		}
 		st.Err5xx += uint64(b.err5xx.Load())
 		st.Err4xx += uint64(b.err4xx.Load())
+		st.Retried += uint64(b.retried.Load())
 		for j := range b.latency {
 			c := uint64(b.latency[j].Load())
 			hist[j] += c
@@ -358,12 +395,7 @@ func (s *Store) Forget(backend, server string) {
 	for i := range sr.buckets {
 		b := &sr.buckets[i]
 		b.sec.Store(-1)
-		b.requests.Store(0)
-		b.err5xx.Store(0)
-		b.err4xx.Store(0)
-		for j := range b.latency {
-			b.latency[j].Store(0)
-		}
+		b.clear()
 	}
 }
 

@@ -254,3 +254,23 @@ func TestNamesBoundedAndFloodsRetained(t *testing.T) {
 		t.Fatalf("after the flood: %+v", st)
 	}
 }
+
+// A retried attempt is a request and a 5xx of its server, with no answer
+// time: the latency quantiles are the answers' alone.
+func TestRetriedAttemptsCountAsFailures(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	s := New(60*time.Second, 10, clk.Now)
+	for i := 0; i < 10; i++ {
+		s.Record(ev("be", "a", 200, 5))
+	}
+	s.Record(Event{Backend: []byte("be"), Server: []byte("a"), Retried: true, Count: 4})
+	got := s.Snapshot(0)[0]
+	if got.Requests != 14 || got.Err5xx != 4 || got.Retried != 4 || got.P99Ms != 5 {
+		t.Fatalf("%+v, want 14 requests, 4 5xx, 4 retried, p99 5 ms", got)
+	}
+	clk.t = clk.t.Add(61 * time.Second)
+	s.Record(ev("be", "a", 200, 5)) // second 1000 is now outside the window
+	if got := s.Snapshot(0)[0]; got.Retried != 0 || got.Requests != 1 {
+		t.Fatalf("after the window slid: %+v", got)
+	}
+}
