@@ -27,9 +27,12 @@ type ServerSummary struct {
 
 // Record is one step's audit line.
 type Record struct {
-	Time         time.Time       `json:"time"`
-	Cycle        uint64          `json:"cycle"`
-	Policy       string          `json:"policy"`
+	Time   time.Time `json:"time"`
+	Cycle  uint64    `json:"cycle"`
+	Policy string    `json:"policy"`
+	// TriggeredBy lists the servers whose new evidence ran this step
+	// between ticks (see Loop.EvidenceCheck); empty for a scheduled step.
+	TriggeredBy  []string        `json:"triggered_by,omitempty"`
 	DurationMs   float64         `json:"duration_ms"`
 	Servers      []ServerSummary `json:"servers"`
 	Plan         Plan            `json:"plan"`
@@ -56,12 +59,17 @@ type Decision struct {
 // Counters are the loop's running totals, for /metrics.
 type Counters struct {
 	Cycles, Skipped, Applied, Refused, CommandErrors, PolicyErrors, StateErrors uint64
+	// Triggered counts the steps new evidence ran between ticks.
+	Triggered uint64
 	// Step durations in seconds.
 	DurationSum, DurationLast, DurationMax float64
 }
 
 func (m *Counters) add(rec *Record, decisions []Decision, seconds float64) {
 	m.Cycles++
+	if len(rec.TriggeredBy) > 0 {
+		m.Triggered++
+	}
 	m.DurationSum += seconds
 	m.DurationLast = seconds
 	m.DurationMax = max(m.DurationMax, seconds)

@@ -26,7 +26,14 @@ type Recovery interface {
 type Loop struct {
 	Clock    Clock
 	Interval time.Duration
-	Lookback time.Duration // how much of the windows a policy sees; 0 = all
+	// EvidenceCheck is how often, between steps, the windows are checked
+	// with the policy's own test (EvidenceChecker): a server it finds that
+	// the last step did not runs a step at once, marked triggered, so that
+	// a drain waits for the evidence, not for the tick. At most
+	// MaxTriggered such steps run between two ticks; recovery and every
+	// other part of the cadence stay on the interval. 0 turns it off.
+	EvidenceCheck time.Duration
+	Lookback      time.Duration // how much of the windows a policy sees; 0 = all
 	// RecentSpan is the short window for load and tail latency (default
 	// 10 s): the long one still holds the time before the last action.
 	RecentSpan time.Duration
@@ -53,6 +60,10 @@ type Loop struct {
 	// refusedServers, the same by server, for the next observation. Only
 	// Step touches them.
 	lastRefusals, refusedServers map[string]string
+	// evidence: the servers the policy's test found at the last step or
+	// check; a check triggers a step only for a server not in it. Only
+	// Run's goroutine touches it, through Step and the checks.
+	evidence map[string]bool
 
 	mu      sync.Mutex // guards what follows: Step writes, Status and Metrics read
 	cycle   uint64
@@ -62,6 +73,9 @@ type Loop struct {
 }
 
 const recentDecisions = 64
+
+// MaxTriggered bounds the steps evidence may run between two ticks.
+const MaxTriggered = 3
 
 // theLedger is the loop's ledger, read from StateFile on first use.
 func (l *Loop) theLedger() *Ledger {
@@ -82,7 +96,7 @@ func (l *Loop) Run(ctx context.Context) error {
 	start := l.Clock.Now()
 	for k := int64(0); ; k++ {
 		slot := start.Add(time.Duration(k) * l.Interval)
-		if err := l.Clock.SleepUntil(ctx, slot); err != nil {
+		if err := l.waitFor(ctx, slot); err != nil {
 			return nil
 		}
 		l.stepIn(ctx, slot)
@@ -100,6 +114,85 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 }
 
+// waitFor sleeps until slot, checking the evidence every EvidenceCheck on
+// the way when the policy can tell it.
+func (l *Loop) waitFor(ctx context.Context, slot time.Time) error {
+	checker, ok := l.Policy.(EvidenceChecker)
+	if !ok || l.EvidenceCheck <= 0 {
+		return l.Clock.SleepUntil(ctx, slot)
+	}
+	for triggered := 0; ; {
+		next := l.Clock.Now().Add(l.EvidenceCheck)
+		// A check so close to the tick would only run its step early.
+		if next.Add(l.EvidenceCheck / 2).After(slot) {
+			return l.Clock.SleepUntil(ctx, slot)
+		}
+		if err := l.Clock.SleepUntil(ctx, next); err != nil {
+			return err
+		}
+		if triggered >= MaxTriggered {
+			continue
+		}
+		if fresh := l.newEvidence(checker); len(fresh) > 0 {
+			triggered++
+			sctx, cancel := context.WithDeadline(ctx, slot)
+			l.step(sctx, fresh)
+			cancel()
+		}
+	}
+}
+
+// newEvidence runs the policy's test on the last step's servers with the
+// windows as they are now, and returns the servers it finds that the last
+// step or check did not.
+func (l *Loop) newEvidence(c EvidenceChecker) []string {
+	l.mu.Lock()
+	last := l.last
+	l.mu.Unlock()
+	if last.Time.IsZero() {
+		return nil // no step yet: nothing known of the servers' states
+	}
+	obs := l.refreshed(last)
+	var fresh []string
+	found := c.Evidence(obs)
+	for _, k := range found {
+		if !l.evidence[k] {
+			fresh = append(fresh, k)
+		}
+	}
+	l.evidence = toSet(found)
+	return fresh
+}
+
+// refreshed is a copy of obs with the windows read again.
+func (l *Loop) refreshed(obs Observation) Observation {
+	long, recent := l.snapshot(obs.Lookback), l.snapshot(obs.RecentSpan)
+	obs.Time = l.Clock.Now()
+	backends := make([]BackendView, len(obs.Backends))
+	for i, b := range obs.Backends {
+		servers := make([]ServerView, len(b.Servers))
+		for j, s := range b.Servers {
+			k := key(s.Backend, s.Server)
+			s.Window, s.Recent = long[k], recent[k]
+			s.Window.Backend, s.Window.Server = s.Backend, s.Server
+			s.Recent.Backend, s.Recent.Server = s.Backend, s.Server
+			servers[j] = s
+		}
+		b.Servers = servers
+		backends[i] = b
+	}
+	obs.Backends = backends
+	return obs
+}
+
+func toSet(keys []string) map[string]bool {
+	m := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		m[k] = true
+	}
+	return m
+}
+
 // stepIn runs the step of one slot. It ends before the next slot, however
 // stuck a socket or a policy is: 90% of the interval is its whole budget,
 // unless the policy needs no budget (the study's loop, for the benchmark).
@@ -113,9 +206,15 @@ func (l *Loop) stepIn(ctx context.Context, slot time.Time) {
 }
 
 // Step runs one observe-decide-vet-apply-audit cycle.
-func (l *Loop) Step(ctx context.Context) Record {
+func (l *Loop) Step(ctx context.Context) Record { return l.step(ctx, nil) }
+
+// step runs one cycle; triggeredBy names the servers whose evidence ran
+// it between ticks, nil for a scheduled step. A triggered step leaves
+// recovery to the ticks.
+func (l *Loop) step(ctx context.Context, triggeredBy []string) Record {
 	began := l.Clock.Now()
 	rec := l.begin(began)
+	rec.TriggeredBy = triggeredBy
 	obs, reapply, err := l.observe(ctx, began, rec.Cycle)
 	if err != nil {
 		rec.Error = err.Error()
@@ -126,6 +225,9 @@ func (l *Loop) Step(ctx context.Context) Record {
 	rec.Servers = summarize(&obs)
 	obs.Refused = l.refusedServers
 	rec.Plan = append(rec.Plan, l.plan(ctx, obs, reapply, &rec)...)
+	if c, ok := l.Policy.(EvidenceChecker); ok {
+		l.evidence = toSet(c.Evidence(obs))
+	}
 	rec.Verdicts = l.Guard.For(NeedsOf(l.Policy)).Vet(&obs, rec.Plan)
 	decisions := l.act(ctx, &obs, &rec)
 	l.finish(&rec, &obs, began, decisions)
@@ -154,7 +256,7 @@ func (l *Loop) plan(ctx context.Context, obs Observation, reapply Plan, rec *Rec
 		rec.PolicyReport = r.Report()
 	}
 	plan := reapply
-	if l.Recovery != nil {
+	if l.Recovery != nil && len(rec.TriggeredBy) == 0 {
 		plan = append(plan, l.Recovery.Plan(ctx, obs)...)
 	}
 	return append(plan, decided...)

@@ -194,6 +194,16 @@ type StatusReporter interface {
 	PolicyStatus() any
 }
 
+// EvidenceChecker is a policy that can tell, cheaply and from the
+// windows alone, which servers its Decide would act on now: the loop asks
+// it between steps and steps at once when a new server appears, instead
+// of waiting for the next tick. Policies that cost a call (a model) do
+// not implement it: their cadence is the interval.
+type EvidenceChecker interface {
+	// Evidence returns the "backend/server" keys its test finds.
+	Evidence(obs Observation) []string
+}
+
 // NeedsDeclarer is a policy with needs of its own.
 type NeedsDeclarer interface {
 	Needs() Needs

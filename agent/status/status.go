@@ -44,6 +44,7 @@ func WriteLoopMetrics(w io.Writer, l *agent.Loop) {
 	m := l.Metrics()
 	promtext.Counter(w, "hapilot_cycles_total", "Control-loop steps run.", m.Cycles)
 	promtext.Counter(w, "hapilot_cycles_skipped_total", "Schedule slots skipped because a step overran.", m.Skipped)
+	promtext.Counter(w, "hapilot_cycles_triggered_total", "Steps run between ticks because the policy's test found a new server.", m.Triggered)
 	promtext.Summary(w, "hapilot_cycle_duration_seconds", "Time one step took.", m.DurationSum, m.Cycles)
 	promtext.Gauge(w, "hapilot_cycle_duration_last_seconds", "Duration of the latest step.", m.DurationLast)
 	promtext.Gauge(w, "hapilot_cycle_duration_max_seconds", "Longest step so far.", m.DurationMax)

@@ -19,6 +19,7 @@ import (
 	"github.com/hapilot/hapilot/agent/recovery"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/enum"
+	"github.com/hapilot/hapilot/internal/ingest"
 	"github.com/hapilot/hapilot/internal/window"
 	"github.com/rs/zerolog"
 )
@@ -46,7 +47,11 @@ type Config struct {
 	// OperatorHold is how long an operator's undo of the agent's change
 	// stands (0: only while the server differs from its configuration).
 	OperatorHold time.Duration
+	// EvidenceCheck is how often the windows are checked between steps,
+	// so that a policy's evidence triggers a step when it arrives; 0 off.
+	EvidenceCheck time.Duration
 
+	Stats    ingest.StatsConfig
 	Guard    agent.Guardrails
 	Rules    rules.Config
 	Recovery recovery.Config
@@ -126,6 +131,7 @@ func Default() Config {
 		SPOEListen: "unix:/run/hapilot/spoe.sock", HAProxySockets: []string{"/run/haproxy/admin.sock"},
 		Interval: 10 * time.Second, Window: 60 * time.Second, Policy: PolicyRules, MaxServers: 4096,
 		StatusListen: "127.0.0.1:9310", LogFormat: LogAuto, LogLevel: "info", OnExit: OnExitKeep, OperatorHold: agent.DefaultOperatorHold,
+		EvidenceCheck: time.Second, Stats: ingest.DefaultStatsConfig(),
 		Guard: agent.DefaultGuardrails(), Rules: rules.DefaultConfig(), Recovery: recovery.DefaultConfig(), LLM: llm.DefaultConfig(),
 	}
 }
@@ -156,6 +162,9 @@ func Register(fs *flag.FlagSet) *Config {
 	fs.StringVar(&c.SPOEListen, "spoe-listen", c.SPOEListen, "where HAProxy's SPOE engine connects (unix:/path, mode 0660, or host:port; \"off\" to disable)")
 	fs.StringVar(&c.LuaListen, "lua-listen", c.LuaListen, "where lua/hapilot.lua sends its batches (unix:/path, mode 0660, or host:port); empty: off")
 	fs.StringVar(&c.SyslogListen, "syslog-listen", c.SyslogListen, "HAProxy log lines in hapilot's log-format: udp://host:port, unixgram:///path, or tcp://host:port or unix:///path for an HAProxy ring's forwarder; empty: off")
+	fs.DurationVar(&c.Stats.Poll, "stats-poll", c.Stats.Poll, "read HAProxy's own per-server counters (show stat) this often, from every haproxy-socket: the whole telemetry with no stanza, or the retried attempts no per-response path sees (0: off)")
+	fs.Var(&c.Stats.Mode, "stats-poll-mode", "what the counters feed: counts (every answer, 5xx and retry; no per-request detail), retries (retried attempts only, beside SPOE, Lua or logs) or auto (counts when spoe-listen is off and no lua-listen or syslog-listen is set, else retries)")
+	fs.DurationVar(&c.EvidenceCheck, "evidence-check", c.EvidenceCheck, "check the windows this often between steps, and step at once when the policy's test first finds a server (rules only; 0: off)")
 	fs.Var(&multi{v: &c.HAProxySockets}, "haproxy-socket", "HAProxy runtime socket with level admin (unix path, unix:/path, tcp:host:port); repeat for several HAProxy processes")
 	fs.DurationVar(&c.Interval, "interval", c.Interval, "time between control-loop steps (at least 250ms)")
 	fs.DurationVar(&c.Window, "window", c.Window, "length of the sliding windows (1 s buckets)")
@@ -319,11 +328,27 @@ func (c *Config) Validate() error {
 	if c.Policy == PolicyLua && c.PolicyFile == "" {
 		errs = append(errs, errors.New("--policy lua needs --policy-file"))
 	}
-	errs = append(errs, c.Guard.Validate(), c.Rules.Validate(), c.Recovery.Validate())
+	if c.EvidenceCheck != 0 && c.EvidenceCheck < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("evidence-check %v: want 0 (off) or at least 100ms", c.EvidenceCheck))
+	}
+	errs = append(errs, c.Stats.Validate(), c.Guard.Validate(), c.Rules.Validate(), c.Recovery.Validate())
 	if c.Policy == PolicyLLM || c.LLM.Shadow {
 		errs = append(errs, c.LLM.Validate())
 	}
 	return errors.Join(errs...)
+}
+
+// StatsMode is the stats path's mode with auto resolved: the counters are
+// the whole telemetry when no per-response path listens, else they add
+// the retried attempts those paths cannot see.
+func (c Config) StatsMode() ingest.StatMode {
+	if c.Stats.Mode != ingest.StatAuto {
+		return c.Stats.Mode
+	}
+	if c.SPOEListen == "off" && c.LuaListen == "" && c.SyslogListen == "" {
+		return ingest.StatCounts
+	}
+	return ingest.StatRetries
 }
 
 func (c *Config) checkListeners() []error {

@@ -42,6 +42,7 @@ type Daemon struct {
 
 	Lua    *ingest.LineServer   // nil unless --lua-listen
 	Syslog *ingest.SyslogServer // nil unless --syslog-listen
+	Stats  *ingest.StatPoller   // nil with --stats-poll 0
 
 	log       zerolog.Logger
 	readmit   *recovery.Readmitter // nil with --readmit off
@@ -92,19 +93,25 @@ func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
 		return nil, err
 	}
 	var runtimes []agent.Runtime
+	var sources []ingest.StatSource
 	for _, s := range c.HAProxySockets {
 		cl, err := haproxy.New(s)
 		if err != nil {
 			return nil, err
 		}
 		runtimes = append(runtimes, cl)
+		sources = append(sources, cl)
 	}
 	d.Store = window.New(c.Window, c.MaxServers, nil)
+	if c.Stats.Poll > 0 {
+		d.Stats = &ingest.StatPoller{Sources: sources, Sink: d.Store, Mode: c.StatsMode(), Period: c.Stats.Poll,
+			Log: log.With().Str("component", "stats").Logger()}
+	}
 	d.SPOE = &spoe.Server{Sink: d.Store, Log: log.With().Str("component", "spoe").Logger()}
 	// The policy's own needs (its drain cap per fleet size, its step
 	// budget) are declared by the policy and read by the loop.
 	d.Loop = &agent.Loop{
-		Clock: agent.RealClock{}, Interval: c.Interval, Policy: pol, Guard: c.Guard,
+		Clock: agent.RealClock{}, Interval: c.Interval, EvidenceCheck: c.EvidenceCheck, Policy: pol, Guard: c.Guard,
 		Runtimes: runtimes, Windows: d.Store, Log: log.With().Str("component", "loop").Logger(),
 		StateFile: c.StateFile, OperatorHold: c.OperatorHold,
 	}
@@ -191,6 +198,14 @@ func (d *Daemon) writeIngestMetrics(w io.Writer) {
 		promtext.Counter(w, "hapilot_"+p.name+"_ingest_errors_total", "Malformed "+p.name+" lines, skipped.", p.c.Errors.Load())
 		promtext.Counter(w, "hapilot_"+p.name+"_batches_total", "Batches received: Lua connections, syslog datagrams or stream messages.", p.c.Batches.Load())
 	}
+	if p := d.Stats; p != nil {
+		promtext.Counter(w, "hapilot_stats_polls_total", "show stat replies read by the stats path.", p.Counters.Polls.Load())
+		promtext.Counter(w, "hapilot_stats_errors_total", "Reads of an HAProxy process's counters that failed.", p.Counters.Errors.Load())
+		promtext.Counter(w, "hapilot_stats_resets_total", "Server counters found lower than before (clear counters).", p.Counters.Resets.Load())
+		promtext.Counter(w, "hapilot_stats_reloads_total", "HAProxy processes replaced behind a socket (reload, restart).", p.Counters.Reloads.Load())
+		promtext.Counter(w, "hapilot_stats_answers_total", "Answers recorded from HAProxy's counters.", p.Counters.Answers.Load())
+		promtext.Counter(w, "hapilot_stats_retried_total", "Retried attempts (wretr) recorded as failures of their server.", p.Counters.Retried.Load())
+	}
 	promtext.Gauge(w, "hapilot_window_series", "Backend/server series held.", d.Store.Len())
 	promtext.Counter(w, "hapilot_window_bad_names_total", "Events dropped for an empty name or one over 255 bytes.", d.Store.BadNames())
 	promtext.Counter(w, "hapilot_window_dropped_events_total", "Events dropped because max-servers series were held.", d.Store.Dropped())
@@ -217,6 +232,9 @@ func (d *Daemon) Events() uint64 {
 		if c != nil {
 			n += c.Events.Load()
 		}
+	}
+	if d.Stats != nil {
+		n += d.Stats.Counters.Answers.Load()
 	}
 	return n
 }
@@ -273,6 +291,9 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	case d.syslogPC != nil:
 		run("syslog", func(ctx context.Context) error { return d.Syslog.Serve(ctx, d.syslogPC) })
 	}
+	if d.Stats != nil {
+		run("stats", d.Stats.Run)
+	}
 	// A policy with a life of its own (the model's warm-up) starts with
 	// the agent; Close stops it.
 	if s, ok := d.Loop.Policy.(interface{ Start() }); ok {
@@ -283,6 +304,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		run("status", func(ctx context.Context) error { return d.Status.Serve(ctx, d.statusLn) })
 	}
 	d.log.Info().Str("spoe", d.SPOEAddr()).Str("lua", d.LuaAddr()).Str("syslog", d.Config.SyslogListen).Str("status", d.StatusAddr()).Strs("haproxy", d.Config.HAProxySockets).
+		Str("stats_poll", statsPoll(d.Config)).
 		Str("policy", string(d.Config.Policy)).Dur("interval", d.Config.Interval).Msg("hapilot running")
 	wg.Wait()
 	if d.Config.OnExit == config.OnExitRestore {
@@ -332,4 +354,12 @@ func (d *Daemon) close() {
 	if d.audit != nil {
 		d.audit.Close()
 	}
+}
+
+// statsPoll describes the stats path for the start-up line.
+func statsPoll(c config.Config) string {
+	if c.Stats.Poll <= 0 {
+		return "off"
+	}
+	return c.Stats.Poll.String() + " " + string(c.StatsMode())
 }

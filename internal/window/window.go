@@ -281,9 +281,9 @@ type Stats struct {
 	Err4xx   uint64 `json:"err_4xx"`
 	// Retried is attempts HAProxy retried (in Requests and Err5xx too).
 	Retried uint64 `json:"retried,omitempty"`
-	P50Ms    int    `json:"p50_ms"`
-	P95Ms    int    `json:"p95_ms"`
-	P99Ms    int    `json:"p99_ms"`
+	P50Ms   int    `json:"p50_ms"`
+	P95Ms   int    `json:"p95_ms"`
+	P99Ms   int    `json:"p99_ms"`
 	// Seconds is how many of the window's one-second buckets hold data.
 	Seconds int `json:"seconds"`
 	// RatePerSec is requests per second over the seconds that hold data,

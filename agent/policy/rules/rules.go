@@ -126,6 +126,29 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 	return plan, nil
 }
 
+// Evidence lists the servers Decide would drain now ("backend/server"):
+// the same test, without the plan. The loop calls it between steps.
+func (p *Policy) Evidence(obs agent.Observation) []string {
+	var out []string
+	for _, b := range obs.Backends {
+		found := map[string]bool{}
+		for _, f := range p.Test(b) {
+			if f.Outlier {
+				found[f.Server] = true
+			}
+		}
+		for _, s := range p.Slow(b) {
+			found[s.Server] = true
+		}
+		for _, s := range b.Servers {
+			if found[s.Server] {
+				out = append(out, b.Name+"/"+s.Server)
+			}
+		}
+	}
+	return out
+}
+
 // Test runs the outlier test on every serving server of a backend. A
 // server is compared with the better half of the others (those with the
 // lowest error rates, ties included), so that a second faulty server among its peers

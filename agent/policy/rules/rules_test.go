@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 
@@ -157,6 +158,17 @@ func TestGolden(t *testing.T) {
 			plan, err := p.Decide(context.Background(), obs)
 			if err != nil {
 				t.Fatal(err)
+			}
+			// The loop's check between steps finds what Decide drains.
+			var targets []string
+			for _, a := range plan {
+				targets = append(targets, a.Backend+"/"+a.Server)
+			}
+			sort.Strings(targets)
+			found := p.Evidence(obs)
+			sort.Strings(found)
+			if strings.Join(found, " ") != strings.Join(targets, " ") {
+				t.Errorf("Evidence %v, Decide drains %v", found, targets)
 			}
 			got, _ := json.MarshalIndent(plan, "", "  ")
 			got = append(got, '\n')

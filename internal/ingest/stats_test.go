@@ -1,0 +1,175 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/internal/window"
+	"github.com/rs/zerolog"
+)
+
+// statSource serves one scripted reading per poll.
+type statSource struct {
+	addr string
+	info haproxy.Info
+	rows []haproxy.ServerStat
+	err  error
+}
+
+func (s *statSource) Addr() string { return s.addr }
+func (s *statSource) ShowInfo(context.Context) (haproxy.Info, error) {
+	return s.info, s.err
+}
+func (s *statSource) ServerStats(context.Context) ([]haproxy.ServerStat, error) {
+	return s.rows, s.err
+}
+
+// row is one server's counters: ok 2xx answers, bad 5xx, retried attempts.
+func row(server string, ok, bad, retried int64, rtime int) haproxy.ServerStat {
+	c := haproxy.StatCounters{ReqTot: ok + bad, Wretr: retried, Wredis: retried, RTime: rtime}
+	c.Hrsp[1], c.Hrsp[4] = ok, bad
+	return haproxy.ServerStat{Backend: "app", Server: server, RespTimeMs: rtime, Counters: c}
+}
+
+// reading is one poll: the process behind the socket and its rows.
+type reading struct {
+	pid   int
+	start int64 // Unix seconds
+	rows  []haproxy.ServerStat
+	err   error
+}
+
+// totals is what the windows hold for one server after a poll.
+type totals struct{ requests, err5xx, retried uint64 }
+
+func TestStatPollerCountsWhatGrew(t *testing.T) {
+	const t0 = 10_000 // the first poll's second; processes start before it
+	tests := []struct {
+		name     string
+		mode     StatMode
+		readings []reading
+		want     map[string]totals // after the last reading
+		reloads  uint64
+		resets   uint64
+	}{
+		{
+			name: "first sight is a baseline, then the gains count",
+			readings: []reading{
+				{pid: 1, start: t0 - 100, rows: []haproxy.ServerStat{row("a", 1000, 50, 3, 4), row("b", 900, 0, 0, 4)}},
+				{pid: 1, start: t0 - 100, rows: []haproxy.ServerStat{row("a", 1090, 60, 5, 4), row("b", 1000, 0, 0, 4)}},
+			},
+			want: map[string]totals{"a": {90 + 10 + 2, 10 + 2, 2}, "b": {100, 0, 0}},
+		},
+		{
+			name: "retries mode records only the retried attempts",
+			mode: StatRetries,
+			readings: []reading{
+				{pid: 1, start: t0 - 100, rows: []haproxy.ServerStat{row("a", 0, 0, 0, 0)}},
+				{pid: 1, start: t0 - 100, rows: []haproxy.ServerStat{row("a", 0, 0, 20, 0)}},
+			},
+			want: map[string]totals{"a": {20, 20, 20}},
+		},
+		{
+			name: "clear counters: what the row holds now counts",
+			readings: []reading{
+				{pid: 1, start: t0 - 100, rows: []haproxy.ServerStat{row("a", 5000, 100, 0, 4)}},
+				{pid: 1, start: t0 - 100, rows: []haproxy.ServerStat{row("a", 40, 2, 0, 4)}},
+			},
+			want:   map[string]totals{"a": {42, 2, 0}},
+			resets: 1,
+		},
+		{
+			name: "a reload after the last read counts the new process from zero",
+			readings: []reading{
+				{pid: 1, start: t0 - 100, rows: []haproxy.ServerStat{row("a", 5000, 100, 0, 4)}},
+				{pid: 2, start: t0, rows: []haproxy.ServerStat{row("a", 30, 3, 1, 4)}},
+			},
+			want:    map[string]totals{"a": {34, 4, 1}},
+			reloads: 1,
+		},
+		{
+			name: "a process that started before the last read is a baseline",
+			readings: []reading{
+				{pid: 1, start: t0 - 100, rows: []haproxy.ServerStat{row("a", 5000, 100, 0, 4)}},
+				{pid: 2, start: t0 - 50, rows: []haproxy.ServerStat{row("a", 700, 7, 0, 4)}},
+			},
+			want:    map[string]totals{},
+			reloads: 1,
+		},
+		{
+			name: "a server added at runtime counts from zero; one removed is forgotten",
+			readings: []reading{
+				{pid: 1, start: t0 - 100, rows: []haproxy.ServerStat{row("a", 100, 0, 0, 4), row("gone", 100, 0, 0, 4)}},
+				{pid: 1, start: t0 - 100, rows: []haproxy.ServerStat{row("a", 110, 0, 0, 4), row("new", 12, 1, 0, 4)}},
+				{pid: 1, start: t0 - 100, rows: []haproxy.ServerStat{row("a", 120, 0, 0, 4), row("new", 14, 1, 0, 4), row("gone", 100, 0, 0, 4)}},
+			},
+			// "gone" came back in a known process: from zero, like any new server.
+			want: map[string]totals{"a": {20, 0, 0}, "new": {15, 1, 0}, "gone": {100, 0, 0}},
+		},
+		{
+			name: "a failed read records nothing and loses no baseline",
+			readings: []reading{
+				{pid: 1, start: t0 - 100, rows: []haproxy.ServerStat{row("a", 100, 0, 0, 4)}},
+				{err: errors.New("connection refused")},
+				{pid: 1, start: t0 - 100, rows: []haproxy.ServerStat{row("a", 130, 3, 0, 4)}},
+			},
+			want: map[string]totals{"a": {33, 3, 0}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			now := time.Unix(t0, 0)
+			store := window.New(time.Minute, 16, func() time.Time { return now })
+			src := &statSource{addr: "unix:/run/haproxy/admin.sock"}
+			p := &StatPoller{Sources: []StatSource{src}, Sink: store, Mode: tt.mode, Period: time.Second,
+				Log: zerolog.Nop(), Now: func() time.Time { return now }}
+			if p.Mode == "" {
+				p.Mode = StatCounts
+			}
+			for _, r := range tt.readings {
+				src.info, src.rows, src.err = haproxy.Info{Pid: r.pid, StartTime: r.start}, r.rows, r.err
+				p.Poll(context.Background())
+				now = now.Add(time.Second)
+			}
+			got := map[string]totals{}
+			for _, st := range store.Snapshot(0) {
+				if st.Requests > 0 {
+					got[st.Server] = totals{st.Requests, st.Err5xx, st.Retried}
+				}
+			}
+			if len(got) != len(tt.want) {
+				t.Errorf("windows %v, want %v", got, tt.want)
+			}
+			for s, w := range tt.want {
+				if got[s] != w {
+					t.Errorf("%s: %+v, want %+v", s, got[s], w)
+				}
+			}
+			if p.Counters.Reloads.Load() != tt.reloads || p.Counters.Resets.Load() != tt.resets {
+				t.Errorf("reloads %d resets %d, want %d %d", p.Counters.Reloads.Load(), p.Counters.Resets.Load(), tt.reloads, tt.resets)
+			}
+		})
+	}
+}
+
+// Several processes each keep their own baseline, and their gains add up.
+func TestStatPollerSumsProcesses(t *testing.T) {
+	now := time.Unix(20_000, 0)
+	store := window.New(time.Minute, 16, func() time.Time { return now })
+	one := &statSource{addr: "unix:/run/haproxy/one.sock", info: haproxy.Info{Pid: 1, StartTime: 1}}
+	two := &statSource{addr: "unix:/run/haproxy/two.sock", info: haproxy.Info{Pid: 2, StartTime: 1}}
+	p := &StatPoller{Sources: []StatSource{one, two}, Sink: store, Mode: StatCounts, Log: zerolog.Nop(), Now: func() time.Time { return now }}
+	one.rows = []haproxy.ServerStat{row("a", 1000, 0, 0, 3)}
+	two.rows = []haproxy.ServerStat{row("a", 7, 0, 0, 3)}
+	p.Poll(context.Background())
+	one.rows = []haproxy.ServerStat{row("a", 1040, 4, 0, 3)}
+	two.rows = []haproxy.ServerStat{row("a", 37, 2, 0, 3)}
+	p.Poll(context.Background())
+	st := store.Snapshot(0)
+	if len(st) != 1 || st[0].Requests != 76 || st[0].Err5xx != 6 || st[0].P99Ms != 3 {
+		t.Fatalf("windows %+v, want 76 requests, 6 5xx, p99 3 ms (the processes' rtime)", st)
+	}
+}
