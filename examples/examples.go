@@ -33,3 +33,15 @@ var RatioPolicy string
 //
 //go:embed haproxy-syslog-ring.cfg
 var HAProxySyslogRingCfg string
+
+// SPOESampledConf is hapilot-spoe-sampled.conf: the message with its
+// sample argument.
+//
+//go:embed hapilot-spoe-sampled.conf
+var SPOESampledConf string
+
+// HAProxySampledCfg is haproxy-sampled.cfg: every 5xx and one in k
+// other answers.
+//
+//go:embed haproxy-sampled.cfg
+var HAProxySampledCfg string

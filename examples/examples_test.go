@@ -84,3 +84,30 @@ func TestStanzaExtraction(t *testing.T) {
 		t.Errorf("agents backend:\n%s", be)
 	}
 }
+
+// The sampled stanza passes `haproxy -c`, and its rand(k) and sample=int(k)
+// agree: the agent counts each sampled answer k times.
+func TestSampledExampleIsValidAndConsistent(t *testing.T) {
+	k, err := examples.SampleK(examples.HAProxySampledCfg, examples.SPOESampledConf)
+	if err != nil || k != 16 {
+		t.Fatalf("sample k %d, %v; want 16", k, err)
+	}
+	labtest.RequireHAProxy(t)
+	dir := t.TempDir()
+	spoe := filepath.Join(dir, "hapilot-spoe-sampled.conf")
+	if err := os.WriteFile(spoe, []byte(examples.SPOESampledConf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.ReplaceAll(examples.HAProxySampledCfg, "/etc/haproxy/hapilot-spoe-sampled.conf", spoe)
+	cfg = strings.ReplaceAll(cfg, "/run/haproxy/admin.sock", filepath.Join(dir, "admin.sock"))
+	path := filepath.Join(dir, "haproxy.cfg")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(haproxyproc.Binary(), "-c", "-f", path).CombinedOutput(); err != nil {
+		t.Fatalf("haproxy -c: %v\n%s", err, out)
+	}
+	if _, err := examples.SampleK(strings.Replace(examples.HAProxySampledCfg, "rand(16)", "rand(8)", 1), examples.SPOESampledConf); err == nil {
+		t.Fatal("rand(8) against sample=int(16) passed")
+	}
+}

@@ -20,7 +20,14 @@ const (
 	ArgServer  = "server"
 	ArgStatus  = "status"
 	ArgTr      = "tr"
+	// ArgSample (optional) is k of a sampled stanza: HAProxy sends every
+	// 5xx and one in k of the other answers, so each of those stands for
+	// k answers. Errors stay exact and request counts unbiased.
+	ArgSample = "sample"
 )
+
+// MaxSample bounds k: beyond it a sample says too little to steer by.
+const MaxSample = 1024
 
 var errTruncated = errors.New("truncated")
 
@@ -152,7 +159,7 @@ func DecodeNotify(payload []byte, emit func(window.Event)) (NotifyResult, error)
 		}
 		ours := string(name) == MessageName
 		var ev window.Event
-		var have, bad int
+		var have, bad, sample int
 		noServer := false
 		const want = 4
 		for i := 0; i < int(nargs); i++ {
@@ -185,6 +192,9 @@ func DecodeNotify(payload []byte, emit func(window.Event)) (NotifyResult, error)
 			case ArgTr:
 				ev.ResponseMs, ok = v.integer()
 				have |= 8
+			case ArgSample:
+				sample, ok = v.integer()
+				ok = ok && sample >= 1 && sample <= MaxSample
 			}
 			if !ok {
 				bad++
@@ -198,6 +208,9 @@ func DecodeNotify(payload []byte, emit func(window.Event)) (NotifyResult, error)
 		case noServer:
 			res.NoServer++
 		default:
+			if sample > 1 && (ev.Status < 500 || ev.Status > 599) {
+				ev.Count = sample
+			}
 			res.Events++
 			emit(ev)
 		}
