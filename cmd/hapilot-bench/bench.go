@@ -31,7 +31,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, s := range bench.Scenarios {
 		scenarios = append(scenarios, s.Name)
 	}
-	scenario := fs.String("scenario", "paper", "scenario: "+strings.Join(scenarios, "|"))
+	scenario := fs.String("scenario", "paper", "scenarios, comma-separated: "+strings.Join(scenarios, "|"))
 	sweep := fs.Bool("sweep", false, "the study's grid: servers 3,5,7,9 x roundrobin,leastconn (unless --servers/--algo say otherwise)")
 	servers := fs.String("servers", "3", "fleet sizes, comma-separated")
 	algos := fs.String("algo", "roundrobin", "balance algorithms, comma-separated: roundrobin|leastconn")
@@ -43,7 +43,8 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	rate := fs.Float64("rate", 0, "total client requests per second (0: the scenario's per-server rate, 50 for most, times the fleet size)")
 	seed := fs.Uint64("seed", 1, "seed of the servers' faults and the emulations' coins")
 	out := fs.String("out", "bench-out", "directory for result.json, report.md and charts")
-	telemetry := fs.String("telemetry", "spoe", "how HAProxy reports to the agent: spoe|lua|syslog")
+	telemetry := fs.String("telemetry", "spoe", "how HAProxy reports to the agent, comma-separated to compare paths side by side: "+strings.Join(bench.Telemetries, "|"))
+	retries := fs.Bool("retries", false, "HAProxy retries failed answers (retry-on 500 502 503 504, retries 2, option redispatch 1): static is then HAProxy's retries alone")
 	policyFile := fs.String("policy-file", "", "lua: the policy script (default: examples/policies/ratio.lua)")
 	ollamaHost := fs.String("ollama-host", "", "llm without --emulate: a real Ollama")
 	model := fs.String("model", "", "llm without --emulate: the model")
@@ -81,10 +82,17 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *sweep && !explicit["algo"] {
 		*algos = "roundrobin,leastconn"
 	}
-	cfg := bench.StudyConfig{Scenario: *scenario, Steps: *steps, Interval: *interval, Rate: *rate, Seed: *seed, Out: *out,
-		Telemetry: *telemetry, PolicyFile: *policyFile, OllamaHost: *ollamaHost, Model: *model, Think: *think, NoGate: *noGate, LLMGate: *llmGate, Log: zerolog.Nop()}
-	if _, err := bench.Lookup(*scenario); err != nil {
-		return err
+	cfg := bench.StudyConfig{Steps: *steps, Interval: *interval, Rate: *rate, Seed: *seed, Out: *out,
+		Telemetries: split(*telemetry), Retries: *retries, PolicyFile: *policyFile, OllamaHost: *ollamaHost, Model: *model, Think: *think, NoGate: *noGate, LLMGate: *llmGate, Log: zerolog.Nop()}
+	for _, sc := range split(*scenario) {
+		if _, err := bench.Lookup(sc); err != nil {
+			return err
+		}
+	}
+	for _, t := range cfg.Telemetries {
+		if err := bench.CheckTelemetry(t); err != nil {
+			return err
+		}
 	}
 	for _, s := range split(*servers) {
 		n, err := strconv.Atoi(s)
@@ -116,13 +124,22 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if f, ok := stderr.(*os.File); ok && isTerminal(f) && os.Getenv("CI") == "" {
 		cfg.Progress = &bench.Progress{W: stderr}
 	}
-	runs, err := bench.Study(ctx, cfg)
-	if err != nil {
-		return err
+	var runs []*bench.RunResult
+	for _, sc := range split(*scenario) {
+		cfg.Scenario = sc
+		r, err := bench.Study(ctx, cfg)
+		runs = append(runs, r...)
+		if err != nil {
+			return err
+		}
 	}
 	bench.SortRuns(runs)
 	command := "hapilot-bench bench " + strings.Join(args, " ")
 	bench.WriteTable(stdout, runs)
+	if len(cfg.Telemetries) > 1 || cfg.Retries {
+		fmt.Fprintln(stdout)
+		bench.WriteTelemetryTable(stdout, runs)
+	}
 	if err := bench.WriteSummary(*out, command, runs); err != nil {
 		return err
 	}

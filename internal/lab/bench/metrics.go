@@ -184,6 +184,10 @@ type Client struct {
 	P50Ms     float64 `json:"latency_p50_ms"`
 	P95Ms     float64 `json:"latency_p95_ms"`
 	P99Ms     float64 `json:"latency_p99_ms"`
+	// Responses HAProxy sent after retrying, and their p99 (runs with
+	// HAProxy's retries).
+	RetriedResponses int     `json:"retried_responses,omitempty"`
+	RetriedP99Ms     float64 `json:"retried_p99_ms,omitempty"`
 	// Against the paired static run (nil for static itself).
 	Reduction *float64 `json:"reduction_5xx"` // 1 - 5xx / static 5xx; nil when static had none
 	MeanRatio *float64 `json:"latency_mean_ratio"`
@@ -197,6 +201,7 @@ func ClientView(r *fleet.Result) Client {
 	return Client{
 		Requests: r.Completed + r.Failed, Client5xx: r.Err5xx + r.Failed, Failed: r.Failed,
 		MeanMs: ms(r.Mean()), P50Ms: ms(r.Quantile(0.50)), P95Ms: ms(r.Quantile(0.95)), P99Ms: ms(r.Quantile(0.99)),
+		RetriedResponses: r.Retried, RetriedP99Ms: ms(r.RetriedQuantile(0.99)),
 	}
 }
 

@@ -2,7 +2,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -108,9 +106,9 @@ func Overhead(ctx context.Context, cfg OverheadConfig, dir string) ([]PathResult
 	}
 	for r := 0; r < cfg.Rounds; r++ {
 		for _, v := range vs {
-			before := processCPU(v.hp.Pid())
+			before := v.hp.CPU()
 			res := fleet.ClosedLoad{Addr: v.addr, Concurrency: cfg.Concurrency, Duration: per}.Run(ctx)
-			v.cpu += processCPU(v.hp.Pid()) - before
+			v.cpu += v.hp.CPU() - before
 			if v.res == nil {
 				v.res = res
 			} else {
@@ -133,32 +131,6 @@ func Overhead(ctx context.Context, cfg OverheadConfig, dir string) ([]PathResult
 		out[i].Ratio = out[i].Throughput / out[0].Throughput
 	}
 	return out, nil
-}
-
-// processCPU is a process's user and system CPU time so far, read from
-// /proc/PID/stat (fields 14 and 15, in clock ticks of 1/100 s: Linux's
-// USER_HZ on every architecture Debian ships); 0 when it cannot be read.
-func processCPU(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The command name (field 2) is in parentheses and may hold spaces:
-	// count fields from the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:])) // f[0] is field 3
-	if len(f) < 13 {
-		return 0
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0
-	}
-	return time.Duration(utime+stime) * (time.Second / 100)
 }
 
 func startVariant(ctx context.Context, name string, servers []string, root string) (*variant, error) {

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -55,7 +57,13 @@ type StudyConfig struct {
 	Rate       float64 // total req/s; 0: the scenario's per-server rate times N
 	Seed       uint64
 	Out        string
-	Telemetry  string // spoe|lua|syslog
+	// Telemetries are the paths from HAProxy to the agent, each run side by
+	// side in every cell (scenario.Scenario.Telemetry); nil: spoe.
+	Telemetries []string
+	// Retries gives HAProxy's backend retry-on 500 502 503 504, retries 2
+	// and option redispatch 1: the static pair is then HAProxy's retries
+	// alone.
+	Retries    bool
 	PolicyFile string // --policy lua; "" runs examples/policies/ratio.lua
 	OllamaHost string // a real Ollama, with Model
 	Model      string
@@ -92,6 +100,7 @@ type RunResult struct {
 	Static   Client       `json:"static_client"`
 	Loc      Localisation `json:"localisation"`
 	Agent    *Agent       `json:"agent,omitempty"`
+	HAProxy  HAProxyView  `json:"haproxy"`
 	Series   Series       `json:"series"`
 	Dir      string       `json:"-"`
 }
@@ -103,6 +112,7 @@ type RunSettings struct {
 	Rate      float64           `json:"rate_per_s"`
 	Seed      uint64            `json:"seed"`
 	Telemetry string            `json:"telemetry"`
+	Retries   bool              `json:"haproxy_retries,omitempty"`
 	Capacity  int               `json:"server_capacity"`
 	Weight    int               `json:"server_weight"`
 	Backends  []BackendSettings `json:"backends"`
@@ -129,6 +139,16 @@ type BackendSettings struct {
 	ErrorRate float64 `json:"error_rate"`
 	LatencyMs float64 `json:"latency_ms"`
 	JitterMs  float64 `json:"jitter_ms"`
+}
+
+// HAProxyView is what HAProxy itself paid and did during the load.
+type HAProxyView struct {
+	// CPUPerResponseUs is HAProxy's CPU time (user and system) over the
+	// measured load, per response, in µs: at the run's rate, fixed costs
+	// (health checks, the agent's polls) are in it too.
+	CPUPerResponseUs float64 `json:"cpu_per_response_us"`
+	// RetriedAttempts is the attempts its backend retried (wretr).
+	RetriedAttempts int64 `json:"retried_attempts"`
 }
 
 // TruthView is the scenario and what it is scored against.
@@ -172,21 +192,27 @@ func Study(ctx context.Context, c StudyConfig) ([]*RunResult, error) {
 		}
 	}
 	cells = dedupe(cells)
-	c.Progress.Start(len(cells)*(1+len(c.Variants)), time.Duration(c.Steps)*c.Interval)
+	c.Progress.Start(len(cells)*(1+len(c.Variants)*max(len(c.Telemetries), 1)), time.Duration(c.Steps)*c.Interval)
 	defer c.Progress.Done()
+	telemetries := c.Telemetries
+	if len(telemetries) == 0 {
+		telemetries = []string{"spoe"}
+	}
 	var all []*RunResult
 	for _, cell := range cells {
-		static, err := runOne(ctx, c, spec, cell, Variant{Policy: "static"}, nil)
+		static, err := runOne(ctx, c, spec, cell, Variant{Policy: "static"}, "", nil)
 		if err != nil {
 			return all, fmt.Errorf("%s static: %w", cell, err)
 		}
 		all = append(all, static)
-		for _, v := range c.Variants {
-			r, err := runOne(ctx, c, spec, cell, v, static)
-			if err != nil {
-				return all, fmt.Errorf("%s %s: %w", cell, v.Name(), err)
+		for _, t := range telemetries {
+			for _, v := range c.Variants {
+				r, err := runOne(ctx, c, spec, cell, v, t, static)
+				if err != nil {
+					return all, fmt.Errorf("%s %s %s: %w", cell, v.Name(), t, err)
+				}
+				all = append(all, r)
 			}
-			all = append(all, r)
 		}
 	}
 	return all, nil
@@ -204,12 +230,17 @@ func dedupe(cells []Cell) []Cell {
 	return out
 }
 
-// runOne runs one variant in one cell and writes its reports; static is
-// the paired no-policy run (nil for the static run itself).
-func runOne(ctx context.Context, c StudyConfig, spec Spec, cell Cell, v Variant, static *RunResult) (*RunResult, error) {
-	c.Progress.Begin(cell.String() + " " + v.Name())
+// runOne runs one variant over one telemetry path in one cell and writes
+// its reports; static is the paired no-policy run (nil for the static run
+// itself, whose telemetry is "": it has no agent).
+func runOne(ctx context.Context, c StudyConfig, spec Spec, cell Cell, v Variant, tele string, static *RunResult) (*RunResult, error) {
+	c.Progress.Begin(cell.String() + " " + v.Name() + " " + tele)
 	defer c.Progress.End()
-	dir := filepath.Join(c.Out, cell.Scenario, fmt.Sprintf("n%d-%s", cell.Servers, cell.Algo), slug(v.Name()))
+	name := slug(v.Name())
+	if len(c.Telemetries) > 1 && tele != "" {
+		name += "-" + tele
+	}
+	dir := filepath.Join(c.Out, cell.Scenario, fmt.Sprintf("n%d-%s", cell.Servers, cell.Algo), name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -236,8 +267,8 @@ func runOne(ctx context.Context, c StudyConfig, spec Spec, cell Cell, v Variant,
 	}
 	res := &RunResult{
 		Tool: "hapilot-bench bench", Cell: cell, Variant: v.Name(), Emulated: v.Emulated(), Dir: dir,
-		Config: RunSettings{Steps: c.Steps, Interval: c.Interval.String(), Rate: rate, Seed: c.Seed, Telemetry: telemetry(c.Telemetry),
-			Capacity: spec.capacity(), Weight: serverWeight, Events: events},
+		Config: RunSettings{Steps: c.Steps, Interval: c.Interval.String(), Rate: rate, Seed: c.Seed, Telemetry: telemetry(tele),
+			Retries: c.Retries, Capacity: spec.capacity(), Weight: serverWeight, Events: events},
 		Truth: TruthView{About: spec.About, Expect: spec.Expect, Faulty: nonNil(faulty), EndFaulty: nonNil(end)},
 	}
 	for i, b := range backends {
@@ -281,7 +312,7 @@ func runOne(ctx context.Context, c StudyConfig, spec Spec, cell Cell, v Variant,
 	sc := scenario.Scenario{
 		Servers: backends, Algo: cell.Algo, Weight: serverWeight, MaxConn: spec.capacity(),
 		Rate: rate, Duration: time.Duration(c.Steps) * c.Interval, Policy: policy, Interval: c.Interval,
-		AgentArgs: args, Name: slug(v.Name()), Telemetry: c.Telemetry, At: at, Dir: scratch, Log: c.Log,
+		AgentArgs: args, Name: name, Telemetry: tele, Retries: c.Retries, At: at, Dir: scratch, Log: c.Log,
 	}
 	if policy == "static" {
 		sc.Policy = "" // no agent at all: HAProxy alone, the study's baseline
@@ -292,6 +323,10 @@ func runOne(ctx context.Context, c StudyConfig, spec Spec, cell Cell, v Variant,
 		return nil, err
 	}
 	res.Client = ClientView(out.Load)
+	res.HAProxy = HAProxyView{RetriedAttempts: out.Retried}
+	if n := out.Load.Completed; n > 0 {
+		res.HAProxy.CPUPerResponseUs = float64(out.HAProxyCPU) / float64(time.Microsecond) / float64(n)
+	}
 	res.Series = Series{PerSecond: out.Load.PerSecond, States: out.Changes, Actions: []ActionMark{}}
 	res.Loc = Localise(out.Timeline, truth)
 	if static != nil {
@@ -405,9 +440,25 @@ func calibrate(ctx context.Context, args []string, dir string) (*GateVerdict, er
 	return &GateVerdict{Passed: sc.Passed, Precision: sc.Precision, Recall: sc.Recall, Collateral: sc.Collateral, Why: sc.Why}, nil
 }
 
+// Telemetries are the paths a study can run (scenario.Scenario.Telemetry).
+var Telemetries = []string{"spoe", "spoe-sampled", "spoe-sampledK", "spoe-unix", "lua", "lua-unix", "ring", "syslog", "syslog-unix", "syslog-ring", "syslog-ring-unix", "stats", "scrape15s"}
+
+// CheckTelemetry tells whether t names a path.
+func CheckTelemetry(t string) error {
+	if k, ok := strings.CutPrefix(t, "spoe-sampled"); ok && k != "" {
+		if n, err := strconv.Atoi(k); err == nil && n >= 1 && n <= 1024 {
+			return nil
+		}
+	}
+	if t == "spoe-sampledK" || !slices.Contains(Telemetries, t) {
+		return fmt.Errorf("--telemetry %q: want %s (K from 1 to 1024)", t, strings.Join(Telemetries, "|"))
+	}
+	return nil
+}
+
 func telemetry(t string) string {
 	if t == "" {
-		return "spoe"
+		return "none"
 	}
 	return t
 }

@@ -276,3 +276,27 @@ func SortRuns(runs []*RunResult) {
 		return rank(a) < rank(b)
 	})
 }
+
+// WriteTelemetryTable prints one row per run, the telemetry paths side by
+// side: time to isolation, 5xx, its cut against HAProxy alone, healthy
+// servers drained, HAProxy's CPU per response and, with HAProxy's
+// retries, the attempts retried and the retried responses' p99.
+func WriteTelemetryTable(w io.Writer, runs []*RunResult) {
+	fmt.Fprintln(w, "| scenario | telemetry | policy | isolated s | client 5xx | 5xx cut | healthy drained | HAProxy CPU µs/resp | retried attempts | retried p99 ms |")
+	fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+	for _, r := range runs {
+		iso, healthy := "-", "-"
+		if r.Variant != "static" {
+			healthy = fmt.Sprint(r.Loc.FP)
+			if len(r.Truth.Faulty) > 0 {
+				iso = secsShort(r.Loc.ResolutionS)
+			}
+		}
+		retriedP99 := "-"
+		if r.Client.RetriedResponses > 0 {
+			retriedP99 = fmt.Sprintf("%.1f", r.Client.RetriedP99Ms)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %d | %s | %s | %.1f | %d | %s |\n", r.Cell, r.Config.Telemetry, r.Variant, iso,
+			r.Client.Client5xx, pct(r.Client.Reduction), healthy, r.HAProxy.CPUPerResponseUs, r.HAProxy.RetriedAttempts, retriedP99)
+	}
+}

@@ -34,6 +34,15 @@ type HAProxyOptions struct {
 	Weight int
 	// MaxConn is every server's maxconn (HAProxy queues beyond it); 0 none.
 	MaxConn int
+	// Sample, with AgentAddr, uses the sampled stanza
+	// (examples/haproxy-sampled.cfg) with this k: every 5xx and one in k
+	// other answers. 0 or 1 is the full stanza.
+	Sample int
+	// Retries gives the backend the retries many operators set on
+	// idempotent services: retry-on 500 502 503 504, retries 2, option
+	// redispatch 1. Each response then carries HAProxy's retry count in
+	// RetriesHeader.
+	Retries bool
 	// Threads is HAProxy's nbthread; 0 means 1, which keeps one core for
 	// the load generator and backends on a small machine.
 	Threads int
@@ -102,23 +111,34 @@ frontend www
 	for _, l := range front {
 		fmt.Fprintf(&b, "    %s\n", l)
 	}
+	if o.Retries {
+		fmt.Fprintf(&b, "    http-response set-header %s %%rc\n", RetriesHeader)
+	}
 	var agents string
 	if o.AgentAddr != "" {
-		spoeFile := filepath.Join(o.Dir, "hapilot-spoe.conf")
-		if err := os.WriteFile(spoeFile, []byte(examples.SPOEConf), 0o644); err != nil {
+		cfg, spoeConf, spoeName := examples.HAProxyCfg, examples.SPOEConf, "hapilot-spoe.conf"
+		if o.Sample > 1 {
+			cfg, spoeConf = examples.Sampled(o.Sample)
+			spoeName = "hapilot-spoe-sampled.conf"
+		}
+		spoeFile := filepath.Join(o.Dir, spoeName)
+		if err := os.WriteFile(spoeFile, []byte(spoeConf), 0o644); err != nil {
 			return "", err
 		}
-		front, be, err := examples.Stanza(o.AgentAddr)
+		front, be, err := examples.StanzaOf(cfg, o.AgentAddr)
 		if err != nil {
 			return "", err
 		}
 		for _, l := range front {
-			l = strings.Replace(l, "/etc/haproxy/hapilot-spoe.conf", spoeFile, 1)
+			l = strings.Replace(l, "/etc/haproxy/"+spoeName, spoeFile, 1)
 			fmt.Fprintf(&b, "    %s\n", l)
 		}
 		agents = "\n" + be
 	}
 	fmt.Fprintf(&b, "    default_backend %s\n\nbackend %s\n    balance %s\n", BackendName, BackendName, algo)
+	if o.Retries {
+		b.WriteString("    retry-on 500 502 503 504\n    retries 2\n    option redispatch 1\n")
+	}
 	weight := ""
 	if o.Weight > 0 {
 		weight = fmt.Sprintf(" weight %d", o.Weight)

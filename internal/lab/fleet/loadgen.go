@@ -42,7 +42,20 @@ type Result struct {
 	Failed    int           `json:"failed"`
 	Elapsed   time.Duration `json:"elapsed"`
 	PerSecond []Second      `json:"per_second"`
+	// Retried counts responses HAProxy sent after retrying (its %rc in
+	// the RetriesHeader, set by configs with HAProxyOptions.Retries).
+	Retried   int `json:"retried"`
 	latencies []time.Duration
+	retried   []time.Duration
+}
+
+// RetriesHeader is where a config with HAProxyOptions.Retries puts
+// HAProxy's retry count (%rc: "0", or "+N" when redispatched).
+const RetriesHeader = "X-Hapilot-Retries"
+
+// RetriedQuantile is the q-th latency of the retried responses.
+func (r *Result) RetriedQuantile(q float64) time.Duration {
+	return quantile(r.retried, q)
 }
 
 // Quantile is the q-th latency (0 < q <= 1) over all responses.
@@ -91,7 +104,7 @@ func (l Load) Run(ctx context.Context) *Result {
 	slots := make(chan struct{}, l.MaxInFlight)
 	uri := "http://" + l.Addr + l.Path
 	start := time.Now()
-	record := func(due time.Time, status int, err error) {
+	record := func(due time.Time, status int, retried bool, err error) {
 		lat := time.Since(due)
 		sec := int(due.Sub(start) / time.Second)
 		mu.Lock()
@@ -107,6 +120,10 @@ func (l Load) Run(ctx context.Context) *Result {
 			res.Completed++
 			res.latencies = append(res.latencies, lat)
 			perSecond[sec] = append(perSecond[sec], lat)
+			if retried {
+				res.Retried++
+				res.retried = append(res.retried, lat)
+			}
 			if status >= 500 {
 				res.Err5xx++
 				ps.Err5xx++
@@ -127,7 +144,7 @@ func (l Load) Run(ctx context.Context) *Result {
 		select {
 		case slots <- struct{}{}:
 		default:
-			record(due, 0, context.DeadlineExceeded)
+			record(due, 0, false, context.DeadlineExceeded)
 			continue
 		}
 		wg.Add(1)
@@ -139,12 +156,14 @@ func (l Load) Run(ctx context.Context) *Result {
 			defer fasthttp.ReleaseResponse(resp)
 			req.SetRequestURI(uri)
 			err := client.DoTimeout(req, resp, l.Timeout)
-			record(due, resp.StatusCode(), err)
+			rc := resp.Header.Peek(RetriesHeader)
+			record(due, resp.StatusCode(), len(rc) > 0 && string(rc) != "0", err)
 		}(due)
 	}
 	wg.Wait()
 	res.Elapsed = time.Since(start)
 	sort.Slice(res.latencies, func(i, j int) bool { return res.latencies[i] < res.latencies[j] })
+	sort.Slice(res.retried, func(i, j int) bool { return res.retried[i] < res.retried[j] })
 	for i, lats := range perSecond {
 		sort.Slice(lats, func(a, b int) bool { return lats[a] < lats[b] })
 		ps := &res.PerSecond[i]

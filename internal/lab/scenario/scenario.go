@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -60,8 +61,14 @@ type Scenario struct {
 	// same over unix sockets, as the examples have them),
 	// "lua" (the companion, examples/haproxy-lua.cfg), "syslog"
 	// (examples/haproxy-syslog.cfg) or "syslog-ring"
-	// (examples/haproxy-syslog-ring.cfg).
+	// (examples/haproxy-syslog-ring.cfg); "spoe-sampled" (k=16) or
+	// "spoe-sampledK" (examples/haproxy-sampled.cfg); "stats" (no stanza:
+	// HAProxy's own counters read every second) or "scrape15s" (the same
+	// every 15 s, the study's Prometheus lag).
 	Telemetry string
+	// Retries gives HAProxy's backend retry-on 500 502 503 504, retries 2
+	// and option redispatch 1 (fleet.HAProxyOptions.Retries).
+	Retries bool
 	// Prepare runs once HAProxy is up, before the load (e.g. an operator's
 	// `set server ... state maint`).
 	Prepare func(ctx context.Context, rt *haproxy.Client) error
@@ -90,7 +97,11 @@ type Outcome struct {
 	Changes   map[string][]StateChange // every change of state or weight, the first at 0
 	Start     time.Time                // when the measured load began
 	Final     []haproxy.ServerState
-	Events    uint64 // responses the agent recorded (in-process agent only)
+	// HAProxyCPU is HAProxy's CPU time during the measured load; Retried
+	// the attempts its backend retried then (the servers' wretr).
+	HAProxyCPU time.Duration
+	Retried    int64
+	Events     uint64 // responses the agent recorded (in-process agent only)
 	Ingest    uint64 // ingest errors (in-process agent only)
 	AuditLog  string
 	HAProxy   *haproxyproc.Process
@@ -122,9 +133,25 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := fleet.HAProxyOptions{Dir: s.Dir, FrontendPort: ports[0], Servers: fleet.Addrs(backends), Algo: s.Algo, Weight: s.Weight, MaxConn: s.MaxConn, Threads: s.Threads}
+	opts := fleet.HAProxyOptions{Dir: s.Dir, FrontendPort: ports[0], Servers: fleet.Addrs(backends), Algo: s.Algo, Weight: s.Weight, MaxConn: s.MaxConn, Threads: s.Threads,
+		Retries: s.Retries}
 	ingestArgs := []string{"--spoe-listen", "off"}
-	switch s.Telemetry {
+	telemetry := s.Telemetry
+	if k, ok := strings.CutPrefix(telemetry, "spoe-sampled"); ok {
+		opts.Sample, telemetry = 16, "spoe"
+		if k != "" {
+			n, err := strconv.Atoi(k)
+			if err != nil || n < 1 || n > 1024 {
+				return nil, fmt.Errorf("telemetry %q: want spoe-sampled or spoe-sampledK, K from 1 to 1024", s.Telemetry)
+			}
+			opts.Sample = n
+		}
+	}
+	switch telemetry {
+	case "stats":
+		ingestArgs = append(ingestArgs, "--stats-poll", "1s")
+	case "scrape15s":
+		ingestArgs = append(ingestArgs, "--stats-poll", "15s")
 	case "", "spoe":
 		if !s.NoSPOE {
 			opts.AgentAddr = fmt.Sprintf("127.0.0.1:%d", ports[1])
@@ -144,7 +171,7 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 	case "syslog":
 		opts.SyslogAddr = fmt.Sprintf("127.0.0.1:%d", ports[2])
 		ingestArgs = append(ingestArgs, "--syslog-listen", "udp://"+opts.SyslogAddr)
-	case "syslog-ring":
+	case "syslog-ring", "ring":
 		opts.SyslogRing = fmt.Sprintf("127.0.0.1:%d", ports[2])
 		ingestArgs = append(ingestArgs, "--syslog-listen", "tcp://"+opts.SyslogRing)
 	case "syslog-unix":
@@ -305,7 +332,9 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 			}
 		}()
 	}
+	cpu, retried := hp.CPU(), wretr(ctx, rt)
 	out.Load = load.Run(ctx)
+	out.HAProxyCPU, out.Retried = hp.CPU()-cpu, wretr(ctx, rt)-retried
 	stopWatch()
 	wg.Wait()
 	if out.Final, err = rt.ShowServersState(ctx); err != nil {
@@ -360,6 +389,21 @@ func (o *Outcome) watch(ctx context.Context, rt *haproxy.Client, start time.Time
 		case <-tick.C:
 		}
 	}
+}
+
+// wretr sums the retried attempts of the fleet's servers so far.
+func wretr(ctx context.Context, rt *haproxy.Client) int64 {
+	stats, err := rt.ServerStats(ctx)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, st := range stats {
+		if st.Backend == fleet.BackendName {
+			n += st.Counters.Wretr
+		}
+	}
+	return n
 }
 
 // WaitAgentUp waits until HAProxy's check of the hapilot-agents backend
