@@ -208,7 +208,8 @@ func cmdBenchOverhead(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.DurationVar(&cfg.Duration, "duration", 20*time.Second, "load per telemetry path, split over the rounds")
 	fs.IntVar(&cfg.Rounds, "rounds", 4, "interleaved rounds (plain, syslog, ring, lua, spoe, plain, ...)")
 	fs.IntVar(&cfg.Backends, "backends", 2, "backend servers, answering at once")
-	paths := fs.String("paths", "plain,syslog,unixgram,ring,lua,spoe", "telemetry paths to compare, plain first: "+strings.Join(bench.OverheadPaths, ",")+" (-noagent: HAProxy's side alone)")
+	fs.BoolVar(&cfg.Pin, "pin", true, "pin HAProxy to the last core and the load generator, backends and agent to the others (taskset), where there are two or more")
+	paths := fs.String("paths", "plain,stats,ring,lua,syslog,spoe,spoe-sampled4,spoe-sampled16", "telemetry paths to compare, plain first: "+strings.Join(bench.OverheadPaths, ",")+" (-noagent: HAProxy's side alone)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -224,7 +225,7 @@ func cmdBenchOverhead(ctx context.Context, args []string, stdout, stderr io.Writ
 		return err
 	}
 	defer os.RemoveAll(dir)
-	res, err := bench.Overhead(ctx, cfg, dir)
+	res, err := bench.Overhead(ctx, &cfg, dir)
 	if err != nil {
 		return err
 	}

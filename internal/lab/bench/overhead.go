@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -32,10 +34,17 @@ type OverheadConfig struct {
 	// Paths to run, plain first (OverheadPaths); the "-noagent" ones send
 	// to a port nobody reads: HAProxy's side of the cost alone.
 	Paths []string
+	// Pin puts HAProxy on the machine's last core and this process (load
+	// generator, backends, agent) on the others, where there is more than
+	// one: then nothing else runs on HAProxy's core.
+	Pin bool
+	// Pinned is what Overhead did: HAProxy's CPU list, "" when unpinned.
+	Pinned string
 }
 
 // OverheadPaths are the telemetry paths Overhead knows.
-var OverheadPaths = []string{"plain", "syslog", "syslog-noagent", "unixgram", "unixgram-noagent", "ring", "ring-noagent", "lua", "lua-noagent", "spoe"}
+var OverheadPaths = []string{"plain", "stats", "syslog", "syslog-noagent", "unixgram", "unixgram-noagent", "ring", "ring-noagent", "lua", "lua-noagent",
+	"spoe", "spoe-sampled4", "spoe-sampled16"}
 
 // PathResult is one telemetry path's figures.
 type PathResult struct {
@@ -67,11 +76,19 @@ type variant struct {
 // ring, the Lua companion, SPOE), each with an in-process agent where it
 // has one, and loads them in turn, interleaved round by round, so that
 // drift in the machine hits every path alike.
-func Overhead(ctx context.Context, cfg OverheadConfig, dir string) ([]PathResult, error) {
+func Overhead(ctx context.Context, cfg *OverheadConfig, dir string) ([]PathResult, error) {
 	for _, name := range cfg.Paths {
 		if !slices.Contains(OverheadPaths, name) {
 			return nil, fmt.Errorf("unknown telemetry path %q (want %s)", name, strings.Join(OverheadPaths, ", "))
 		}
+	}
+	if cfg.Pin {
+		cpus, restore, err := pinApart()
+		if err != nil {
+			return nil, err
+		}
+		defer restore()
+		cfg.Pinned = cpus
 	}
 	backends := make([]fleet.BackendConfig, cfg.Backends)
 	bs, err := fleet.StartBackends(backends)
@@ -92,7 +109,7 @@ func Overhead(ctx context.Context, cfg OverheadConfig, dir string) ([]PathResult
 		}
 	}()
 	for _, name := range cfg.Paths {
-		v, err := startVariant(ctx, name, fleet.Addrs(bs), dir)
+		v, err := startVariant(ctx, name, fleet.Addrs(bs), dir, cfg.Pinned)
 		if v != nil {
 			vs = append(vs, v)
 		}
@@ -133,7 +150,32 @@ func Overhead(ctx context.Context, cfg OverheadConfig, dir string) ([]PathResult
 	return out, nil
 }
 
-func startVariant(ctx context.Context, name string, servers []string, root string) (*variant, error) {
+// pinApart moves this process off the machine's last CPU and returns that
+// CPU for HAProxy, with a function giving this process its CPUs back. On
+// one CPU it pins nothing.
+func pinApart() (string, func(), error) {
+	n := runtime.NumCPU()
+	if n < 2 {
+		return "", func() {}, nil
+	}
+	pid := strconv.Itoa(os.Getpid())
+	out, err := exec.Command("taskset", "-c", "-p", pid).Output()
+	if err != nil {
+		return "", nil, fmt.Errorf("taskset (util-linux) reads this process's CPUs: %w", err)
+	}
+	_, orig, ok := strings.Cut(strings.TrimSpace(string(out)), ": ")
+	if !ok {
+		return "", nil, fmt.Errorf("taskset -p: unexpected %q", out)
+	}
+	// -a: every thread of the process, the Go runtime's included.
+	if out, err := exec.Command("taskset", "-a", "-c", "-p", fmt.Sprintf("0-%d", n-2), pid).CombinedOutput(); err != nil {
+		return "", nil, fmt.Errorf("taskset: %v: %s", err, out)
+	}
+	restore := func() { _ = exec.Command("taskset", "-a", "-c", "-p", orig, pid).Run() }
+	return strconv.Itoa(n - 1), restore, nil
+}
+
+func startVariant(ctx context.Context, name string, servers []string, root, cpus string) (*variant, error) {
 	dir, err := os.MkdirTemp(root, name+"-")
 	if err != nil {
 		return nil, err
@@ -147,7 +189,13 @@ func startVariant(ctx context.Context, name string, servers []string, root strin
 	agentAddr := fmt.Sprintf("127.0.0.1:%d", ports[1])
 	// A "-noagent" path is its base path's config with nobody on the other end.
 	base, noAgent := strings.CutSuffix(name, "-noagent")
+	if k, ok := strings.CutPrefix(base, "spoe-sampled"); ok {
+		opts.Sample, _ = strconv.Atoi(k)
+		base = "spoe"
+	}
 	switch base {
+	case "stats":
+		args = append(args, "--stats-poll", "1s")
 	case "spoe":
 		opts.AgentAddr = agentAddr
 		args[len(args)-1] = agentAddr
@@ -183,10 +231,10 @@ func startVariant(ctx context.Context, name string, servers []string, root strin
 		v.stop, v.done = cancel, make(chan error, 1)
 		go func() { v.done <- v.agent.Serve(actx) }()
 	}
-	if v.hp, err = haproxyproc.Start(ctx, dir, cfg, opts.Socket()); err != nil {
+	if v.hp, err = haproxyproc.StartOn(ctx, dir, cfg, opts.Socket(), cpus); err != nil {
 		return v, err
 	}
-	if name == "spoe" {
+	if opts.AgentAddr != "" && !noAgent {
 		rt, err := haproxy.New(opts.Socket())
 		if err != nil {
 			return v, err
@@ -200,10 +248,15 @@ func startVariant(ctx context.Context, name string, servers []string, root strin
 
 // PrintOverhead writes the table.
 func PrintOverhead(w io.Writer, cfg OverheadConfig, res []PathResult) {
-	fmt.Fprintf(w, "telemetry overhead: %d cores, HAProxy nbthread 1, %d backends answering at once, concurrency %d, %v per path in %d interleaved rounds\n",
-		runtime.NumCPU(), cfg.Backends, cfg.Concurrency, cfg.Duration, cfg.Rounds)
+	pinned := "HAProxy unpinned"
+	if cfg.Pinned != "" {
+		pinned = "HAProxy pinned to CPU " + cfg.Pinned + ", everything else to the others"
+	}
+	fmt.Fprintf(w, "telemetry overhead: %d cores, %s, HAProxy nbthread 1, %d backends answering at once, concurrency %d, %v per path in %d interleaved rounds\n",
+		runtime.NumCPU(), pinned, cfg.Backends, cfg.Concurrency, cfg.Duration, cfg.Rounds)
+	fmt.Fprintln(w, "headline: HAProxy's own CPU per response; req/s and its ratio depend on the machine (the load generator and backends share it)")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "path\treq/s\tx plain\tp50 ms\tp99 ms\tHAProxy CPU µs/resp\tfailed\trecorded by agent\t")
+	fmt.Fprintln(tw, "path\tHAProxy CPU µs/resp\tx plain CPU\treq/s\tx plain req/s\tp50 ms\tp99 ms\tfailed\trecorded by agent\t")
 	for _, r := range res {
 		rec := "-"
 		if r.Path != "plain" && !strings.HasSuffix(r.Path, "-noagent") {
@@ -211,10 +264,14 @@ func PrintOverhead(w io.Writer, cfg OverheadConfig, res []PathResult) {
 		}
 		cpu := "-"
 		if r.HAProxyCPU > 0 {
-			cpu = fmt.Sprintf("%.1f", float64(r.HAProxyCPU)/1e3)
+			cpu = fmt.Sprintf("%.2f", float64(r.HAProxyCPU)/1e3)
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.3f\t%.3f\t%s\t%d\t%s\t\n", r.Path, r.Throughput, r.Ratio,
-			float64(r.P50)/1e6, float64(r.P99)/1e6, cpu, r.Failed, rec)
+		cpuRatio := "-"
+		if r.HAProxyCPU > 0 && res[0].HAProxyCPU > 0 {
+			cpuRatio = fmt.Sprintf("%.3f", float64(r.HAProxyCPU)/float64(res[0].HAProxyCPU))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%.2f\t%.3f\t%.3f\t%d\t%s\t\n", r.Path, cpu, cpuRatio, r.Throughput, r.Ratio,
+			float64(r.P50)/1e6, float64(r.P99)/1e6, r.Failed, rec)
 	}
 	tw.Flush()
 }
