@@ -28,6 +28,7 @@ type Second struct {
 	Requests int `json:"requests"`
 	Err5xx   int `json:"err_5xx"`
 	Failed   int `json:"failed"` // transport errors, timeouts, in-flight overflow
+	Retried  int `json:"retried,omitempty"` // answers HAProxy sent after retrying
 	// Latency percentiles of the responses due in this second.
 	P50Ms float64 `json:"p50_ms"`
 	P95Ms float64 `json:"p95_ms"`
@@ -121,6 +122,7 @@ func (l Load) Run(ctx context.Context) *Result {
 			res.latencies = append(res.latencies, lat)
 			perSecond[sec] = append(perSecond[sec], lat)
 			if retried {
+				ps.Retried++
 				res.Retried++
 				res.retried = append(res.retried, lat)
 			}
