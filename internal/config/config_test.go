@@ -77,6 +77,9 @@ func TestInvalid(t *testing.T) {
 		{"stray argument", "", []string{"extra"}, "unexpected arguments"},
 		{"alpha out of range", "", []string{"--rules-alpha", "2"}, "rules-alpha"},
 		{"log format", "", []string{"--log-format", "xml"}, "log-format"},
+		{"stats poll too short", "", []string{"--stats-poll", "10ms"}, "stats-poll 10ms: want 0 (off) or at least 100ms"},
+		{"stats poll mode", "", []string{"--stats-poll-mode", "all"}, `stats-poll-mode "all": want auto|counts|retries`},
+		{"evidence check too short", "", []string{"--evidence-check", "1ms"}, "evidence-check 1ms"},
 		{"NaN alpha", "", []string{"--rules-alpha", "NaN"}, "rules-alpha NaN is not a finite number"},
 		{"NaN utilization", "", []string{"--max-utilization", "NaN"}, "max-utilization NaN"},
 		{"infinite probe rate", "", []string{"--probe-rate", "+Inf"}, "probe-rate"},
@@ -92,5 +95,30 @@ func TestInvalid(t *testing.T) {
 				t.Fatalf("err %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// auto makes the counters the whole telemetry only when no per-response
+// path listens.
+func TestStatsModeAuto(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{nil, "retries"},
+		{[]string{"--spoe-listen", "off"}, "counts"},
+		{[]string{"--spoe-listen", "off", "--lua-listen", "127.0.0.1:7000"}, "retries"},
+		{[]string{"--spoe-listen", "off", "--syslog-listen", "udp://127.0.0.1:7001"}, "retries"},
+		{[]string{"--stats-poll-mode", "counts"}, "counts"},
+		{[]string{"--spoe-listen", "off", "--stats-poll-mode", "retries"}, "retries"},
+	}
+	for _, tt := range tests {
+		c, err := parse(t, "", tt.args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := string(c.StatsMode()); got != tt.want {
+			t.Errorf("%v: mode %s, want %s", tt.args, got, tt.want)
+		}
 	}
 }
