@@ -15,7 +15,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # anywhere); under make, a missing HAProxy fails them instead.
 export HAPILOT_REQUIRE_HAPROXY := 1
 
-.PHONY: all build demo test unit e2e soak lint vet fmt tidy fuzz bench bench-quick bench-study deps clean
+.PHONY: all build demo test unit e2e soak lint vet fmt tidy fuzz bench bench-quick bench-study deps clean deb test-deb
 
 all: build
 
@@ -30,6 +30,40 @@ deps:
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/hapilot
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(LAB) ./cmd/hapilot-bench
+
+# The Debian package, built with dpkg-deb from a staged tree (no packaging
+# library: Debian's own tool makes exactly what dpkg installs). It holds the
+# agent (static, no cgo), its hardened systemd unit, /etc/hapilot/hapilot.conf
+# (a conffile: every setting commented at its default) and the drop-in
+# stanzas under /usr/share/doc/hapilot/examples.
+DEB_ARCH    := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
+DEB_VERSION ?= 0.1.0~git$(shell git rev-list --count HEAD 2>/dev/null || echo 0).$(shell git rev-parse --short HEAD 2>/dev/null || echo none)
+DEB         := bin/hapilot_$(DEB_VERSION)_$(DEB_ARCH).deb
+DEB_ROOT    := bin/deb
+DEB_DOC     := $(DEB_ROOT)/usr/share/doc/hapilot
+deb:
+	rm -rf $(DEB_ROOT) bin/hapilot_*.deb
+	mkdir -p $(DEB_ROOT)/DEBIAN $(DEB_ROOT)/usr/bin $(DEB_ROOT)/lib/systemd/system $(DEB_ROOT)/etc/hapilot $(DEB_DOC)/examples/policies
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(DEB_ROOT)/usr/bin/hapilot ./cmd/hapilot
+	install -m 644 examples/hapilot.service $(DEB_ROOT)/lib/systemd/system/hapilot.service
+	install -m 644 examples/hapilot.conf $(DEB_ROOT)/etc/hapilot/hapilot.conf
+	install -m 644 examples/haproxy*.cfg examples/hapilot-spoe*.conf lua/hapilot.lua $(DEB_DOC)/examples/
+	install -m 644 examples/policies/*.lua $(DEB_DOC)/examples/policies/
+	install -m 644 README.md $(DEB_DOC)/
+	cp -r docs $(DEB_DOC)/docs && chmod -R u=rwX,go=rX $(DEB_DOC)/docs
+	sed -e 's/@VERSION@/$(DEB_VERSION)/' -e 's/@ARCH@/$(DEB_ARCH)/' cmd/hapilot/debian/control > $(DEB_ROOT)/DEBIAN/control
+	install -m 644 cmd/hapilot/debian/conffiles $(DEB_ROOT)/DEBIAN/
+	install -m 755 cmd/hapilot/debian/postinst cmd/hapilot/debian/prerm cmd/hapilot/debian/postrm $(DEB_ROOT)/DEBIAN/
+	dpkg-deb --root-owner-group -Zxz --build $(DEB_ROOT) $(DEB)
+	@echo "built $(DEB): sudo apt install ./$(DEB)"
+
+# The package's tests: dpkg -i on this machine (root), `hapilot check` of
+# the installed config, `systemd-analyze verify` of the unit, and the
+# installed binary with the installed config against a real HAProxy whose
+# admin socket has the permissions the unit expects, run as the package's
+# user.
+test-deb: deps deb
+	HAPILOT_DEB=$(DEB) $(GO) test -tags e2e,deb -count=1 -v -timeout 5m -run '^TestDebianPackage' ./internal/lab/e2e/
 
 # The demo: a real HAProxy, 6 servers of which srv3 and srv6 fail 5%,
 # 300 req/s with --policy static then --policy rules, and a table.

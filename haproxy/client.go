@@ -97,7 +97,7 @@ func (c *Client) Run(ctx context.Context, cmd string) (string, error) {
 			break // a reply too long would be too long again
 		}
 	}
-	return "", fmt.Errorf("haproxy: %s on %s: %w: %v", cmd, c.Addr(), ErrConnection, lastErr)
+	return "", fmt.Errorf("haproxy: %s on %s: %w: %w", cmd, c.Addr(), ErrConnection, lastErr)
 }
 
 func (c *Client) roundTrip(ctx context.Context, cmd string) (string, error) {

@@ -228,3 +228,22 @@ func TestNewRejectsBadAddresses(t *testing.T) {
 		}
 	}
 }
+
+// Preflight, against a real HAProxy: the admin socket passes, one at
+// `level user` is misconfigured with the fix in the message, and a socket
+// nobody serves is a connection error the loop retries, not a
+// misconfiguration.
+func TestPreflight(t *testing.T) {
+	_, s := startHAProxy(t)
+	if err := client(t, s.admin).Preflight(ctx(t)); err != nil {
+		t.Fatalf("admin socket: %v", err)
+	}
+	err := client(t, s.user).Preflight(ctx(t))
+	if !errors.Is(err, haproxy.ErrMisconfigured) || !strings.Contains(err.Error(), `answers at level "user"`) || !strings.Contains(err.Error(), "level admin") {
+		t.Fatalf("user socket: %v", err)
+	}
+	err = client(t, filepath.Join(t.TempDir(), "none.sock")).Preflight(ctx(t))
+	if errors.Is(err, haproxy.ErrMisconfigured) || !errors.Is(err, haproxy.ErrConnection) {
+		t.Fatalf("missing socket: %v", err)
+	}
+}

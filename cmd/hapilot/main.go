@@ -3,6 +3,7 @@
 //	hapilot run        run the agent
 //	hapilot check      validate settings (flags or --config FILE) and exit
 //	hapilot calibrate  score an Ollama model; only a passing one may act
+//	hapilot defaults   print every setting, commented, at its default
 //	hapilot version    print the version
 //
 // The demo and the benchmark are the lab's, in cmd/hapilot-bench: this
@@ -34,6 +35,7 @@ commands:
   run       run the agent beside HAProxy
   check     validate settings (flags or --config FILE) and exit
   calibrate score a model on built-in scenarios; only a passing model may act
+  defaults  print a settings file with every setting, commented, at its default
   version   print the version
 
 Run 'hapilot <command> -h' for a command's flags.
@@ -58,6 +60,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdCheck(args[1:], stdout, stderr)
 	case "calibrate":
 		err = cmdCalibrate(ctx, args[1:], stdout, stderr)
+	case "defaults":
+		err = cmdDefaults(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, versionString())
 	case "help", "-h", "--help":
@@ -87,6 +91,39 @@ func versionString() string {
 		}
 	}
 	return v
+}
+
+// defaultsHeader opens `hapilot defaults` and the packaged
+// /etc/hapilot/hapilot.conf.
+const defaultsHeader = `hapilot settings: one "name value" per line, names as the flags of
+'hapilot run' without dashes; flags on the command line win. Every
+setting is below, commented out at its default: uncomment what you change.
+Check a change with: hapilot check --config /etc/hapilot/hapilot.conf`
+
+// cmdDefaults prints the settings file. With --packaged it sets what the
+// Debian package's service needs (its state and audit files under the
+// unit's StateDirectory and LogsDirectory) above the commented defaults.
+func cmdDefaults(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("hapilot defaults", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	packaged := fs.Bool("packaged", false, "the file the Debian package installs as /etc/hapilot/hapilot.conf")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	settings := flag.NewFlagSet("hapilot run", flag.ContinueOnError)
+	config.Register(settings)
+	if *packaged {
+		header := defaultsHeader + "\n\nSet by the package, for its systemd unit (/lib/systemd/system/hapilot.service):"
+		return config.WriteFile(stdout, settings, header, PackagedSettings...)
+	}
+	return config.WriteFile(stdout, settings, defaultsHeader)
+}
+
+// PackagedSettings are the lines the Debian package sets in
+// /etc/hapilot/hapilot.conf: paths its unit makes writable.
+var PackagedSettings = []string{
+	"state-file /var/lib/hapilot/state.json",
+	"audit-log /var/log/hapilot/audit.jsonl",
 }
 
 func parse(name string, args []string, stderr io.Writer) (*config.Config, error) {

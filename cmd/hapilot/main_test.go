@@ -2,9 +2,13 @@ package main
 
 import (
 	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/hapilot/hapilot/internal/config"
 	"github.com/hapilot/hapilot/internal/lab/ollamafake"
 )
 
@@ -61,5 +65,61 @@ func TestCommands(t *testing.T) {
 				t.Fatalf("code %d, stdout %q, stderr %q", code, out.String(), errb.String())
 			}
 		})
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite examples/hapilot.conf")
+
+// examples/hapilot.conf, the file the Debian package installs, is what
+// `hapilot defaults --packaged` prints; every commented line, uncommented,
+// is a valid setting at its default, and `check` accepts the whole.
+func TestPackagedSettingsFile(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"defaults", "--packaged"}, &out, &errb); code != 0 {
+		t.Fatalf("defaults: %d %s", code, errb.String())
+	}
+	const golden = "../../examples/hapilot.conf"
+	if *update {
+		if err := os.WriteFile(golden, out.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(out.Bytes(), want) {
+		t.Fatalf("%s is stale: go test ./cmd/hapilot -run PackagedSettingsFile -update", golden)
+	}
+	// Every default, uncommented: the same settings as none at all.
+	var all strings.Builder
+	n := 0
+	for _, line := range strings.Split(out.String(), "\n") {
+		if name, ok := strings.CutPrefix(line, "#"); ok && name != "" && !strings.HasPrefix(name, " ") && strings.Contains(name, " ") {
+			all.WriteString(name + "\n")
+			n++
+		}
+	}
+	dir := t.TempDir()
+	for name, body := range map[string]string{"packaged": out.String(), "every-default": all.String()} {
+		path := filepath.Join(dir, name+".conf")
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var o, e bytes.Buffer
+		if code := run([]string{"check", "--config", path}, &o, &e); code != 0 {
+			t.Errorf("%s: check: %s", name, e.String())
+		}
+	}
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	config.Register(fs)
+	withDefault := 0
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.DefValue != "" {
+			withDefault++
+		}
+	})
+	if n != withDefault {
+		t.Errorf("%d settings at their default in the file, %d flags have one", n, withDefault)
 	}
 }

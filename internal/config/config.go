@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -383,4 +384,62 @@ func checkAddr(name, addr string, unixOK bool) error {
 		return fmt.Errorf("%s %q: %w", name, addr, err)
 	}
 	return nil
+}
+
+// WriteFile writes a settings file holding every setting of fs, commented
+// out at its default with its usage above it: the file a package installs,
+// in which an operator uncomments what they change. The active lines, if
+// any, come first, after the header.
+func WriteFile(w io.Writer, fs *flag.FlagSet, header string, active ...string) error {
+	var b strings.Builder
+	for _, line := range strings.Split(strings.TrimSpace(header), "\n") {
+		b.WriteString(strings.TrimRight("# "+line, " ") + "\n")
+	}
+	for _, line := range active {
+		b.WriteString(line + "\n")
+	}
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name == "config" {
+			return
+		}
+		b.WriteString("\n")
+		for _, line := range wrap(f.Usage, 76) {
+			b.WriteString("# " + line + "\n")
+		}
+		value := f.DefValue
+		if value == "" {
+			b.WriteString("#" + f.Name + "\n")
+			return
+		}
+		if strings.ContainsAny(value, "\n") {
+			err = fmt.Errorf("config: default of %s holds a newline", f.Name)
+		}
+		b.WriteString("#" + f.Name + " " + value + "\n")
+	})
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(w, b.String())
+	return err
+}
+
+// wrap breaks s into lines of at most width bytes at spaces.
+func wrap(s string, width int) []string {
+	var out []string
+	line := ""
+	for _, word := range strings.Fields(s) {
+		if line != "" && len(line)+1+len(word) > width {
+			out = append(out, line)
+			line = ""
+		}
+		if line != "" {
+			line += " "
+		}
+		line += word
+	}
+	if line != "" {
+		out = append(out, line)
+	}
+	return out
 }

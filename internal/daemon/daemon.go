@@ -45,6 +45,7 @@ type Daemon struct {
 	Stats  *ingest.StatPoller   // nil with --stats-poll 0
 
 	log       zerolog.Logger
+	clients   []*haproxy.Client
 	readmit   *recovery.Readmitter // nil with --readmit off
 	spoeLn    net.Listener
 	luaLn     net.Listener
@@ -101,6 +102,7 @@ func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
 		}
 		runtimes = append(runtimes, cl)
 		sources = append(sources, cl)
+		d.clients = append(d.clients, cl)
 	}
 	d.Store = window.New(c.Window, c.MaxServers, nil)
 	if c.Stats.Poll > 0 {
@@ -141,7 +143,7 @@ func (d *Daemon) listen() error {
 	}
 	if c.SPOEListen != "off" {
 		if d.spoeLn, err = spoe.Listen(c.SPOEListen); err != nil {
-			return err
+			return fmt.Errorf("spoe-listen: %w", err)
 		}
 		d.spoeLn = netx.Limit(d.spoeLn, MaxConns, log.With().Str("component", "spoe").Logger())
 	}
@@ -168,7 +170,7 @@ func (d *Daemon) listen() error {
 	}
 	if c.StatusListen != "off" {
 		if d.statusLn, err = net.Listen("tcp", c.StatusListen); err != nil {
-			return fmt.Errorf("status listen: %w", err)
+			return fmt.Errorf("status-listen: %w%s", err, netx.Hint(err))
 		}
 		d.statusLn = netx.Limit(d.statusLn, MaxStatusConns, log.With().Str("component", "status").Logger())
 		if !netx.IsLoopback(c.StatusListen) {
@@ -267,6 +269,9 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer d.Close()
+	if err := d.preflight(ctx); err != nil {
+		return err
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 5)
 	run := func(name string, f func(context.Context) error) {
@@ -319,6 +324,27 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		all = append(all, err)
 	}
 	return errors.Join(all...)
+}
+
+// preflight checks every runtime socket once: one the agent may not use
+// (permission denied, a level below admin) stops it with the fix in the
+// message; one that does not answer yet is logged, and the loop keeps
+// trying it every step.
+func (d *Daemon) preflight(ctx context.Context) error {
+	var errs []error
+	for _, c := range d.clients {
+		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		err := c.Preflight(pctx)
+		cancel()
+		switch {
+		case err == nil:
+		case errors.Is(err, haproxy.ErrMisconfigured):
+			errs = append(errs, err)
+		default:
+			d.log.Warn().Err(err).Str("haproxy", c.Addr()).Msg("HAProxy's runtime socket does not answer yet; the agent retries it every step")
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Close stops the probe bursts and releases the listeners, the policy

@@ -51,7 +51,11 @@ func ParseLogLine(msg []byte) (window.Event, error) {
 func ListenSyslog(addr string) (net.PacketConn, error) {
 	switch {
 	case strings.HasPrefix(addr, "udp://"):
-		return net.ListenPacket("udp", addr[len("udp://"):])
+		pc, err := net.ListenPacket("udp", addr[len("udp://"):])
+		if err != nil {
+			return nil, fmt.Errorf("%w%s", err, netx.Hint(err))
+		}
+		return pc, nil
 	case strings.HasPrefix(addr, "unixgram://"):
 		return netx.ListenUnixgram(addr[len("unixgram://"):])
 	}

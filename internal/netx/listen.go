@@ -25,7 +25,7 @@ func Listen(addr string) (net.Listener, error) {
 	if !ok {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
-			return nil, fmt.Errorf("listen %s: %w", addr, err)
+			return nil, fmt.Errorf("listen %s: %w%s", addr, err, Hint(err))
 		}
 		return ln, nil
 	}
@@ -48,6 +48,20 @@ func Listen(addr string) (net.Listener, error) {
 		return nil, fmt.Errorf("listen unix %s: %w", path, err)
 	}
 	return ln, nil
+}
+
+// Hint says what to do about a listen error an operator commonly meets;
+// "" for others.
+func Hint(err error) string {
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return " (another program, perhaps another hapilot, listens there: stop it, or give this flag another address)"
+	case errors.Is(err, syscall.EACCES):
+		return " (no permission: a port below 1024 needs privileges; pick a higher one)"
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return " (no interface of this host has that address)"
+	}
+	return ""
 }
 
 // ListenUnixgram listens for datagrams on a unix socket at path, made as
