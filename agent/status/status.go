@@ -28,6 +28,9 @@ type Server struct {
 	Loop *agent.Loop
 	// Extra writes further metrics (ingest counters, window store).
 	Extra []func(io.Writer)
+	// Warnings, when set, lists what an operator should fix (no telemetry
+	// arriving, say), shown in /status as "warnings".
+	Warnings func() []string
 	// Log receives the HTTP server's complaints (a refused POST, a broken
 	// connection), at debug level: they are the client's faults.
 	Log zerolog.Logger
@@ -71,7 +74,14 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("application/json")
 		enc := json.NewEncoder(ctx)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(s.Loop.Status()); err != nil {
+		st := struct {
+			agent.Status
+			Warnings []string `json:"warnings,omitempty"`
+		}{Status: s.Loop.Status()}
+		if s.Warnings != nil {
+			st.Warnings = s.Warnings()
+		}
+		if err := enc.Encode(st); err != nil {
 			ctx.Error(err.Error(), fasthttp.StatusInternalServerError)
 		}
 	case "/metrics":

@@ -13,6 +13,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -46,6 +47,10 @@ type Daemon struct {
 
 	log       zerolog.Logger
 	clients   []*haproxy.Client
+	// NoEventsAfter is how long the agent waits for its first response
+	// from HAProxy before it warns that none arrives (default 30 s).
+	NoEventsAfter time.Duration
+	warning       atomic.Pointer[string]
 	readmit   *recovery.Readmitter // nil with --readmit off
 	spoeLn    net.Listener
 	luaLn     net.Listener
@@ -176,7 +181,8 @@ func (d *Daemon) listen() error {
 		if !netx.IsLoopback(c.StatusListen) {
 			log.Warn().Str("status", c.StatusListen).Msg("/status shows backend servers' addresses and /metrics the fleet's figures: they are served beyond loopback, with no authentication")
 		}
-		d.Status = &status.Server{Loop: d.Loop, Extra: []func(io.Writer){d.writeIngestMetrics}, Log: log.With().Str("component", "status").Logger()}
+		d.Status = &status.Server{Loop: d.Loop, Extra: []func(io.Writer){d.writeIngestMetrics}, Warnings: d.Warnings,
+			Log: log.With().Str("component", "status").Logger()}
 	}
 	return nil
 }
@@ -273,7 +279,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		return err
 	}
 	var wg sync.WaitGroup
-	errs := make(chan error, 5)
+	errs := make(chan error, 16)
 	run := func(name string, f func(context.Context) error) {
 		wg.Add(1)
 		go func() {
@@ -305,6 +311,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		s.Start()
 	}
 	run("loop", d.Loop.Run)
+	run("telemetry watch", d.watchTelemetry)
 	if d.Status != nil {
 		run("status", func(ctx context.Context) error { return d.Status.Serve(ctx, d.statusLn) })
 	}
@@ -324,6 +331,74 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		all = append(all, err)
 	}
 	return errors.Join(all...)
+}
+
+// Warnings lists what an operator should fix, for /status.
+func (d *Daemon) Warnings() []string {
+	if w := d.warning.Load(); w != nil {
+		return []string{*w}
+	}
+	return nil
+}
+
+// watchTelemetry warns, once in the log and for as long as it holds in
+// /status, when no response has reached the windows NoEventsAfter after
+// the start: the stanza is missing from haproxy.cfg, or HAProxy cannot
+// reach the agent.
+func (d *Daemon) watchTelemetry(ctx context.Context) error {
+	wait := d.NoEventsAfter
+	if wait <= 0 {
+		wait = 30 * time.Second
+	}
+	t := time.NewTicker(wait)
+	defer t.Stop()
+	for logged := false; ; {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		w := d.telemetryWarning(wait)
+		if w == "" {
+			d.warning.Store(nil)
+			continue
+		}
+		d.warning.Store(&w)
+		if !logged {
+			d.log.Warn().Msg(w)
+			logged = true
+		}
+	}
+}
+
+// telemetryWarning is the warning while no response has been recorded,
+// "" once one has.
+func (d *Daemon) telemetryWarning(waited time.Duration) string {
+	if d.Events() > 0 || d.Store.Events() > 0 {
+		return ""
+	}
+	c := d.Config
+	var paths []string
+	if c.SPOEListen != "off" {
+		paths = append(paths, "SPOE at "+c.SPOEListen+" (the stanza of examples/haproxy.cfg)")
+	}
+	if c.LuaListen != "" {
+		paths = append(paths, "the Lua companion at "+c.LuaListen+" (examples/haproxy-lua.cfg)")
+	}
+	if c.SyslogListen != "" {
+		paths = append(paths, "logs at "+c.SyslogListen+" (examples/haproxy-syslog*.cfg)")
+	}
+	if d.Stats != nil && d.Stats.Mode == ingest.StatCounts {
+		paths = append(paths, "HAProxy's counters through "+strings.Join(c.HAProxySockets, ", ")+" (no traffic yet, or the socket does not answer)")
+	}
+	msg := fmt.Sprintf("no response reported by HAProxy in %v, through %s: ", waited, strings.Join(paths, "; "))
+	if c.SPOEListen != "off" || c.LuaListen != "" || c.SyslogListen != "" {
+		msg += "check that haproxy.cfg holds the stanza and that HAProxy can reach the agent's socket (its group, mode 0660); " +
+			"with no access to the frontend, run with --spoe-listen off and the agent reads HAProxy's own counters"
+	} else {
+		msg += "check that the backends take traffic"
+	}
+	return msg
 }
 
 // preflight checks every runtime socket once: one the agent may not use

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/internal/config"
+	"github.com/hapilot/hapilot/internal/window"
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 )
@@ -121,5 +122,46 @@ func TestAuditLinkRefusedAndStatusWarned(t *testing.T) {
 	d.Close()
 	if !strings.Contains(logs, "served beyond loopback") {
 		t.Fatalf("no warning: %s", logs)
+	}
+}
+
+// With no response reported, the warning names each path the agent
+// listens on and what to check; the first response clears it.
+func TestTelemetryWarning(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"spoe", []string{"--spoe-listen", "unix:" + filepath.Join(t.TempDir(), "spoe.sock")},
+			[]string{"no response reported by HAProxy in 30s", "SPOE at unix:", "holds the stanza", "--spoe-listen off"}},
+		{"counters only", []string{"--spoe-listen", "off"},
+			[]string{"HAProxy's counters through", "check that the backends take traffic"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("t", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			c := config.Register(fs)
+			args := append([]string{"--status-listen", "off", "--haproxy-socket", t.TempDir() + "/missing.sock"}, tt.args...)
+			if err := config.Parse(fs, args); err != nil {
+				t.Fatal(err)
+			}
+			d, err := New(*c, zerolog.Nop())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			w := d.telemetryWarning(30 * time.Second)
+			for _, s := range tt.want {
+				if !strings.Contains(w, s) {
+					t.Errorf("warning %q lacks %q", w, s)
+				}
+			}
+			d.Store.Record(window.Event{Backend: []byte("app"), Server: []byte("s1"), Status: 200})
+			if w := d.telemetryWarning(30 * time.Second); w != "" {
+				t.Errorf("still warned after a response: %q", w)
+			}
+		})
 	}
 }
