@@ -45,20 +45,20 @@ type Daemon struct {
 	Syslog *ingest.SyslogServer // nil unless --syslog-listen
 	Stats  *ingest.StatPoller   // nil with --stats-poll 0
 
-	log       zerolog.Logger
-	clients   []*haproxy.Client
+	log     zerolog.Logger
+	clients []*haproxy.Client
 	// NoEventsAfter is how long the agent waits for its first response
 	// from HAProxy before it warns that none arrives (default 30 s).
 	NoEventsAfter time.Duration
 	warning       atomic.Pointer[string]
-	readmit   *recovery.Readmitter // nil with --readmit off
-	spoeLn    net.Listener
-	luaLn     net.Listener
-	syslogPC  net.PacketConn
-	syslogLn  net.Listener // --syslog-listen tcp://: an HAProxy ring's forwarder
-	statusLn  net.Listener
-	audit     io.WriteCloser
-	closeOnce sync.Once
+	readmit       *recovery.Readmitter // nil with --readmit off
+	spoeLn        net.Listener
+	luaLn         net.Listener
+	syslogPC      net.PacketConn
+	syslogLn      net.Listener // --syslog-listen tcp://: an HAProxy ring's forwarder
+	statusLn      net.Listener
+	audit         io.WriteCloser
+	closeOnce     sync.Once
 }
 
 // Connection caps: HAProxy holds a handful of SPOE connections per

@@ -48,15 +48,15 @@ func (v Variant) Emulated() bool { return v.Emulation != "" }
 
 // StudyConfig is one `hapilot-bench bench` invocation.
 type StudyConfig struct {
-	Scenario   string
-	Servers    []int
-	Algos      []string
-	Variants   []Variant // static is always run as the pair of each cell
-	Steps      int
-	Interval   time.Duration
-	Rate       float64 // total req/s; 0: the scenario's per-server rate times N
-	Seed       uint64
-	Out        string
+	Scenario string
+	Servers  []int
+	Algos    []string
+	Variants []Variant // static is always run as the pair of each cell
+	Steps    int
+	Interval time.Duration
+	Rate     float64 // total req/s; 0: the scenario's per-server rate times N
+	Seed     uint64
+	Out      string
 	// Telemetries are the paths from HAProxy to the agent, each run side by
 	// side in every cell (scenario.Scenario.Telemetry); nil: spoe.
 	Telemetries []string

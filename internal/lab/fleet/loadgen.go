@@ -27,7 +27,7 @@ type Load struct {
 type Second struct {
 	Requests int `json:"requests"`
 	Err5xx   int `json:"err_5xx"`
-	Failed   int `json:"failed"` // transport errors, timeouts, in-flight overflow
+	Failed   int `json:"failed"`            // transport errors, timeouts, in-flight overflow
 	Retried  int `json:"retried,omitempty"` // answers HAProxy sent after retrying
 	// Latency percentiles of the responses due in this second.
 	P50Ms float64 `json:"p50_ms"`

@@ -102,10 +102,10 @@ type Outcome struct {
 	HAProxyCPU time.Duration
 	Retried    int64
 	Events     uint64 // responses the agent recorded (in-process agent only)
-	Ingest    uint64 // ingest errors (in-process agent only)
-	AuditLog  string
-	HAProxy   *haproxyproc.Process
-	agentLog  *os.File
+	Ingest     uint64 // ingest errors (in-process agent only)
+	AuditLog   string
+	HAProxy    *haproxyproc.Process
+	agentLog   *os.File
 }
 
 // Transition is a server entering or leaving drain.
