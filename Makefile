@@ -90,12 +90,13 @@ soak: deps
 	HAPILOT_SOAK=$(SOAK) $(GO) test -tags e2e,soak -count=1 -v -timeout 0 -run '^TestSoak$$' ./internal/lab/e2e/
 
 lint: vet tidy
-	$(GO) run $(STATICCHECK) -tags e2e,soak ./...
+	$(GO) run $(STATICCHECK) -tags e2e,soak,deb ./...
 
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./internal/lab/e2e/
 	$(GO) vet -tags e2e,soak ./internal/lab/e2e/
+	$(GO) vet -tags e2e,deb ./internal/lab/e2e/
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 

@@ -65,11 +65,14 @@ type Loop struct {
 	// Run's goroutine touches it, through Step and the checks.
 	evidence map[string]bool
 
-	mu      sync.Mutex // guards what follows: Step writes, Status and Metrics read
-	cycle   uint64
-	last    Observation
-	recent  []Decision
-	metrics Counters
+	mu    sync.Mutex // guards what follows: Step writes, Status and Metrics read
+	cycle uint64
+	// candidates: the servers the policy's test found last (a copy of
+	// evidence, for /status).
+	candidates []string
+	last       Observation
+	recent     []Decision
+	metrics    Counters
 }
 
 const recentDecisions = 64
@@ -160,8 +163,17 @@ func (l *Loop) newEvidence(c EvidenceChecker) []string {
 			fresh = append(fresh, k)
 		}
 	}
-	l.evidence = toSet(found)
+	l.setEvidence(found)
 	return fresh
+}
+
+// setEvidence keeps what the policy's test found, for the next check and
+// for /status.
+func (l *Loop) setEvidence(found []string) {
+	l.evidence = toSet(found)
+	l.mu.Lock()
+	l.candidates = append([]string(nil), found...)
+	l.mu.Unlock()
 }
 
 // refreshed is a copy of obs with the windows read again.
@@ -226,7 +238,7 @@ func (l *Loop) step(ctx context.Context, triggeredBy []string) Record {
 	obs.Refused = l.refusedServers
 	rec.Plan = append(rec.Plan, l.plan(ctx, obs, reapply, &rec)...)
 	if c, ok := l.Policy.(EvidenceChecker); ok {
-		l.evidence = toSet(c.Evidence(obs))
+		l.setEvidence(c.Evidence(obs))
 	}
 	rec.Verdicts = l.Guard.For(NeedsOf(l.Policy)).Vet(&obs, rec.Plan)
 	decisions := l.act(ctx, &obs, &rec)
@@ -387,6 +399,10 @@ type Status struct {
 	Backends     []BackendView     `json:"backends"`
 	Changes      map[string]Change `json:"changes"`
 	Decisions    []Decision        `json:"decisions"`
+	// Candidates are the servers the policy's own test finds now
+	// ("backend/server"), drained or refused or not: empty for a policy
+	// that cannot tell without deciding (the LLM, a Lua script).
+	Candidates []string `json:"candidates"`
 }
 
 // Status is a copy of the loop's latest view, for people and scripts.
@@ -401,6 +417,7 @@ func (l *Loop) Status() Status {
 	return Status{
 		Policy: l.Policy.Name(), PolicyStatus: ps, Interval: l.Interval.String(), Cycle: l.cycle, Observed: l.last.Time,
 		Backends: l.last.Backends, Changes: changes, Decisions: append([]Decision(nil), l.recent...),
+		Candidates: append([]string{}, l.candidates...),
 	}
 }
 

@@ -1,9 +1,13 @@
-// Package status serves the agent's read-only HTTP endpoints: GET /status
-// (the loop's latest view, as JSON) and GET /metrics (Prometheus text).
+// Package status serves the agent's read-only HTTP endpoints: GET / (the
+// live page, embedded: no external asset), GET /status (the loop's latest
+// view, as JSON), GET /series (each server's last 60 s, second by second)
+// and GET /metrics (Prometheus text).
 package status
 
 import (
 	"context"
+	"crypto/subtle"
+	_ "embed"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -31,6 +35,14 @@ type Server struct {
 	// Warnings, when set, lists what an operator should fix (no telemetry
 	// arriving, say), shown in /status as "warnings".
 	Warnings func() []string
+	// Ingest, when set, gives the ingest paths' counters, shown in
+	// /status as "ingest".
+	Ingest func() map[string]uint64
+	// Series, when set, gives each server's last n seconds for /series.
+	Series func(n int) any
+	// Token, when set, is required of every request: an Authorization:
+	// Bearer header, or a token query parameter (the page's own link).
+	Token string
 	// Log receives the HTTP server's complaints (a refused POST, a broken
 	// connection), at debug level: they are the client's faults.
 	Log zerolog.Logger
@@ -62,24 +74,67 @@ func WriteLoopMetrics(w io.Writer, l *agent.Loop) {
 	}
 }
 
+//go:embed page.html
+var page []byte
+
+// SeriesSeconds is how much /series holds: the page's sparklines.
+const SeriesSeconds = 60
+
+// authorized checks the token, in constant time, when one is set.
+func (s *Server) authorized(ctx *fasthttp.RequestCtx) bool {
+	if s.Token == "" {
+		return true
+	}
+	got := ctx.QueryArgs().Peek("token")
+	if auth := ctx.Request.Header.Peek("Authorization"); len(auth) > 7 && string(auth[:7]) == "Bearer " {
+		got = auth[7:]
+	}
+	return subtle.ConstantTimeCompare(got, []byte(s.Token)) == 1
+}
+
 // Handler is the fasthttp handler, exposed for tests.
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	if !ctx.IsGet() && !ctx.IsHead() {
 		ctx.Response.Header.Set("Allow", "GET, HEAD")
-		ctx.Error("read-only: GET /status or /metrics", fasthttp.StatusMethodNotAllowed)
+		ctx.Error("read-only: GET /, /status, /series or /metrics", fasthttp.StatusMethodNotAllowed)
+		return
+	}
+	if !s.authorized(ctx) {
+		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="hapilot"`)
+		ctx.Error("a token is required: Authorization: Bearer TOKEN, or ?token=TOKEN", fasthttp.StatusUnauthorized)
 		return
 	}
 	switch string(ctx.Path()) {
+	case "/":
+		ctx.SetContentType("text/html; charset=utf-8")
+		// The page is the agent's own: nothing from elsewhere may run in it.
+		ctx.Response.Header.Set("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:")
+		ctx.Response.Header.Set("X-Frame-Options", "DENY")
+		ctx.Response.Header.Set("Referrer-Policy", "no-referrer")
+		ctx.SetBody(page)
+	case "/series":
+		ctx.SetContentType("application/json")
+		var v any = []any{}
+		if s.Series != nil {
+			v = s.Series(SeriesSeconds)
+		}
+		if err := json.NewEncoder(ctx).Encode(v); err != nil {
+			ctx.Error(err.Error(), fasthttp.StatusInternalServerError)
+		}
 	case "/status":
 		ctx.SetContentType("application/json")
 		enc := json.NewEncoder(ctx)
 		enc.SetIndent("", "  ")
 		st := struct {
 			agent.Status
-			Warnings []string `json:"warnings,omitempty"`
+			Warnings []string         `json:"warnings,omitempty"`
+			Ingest   map[string]uint64 `json:"ingest,omitempty"`
 		}{Status: s.Loop.Status()}
 		if s.Warnings != nil {
 			st.Warnings = s.Warnings()
+		}
+		if s.Ingest != nil {
+			st.Ingest = s.Ingest()
 		}
 		if err := enc.Encode(st); err != nil {
 			ctx.Error(err.Error(), fasthttp.StatusInternalServerError)
@@ -91,7 +146,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 			f(ctx)
 		}
 	default:
-		ctx.Error("not found: GET /status or /metrics", fasthttp.StatusNotFound)
+		ctx.Error("not found: GET /, /status, /series or /metrics", fasthttp.StatusNotFound)
 	}
 }
 

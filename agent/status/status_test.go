@@ -86,3 +86,56 @@ func TestBigBodiesAreNotRead(t *testing.T) {
 		t.Fatalf("reply %q, %v: the server waited for the body", reply, err)
 	}
 }
+
+// The live page is served whole from the binary; with a token, every
+// endpoint asks for it, by header or by query.
+func TestPageSeriesAndToken(t *testing.T) {
+	rt := fakes.NewRuntime("s1", "s2", "s3")
+	l := &agent.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Interval: time.Second, Policy: drainOnce{"s2"},
+		Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
+	l.Step(context.Background())
+	s := &Server{Loop: l, Series: func(n int) any { return []int{n} }, Ingest: func() map[string]uint64 { return map[string]uint64{"events": 3} }}
+	do := func(path, auth string) (int, string, *fasthttp.ResponseHeader) {
+		var ctx fasthttp.RequestCtx
+		ctx.Request.Header.SetMethod("GET")
+		ctx.Request.SetRequestURI(path)
+		if auth != "" {
+			ctx.Request.Header.Set("Authorization", auth)
+		}
+		s.Handler(&ctx)
+		return ctx.Response.StatusCode(), string(ctx.Response.Body()), &ctx.Response.Header
+	}
+	code, body, h := do("/", "")
+	if code != 200 || !strings.Contains(body, "<title>hapilot</title>") || !strings.Contains(string(h.Peek("Content-Security-Policy")), "default-src 'self'") {
+		t.Fatalf("page %d %.80s", code, body)
+	}
+	// No asset from elsewhere: the page works offline. (The SVG namespace
+	// is a name, not a fetch.)
+	rest := strings.ReplaceAll(body, "http://www.w3.org/2000/svg", "")
+	for _, ref := range []string{"http://", "https://", "src=", "<link rel=\"stylesheet"} {
+		if strings.Contains(rest, ref) {
+			t.Errorf("page refers to %q", ref)
+		}
+	}
+	if code, body, _ := do("/series", ""); code != 200 || strings.TrimSpace(body) != "[60]" {
+		t.Fatalf("series %d %s", code, body)
+	}
+	if code, body, _ := do("/status", ""); code != 200 || !strings.Contains(body, `"events": 3`) || !strings.Contains(body, `"candidates": []`) {
+		t.Fatalf("status %d %s", code, body)
+	}
+	s.Token = "s3cret"
+	for _, path := range []string{"/", "/status", "/series", "/metrics"} {
+		if code, _, _ := do(path, ""); code != fasthttp.StatusUnauthorized {
+			t.Errorf("%s without the token: %d", path, code)
+		}
+		if code, _, _ := do(path, "Bearer wrong"); code != fasthttp.StatusUnauthorized {
+			t.Errorf("%s with a wrong token: %d", path, code)
+		}
+		if code, _, _ := do(path, "Bearer s3cret"); code != 200 {
+			t.Errorf("%s with the token: %d", path, code)
+		}
+		if code, _, _ := do(path+"?token=s3cret", ""); code != 200 {
+			t.Errorf("%s?token=: %d", path, code)
+		}
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/enum"
 	"github.com/hapilot/hapilot/internal/ingest"
+	"github.com/hapilot/hapilot/internal/netx"
 	"github.com/hapilot/hapilot/internal/window"
 	"github.com/rs/zerolog"
 )
@@ -40,6 +41,9 @@ type Config struct {
 	PolicyFile     string
 	MaxServers     int
 	StatusListen   string
+	// StatusToken, when set, is required of every request to the status
+	// endpoints; it must be set when they listen beyond loopback.
+	StatusToken    string
 	AuditLog       string
 	LogFormat      LogFormat
 	LogLevel       string
@@ -173,6 +177,7 @@ func Register(fs *flag.FlagSet) *Config {
 	fs.StringVar(&c.PolicyFile, "policy-file", c.PolicyFile, "lua: the script defining decide(obs) (see examples/policies)")
 	fs.IntVar(&c.MaxServers, "max-servers", c.MaxServers, "most backend/server series kept; events for more are counted and dropped")
 	fs.StringVar(&c.StatusListen, "status-listen", c.StatusListen, "address of the read-only /status and /metrics endpoints (\"off\" to disable)")
+	fs.StringVar(&c.StatusToken, "status-token", c.StatusToken, "token every request to the live page, /status, /series and /metrics must carry (Authorization: Bearer TOKEN, or ?token=TOKEN); required beyond loopback. Keep it in the config file (mode 0640), not on the command line")
 	fs.StringVar(&c.AuditLog, "audit-log", c.AuditLog, "file that receives one JSON line per control-loop step")
 	fs.Var(&c.LogFormat, "log-format", "log format: "+enum.Join(LogFormats...)+" (auto: console on a terminal, else JSON)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug|info|warn|error")
@@ -367,6 +372,9 @@ func (c *Config) checkListeners() []error {
 	if c.SyslogListen != "" && !strings.HasPrefix(c.SyslogListen, "udp://") && !strings.HasPrefix(c.SyslogListen, "unixgram://") &&
 		!strings.HasPrefix(c.SyslogListen, "tcp://") && !strings.HasPrefix(c.SyslogListen, "unix://") {
 		errs = append(errs, fmt.Errorf("syslog-listen %q: want udp://host:port, unixgram:///path, tcp://host:port or unix:///path", c.SyslogListen))
+	}
+	if c.StatusListen != "off" && c.StatusToken == "" && !netx.IsLoopback(c.StatusListen) {
+		errs = append(errs, fmt.Errorf("status-listen %s is beyond loopback: set status-token too, since the page and /status show the servers' addresses and the agent's decisions", c.StatusListen))
 	}
 	if c.StatusListen != "off" {
 		if err := checkAddr("status-listen", c.StatusListen, false); err != nil {

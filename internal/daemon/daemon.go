@@ -178,10 +178,8 @@ func (d *Daemon) listen() error {
 			return fmt.Errorf("status-listen: %w%s", err, netx.Hint(err))
 		}
 		d.statusLn = netx.Limit(d.statusLn, MaxStatusConns, log.With().Str("component", "status").Logger())
-		if !netx.IsLoopback(c.StatusListen) {
-			log.Warn().Str("status", c.StatusListen).Msg("/status shows backend servers' addresses and /metrics the fleet's figures: they are served beyond loopback, with no authentication")
-		}
 		d.Status = &status.Server{Loop: d.Loop, Extra: []func(io.Writer){d.writeIngestMetrics}, Warnings: d.Warnings,
+			Ingest: d.ingestCounters, Series: func(n int) any { return d.Store.PerSecond(n) }, Token: c.StatusToken,
 			Log: log.With().Str("component", "status").Logger()}
 	}
 	return nil
@@ -217,6 +215,24 @@ func (d *Daemon) writeIngestMetrics(w io.Writer) {
 	promtext.Gauge(w, "hapilot_window_series", "Backend/server series held.", d.Store.Len())
 	promtext.Counter(w, "hapilot_window_bad_names_total", "Events dropped for an empty name or one over 255 bytes.", d.Store.BadNames())
 	promtext.Counter(w, "hapilot_window_dropped_events_total", "Events dropped because max-servers series were held.", d.Store.Dropped())
+}
+
+// ingestCounters are the ingest paths' counters for /status and the page.
+func (d *Daemon) ingestCounters() map[string]uint64 {
+	c := &d.SPOE.Counters
+	m := map[string]uint64{
+		"events": d.Store.Events(), "window_series": uint64(d.Store.Len()), "window_dropped": d.Store.Dropped(), "window_bad_names": d.Store.BadNames(),
+		"spoe_events": c.Events.Load(), "spoe_ingest_errors": c.IngestErrors.Load(), "spoe_connections": c.Connections.Load(), "no_server": c.NoServer.Load(),
+	}
+	for name, p := range map[string]*ingest.Counters{"lua": d.luaCounters(), "syslog": d.syslogCounters()} {
+		if p != nil {
+			m[name+"_events"], m[name+"_errors"] = p.Events.Load(), p.Errors.Load()
+		}
+	}
+	if p := d.Stats; p != nil {
+		m["stats_polls"], m["stats_errors"], m["stats_answers"], m["stats_retried"] = p.Counters.Polls.Load(), p.Counters.Errors.Load(), p.Counters.Answers.Load(), p.Counters.Retried.Load()
+	}
+	return m
 }
 
 func (d *Daemon) luaCounters() *ingest.Counters {

@@ -87,7 +87,7 @@ func TestMetricsCountIngestErrors(t *testing.T) {
 }
 
 // A link planted at the audit log's path is refused, never appended
-// through; /status served beyond loopback is warned about.
+// through; /status served beyond loopback needs a token.
 func TestAuditLinkRefusedAndStatusWarned(t *testing.T) {
 	dir := t.TempDir()
 	victim, audit := filepath.Join(dir, "victim"), filepath.Join(dir, "audit.jsonl")
@@ -115,14 +115,14 @@ func TestAuditLinkRefusedAndStatusWarned(t *testing.T) {
 	if b, _ := os.ReadFile(victim); string(b) != "precious" {
 		t.Fatalf("victim %q", b)
 	}
-	d, logs, err := build("--status-listen", "0.0.0.0:0")
+	if _, _, err := build("--status-listen", "0.0.0.0:0"); err == nil || !strings.Contains(err.Error(), "beyond loopback: set status-token") {
+		t.Fatalf("beyond loopback with no token: %v", err)
+	}
+	d, _, err := build("--status-listen", "0.0.0.0:0", "--status-token", "s3cret")
 	if err != nil {
 		t.Fatal(err)
 	}
 	d.Close()
-	if !strings.Contains(logs, "served beyond loopback") {
-		t.Fatalf("no warning: %s", logs)
-	}
 }
 
 // With no response reported, the warning names each path the agent

@@ -448,3 +448,51 @@ func (s *Store) Len() int {
 	defer s.mu.Unlock()
 	return s.count
 }
+
+// Seconds is one series' last seconds, oldest first, for the live page's
+// sparklines: requests, 5xx and the p99 of each second (0 with no timed
+// answer).
+type Seconds struct {
+	Backend  string   `json:"backend"`
+	Server   string   `json:"server"`
+	Requests []uint32 `json:"requests"`
+	Err5xx   []uint32 `json:"err_5xx"`
+	P99Ms    []int    `json:"p99_ms"`
+}
+
+// PerSecond returns every series' last n seconds (at most the span), the
+// current one last, sorted by backend then server.
+func (s *Store) PerSecond(n int) []Seconds {
+	n = min(max(n, 1), int(s.span))
+	now := s.now().Unix()
+	m := *s.series.Load()
+	out := make([]Seconds, 0, len(m))
+	var hist [latencyBins]uint64
+	for _, srv := range m {
+		for _, sr := range srv {
+			ps := Seconds{Backend: sr.Backend, Server: sr.Server, Requests: make([]uint32, n), Err5xx: make([]uint32, n), P99Ms: make([]int, n)}
+			for i := 0; i < n; i++ {
+				sec := now - int64(n-1-i)
+				b := &sr.buckets[uint64(sec)%uint64(len(sr.buckets))]
+				if b.sec.Load() != sec {
+					continue
+				}
+				ps.Requests[i], ps.Err5xx[i] = b.requests.Load(), b.err5xx.Load()
+				var timed uint64
+				for j := range b.latency {
+					c := uint64(b.latency[j].Load())
+					hist[j], timed = c, timed+c
+				}
+				ps.P99Ms[i] = quantile(&hist, timed, 0.99)
+			}
+			out = append(out, ps)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Backend != out[j].Backend {
+			return out[i].Backend < out[j].Backend
+		}
+		return out[i].Server < out[j].Server
+	})
+	return out
+}

@@ -274,3 +274,23 @@ func TestRetriedAttemptsCountAsFailures(t *testing.T) {
 		t.Fatalf("after the window slid: %+v", got)
 	}
 }
+
+func TestPerSecond(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(2000, 0)}
+	s := New(60*time.Second, 10, clk.Now)
+	for i := 0; i < 10; i++ {
+		s.Record(ev("be", "a", 200, 4))
+	}
+	s.Record(ev("be", "a", 500, 40))
+	clk.t = clk.t.Add(2 * time.Second)
+	s.Record(ev("be", "a", 200, 7))
+	got := s.PerSecond(3)
+	if len(got) != 1 {
+		t.Fatalf("%d series", len(got))
+	}
+	g := got[0]
+	// 40 ms reads as 43: the top of its bin, as every quantile does.
+	if fmt.Sprint(g.Requests, g.Err5xx, g.P99Ms) != "[11 0 1] [1 0 0] [43 0 7]" {
+		t.Fatalf("requests %v 5xx %v p99 %v", g.Requests, g.Err5xx, g.P99Ms)
+	}
+}

@@ -43,6 +43,9 @@ type HAProxyOptions struct {
 	// redispatch 1. Each response then carries HAProxy's retry count in
 	// RetriesHeader.
 	Retries bool
+	// SocketGroup gives the admin socket `mode 660 group SocketGroup`, as
+	// Debian's HAProxy has it (group haproxy); "" keeps mode 600.
+	SocketGroup string
 	// Threads is HAProxy's nbthread; 0 means 1, which keeps one core for
 	// the load generator and backends on a small machine.
 	Threads int
@@ -65,11 +68,15 @@ func HAProxyConfig(o HAProxyOptions) (string, error) {
 	}
 	threads := max(o.Threads, 1)
 	var b strings.Builder
+	perm := "mode 600"
+	if o.SocketGroup != "" {
+		perm = "mode 660 group " + o.SocketGroup
+	}
 	fmt.Fprintf(&b, `global
-    stats socket %s mode 600 level admin
+    stats socket %s %s level admin
     maxconn 4096
     nbthread %d
-`, o.Socket(), threads)
+`, o.Socket(), perm, threads)
 	var front []string
 	if o.LuaAgent != "" {
 		luaFile := filepath.Join(o.Dir, "hapilot.lua")
