@@ -15,7 +15,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # anywhere); under make, a missing HAProxy fails them instead.
 export HAPILOT_REQUIRE_HAPROXY := 1
 
-.PHONY: all build demo test unit e2e soak lint vet fmt tidy fuzz bench bench-quick bench-study deps clean deb test-deb
+.PHONY: all build demo test unit e2e soak lint vet fmt tidy fuzz bench bench-quick bench-study deps clean deb test-deb haproxy-matrix test-matrix test-browser
 
 all: build
 
@@ -65,6 +65,36 @@ deb:
 test-deb: deps deb
 	HAPILOT_DEB=$(DEB) $(GO) test -tags e2e,deb -count=1 -v -timeout 5m -run '^TestDebianPackage' ./internal/lab/e2e/
 
+# Every HAProxy LTS an operator runs today: Debian 12's 2.6 (the system's),
+# Debian 13's 3.0 and sid's 3.2, the last two fetched from Debian's archive
+# and run with their own loader and libraries, nothing installed
+# (internal/lab/haproxyproc/fetch-haproxy.sh). The e2e subset runs against
+# each: the paper fault, the agent killed, the Lua companion, syslog and
+# the ring, reload and restart, the stats path and retries; and `haproxy -c`
+# of every example, which must pass without a warning.
+MATRIX_E2E := ^(TestFaultyServersDrained|TestAgentKilledMidLoad|TestLuaAndSyslogPathsDrainFaulty|TestAgentKilledLuaAndSyslog|TestHAProxyReloadAndRestart|TestStatsAndSampledPaths|TestRetriedFailuresAreSeen)$$
+haproxy-matrix: deps
+	internal/lab/haproxyproc/fetch-haproxy.sh trixie bin/haproxy-3.0
+	internal/lab/haproxyproc/fetch-haproxy.sh sid bin/haproxy-3.2
+
+test-matrix: haproxy-matrix
+	@set -e; for v in 2.6 3.0 3.2; do \
+		bin=haproxy; [ $$v = 2.6 ] || bin=$(CURDIR)/bin/haproxy-$$v/haproxy; \
+		echo "== HAProxy $$v: $$($$bin -v | head -1)"; \
+		HAPROXY_BIN=$$bin $(GO) test -count=1 -run 'Example' ./examples/; \
+		HAPROXY_BIN=$$bin $(GO) test -tags e2e -count=1 -parallel 8 -timeout 12m -run '$(MATRIX_E2E)' ./internal/lab/e2e/; \
+	done
+
+# The live page in a real browser: Debian's Chromium, headless, through
+# chromedriver, during a demo fleet's run; the screenshot lands in
+# bin/artifacts/live-page.png.
+test-browser: deps
+	@command -v chromedriver >/dev/null 2>&1 || { \
+		echo "installing chromium and chromium-driver (apt-get)"; \
+		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; }
+	HAPILOT_ARTIFACTS=$(CURDIR)/bin/artifacts $(GO) test -tags e2e,browser -count=1 -v -timeout 5m -run '^TestLivePageInABrowser$$' ./internal/lab/e2e/
+
 # The demo: a real HAProxy, 6 servers of which srv3 and srv6 fail 5%,
 # 300 req/s with --policy static then --policy rules, and a table.
 demo: deps build
@@ -90,13 +120,14 @@ soak: deps
 	HAPILOT_SOAK=$(SOAK) $(GO) test -tags e2e,soak -count=1 -v -timeout 0 -run '^TestSoak$$' ./internal/lab/e2e/
 
 lint: vet tidy
-	$(GO) run $(STATICCHECK) -tags e2e,soak,deb ./...
+	$(GO) run $(STATICCHECK) -tags e2e,soak,deb,browser ./...
 
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./internal/lab/e2e/
 	$(GO) vet -tags e2e,soak ./internal/lab/e2e/
 	$(GO) vet -tags e2e,deb ./internal/lab/e2e/
+	$(GO) vet -tags e2e,browser ./internal/lab/e2e/
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 

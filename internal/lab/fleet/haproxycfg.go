@@ -84,7 +84,7 @@ func HAProxyConfig(o HAProxyOptions) (string, error) {
 			return "", err
 		}
 		for _, l := range examples.Lines(examples.HAProxyLuaCfg, "global") {
-			if strings.Contains(l, "HAPILOT") || strings.HasPrefix(l, "lua-load") {
+			if strings.Contains(l, "HAPILOT") || strings.HasPrefix(l, "lua-load") || strings.HasPrefix(l, ".") || strings.HasPrefix(l, "tune.lua.") {
 				l = strings.Replace(l, "unix@/run/hapilot/lua.sock", o.LuaAgent, 1)
 				l = strings.Replace(l, "/etc/haproxy/hapilot.lua", luaFile, 1)
 				fmt.Fprintf(&b, "    %s\n", l)

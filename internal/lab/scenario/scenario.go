@@ -66,6 +66,8 @@ type Scenario struct {
 	// HAProxy's own counters read every second) or "scrape15s" (the same
 	// every 15 s, the study's Prometheus lag).
 	Telemetry string
+	// StatusListen is the agent's --status-listen; "" for off.
+	StatusListen string
 	// Retries gives HAProxy's backend retry-on 500 502 503 504, retries 2
 	// and option redispatch 1 (fleet.HAProxyOptions.Retries).
 	Retries bool
@@ -218,8 +220,12 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 			name = s.Policy
 		}
 		out.AuditLog = filepath.Join(s.Dir, "audit-"+name+".jsonl")
+		statusListen := s.StatusListen
+		if statusListen == "" {
+			statusListen = "off"
+		}
 		args := []string{"--policy", s.Policy, "--interval", s.Interval.String(), "--haproxy-socket", opts.Socket(),
-			"--status-listen", "off", "--audit-log", out.AuditLog,
+			"--status-listen", statusListen, "--audit-log", out.AuditLog,
 			"--state-file", filepath.Join(s.Dir, "state-"+name+".json")}
 		args = append(args, ingestArgs...)
 		args = append(args, s.AgentArgs...)
