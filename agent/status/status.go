@@ -127,7 +127,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		enc.SetIndent("", "  ")
 		st := struct {
 			agent.Status
-			Warnings []string         `json:"warnings,omitempty"`
+			Warnings []string          `json:"warnings,omitempty"`
 			Ingest   map[string]uint64 `json:"ingest,omitempty"`
 		}{Status: s.Loop.Status()}
 		if s.Warnings != nil {

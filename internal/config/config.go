@@ -43,12 +43,12 @@ type Config struct {
 	StatusListen   string
 	// StatusToken, when set, is required of every request to the status
 	// endpoints; it must be set when they listen beyond loopback.
-	StatusToken    string
-	AuditLog       string
-	LogFormat      LogFormat
-	LogLevel       string
-	StateFile      string
-	OnExit         OnExit
+	StatusToken string
+	AuditLog    string
+	LogFormat   LogFormat
+	LogLevel    string
+	StateFile   string
+	OnExit      OnExit
 	// OperatorHold is how long an operator's undo of the agent's change
 	// stands (0: only while the server differs from its configuration).
 	OperatorHold time.Duration
