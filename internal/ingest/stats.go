@@ -177,6 +177,12 @@ func (p *StatPoller) pollOne(ctx context.Context, src StatSource) error {
 	now := p.now()
 	p.Counters.Polls.Add(1)
 	prev := p.procs[src.Addr()]
+	// The seconds the gains spread over: since the last read, or since
+	// the process started when it is new.
+	since := now.Unix() - 1
+	if prev != nil {
+		since = min(prev.readAt.Unix(), since)
+	}
 	cur := &procCounters{instance: info.Instance(), start: info.StartTime, readAt: now, servers: make(map[string]haproxy.StatCounters, len(rows))}
 	var fromZero bool // every counter of this read counts in full
 	switch {
@@ -185,6 +191,9 @@ func (p *StatPoller) pollOne(ctx context.Context, src StatSource) error {
 	case prev.instance != cur.instance:
 		p.Counters.Reloads.Add(1)
 		fromZero = cur.start >= prev.readAt.Unix()
+		if fromZero {
+			since = min(max(since, cur.start-1), now.Unix()-1)
+		}
 		p.Log.Info().Str("haproxy", src.Addr()).Str("was", prev.instance).Str("now", cur.instance).Bool("counted_from_zero", fromZero).
 			Msg("stats path: a new HAProxy process behind the socket")
 	}
@@ -204,7 +213,7 @@ func (p *StatPoller) pollOne(ctx context.Context, src StatSource) error {
 		default:
 			continue
 		}
-		p.record(r, gain)
+		p.record(r, gain, since, now.Unix())
 	}
 	p.procs[src.Addr()] = cur
 	return nil
@@ -241,16 +250,41 @@ func grown(old, cur haproxy.StatCounters) (haproxy.StatCounters, bool) {
 // valid status) is a request and nothing more.
 var statuses = [6]int{100, 200, 300, 400, 500, 0}
 
-// record adds one row's gain to the windows as counted events. Answers
-// carry HAProxy's average response time (rtime), the only latency the
-// counters give: every percentile of the stats path is that average.
-func (p *StatPoller) record(r haproxy.ServerStat, gain haproxy.StatCounters) {
+// recorderAt is a sink that takes an event's second: *window.Store.
+type recorderAt interface {
+	RecordAt(sec int64, ev window.Event)
+}
+
+// record adds one row's gain to the windows as counted events, spread
+// evenly over the seconds (since, now] it accrued in, so that the windows
+// hold a rate per second however long the period (a 15 s poll's counts
+// in one bucket would read as a burst, and leave the seconds around it
+// empty). Answers carry HAProxy's average response time (rtime), the only
+// latency the counters give: every percentile of the stats path is that
+// average.
+func (p *StatPoller) record(r haproxy.ServerStat, gain haproxy.StatCounters, since, now int64) {
+	at, spread := p.Sink.(recorderAt)
+	secs := max(now-since, 1)
+	if !spread {
+		secs = 1
+	}
 	emit := func(ev window.Event, n int64) {
-		for n > 0 {
-			c := min(n, window.MaxCount)
-			ev.Count = int(c)
-			p.Sink.Record(ev)
-			n -= c
+		base, rem := n/secs, n%secs
+		for i := int64(0); i < secs; i++ {
+			c := base
+			if i >= secs-rem {
+				c++ // the remainder goes to the latest seconds
+			}
+			for c > 0 {
+				k := min(c, window.MaxCount)
+				ev.Count = int(k)
+				if spread {
+					at.RecordAt(now-secs+1+i, ev)
+				} else {
+					p.Sink.Record(ev)
+				}
+				c -= k
+			}
 		}
 	}
 	be, srv := []byte(r.Backend), []byte(r.Server)

@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -171,5 +172,29 @@ func TestStatPollerSumsProcesses(t *testing.T) {
 	st := store.Snapshot(0)
 	if len(st) != 1 || st[0].Requests != 76 || st[0].Err5xx != 6 || st[0].P99Ms != 3 {
 		t.Fatalf("windows %+v, want 76 requests, 6 5xx, p99 3 ms (the processes' rtime)", st)
+	}
+}
+
+// A long period's gains are spread over the seconds they accrued in, so
+// the windows hold a rate, not one burst (the capacity guard reads it).
+func TestStatPollerSpreadsALongPeriod(t *testing.T) {
+	now := time.Unix(30_000, 0)
+	store := window.New(time.Minute, 16, func() time.Time { return now })
+	src := &statSource{addr: "unix:/run/haproxy/admin.sock", info: haproxy.Info{Pid: 1, StartTime: 1}}
+	p := &StatPoller{Sources: []StatSource{src}, Sink: store, Mode: StatCounts, Log: zerolog.Nop(), Now: func() time.Time { return now }}
+	src.rows = []haproxy.ServerStat{row("a", 1000, 0, 0, 3)}
+	p.Poll(context.Background())
+	now = now.Add(15 * time.Second)
+	src.rows = []haproxy.ServerStat{row("a", 1152, 3, 0, 3)}
+	p.Poll(context.Background())
+	got := store.PerSecond(16)[0]
+	// 152 answers and 3 5xx over 15 s, each class spread on its own, its
+	// remainder to the latest seconds.
+	want := "[0 10 10 10 10 10 10 10 10 10 10 10 10 11 12 12]"
+	if fmt.Sprint(got.Requests) != want {
+		t.Fatalf("per second %v, want %s", got.Requests, want)
+	}
+	if st := store.Snapshot(0)[0]; st.Requests != 155 || st.Err5xx != 3 || st.RatePerSec < 9 || st.RatePerSec > 12 {
+		t.Fatalf("window %+v: want 155 requests, 3 5xx, about 10 a second", st)
 	}
 }
