@@ -55,8 +55,9 @@ type StatsConfig struct {
 	Mode StatMode
 }
 
-// DefaultStatsConfig reads the counters every second, in auto mode.
-func DefaultStatsConfig() StatsConfig { return StatsConfig{Poll: time.Second, Mode: StatAuto} }
+// DefaultStatsConfig reads the counters twice a second, in auto mode: on
+// the stats path alone, a poll's lag is part of the time to a drain.
+func DefaultStatsConfig() StatsConfig { return StatsConfig{Poll: 500 * time.Millisecond, Mode: StatAuto} }
 
 // MinStatsPoll is the shortest period: each read is two runtime commands
 // per HAProxy process.

@@ -200,7 +200,7 @@ func startVariant(ctx context.Context, name string, servers []string, root, cpus
 	}
 	switch base {
 	case "stats":
-		args = append(args, "--stats-poll", "1s")
+		args = append(args, "--stats-poll-mode", "counts") // at the default period
 	case "spoe":
 		opts.AgentAddr = agentAddr
 		args[len(args)-1] = agentAddr

@@ -151,7 +151,8 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 	}
 	switch telemetry {
 	case "stats":
-		ingestArgs = append(ingestArgs, "--stats-poll", "1s")
+		// the agent's default period
+		ingestArgs = append(ingestArgs, "--stats-poll-mode", "counts")
 	case "scrape15s":
 		ingestArgs = append(ingestArgs, "--stats-poll", "15s")
 	case "", "spoe":
