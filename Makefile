@@ -63,7 +63,7 @@ deb:
 # admin socket has the permissions the unit expects, run as the package's
 # user.
 test-deb: deps deb
-	HAPILOT_DEB=$(DEB) $(GO) test -tags e2e,deb -count=1 -v -timeout 5m -run '^TestDebianPackage' ./internal/lab/e2e/
+	HAPILOT_DEB=$(CURDIR)/$(DEB) $(GO) test -tags e2e,deb -count=1 -v -timeout 5m -run '^TestDebianPackage' ./internal/lab/e2e/
 
 # Every HAProxy LTS an operator runs today: Debian 12's 2.6 (the system's),
 # Debian 13's 3.0 and sid's 3.2, the last two fetched from Debian's archive
