@@ -60,6 +60,9 @@ func (p *Policy) bringUp(ctx context.Context) error {
 			<-ctx.Done() // refused for good: only a restart with a new record lets it act
 			return ctx.Err()
 		}
+		p.lmu.Lock()
+		p.life.admitted = true
+		p.lmu.Unlock()
 	}
 	if p.Config.Think != ThinkOff && !info.CanThink() {
 		p.mu.Lock()
@@ -161,6 +164,15 @@ type Status struct {
 	NumCtx    int     `json:"num_ctx,omitempty"`
 	Think     Think   `json:"think"`
 	InFlightS float64 `json:"call_in_flight_s,omitempty"`
+	// Calibration is the gate's verdict: "passed", "refused" (the reason
+	// in Error), "pending" until Ollama answers, or "not required"
+	// (--skip-calibration, the study's unprotected loop).
+	Calibration string `json:"calibration"`
+	// What the model cost so far, as /metrics counts it.
+	Calls            uint64 `json:"calls"`
+	Fallbacks        uint64 `json:"fallbacks"`
+	PromptTokens     uint64 `json:"prompt_tokens"`
+	CompletionTokens uint64 `json:"completion_tokens"`
 }
 
 // PolicyStatus implements agent.StatusReporter; it never waits for a
@@ -181,5 +193,18 @@ func (p *Policy) PolicyStatus() any {
 		st.InFlightS = p.Now().Sub(p.inflight.started).Seconds()
 	}
 	p.fmu.Unlock()
+	switch {
+	case p.Admit == nil:
+		st.Calibration = "not required"
+	case life.state == "refused":
+		st.Calibration = "refused"
+	case life.admitted:
+		st.Calibration = "passed"
+	default:
+		st.Calibration = "pending"
+	}
+	p.cmu.Lock()
+	st.Calls, st.Fallbacks, st.PromptTokens, st.CompletionTokens = p.counters.calls, p.counters.fallbacks, p.counters.promptTokens, p.counters.completionTokens
+	p.cmu.Unlock()
 	return st
 }

@@ -318,6 +318,10 @@ func TestWarmUpLoadingStatusAndReload(t *testing.T) {
 	if r := p.Report().(Report); !r.Called || r.Call.LoadMs > 50 {
 		t.Fatalf("after the warm-up: %+v", r)
 	}
+	// What the live page shows: the calls and tokens so far.
+	if st := p.PolicyStatus().(Status); st.Calls != 1 || st.PromptTokens == 0 || st.CompletionTokens == 0 || st.Calibration == "" {
+		t.Fatalf("status after one call: %+v", st)
+	}
 	// Someone unloads the model: the watch loads it again.
 	unload(t, fake)
 	waitFor(t, func() bool { p.cmu.Lock(); defer p.cmu.Unlock(); return p.counters.loads == 2 })
@@ -695,7 +699,7 @@ func TestAdmitRefusesAtStart(t *testing.T) {
 	waitFor(t, func() bool { return p.PolicyStatus().(Status).State == "refused" })
 	steps(t, p, grey(time.Unix(1001, 0)), 1)
 	r := p.Report().(Report)
-	if st := p.PolicyStatus().(Status); r.Called || !strings.Contains(r.Fallback, "no calibration record") || st.Error != "no calibration record" {
+	if st := p.PolicyStatus().(Status); r.Called || !strings.Contains(r.Fallback, "no calibration record") || st.Error != "no calibration record" || st.Calibration != "refused" {
 		t.Fatalf("refused: report %+v, status %+v", r, st)
 	}
 	for _, req := range fake.Requests() {

@@ -95,6 +95,8 @@ type lifeState struct {
 	since time.Time
 	err   string
 	info  Info
+	// admitted: Admit passed the model (its calibration record).
+	admitted bool
 }
 
 type flight struct {
