@@ -57,7 +57,9 @@ type StatsConfig struct {
 
 // DefaultStatsConfig reads the counters twice a second, in auto mode: on
 // the stats path alone, a poll's lag is part of the time to a drain.
-func DefaultStatsConfig() StatsConfig { return StatsConfig{Poll: 500 * time.Millisecond, Mode: StatAuto} }
+func DefaultStatsConfig() StatsConfig {
+	return StatsConfig{Poll: 500 * time.Millisecond, Mode: StatAuto}
+}
 
 // MinStatsPoll is the shortest period: each read is two runtime commands
 // per HAProxy process.
