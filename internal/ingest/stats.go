@@ -115,6 +115,9 @@ type StatPoller struct {
 
 	mu    sync.Mutex // serialises polls: Run's and a caller's
 	procs map[string]*procCounters
+	// failing: sockets whose last poll failed, so that a failure that
+	// lasts (HAProxy down) is logged at warn once, then at debug.
+	failing map[string]bool
 }
 
 // procCounters is what the last read of one socket found.
@@ -123,7 +126,6 @@ type procCounters struct {
 	start    int64     // the process's start, Unix seconds
 	readAt   time.Time // when it was read
 	servers  map[string]haproxy.StatCounters
-	failing  bool // the last poll failed: the next failure logs at debug
 }
 
 // Run polls every Period until ctx ends.
@@ -150,21 +152,21 @@ func (p *StatPoller) Poll(ctx context.Context) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.procs == nil {
-		p.procs = map[string]*procCounters{}
+		p.procs, p.failing = map[string]*procCounters{}, map[string]bool{}
 	}
 	for _, src := range p.Sources {
-		if err := p.pollOne(ctx, src); err != nil {
-			p.Counters.Errors.Add(1)
-			prev := p.procs[src.Addr()]
-			ev := p.Log.Warn()
-			if prev != nil && prev.failing {
-				ev = p.Log.Debug()
-			}
-			ev.Err(err).Str("haproxy", src.Addr()).Msg("stats path: cannot read HAProxy's counters; nothing recorded from it this period")
-			if prev != nil {
-				prev.failing = true
-			}
+		err := p.pollOne(ctx, src)
+		if err == nil {
+			delete(p.failing, src.Addr())
+			continue
 		}
+		p.Counters.Errors.Add(1)
+		ev := p.Log.Warn()
+		if p.failing[src.Addr()] {
+			ev = p.Log.Debug()
+		}
+		ev.Err(err).Str("haproxy", src.Addr()).Msg("stats path: cannot read HAProxy's counters; nothing recorded from it this period")
+		p.failing[src.Addr()] = true
 	}
 }
 
