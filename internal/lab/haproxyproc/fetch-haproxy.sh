@@ -9,7 +9,7 @@ set -euo pipefail
 suite=$1
 dest=$2
 if [ -x "$dest/haproxy" ] && "$dest/haproxy" -v >/dev/null 2>&1; then
-	"$dest/haproxy" -v | head -1
+	"$dest/haproxy" -v | sed -n 1p
 	exit 0
 fi
 work=$(mktemp -d)
@@ -38,4 +38,4 @@ root=\$(dirname "\$(readlink -f "\$0")")/root
 exec "\$root/$loader" --library-path "\$root/usr/lib/$arch:\$root/lib/$arch" "\$root/usr/sbin/haproxy" "\$@"
 WRAPPER
 chmod 755 "$dest/haproxy"
-"$dest/haproxy" -v | head -1
+"$dest/haproxy" -v | sed -n 1p
