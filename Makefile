@@ -25,7 +25,7 @@ deps:
 		echo "installing haproxy (apt-get)"; \
 		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq haproxy >/dev/null; }
-	@haproxy -v | head -1
+	@haproxy -v | sed -n 1p
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/hapilot
@@ -80,7 +80,7 @@ haproxy-matrix: deps
 test-matrix: haproxy-matrix
 	@set -e; for v in 2.6 3.0 3.2; do \
 		bin=haproxy; [ $$v = 2.6 ] || bin=$(CURDIR)/bin/haproxy-$$v/haproxy; \
-		echo "== HAProxy $$v: $$($$bin -v | head -1)"; \
+		echo "== HAProxy $$v: $$($$bin -v | sed -n 1p)"; \
 		HAPROXY_BIN=$$bin $(GO) test -count=1 -run 'Example' ./examples/; \
 		HAPROXY_BIN=$$bin $(GO) test -tags e2e -count=1 -parallel 8 -timeout 12m -run '$(MATRIX_E2E)' ./internal/lab/e2e/; \
 	done
