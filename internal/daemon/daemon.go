@@ -319,6 +319,9 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		run("syslog", func(ctx context.Context) error { return d.Syslog.Serve(ctx, d.syslogPC) })
 	}
 	if d.Stats != nil {
+		if d.Stats.Mode == ingest.StatCounts {
+			d.log.Info().Msg("telemetry from HAProxy's counters alone: latency is HAProxy's average response time (rtime), so the latency test and the p99 guard judge a mean, not a percentile")
+		}
 		run("stats", d.Stats.Run)
 	}
 	// A policy with a life of its own (the model's warm-up) starts with
