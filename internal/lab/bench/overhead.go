@@ -72,10 +72,11 @@ type variant struct {
 	cpu   time.Duration // HAProxy's CPU time over the measured rounds
 }
 
-// Overhead runs the same HAProxy config several ways (plain, syslog, the
-// ring, the Lua companion, SPOE), each with an in-process agent where it
-// has one, and loads them in turn, interleaved round by round, so that
-// drift in the machine hits every path alike.
+// Overhead runs the same HAProxy config several ways (plain, the stats
+// path, syslog, the ring, the Lua companion, SPOE whole or sampled), each
+// with an in-process agent where it has one, and loads them in turn,
+// interleaved round by round, so that drift in the machine hits every path
+// alike. With cfg.Pin it sets cfg.Pinned.
 func Overhead(ctx context.Context, cfg *OverheadConfig, dir string) ([]PathResult, error) {
 	for _, name := range cfg.Paths {
 		if k, ok := strings.CutPrefix(name, "spoe-sampled"); ok {
