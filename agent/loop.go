@@ -60,15 +60,12 @@ type Loop struct {
 	// refusedServers, the same by server, for the next observation. Only
 	// Step touches them.
 	lastRefusals, refusedServers map[string]string
-	// evidence: the servers the policy's test found at the last step or
-	// check; a check triggers a step only for a server not in it. Only
-	// Run's goroutine touches it, through Step and the checks.
-	evidence map[string]bool
 
 	mu    sync.Mutex // guards what follows: Step writes, Status and Metrics read
 	cycle uint64
-	// candidates: the servers the policy's test found last (a copy of
-	// evidence, for /status).
+	// candidates: the servers the policy's test found at the last step
+	// or check ("backend/server"). A check steps only for a server not in
+	// it; /status shows it.
 	candidates []string
 	last       Observation
 	recent     []Decision
@@ -150,29 +147,27 @@ func (l *Loop) waitFor(ctx context.Context, slot time.Time) error {
 // step or check did not.
 func (l *Loop) newEvidence(c EvidenceChecker) []string {
 	l.mu.Lock()
-	last := l.last
+	last, known := l.last, toSet(l.candidates)
 	l.mu.Unlock()
 	if last.Time.IsZero() {
 		return nil // no step yet: nothing known of the servers' states
 	}
-	obs := l.refreshed(last)
 	var fresh []string
-	found := c.Evidence(obs)
+	found := c.Evidence(l.refreshed(last))
 	for _, k := range found {
-		if !l.evidence[k] {
+		if !known[k] {
 			fresh = append(fresh, k)
 		}
 	}
-	l.setEvidence(found)
+	l.setCandidates(found)
 	return fresh
 }
 
-// setEvidence keeps what the policy's test found, for the next check and
-// for /status.
-func (l *Loop) setEvidence(found []string) {
-	l.evidence = toSet(found)
+// setCandidates keeps what the policy's test found, for the next check
+// and for /status.
+func (l *Loop) setCandidates(found []string) {
 	l.mu.Lock()
-	l.candidates = append([]string(nil), found...)
+	l.candidates = found
 	l.mu.Unlock()
 }
 
@@ -184,10 +179,7 @@ func (l *Loop) refreshed(obs Observation) Observation {
 	for i, b := range obs.Backends {
 		servers := make([]ServerView, len(b.Servers))
 		for j, s := range b.Servers {
-			k := key(s.Backend, s.Server)
-			s.Window, s.Recent = long[k], recent[k]
-			s.Window.Backend, s.Window.Server = s.Backend, s.Server
-			s.Recent.Backend, s.Recent.Server = s.Backend, s.Server
+			s.setWindows(long, recent)
 			servers[j] = s
 		}
 		b.Servers = servers
@@ -238,7 +230,7 @@ func (l *Loop) step(ctx context.Context, triggeredBy []string) Record {
 	obs.Refused = l.refusedServers
 	rec.Plan = append(rec.Plan, l.plan(ctx, obs, reapply, &rec)...)
 	if c, ok := l.Policy.(EvidenceChecker); ok {
-		l.setEvidence(c.Evidence(obs))
+		l.setCandidates(c.Evidence(obs))
 	}
 	rec.Verdicts = l.Guard.For(NeedsOf(l.Policy)).Vet(&obs, rec.Plan)
 	decisions := l.act(ctx, &obs, &rec)

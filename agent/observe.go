@@ -137,10 +137,8 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 	for _, s := range procs.everywhere() {
 		k := key(s.Backend, s.Server)
 		present[k] = true
-		v := ServerView{Backend: s.Backend, Server: s.Server, State: s, Window: long[k], Recent: recent[k],
-			MaxConn: procs.maxconn[k], RespTimeMs: procs.rtime[k]}
-		v.Window.Backend, v.Window.Server = s.Backend, s.Server
-		v.Recent.Backend, v.Recent.Server = s.Backend, s.Server
+		v := ServerView{Backend: s.Backend, Server: s.Server, State: s, MaxConn: procs.maxconn[k], RespTimeMs: procs.rtime[k]}
+		v.setWindows(long, recent)
 		var lost bool
 		v.Owner, v.Changed, lost = ledger.Reconcile(k, s, now)
 		v.NoDrainUntil = ledger.HeldUntil(k, now)
@@ -169,6 +167,15 @@ func (l *Loop) snapshot(last time.Duration) map[string]window.Stats {
 		out[key(st.Backend, st.Server)] = st
 	}
 	return out
+}
+
+// setWindows gives v its long and recent window figures, named after v
+// even where the windows hold no series for it yet.
+func (v *ServerView) setWindows(long, recent map[string]window.Stats) {
+	k := key(v.Backend, v.Server)
+	v.Window, v.Recent = long[k], recent[k]
+	v.Window.Backend, v.Window.Server = v.Backend, v.Server
+	v.Recent.Backend, v.Recent.Server = v.Backend, v.Server
 }
 
 // reapplyAction puts back a change a reload lost.

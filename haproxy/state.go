@@ -233,9 +233,10 @@ type StatCounters struct {
 	// with retry-on, answers such as a 500 that HAProxy did not pass on);
 	// Wredis is those of them redispatched to another server.
 	Wretr, Wredis int64
-	// Averages over the last 1024 requests, in ms: queue, response (server
-	// answer), total session; and their maxima since start.
-	QTime, RTime, TTime          int
+	// Averages over the last 1024 requests, in ms: queue and total session
+	// (the response time, rtime, is ServerStat.RespTimeMs); and the three
+	// maxima since start.
+	QTime, TTime                 int
 	QTimeMax, RTimeMax, TTimeMax int
 	// Scur and Qcur are current sessions and queued requests.
 	Scur, Qcur int
@@ -254,14 +255,14 @@ func ServerStats(rows []StatRow) []ServerStat {
 		}
 		c := StatCounters{
 			ReqTot: r.Int("req_tot"), Wretr: r.Int("wretr"), Wredis: r.Int("wredis"),
-			QTime: int(r.Int("qtime")), RTime: int(r.Int("rtime")), TTime: int(r.Int("ttime")),
+			QTime: int(r.Int("qtime")), TTime: int(r.Int("ttime")),
 			QTimeMax: int(r.Int("qtime_max")), RTimeMax: int(r.Int("rtime_max")), TTimeMax: int(r.Int("ttime_max")),
 			Scur: int(r.Int("scur")), Qcur: int(r.Int("qcur")),
 		}
 		for i, col := range hrspColumns {
 			c.Hrsp[i] = r.Int(col)
 		}
-		out = append(out, ServerStat{Backend: r["pxname"], Server: r["svname"], MaxConn: int(r.Int("slim")), RespTimeMs: c.RTime, Counters: c})
+		out = append(out, ServerStat{Backend: r["pxname"], Server: r["svname"], MaxConn: int(r.Int("slim")), RespTimeMs: int(r.Int("rtime")), Counters: c})
 	}
 	return out
 }

@@ -45,21 +45,22 @@ type Daemon struct {
 	Syslog *ingest.SyslogServer // nil unless --syslog-listen
 	Stats  *ingest.StatPoller   // nil with --stats-poll 0
 
-	log     zerolog.Logger
-	clients []*haproxy.Client
-	// NoEventsAfter is how long the agent waits for its first response
-	// from HAProxy before it warns that none arrives (default 30 s).
-	NoEventsAfter time.Duration
-	warning       atomic.Pointer[string]
-	readmit       *recovery.Readmitter // nil with --readmit off
-	spoeLn        net.Listener
-	luaLn         net.Listener
-	syslogPC      net.PacketConn
-	syslogLn      net.Listener // --syslog-listen tcp://: an HAProxy ring's forwarder
-	statusLn      net.Listener
-	audit         io.WriteCloser
-	closeOnce     sync.Once
+	log       zerolog.Logger
+	clients   []*haproxy.Client
+	warning   atomic.Pointer[string] // what watchTelemetry found, for /status
+	readmit   *recovery.Readmitter   // nil with --readmit off
+	spoeLn    net.Listener
+	luaLn     net.Listener
+	syslogPC  net.PacketConn
+	syslogLn  net.Listener // --syslog-listen tcp://: an HAProxy ring's forwarder
+	statusLn  net.Listener
+	audit     io.WriteCloser
+	closeOnce sync.Once
 }
+
+// NoEventsAfter is how long the agent waits for its first response from
+// HAProxy before it warns that none arrives.
+const NoEventsAfter = 30 * time.Second
 
 // Connection caps: HAProxy holds a handful of SPOE connections per
 // process, the Lua companion one per flush, a ring one; /status is for
@@ -185,14 +186,30 @@ func (d *Daemon) listen() error {
 	return nil
 }
 
-func (d *Daemon) writeIngestMetrics(w io.Writer) {
+// figure is one ingest counter, named once for /metrics and for /status
+// and the live page (its key: the metric's name without hapilot_ and
+// _total).
+type figure struct {
+	metric, help string
+	gauge        bool
+	v            uint64
+}
+
+func (f figure) key() string {
+	return strings.TrimSuffix(strings.TrimPrefix(f.metric, "hapilot_"), "_total")
+}
+
+// ingestFigures are the ingest paths' and the window store's counters.
+func (d *Daemon) ingestFigures() []figure {
 	c := &d.SPOE.Counters
-	promtext.Counter(w, "hapilot_events_total", "Responses recorded into the windows.", c.Events.Load())
-	promtext.Counter(w, "hapilot_ingest_errors_total", "Malformed SPOE frames or messages, dropped.", c.IngestErrors.Load())
-	promtext.Counter(w, "hapilot_spoe_frames_total", "SPOE NOTIFY frames received.", c.Frames.Load())
-	promtext.Counter(w, "hapilot_spoe_connections_total", "SPOE connections accepted.", c.Connections.Load())
-	promtext.Counter(w, "hapilot_spoe_unknown_messages_total", "SPOE messages of another name, skipped.", c.Unknown.Load())
-	promtext.Counter(w, "hapilot_no_server_responses_total", "Responses HAProxy produced with no server chosen.", c.NoServer.Load())
+	fs := []figure{
+		{"hapilot_events_total", "Responses recorded into the windows.", false, c.Events.Load()},
+		{"hapilot_ingest_errors_total", "Malformed SPOE frames or messages, dropped.", false, c.IngestErrors.Load()},
+		{"hapilot_spoe_frames_total", "SPOE NOTIFY frames received.", false, c.Frames.Load()},
+		{"hapilot_spoe_connections_total", "SPOE connections accepted.", false, c.Connections.Load()},
+		{"hapilot_spoe_unknown_messages_total", "SPOE messages of another name, skipped.", false, c.Unknown.Load()},
+		{"hapilot_no_server_responses_total", "Responses HAProxy produced with no server chosen.", false, c.NoServer.Load()},
+	}
 	for _, p := range []struct {
 		name string
 		c    *ingest.Counters
@@ -200,37 +217,42 @@ func (d *Daemon) writeIngestMetrics(w io.Writer) {
 		if p.c == nil {
 			continue
 		}
-		promtext.Counter(w, "hapilot_"+p.name+"_events_total", "Responses recorded from the "+p.name+" path.", p.c.Events.Load())
-		promtext.Counter(w, "hapilot_"+p.name+"_ingest_errors_total", "Malformed "+p.name+" lines, skipped.", p.c.Errors.Load())
-		promtext.Counter(w, "hapilot_"+p.name+"_batches_total", "Batches received: Lua connections, syslog datagrams or stream messages.", p.c.Batches.Load())
+		fs = append(fs,
+			figure{"hapilot_" + p.name + "_events_total", "Responses recorded from the " + p.name + " path.", false, p.c.Events.Load()},
+			figure{"hapilot_" + p.name + "_ingest_errors_total", "Malformed " + p.name + " lines, skipped.", false, p.c.Errors.Load()},
+			figure{"hapilot_" + p.name + "_batches_total", "Batches received: Lua connections, syslog datagrams or stream messages.", false, p.c.Batches.Load()})
 	}
 	if p := d.Stats; p != nil {
-		promtext.Counter(w, "hapilot_stats_polls_total", "show stat replies read by the stats path.", p.Counters.Polls.Load())
-		promtext.Counter(w, "hapilot_stats_errors_total", "Reads of an HAProxy process's counters that failed.", p.Counters.Errors.Load())
-		promtext.Counter(w, "hapilot_stats_resets_total", "Server counters found lower than before (clear counters).", p.Counters.Resets.Load())
-		promtext.Counter(w, "hapilot_stats_reloads_total", "HAProxy processes replaced behind a socket (reload, restart).", p.Counters.Reloads.Load())
-		promtext.Counter(w, "hapilot_stats_answers_total", "Answers recorded from HAProxy's counters.", p.Counters.Answers.Load())
-		promtext.Counter(w, "hapilot_stats_retried_total", "Retried attempts (wretr) recorded as failures of their server.", p.Counters.Retried.Load())
+		c := &p.Counters
+		fs = append(fs,
+			figure{"hapilot_stats_polls_total", "show stat replies read by the stats path.", false, c.Polls.Load()},
+			figure{"hapilot_stats_errors_total", "Reads of an HAProxy process's counters that failed.", false, c.Errors.Load()},
+			figure{"hapilot_stats_resets_total", "Server counters found lower than before (clear counters).", false, c.Resets.Load()},
+			figure{"hapilot_stats_reloads_total", "HAProxy processes replaced behind a socket (reload, restart).", false, c.Reloads.Load()},
+			figure{"hapilot_stats_answers_total", "Answers recorded from HAProxy's counters.", false, c.Answers.Load()},
+			figure{"hapilot_stats_retried_total", "Retried attempts (wretr) recorded as failures of their server.", false, c.Retried.Load()})
 	}
-	promtext.Gauge(w, "hapilot_window_series", "Backend/server series held.", d.Store.Len())
-	promtext.Counter(w, "hapilot_window_bad_names_total", "Events dropped for an empty name or one over 255 bytes.", d.Store.BadNames())
-	promtext.Counter(w, "hapilot_window_dropped_events_total", "Events dropped because max-servers series were held.", d.Store.Dropped())
+	return append(fs,
+		figure{"hapilot_window_series", "Backend/server series held.", true, uint64(d.Store.Len())},
+		figure{"hapilot_window_bad_names_total", "Events dropped for an empty name or one over 255 bytes.", false, d.Store.BadNames()},
+		figure{"hapilot_window_dropped_events_total", "Events dropped because max-servers series were held.", false, d.Store.Dropped()})
 }
 
-// ingestCounters are the ingest paths' counters for /status and the page.
-func (d *Daemon) ingestCounters() map[string]uint64 {
-	c := &d.SPOE.Counters
-	m := map[string]uint64{
-		"events": d.Store.Events(), "window_series": uint64(d.Store.Len()), "window_dropped": d.Store.Dropped(), "window_bad_names": d.Store.BadNames(),
-		"spoe_events": c.Events.Load(), "spoe_ingest_errors": c.IngestErrors.Load(), "spoe_connections": c.Connections.Load(), "no_server": c.NoServer.Load(),
-	}
-	for name, p := range map[string]*ingest.Counters{"lua": d.luaCounters(), "syslog": d.syslogCounters()} {
-		if p != nil {
-			m[name+"_events"], m[name+"_errors"] = p.Events.Load(), p.Errors.Load()
+func (d *Daemon) writeIngestMetrics(w io.Writer) {
+	for _, f := range d.ingestFigures() {
+		if f.gauge {
+			promtext.Gauge(w, f.metric, f.help, f.v)
+		} else {
+			promtext.Counter(w, f.metric, f.help, f.v)
 		}
 	}
-	if p := d.Stats; p != nil {
-		m["stats_polls"], m["stats_errors"], m["stats_answers"], m["stats_retried"] = p.Counters.Polls.Load(), p.Counters.Errors.Load(), p.Counters.Answers.Load(), p.Counters.Retried.Load()
+}
+
+// ingestCounters are the same figures for /status and the live page.
+func (d *Daemon) ingestCounters() map[string]uint64 {
+	m := map[string]uint64{}
+	for _, f := range d.ingestFigures() {
+		m[f.key()] = f.v
 	}
 	return m
 }
@@ -365,10 +387,7 @@ func (d *Daemon) Warnings() []string {
 // the start: the stanza is missing from haproxy.cfg, or HAProxy cannot
 // reach the agent.
 func (d *Daemon) watchTelemetry(ctx context.Context) error {
-	wait := d.NoEventsAfter
-	if wait <= 0 {
-		wait = 30 * time.Second
-	}
+	const wait = NoEventsAfter
 	t := time.NewTicker(wait)
 	defer t.Stop()
 	for logged := false; ; {

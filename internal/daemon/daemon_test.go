@@ -22,13 +22,8 @@ import (
 // a runtime socket that does not exist, feeds its SPOE port a frame that
 // breaks the protocol, and reads /metrics and /status.
 func TestMetricsCountIngestErrors(t *testing.T) {
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	c := config.Register(fs)
-	if err := config.Parse(fs, []string{"--spoe-listen", "127.0.0.1:0", "--status-listen", "127.0.0.1:0",
-		"--haproxy-socket", t.TempDir() + "/missing.sock", "--interval", "250ms"}); err != nil {
-		t.Fatal(err)
-	}
+	c := parseConfig(t, []string{"--spoe-listen", "127.0.0.1:0", "--status-listen", "127.0.0.1:0",
+		"--haproxy-socket", t.TempDir() + "/missing.sock", "--interval", "250ms"})
 	d, err := New(*c, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
@@ -98,13 +93,8 @@ func TestAuditLinkRefusedAndStatusWarned(t *testing.T) {
 		t.Fatal(err)
 	}
 	build := func(extra ...string) (*Daemon, string, error) {
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		c := config.Register(fs)
 		args := append([]string{"--spoe-listen", "off", "--haproxy-socket", "/nonexistent.sock"}, extra...)
-		if err := config.Parse(fs, args); err != nil {
-			t.Fatal(err)
-		}
+		c := parseConfig(t, args)
 		var logs strings.Builder
 		d, err := New(*c, zerolog.New(&logs))
 		return d, logs.String(), err
@@ -140,13 +130,8 @@ func TestTelemetryWarning(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fs := flag.NewFlagSet("t", flag.ContinueOnError)
-			fs.SetOutput(io.Discard)
-			c := config.Register(fs)
 			args := append([]string{"--status-listen", "off", "--haproxy-socket", t.TempDir() + "/missing.sock"}, tt.args...)
-			if err := config.Parse(fs, args); err != nil {
-				t.Fatal(err)
-			}
+			c := parseConfig(t, args)
 			d, err := New(*c, zerolog.Nop())
 			if err != nil {
 				t.Fatal(err)
@@ -164,4 +149,17 @@ func TestTelemetryWarning(t *testing.T) {
 			}
 		})
 	}
+}
+
+// parseConfig is the agent's settings from args, as `hapilot run` parses
+// them.
+func parseConfig(t *testing.T, args []string) *config.Config {
+	t.Helper()
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c := config.Register(fs)
+	if err := config.Parse(fs, args); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -2,16 +2,13 @@ package daemon
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"io"
 	"testing"
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/policy/llm"
 	"github.com/hapilot/hapilot/haproxy"
-	"github.com/hapilot/hapilot/internal/config"
 	"github.com/hapilot/hapilot/internal/lab/ollamafake"
 	"github.com/hapilot/hapilot/internal/window"
 	"github.com/rs/zerolog"
@@ -24,14 +21,9 @@ func TestCapabilityGate(t *testing.T) {
 	defer fake.Close()
 	dir := t.TempDir()
 	policy := func(extra ...string) string {
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		c := config.Register(fs)
 		args := append([]string{"--policy", "llm", "--model", "m", "--ollama-host", fake.URL, "--calibration-dir", dir,
 			"--spoe-listen", "127.0.0.1:0", "--status-listen", "off", "--haproxy-socket", "/nonexistent.sock"}, extra...)
-		if err := config.Parse(fs, args); err != nil {
-			t.Fatal(err)
-		}
+		c := parseConfig(t, args)
 		d, err := New(*c, zerolog.Nop())
 		if err != nil {
 			t.Fatal(err)
@@ -48,9 +40,7 @@ func TestCapabilityGate(t *testing.T) {
 	if got := policy("--shadow"); got != "shadow:rules" {
 		t.Fatalf("--shadow: policy %s", got)
 	}
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	c := config.Register(fs)
-	_ = config.Parse(fs, []string{"--model", "m", "--ollama-host", fake.URL})
+	c := parseConfig(t, []string{"--model", "m", "--ollama-host", fake.URL})
 	m, err := llm.NewModel(c.LLM)
 	if err != nil {
 		t.Fatal(err)
@@ -96,14 +86,9 @@ func TestShadowActsWithTheRulesNeeds(t *testing.T) {
 	fake := ollamafake.New(map[string]string{"m": "sha256:m1"}, ollamafake.Capable)
 	defer fake.Close()
 	build := func(extra ...string) *Daemon {
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		c := config.Register(fs)
 		args := append([]string{"--model", "m", "--ollama-host", fake.URL, "--calibration-dir", t.TempDir(),
 			"--spoe-listen", "off", "--status-listen", "off", "--haproxy-socket", "/nonexistent.sock"}, extra...)
-		if err := config.Parse(fs, args); err != nil {
-			t.Fatal(err)
-		}
+		c := parseConfig(t, args)
 		d, err := New(*c, zerolog.Nop())
 		if err != nil {
 			t.Fatal(err)
@@ -160,13 +145,8 @@ func nineWithThreeFaulty() agent.Observation {
 // Ollama down at the agent's start: the model's gate is checked once it
 // answers; until then, and if it refuses, the rules act alone.
 func TestGateWaitsForOllama(t *testing.T) {
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	c := config.Register(fs)
-	if err := config.Parse(fs, []string{"--policy", "llm", "--model", "m", "--ollama-host", "127.0.0.1:1", "--calibration-dir", t.TempDir(),
-		"--spoe-listen", "off", "--status-listen", "off", "--haproxy-socket", "/nonexistent.sock"}); err != nil {
-		t.Fatal(err)
-	}
+	c := parseConfig(t, []string{"--policy", "llm", "--model", "m", "--ollama-host", "127.0.0.1:1", "--calibration-dir", t.TempDir(),
+		"--spoe-listen", "off", "--status-listen", "off", "--haproxy-socket", "/nonexistent.sock"})
 	d, err := New(*c, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)

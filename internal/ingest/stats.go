@@ -296,7 +296,7 @@ func (p *StatPoller) record(r haproxy.ServerStat, gain haproxy.StatCounters, sin
 	if p.Mode != StatRetries {
 		for i, n := range gain.Hrsp {
 			if n > 0 {
-				emit(window.Event{Backend: be, Server: srv, Status: statuses[i], ResponseMs: r.Counters.RTime}, n)
+				emit(window.Event{Backend: be, Server: srv, Status: statuses[i], ResponseMs: r.RespTimeMs}, n)
 				p.Counters.Answers.Add(uint64(n))
 			}
 		}

@@ -30,7 +30,7 @@ func (s *statSource) ServerStats(context.Context) ([]haproxy.ServerStat, error) 
 
 // row is one server's counters: ok 2xx answers, bad 5xx, retried attempts.
 func row(server string, ok, bad, retried int64, rtime int) haproxy.ServerStat {
-	c := haproxy.StatCounters{ReqTot: ok + bad, Wretr: retried, Wredis: retried, RTime: rtime}
+	c := haproxy.StatCounters{ReqTot: ok + bad, Wretr: retried, Wredis: retried}
 	c.Hrsp[1], c.Hrsp[4] = ok, bad
 	return haproxy.ServerStat{Backend: "app", Server: server, RespTimeMs: rtime, Counters: c}
 }

@@ -79,10 +79,8 @@ type variant struct {
 // alike. With cfg.Pin it sets cfg.Pinned.
 func Overhead(ctx context.Context, cfg *OverheadConfig, dir string) ([]PathResult, error) {
 	for _, name := range cfg.Paths {
-		if k, ok := strings.CutPrefix(name, "spoe-sampled"); ok {
-			if n, err := strconv.Atoi(k); err == nil && n >= 1 && n <= 1024 {
-				continue
-			}
+		if _, sampled, err := fleet.SampledPath(name); sampled && err == nil {
+			continue
 		}
 		if !slices.Contains(OverheadPaths, name) {
 			return nil, fmt.Errorf("unknown telemetry path %q (want %s)", name, strings.Join(OverheadPaths, ", "))
@@ -195,9 +193,8 @@ func startVariant(ctx context.Context, name string, servers []string, root, cpus
 	agentAddr := fmt.Sprintf("127.0.0.1:%d", ports[1])
 	// A "-noagent" path is its base path's config with nobody on the other end.
 	base, noAgent := strings.CutSuffix(name, "-noagent")
-	if k, ok := strings.CutPrefix(base, "spoe-sampled"); ok {
-		opts.Sample, _ = strconv.Atoi(k)
-		base = "spoe"
+	if k, sampled, _ := fleet.SampledPath(base); sampled { // checked by Overhead
+		opts.Sample, base = k, "spoe"
 	}
 	switch base {
 	case "stats":

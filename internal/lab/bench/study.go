@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -445,10 +444,8 @@ var Telemetries = []string{"spoe", "spoe-sampled", "spoe-sampledK", "spoe-unix",
 
 // CheckTelemetry tells whether t names a path.
 func CheckTelemetry(t string) error {
-	if k, ok := strings.CutPrefix(t, "spoe-sampled"); ok && k != "" {
-		if n, err := strconv.Atoi(k); err == nil && n >= 1 && n <= 1024 {
-			return nil
-		}
+	if _, sampled, err := fleet.SampledPath(t); sampled && err == nil {
+		return nil
 	}
 	if t == "spoe-sampledK" || !slices.Contains(Telemetries, t) {
 		return fmt.Errorf("--telemetry %q: want %s (K from 1 to 1024)", t, strings.Join(Telemetries, "|"))

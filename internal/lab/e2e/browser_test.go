@@ -67,7 +67,6 @@ func TestLivePageInABrowser(t *testing.T) {
 					break
 				}
 			}
-			time.Sleep(1500 * time.Millisecond) // a sparkline's worth more
 			var b64 string
 			if err := s.call("GET", "/screenshot", nil, &b64); err != nil {
 				pageErr = err

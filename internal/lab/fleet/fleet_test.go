@@ -95,3 +95,26 @@ func TestHAProxyConfigIsValid(t *testing.T) {
 		}
 	}
 }
+
+func TestSampledPath(t *testing.T) {
+	tests := []struct {
+		path             string
+		k                int
+		sampled, invalid bool
+	}{
+		{"spoe", 0, false, false},
+		{"stats", 0, false, false},
+		{"spoe-sampled", 16, true, false},
+		{"spoe-sampled4", 4, true, false},
+		{"spoe-sampled1024", 1024, true, false},
+		{"spoe-sampled0", 0, true, true},
+		{"spoe-sampled1025", 0, true, true},
+		{"spoe-sampledK", 0, true, true},
+	}
+	for _, tt := range tests {
+		k, sampled, err := SampledPath(tt.path)
+		if k != tt.k || sampled != tt.sampled || (err != nil) != tt.invalid {
+			t.Errorf("%s: k %d sampled %v err %v", tt.path, k, sampled, err)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/hapilot/hapilot/examples"
@@ -158,4 +159,22 @@ frontend www
 	}
 	b.WriteString(agents)
 	return b.String(), nil
+}
+
+// SampledPath reads a telemetry path's name: "spoe-sampled" is sampled
+// SPOE at k=16, "spoe-sampledK" at k=K (1 to 1024, as the agent takes);
+// sampled is false for any other path. A malformed K is an error.
+func SampledPath(path string) (k int, sampled bool, err error) {
+	rest, ok := strings.CutPrefix(path, "spoe-sampled")
+	if !ok {
+		return 0, false, nil
+	}
+	if rest == "" {
+		return 16, true, nil
+	}
+	k, err = strconv.Atoi(rest)
+	if err != nil || k < 1 || k > 1024 {
+		return 0, true, fmt.Errorf("telemetry %q: want spoe-sampled or spoe-sampledK, K from 1 to 1024", path)
+	}
+	return k, true, nil
 }

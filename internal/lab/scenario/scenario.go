@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -139,15 +138,10 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 		Retries: s.Retries}
 	ingestArgs := []string{"--spoe-listen", "off"}
 	telemetry := s.Telemetry
-	if k, ok := strings.CutPrefix(telemetry, "spoe-sampled"); ok {
-		opts.Sample, telemetry = 16, "spoe"
-		if k != "" {
-			n, err := strconv.Atoi(k)
-			if err != nil || n < 1 || n > 1024 {
-				return nil, fmt.Errorf("telemetry %q: want spoe-sampled or spoe-sampledK, K from 1 to 1024", s.Telemetry)
-			}
-			opts.Sample = n
-		}
+	if k, sampled, err := fleet.SampledPath(telemetry); err != nil {
+		return nil, err
+	} else if sampled {
+		opts.Sample, telemetry = k, "spoe"
 	}
 	switch telemetry {
 	case "stats":
