@@ -15,7 +15,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # anywhere); under make, a missing HAProxy fails them instead.
 export HAPILOT_REQUIRE_HAPROXY := 1
 
-.PHONY: all build demo test unit e2e soak lint vet fmt tidy fuzz bench bench-quick bench-study deps clean deb test-deb haproxy-matrix test-matrix test-browser
+.PHONY: all build demo test unit e2e soak lint vet fmt tidy fuzz bench bench-quick bench-study deps clean deb test-deb haproxy-matrix test-matrix test-browser test-fleet
 
 all: build
 
@@ -102,6 +102,14 @@ demo: deps build
 
 # Static checks, the unit tests (with the fuzz seed corpora) under the race
 # detector, then the end-to-end tests against a real HAProxy.
+# Fleet mode end to end: 3 HAProxy nodes and 3 agents on loopback (pooled
+# detection against one node and against the fleet off; the decider
+# killed; an agent cut off with nftables, then let back; the LLM asked
+# once per step for the fleet). It needs root for nft.
+test-fleet: deps
+	@command -v nft >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y nftables
+	$(GO) test -tags e2e,fleet -count=1 -v -timeout 10m -run '^TestFleet' ./internal/lab/e2e/
+
 test: deps lint unit e2e
 
 unit:
@@ -120,7 +128,7 @@ soak: deps
 	HAPILOT_SOAK=$(SOAK) $(GO) test -tags e2e,soak -count=1 -v -timeout 0 -run '^TestSoak$$' ./internal/lab/e2e/
 
 lint: vet tidy
-	$(GO) run $(STATICCHECK) -tags e2e,soak,deb,browser ./...
+	$(GO) run $(STATICCHECK) -tags e2e,soak,deb,browser,fleet ./...
 
 vet:
 	$(GO) vet ./...
@@ -128,6 +136,7 @@ vet:
 	$(GO) vet -tags e2e,soak ./internal/lab/e2e/
 	$(GO) vet -tags e2e,deb ./internal/lab/e2e/
 	$(GO) vet -tags e2e,browser ./internal/lab/e2e/
+	$(GO) vet -tags e2e,fleet ./internal/lab/e2e/
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 

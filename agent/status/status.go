@@ -38,6 +38,10 @@ type Server struct {
 	// Ingest, when set, gives the ingest paths' counters, shown in
 	// /status as "ingest".
 	Ingest func() map[string]uint64
+	// Fleet, when set, gives the fleet's state (members, each backend's
+	// decider, pooled against local evidence, the last sync's age), shown
+	// in /status as "fleet".
+	Fleet func() any
 	// Series, when set, gives each server's last n seconds for /series.
 	Series func(n int) any
 	// Token, when set, is required of every request: an Authorization:
@@ -129,7 +133,11 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 			agent.Status
 			Warnings []string          `json:"warnings,omitempty"`
 			Ingest   map[string]uint64 `json:"ingest,omitempty"`
+			Fleet    any               `json:"fleet,omitempty"`
 		}{Status: s.Loop.Status()}
+		if s.Fleet != nil {
+			st.Fleet = s.Fleet()
+		}
 		if s.Warnings != nil {
 			st.Warnings = s.Warnings()
 		}

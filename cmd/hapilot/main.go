@@ -4,6 +4,7 @@
 //	hapilot check      validate settings (flags or --config FILE) and exit
 //	hapilot calibrate  score an Ollama model; only a passing one may act
 //	hapilot defaults   print every setting, commented, at its default
+//	hapilot fleet-key  write a new shared key for --fleet-key
 //	hapilot version    print the version
 //
 // The demo and the benchmark are the lab's, in cmd/hapilot-bench: this
@@ -36,6 +37,7 @@ commands:
   check     validate settings (flags or --config FILE) and exit
   calibrate score a model on built-in scenarios; only a passing model may act
   defaults  print a settings file with every setting, commented, at its default
+  fleet-key FILE  write a new random key for --fleet-key (mode 0600; never overwrites)
   version   print the version
 
 Run 'hapilot <command> -h' for a command's flags.
@@ -62,6 +64,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdCalibrate(ctx, args[1:], stdout, stderr)
 	case "defaults":
 		err = cmdDefaults(args[1:], stdout, stderr)
+	case "fleet-key":
+		err = cmdFleetKey(args[1:], stdout)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, versionString())
 	case "help", "-h", "--help":

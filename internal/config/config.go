@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/fleet"
 	"github.com/hapilot/hapilot/agent/policy/llm"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/agent/recovery"
@@ -61,6 +62,7 @@ type Config struct {
 	Rules    rules.Config
 	Recovery recovery.Config
 	LLM      llm.Config
+	Fleet    fleet.Config
 }
 
 // Bounds on the windows: one bucket a second per series, allocated when a
@@ -138,6 +140,7 @@ func Default() Config {
 		StatusListen: "127.0.0.1:9310", LogFormat: LogAuto, LogLevel: "info", OnExit: OnExitKeep, OperatorHold: agent.DefaultOperatorHold,
 		EvidenceCheck: time.Second, Stats: ingest.DefaultStatsConfig(),
 		Guard: agent.DefaultGuardrails(), Rules: rules.DefaultConfig(), Recovery: recovery.DefaultConfig(), LLM: llm.DefaultConfig(),
+		Fleet: fleet.DefaultConfig(),
 	}
 }
 
@@ -188,7 +191,37 @@ func Register(fs *flag.FlagSet) *Config {
 	registerRecovery(fs, &c.Recovery)
 	registerRules(fs, &c.Rules)
 	registerLLM(fs, &c.LLM)
+	registerFleet(fs, &c.Fleet)
 	return &c
+}
+
+// commaList is a flag of comma-separated values, repeatable.
+type commaList struct{ v *[]string }
+
+func (l commaList) String() string {
+	if l.v == nil {
+		return ""
+	}
+	return strings.Join(*l.v, ",")
+}
+
+func (l commaList) Set(s string) error {
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*l.v = append(*l.v, p)
+		}
+	}
+	return nil
+}
+
+func registerFleet(fs *flag.FlagSet, f *fleet.Config) {
+	fs.StringVar(&f.Bind, "fleet-bind", f.Bind, "fleet mode: where this agent talks to the other nodes' agents (host:port, UDP and TCP); empty: off")
+	fs.Var(commaList{&f.Join}, "fleet-join", "fleet: peers to join, host:port[,host:port...]; tried again while one is not a member")
+	fs.StringVar(&f.KeyFile, "fleet-key", f.KeyFile, "fleet: file holding the shared key (base64 of 16, 24 or 32 bytes; mode 0600): every message is encrypted and authenticated with it. `hapilot fleet-key FILE` writes one")
+	fs.StringVar(&f.Name, "fleet-name", f.Name, "fleet: this node's name among its peers (default: the hostname)")
+	fs.DurationVar(&f.Sync, "fleet-sync", f.Sync, "fleet: how often each agent sends its state and its windows' gains")
+	fs.DurationVar(&f.Warmup, "fleet-warmup", f.Warmup, "fleet: an agent decides a backend only once it has been in the fleet this long (until then it follows, unless no one is warm): a restarted agent starts from the fleet's word, not an empty record")
+	fs.DurationVar(&f.Timeout, "fleet-timeout", f.Timeout, "fleet: a peer silent this long is out of the picture: its backends pass to the next agent, and an agent that hears no one decides alone")
 }
 
 func registerGuard(fs *flag.FlagSet, g *agent.Guardrails) {
@@ -337,7 +370,7 @@ func (c *Config) Validate() error {
 	if c.EvidenceCheck != 0 && c.EvidenceCheck < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("evidence-check %v: want 0 (off) or at least 100ms", c.EvidenceCheck))
 	}
-	errs = append(errs, c.Stats.Validate(), c.Guard.Validate(), c.Rules.Validate(), c.Recovery.Validate())
+	errs = append(errs, c.Fleet.Validate(), c.Stats.Validate(), c.Guard.Validate(), c.Rules.Validate(), c.Recovery.Validate())
 	if c.Policy == PolicyLLM || c.LLM.Shadow {
 		errs = append(errs, c.LLM.Validate())
 	}

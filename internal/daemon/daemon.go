@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/fleet"
 	"github.com/hapilot/hapilot/agent/policy"
 	"github.com/hapilot/hapilot/agent/policy/luapolicy"
 	"github.com/hapilot/hapilot/agent/policy/rules"
@@ -44,6 +45,7 @@ type Daemon struct {
 	Lua    *ingest.LineServer   // nil unless --lua-listen
 	Syslog *ingest.SyslogServer // nil unless --syslog-listen
 	Stats  *ingest.StatPoller   // nil with --stats-poll 0
+	Fleet  *fleet.Node          // nil unless --fleet-bind
 
 	log       zerolog.Logger
 	clients   []*haproxy.Client
@@ -127,11 +129,40 @@ func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
 		d.readmit = recovery.New(c.Recovery, nil, log.With().Str("component", "recovery").Logger())
 		d.Loop.Recovery = d.readmit
 	}
+	if c.Fleet.Enabled() {
+		if err := d.joinFleet(); err != nil {
+			d.Close()
+			return nil, err
+		}
+	}
 	if err := d.listen(); err != nil {
 		d.Close()
 		return nil, err
 	}
 	return d, nil
+}
+
+// joinFleet starts this agent's membership of the fleet and wraps the
+// policy and recovery in it: the policy decides only the backends this
+// agent decides, on pooled evidence, and follows the others' deciders;
+// recovery leaves the servers a decider elsewhere holds to that decider.
+func (d *Daemon) joinFleet() error {
+	c := d.Config
+	key, err := fleet.ReadKey(c.Fleet.KeyFile)
+	if err != nil {
+		return err
+	}
+	d.Fleet, err = fleet.Start(fleet.Params{Config: c.Fleet, Key: key, Local: d.Store, MaxSeries: c.MaxServers,
+		Log: d.log.With().Str("component", "fleet").Logger()})
+	if err != nil {
+		return fmt.Errorf("%w%s", err, netx.Hint(err))
+	}
+	d.Fleet.SetChanges(d.Loop.Ledger)
+	d.Loop.Policy = fleet.Wrap(d.Loop.Policy, d.Fleet)
+	if d.Loop.Recovery != nil {
+		d.Loop.Recovery = fleet.Recovery{Inner: d.Loop.Recovery, Node: d.Fleet}
+	}
+	return nil
 }
 
 // listen opens the audit log and every listener the config names.
@@ -182,6 +213,10 @@ func (d *Daemon) listen() error {
 		d.Status = &status.Server{Loop: d.Loop, Extra: []func(io.Writer){d.writeIngestMetrics}, Warnings: d.Warnings,
 			Ingest: d.ingestCounters, Series: func(n int) any { return d.Store.PerSecond(n) }, Token: c.StatusToken,
 			Log: log.With().Str("component", "status").Logger()}
+		if d.Fleet != nil {
+			d.Status.Extra = append(d.Status.Extra, d.Fleet.WriteMetrics)
+			d.Status.Fleet = func() any { return d.Fleet.Status() }
+		}
 	}
 	return nil
 }
@@ -351,13 +386,16 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	if s, ok := d.Loop.Policy.(interface{ Start() }); ok {
 		s.Start()
 	}
+	if d.Fleet != nil {
+		run("fleet", d.Fleet.Run)
+	}
 	run("loop", d.Loop.Run)
 	run("telemetry watch", d.watchTelemetry)
 	if d.Status != nil {
 		run("status", func(ctx context.Context) error { return d.Status.Serve(ctx, d.statusLn) })
 	}
 	d.log.Info().Str("spoe", d.SPOEAddr()).Str("lua", d.LuaAddr()).Str("syslog", d.Config.SyslogListen).Str("status", d.StatusAddr()).Strs("haproxy", d.Config.HAProxySockets).
-		Str("stats_poll", statsPoll(d.Config)).
+		Str("stats_poll", statsPoll(d.Config)).Str("fleet", d.fleetLine()).
 		Str("policy", string(d.Config.Policy)).Dur("interval", d.Config.Interval).Msg("hapilot running")
 	wg.Wait()
 	if d.Config.OnExit == config.OnExitRestore {
@@ -467,6 +505,9 @@ func (d *Daemon) Close() {
 }
 
 func (d *Daemon) close() {
+	if d.Fleet != nil {
+		d.Fleet.Close()
+	}
 	if d.readmit != nil {
 		d.readmit.Close()
 	}
@@ -493,6 +534,14 @@ func (d *Daemon) close() {
 	if d.audit != nil {
 		d.audit.Close()
 	}
+}
+
+// fleetLine describes fleet mode for the start-up line.
+func (d *Daemon) fleetLine() string {
+	if d.Fleet == nil {
+		return "off"
+	}
+	return d.Fleet.Name() + " at " + d.Fleet.Addr()
 }
 
 // statsPoll describes the stats path for the start-up line.

@@ -10,7 +10,6 @@
 package window
 
 import (
-	"math"
 	"math/bits"
 	"sort"
 	"sync"
@@ -304,18 +303,46 @@ func (st Stats) ErrorRate() float64 {
 // Snapshot sums the last `last` seconds (capped at the store's span, the
 // current second included) of every series, sorted by backend then server.
 func (s *Store) Snapshot(last time.Duration) []Stats {
-	secs := int64(last / time.Second)
-	if secs < 1 || secs > s.span {
-		secs = s.span
+	return Merged{s}.Snapshot(last)
+}
+
+// Merged is several stores read as one: a series' figures are the sums
+// of its buckets in every store, its quantiles those of the merged
+// histograms. A fleet's agent reads its own store and what its peers
+// sent through one.
+type Merged []*Store
+
+// Snapshot sums the last `last` seconds (capped at the first store's
+// span) of every series in any of the stores, sorted by backend then
+// server.
+func (ms Merged) Snapshot(last time.Duration) []Stats {
+	if len(ms) == 0 {
+		return nil
 	}
-	now := s.now().Unix()
-	m := *s.series.Load()
-	out := make([]Stats, 0, len(m))
-	var hist [latencyBins]uint64
-	for _, srv := range m {
-		for _, sr := range srv {
-			out = append(out, sr.stats(now, secs, &hist))
+	secs := int64(last / time.Second)
+	if secs < 1 || secs > ms[0].span {
+		secs = ms[0].span
+	}
+	now := ms[0].now().Unix()
+	accs := map[[2]string]*accumulator{}
+	var order []*accumulator
+	for _, s := range ms {
+		for _, srv := range *s.series.Load() {
+			for _, sr := range srv {
+				k := [2]string{sr.Backend, sr.Server}
+				a := accs[k]
+				if a == nil {
+					a = newAccumulator(sr.Backend, sr.Server, secs)
+					accs[k] = a
+					order = append(order, a)
+				}
+				a.add(sr, now)
+			}
 		}
+	}
+	out := make([]Stats, 0, len(order))
+	for _, a := range order {
+		out = append(out, a.stats())
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Backend != out[j].Backend {
@@ -326,41 +353,60 @@ func (s *Store) Snapshot(last time.Duration) []Stats {
 	return out
 }
 
-func (sr *Series) stats(now, secs int64, hist *[latencyBins]uint64) Stats {
-	st := Stats{Backend: sr.Backend, Server: sr.Server}
-	*hist = [latencyBins]uint64{}
-	var timed, current, oldest uint64
-	oldestSec := int64(math.MaxInt64)
+// accumulator sums one series' buckets over the last secs seconds, from
+// one store or several.
+type accumulator struct {
+	st    Stats
+	secs  int64
+	hist  [latencyBins]uint64
+	timed uint64
+	// perSec[i] is the requests of second now-i; held[i] whether any
+	// store has a bucket for it.
+	perSec []uint64
+	held   []bool
+}
+
+func newAccumulator(backend, server string, secs int64) *accumulator {
+	return &accumulator{st: Stats{Backend: backend, Server: server}, secs: secs, perSec: make([]uint64, secs), held: make([]bool, secs)}
+}
+
+func (a *accumulator) add(sr *Series, now int64) {
 	for i := range sr.buckets {
 		b := &sr.buckets[i]
 		sec := b.sec.Load()
-		if sec <= now-secs || sec > now {
+		if sec <= now-a.secs || sec > now {
 			continue
 		}
-		st.Seconds++
 		n := uint64(b.requests.Load())
-		st.Requests += n
-		if sec == now {
-			current = n
-		}
-		if sec < oldestSec {
-			oldestSec, oldest = sec, n
-		}
-		st.Err5xx += uint64(b.err5xx.Load())
-		st.Err4xx += uint64(b.err4xx.Load())
-		st.Retried += uint64(b.retried.Load())
+		a.st.Requests += n
+		a.perSec[now-sec] += n
+		a.held[now-sec] = true
+		a.st.Err5xx += uint64(b.err5xx.Load())
+		a.st.Err4xx += uint64(b.err4xx.Load())
+		a.st.Retried += uint64(b.retried.Load())
 		for j := range b.latency {
 			c := uint64(b.latency[j].Load())
-			hist[j] += c
-			timed += c
+			a.hist[j] += c
+			a.timed += c
+		}
+	}
+}
+
+func (a *accumulator) stats() Stats {
+	st := a.st
+	oldest := -1
+	for i, h := range a.held {
+		if h {
+			st.Seconds++
+			oldest = i
 		}
 	}
 	if st.Seconds >= 3 {
-		st.RatePerSec = float64(st.Requests-current-oldest) / float64(st.Seconds-2)
+		st.RatePerSec = float64(st.Requests-a.perSec[0]-a.perSec[oldest]) / float64(st.Seconds-2)
 	}
-	st.P50Ms = quantile(hist, timed, 0.50)
-	st.P95Ms = quantile(hist, timed, 0.95)
-	st.P99Ms = quantile(hist, timed, 0.99)
+	st.P50Ms = quantile(&a.hist, a.timed, 0.50)
+	st.P95Ms = quantile(&a.hist, a.timed, 0.95)
+	st.P99Ms = quantile(&a.hist, a.timed, 0.99)
 	return st
 }
 

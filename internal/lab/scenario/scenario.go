@@ -189,8 +189,8 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &Outcome{Policy: s.Policy, HAProxy: hp, DrainedAt: map[string]time.Duration{}, Flips: map[string]int{}, Timeline: map[string][]Transition{},
-		Changes: map[string][]StateChange{}}
+	out := NewOutcome(s.Policy)
+	out.HAProxy = hp
 	defer hp.Stop()
 	rt, err := haproxy.New(opts.Socket())
 	if err != nil {
@@ -289,7 +289,7 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); out.watch(watchCtx, rt, start) }()
+	go func() { defer wg.Done(); out.Watch(watchCtx, rt, start) }()
 	env := &Env{HAProxy: hp, Backends: backends, AgentAddr: opts.AgentAddr, Daemon: d}
 	for at, f := range s.At {
 		wg.Add(1)
@@ -347,8 +347,16 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 	return out, nil
 }
 
-// watch polls HAProxy's own view of the servers every 100 ms.
-func (o *Outcome) watch(ctx context.Context, rt *haproxy.Client, start time.Time) {
+// NewOutcome is an empty outcome, ready for Watch.
+func NewOutcome(policy string) *Outcome {
+	return &Outcome{Policy: policy, DrainedAt: map[string]time.Duration{}, Flips: map[string]int{}, Timeline: map[string][]Transition{},
+		Changes: map[string][]StateChange{}}
+}
+
+// Watch polls HAProxy's own view of the servers every 100 ms until ctx
+// ends, recording drains, flips and every change from start on. Only
+// Watch writes o's maps; read them once it has returned.
+func (o *Outcome) Watch(ctx context.Context, rt *haproxy.Client, start time.Time) {
 	var drained map[string]bool // nil until the first poll: the state the run started from
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()

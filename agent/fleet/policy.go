@@ -1,0 +1,394 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/internal/window"
+)
+
+// Roles an agent plays for one backend.
+const (
+	// RoleDecider: this agent decides, on the fleet's pooled evidence.
+	RoleDecider = "decider"
+	// RoleFollower: another agent decides; this one applies its word.
+	RoleFollower = "follower"
+	// RoleAlone: no peer heard within the timeout; this agent decides on
+	// its own evidence.
+	RoleAlone = "alone"
+	// RoleLocal: the decider has not spoken for this backend (it does not
+	// serve it, or has not stepped yet); this agent decides on its own
+	// evidence meanwhile.
+	RoleLocal = "local"
+)
+
+// Evidence is one backend's figures over the policy's window.
+type Evidence struct {
+	Requests uint64 `json:"requests"`
+	Err5xx   uint64 `json:"err_5xx"`
+}
+
+// BackendStatus is this agent's part in one backend, as of its last step.
+type BackendStatus struct {
+	Backend string `json:"backend"`
+	Decider string `json:"decider"`
+	Standby string `json:"standby,omitempty"`
+	Role    string `json:"role"`
+	// Evidence says what the decision rests on: "pooled" (every agent's
+	// counts) or "local" (this agent's alone).
+	Evidence string   `json:"evidence"`
+	Pooled   Evidence `json:"pooled"`
+	Local    Evidence `json:"local"`
+	// Held is what the decider holds out of service, as it said last.
+	Held []string `json:"held,omitempty"`
+}
+
+// followed is a backend another agent decides, with its word.
+type followed struct {
+	view     agent.BackendView
+	decider  string
+	decision Decision
+}
+
+// split divides one step's observation: the backends this agent decides
+// (on pooled evidence when it has peers), and those it follows. It keeps
+// the outcome for /status and for the next sync's decisions.
+func (n *Node) split(obs agent.Observation) (mine agent.Observation, follow []followed) {
+	now := n.now()
+	n.mu.Lock()
+	pic := n.picture(now)
+	decisions := map[string]map[string]Decision{}
+	for name, p := range n.peers {
+		decisions[name] = p.decisions
+	}
+	n.mu.Unlock()
+	alone := pic.alone()
+
+	mine = obs
+	mine.Backends = nil
+	local := byKey(n.local.Snapshot(obs.Lookback))
+	var pooled map[string]window.Stats
+	var pooledRecent map[string]window.Stats
+	if !alone {
+		m := window.Merged{n.local, n.remote}
+		pooled, pooledRecent = byKey(m.Snapshot(obs.Lookback)), byKey(m.Snapshot(obs.RecentSpan))
+	}
+	var names []string
+	var view []BackendStatus
+	for _, b := range obs.Backends {
+		names = append(names, b.Name)
+		r := pic.rank(b.Name)
+		st := BackendStatus{Backend: b.Name, Decider: r[0], Evidence: "local", Local: sum(b.Name, b.Servers, local)}
+		if len(r) > 1 {
+			st.Standby = r[1]
+		}
+		switch d, spoke := decisions[r[0]][b.Name]; {
+		case alone:
+			st.Role = RoleAlone
+			mine.Backends = append(mine.Backends, b)
+		case r[0] == n.name:
+			st.Role, st.Evidence = RoleDecider, "pooled"
+			st.Pooled = sum(b.Name, b.Servers, pooled)
+			mine.Backends = append(mine.Backends, withWindows(b, pooled, pooledRecent))
+		case !spoke:
+			st.Role = RoleLocal
+			mine.Backends = append(mine.Backends, b)
+		default:
+			st.Role, st.Evidence = RoleFollower, "pooled"
+			st.Pooled = Evidence{Requests: d.PooledRequests, Err5xx: d.PooledErr5xx}
+			for _, h := range d.Held {
+				st.Held = append(st.Held, h.Server)
+			}
+			follow = append(follow, followed{view: b, decider: r[0], decision: d})
+		}
+		view = append(view, st)
+	}
+	n.mu.Lock()
+	n.backends, n.view = names, view
+	n.mu.Unlock()
+	return mine, follow
+}
+
+func byKey(stats []window.Stats) map[string]window.Stats {
+	m := make(map[string]window.Stats, len(stats))
+	for _, s := range stats {
+		m[s.Backend+"/"+s.Server] = s
+	}
+	return m
+}
+
+func sum(backend string, servers []agent.ServerView, stats map[string]window.Stats) Evidence {
+	var e Evidence
+	for _, s := range servers {
+		st := stats[backend+"/"+s.Server]
+		e.Requests += st.Requests
+		e.Err5xx += st.Err5xx
+	}
+	return e
+}
+
+// withWindows is b with its servers' windows read from the pooled ones.
+func withWindows(b agent.BackendView, long, recent map[string]window.Stats) agent.BackendView {
+	servers := make([]agent.ServerView, len(b.Servers))
+	for i, s := range b.Servers {
+		k := s.Backend + "/" + s.Server
+		s.Window, s.Recent = long[k], recent[k]
+		s.Window.Backend, s.Window.Server = s.Backend, s.Server
+		s.Recent.Backend, s.Recent.Server = s.Backend, s.Server
+		servers[i] = s
+	}
+	b.Servers = servers
+	return b
+}
+
+// reconcile is what this agent does to follow a decider's word on one
+// backend: drain what it holds drained, set the weight it holds a server
+// at, bring back (as a re-admission, after the decider's probes) a server
+// it holds at a canary weight. A server this agent holds and the decider
+// does not is left to this agent's own recovery and its probes; an
+// operator's server is never touched.
+func reconcile(f followed) agent.Plan {
+	held := map[string]Held{}
+	for _, h := range f.decision.Held {
+		held[h.Server] = h
+	}
+	var plan agent.Plan
+	for _, s := range f.view.Servers {
+		h, ok := held[s.Server]
+		if !ok || s.Owner == agent.OwnerOperator {
+			continue
+		}
+		why := func(what string) string {
+			r := fmt.Sprintf("fleet: %s %s", f.decider, what)
+			if h.Reason != "" {
+				r += ": " + h.Reason
+			}
+			return r
+		}
+		drainedHere := s.Owner == agent.OwnerAgent && s.Changed != nil && s.Changed.Phase == agent.PhaseDrained
+		switch {
+		case h.Phase == agent.PhaseDrained:
+			if !drainedHere {
+				plan = append(plan, agent.Action{Kind: agent.Drain, Backend: s.Backend, Server: s.Server, Reason: why("drained it")})
+			}
+		case h.Weight <= 0:
+			// a cut or canary phase always carries its weight
+		case drainedHere && s.State.Weight != h.Weight:
+			plan = append(plan, agent.Action{Kind: agent.SetWeight, Backend: s.Backend, Server: s.Server, Weight: h.Weight,
+				Reason: why("re-admits it at a reduced weight, after its probes")})
+		case drainedHere:
+			plan = append(plan, agent.Action{Kind: agent.Ready, Backend: s.Backend, Server: s.Server, Readmit: true,
+				Reason: why("re-admitted it, after its probes")})
+		case s.State.Weight != h.Weight:
+			plan = append(plan, agent.Action{Kind: agent.SetWeight, Backend: s.Backend, Server: s.Server, Weight: h.Weight,
+				Reason: why(fmt.Sprintf("holds it at weight %d", h.Weight))})
+		}
+	}
+	return plan
+}
+
+// Policy runs the inner policy on the backends this agent decides, and
+// follows the deciders of the others. Wrap builds it.
+type Policy struct {
+	Inner agent.Policy
+	Node  *Node
+}
+
+// checkingPolicy is a Policy whose inner one can tell its evidence.
+type checkingPolicy struct{ *Policy }
+
+// Wrap returns inner in fleet mode, keeping what inner declares: its
+// needs, its report, its status, and its evidence test when it has one
+// (then a decider's new word also triggers a step at once).
+func Wrap(inner agent.Policy, n *Node) agent.Policy {
+	p := &Policy{Inner: inner, Node: n}
+	if _, ok := inner.(agent.EvidenceChecker); ok {
+		return checkingPolicy{p}
+	}
+	return p
+}
+
+func (p *Policy) Name() string { return p.Inner.Name() }
+
+// Decide decides the backends this agent decides, and follows the rest.
+func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan, error) {
+	mine, follow := p.Node.split(obs)
+	var plan agent.Plan
+	var err error
+	if len(mine.Backends) > 0 {
+		plan, err = p.Inner.Decide(ctx, mine)
+	}
+	for _, f := range follow {
+		plan = append(plan, reconcile(f)...)
+	}
+	return plan, err
+}
+
+// Needs are the inner policy's.
+func (p *Policy) Needs() agent.Needs { return agent.NeedsOf(p.Inner) }
+
+// Report is the inner policy's, if it keeps one.
+func (p *Policy) Report() any {
+	if r, ok := p.Inner.(agent.Reporter); ok {
+		return r.Report()
+	}
+	return nil
+}
+
+// PolicyStatus is the inner policy's, if it shows one.
+func (p *Policy) PolicyStatus() any {
+	if r, ok := p.Inner.(agent.StatusReporter); ok {
+		return r.PolicyStatus()
+	}
+	return nil
+}
+
+// Start and Close pass the inner policy's life on (a model's warm-up).
+func (p *Policy) Start() {
+	if s, ok := p.Inner.(interface{ Start() }); ok {
+		s.Start()
+	}
+}
+
+func (p *Policy) Close() {
+	if c, ok := p.Inner.(interface{ Close() }); ok {
+		c.Close()
+	}
+}
+
+// Evidence is the inner test on the backends this agent decides, and the
+// servers a decider's word would change here.
+func (c checkingPolicy) Evidence(obs agent.Observation) []string {
+	mine, follow := c.Node.split(obs)
+	found := c.Inner.(agent.EvidenceChecker).Evidence(mine)
+	for _, f := range follow {
+		for _, a := range reconcile(f) {
+			found = append(found, a.Backend+"/"+a.Server)
+		}
+	}
+	sort.Strings(found)
+	return found
+}
+
+// Recovery runs the inner recovery on every server but those a decider
+// elsewhere holds: their way back is that decider's probes, followed
+// here by reconcile.
+type Recovery struct {
+	Inner agent.Recovery
+	Node  *Node
+}
+
+func (r Recovery) Plan(ctx context.Context, obs agent.Observation) agent.Plan {
+	heldElsewhere := r.Node.heldElsewhere()
+	if len(heldElsewhere) == 0 {
+		return r.Inner.Plan(ctx, obs)
+	}
+	cp := obs
+	cp.Backends = make([]agent.BackendView, 0, len(obs.Backends))
+	for _, b := range obs.Backends {
+		servers := make([]agent.ServerView, 0, len(b.Servers))
+		for _, s := range b.Servers {
+			if !heldElsewhere[s.Backend+"/"+s.Server] {
+				servers = append(servers, s)
+			}
+		}
+		b.Servers = servers
+		cp.Backends = append(cp.Backends, b)
+	}
+	return r.Inner.Plan(ctx, cp)
+}
+
+func (r Recovery) RequestProbe(backend, server string) {
+	if !r.Node.heldElsewhere()[backend+"/"+server] {
+		r.Inner.RequestProbe(backend, server)
+	}
+}
+
+// heldElsewhere are the servers the deciders of followed backends hold,
+// as of the last step.
+func (n *Node) heldElsewhere() map[string]bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := map[string]bool{}
+	for _, v := range n.view {
+		if v.Role == RoleFollower {
+			for _, s := range v.Held {
+				out[v.Backend+"/"+s] = true
+			}
+		}
+	}
+	return out
+}
+
+// Status is the fleet as this agent sees it, for /status and the page.
+type Status struct {
+	Name    string   `json:"name"`
+	Addr    string   `json:"addr"`
+	Members []Member `json:"members"`
+	// Alone: no peer heard within the timeout; every backend is decided
+	// here, on local evidence.
+	Alone bool `json:"alone"`
+	// LastSyncAgeMs is how long ago the last message from any peer came
+	// (-1: never).
+	LastSyncAgeMs float64           `json:"last_sync_age_ms"`
+	Backends      []BackendStatus   `json:"backends"`
+	Traffic       map[string]uint64 `json:"traffic"`
+}
+
+// Member is one node of the fleet.
+type Member struct {
+	Name string `json:"name"`
+	Addr string `json:"addr"`
+	// InPicture: heard within the timeout (always true of this node).
+	InPicture bool `json:"in_picture"`
+	// LastHeardMs: how long ago it was last heard from (-1: never, or self).
+	LastHeardMs float64 `json:"last_heard_ms"`
+	Self        bool    `json:"self,omitempty"`
+}
+
+// Status is a copy of the fleet's state.
+func (n *Node) Status() Status {
+	now := n.now()
+	addrs := map[string]string{}
+	for _, m := range n.ml.Members() {
+		addrs[m.Name] = m.Address()
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	st := Status{Name: n.name, Addr: n.Addr(), LastSyncAgeMs: -1, Backends: append([]BackendStatus{}, n.view...), Traffic: n.traffic()}
+	if !n.lastHeard.IsZero() {
+		st.LastSyncAgeMs = ms(now.Sub(n.lastHeard))
+	}
+	st.Members = append(st.Members, Member{Name: n.name, Addr: st.Addr, InPicture: true, LastHeardMs: -1, Self: true})
+	seen := map[string]bool{n.name: true}
+	for name, p := range n.peers {
+		seen[name] = true
+		st.Members = append(st.Members, Member{Name: name, Addr: addrs[name], InPicture: now.Sub(p.lastHeard) <= n.cfg.Timeout, LastHeardMs: ms(now.Sub(p.lastHeard))})
+	}
+	for name, addr := range addrs {
+		if !seen[name] {
+			st.Members = append(st.Members, Member{Name: name, Addr: addr, LastHeardMs: -1})
+		}
+	}
+	sort.Slice(st.Members, func(i, j int) bool { return st.Members[i].Name < st.Members[j].Name })
+	st.Alone = n.picture(now).alone()
+	return st
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// traffic is the counters by their /status names. Callers hold n.mu
+// (for nothing: the counters are atomic; it keeps Status one read).
+func (n *Node) traffic() map[string]uint64 {
+	c := &n.counters
+	return map[string]uint64{
+		"messages_sent": c.Sent.Load(), "messages_received": c.Received.Load(),
+		"bytes_sent": c.BytesSent.Load(), "bytes_received": c.BytesReceived.Load(),
+		"rejected": c.Rejected.Load(), "duplicates": c.Duplicates.Load(), "stale": c.Stale.Load(),
+		"send_errors": c.SendErrors.Load(), "join_errors": c.JoinErrors.Load(),
+		"counts_added": c.CountsAdded.Load(), "counts_refused": c.CountsRefused.Load(),
+	}
+}

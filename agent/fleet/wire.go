@@ -1,0 +1,311 @@
+package fleet
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/internal/window"
+)
+
+// The agents' messages ride in memberlist's user messages, which its
+// keyring encrypts and authenticates: what reaches decode came from a
+// holder of the key. decode still trusts nothing about its shape.
+//
+//	header: 'h' version kind, sender (string), incarnation, seq (uvarints)
+//	state:  n × backend, pooled requests, pooled 5xx, n × (server, phase, weight, reason)
+//	counts: n × backend, server, n × (ago, requests, 5xx, 4xx, retried, n × (bin, count))
+const (
+	magic   = 'h'
+	version = 1
+
+	kindState  = 1
+	kindCounts = 2
+
+	maxName   = window.MaxName
+	maxReason = 160
+	maxItems  = 1 << 16
+)
+
+// header opens every message.
+type header struct {
+	Kind        byte
+	Sender      string
+	Incarnation uint64 // the sender's start, in Unix nanoseconds
+	Seq         uint64 // per sender and incarnation, one per message
+}
+
+// Held is one server a decider holds out of full service.
+type Held struct {
+	Server string
+	Phase  agent.Phase
+	Weight int
+	Reason string
+}
+
+// Decision is a decider's word on one backend: every server it holds
+// drained or at a cut weight, all others at full service. It is a state,
+// not a command, so a repeated or late one changes nothing.
+type Decision struct {
+	Backend string
+	// Pooled is the fleet's evidence the decider judged on, for the
+	// followers' /status.
+	PooledRequests, PooledErr5xx uint64
+	Held                         []Held
+}
+
+// stateMsg is what every agent sends every peer each sync: its heartbeat,
+// and its decisions for the backends it decides.
+type stateMsg struct {
+	header
+	Decisions []Decision
+}
+
+// countsMsg is what an agent's windows gained, sent to the deciders of
+// their backends.
+type countsMsg struct {
+	header
+	Deltas []window.Delta
+}
+
+var phases = []agent.Phase{"", agent.PhaseDrained, agent.PhaseCut, agent.PhaseCanary}
+
+func phaseCode(p agent.Phase) byte {
+	for i, q := range phases {
+		if q == p && i > 0 {
+			return byte(i)
+		}
+	}
+	return 0
+}
+
+type writer struct{ b []byte }
+
+func (w *writer) uvarint(v uint64) { w.b = binary.AppendUvarint(w.b, v) }
+func (w *writer) byte(c byte)      { w.b = append(w.b, c) }
+func (w *writer) string(s string, limit int) {
+	if len(s) > limit {
+		s = s[:limit]
+	}
+	w.uvarint(uint64(len(s)))
+	w.b = append(w.b, s...)
+}
+
+func (w *writer) header(h header) {
+	w.b = append(w.b, magic, version, h.Kind)
+	w.string(h.Sender, maxName)
+	w.uvarint(h.Incarnation)
+	w.uvarint(h.Seq)
+}
+
+func encodeState(m stateMsg) []byte {
+	w := &writer{}
+	m.Kind = kindState
+	w.header(m.header)
+	w.uvarint(uint64(len(m.Decisions)))
+	for _, d := range m.Decisions {
+		w.string(d.Backend, maxName)
+		w.uvarint(d.PooledRequests)
+		w.uvarint(d.PooledErr5xx)
+		w.uvarint(uint64(len(d.Held)))
+		for _, h := range d.Held {
+			w.string(h.Server, maxName)
+			w.byte(phaseCode(h.Phase))
+			w.uvarint(uint64(max(h.Weight, 0)))
+			w.string(h.Reason, maxReason)
+		}
+	}
+	return w.b
+}
+
+// encodeCounts packs deltas into messages of at most limit bytes each
+// (one delta larger than limit goes alone), so that each fits a UDP
+// packet.
+func encodeCounts(h header, deltas []window.Delta, limit int, nextSeq func() uint64) [][]byte {
+	var out [][]byte
+	var body writer
+	n := 0
+	flush := func() {
+		if n == 0 {
+			return
+		}
+		w := &writer{}
+		h.Kind, h.Seq = kindCounts, nextSeq()
+		w.header(h)
+		w.uvarint(uint64(n))
+		w.b = append(w.b, body.b...)
+		out = append(out, w.b)
+		body.b, n = nil, 0
+	}
+	for _, d := range deltas {
+		var e writer
+		e.string(d.Backend, maxName)
+		e.string(d.Server, maxName)
+		e.uvarint(uint64(len(d.Seconds)))
+		for _, s := range d.Seconds {
+			e.byte(s.Ago)
+			e.uvarint(uint64(s.Requests))
+			e.uvarint(uint64(s.Err5xx))
+			e.uvarint(uint64(s.Err4xx))
+			e.uvarint(uint64(s.Retried))
+			e.uvarint(uint64(len(s.Latency)))
+			for _, b := range s.Latency {
+				e.byte(b.Index)
+				e.uvarint(uint64(b.Count))
+			}
+		}
+		if n > 0 && len(body.b)+len(e.b)+headerRoom > limit {
+			flush()
+		}
+		body.b = append(body.b, e.b...)
+		n++
+	}
+	flush()
+	return out
+}
+
+// headerRoom bounds a header and an item count.
+const headerRoom = 3 + 1 + maxName + 2*binary.MaxVarintLen64 + binary.MaxVarintLen64
+
+var errShort = errors.New("message cut short")
+
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) fail(err error) {
+	if r.err == nil {
+		r.err = err
+	}
+}
+
+func (r *reader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail(errShort)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) byte() byte {
+	if r.err != nil {
+		return 0
+	}
+	if len(r.b) == 0 {
+		r.fail(errShort)
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *reader) string(limit int) string {
+	n := r.uvarint()
+	if r.err != nil {
+		return ""
+	}
+	if n > uint64(limit) || n > uint64(len(r.b)) {
+		r.fail(fmt.Errorf("string of %d bytes (limit %d, %d left)", n, limit, len(r.b)))
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+// count reads an item count, which may not exceed what the bytes left
+// could hold at minItem bytes per item.
+func (r *reader) count(minItem int) int {
+	n := r.uvarint()
+	if r.err == nil && (n > maxItems || n*uint64(minItem) > uint64(len(r.b))) {
+		r.fail(fmt.Errorf("%d items in %d bytes", n, len(r.b)))
+	}
+	if r.err != nil {
+		return 0
+	}
+	return int(n)
+}
+
+func (r *reader) u32() uint32 {
+	v := r.uvarint()
+	if v > 1<<32-1 {
+		r.fail(fmt.Errorf("count %d over 32 bits", v))
+	}
+	return uint32(v)
+}
+
+// decode parses one message: a *stateMsg or a *countsMsg.
+func decode(b []byte) (any, error) {
+	r := &reader{b: b}
+	if len(b) < 3 || b[0] != magic {
+		return nil, errors.New("not a hapilot fleet message")
+	}
+	if b[1] != version {
+		return nil, fmt.Errorf("fleet message version %d, this agent speaks %d", b[1], version)
+	}
+	r.b = b[3:]
+	h := header{Kind: b[2]}
+	h.Sender = r.string(maxName)
+	h.Incarnation = r.uvarint()
+	h.Seq = r.uvarint()
+	if r.err == nil && h.Sender == "" {
+		r.fail(errors.New("no sender"))
+	}
+	var out any
+	switch h.Kind {
+	case kindState:
+		m := &stateMsg{header: h}
+		for range r.count(4) {
+			d := Decision{Backend: r.string(maxName), PooledRequests: r.uvarint(), PooledErr5xx: r.uvarint()}
+			for range r.count(4) {
+				hd := Held{Server: r.string(maxName)}
+				code := r.byte()
+				if int(code) >= len(phases) || code == 0 {
+					r.fail(fmt.Errorf("phase %d", code))
+				} else {
+					hd.Phase = phases[code]
+				}
+				w := r.uvarint()
+				if w > 256 {
+					r.fail(fmt.Errorf("weight %d", w)) // HAProxy's own bound
+				}
+				hd.Weight = int(w)
+				hd.Reason = r.string(maxReason)
+				d.Held = append(d.Held, hd)
+			}
+			m.Decisions = append(m.Decisions, d)
+		}
+		out = m
+	case kindCounts:
+		m := &countsMsg{header: h}
+		for range r.count(5) {
+			d := window.Delta{Backend: r.string(maxName), Server: r.string(maxName)}
+			for range r.count(6) {
+				s := window.Second{Ago: r.byte(), Requests: r.u32(), Err5xx: r.u32(), Err4xx: r.u32(), Retried: r.u32()}
+				for range r.count(2) {
+					s.Latency = append(s.Latency, window.Bin{Index: r.byte(), Count: r.u32()})
+				}
+				d.Seconds = append(d.Seconds, s)
+			}
+			m.Deltas = append(m.Deltas, d)
+		}
+		out = m
+	default:
+		return nil, fmt.Errorf("message kind %d", h.Kind)
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("fleet message from %q: %w", h.Sender, r.err)
+	}
+	if len(r.b) != 0 {
+		return nil, fmt.Errorf("fleet message from %q: %d bytes after its end", h.Sender, len(r.b))
+	}
+	return out, nil
+}
