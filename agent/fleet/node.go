@@ -219,7 +219,6 @@ type peer struct {
 	hi          uint64 // highest sequence number seen
 	seen        uint64 // bit i: hi-i seen
 	lastHeard   time.Time
-	firstHeard  time.Time // of this incarnation
 	stateSeq    uint64
 	decisions   map[string]Decision
 }
@@ -269,7 +268,8 @@ func Start(p Params) (*Node, error) {
 	}
 	n := &Node{cfg: p.Config, name: p.Name, now: p.Now, log: p.Log, local: p.Local,
 		remote: window.New(p.Local.Span(), p.MaxSeries, p.Now), peers: map[string]*peer{},
-		incarnation: uint64(p.Now().UnixNano()), started: p.Now(), sendSem: make(chan struct{}, 8), stop: make(chan struct{})}
+		started: p.Now(), sendSem: make(chan struct{}, 8), stop: make(chan struct{})}
+	n.incarnation = uint64(n.started.UnixNano())
 	n.exporter.Store = p.Local
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = p.Name
@@ -427,32 +427,41 @@ func rank(backend string, members []string) []string {
 }
 
 // picture is the members in the picture now: this node and every peer
-// heard within Timeout. Only the warm ones may decide: a member decides
-// once it has been in the picture for Warmup, so that an agent that just
-// started (with no pooled history and an empty ledger) follows the
-// fleet's word before it gives its own. When none is warm (a fleet that
-// starts together), all may.
+// heard within Timeout. Only the warm ones may decide, so that an agent
+// that (re)starts into a running fleet, with no pooled history and an
+// empty ledger, follows the fleet's word before it gives its own. A
+// member is warm once it has run for Warmup, or for about as long as
+// the longest-running member (within startGrace): a fleet started
+// together is warm at once. Every agent reads a member's start from its
+// incarnation, so all of them agree on who is warm.
 type picture struct {
 	self      string
 	all, warm []string // sorted
 }
 
+// startGrace is how far apart members may start and still count as
+// started together.
+const startGrace = 5 * time.Second
+
 // picture is the members in the picture now. Callers hold n.mu.
 func (n *Node) picture(now time.Time) picture {
 	p := picture{self: n.name, all: []string{n.name}}
-	if now.Sub(n.started) >= n.cfg.Warmup {
-		p.warm = append(p.warm, n.name)
-	}
+	ages := map[string]time.Duration{n.name: now.Sub(n.started)}
+	oldest := ages[n.name]
 	for name, q := range n.peers {
 		if now.Sub(q.lastHeard) <= n.cfg.Timeout {
 			p.all = append(p.all, name)
-			if now.Sub(q.firstHeard) >= n.cfg.Warmup {
-				p.warm = append(p.warm, name)
-			}
+			ages[name] = now.Sub(time.Unix(0, int64(q.incarnation)))
+			oldest = max(oldest, ages[name])
 		}
 	}
 	sort.Strings(p.all)
-	sort.Strings(p.warm)
+	warmAfter := min(n.cfg.Warmup, oldest-startGrace)
+	for _, name := range p.all {
+		if ages[name] >= warmAfter {
+			p.warm = append(p.warm, name)
+		}
+	}
 	return p
 }
 
@@ -629,9 +638,6 @@ func (n *Node) receive(b []byte) {
 			n.counters.Duplicates.Add(1)
 		}
 		return
-	}
-	if p.firstHeard.IsZero() {
-		p.firstHeard = now
 	}
 	p.lastHeard, n.lastHeard = now, now
 	if m, isState := msg.(*stateMsg); isState && m.Seq > p.stateSeq {
