@@ -1,0 +1,260 @@
+package fleet
+
+import (
+	"context"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/internal/lab/fakes"
+	"github.com/hapilot/hapilot/internal/window"
+	"github.com/rs/zerolog"
+)
+
+// newTestNode is a node with no network: messages reach it through
+// receive, time through clk.
+func newTestNode(name string, clk *fakes.Clock) *Node {
+	local := window.New(time.Minute, 64, clk.Now)
+	cfg := DefaultConfig()
+	return &Node{cfg: cfg, name: name, now: clk.Now, log: zerolog.Nop(), local: local, remote: window.New(time.Minute, 64, clk.Now),
+		peers: map[string]*peer{}, started: clk.Now().Add(-time.Hour), incarnation: 1, exporter: window.Exporter{Store: local}}
+}
+
+var seqs = map[string]uint64{}
+
+// from is a state message of peer, started an hour before now.
+func from(peer string, now time.Time, ds ...Decision) []byte {
+	seqs[peer]++
+	return encodeState(stateMsg{header: header{Sender: peer, Incarnation: uint64(now.Add(-time.Hour).UnixNano()), Seq: seqs[peer]}, Decisions: ds})
+}
+
+func view(backend string, servers ...agent.ServerView) agent.Observation {
+	for i := range servers {
+		servers[i].Backend = backend
+	}
+	return agent.Observation{Lookback: time.Minute, RecentSpan: 10 * time.Second, Backends: []agent.BackendView{{Name: backend, Servers: servers}}}
+}
+
+func srv(name string, owner agent.Owner, admin int, weight int, changed *agent.Change) agent.ServerView {
+	return agent.ServerView{Server: name, Owner: owner, Changed: changed,
+		State: haproxy.ServerState{Server: name, AdminState: admin, OpState: haproxy.OpRunning, Weight: weight, Initial: 100}}
+}
+
+// The members that decide: whoever ranks first for the backend among the
+// members heard within the timeout; alone, this node.
+func TestRolesFollowThePicture(t *testing.T) {
+	clk := fakes.NewClock(time.Unix(100000, 0))
+	n := newTestNode("a", clk)
+	obs := view("app", srv("srv1", agent.OwnerNone, 0, 100, nil))
+	role := func() BackendStatus {
+		n.split(obs)
+		return n.view[0]
+	}
+	if st := role(); st.Role != RoleAlone || st.Decider != "a" || st.Evidence != "local" {
+		t.Fatalf("no peer: %+v", st)
+	}
+	// b and c speak; one of the three ranks first for app
+	n.receive(from("b", clk.Now()))
+	n.receive(from("c", clk.Now()))
+	first := rank("app", []string{"a", "b", "c"})[0]
+	st := role()
+	if st.Decider != first {
+		t.Fatalf("decider %s, want the first by rank, %s", st.Decider, first)
+	}
+	if first != "a" && st.Role != RoleLocal {
+		t.Fatalf("the decider %s has not spoken for app: role %s, want local", first, st.Role)
+	}
+	if first != "a" {
+		n.receive(from(first, clk.Now(), Decision{Backend: "app"}))
+		if st := role(); st.Role != RoleFollower || st.Evidence != "pooled" {
+			t.Fatalf("the decider spoke: %+v", st)
+		}
+	}
+	// past the timeout without a word from either: alone again
+	clk.Advance(n.cfg.Timeout + time.Millisecond)
+	if st := role(); st.Role != RoleAlone {
+		t.Fatalf("after the timeout: %+v", st)
+	}
+}
+
+// A member that joined a running fleet minutes after the others follows
+// until it has run for the warm-up, even where it ranks first.
+func TestYoungMemberDoesNotDecide(t *testing.T) {
+	clk := fakes.NewClock(time.Unix(100000, 0))
+	// find a backend name for which the young member ranks first
+	backend := ""
+	for _, b := range []string{"app", "api", "web", "static", "auth", "cart", "img", "search"} {
+		if rank(b, []string{"old", "young"})[0] == "young" {
+			backend = b
+			break
+		}
+	}
+	if backend == "" {
+		t.Fatal("no backend ranks young first")
+	}
+	for _, tc := range []struct {
+		name   string
+		youngs time.Duration // how long young has run
+		want   string
+	}{
+		{"just joined", 2 * time.Second, "old"},
+		{"joined with the fleet", time.Hour - 3*time.Second, "young"},
+		{"warm", DefaultConfig().Warmup, "young"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newTestNode("young", clk)
+			n.started = clk.Now().Add(-tc.youngs)
+			n.receive(from("old", clk.Now()))
+			n.split(view(backend, srv("srv1", agent.OwnerNone, 0, 100, nil)))
+			if got := n.view[0].Decider; got != tc.want {
+				t.Fatalf("decider %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// A decider's pooled view is its own windows and its peers' counts added.
+func TestDeciderJudgesPooledEvidence(t *testing.T) {
+	clk := fakes.NewClock(time.Unix(100000, 0))
+	n := newTestNode("a", clk)
+	backend := "" // one a decides among a and b
+	for _, b := range []string{"app", "api", "web", "static", "auth"} {
+		if rank(b, []string{"a", "b"})[0] == "a" {
+			backend = b
+			break
+		}
+	}
+	for i := 0; i < 30; i++ {
+		n.local.Record(window.Event{Backend: []byte(backend), Server: []byte("srv1"), Status: 200, ResponseMs: 9})
+	}
+	peerStore := window.New(time.Minute, 8, clk.Now)
+	for i := 0; i < 70; i++ {
+		status := 200
+		if i < 7 {
+			status = 500
+		}
+		peerStore.Record(window.Event{Backend: []byte(backend), Server: []byte("srv1"), Status: status, ResponseMs: 9})
+	}
+	ex := window.Exporter{Store: peerStore}
+	n.receive(from("b", clk.Now()))
+	for _, m := range encodeCounts(header{Sender: "b", Incarnation: uint64(clk.Now().Add(-time.Hour).UnixNano())}, ex.Deltas(), 1336, func() uint64 { seqs["b"]++; return seqs["b"] }) {
+		n.receive(m)
+	}
+	mine, follow := n.split(view(backend, srv("srv1", agent.OwnerNone, 0, 100, nil)))
+	if len(follow) != 0 || len(mine.Backends) != 1 {
+		t.Fatalf("a decides %s: mine %d, followed %d", backend, len(mine.Backends), len(follow))
+	}
+	w := mine.Backends[0].Servers[0].Window
+	if w.Requests != 100 || w.Err5xx != 7 {
+		t.Fatalf("pooled window %d requests, %d 5xx; want 100 and 7", w.Requests, w.Err5xx)
+	}
+	if st := n.view[0]; st.Evidence != "pooled" || st.Pooled.Requests != 100 || st.Local.Requests != 30 {
+		t.Fatalf("status %+v", st)
+	}
+	// the same message again changes nothing
+	if got := n.counters.Duplicates.Load(); got != 0 {
+		t.Fatalf("duplicates %d before any", got)
+	}
+}
+
+// A repeated, late or stale message changes nothing; a new process of a
+// peer's name starts afresh.
+func TestMessagesAreIdempotent(t *testing.T) {
+	clk := fakes.NewClock(time.Unix(100000, 0))
+	n := newTestNode("a", clk)
+	inc := uint64(clk.Now().Add(-time.Hour).UnixNano())
+	msg := func(inc, seq uint64, held ...Held) []byte {
+		return encodeState(stateMsg{header: header{Sender: "b", Incarnation: inc, Seq: seq}, Decisions: []Decision{{Backend: "app", Held: held}}})
+	}
+	drained := Held{Server: "srv1", Phase: agent.PhaseDrained}
+	n.receive(msg(inc, 5, drained))
+	n.receive(msg(inc, 5, drained)) // repeated
+	n.receive(msg(inc, 4))          // late: an older word
+	if got := n.peers["b"].decisions["app"].Held; len(got) != 1 {
+		t.Fatalf("a late message replaced the decision: %+v", got)
+	}
+	n.receive(msg(inc-1, 9)) // an older process of b
+	if d, s := n.counters.Duplicates.Load(), n.counters.Stale.Load(); d != 1 || s != 1 {
+		t.Fatalf("duplicates %d stale %d, want 1 and 1", d, s)
+	}
+	n.receive(msg(inc+1, 1)) // b restarted
+	if got := n.peers["b"].decisions["app"].Held; len(got) != 0 {
+		t.Fatalf("the restarted peer's word did not replace the old one: %+v", got)
+	}
+	n.receive(encodeState(stateMsg{header: header{Sender: "a", Incarnation: 1, Seq: 1}}))
+	if n.counters.Rejected.Load() != 1 {
+		t.Fatal("a message in this node's own name was accepted")
+	}
+}
+
+func TestReconcileFollowsTheDecidersState(t *testing.T) {
+	drainedHere := &agent.Change{Phase: agent.PhaseDrained}
+	canaryHere := &agent.Change{Phase: agent.PhaseCanary, Weight: 25}
+	for _, tc := range []struct {
+		name string
+		here agent.ServerView
+		held *Held
+		want agent.Plan
+	}{
+		{"not held, serving", srv("s", agent.OwnerNone, 0, 100, nil), nil, nil},
+		{"not held, drained here: left to this node's recovery", srv("s", agent.OwnerAgent, haproxy.AdminForcedDrain, 100, drainedHere), nil, nil},
+		{"held drained, serving here", srv("s", agent.OwnerNone, 0, 100, nil), &Held{Server: "s", Phase: agent.PhaseDrained, Reason: "5xx"},
+			agent.Plan{{Kind: agent.Drain, Backend: "app", Server: "s", Reason: "fleet: b drained it: 5xx"}}},
+		{"held drained, drained here already", srv("s", agent.OwnerAgent, haproxy.AdminForcedDrain, 100, drainedHere), &Held{Server: "s", Phase: agent.PhaseDrained}, nil},
+		{"held drained, an operator's here", srv("s", agent.OwnerOperator, haproxy.AdminForcedMaint, 100, nil), &Held{Server: "s", Phase: agent.PhaseDrained}, nil},
+		{"held at a cut weight, full here", srv("s", agent.OwnerNone, 0, 100, nil), &Held{Server: "s", Phase: agent.PhaseCut, Weight: 50},
+			agent.Plan{{Kind: agent.SetWeight, Backend: "app", Server: "s", Weight: 50, Reason: "fleet: b holds it at weight 50"}}},
+		{"canary there, drained here: the canary weight first", srv("s", agent.OwnerAgent, haproxy.AdminForcedDrain, 100, drainedHere), &Held{Server: "s", Phase: agent.PhaseCanary, Weight: 25},
+			agent.Plan{{Kind: agent.SetWeight, Backend: "app", Server: "s", Weight: 25, Reason: "fleet: b re-admits it at a reduced weight, after its probes"}}},
+		{"canary there, drained here at the canary weight: ready", srv("s", agent.OwnerAgent, haproxy.AdminForcedDrain, 25, drainedHere), &Held{Server: "s", Phase: agent.PhaseCanary, Weight: 25},
+			agent.Plan{{Kind: agent.Ready, Backend: "app", Server: "s", Readmit: true, Reason: "fleet: b re-admitted it, after its probes"}}},
+		{"canary there and here", srv("s", agent.OwnerAgent, 0, 25, canaryHere), &Held{Server: "s", Phase: agent.PhaseCanary, Weight: 25}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := followed{view: view("app", tc.here).Backends[0], decider: "b"}
+			if tc.held != nil {
+				f.decision.Held = []Held{*tc.held}
+			}
+			if got := reconcile(f); !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+type recordingRecovery struct{ saw []string }
+
+func (r *recordingRecovery) Plan(_ context.Context, obs agent.Observation) agent.Plan {
+	r.saw = nil
+	for _, b := range obs.Backends {
+		for _, s := range b.Servers {
+			r.saw = append(r.saw, s.Server)
+		}
+	}
+	return nil
+}
+func (r *recordingRecovery) RequestProbe(string, string) {}
+
+// Recovery leaves a server a decider elsewhere holds to that decider.
+func TestRecoveryLeavesHeldServersToTheirDecider(t *testing.T) {
+	clk := fakes.NewClock(time.Unix(100000, 0))
+	n := newTestNode("a", clk)
+	backend := ""
+	for _, b := range []string{"app", "api", "web", "static", "auth"} {
+		if rank(b, []string{"a", "b"})[0] == "b" {
+			backend = b
+			break
+		}
+	}
+	n.receive(from("b", clk.Now(), Decision{Backend: backend, Held: []Held{{Server: "srv2", Phase: agent.PhaseDrained}}}))
+	obs := view(backend, srv("srv1", agent.OwnerAgent, haproxy.AdminForcedDrain, 100, &agent.Change{Phase: agent.PhaseDrained}),
+		srv("srv2", agent.OwnerAgent, haproxy.AdminForcedDrain, 100, &agent.Change{Phase: agent.PhaseDrained}))
+	n.split(obs)
+	rec := &recordingRecovery{}
+	Recovery{Inner: rec, Node: n}.Plan(context.Background(), obs)
+	if !reflect.DeepEqual(rec.saw, []string{"srv1"}) {
+		t.Fatalf("recovery saw %v, want srv1 only", rec.saw)
+	}
+}
