@@ -29,7 +29,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"log"
 	"net"
@@ -400,11 +399,16 @@ func (n *Node) Close() {
 // hashing, so that a member's going moves only its own backends, and
 // every agent ranks the same members the same way.
 func score(member, backend string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(backend))
-	h.Write([]byte{0})
-	h.Write([]byte(member))
-	x := h.Sum64()
+	// FNV-1a over backend, a zero byte and member
+	const prime = 1099511628211
+	x := uint64(14695981039346656037)
+	for i := 0; i < len(backend); i++ {
+		x = (x ^ uint64(backend[i])) * prime
+	}
+	x *= prime
+	for i := 0; i < len(member); i++ {
+		x = (x ^ uint64(member[i])) * prime
+	}
 	// splitmix64's finaliser: FNV's high bits are poor alone.
 	x ^= x >> 30
 	x *= 0xbf58476d1ce4e5b9
@@ -415,14 +419,24 @@ func score(member, backend string) uint64 {
 
 // rank orders members for backend, decider first.
 func rank(backend string, members []string) []string {
-	out := append([]string(nil), members...)
-	sort.Slice(out, func(i, j int) bool {
-		si, sj := score(out[i], backend), score(out[j], backend)
-		if si != sj {
-			return si > sj
+	type scored struct {
+		name  string
+		score uint64
+	}
+	sc := make([]scored, len(members))
+	for i, m := range members {
+		sc[i] = scored{m, score(m, backend)}
+	}
+	sort.Slice(sc, func(i, j int) bool {
+		if sc[i].score != sc[j].score {
+			return sc[i].score > sc[j].score
 		}
-		return out[i] < out[j]
+		return sc[i].name < sc[j].name
 	})
+	out := make([]string, len(sc))
+	for i, s := range sc {
+		out[i] = s.name
+	}
 	return out
 }
 
@@ -529,8 +543,14 @@ func (n *Node) sync() {
 		return
 	}
 	byDest := map[string][]window.Delta{}
+	receivers := map[string][]string{} // by backend: deltas come sorted, many per backend
 	for _, d := range deltas {
-		for _, dest := range pic.receivers(d.Backend) {
+		r, ok := receivers[d.Backend]
+		if !ok {
+			r = pic.receivers(d.Backend)
+			receivers[d.Backend] = r
+		}
+		for _, dest := range r {
 			if dest != n.name {
 				byDest[dest] = append(byDest[dest], d)
 			}

@@ -142,7 +142,9 @@ func TestDeciderJudgesPooledEvidence(t *testing.T) {
 	for _, m := range encodeCounts(header{Sender: "b", Incarnation: uint64(clk.Now().Add(-time.Hour).UnixNano())}, ex.Deltas(), 1336, func() uint64 { seqs["b"]++; return seqs["b"] }) {
 		n.receive(m)
 	}
-	mine, follow := n.split(view(backend, srv("srv1", agent.OwnerNone, 0, 100, nil)))
+	obs := view(backend, srv("srv1", agent.OwnerNone, 0, 100, nil))
+	obs.Backends[0].Servers[0].Window = n.local.Snapshot(time.Minute)[0] // the loop's own view
+	mine, follow := n.split(obs)
 	if len(follow) != 0 || len(mine.Backends) != 1 {
 		t.Fatalf("a decides %s: mine %d, followed %d", backend, len(mine.Backends), len(follow))
 	}

@@ -69,19 +69,17 @@ func (n *Node) split(obs agent.Observation) (mine agent.Observation, follow []fo
 
 	mine = obs
 	mine.Backends = nil
-	local := byKey(n.local.Snapshot(obs.Lookback))
-	var pooled map[string]window.Stats
-	var pooledRecent map[string]window.Stats
-	if !alone {
+	var pooled, pooledRecent map[string]window.Stats
+	if decided := n.decidedHere(obs, pic); len(decided) > 0 {
 		m := window.Merged{n.local, n.remote}
-		pooled, pooledRecent = byKey(m.Snapshot(obs.Lookback)), byKey(m.Snapshot(obs.RecentSpan))
+		pooled, pooledRecent = byKey(m.SnapshotOf(obs.Lookback, decided)), byKey(m.SnapshotOf(obs.RecentSpan, decided))
 	}
 	var names []string
 	var view []BackendStatus
 	for _, b := range obs.Backends {
 		names = append(names, b.Name)
 		r := pic.rank(b.Name)
-		st := BackendStatus{Backend: b.Name, Decider: r[0], Evidence: "local", Local: sum(b.Name, b.Servers, local)}
+		st := BackendStatus{Backend: b.Name, Decider: r[0], Evidence: "local", Local: localEvidence(b.Servers)}
 		if len(r) > 1 {
 			st.Standby = r[1]
 		}
@@ -118,6 +116,31 @@ func byKey(stats []window.Stats) map[string]window.Stats {
 		m[s.Backend+"/"+s.Server] = s
 	}
 	return m
+}
+
+// decidedHere are the backends of obs this node decides on pooled
+// evidence: none when it is alone.
+func (n *Node) decidedHere(obs agent.Observation, pic picture) map[string]bool {
+	if pic.alone() {
+		return nil
+	}
+	out := map[string]bool{}
+	for _, b := range obs.Backends {
+		if pic.rank(b.Name)[0] == n.name {
+			out[b.Name] = true
+		}
+	}
+	return out
+}
+
+// localEvidence sums this node's own windows, as the loop observed them.
+func localEvidence(servers []agent.ServerView) Evidence {
+	var e Evidence
+	for _, s := range servers {
+		e.Requests += s.Window.Requests
+		e.Err5xx += s.Window.Err5xx
+	}
+	return e
 }
 
 func sum(backend string, servers []agent.ServerView, stats map[string]window.Stats) Evidence {

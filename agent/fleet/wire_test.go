@@ -74,7 +74,7 @@ func TestCountsChunkedUnderTheLimit(t *testing.T) {
 // and a message cut anywhere is refused.
 func TestDecodeRefusesMalformed(t *testing.T) {
 	valid := encodeState(sampleState())
-	counts := encodeCounts(header{Sender: "b", Incarnation: 1}, sampleDeltas(3), 1 << 20, func() uint64 { return 1 })[0]
+	counts := encodeCounts(header{Sender: "b", Incarnation: 1}, sampleDeltas(3), 1<<20, func() uint64 { return 1 })[0]
 	for _, m := range [][]byte{valid, counts} {
 		for i := 0; i < len(m); i++ {
 			if _, err := decode(m[:i]); err == nil {

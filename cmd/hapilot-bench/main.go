@@ -4,6 +4,7 @@
 //	hapilot-bench demo            a demo fleet, static then rules, and a before/after table
 //	hapilot-bench bench           the study's benchmark, and harder scenarios
 //	hapilot-bench bench overhead  what each telemetry path costs HAProxy
+//	hapilot-bench fleet-sim       fleet mode at scale, in process over loopback
 //
 // It links the lab (fleets, scenarios, the Ollama stand-in, the HAProxy
 // process runner); the agent an operator installs is cmd/hapilot, which
@@ -30,6 +31,7 @@ commands:
   demo            run a demo fleet behind a real HAProxy, static then rules, and print a table
   bench           the study's benchmark and harder scenarios against a real HAProxy
   bench overhead  what each telemetry path costs HAProxy
+  fleet-sim       fleet mode at 100 nodes x 1,000 servers, in one process over loopback
   version         print the version
 
 Run 'hapilot-bench <command> -h' for a command's flags.
@@ -52,6 +54,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdDemo(ctx, args[1:], stdout, stderr)
 	case "bench":
 		err = cmdBench(ctx, args[1:], stdout, stderr)
+	case "fleet-sim":
+		err = cmdFleetSim(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "hapilot-bench "+version)
 	case "help", "-h", "--help":

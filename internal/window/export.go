@@ -101,17 +101,22 @@ func (sr *Series) gains(now int64, prev *[ExportBack + 1]shipped) Delta {
 		if p.sec != sec {
 			*p = shipped{sec: sec}
 		}
+		if b.requests.Load() == p.requests && b.err5xx.Load() == p.err5xx {
+			// nothing new: a writer adds to requests first, so latency
+			// counts racing this read are shipped with its next gain
+			continue
+		}
 		var s Second
 		s.Ago = uint8(ago)
 		s.Requests = gain(b.requests.Load(), &p.requests)
 		s.Err5xx = gain(b.err5xx.Load(), &p.err5xx)
 		s.Err4xx = gain(b.err4xx.Load(), &p.err4xx)
 		s.Retried = gain(b.retried.Load(), &p.retried)
-		for j := range b.latency {
-			if g := gain(b.latency[j].Load(), &p.latency[j]); g > 0 {
+		b.eachLatency(func(j int, c uint32) {
+			if g := gain(c, &p.latency[j]); g > 0 {
 				s.Latency = append(s.Latency, Bin{Index: uint8(j), Count: g})
 			}
-		}
+		})
 		if s.Requests > 0 || s.Err5xx > 0 || s.Err4xx > 0 || s.Latency != nil {
 			d.Seconds = append(d.Seconds, s)
 		}
@@ -183,7 +188,7 @@ func (s *Store) Add(backend, server string, sec Second) error {
 	b.err4xx.Add(sec.Err4xx)
 	b.retried.Add(sec.Retried)
 	for _, l := range sec.Latency {
-		b.latency[l.Index].Add(l.Count)
+		b.addLatency(int(l.Index), l.Count)
 	}
 	return nil
 }

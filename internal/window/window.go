@@ -11,6 +11,7 @@ package window
 
 import (
 	"math/bits"
+
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -65,6 +66,31 @@ type bucket struct {
 	err4xx   atomic.Uint32
 	retried  atomic.Uint32
 	latency  [latencyBins]atomic.Uint32
+	// used marks the latency bins written this second, so that readers
+	// visit those only (a server's answers fall in a few bins of 112).
+	used [usedWords]atomic.Uint64
+}
+
+const usedWords = (latencyBins + 63) / 64
+
+// addLatency counts n answers in bin i, marking the bin used: a load
+// first, so that only its first answer of the second pays the atomic OR.
+func (b *bucket) addLatency(i int, n uint32) {
+	b.latency[i].Add(n)
+	w, bit := &b.used[i>>6], uint64(1)<<(i&63)
+	if w.Load()&bit == 0 {
+		w.Or(bit)
+	}
+}
+
+// eachLatency calls f with every used bin and its count.
+func (b *bucket) eachLatency(f func(i int, c uint32)) {
+	for w := range b.used {
+		for set := b.used[w].Load(); set != 0; set &= set - 1 {
+			i := w<<6 | bits.TrailingZeros64(set)
+			f(i, b.latency[i].Load())
+		}
+	}
 }
 
 // BytesPerSeries is the memory one series takes for a window of span:
@@ -220,6 +246,9 @@ func (b *bucket) clear() {
 	for i := range b.latency {
 		b.latency[i].Store(0)
 	}
+	for i := range b.used {
+		b.used[i].Store(0)
+	}
 }
 
 func (sr *Series) recordRetried(sec int64, count uint32) {
@@ -243,7 +272,7 @@ func (sr *Series) record(sec int64, status, ms int, count uint32) {
 		b.err4xx.Add(count)
 	}
 	if ms >= 0 {
-		b.latency[latencyBin(ms)].Add(count)
+		b.addLatency(latencyBin(ms), count)
 	}
 }
 
@@ -316,6 +345,11 @@ type Merged []*Store
 // span) of every series in any of the stores, sorted by backend then
 // server.
 func (ms Merged) Snapshot(last time.Duration) []Stats {
+	return ms.SnapshotOf(last, nil)
+}
+
+// SnapshotOf is Snapshot of the backends in only (all when nil).
+func (ms Merged) SnapshotOf(last time.Duration, only map[string]bool) []Stats {
 	if len(ms) == 0 {
 		return nil
 	}
@@ -324,25 +358,31 @@ func (ms Merged) Snapshot(last time.Duration) []Stats {
 		secs = ms[0].span
 	}
 	now := ms[0].now().Unix()
-	accs := map[[2]string]*accumulator{}
-	var order []*accumulator
-	for _, s := range ms {
-		for _, srv := range *s.series.Load() {
-			for _, sr := range srv {
-				k := [2]string{sr.Backend, sr.Server}
-				a := accs[k]
-				if a == nil {
-					a = newAccumulator(sr.Backend, sr.Server, secs)
-					accs[k] = a
-					order = append(order, a)
+	maps := make([]seriesMap, len(ms))
+	for i, s := range ms {
+		maps[i] = *s.series.Load()
+	}
+	var out []Stats
+	acc := newAccumulator(secs) // reused: one series at a time
+	for i, m := range maps {
+		for backend, srv := range m {
+			if only != nil && !only[backend] {
+				continue
+			}
+			for server, sr := range srv {
+				if inAny(maps[:i], backend, server) {
+					continue // summed with the store it was first found in
 				}
-				a.add(sr, now)
+				acc.reset(backend, server)
+				acc.add(sr, now)
+				for _, other := range maps[i+1:] {
+					if o := other[backend][server]; o != nil {
+						acc.add(o, now)
+					}
+				}
+				out = append(out, acc.stats())
 			}
 		}
-	}
-	out := make([]Stats, 0, len(order))
-	for _, a := range order {
-		out = append(out, a.stats())
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Backend != out[j].Backend {
@@ -351,6 +391,15 @@ func (ms Merged) Snapshot(last time.Duration) []Stats {
 		return out[i].Server < out[j].Server
 	})
 	return out
+}
+
+func inAny(maps []seriesMap, backend, server string) bool {
+	for _, m := range maps {
+		if m[backend][server] != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // accumulator sums one series' buckets over the last secs seconds, from
@@ -366,8 +415,15 @@ type accumulator struct {
 	held   []bool
 }
 
-func newAccumulator(backend, server string, secs int64) *accumulator {
-	return &accumulator{st: Stats{Backend: backend, Server: server}, secs: secs, perSec: make([]uint64, secs), held: make([]bool, secs)}
+func newAccumulator(secs int64) *accumulator {
+	return &accumulator{secs: secs, perSec: make([]uint64, secs), held: make([]bool, secs)}
+}
+
+func (a *accumulator) reset(backend, server string) {
+	a.st = Stats{Backend: backend, Server: server}
+	a.hist, a.timed = [latencyBins]uint64{}, 0
+	clear(a.perSec)
+	clear(a.held)
 }
 
 func (a *accumulator) add(sr *Series, now int64) {
@@ -384,11 +440,10 @@ func (a *accumulator) add(sr *Series, now int64) {
 		a.st.Err5xx += uint64(b.err5xx.Load())
 		a.st.Err4xx += uint64(b.err4xx.Load())
 		a.st.Retried += uint64(b.retried.Load())
-		for j := range b.latency {
-			c := uint64(b.latency[j].Load())
-			a.hist[j] += c
-			a.timed += c
-		}
+		b.eachLatency(func(j int, c uint32) {
+			a.hist[j] += uint64(c)
+			a.timed += uint64(c)
+		})
 	}
 }
 
@@ -525,10 +580,10 @@ func (s *Store) PerSecond(n int) []Seconds {
 				}
 				ps.Requests[i], ps.Err5xx[i] = b.requests.Load(), b.err5xx.Load()
 				var timed uint64
-				for j := range b.latency {
-					c := uint64(b.latency[j].Load())
-					hist[j], timed = c, timed+c
-				}
+				hist = [latencyBins]uint64{}
+				b.eachLatency(func(j int, c uint32) {
+					hist[j], timed = uint64(c), timed+uint64(c)
+				})
 				ps.P99Ms[i] = quantile(&hist, timed, 0.99)
 			}
 			out = append(out, ps)

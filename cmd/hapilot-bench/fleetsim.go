@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hapilot/hapilot/internal/lab/fleetsim"
+	"github.com/rs/zerolog"
+)
+
+// cmdFleetSim runs fleet mode at sizes one machine's HAProxy processes
+// cannot reach: the real agents (loop, rules, guardrails, fleet over
+// memberlist, encrypted) on loopback, with in-memory runtime sockets.
+func cmdFleetSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("hapilot-bench fleet-sim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	nodes := fs.String("nodes", "100", "fleet sizes, comma-separated (one run each)")
+	backends := fs.Int("backends", 100, "backends per node")
+	servers := fs.Int("servers", 10, "servers per backend")
+	rate := fs.Float64("rate", 2, "requests per second each node sends each server")
+	steady := fs.Duration("steady", 10*time.Second, "how long traffic is measured before the fault")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var results []*fleetsim.Result
+	for _, f := range strings.Split(*nodes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 2 {
+			return fmt.Errorf("--nodes %q: want sizes of at least 2", f)
+		}
+		fmt.Fprintf(stderr, "fleet-sim: %d nodes x %d servers...\n", n, *backends**servers)
+		r, err := fleetsim.Run(ctx, fleetsim.Setup{Nodes: n, Backends: *backends, Servers: *servers, Rate: *rate, Steady: *steady,
+			Log: zerolog.New(stderr).With().Timestamp().Logger()})
+		if err != nil {
+			return fmt.Errorf("%d nodes: %w", n, err)
+		}
+		fmt.Fprintf(stderr, "fleet-sim: %d nodes: decider of %s was %s\n", n, r.Faulty, r.Decider)
+		results = append(results, r)
+	}
+	fmt.Fprintf(stdout, "fleet-sim: every node is the real agent (loop, rules, guardrails, fleet mode over memberlist with its keyring) on loopback UDP/TCP, with an in-memory runtime socket; interval 1 s, windows 10 s, fleet-sync 250ms, fleet-timeout 1s; one server of one backend starts failing 5%% of requests on every node\n")
+	fleetsim.WriteTable(stdout, results)
+	return nil
+}
