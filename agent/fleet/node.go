@@ -427,17 +427,37 @@ func rank(backend string, members []string) []string {
 	for i, m := range members {
 		sc[i] = scored{m, score(m, backend)}
 	}
-	sort.Slice(sc, func(i, j int) bool {
-		if sc[i].score != sc[j].score {
-			return sc[i].score > sc[j].score
-		}
-		return sc[i].name < sc[j].name
-	})
+	sort.Slice(sc, func(i, j int) bool { return before(sc[i].score, sc[i].name, sc[j].score, sc[j].name) })
 	out := make([]string, len(sc))
 	for i, s := range sc {
 		out[i] = s.name
 	}
 	return out
+}
+
+// before is rank's order: the higher score first, the name on a tie.
+func before(si uint64, ni string, sj uint64, nj string) bool {
+	if si != sj {
+		return si > sj
+	}
+	return ni < nj
+}
+
+// firstTwo is rank(backend, members)[:2] without the sort: each step asks
+// it of every backend, and a fleet has many members.
+func firstTwo(backend string, members []string) (first, second string) {
+	var s1, s2 uint64
+	for _, m := range members {
+		sc := score(m, backend)
+		switch {
+		case first == "" || before(sc, m, s1, first):
+			second, s2 = first, s1
+			first, s1 = m, sc
+		case second == "" || before(sc, m, s2, second):
+			second, s2 = m, sc
+		}
+	}
+	return first, second
 }
 
 // picture is the members in the picture now: this node and every peer
@@ -482,22 +502,26 @@ func (n *Node) picture(now time.Time) picture {
 // alone reports whether no peer is in the picture.
 func (p picture) alone() bool { return len(p.all) == 1 }
 
-// rank orders the members that may decide backend, decider first.
-func (p picture) rank(backend string) []string {
+// decider is the member that decides backend, and the next in line
+// ("" when alone).
+func (p picture) decider(backend string) (first, second string) {
 	if len(p.warm) > 0 {
-		return rank(backend, p.warm)
+		return firstTwo(backend, p.warm)
 	}
-	return rank(backend, p.all)
+	return firstTwo(backend, p.all)
 }
 
 // receivers are the peers that get this node's counts of backend: its
 // decider and the next in line (a takeover starts from the same
 // evidence), and the member that will decide it once warm.
 func (p picture) receivers(backend string) []string {
-	r := p.rank(backend)
-	out := r[:min(2, len(r))]
-	if future := rank(backend, p.all)[0]; future != out[0] && (len(out) < 2 || future != out[1]) {
-		out = append(out[:len(out):len(out)], future)
+	first, second := p.decider(backend)
+	out := []string{first}
+	if second != "" {
+		out = append(out, second)
+	}
+	if future, _ := firstTwo(backend, p.all); future != first && future != second {
+		out = append(out, future)
 	}
 	return out
 }
@@ -523,7 +547,7 @@ func (n *Node) sync() {
 
 	st := stateMsg{header: n.header(kindState)}
 	for _, b := range backends {
-		if !pic.alone() && pic.rank(b)[0] == n.name {
+		if d, _ := pic.decider(b); !pic.alone() && d == n.name {
 			d := Decision{Backend: b, Held: n.held(b)}
 			if v, ok := view[b]; ok {
 				d.PooledRequests, d.PooledErr5xx = v.Pooled.Requests, v.Pooled.Err5xx

@@ -260,3 +260,17 @@ func TestRecoveryLeavesHeldServersToTheirDecider(t *testing.T) {
 		t.Fatalf("recovery saw %v, want srv1 only", rec.saw)
 	}
 }
+
+// firstTwo agrees with the full ranking.
+func TestFirstTwoIsTheRankingsHead(t *testing.T) {
+	members := []string{"a", "b", "c", "d", "e", "f", "g"}
+	for _, b := range []string{"app", "api", "web", "x", "y", "z", "b042"} {
+		r := rank(b, members)
+		if f, s := firstTwo(b, members); f != r[0] || s != r[1] {
+			t.Errorf("%s: firstTwo %s %s, rank %v", b, f, s, r[:2])
+		}
+	}
+	if f, s := firstTwo("app", []string{"a"}); f != "a" || s != "" {
+		t.Errorf("one member: %q %q", f, s)
+	}
+}

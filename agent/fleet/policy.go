@@ -78,16 +78,13 @@ func (n *Node) split(obs agent.Observation) (mine agent.Observation, follow []fo
 	var view []BackendStatus
 	for _, b := range obs.Backends {
 		names = append(names, b.Name)
-		r := pic.rank(b.Name)
-		st := BackendStatus{Backend: b.Name, Decider: r[0], Evidence: "local", Local: localEvidence(b.Servers)}
-		if len(r) > 1 {
-			st.Standby = r[1]
-		}
-		switch d, spoke := decisions[r[0]][b.Name]; {
+		decider, standby := pic.decider(b.Name)
+		st := BackendStatus{Backend: b.Name, Decider: decider, Standby: standby, Evidence: "local", Local: localEvidence(b.Servers)}
+		switch d, spoke := decisions[decider][b.Name]; {
 		case alone:
 			st.Role = RoleAlone
 			mine.Backends = append(mine.Backends, b)
-		case r[0] == n.name:
+		case decider == n.name:
 			st.Role, st.Evidence = RoleDecider, "pooled"
 			st.Pooled = sum(b.Name, b.Servers, pooled)
 			mine.Backends = append(mine.Backends, withWindows(b, pooled, pooledRecent))
@@ -100,13 +97,22 @@ func (n *Node) split(obs agent.Observation) (mine agent.Observation, follow []fo
 			for _, h := range d.Held {
 				st.Held = append(st.Held, h.Server)
 			}
-			follow = append(follow, followed{view: b, decider: r[0], decision: d})
+			follow = append(follow, followed{view: b, decider: decider, decision: d})
 		}
 		view = append(view, st)
 	}
 	n.mu.Lock()
 	n.backends, n.view = names, view
 	n.mu.Unlock()
+	// Peers' counts of servers this HAProxy does not report (removed,
+	// renamed) go, as the loop does with its own windows.
+	known := map[string]bool{}
+	for _, b := range obs.Backends {
+		for _, s := range b.Servers {
+			known[b.Name+"/"+s.Server] = true
+		}
+	}
+	n.remote.Retain(func(backend, server string) bool { return known[backend+"/"+server] })
 	return mine, follow
 }
 
@@ -126,7 +132,7 @@ func (n *Node) decidedHere(obs agent.Observation, pic picture) map[string]bool {
 	}
 	out := map[string]bool{}
 	for _, b := range obs.Backends {
-		if pic.rank(b.Name)[0] == n.name {
+		if d, _ := pic.decider(b.Name); d == n.name {
 			out[b.Name] = true
 		}
 	}

@@ -139,3 +139,36 @@ func TestPageSeriesAndToken(t *testing.T) {
 		}
 	}
 }
+
+// In fleet mode, /status carries the fleet's state under "fleet".
+func TestStatusShowsTheFleet(t *testing.T) {
+	rt := fakes.NewRuntime("s1")
+	l := &agent.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Interval: time.Second, Policy: drainOnce{"s1"},
+		Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
+	for _, tc := range []struct {
+		name  string
+		fleet func() any
+		want  bool
+	}{
+		{"fleet off", nil, false},
+		{"fleet on", func() any { return map[string]any{"name": "edge-1", "alone": true} }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Server{Loop: l, Fleet: tc.fleet}
+			var ctx fasthttp.RequestCtx
+			ctx.Request.Header.SetMethod("GET")
+			ctx.Request.SetRequestURI("/status")
+			s.Handler(&ctx)
+			var st struct {
+				Fleet map[string]any `json:"fleet"`
+			}
+			if err := json.Unmarshal(ctx.Response.Body(), &st); err != nil {
+				t.Fatal(err)
+			}
+			if got := st.Fleet != nil; got != tc.want || (tc.want && st.Fleet["name"] != "edge-1") {
+				t.Fatalf("fleet %v, want present %v", st.Fleet, tc.want)
+			}
+		})
+	}
+}
+

@@ -61,6 +61,32 @@ rules-alpha 1e-5
 	}
 }
 
+// validKey is base64 of 32 bytes.
+const validKey = "eREyZHGKihzya6vIm5YbnSXmuIRavMsSS8FVWEMpJ8g="
+
+func keyFile(t *testing.T, mode os.FileMode, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "fleet.key")
+	if err := os.WriteFile(p, []byte(content+"\n"), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// A fleet of valid settings passes, its join list split on commas.
+func TestFleetSettings(t *testing.T) {
+	c, err := parse(t, "", "--fleet-bind", "127.0.0.1:7946", "--fleet-key", keyFile(t, 0o600, validKey), "--fleet-join", "10.0.0.2:7946,10.0.0.3:7946", "--fleet-name", "edge-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Fleet.Join; len(got) != 2 || got[1] != "10.0.0.3:7946" {
+		t.Fatalf("join %v", got)
+	}
+}
+
 func TestInvalid(t *testing.T) {
 	tests := []struct {
 		name, file string
@@ -87,6 +113,13 @@ func TestInvalid(t *testing.T) {
 		{"a window of a million hours", "", []string{"--window", "1000000h"}, "want 1s to 1h0m0s"},
 		{"a window too big for max-servers", "", []string{"--window", "1h", "--max-servers", "4096"}, "MiB of buckets"},
 		{"negative operator hold", "", []string{"--operator-hold", "-1s"}, "operator-hold"},
+		{"fleet without a key", "", []string{"--fleet-bind", "127.0.0.1:7946"}, "fleet-bind needs fleet-key"},
+		{"fleet key others may read", "", []string{"--fleet-bind", "127.0.0.1:7946", "--fleet-key", keyFile(t, 0o644, validKey)}, "chmod 600"},
+		{"fleet key not base64", "", []string{"--fleet-bind", "127.0.0.1:7946", "--fleet-key", keyFile(t, 0o600, "not a key!")}, "want base64"},
+		{"fleet key of 8 bytes", "", []string{"--fleet-bind", "127.0.0.1:7946", "--fleet-key", keyFile(t, 0o600, "c2hvcnRrZXk=")}, "8 bytes, want 16, 24 or 32"},
+		{"fleet join without bind", "", []string{"--fleet-join", "10.0.0.2:7946"}, "need fleet-bind"},
+		{"fleet bind without port", "", []string{"--fleet-bind", "10.0.0.1", "--fleet-key", keyFile(t, 0o600, validKey)}, "fleet-bind"},
+		{"fleet timeout under two syncs", "", []string{"--fleet-bind", "127.0.0.1:7946", "--fleet-key", keyFile(t, 0o600, validKey), "--fleet-timeout", "300ms"}, "fleet-timeout"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

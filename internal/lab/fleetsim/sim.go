@@ -37,19 +37,24 @@ type Setup struct {
 	Servers  int // per backend
 	// Rate is requests per second each node sends each server.
 	Rate     float64
-	Interval time.Duration // the loop's; default 1 s
+	Interval time.Duration // the loop's; default 10 s, the agent's, with the evidence check every 1 s
 	Window   time.Duration // the windows' span; default 10 s
 	// Steady is how long traffic is measured before the fault.
 	Steady time.Duration
 	Log    zerolog.Logger
+	// NodeLog receives every node's fleet log (memberlist's included).
+	NodeLog zerolog.Logger
+	// Tune adjusts memberlist's settings (nil: its LAN defaults, as the
+	// agent runs).
+	Tune func(*memberlist.Config)
 }
 
 // Result is what a run measured.
 type Result struct {
 	Setup
 	Formed        time.Duration // until every node had every other in its picture
-	BytesPerNode  float64       // per second, everything memberlist wrote (gossip, probes, ours, encryption)
-	FleetPerNode  float64       // per second, hapilot's own messages before encryption
+	BytesPerNode  float64       // per second, everything memberlist wrote (gossip, probes, ours; compressed if on, encrypted)
+	FleetPerNode  float64       // per second, hapilot's own messages, plaintext
 	MaxBytesNode  float64       // the busiest node's
 	Decided       time.Duration // from the fault to the decider's drain
 	Converged     time.Duration // from the fault to every node's drain
@@ -74,7 +79,7 @@ type simNode struct {
 // Run runs a simulation until it has measured everything, or ctx ends.
 func Run(ctx context.Context, s Setup) (*Result, error) {
 	if s.Interval == 0 {
-		s.Interval = time.Second
+		s.Interval = 10 * time.Second // the agent's default, with its evidence check every second
 	}
 	if s.Window == 0 {
 		s.Window = 10 * time.Second
@@ -128,8 +133,21 @@ func Run(ctx context.Context, s Setup) (*Result, error) {
 	defer stopTraffic()
 	go traffic.run(tctx, s)
 
-	// 1. The fleet forms: every node sees every other.
-	if err := waitFor(ctx, 2*time.Minute, func() bool { return allSee(nodes, nodes) }); err != nil {
+	// 1. The fleet forms: every node sees every other. Every node's
+	// status costs, so look twice a second, and say how far it got.
+	lastLog := time.Now()
+	if err := waitEvery(ctx, 2*time.Minute, 500*time.Millisecond, func() bool {
+		if time.Since(lastLog) > 5*time.Second {
+			lastLog = time.Now()
+			smallest, dropped := len(nodes), uint64(0)
+			for _, n := range nodes {
+				smallest = min(smallest, inPicture(n))
+				dropped += n.tr.dropped.Load()
+			}
+			s.Log.Info().Int("smallest_picture", smallest).Uint64("packets_dropped", dropped).Msg("forming")
+		}
+		return allSee(nodes, nodes)
+	}); err != nil {
 		return nil, fmt.Errorf("fleet never formed: %w", err)
 	}
 	res.Formed = time.Since(start)
@@ -211,12 +229,12 @@ func startNode(ctx context.Context, s Setup, name string, key []byte, seed strin
 		cfg.Join = []string{seed}
 	}
 	node, err := fleet.Start(fleet.Params{Config: cfg, Key: key, Local: store, MaxSeries: s.Backends*s.Servers + 16, Transport: tr,
-		Log: zerolog.Nop()})
+		Tune: s.Tune, Log: s.NodeLog})
 	if err != nil {
 		return nil, err
 	}
 	rt := fakes.WithStates(name, states)
-	loop := &agent.Loop{Clock: agent.RealClock{}, Interval: s.Interval, Policy: fleet.Wrap(rules.New(rules.DefaultConfig()), node),
+	loop := &agent.Loop{Clock: agent.RealClock{}, Interval: s.Interval, EvidenceCheck: time.Second, Policy: fleet.Wrap(rules.New(rules.DefaultConfig()), node),
 		Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: store, Log: zerolog.Nop()}
 	node.SetChanges(loop.Ledger)
 	nctx, cancel := context.WithCancel(ctx)
@@ -272,7 +290,21 @@ func bytesSent(nodes []*simNode) (wire, ours []uint64) {
 	return wire, ours
 }
 
+func inPicture(n *simNode) int {
+	in := 0
+	for _, m := range n.node.Status().Members {
+		if m.InPicture {
+			in++
+		}
+	}
+	return in
+}
+
 func waitFor(ctx context.Context, within time.Duration, ok func() bool) error {
+	return waitEvery(ctx, within, 50*time.Millisecond, ok)
+}
+
+func waitEvery(ctx context.Context, within, every time.Duration, ok func() bool) error {
 	deadline := time.Now().Add(within)
 	for !ok() {
 		if time.Now().After(deadline) {
@@ -281,7 +313,7 @@ func waitFor(ctx context.Context, within time.Duration, ok func() bool) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(every):
 		}
 	}
 	return nil
@@ -461,7 +493,7 @@ func (c countConn) Write(b []byte) (int, error) {
 
 // WriteTable writes results as a Markdown table.
 func WriteTable(w io.Writer, results []*Result) {
-	fmt.Fprintln(w, "| nodes | servers | req/s per server per node | fleet formed s | bytes/node/s on the wire | bytes/node/s of hapilot messages, before compression | busiest node bytes/s | fault → decider drains s | fault → every node drains s | late node catches up s | late node in every picture s |")
+	fmt.Fprintln(w, "| nodes | servers | req/s per server per node | fleet formed s | wire bytes/node/s (all of memberlist's packets and streams) | of which hapilot's messages, plaintext | busiest node's wire bytes/s | fault → decider drains s | fault → every node drains s | late node catches up s | late node in every picture s |")
 	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	sort.Slice(results, func(i, j int) bool { return results[i].Nodes < results[j].Nodes })
 	for _, r := range results {
