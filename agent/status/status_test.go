@@ -171,4 +171,3 @@ func TestStatusShowsTheFleet(t *testing.T) {
 		})
 	}
 }
-
