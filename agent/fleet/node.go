@@ -154,8 +154,8 @@ func ReadKey(path string) ([]byte, error) {
 type Params struct {
 	Config
 	Key []byte
-	// Local is this agent's own windows; Lookup the servers' series the
-	// peers' counts may create at most.
+	// Local is this agent's own windows; MaxSeries bounds the series its
+	// peers' counts may make in the pooled ones.
 	Local     *window.Store
 	MaxSeries int
 	// Transport replaces memberlist's UDP and TCP one (the simulator's
@@ -546,9 +546,13 @@ func (n *Node) sync() {
 	n.mu.Unlock()
 
 	st := stateMsg{header: n.header(kindState)}
+	var changes map[string]agent.Change
+	if f := n.changes.Load(); f != nil && !pic.alone() {
+		changes = (*f)()
+	}
 	for _, b := range backends {
 		if d, _ := pic.decider(b); !pic.alone() && d == n.name {
-			d := Decision{Backend: b, Held: n.held(b)}
+			d := Decision{Backend: b, Held: held(changes, b)}
 			if v, ok := view[b]; ok {
 				d.PooledRequests, d.PooledErr5xx = v.Pooled.Requests, v.Pooled.Err5xx
 			}
@@ -599,13 +603,9 @@ func (n *Node) header(kind byte) header {
 
 // held is this node's decision for backend: the changes its ledger holds
 // there.
-func (n *Node) held(backend string) []Held {
-	f := n.changes.Load()
-	if f == nil {
-		return nil
-	}
+func held(changes map[string]agent.Change, backend string) []Held {
 	var out []Held
-	for k, c := range (*f)() {
+	for k, c := range changes {
 		b, s, ok := strings.Cut(k, "/")
 		if ok && b == backend {
 			out = append(out, Held{Server: s, Phase: c.Phase, Weight: c.Weight, Reason: c.Reason})
