@@ -107,7 +107,10 @@ demo: deps build
 # killed; an agent cut off with nftables, then let back; the LLM asked
 # once per step for the fleet). It needs root for nft.
 test-fleet: deps
-	@command -v nft >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y nftables
+	@command -v nft >/dev/null 2>&1 || { \
+		echo "installing nftables (apt-get)"; \
+		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq nftables >/dev/null; }
 	$(GO) test -tags e2e,fleet -count=1 -v -timeout 10m -run '^TestFleet' ./internal/lab/e2e/
 
 test: deps lint unit e2e
