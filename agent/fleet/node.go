@@ -26,15 +26,12 @@ package fleet
 
 import (
 	"context"
-	"encoding/base64"
-	"errors"
 	"fmt"
 	"io"
 	"log"
 	"net"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,110 +42,6 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
 )
-
-// Config is the --fleet-* settings.
-type Config struct {
-	// Bind is where this agent talks to its peers (UDP and TCP); "" is
-	// fleet mode off.
-	Bind string
-	// Join lists peers to join at the start, and again whenever one of
-	// them is not a member (a partition healed, a peer restarted).
-	Join []string
-	// KeyFile holds the shared key, base64 of 16, 24 or 32 bytes, mode 0600.
-	KeyFile string
-	// Name is this node's name in the fleet; default the hostname.
-	Name string
-	// Sync is how often state and counts are sent; Timeout how long a
-	// silent peer stays in the picture.
-	Sync, Timeout time.Duration
-	// Warmup is how long a member must have been in the picture before
-	// it may decide (see picture).
-	Warmup time.Duration
-}
-
-// DefaultConfig is fleet mode off, with its timings.
-func DefaultConfig() Config {
-	return Config{Sync: 250 * time.Millisecond, Timeout: time.Second, Warmup: 30 * time.Second}
-}
-
-// Enabled reports whether fleet mode is on.
-func (c Config) Enabled() bool { return c.Bind != "" }
-
-// Validate checks the settings when fleet mode is on.
-func (c Config) Validate() error {
-	if !c.Enabled() {
-		if len(c.Join) > 0 || c.KeyFile != "" {
-			return errors.New("fleet-join and fleet-key need fleet-bind")
-		}
-		return nil
-	}
-	var errs []error
-	if _, _, err := splitHostPort(c.Bind); err != nil {
-		errs = append(errs, fmt.Errorf("fleet-bind %q: %w", c.Bind, err))
-	}
-	for _, j := range c.Join {
-		if _, _, err := net.SplitHostPort(j); err != nil {
-			errs = append(errs, fmt.Errorf("fleet-join %q: %w", j, err))
-		}
-	}
-	if c.KeyFile == "" {
-		errs = append(errs, errors.New("fleet-bind needs fleet-key: the fleet's gossip is always encrypted (hapilot fleet-key FILE writes one)"))
-	} else if _, err := ReadKey(c.KeyFile); err != nil {
-		errs = append(errs, err)
-	}
-	if len(c.Name) > maxName || strings.ContainsAny(c.Name, " \t\n") {
-		errs = append(errs, fmt.Errorf("fleet-name %q: want at most %d bytes, no spaces", c.Name, maxName))
-	}
-	if c.Sync < 50*time.Millisecond || c.Sync > 10*time.Second {
-		errs = append(errs, fmt.Errorf("fleet-sync %v: want 50ms to 10s", c.Sync))
-	}
-	if c.Warmup < 0 {
-		errs = append(errs, fmt.Errorf("fleet-warmup %v is negative", c.Warmup))
-	}
-	if c.Timeout < 2*c.Sync {
-		errs = append(errs, fmt.Errorf("fleet-timeout %v: want at least two syncs (%v)", c.Timeout, 2*c.Sync))
-	}
-	return errors.Join(errs...)
-}
-
-func splitHostPort(addr string) (string, int, error) {
-	host, p, err := net.SplitHostPort(addr)
-	if err != nil {
-		return "", 0, err
-	}
-	port, err := strconv.Atoi(p)
-	if err != nil || port < 0 || port > 65535 {
-		return "", 0, fmt.Errorf("port %q", p)
-	}
-	if host == "" {
-		host = "0.0.0.0"
-	}
-	return host, port, nil
-}
-
-// ReadKey reads the shared key: base64 of 16, 24 or 32 bytes (AES-128,
-// -192 or -256), from a file only its owner may read.
-func ReadKey(path string) ([]byte, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("fleet-key: %w", err)
-	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("fleet-key %s has mode %04o: the shared key must be readable by its owner only (chmod 600 %s)", path, fi.Mode().Perm(), path)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("fleet-key: %w", err)
-	}
-	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b)))
-	if err != nil {
-		return nil, fmt.Errorf("fleet-key %s: want base64 of 16, 24 or 32 random bytes: %w", path, err)
-	}
-	if n := len(key); n != 16 && n != 24 && n != 32 {
-		return nil, fmt.Errorf("fleet-key %s: %d bytes, want 16, 24 or 32", path, n)
-	}
-	return key, nil
-}
 
 // Params is what Start needs beyond the settings.
 type Params struct {
@@ -393,137 +286,6 @@ func (n *Node) Close() {
 		_ = n.ml.Shutdown()
 		n.done.Wait()
 	})
-}
-
-// score ranks member for backend: rendezvous (highest random weight)
-// hashing, so that a member's going moves only its own backends, and
-// every agent ranks the same members the same way.
-func score(member, backend string) uint64 {
-	// FNV-1a over backend, a zero byte and member
-	const prime = 1099511628211
-	x := uint64(14695981039346656037)
-	for i := 0; i < len(backend); i++ {
-		x = (x ^ uint64(backend[i])) * prime
-	}
-	x *= prime
-	for i := 0; i < len(member); i++ {
-		x = (x ^ uint64(member[i])) * prime
-	}
-	// splitmix64's finaliser: FNV's high bits are poor alone.
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	return x ^ x>>31
-}
-
-// rank orders members for backend, decider first.
-func rank(backend string, members []string) []string {
-	type scored struct {
-		name  string
-		score uint64
-	}
-	sc := make([]scored, len(members))
-	for i, m := range members {
-		sc[i] = scored{m, score(m, backend)}
-	}
-	sort.Slice(sc, func(i, j int) bool { return before(sc[i].score, sc[i].name, sc[j].score, sc[j].name) })
-	out := make([]string, len(sc))
-	for i, s := range sc {
-		out[i] = s.name
-	}
-	return out
-}
-
-// before is rank's order: the higher score first, the name on a tie.
-func before(si uint64, ni string, sj uint64, nj string) bool {
-	if si != sj {
-		return si > sj
-	}
-	return ni < nj
-}
-
-// firstTwo is rank(backend, members)[:2] without the sort: each step asks
-// it of every backend, and a fleet has many members.
-func firstTwo(backend string, members []string) (first, second string) {
-	var s1, s2 uint64
-	for _, m := range members {
-		sc := score(m, backend)
-		switch {
-		case first == "" || before(sc, m, s1, first):
-			second, s2 = first, s1
-			first, s1 = m, sc
-		case second == "" || before(sc, m, s2, second):
-			second, s2 = m, sc
-		}
-	}
-	return first, second
-}
-
-// picture is the members in the picture now: this node and every peer
-// heard within Timeout. Only the warm ones may decide, so that an agent
-// that (re)starts into a running fleet, with no pooled history and an
-// empty ledger, follows the fleet's word before it gives its own. A
-// member is warm once it has run for Warmup, or for about as long as
-// the longest-running member (within startGrace): a fleet started
-// together is warm at once. Every agent reads a member's start from its
-// incarnation, so all of them agree on who is warm.
-type picture struct {
-	self      string
-	all, warm []string // sorted
-}
-
-// startGrace is how far apart members may start and still count as
-// started together.
-const startGrace = 5 * time.Second
-
-// picture is the members in the picture now. Callers hold n.mu.
-func (n *Node) picture(now time.Time) picture {
-	p := picture{self: n.name, all: []string{n.name}}
-	ages := map[string]time.Duration{n.name: now.Sub(n.started)}
-	oldest := ages[n.name]
-	for name, q := range n.peers {
-		if now.Sub(q.lastHeard) <= n.cfg.Timeout {
-			p.all = append(p.all, name)
-			ages[name] = now.Sub(time.Unix(0, int64(q.incarnation)))
-			oldest = max(oldest, ages[name])
-		}
-	}
-	sort.Strings(p.all)
-	warmAfter := min(n.cfg.Warmup, oldest-startGrace)
-	for _, name := range p.all {
-		if ages[name] >= warmAfter {
-			p.warm = append(p.warm, name)
-		}
-	}
-	return p
-}
-
-// alone reports whether no peer is in the picture.
-func (p picture) alone() bool { return len(p.all) == 1 }
-
-// decider is the member that decides backend, and the next in line
-// ("" when alone).
-func (p picture) decider(backend string) (first, second string) {
-	if len(p.warm) > 0 {
-		return firstTwo(backend, p.warm)
-	}
-	return firstTwo(backend, p.all)
-}
-
-// receivers are the peers that get this node's counts of backend: its
-// decider and the next in line (a takeover starts from the same
-// evidence), and the member that will decide it once warm.
-func (p picture) receivers(backend string) []string {
-	first, second := p.decider(backend)
-	out := []string{first}
-	if second != "" {
-		out = append(out, second)
-	}
-	if future, _ := firstTwo(backend, p.all); future != first && future != second {
-		out = append(out, future)
-	}
-	return out
 }
 
 // sync sends this node's state to every member, and its windows' gains
