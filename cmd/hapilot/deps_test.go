@@ -2,6 +2,7 @@ package main
 
 import (
 	"os/exec"
+	"path"
 	"strings"
 	"testing"
 )
@@ -22,10 +23,23 @@ func TestAgentBinaryHoldsNoLab(t *testing.T) {
 	if len(deps) < 50 {
 		t.Fatalf("go list -deps gave %d packages: %q", len(deps), out)
 	}
+	// The lab's package names too, so that no package of the agent can be
+	// taken for one of them (the lab's fleet of backends, say).
+	out, err = exec.Command(goBin, "list", "github.com/hapilot/hapilot/internal/lab/...").Output()
+	if err != nil {
+		t.Fatalf("go list the lab: %v", err)
+	}
+	labNames := map[string]string{}
+	for _, p := range strings.Fields(string(out)) {
+		labNames[path.Base(p)] = p
+	}
 	for _, d := range deps {
 		if d == "testing" || strings.HasPrefix(d, "testing/") || strings.HasSuffix(d, "/httptest") ||
 			strings.HasPrefix(d, "github.com/hapilot/hapilot/internal/lab") {
 			t.Errorf("the agent's binary links %s", d)
+		}
+		if lab, ok := labNames[path.Base(d)]; ok && strings.HasPrefix(d, "github.com/hapilot/hapilot/") {
+			t.Errorf("the agent's binary links %s, named like the lab's %s", d, lab)
 		}
 	}
 }

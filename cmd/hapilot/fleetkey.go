@@ -8,7 +8,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/hapilot/hapilot/agent/fleet"
+	"github.com/hapilot/hapilot/agent/peers"
 )
 
 // cmdFleetKey writes a new 32-byte key, base64, to a file only its owner
@@ -32,7 +32,7 @@ func cmdFleetKey(args []string, stdout io.Writer) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	if _, err := fleet.ReadKey(args[0]); err != nil {
+	if _, err := peers.ReadKey(args[0]); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "wrote %s: copy it, mode 0600, to every node's agent, and give each --fleet-key %s\n", args[0], args[0])

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
-	"github.com/hapilot/hapilot/agent/fleet"
+	"github.com/hapilot/hapilot/agent/peers"
 	"github.com/hapilot/hapilot/agent/policy/llm"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/agent/recovery"
@@ -62,7 +62,7 @@ type Config struct {
 	Rules    rules.Config
 	Recovery recovery.Config
 	LLM      llm.Config
-	Fleet    fleet.Config
+	Fleet    peers.Config
 }
 
 // Bounds on the windows: one bucket a second per series, allocated when a
@@ -140,7 +140,7 @@ func Default() Config {
 		StatusListen: "127.0.0.1:9310", LogFormat: LogAuto, LogLevel: "info", OnExit: OnExitKeep, OperatorHold: agent.DefaultOperatorHold,
 		EvidenceCheck: time.Second, Stats: ingest.DefaultStatsConfig(),
 		Guard: agent.DefaultGuardrails(), Rules: rules.DefaultConfig(), Recovery: recovery.DefaultConfig(), LLM: llm.DefaultConfig(),
-		Fleet: fleet.DefaultConfig(),
+		Fleet: peers.DefaultConfig(),
 	}
 }
 
@@ -214,7 +214,7 @@ func (l commaList) Set(s string) error {
 	return nil
 }
 
-func registerFleet(fs *flag.FlagSet, f *fleet.Config) {
+func registerFleet(fs *flag.FlagSet, f *peers.Config) {
 	fs.StringVar(&f.Bind, "fleet-bind", f.Bind, "fleet mode: where this agent talks to the other nodes' agents (host:port, UDP and TCP); empty: off")
 	fs.Var(commaList{&f.Join}, "fleet-join", "fleet: peers to join, host:port[,host:port...]; tried again while one is not a member")
 	fs.StringVar(&f.KeyFile, "fleet-key", f.KeyFile, "fleet: file holding the shared key (base64 of 16, 24 or 32 bytes; mode 0600): every message is encrypted and authenticated with it. `hapilot fleet-key FILE` writes one")

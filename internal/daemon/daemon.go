@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
-	"github.com/hapilot/hapilot/agent/fleet"
+	"github.com/hapilot/hapilot/agent/peers"
 	"github.com/hapilot/hapilot/agent/policy"
 	"github.com/hapilot/hapilot/agent/policy/luapolicy"
 	"github.com/hapilot/hapilot/agent/policy/rules"
@@ -45,7 +45,7 @@ type Daemon struct {
 	Lua    *ingest.LineServer   // nil unless --lua-listen
 	Syslog *ingest.SyslogServer // nil unless --syslog-listen
 	Stats  *ingest.StatPoller   // nil with --stats-poll 0
-	Fleet  *fleet.Node          // nil unless --fleet-bind
+	Fleet  *peers.Node          // nil unless --fleet-bind
 
 	log       zerolog.Logger
 	clients   []*haproxy.Client
@@ -148,19 +148,19 @@ func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
 // recovery leaves the servers a decider elsewhere holds to that decider.
 func (d *Daemon) joinFleet() error {
 	c := d.Config
-	key, err := fleet.ReadKey(c.Fleet.KeyFile)
+	key, err := peers.ReadKey(c.Fleet.KeyFile)
 	if err != nil {
 		return err
 	}
-	d.Fleet, err = fleet.Start(fleet.Params{Config: c.Fleet, Key: key, Local: d.Store, MaxSeries: c.MaxServers,
+	d.Fleet, err = peers.Start(peers.Params{Config: c.Fleet, Key: key, Local: d.Store, MaxSeries: c.MaxServers,
 		Log: d.log.With().Str("component", "fleet").Logger()})
 	if err != nil {
 		return fmt.Errorf("%w%s", err, netx.Hint(err))
 	}
 	d.Fleet.SetChanges(d.Loop.Ledger)
-	d.Loop.Policy = fleet.Wrap(d.Loop.Policy, d.Fleet)
+	d.Loop.Policy = peers.Wrap(d.Loop.Policy, d.Fleet)
 	if d.Loop.Recovery != nil {
-		d.Loop.Recovery = fleet.Recovery{Inner: d.Loop.Recovery, Node: d.Fleet}
+		d.Loop.Recovery = peers.Recovery{Inner: d.Loop.Recovery, Node: d.Fleet}
 	}
 	return nil
 }

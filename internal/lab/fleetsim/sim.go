@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
-	"github.com/hapilot/hapilot/agent/fleet"
+	"github.com/hapilot/hapilot/agent/peers"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
@@ -67,7 +67,7 @@ type Result struct {
 // simNode is one agent.
 type simNode struct {
 	name    string
-	node    *fleet.Node
+	node    *peers.Node
 	loop    *agent.Loop
 	rt      *fakes.Runtime
 	store   *window.Store
@@ -223,18 +223,23 @@ func nodeName(i int) string { return fmt.Sprintf("node%03d", i+1) }
 
 func startNode(ctx context.Context, s Setup, name string, key []byte, seed string, states []haproxy.ServerState, tr *counting) (*simNode, error) {
 	store := window.New(s.Window, s.Backends*s.Servers+16, nil)
-	cfg := fleet.DefaultConfig()
+	cfg := peers.DefaultConfig()
 	cfg.Bind, cfg.Name = "127.0.0.1:0", name
 	if seed != "" {
 		cfg.Join = []string{seed}
 	}
-	node, err := fleet.Start(fleet.Params{Config: cfg, Key: key, Local: store, MaxSeries: s.Backends*s.Servers + 16, Transport: tr,
-		Tune: s.Tune, Log: s.NodeLog})
+	node, err := peers.Start(peers.Params{Config: cfg, Key: key, Local: store, MaxSeries: s.Backends*s.Servers + 16,
+		Tune: func(c *memberlist.Config) {
+			c.Transport = tr
+			if s.Tune != nil {
+				s.Tune(c)
+			}
+		}, Log: s.NodeLog})
 	if err != nil {
 		return nil, err
 	}
 	rt := fakes.WithStates(name, states)
-	loop := &agent.Loop{Clock: agent.RealClock{}, Interval: s.Interval, EvidenceCheck: time.Second, Policy: fleet.Wrap(rules.New(rules.DefaultConfig()), node),
+	loop := &agent.Loop{Clock: agent.RealClock{}, Interval: s.Interval, EvidenceCheck: time.Second, Policy: peers.Wrap(rules.New(rules.DefaultConfig()), node),
 		Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: store, Log: zerolog.Nop()}
 	node.SetChanges(loop.Ledger)
 	nctx, cancel := context.WithCancel(ctx)

@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	agentfleet "github.com/hapilot/hapilot/agent/fleet"
+	"github.com/hapilot/hapilot/agent/peers"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/fleet"
 	"github.com/hapilot/hapilot/internal/lab/haproxyproc"
@@ -221,8 +221,8 @@ func (n *Node) Heal() error {
 
 // Status is the part of an agent's /status the lab reads.
 type Status struct {
-	Cycle uint64             `json:"cycle"`
-	Fleet *agentfleet.Status `json:"fleet"`
+	Cycle uint64        `json:"cycle"`
+	Fleet *peers.Status `json:"fleet"`
 }
 
 var client = &http.Client{Timeout: 2 * time.Second}

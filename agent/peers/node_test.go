@@ -1,4 +1,4 @@
-package fleet
+package peers
 
 import (
 	"context"
@@ -8,14 +8,21 @@ import (
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/haproxy"
-	"github.com/hapilot/hapilot/internal/lab/fakes"
 	"github.com/hapilot/hapilot/internal/window"
 	"github.com/rs/zerolog"
 )
 
+// clock is time driven by hand: the package's tests link nothing of the
+// lab, since the agent's binary links the package.
+type clock struct{ t time.Time }
+
+func newClock(t time.Time) *clock        { return &clock{t} }
+func (c *clock) Now() time.Time          { return c.t }
+func (c *clock) Advance(d time.Duration) { c.t = c.t.Add(d) }
+
 // newTestNode is a node with no network: messages reach it through
 // receive, time through clk.
-func newTestNode(name string, clk *fakes.Clock) *Node {
+func newTestNode(name string, clk *clock) *Node {
 	local := window.New(time.Minute, 64, clk.Now)
 	cfg := DefaultConfig()
 	return &Node{cfg: cfg, name: name, now: clk.Now, log: zerolog.Nop(), local: local, remote: window.New(time.Minute, 64, clk.Now),
@@ -45,7 +52,7 @@ func srv(name string, owner agent.Owner, admin int, weight int, changed *agent.C
 // The members that decide: whoever ranks first for the backend among the
 // members heard within the timeout; alone, this node.
 func TestRolesFollowThePicture(t *testing.T) {
-	clk := fakes.NewClock(time.Unix(100000, 0))
+	clk := newClock(time.Unix(100000, 0))
 	n := newTestNode("a", clk)
 	obs := view("app", srv("srv1", agent.OwnerNone, 0, 100, nil))
 	role := func() BackendStatus {
@@ -82,7 +89,7 @@ func TestRolesFollowThePicture(t *testing.T) {
 // A member that joined a running fleet minutes after the others follows
 // until it has run for the warm-up, even where it ranks first.
 func TestYoungMemberDoesNotDecide(t *testing.T) {
-	clk := fakes.NewClock(time.Unix(100000, 0))
+	clk := newClock(time.Unix(100000, 0))
 	// find a backend name for which the young member ranks first
 	backend := ""
 	for _, b := range []string{"app", "api", "web", "static", "auth", "cart", "img", "search"} {
@@ -117,7 +124,7 @@ func TestYoungMemberDoesNotDecide(t *testing.T) {
 
 // A decider's pooled view is its own windows and its peers' counts added.
 func TestDeciderJudgesPooledEvidence(t *testing.T) {
-	clk := fakes.NewClock(time.Unix(100000, 0))
+	clk := newClock(time.Unix(100000, 0))
 	n := newTestNode("a", clk)
 	backend := "" // one a decides among a and b
 	for _, b := range []string{"app", "api", "web", "static", "auth"} {
@@ -164,7 +171,7 @@ func TestDeciderJudgesPooledEvidence(t *testing.T) {
 // A repeated, late or stale message changes nothing; a new process of a
 // peer's name starts afresh.
 func TestMessagesAreIdempotent(t *testing.T) {
-	clk := fakes.NewClock(time.Unix(100000, 0))
+	clk := newClock(time.Unix(100000, 0))
 	n := newTestNode("a", clk)
 	inc := uint64(clk.Now().Add(-time.Hour).UnixNano())
 	msg := func(inc, seq uint64, held ...Held) []byte {
@@ -241,7 +248,7 @@ func (r *recordingRecovery) RequestProbe(string, string) {}
 
 // Recovery leaves a server a decider elsewhere holds to that decider.
 func TestRecoveryLeavesHeldServersToTheirDecider(t *testing.T) {
-	clk := fakes.NewClock(time.Unix(100000, 0))
+	clk := newClock(time.Unix(100000, 0))
 	n := newTestNode("a", clk)
 	backend := ""
 	for _, b := range []string{"app", "api", "web", "static", "auth"} {

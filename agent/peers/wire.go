@@ -1,4 +1,4 @@
-package fleet
+package peers
 
 import (
 	"encoding/binary"

@@ -1,5 +1,5 @@
-// Package fleet lets the agents of several HAProxy nodes, in front of the
-// same backend servers, judge on their pooled evidence with one decider
+// Package peers is fleet mode (--fleet-*): it lets the agents of several
+// HAProxy nodes, in front of the same backend servers, judge on their pooled evidence with one decider
 // per backend, every agent applying that decider's word to its own
 // HAProxy through its own guardrails.
 //
@@ -22,7 +22,7 @@
 // A decision is a state (the servers the decider holds out, and how), so
 // a repeated, late or doubled one changes nothing. Every agent vets it
 // with its own guardrails, and never touches an operator's server.
-package fleet
+package peers
 
 import (
 	"context"
@@ -51,11 +51,8 @@ type Params struct {
 	// peers' counts may make in the pooled ones.
 	Local     *window.Store
 	MaxSeries int
-	// Transport replaces memberlist's UDP and TCP one (the simulator's
-	// in-memory network); nil for the network.
-	Transport memberlist.NodeAwareTransport
-	// Tune adjusts memberlist's settings (the simulator's timings); nil
-	// keeps its LAN defaults.
+	// Tune, when set, adjusts memberlist's settings before it starts:
+	// its timings, compression or transport. nil keeps its LAN defaults.
 	Tune func(*memberlist.Config)
 	Now  func() time.Time
 	Log  zerolog.Logger
@@ -165,16 +162,11 @@ func Start(p Params) (*Node, error) {
 	n.exporter.Store = p.Local
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = p.Name
-	if p.Transport != nil {
-		mc.Transport = p.Transport
-	} else {
-		host, port, err := splitHostPort(p.Bind)
-		if err != nil {
-			return nil, fmt.Errorf("fleet-bind %q: %w", p.Bind, err)
-		}
-		mc.BindAddr, mc.BindPort = host, port
-		mc.AdvertisePort = port
+	host, port, err := splitHostPort(p.Bind)
+	if err != nil {
+		return nil, fmt.Errorf("fleet-bind %q: %w", p.Bind, err)
 	}
+	mc.BindAddr, mc.BindPort, mc.AdvertisePort = host, port, port
 	mc.SecretKey = p.Key
 	mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
 	mc.Delegate = delegate{n}
