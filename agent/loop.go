@@ -179,7 +179,7 @@ func (l *Loop) refreshed(obs Observation) Observation {
 	for i, b := range obs.Backends {
 		servers := make([]ServerView, len(b.Servers))
 		for j, s := range b.Servers {
-			s.setWindows(long, recent)
+			s.SetWindows(long, recent)
 			servers[j] = s
 		}
 		b.Servers = servers

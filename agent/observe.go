@@ -138,7 +138,7 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 		k := key(s.Backend, s.Server)
 		present[k] = true
 		v := ServerView{Backend: s.Backend, Server: s.Server, State: s, MaxConn: procs.maxconn[k], RespTimeMs: procs.rtime[k]}
-		v.setWindows(long, recent)
+		v.SetWindows(long, recent)
 		var lost bool
 		v.Owner, v.Changed, lost = ledger.Reconcile(k, s, now)
 		v.NoDrainUntil = ledger.HeldUntil(k, now)
@@ -169,9 +169,9 @@ func (l *Loop) snapshot(last time.Duration) map[string]window.Stats {
 	return out
 }
 
-// setWindows gives v its long and recent window figures, named after v
+// SetWindows gives v its long and recent window figures, named after v
 // even where the windows hold no series for it yet.
-func (v *ServerView) setWindows(long, recent map[string]window.Stats) {
+func (v *ServerView) SetWindows(long, recent map[string]window.Stats) {
 	k := key(v.Backend, v.Server)
 	v.Window, v.Recent = long[k], recent[k]
 	v.Window.Backend, v.Window.Server = v.Backend, v.Server

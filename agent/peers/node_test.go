@@ -3,6 +3,7 @@ package peers
 import (
 	"context"
 	"reflect"
+	"sort"
 	"testing"
 	"time"
 
@@ -11,6 +12,25 @@ import (
 	"github.com/hapilot/hapilot/internal/window"
 	"github.com/rs/zerolog"
 )
+
+// rank orders every member for backend, decider first: the reference
+// firstTwo must agree with.
+func rank(backend string, members []string) []string {
+	type scored struct {
+		name  string
+		score uint64
+	}
+	sc := make([]scored, len(members))
+	for i, m := range members {
+		sc[i] = scored{m, score(m, backend)}
+	}
+	sort.Slice(sc, func(i, j int) bool { return before(sc[i].score, sc[i].name, sc[j].score, sc[j].name) })
+	out := make([]string, len(sc))
+	for i, s := range sc {
+		out[i] = s.name
+	}
+	return out
+}
 
 // clock is time driven by hand: the package's tests link nothing of the
 // lab, since the agent's binary links the package.
@@ -146,7 +166,8 @@ func TestDeciderJudgesPooledEvidence(t *testing.T) {
 	}
 	ex := window.Exporter{Store: peerStore}
 	n.receive(from("b", clk.Now()))
-	for _, m := range encodeCounts(header{Sender: "b", Incarnation: uint64(clk.Now().Add(-time.Hour).UnixNano())}, ex.Deltas(), 1336, func() uint64 { seqs["b"]++; return seqs["b"] }) {
+	counts := encodeCounts(header{Sender: "b", Incarnation: uint64(clk.Now().Add(-time.Hour).UnixNano())}, ex.Deltas(), 1336, func() uint64 { seqs["b"]++; return seqs["b"] })
+	for _, m := range counts {
 		n.receive(m)
 	}
 	obs := view(backend, srv("srv1", agent.OwnerNone, 0, 100, nil))
@@ -162,9 +183,13 @@ func TestDeciderJudgesPooledEvidence(t *testing.T) {
 	if st := n.view[0]; st.Evidence != "pooled" || st.Pooled.Requests != 100 || st.Local.Requests != 30 {
 		t.Fatalf("status %+v", st)
 	}
-	// the same message again changes nothing
-	if got := n.counters.Duplicates.Load(); got != 0 {
-		t.Fatalf("duplicates %d before any", got)
+	// the same counts delivered again are not added again
+	for _, m := range counts {
+		n.receive(m)
+	}
+	mine, _ = n.split(obs)
+	if w := mine.Backends[0].Servers[0].Window; w.Requests != 100 || n.counters.Duplicates.Load() != uint64(len(counts)) {
+		t.Fatalf("counts delivered twice: pooled %d requests, %d duplicates of %d messages", w.Requests, n.counters.Duplicates.Load(), len(counts))
 	}
 }
 

@@ -27,25 +27,8 @@ func score(member, backend string) uint64 {
 	return x ^ x>>31
 }
 
-// rank orders members for backend, decider first.
-func rank(backend string, members []string) []string {
-	type scored struct {
-		name  string
-		score uint64
-	}
-	sc := make([]scored, len(members))
-	for i, m := range members {
-		sc[i] = scored{m, score(m, backend)}
-	}
-	sort.Slice(sc, func(i, j int) bool { return before(sc[i].score, sc[i].name, sc[j].score, sc[j].name) })
-	out := make([]string, len(sc))
-	for i, s := range sc {
-		out[i] = s.name
-	}
-	return out
-}
-
-// before is rank's order: the higher score first, the name on a tie.
+// before is the members' order for a backend: the higher score first,
+// the name on a tie.
 func before(si uint64, ni string, sj uint64, nj string) bool {
 	if si != sj {
 		return si > sj
@@ -53,8 +36,8 @@ func before(si uint64, ni string, sj uint64, nj string) bool {
 	return ni < nj
 }
 
-// firstTwo is rank(backend, members)[:2] without the sort: each step asks
-// it of every backend, and a fleet has many members.
+// firstTwo is the first two members for backend in that order ("" for
+// none): each step asks it of every backend, so it scans, not sorts.
 func firstTwo(backend string, members []string) (first, second string) {
 	var s1, s2 uint64
 	for _, m := range members {
@@ -115,10 +98,7 @@ func (p picture) alone() bool { return len(p.all) == 1 }
 // decider is the member that decides backend, and the next in line
 // ("" when alone).
 func (p picture) decider(backend string) (first, second string) {
-	if len(p.warm) > 0 {
-		return firstTwo(backend, p.warm)
-	}
-	return firstTwo(backend, p.all)
+	return firstTwo(backend, p.warm) // never empty: the oldest member is warm
 }
 
 // receivers are the peers that get this node's counts of backend: its

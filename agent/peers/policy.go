@@ -79,15 +79,16 @@ func (n *Node) split(obs agent.Observation) (mine agent.Observation, follow []fo
 	for _, b := range obs.Backends {
 		names = append(names, b.Name)
 		decider, standby := pic.decider(b.Name)
-		st := BackendStatus{Backend: b.Name, Decider: decider, Standby: standby, Evidence: "local", Local: localEvidence(b.Servers)}
+		st := BackendStatus{Backend: b.Name, Decider: decider, Standby: standby, Evidence: "local", Local: evidenceOf(b.Servers)}
 		switch d, spoke := decisions[decider][b.Name]; {
 		case alone:
 			st.Role = RoleAlone
 			mine.Backends = append(mine.Backends, b)
 		case decider == n.name:
 			st.Role, st.Evidence = RoleDecider, "pooled"
-			st.Pooled = sum(b.Name, b.Servers, pooled)
-			mine.Backends = append(mine.Backends, withWindows(b, pooled, pooledRecent))
+			b = withWindows(b, pooled, pooledRecent)
+			st.Pooled = evidenceOf(b.Servers)
+			mine.Backends = append(mine.Backends, b)
 		case !spoke:
 			st.Role = RoleLocal
 			mine.Backends = append(mine.Backends, b)
@@ -139,8 +140,9 @@ func (n *Node) decidedHere(obs agent.Observation, pic picture) map[string]bool {
 	return out
 }
 
-// localEvidence sums this node's own windows, as the loop observed them.
-func localEvidence(servers []agent.ServerView) Evidence {
+// evidenceOf sums the servers' windows as the view holds them: this
+// node's own, or the pooled ones of a backend it decides.
+func evidenceOf(servers []agent.ServerView) Evidence {
 	var e Evidence
 	for _, s := range servers {
 		e.Requests += s.Window.Requests
@@ -149,24 +151,11 @@ func localEvidence(servers []agent.ServerView) Evidence {
 	return e
 }
 
-func sum(backend string, servers []agent.ServerView, stats map[string]window.Stats) Evidence {
-	var e Evidence
-	for _, s := range servers {
-		st := stats[backend+"/"+s.Server]
-		e.Requests += st.Requests
-		e.Err5xx += st.Err5xx
-	}
-	return e
-}
-
 // withWindows is b with its servers' windows read from the pooled ones.
 func withWindows(b agent.BackendView, long, recent map[string]window.Stats) agent.BackendView {
 	servers := make([]agent.ServerView, len(b.Servers))
 	for i, s := range b.Servers {
-		k := s.Backend + "/" + s.Server
-		s.Window, s.Recent = long[k], recent[k]
-		s.Window.Backend, s.Window.Server = s.Backend, s.Server
-		s.Recent.Backend, s.Recent.Server = s.Backend, s.Server
+		s.SetWindows(long, recent)
 		servers[i] = s
 	}
 	b.Servers = servers

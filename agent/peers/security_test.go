@@ -91,9 +91,18 @@ func TestPeerWithoutTheKeyCannotInject(t *testing.T) {
 		_, _ = conn.Write(m)
 		_, _ = conn.Write(append([]byte{userMsgType}, m...))
 	}
-	time.Sleep(time.Second)
+	// a's socket holds all of that before b next syncs: once b's marker
+	// has arrived, a has read every forged packet
+	marked := false
+	for deadline := time.Now().Add(10 * time.Second); !marked && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		b.local.Record(window.Event{Backend: []byte("app"), Server: []byte("marker"), Status: 200, ResponseMs: 5})
+		marked = hasSeries(a.remote, "app", "marker")
+	}
 	if hasSeries(a.remote, "app", "evil") {
 		t.Fatal("counts from a peer without the key reached the pooled windows")
+	}
+	if !marked {
+		t.Fatal("b's counts stopped reaching a: a forged message in b's name was taken for b")
 	}
 	a.mu.Lock()
 	_, heard := a.peers["evil"]

@@ -85,39 +85,20 @@ func TestDecodeRefusesMalformed(t *testing.T) {
 			t.Fatal("trailing bytes accepted")
 		}
 	}
+	if _, err := decode(oneHeld(phaseCode(agent.PhaseCut), 50)); err != nil {
+		t.Fatalf("the well-formed one oneHeld builds: %v", err) // so that the two below fail on their one bad field
+	}
 	w := func(f func(w *writer)) []byte { x := &writer{}; f(x); return x.b }
 	head := func(w *writer, kind byte) { w.header(header{Kind: kind, Sender: "b", Incarnation: 1, Seq: 1}) }
 	for name, m := range map[string][]byte{
-		"empty":         nil,
-		"wrong magic":   {'x', version, kindState, 0},
-		"wrong version": {magic, 9, kindState},
-		"unknown kind":  w(func(w *writer) { head(w, 7) }),
-		"no sender":     w(func(w *writer) { w.header(header{Kind: kindState}); w.uvarint(0) }),
-		"huge count":    w(func(w *writer) { head(w, kindState); w.uvarint(1 << 40) }),
-		"bad phase": w(func(w *writer) {
-			head(w, kindState)
-			w.uvarint(1)
-			w.string("app", 255)
-			w.uvarint(0)
-			w.uvarint(0)
-			w.uvarint(1)
-			w.string("srv1", 255)
-			w.byte(9)
-			w.uvarint(0)
-			w.string("", 9)
-		}),
-		"weight over 256": w(func(w *writer) {
-			head(w, kindState)
-			w.uvarint(1)
-			w.string("app", 255)
-			w.uvarint(0)
-			w.uvarint(0)
-			w.uvarint(1)
-			w.string("srv1", 255)
-			w.byte(phaseCode(agent.PhaseCut))
-			w.uvarint(1000)
-			w.string("", 9)
-		}),
+		"empty":           nil,
+		"wrong magic":     {'x', version, kindState, 0},
+		"wrong version":   {magic, 9, kindState},
+		"unknown kind":    w(func(w *writer) { head(w, 7) }),
+		"no sender":       w(func(w *writer) { w.header(header{Kind: kindState}); w.uvarint(0) }),
+		"huge count":      w(func(w *writer) { head(w, kindState); w.uvarint(1 << 40) }),
+		"bad phase":       oneHeld(9, 0),
+		"weight over 256": oneHeld(phaseCode(agent.PhaseCut), 1000),
 		"count over 32 bits": w(func(w *writer) {
 			head(w, kindCounts)
 			w.uvarint(1)
@@ -152,4 +133,21 @@ func FuzzDecode(f *testing.F) {
 			t.Fatal("no message and no error")
 		}
 	})
+}
+
+// oneHeld is a state message holding one server at phase code and weight,
+// written field by field, so that either may be out of range.
+func oneHeld(phase byte, weight uint64) []byte {
+	w := &writer{}
+	w.header(header{Kind: kindState, Sender: "b", Incarnation: 1, Seq: 1})
+	w.uvarint(1) // one decision
+	w.string("app", maxName)
+	w.uvarint(0) // pooled requests
+	w.uvarint(0) // pooled 5xx
+	w.uvarint(1) // one server held
+	w.string("srv1", maxName)
+	w.byte(phase)
+	w.uvarint(weight)
+	w.string("", maxReason)
+	return w.b
 }

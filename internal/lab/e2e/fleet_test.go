@@ -220,7 +220,6 @@ func TestFleetSurvivesKillCutAndRejoin(t *testing.T) {
 	}
 
 	// 1. Who decides: every node names the same one.
-	time.Sleep(3 * time.Second)
 	st, ok := waitStatus(t, c.Nodes[0], 10*time.Second, func(st nodes.Status) bool {
 		d, _ := st.Decider(fleet.BackendName)
 		return d != "" && st.Fleet != nil && len(st.Fleet.Members) == 3 && !st.Fleet.Alone
@@ -354,7 +353,7 @@ func TestFleetSurvivesKillCutAndRejoin(t *testing.T) {
 			t.Errorf("%s: srv6 not drained after the rejoin", n.Name)
 		}
 	}
-	time.Sleep(5 * time.Second)
+	time.Sleep(5 * time.Second) // the window after the rejoin in which a flap would show
 	cancel()
 	<-loadDone
 	stopWatch()
@@ -417,7 +416,19 @@ func TestFleetAsksTheModelOncePerStep(t *testing.T) {
 	}
 	loadDone := make(chan *fleet.Result, 1)
 	go func() { loadDone <- c.Load(ctx, 300, 40*time.Second) }()
-	time.Sleep(10 * time.Second) // the fleet forms, the model loads
+	// The fleet forms and the model answers before the count starts.
+	for _, n := range c.Nodes {
+		if _, ok := waitStatus(t, n, 20*time.Second, func(st nodes.Status) bool {
+			return st.Fleet != nil && !st.Fleet.Alone && len(st.Fleet.Members) == 3
+		}); !ok {
+			t.Fatalf("%s never saw a fleet of 3", n.Name)
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); asked() == 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the model was never asked in 30 s")
+		}
+	}
 	steps := func() (sum uint64) {
 		for _, n := range c.Nodes {
 			st, err := n.Status(ctx)
@@ -429,7 +440,7 @@ func TestFleetAsksTheModelOncePerStep(t *testing.T) {
 		return sum
 	}
 	calls0, steps0, t0 := asked(), steps(), time.Now()
-	time.Sleep(20 * time.Second)
+	time.Sleep(20 * time.Second) // the window the calls are counted over
 	calls, allSteps, took := asked()-calls0, steps()-steps0, time.Since(t0)
 	perStep := float64(calls) / took.Seconds() // the interval is 1 s
 	t.Logf("%d model calls about %s in %.1f s, %d steps over 3 nodes: %.2f calls per step of the fleet", calls, fleet.BackendName, took.Seconds(), allSteps, perStep)
