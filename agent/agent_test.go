@@ -63,7 +63,7 @@ func TestGuardrails(t *testing.T) {
 		{"unknown backend", six, Plan{{Kind: Drain, Backend: "nope", Server: "s1"}}, []bool{false}, "unknown server", 0},
 		{"operator maint untouched", obsOf(sv("s1"), sv("s2", operatorMaint), sv("s3")), Plan{{Kind: Ready, Backend: "app", Server: "s2"}}, []bool{false}, "operator", 0},
 		{"operator maint not drained", obsOf(sv("s1"), sv("s2", operatorMaint), sv("s3")), Plan{drain("s2")}, []bool{false}, "operator", 0},
-		{"recovery readies what the agent drained", obsOf(sv("s1"), sv("s2", drainedByAgent)), Plan{{Kind: Ready, Backend: "app", Server: "s2", Readmit: true}}, []bool{true}, "", 0},
+		{"recovery readies what the agent drained", obsOf(sv("s1"), sv("s2", drainedByAgent)), Plan{{Kind: Ready, Backend: "app", Server: "s2", Origin: OriginRecovery}}, []bool{true}, "", 0},
 		{"a policy's ready of a drained server waits for probes", obsOf(sv("s1"), sv("s2", drainedByAgent)), Plan{{Kind: Ready, Backend: "app", Server: "s2"}}, []bool{false}, "probe burst", 0},
 		{"ready a server nobody drained", obsOf(sv("s1"), sv("s2")), Plan{{Kind: Ready, Backend: "app", Server: "s2"}}, []bool{false}, "nothing to undo", 0},
 		{"floor of 2 servers", obsOf(sv("s1"), sv("s2", drainedByAgent)), Plan{drain("s1")}, []bool{false}, "below the floor", 0},
@@ -158,7 +158,7 @@ func newLoop(rt ...Runtime) (*Loop, *fakes.Clock, *scripted, *bytes.Buffer) {
 	clk := fakes.NewClock(time.Unix(1000, 0))
 	pol := &scripted{}
 	audit := &bytes.Buffer{}
-	l := &Loop{Clock: clk, Interval: time.Second, Policy: pol, Guard: DefaultGuardrails(), Runtimes: rt,
+	l := &Loop{Clock: clk, Settings: Settings{Interval: time.Second}, Policy: PolicyOf(pol), Guard: DefaultGuardrails(), Runtimes: rt,
 		Windows: fakes.NewWindows(), Audit: audit, Log: zerolog.Nop()}
 	return l, clk, pol, audit
 }
@@ -172,7 +172,7 @@ func TestStepSendsExactCommands(t *testing.T) {
 	pol.plans = []Plan{
 		{drain("s2"), drain("s3"), drain("s4")},
 		{drain("s3")},
-		{{Kind: Ready, Backend: "app", Server: "s4", Readmit: true}, {Kind: Ready, Backend: "app", Server: "s2", Readmit: true}},
+		{{Kind: Ready, Backend: "app", Server: "s4", Origin: OriginRecovery}, {Kind: Ready, Backend: "app", Server: "s2", Origin: OriginRecovery}},
 		nil,
 	}
 	want := [][]string{
@@ -214,7 +214,7 @@ func TestOperatorOverrideIsRespected(t *testing.T) {
 	l, _, pol, _ := newLoop(rt)
 	pol.plans = []Plan{{drain("s2")}}
 	l.Step(context.Background())
-	if _, ok := l.Ledger()["app/s2"]; !ok {
+	if _, ok := l.Ledger()[mustKey("app/s2")]; !ok {
 		t.Fatal("drain not in the ledger")
 	}
 	// The operator puts s2 in maint: it is theirs now.
@@ -403,7 +403,7 @@ func TestLoopReadsPolicyNeeds(t *testing.T) {
 		}
 		rt := fakes.NewRuntime(names...)
 		l, _, pol, _ := newLoop(rt)
-		pol.needs = tc.needs
+		l.Policy.Needs = tc.needs
 		pol.plans = []Plan{{drain("s3"), drain("s6"), drain("s9")}}
 		l.Step(context.Background())
 		if got := len(rt.TakeCommands()); got != tc.want {
@@ -431,10 +431,10 @@ func TestCapacityCoversWeightCuts(t *testing.T) {
 }
 
 // recordingRecovery plans nothing and records the probes it is asked for.
-type recordingRecovery struct{ asked []string }
+type recordingRecovery struct{ asked []Key }
 
 func (r *recordingRecovery) Plan(context.Context, Observation) Plan { return nil }
-func (r *recordingRecovery) RequestProbe(b, s string)               { r.asked = append(r.asked, b+"/"+s) }
+func (r *recordingRecovery) RequestProbe(k Key)                     { r.asked = append(r.asked, k) }
 
 // The harm paths a model opened, closed for every policy: a weight raise
 // past the configured weight sends nothing, and a ready of a drained
@@ -457,7 +457,7 @@ func TestNoPolicyRaisesAWeightOrSkipsProbes(t *testing.T) {
 		t.Fatalf("drain: %q", cmds)
 	}
 	r := l.Step(context.Background())
-	if cmds := rt.TakeCommands(); len(cmds) != 0 || !r.Verdicts[0].WantsProbe || len(rec.asked) != 1 || rec.asked[0] != "app/s2" {
+	if cmds := rt.TakeCommands(); len(cmds) != 0 || r.Verdicts[0].Code != RefusedNeedsProbe || len(rec.asked) != 1 || rec.asked[0] != mustKey("app/s2") {
 		t.Fatalf("ready without probes: commands %q, verdict %+v, probes asked %v", cmds, r.Verdicts[0], rec.asked)
 	}
 	if rt.State("s2").AdminState != haproxy.AdminForcedDrain {
@@ -473,7 +473,7 @@ func TestTailHoldOutlivesAFullReady(t *testing.T) {
 	l, clk, pol, _ := newLoop(rt)
 	pol.plans = []Plan{
 		{drain("s2")},
-		{{Kind: Ready, Backend: "app", Server: "s2", Readmit: true, NoDrainFor: 10 * time.Minute}},
+		{{Kind: Ready, Backend: "app", Server: "s2", Origin: OriginRecovery, NoDrainFor: 10 * time.Minute}},
 		{drain("s2")},
 	}
 	l.Step(context.Background())

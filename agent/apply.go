@@ -52,7 +52,7 @@ func (l *Loop) apply(ctx context.Context, obs *Observation, a Action) []CommandR
 	b, v := obs.Find(a.Backend, a.Server)
 	cmd, err := commandFor(a, v)
 	if err != nil {
-		return []CommandResult{{Command: string(a.Kind) + " " + key(a.Backend, a.Server), Error: err.Error()}}
+		return []CommandResult{{Command: string(a.Kind) + " " + a.Key().String(), Error: err.Error()}}
 	}
 	results := make([]CommandResult, 0, len(l.Runtimes))
 	took := 0
@@ -73,9 +73,9 @@ func (l *Loop) apply(ctx context.Context, obs *Observation, a Action) []CommandR
 
 // record is the ledger transition an applied action makes.
 func (l *Loop) record(b *BackendView, v *ServerView, a Action) {
-	k, now, ledger := key(a.Backend, a.Server), l.Clock.Now(), l.theLedger()
+	k, now, ledger := a.Key(), l.Clock.Now(), l.theLedger()
 	switch {
-	case a.Restore:
+	case a.Origin == OriginReapply:
 		ledger.Adopt(k)
 	case a.Kind == Drain:
 		p99, _ := b.RecentP99()

@@ -32,7 +32,7 @@ type Record struct {
 	Policy string    `json:"policy"`
 	// TriggeredBy lists the servers whose new evidence ran this step
 	// between ticks (see Loop.EvidenceCheck); empty for a scheduled step.
-	TriggeredBy  []string        `json:"triggered_by,omitempty"`
+	TriggeredBy  []Key           `json:"triggered_by,omitempty"`
 	DurationMs   float64         `json:"duration_ms"`
 	Servers      []ServerSummary `json:"servers"`
 	Plan         Plan            `json:"plan"`

@@ -22,7 +22,7 @@ type evidenced struct {
 
 func (e *evidenced) Name() string { return "evidenced" }
 
-func (e *evidenced) Evidence(obs Observation) []string {
+func (e *evidenced) Evidence(obs Observation) []Key {
 	if e.stop != nil {
 		e.stop(e.clock.Now())
 	}
@@ -30,7 +30,7 @@ func (e *evidenced) Evidence(obs Observation) []string {
 	for _, s := range e.find(e.clock.Now()) {
 		found[s] = true
 	}
-	var out []string
+	var out []Key
 	for _, b := range obs.Backends {
 		for _, s := range b.Servers {
 			if found[s.Server] && s.Serving() {
@@ -109,7 +109,7 @@ func TestEvidenceTriggersAStepBetweenTicks(t *testing.T) {
 			l.Guard.MaxDrains = 4
 			start := clk.Now()
 			pol := &evidenced{clock: clk, find: func(now time.Time) []string { return tt.found(now.Sub(start)) }}
-			l.Policy, l.Interval, l.EvidenceCheck = pol, 10*time.Second, time.Second
+			l.Policy, l.Interval, l.EvidenceCheck = Policy{Decider: pol, Evidence: pol.Evidence}, 10*time.Second, time.Second
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			pol.stop = func(now time.Time) {
@@ -132,7 +132,11 @@ func TestEvidenceTriggersAStepBetweenTicks(t *testing.T) {
 			var trig [][]string
 			for _, r := range records(t, audit) {
 				if len(r.TriggeredBy) > 0 {
-					trig = append(trig, r.TriggeredBy)
+					var names []string
+					for _, k := range r.TriggeredBy {
+						names = append(names, k.String())
+					}
+					trig = append(trig, names)
 				}
 			}
 			if len(trig) != len(tt.triggered) || (len(trig) > 0 && !reflect.DeepEqual(trig, tt.triggered)) {

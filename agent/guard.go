@@ -132,27 +132,56 @@ func (g Guardrails) drainLimit(servers int) int {
 	return g.MaxDrains
 }
 
+// Refusal says why the guardrails refused an action, as a code that
+// behaviour may depend on; the verdict's Reason is its text for people.
+type Refusal string
+
+const (
+	RefusedUnknownServer Refusal = "unknown_server"
+	RefusedTouched       Refusal = "one_per_server"
+	RefusedOperator      Refusal = "operator"
+	RefusedActionCap     Refusal = "action_cap"
+	RefusedDrainCap      Refusal = "drain_cap"
+	RefusedFloor         Refusal = "floor"
+	RefusedCapacity      Refusal = "capacity"
+	RefusedTailHold      Refusal = "tail_hold"
+	RefusedNoChange      Refusal = "no_change"
+	RefusedNotAgents     Refusal = "not_agents"
+	// RefusedNeedsProbe: a ready of a drained server that did not come
+	// from recovery; the loop passes it on to recovery as a request to
+	// probe the server.
+	RefusedNeedsProbe  Refusal = "needs_probe"
+	RefusedAboveConfig Refusal = "above_config"
+	RefusedUnknownKind Refusal = "unknown_kind"
+)
+
+// refusal is a refusal's code and its text.
+type refusal struct {
+	code Refusal
+	text string
+}
+
+func refuse(code Refusal, format string, args ...any) *refusal {
+	return &refusal{code, fmt.Sprintf(format, args...)}
+}
+
 // Verdict is the guardrails' answer to one proposed action. Applied is the
 // action as it will run (a weight may be clamped).
 type Verdict struct {
 	Proposed Action `json:"proposed"`
 	Accepted bool   `json:"accepted"`
 	Applied  Action `json:"applied,omitempty"`
-	Reason   string `json:"reason,omitempty"`
-	// WantsProbe: a ready of a drained server that did not come from
-	// recovery; the loop passes it on to recovery as a request to probe.
-	WantsProbe bool `json:"wants_probe,omitempty"`
+	// Code and Reason say why it was refused.
+	Code   Refusal `json:"code,omitempty"`
+	Reason string  `json:"reason,omitempty"`
 }
-
-// errNeedsProbe is the refusal of a ready that skips the probes.
-const errNeedsProbe = "a drained server comes back only after a clean probe burst: recovery was asked to probe it"
 
 // Vet checks a plan against the observation, in the plan's order.
 func (g Guardrails) Vet(obs *Observation, plan Plan) []Verdict {
 	out := make([]Verdict, 0, len(plan))
 	// serving after the actions accepted so far, per backend
 	serving := map[string]map[string]bool{}
-	touched := map[string]bool{}
+	touched := map[Key]bool{}
 	drains := map[string]int{} // per backend, or all under "" without DrainsPer
 	actions := 0
 	for _, a := range plan {
@@ -161,42 +190,42 @@ func (g Guardrails) Vet(obs *Observation, plan Plan) []Verdict {
 		if g.DrainsPer > 0 {
 			scope = a.Backend
 		}
-		reason, applied := g.check(obs, serving, touched, a, drains[scope], actions)
-		if reason != "" {
-			v.Reason, v.WantsProbe = reason, reason == errNeedsProbe
+		r, applied := g.check(obs, serving, touched, a, drains[scope], actions)
+		if r != nil {
+			v.Code, v.Reason = r.code, r.text
 			out = append(out, v)
 			continue
 		}
 		v.Accepted, v.Applied = true, applied
-		if !a.Restore {
+		if a.Counted() {
 			actions++
 			if applied.Kind == Drain {
 				drains[scope]++
 			}
 		}
-		touched[a.Backend+"/"+a.Server] = true
+		touched[a.Key()] = true
 		out = append(out, v)
 	}
 	return out
 }
 
-func (g Guardrails) check(obs *Observation, serving map[string]map[string]bool, touched map[string]bool, a Action, drains, actions int) (string, Action) {
+func (g Guardrails) check(obs *Observation, serving map[string]map[string]bool, touched map[Key]bool, a Action, drains, actions int) (*refusal, Action) {
 	b, s := obs.Find(a.Backend, a.Server)
 	if s == nil {
-		return fmt.Sprintf("unknown server %s/%s", a.Backend, a.Server), a
+		return refuse(RefusedUnknownServer, "unknown server %s", a.Key()), a
 	}
-	if touched[a.Backend+"/"+a.Server] {
-		return "one action per server per step", a
+	if touched[a.Key()] {
+		return refuse(RefusedTouched, "one action per server per step"), a
 	}
 	if s.Owner == OwnerOperator {
 		if !s.OperatorUntil.IsZero() {
-			return fmt.Sprintf("the operator undid the agent's change (%s, weight %d of %d): theirs until %s or until its state changes",
+			return refuse(RefusedOperator, "the operator undid the agent's change (%s, weight %d of %d): theirs until %s or until its state changes",
 				s.State.Label(), s.State.Weight, s.State.Initial, s.OperatorUntil.Format(time.TimeOnly)), a
 		}
-		return fmt.Sprintf("held by the operator (%s, weight %d of %d): the agent never changes it", s.State.Label(), s.State.Weight, s.State.Initial), a
+		return refuse(RefusedOperator, "held by the operator (%s, weight %d of %d): the agent never changes it", s.State.Label(), s.State.Weight, s.State.Initial), a
 	}
-	if actions >= g.MaxActions && !a.Restore {
-		return fmt.Sprintf("at most %d actions per step", g.MaxActions), a
+	if actions >= g.MaxActions && a.Counted() {
+		return refuse(RefusedActionCap, "at most %d actions per step", g.MaxActions), a
 	}
 	cur := serving[b.Name]
 	if cur == nil {
@@ -211,22 +240,24 @@ func (g Guardrails) check(obs *Observation, serving map[string]map[string]bool, 
 		return g.checkDrain(obs, b, s, cur, a, drains)
 	case Ready:
 		if s.Owner != OwnerAgent {
-			return "not changed by the agent: nothing to undo", a
+			return refuse(RefusedNotAgents, "not changed by the agent: nothing to undo"), a
 		}
-		if s.Changed != nil && s.Changed.Phase == PhaseDrained && !a.Readmit && !a.Restore {
-			return errNeedsProbe, a
+		// Only recovery, after its probes, brings a drained server back
+		// (and the agent's own undo as it stops, which never passes here).
+		if s.Changed != nil && s.Changed.Phase == PhaseDrained && a.Origin != OriginRecovery && a.Origin != OriginRestore {
+			return refuse(RefusedNeedsProbe, "a drained server comes back only after a clean probe burst: recovery was asked to probe it"), a
 		}
 		cur[a.Server] = s.State.OpState == haproxy.OpRunning
-		return "", a
+		return nil, a
 	case SetWeight:
 		return g.checkWeight(obs, b, s, cur, a)
 	}
-	return fmt.Sprintf("unknown action kind %q", a.Kind), a
+	return refuse(RefusedUnknownKind, "unknown action kind %q", a.Kind), a
 }
 
 // belowFloor says why taking server out of b's serving set cur would
-// leave b below its floor, or "" when it would not.
-func (g Guardrails) belowFloor(b *BackendView, cur map[string]bool, server string) string {
+// leave b below its floor, or nil when it would not.
+func (g Guardrails) belowFloor(b *BackendView, cur map[string]bool, server string) *refusal {
 	count := 0
 	for _, on := range cur {
 		if on {
@@ -234,65 +265,65 @@ func (g Guardrails) belowFloor(b *BackendView, cur map[string]bool, server strin
 		}
 	}
 	if floor := g.Floor(len(b.Servers)); cur[server] && count-1 < floor {
-		return fmt.Sprintf("would leave %s with %d serving servers, below the floor of %d", b.Name, count-1, floor)
+		return refuse(RefusedFloor, "would leave %s with %d serving servers, below the floor of %d", b.Name, count-1, floor)
 	}
-	return ""
+	return nil
 }
 
-func (g Guardrails) checkDrain(obs *Observation, b *BackendView, s *ServerView, cur map[string]bool, a Action, drains int) (string, Action) {
+func (g Guardrails) checkDrain(obs *Observation, b *BackendView, s *ServerView, cur map[string]bool, a Action, drains int) (*refusal, Action) {
 	if s.State.Drain() {
-		return "already drained", a
+		return refuse(RefusedNoChange, "already drained"), a
 	}
-	if limit := g.drainLimit(len(b.Servers)); drains >= limit && !a.Restore {
-		return fmt.Sprintf("at most %d drain per step", limit), a
+	if limit := g.drainLimit(len(b.Servers)); drains >= limit && a.Counted() {
+		return refuse(RefusedDrainCap, "at most %d drain per step", limit), a
 	}
 	if obs.Time.Before(s.NoDrainUntil) {
-		return fmt.Sprintf("held from draining until %s: draining it hurt the backend's p99", s.NoDrainUntil.Format(time.TimeOnly)), a
+		return refuse(RefusedTailHold, "held from draining until %s: draining it hurt the backend's p99", s.NoDrainUntil.Format(time.TimeOnly)), a
 	}
-	if r := g.belowFloor(b, cur, a.Server); r != "" {
+	if r := g.belowFloor(b, cur, a.Server); r != nil {
 		return r, a
 	}
-	if !a.Restore {
+	if a.Counted() {
 		if w, why := g.capacityWeight(obs, b, cur, s); why != "" {
 			if w >= s.State.Weight {
-				return why, a
+				return &refusal{RefusedCapacity, why}, a
 			}
 			cut := a
 			cut.Kind, cut.Weight = SetWeight, w
 			cut.Reason = a.Reason + "; " + why
-			return "", cut
+			return nil, cut
 		}
 	}
 	cur[a.Server] = false
-	return "", a
+	return nil, a
 }
 
 // checkWeight bounds a weight change: at most MaxWeightStep a step, and
 // never above the server's configured weight, whichever policy asks. A
 // cut is checked against the others' capacity as a drain is.
-func (g Guardrails) checkWeight(obs *Observation, b *BackendView, s *ServerView, cur map[string]bool, a Action) (string, Action) {
+func (g Guardrails) checkWeight(obs *Observation, b *BackendView, s *ServerView, cur map[string]bool, a Action) (*refusal, Action) {
 	w := a.Weight
 	lo, hi := s.State.Weight-g.MaxWeightStep, s.State.Weight+g.MaxWeightStep
 	w = max(w, lo, 0)
-	w = min(w, hi, 256, s.State.Initial)
+	w = min(w, hi, haproxy.MaxWeight, s.State.Initial)
 	if w == s.State.Weight {
 		if a.Weight > s.State.Initial {
-			return fmt.Sprintf("weight %d is above the configured %d: no policy raises a weight past its configuration", a.Weight, s.State.Initial), a
+			return refuse(RefusedAboveConfig, "weight %d is above the configured %d: no policy raises a weight past its configuration", a.Weight, s.State.Initial), a
 		}
-		return fmt.Sprintf("weight already %d", w), a
+		return refuse(RefusedNoChange, "weight already %d", w), a
 	}
 	applied := a
-	if w < s.State.Weight && cur[a.Server] && !a.Restore {
+	if w < s.State.Weight && cur[a.Server] && a.Counted() {
 		if least, why := g.capacityWeight(obs, b, cur, s); why != "" && w < least {
 			if least >= s.State.Weight {
-				return why, a
+				return &refusal{RefusedCapacity, why}, a
 			}
 			w = least
 			applied.Reason = a.Reason + "; " + why
 		}
 	}
 	if w == 0 {
-		if r := g.belowFloor(b, cur, a.Server); r != "" {
+		if r := g.belowFloor(b, cur, a.Server); r != nil {
 			return r, a
 		}
 		cur[a.Server] = false
@@ -300,5 +331,5 @@ func (g Guardrails) checkWeight(obs *Observation, b *BackendView, s *ServerView,
 		cur[a.Server] = s.State.OpState == haproxy.OpRunning
 	}
 	applied.Weight = w
-	return "", applied
+	return nil, applied
 }

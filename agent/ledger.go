@@ -72,12 +72,12 @@ type Ledger struct {
 
 	mu      sync.Mutex
 	epoch   string
-	changes map[string]*Change
+	changes map[Key]*Change
 	// holds keep a server the tail guard brought back to full weight from
 	// being drained again until the time given, after its change is over.
-	holds map[string]time.Time
+	holds map[Key]time.Time
 	// overrides are operators' undos of the agent's changes, which stand.
-	overrides map[string]Override
+	overrides map[Key]Override
 }
 
 // Override is an operator's undo of the agent's change: the server is
@@ -92,7 +92,7 @@ type Override struct {
 // file that cannot be read is logged and the ledger starts empty: the
 // servers it named then read as the operator's, which is the safe side.
 func NewLedger(file string, log zerolog.Logger) *Ledger {
-	l := &Ledger{file: file, log: log, changes: map[string]*Change{}, holds: map[string]time.Time{}, overrides: map[string]Override{}}
+	l := &Ledger{file: file, log: log, changes: map[Key]*Change{}, holds: map[Key]time.Time{}, overrides: map[Key]Override{}}
 	if err := l.load(); err != nil {
 		log.Error().Err(err).Str("file", file).Msg("cannot read the state file; starting with no record of earlier changes")
 	}
@@ -119,7 +119,7 @@ const DefaultOperatorHold = 30 * time.Minute
 // that someone else undid or replaced is lost, and the server is the
 // operator's for OperatorHold, even back at its configured state: their
 // word stands until then, or until the server's state changes again.
-func (l *Ledger) Reconcile(k string, s haproxy.ServerState, now time.Time) (owner Owner, ch *Change, reapply bool) {
+func (l *Ledger) Reconcile(k Key, s haproxy.ServerState, now time.Time) (owner Owner, ch *Change, reapply bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if o, ok := l.overrides[k]; ok {
@@ -140,7 +140,7 @@ func (l *Ledger) Reconcile(k string, s haproxy.ServerState, now time.Time) (owne
 			cp := *c
 			return OwnerAgent, &cp, true
 		}
-		l.log.Warn().Str("server", k).Str("phase", string(c.Phase)).Str("now", s.Label()).Int("weight", s.Weight).
+		l.log.Warn().Stringer("server", k).Str("phase", string(c.Phase)).Str("now", s.Label()).Int("weight", s.Weight).
 			Dur("for", l.OperatorHold).Msg("the agent's change was overridden outside the agent; leaving the server to the operator")
 		delete(l.changes, k)
 		if l.OperatorHold > 0 {
@@ -158,7 +158,7 @@ func (l *Ledger) Reconcile(k string, s haproxy.ServerState, now time.Time) (owne
 }
 
 // Drain records that the agent drained k.
-func (l *Ledger) Drain(k string, at time.Time, reason string, errorRate, baselineP99Ms float64) {
+func (l *Ledger) Drain(k Key, at time.Time, reason string, errorRate, baselineP99Ms float64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.put(k, &Change{Phase: PhaseDrained, At: at, Reason: reason, ErrorRate: errorRate, BaselineP99Ms: baselineP99Ms})
@@ -168,7 +168,7 @@ func (l *Ledger) Drain(k string, at time.Time, reason string, errorRate, baselin
 // backend's p99 before it for the tail guard. On a drained server that
 // only stages the weight it will come back at, so the drain stays the
 // change in force; back at the configured weight, the change is over.
-func (l *Ledger) Cut(k string, weight, initial int, at time.Time, reason string, baselineP99Ms float64) {
+func (l *Ledger) Cut(k Key, weight, initial int, at time.Time, reason string, baselineP99Ms float64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	c := l.changes[k]
@@ -193,7 +193,7 @@ func (l *Ledger) Cut(k string, weight, initial int, at time.Time, reason string,
 // anything else is back to normal and leaves the ledger. With noDrainFor
 // set (the tail guard), the server is held from another drain until
 // at+noDrainFor either way.
-func (l *Ledger) Ready(k string, weight, initial int, at time.Time, reason string, noDrainFor time.Duration) {
+func (l *Ledger) Ready(k Key, weight, initial int, at time.Time, reason string, noDrainFor time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if noDrainFor > 0 {
@@ -209,14 +209,14 @@ func (l *Ledger) Ready(k string, weight, initial int, at time.Time, reason strin
 
 // OverriddenUntil is when an operator's undo of the agent's change on k
 // stops holding the agent off (zero: none).
-func (l *Ledger) OverriddenUntil(k string) time.Time {
+func (l *Ledger) OverriddenUntil(k Key) time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.overrides[k].Until
 }
 
 // HeldUntil is when k's hold on draining ends (zero: none).
-func (l *Ledger) HeldUntil(k string, now time.Time) time.Time {
+func (l *Ledger) HeldUntil(k Key, now time.Time) time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	until := l.holds[k]
@@ -228,7 +228,7 @@ func (l *Ledger) HeldUntil(k string, now time.Time) time.Time {
 
 // Adopt records that k's change, lost to a reload, was applied again
 // under the current epoch.
-func (l *Ledger) Adopt(k string) {
+func (l *Ledger) Adopt(k Key) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if c := l.changes[k]; c != nil {
@@ -238,13 +238,13 @@ func (l *Ledger) Adopt(k string) {
 }
 
 // Lose forgets k's change: undone, overridden, or the server is gone.
-func (l *Ledger) Lose(k string) {
+func (l *Ledger) Lose(k Key) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lose(k)
 }
 
-func (l *Ledger) lose(k string) {
+func (l *Ledger) lose(k Key) {
 	if _, ok := l.changes[k]; ok {
 		delete(l.changes, k)
 		l.save()
@@ -253,7 +253,7 @@ func (l *Ledger) lose(k string) {
 
 // Keep loses the change of every server not in present: a server gone
 // from HAProxy takes the agent's change with it. Holds past now go too.
-func (l *Ledger) Keep(present map[string]bool, now time.Time) {
+func (l *Ledger) Keep(present map[Key]bool, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for k, until := range l.holds {
@@ -268,7 +268,7 @@ func (l *Ledger) Keep(present map[string]bool, now time.Time) {
 	}
 	for k := range l.changes {
 		if !present[k] {
-			l.log.Warn().Str("server", k).Msg("server the agent changed is gone from HAProxy; forgetting the change")
+			l.log.Warn().Stringer("server", k).Msg("server the agent changed is gone from HAProxy; forgetting the change")
 			l.lose(k)
 		}
 	}
@@ -276,17 +276,17 @@ func (l *Ledger) Keep(present map[string]bool, now time.Time) {
 
 // put records c as k's change under the current epoch. Called with l.mu
 // held.
-func (l *Ledger) put(k string, c *Change) {
+func (l *Ledger) put(k Key, c *Change) {
 	c.Epoch = l.epoch
 	l.changes[k] = c
 	l.save()
 }
 
 // Changes returns a copy of the changes in force, keyed "backend/server".
-func (l *Ledger) Changes() map[string]Change {
+func (l *Ledger) Changes() map[Key]Change {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make(map[string]Change, len(l.changes))
+	out := make(map[Key]Change, len(l.changes))
 	for k, c := range l.changes {
 		out[k] = *c
 	}
@@ -296,10 +296,10 @@ func (l *Ledger) Changes() map[string]Change {
 // stateFile is the file's layout. Version 1 named the change's kind
 // ("drain" or "set_weight") where version 2 names its phase.
 type stateFile struct {
-	Version   int                  `json:"version"`
-	Changes   map[string]*Change   `json:"changes"`
-	Holds     map[string]time.Time `json:"holds,omitempty"`
-	Overrides map[string]Override  `json:"operator_overrides,omitempty"`
+	Version   int               `json:"version"`
+	Changes   map[Key]*Change   `json:"changes"`
+	Holds     map[Key]time.Time `json:"holds,omitempty"`
+	Overrides map[Key]Override  `json:"operator_overrides,omitempty"`
 }
 
 // oldChange is what earlier files held that Change no longer does: the
@@ -327,7 +327,7 @@ func (l *Ledger) load() error {
 	if st.Version != 1 && st.Version != 2 {
 		return fmt.Errorf("state file %s: version %d, want 1 or 2", l.file, st.Version)
 	}
-	var old struct{ Changes map[string]oldChange }
+	var old struct{ Changes map[Key]oldChange }
 	if err := json.Unmarshal(b, &old); err != nil {
 		return fmt.Errorf("state file %s: %w", l.file, err)
 	}

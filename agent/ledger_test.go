@@ -14,7 +14,7 @@ import (
 // leaves is the only thing recovery reads.
 func TestLedgerTransitions(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	const k = "app/s1"
+	var k = mustKey("app/s1")
 	tests := []struct {
 		name  string
 		steps func(l *Ledger)
@@ -53,7 +53,7 @@ func TestLedgerTransitions(t *testing.T) {
 			l.Cut(k, 4, 8, t0.Add(time.Minute), "half way", 0)
 		}, PhaseCanary, Change{Weight: 4, At: t0.Add(time.Minute)}, time.Time{}},
 		{"lose", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20); l.Lose(k) }, "", Change{}, time.Time{}},
-		{"a server gone from HAProxy", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20); l.Keep(map[string]bool{"app/s2": true}, t0) }, "", Change{}, time.Time{}},
+		{"a server gone from HAProxy", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20); l.Keep(map[Key]bool{mustKey("app/s2"): true}, t0) }, "", Change{}, time.Time{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -98,12 +98,12 @@ func TestLedgerReconcile(t *testing.T) {
 	}{
 		{"untouched", func(*Ledger) {}, "e1", ready, OwnerNone, false, false},
 		{"the operator's maint", func(*Ledger) {}, "e1", maint, OwnerOperator, false, false},
-		{"our drain in force", func(l *Ledger) { l.Drain("app/s1", t0, "", 0, 0) }, "e1", drained, OwnerAgent, false, true},
-		{"our cut in force", func(l *Ledger) { l.Cut("app/s1", 3, 8, t0, "", 0) }, "e1", cut, OwnerAgent, false, true},
-		{"a reload lost our drain", func(l *Ledger) { l.Drain("app/s1", t0, "", 0, 0) }, "e2", ready, OwnerAgent, true, true},
-		{"someone readied our drain: their word stands", func(l *Ledger) { l.Drain("app/s1", t0, "", 0, 0) }, "e1", ready, OwnerOperator, false, false},
-		{"someone put our drain in maint", func(l *Ledger) { l.Drain("app/s1", t0, "", 0, 0) }, "e1", maint, OwnerOperator, false, false},
-		{"a reload, then the operator's maint", func(l *Ledger) { l.Drain("app/s1", t0, "", 0, 0) }, "e2", maint, OwnerOperator, false, false},
+		{"our drain in force", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0) }, "e1", drained, OwnerAgent, false, true},
+		{"our cut in force", func(l *Ledger) { l.Cut(mustKey("app/s1"), 3, 8, t0, "", 0) }, "e1", cut, OwnerAgent, false, true},
+		{"a reload lost our drain", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0) }, "e2", ready, OwnerAgent, true, true},
+		{"someone readied our drain: their word stands", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0) }, "e1", ready, OwnerOperator, false, false},
+		{"someone put our drain in maint", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0) }, "e1", maint, OwnerOperator, false, false},
+		{"a reload, then the operator's maint", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0) }, "e2", maint, OwnerOperator, false, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -112,8 +112,8 @@ func TestLedgerReconcile(t *testing.T) {
 			l.SetEpoch("e1")
 			tc.change(l)
 			l.SetEpoch(tc.epoch)
-			owner, ch, reapply := l.Reconcile("app/s1", tc.state, t0)
-			_, has := l.Changes()["app/s1"]
+			owner, ch, reapply := l.Reconcile(mustKey("app/s1"), tc.state, t0)
+			_, has := l.Changes()[mustKey("app/s1")]
 			if owner != tc.owner || reapply != tc.reapply || has != tc.has || (owner == OwnerAgent) != (ch != nil) {
 				t.Fatalf("owner %s change %+v reapply %v kept %v; want %s %v %v", owner, ch, reapply, has, tc.owner, tc.reapply, tc.has)
 			}
@@ -132,13 +132,13 @@ func TestLedgerReadsVersion1(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := NewLedger(path, zerolog.Nop()).Changes()
-	if len(got) != 2 || got["app/s1"].Phase != PhaseDrained || got["app/s1"].ErrorRate != 0.05 || got["app/s2"].Phase != PhaseCut || got["app/s2"].Weight != 3 {
+	if len(got) != 2 || got[mustKey("app/s1")].Phase != PhaseDrained || got[mustKey("app/s1")].ErrorRate != 0.05 || got[mustKey("app/s2")].Phase != PhaseCut || got[mustKey("app/s2")].Weight != 3 {
 		t.Fatalf("changes %+v", got)
 	}
 	// The next change writes version 2, which reads back the same.
 	l := NewLedger(path, zerolog.Nop())
-	l.Drain("app/s4", time.Unix(1000, 0).UTC(), "x", 0, 0)
-	if again := NewLedger(path, zerolog.Nop()).Changes(); len(again) != 3 || again["app/s4"].Phase != PhaseDrained {
+	l.Drain(mustKey("app/s4"), time.Unix(1000, 0).UTC(), "x", 0, 0)
+	if again := NewLedger(path, zerolog.Nop()).Changes(); len(again) != 3 || again[mustKey("app/s4")].Phase != PhaseDrained {
 		t.Fatalf("after rewrite %+v", again)
 	}
 }
@@ -158,7 +158,7 @@ func TestStateFileFollowsNoLink(t *testing.T) {
 		}
 	}
 	l := NewLedger(state, zerolog.Nop())
-	l.Drain("app/s1", time.Unix(1000, 0), "x", 0, 0)
+	l.Drain(mustKey("app/s1"), time.Unix(1000, 0), "x", 0, 0)
 	if b, _ := os.ReadFile(victim); string(b) != "precious" {
 		t.Fatalf("the victim was overwritten: %q", b)
 	}

@@ -15,25 +15,18 @@ import (
 // actions pass the guardrails like any policy's.
 type Recovery interface {
 	Plan(ctx context.Context, obs Observation) Plan
-	// RequestProbe asks for backend/server, drained by the agent, to be
-	// probed as soon as its backoff allows: what a policy's ready of a
-	// drained server becomes.
-	RequestProbe(backend, server string)
+	// RequestProbe asks for a server drained by the agent to be probed as
+	// soon as its backoff allows: what a policy's ready of a drained
+	// server becomes.
+	RequestProbe(server Key)
 }
 
 // Loop is the decision goroutine. Set the exported fields, then call Run,
 // or Step to drive it by hand.
 type Loop struct {
+	Settings
 	Clock    Clock
-	Interval time.Duration
-	// EvidenceCheck is how often, between steps, the windows are checked
-	// with the policy's own test (EvidenceChecker): a server it finds that
-	// the last step did not runs a step at once, marked triggered, so that
-	// a drain waits for the evidence, not for the tick. At most
-	// MaxTriggered such steps run between two ticks; recovery and every
-	// other part of the cadence stay on the interval. 0 turns it off.
-	EvidenceCheck time.Duration
-	Lookback      time.Duration // how much of the windows a policy sees; 0 = all
+	Lookback time.Duration // how much of the windows a policy sees; 0 = all
 	// RecentSpan is the short window for load and tail latency (default
 	// 10 s): the long one still holds the time before the last action.
 	RecentSpan time.Duration
@@ -45,13 +38,6 @@ type Loop struct {
 	Recovery Recovery  // nil: drained servers stay drained
 	Audit    io.Writer // one JSON line per step; nil for none
 	Log      zerolog.Logger
-	// StateFile keeps the agent's changes across its own restarts
-	// (replaced atomically on every change); "" keeps them in memory.
-	StateFile string
-	// OperatorHold is how long an operator's undo of the agent's change
-	// stands (see Ledger.OperatorHold); 0: only as long as the server
-	// differs from its configured state.
-	OperatorHold time.Duration
 
 	ledgerOnce sync.Once
 	ledger     *Ledger
@@ -59,14 +45,15 @@ type Loop struct {
 	// repeating a refused proposal is logged once at warn, then at debug;
 	// refusedServers, the same by server, for the next observation. Only
 	// Step touches them.
-	lastRefusals, refusedServers map[string]string
+	lastRefusals   map[string]string
+	refusedServers map[Key]string
 
 	mu    sync.Mutex // guards what follows: Step writes, Status and Metrics read
 	cycle uint64
 	// candidates: the servers the policy's test found at the last step
-	// or check ("backend/server"). A check steps only for a server not in
-	// it; /status shows it.
-	candidates []string
+	// or check. A check steps only for a server not in it; /status shows
+	// it.
+	candidates []Key
 	last       Observation
 	recent     []Decision
 	metrics    Counters
@@ -117,8 +104,7 @@ func (l *Loop) Run(ctx context.Context) error {
 // waitFor sleeps until slot, checking the evidence every EvidenceCheck on
 // the way when the policy can tell it.
 func (l *Loop) waitFor(ctx context.Context, slot time.Time) error {
-	checker, ok := l.Policy.(EvidenceChecker)
-	if !ok || l.EvidenceCheck <= 0 {
+	if l.Policy.Evidence == nil || l.EvidenceCheck <= 0 {
 		return l.Clock.SleepUntil(ctx, slot)
 	}
 	for triggered := 0; ; {
@@ -133,7 +119,7 @@ func (l *Loop) waitFor(ctx context.Context, slot time.Time) error {
 		if triggered >= MaxTriggered {
 			continue
 		}
-		if fresh := l.newEvidence(checker); len(fresh) > 0 {
+		if fresh := l.newEvidence(); len(fresh) > 0 {
 			triggered++
 			sctx, cancel := context.WithDeadline(ctx, slot)
 			l.step(sctx, fresh)
@@ -145,15 +131,15 @@ func (l *Loop) waitFor(ctx context.Context, slot time.Time) error {
 // newEvidence runs the policy's test on the last step's servers with the
 // windows as they are now, and returns the servers it finds that the last
 // step or check did not.
-func (l *Loop) newEvidence(c EvidenceChecker) []string {
+func (l *Loop) newEvidence() []Key {
 	l.mu.Lock()
 	last, known := l.last, toSet(l.candidates)
 	l.mu.Unlock()
 	if last.Time.IsZero() {
 		return nil // no step yet: nothing known of the servers' states
 	}
-	var fresh []string
-	found := c.Evidence(l.refreshed(last))
+	var fresh []Key
+	found := l.Policy.Evidence(l.refreshed(last))
 	for _, k := range found {
 		if !known[k] {
 			fresh = append(fresh, k)
@@ -165,7 +151,7 @@ func (l *Loop) newEvidence(c EvidenceChecker) []string {
 
 // setCandidates keeps what the policy's test found, for the next check
 // and for /status.
-func (l *Loop) setCandidates(found []string) {
+func (l *Loop) setCandidates(found []Key) {
 	l.mu.Lock()
 	l.candidates = found
 	l.mu.Unlock()
@@ -189,8 +175,8 @@ func (l *Loop) refreshed(obs Observation) Observation {
 	return obs
 }
 
-func toSet(keys []string) map[string]bool {
-	m := make(map[string]bool, len(keys))
+func toSet(keys []Key) map[Key]bool {
+	m := make(map[Key]bool, len(keys))
 	for _, k := range keys {
 		m[k] = true
 	}
@@ -198,11 +184,11 @@ func toSet(keys []string) map[string]bool {
 }
 
 // stepIn runs the step of one slot. It ends before the next slot, however
-// stuck a socket or a policy is: 90% of the interval is its whole budget,
-// unless the policy needs no budget (the study's loop, for the benchmark).
+// stuck a socket or a policy is: StepBudget is its whole budget, unless
+// the policy needs no budget (the study's loop, for the benchmark).
 func (l *Loop) stepIn(ctx context.Context, slot time.Time) {
-	sctx, cancel := context.WithDeadline(ctx, slot.Add(l.Interval*9/10))
-	if NeedsOf(l.Policy).NoStepBudget {
+	sctx, cancel := context.WithDeadline(ctx, slot.Add(l.StepBudget()))
+	if l.Policy.Needs.NoStepBudget {
 		sctx, cancel = context.WithCancel(ctx)
 	}
 	defer cancel()
@@ -215,7 +201,7 @@ func (l *Loop) Step(ctx context.Context) Record { return l.step(ctx, nil) }
 // step runs one cycle; triggeredBy names the servers whose evidence ran
 // it between ticks, nil for a scheduled step. A triggered step leaves
 // recovery to the ticks.
-func (l *Loop) step(ctx context.Context, triggeredBy []string) Record {
+func (l *Loop) step(ctx context.Context, triggeredBy []Key) Record {
 	began := l.Clock.Now()
 	rec := l.begin(began)
 	rec.TriggeredBy = triggeredBy
@@ -229,10 +215,10 @@ func (l *Loop) step(ctx context.Context, triggeredBy []string) Record {
 	rec.Servers = summarize(&obs)
 	obs.Refused = l.refusedServers
 	rec.Plan = append(rec.Plan, l.plan(ctx, obs, reapply, &rec)...)
-	if c, ok := l.Policy.(EvidenceChecker); ok {
-		l.setCandidates(c.Evidence(obs))
+	if l.Policy.Evidence != nil {
+		l.setCandidates(l.Policy.Evidence(obs))
 	}
-	rec.Verdicts = l.Guard.For(NeedsOf(l.Policy)).Vet(&obs, rec.Plan)
+	rec.Verdicts = l.Guard.For(l.Policy.Needs).Vet(&obs, rec.Plan)
 	decisions := l.act(ctx, &obs, &rec)
 	l.finish(&rec, &obs, began, decisions)
 	return rec
@@ -248,16 +234,23 @@ func (l *Loop) begin(now time.Time) Record {
 }
 
 // plan is the step's whole proposal: changes a reload lost first, then
-// recovery's re-admissions, then the policy's plan.
+// recovery's re-admissions, then the policy's plan. The policy's call
+// ends by PolicyBudget from the step's start (or the step's own end, if
+// sooner): that context is the one budget every policy keeps to.
 func (l *Loop) plan(ctx context.Context, obs Observation, reapply Plan, rec *Record) Plan {
-	decided, err := l.Policy.Decide(ctx, obs)
+	pctx, cancel := ctx, context.CancelFunc(func() {})
+	if !l.Policy.Needs.NoStepBudget {
+		pctx, cancel = context.WithDeadline(ctx, rec.Time.Add(l.PolicyBudget()))
+	}
+	decided, err := l.Policy.Decide(pctx, obs)
+	cancel()
 	if err != nil {
 		rec.PolicyError = err.Error()
 		l.Log.Warn().Err(err).Str("policy", rec.Policy).Msg("policy failed; no action this step")
 		decided = nil
 	}
-	if r, ok := l.Policy.(Reporter); ok {
-		rec.PolicyReport = r.Report()
+	if l.Policy.Report != nil {
+		rec.PolicyReport = l.Policy.Report()
 	}
 	plan := reapply
 	if l.Recovery != nil && len(rec.TriggeredBy) == 0 {
@@ -274,8 +267,8 @@ func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decisio
 		d := Decision{Time: rec.Time, Cycle: rec.Cycle, Verdict: v}
 		if !v.Accepted {
 			d.repeat = l.refused(v, refusals)
-			if v.WantsProbe && l.Recovery != nil {
-				l.Recovery.RequestProbe(v.Proposed.Backend, v.Proposed.Server)
+			if v.Code == RefusedNeedsProbe && l.Recovery != nil {
+				l.Recovery.RequestProbe(v.Proposed.Key())
 			}
 		} else {
 			results := l.apply(ctx, obs, v.Applied)
@@ -285,10 +278,10 @@ func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decisio
 		decisions = append(decisions, d)
 	}
 	l.lastRefusals = refusals
-	l.refusedServers = map[string]string{}
+	l.refusedServers = map[Key]string{}
 	for _, v := range rec.Verdicts {
 		if !v.Accepted {
-			l.refusedServers[key(v.Proposed.Backend, v.Proposed.Server)] = v.Reason
+			l.refusedServers[v.Proposed.Key()] = v.Reason
 		}
 	}
 	return decisions
@@ -297,7 +290,7 @@ func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decisio
 // refused logs a refusal with its reason: at warn the first time, at
 // debug while the same refusal repeats step after step.
 func (l *Loop) refused(v Verdict, refusals map[string]string) (repeat bool) {
-	server := key(v.Proposed.Backend, v.Proposed.Server)
+	server := v.Proposed.Key().String()
 	rk := string(v.Proposed.Kind) + " " + server
 	refusals[rk] = v.Reason
 	repeat = l.lastRefusals[rk] == v.Reason
@@ -313,7 +306,7 @@ func (l *Loop) refused(v Verdict, refusals map[string]string) (repeat bool) {
 // failed it; one that some processes took and others did not is marked
 // partial in the record, never silently half-done.
 func (l *Loop) applied(a Action, results []CommandResult, rec *Record) string {
-	server := key(a.Backend, a.Server)
+	server := a.Key().String()
 	var errs []string
 	for _, r := range results {
 		if r.Error != "" {
@@ -370,46 +363,46 @@ func (l *Loop) Undo(ctx context.Context) []CommandResult {
 	for _, b := range obs.Backends {
 		for _, s := range b.Servers {
 			if s.Owner == OwnerAgent {
-				out = append(out, l.apply(ctx, &obs, Action{Kind: Ready, Backend: s.Backend, Server: s.Server, Reason: "agent exit"})...)
+				out = append(out, l.apply(ctx, &obs, Action{Kind: Ready, Backend: s.Backend, Server: s.Server, Reason: "agent exit", Origin: OriginRestore})...)
 			}
 		}
 	}
 	return out
 }
 
-// Ledger returns the agent's changes in force, keyed "backend/server".
-func (l *Loop) Ledger() map[string]Change { return l.theLedger().Changes() }
+// Ledger returns the agent's changes in force.
+func (l *Loop) Ledger() map[Key]Change { return l.theLedger().Changes() }
 
 // Status is what GET /status answers.
 type Status struct {
 	Policy string `json:"policy"`
 	// PolicyStatus is the policy's own state (a model loading, say).
-	PolicyStatus any               `json:"policy_status,omitempty"`
-	Interval     string            `json:"interval"`
-	Cycle        uint64            `json:"cycle"`
-	Observed     time.Time         `json:"observed"`
-	Backends     []BackendView     `json:"backends"`
-	Changes      map[string]Change `json:"changes"`
-	Decisions    []Decision        `json:"decisions"`
-	// Candidates are the servers the policy's own test finds now
-	// ("backend/server"), drained or refused or not: empty for a policy
-	// that cannot tell without deciding (the LLM, a Lua script).
-	Candidates []string `json:"candidates"`
+	PolicyStatus any            `json:"policy_status,omitempty"`
+	Interval     string         `json:"interval"`
+	Cycle        uint64         `json:"cycle"`
+	Observed     time.Time      `json:"observed"`
+	Backends     []BackendView  `json:"backends"`
+	Changes      map[Key]Change `json:"changes"`
+	Decisions    []Decision     `json:"decisions"`
+	// Candidates are the servers the policy's own test finds now, drained
+	// or refused or not: empty for a policy that cannot tell without
+	// deciding (the LLM, a Lua script).
+	Candidates []Key `json:"candidates"`
 }
 
 // Status is a copy of the loop's latest view, for people and scripts.
 func (l *Loop) Status() Status {
 	changes := l.Ledger()
 	var ps any
-	if r, ok := l.Policy.(StatusReporter); ok {
-		ps = r.PolicyStatus()
+	if l.Policy.Status != nil {
+		ps = l.Policy.Status()
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return Status{
 		Policy: l.Policy.Name(), PolicyStatus: ps, Interval: l.Interval.String(), Cycle: l.cycle, Observed: l.last.Time,
 		Backends: l.last.Backends, Changes: changes, Decisions: append([]Decision(nil), l.recent...),
-		Candidates: append([]string{}, l.candidates...),
+		Candidates: append([]Key{}, l.candidates...),
 	}
 }
 

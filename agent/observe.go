@@ -27,18 +27,18 @@ type Windows interface {
 	Snapshot(last time.Duration) []window.Stats
 }
 
-func key(backend, server string) string { return backend + "/" + server }
+func key(backend, server string) Key { return Key{Backend: backend, Server: server} }
 
 // processes is every HAProxy's view of its servers, merged: a server
 // serves only if every process lets it, and only servers every process
 // knows can be acted on.
 type processes struct {
 	epoch   string // the processes' instances, joined
-	order   []string
-	state   map[string]*haproxy.ServerState
-	seenBy  map[string]int
-	maxconn map[string]int // the smallest of the processes' limits
-	rtime   map[string]int // the slowest process's average
+	order   []Key
+	state   map[Key]*haproxy.ServerState
+	seenBy  map[Key]int
+	maxconn map[Key]int // the smallest of the processes' limits
+	rtime   map[Key]int // the slowest process's average
 	count   int
 }
 
@@ -47,8 +47,8 @@ func readProcesses(ctx context.Context, runtimes []Runtime) (*processes, error) 
 	if len(runtimes) == 0 {
 		return nil, fmt.Errorf("no runtime socket")
 	}
-	p := &processes{state: map[string]*haproxy.ServerState{}, seenBy: map[string]int{},
-		maxconn: map[string]int{}, rtime: map[string]int{}, count: len(runtimes)}
+	p := &processes{state: map[Key]*haproxy.ServerState{}, seenBy: map[Key]int{},
+		maxconn: map[Key]int{}, rtime: map[Key]int{}, count: len(runtimes)}
 	var instances []string
 	for _, rt := range runtimes {
 		info, err := rt.ShowInfo(ctx)
@@ -132,8 +132,8 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 	long, recent := l.snapshot(l.Lookback), l.snapshot(span)
 	obs := Observation{Time: now, Cycle: cycle, Lookback: l.Lookback, RecentSpan: span}
 	var reapply Plan
-	present := map[string]bool{}
-	index := map[string]int{}
+	present := map[Key]bool{}
+	index := map[string]int{} // backend name -> its place in obs.Backends
 	for _, s := range procs.everywhere() {
 		k := key(s.Backend, s.Server)
 		present[k] = true
@@ -144,7 +144,7 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 		v.NoDrainUntil = ledger.HeldUntil(k, now)
 		v.OperatorUntil = ledger.OverriddenUntil(k)
 		if lost {
-			l.Log.Warn().Str("server", k).Str("phase", string(v.Changed.Phase)).Msg("a reload lost the agent's change; applying it again")
+			l.Log.Warn().Stringer("server", k).Str("phase", string(v.Changed.Phase)).Msg("a reload lost the agent's change; applying it again")
 			reapply = append(reapply, reapplyAction(v))
 		}
 		bi, ok := index[s.Backend]
@@ -161,8 +161,8 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 	return obs, reapply, nil
 }
 
-func (l *Loop) snapshot(last time.Duration) map[string]window.Stats {
-	out := map[string]window.Stats{}
+func (l *Loop) snapshot(last time.Duration) map[Key]window.Stats {
+	out := map[Key]window.Stats{}
 	for _, st := range l.Windows.Snapshot(last) {
 		out[key(st.Backend, st.Server)] = st
 	}
@@ -171,7 +171,7 @@ func (l *Loop) snapshot(last time.Duration) map[string]window.Stats {
 
 // SetWindows gives v its long and recent window figures, named after v
 // even where the windows hold no series for it yet.
-func (v *ServerView) SetWindows(long, recent map[string]window.Stats) {
+func (v *ServerView) SetWindows(long, recent map[Key]window.Stats) {
 	k := key(v.Backend, v.Server)
 	v.Window, v.Recent = long[k], recent[k]
 	v.Window.Backend, v.Window.Server = v.Backend, v.Server
@@ -180,7 +180,7 @@ func (v *ServerView) SetWindows(long, recent map[string]window.Stats) {
 
 // reapplyAction puts back a change a reload lost.
 func reapplyAction(v ServerView) Action {
-	a := Action{Kind: Drain, Backend: v.Backend, Server: v.Server, Reason: "re-applied after a reload: " + v.Changed.Reason, Restore: true}
+	a := Action{Kind: Drain, Backend: v.Backend, Server: v.Server, Reason: "re-applied after a reload: " + v.Changed.Reason, Origin: OriginReapply}
 	if v.Changed.Phase != PhaseDrained {
 		a.Kind, a.Weight = SetWeight, v.Changed.Weight
 	}

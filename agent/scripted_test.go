@@ -1,6 +1,19 @@
 package agent
 
-import "context"
+import (
+	"context"
+
+	"github.com/hapilot/hapilot/haproxy"
+)
+
+// mustKey is a test's "backend/server", parsed.
+func mustKey(s string) Key {
+	k, err := haproxy.ParseServerKey(s)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
 
 // scripted returns the plans it is given, one per step.
 type scripted struct {
@@ -8,12 +21,9 @@ type scripted struct {
 	calls  int
 	err    error
 	onCall func()
-	needs  Needs
 }
 
 func (s *scripted) Name() string { return "scripted" }
-
-func (s *scripted) Needs() Needs { return s.needs }
 
 func (s *scripted) Decide(context.Context, Observation) (Plan, error) {
 	s.calls++

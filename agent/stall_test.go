@@ -38,7 +38,7 @@ func TestStalledSocketNeitherStallsNorLeaks(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := runtime.NumGoroutine()
-	l := &Loop{Clock: RealClock{}, Interval: 100 * time.Millisecond, Policy: &scripted{}, Guard: DefaultGuardrails(),
+	l := &Loop{Clock: RealClock{}, Settings: Settings{Interval: 100 * time.Millisecond}, Policy: PolicyOf(&scripted{}), Guard: DefaultGuardrails(),
 		Runtimes: []Runtime{client}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()

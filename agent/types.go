@@ -6,6 +6,7 @@ package agent
 
 import (
 	"context"
+	"io"
 	"time"
 
 	"github.com/hapilot/hapilot/haproxy"
@@ -107,9 +108,9 @@ type Observation struct {
 	Lookback   time.Duration `json:"lookback"`
 	RecentSpan time.Duration `json:"recent_span"`
 	Backends   []BackendView `json:"backends"`
-	// Refused: "backend/server" -> why the guardrails refused an action
-	// on it last step, so that a policy can see its word was not enough.
-	Refused map[string]string `json:"refused,omitempty"`
+	// Refused: why the guardrails refused an action on a server last
+	// step, so that a policy can see its word was not enough.
+	Refused map[Key]string `json:"refused,omitempty"`
 }
 
 // Find returns the view of backend/server.
@@ -129,6 +130,14 @@ func (o *Observation) Find(backend, server string) (*BackendView, *ServerView) {
 	return nil, nil
 }
 
+// Key names one server, "backend/server": its identity everywhere in the
+// agent (the ledger, the candidates, the refusals). haproxy.ServerKey is
+// the one place that formats and parses it.
+type Key = haproxy.ServerKey
+
+// Key is the view's server.
+func (v ServerView) Key() Key { return Key{Backend: v.Backend, Server: v.Server} }
+
 // Kind is what an action does.
 type Kind string
 
@@ -138,6 +147,28 @@ const (
 	SetWeight Kind = "set_weight"
 )
 
+// Origin says who proposes an action, which decides the limits it is
+// held to.
+type Origin string
+
+const (
+	// OriginPolicy: the policy's own plan (the zero value, left out of
+	// the audit's JSON). Every guardrail applies.
+	OriginPolicy Origin = ""
+	// OriginRecovery: recovery's re-admissions (after a clean probe burst,
+	// the canary ramp with probing off, the tail guard), or a fleet
+	// decider's, followed here. A drained server comes back only through
+	// one: any other ready of it is refused and turned into a request to
+	// probe it.
+	OriginRecovery Origin = "recovery"
+	// OriginReapply: the loop putting back a change of its own that a
+	// reload lost. Exempt from the per-step counts, not from the floor.
+	OriginReapply Origin = "reapply"
+	// OriginRestore: `--on-exit restore` undoing the agent's changes as
+	// it stops.
+	OriginRestore Origin = "restore"
+)
+
 // Action is one change a policy proposes.
 type Action struct {
 	Kind    Kind   `json:"kind"`
@@ -145,38 +176,67 @@ type Action struct {
 	Server  string `json:"server"`
 	Weight  int    `json:"weight,omitempty"`
 	Reason  string `json:"reason,omitempty"`
-	// Restore marks the loop's own re-application of a change a reload
-	// lost: exempt from the per-step counts, not from the floor.
-	Restore bool `json:"restore,omitempty"`
+	// Origin is who proposed it.
+	Origin Origin `json:"origin,omitempty"`
 	// NoDrainFor, on a Ready, keeps the server from being drained again
 	// for that long (the tail-latency guard).
 	NoDrainFor time.Duration `json:"no_drain_for,omitempty"`
-	// Readmit marks recovery's own re-admissions (after a clean probe
-	// burst, the canary ramp with probing off, or the tail guard). A
-	// drained server comes back only through one: any other ready of it
-	// is refused and turned into a request to probe it.
-	Readmit bool `json:"readmit,omitempty"`
 }
+
+// Key is the action's server.
+func (a Action) Key() Key { return Key{Backend: a.Backend, Server: a.Server} }
+
+// Counted reports whether a counts against the per-step caps and the
+// capacity check: everything but the loop's own re-application of a lost
+// change, which only puts back what was already in force.
+func (a Action) Counted() bool { return a.Origin != OriginReapply }
 
 // Plan is a policy's answer for one step.
 type Plan []Action
 
-// Policy decides what to do from an observation. It must not block past
-// ctx's deadline.
-type Policy interface {
+// Decider is a policy's judgment: a plan from an observation. Decide
+// must return by ctx's deadline, which the loop sets for every step (see
+// Settings.PolicyBudget); a policy takes its time from it, never from a
+// timer of its own.
+type Decider interface {
 	Name() string
 	Decide(ctx context.Context, obs Observation) (Plan, error)
 }
 
-// Reporter is a policy that adds its own figures (model calls, tokens,
-// fallbacks) to each step's audit record.
-type Reporter interface {
-	Report() any
+// Policy is a decider together with its hooks: one value that the loop,
+// the daemon and the status server read, so that nothing is ever
+// type-asserted through a wrapper. Each policy's constructor fills in
+// what it has; a nil hook is one the policy lacks. A wrapper (fleet mode,
+// shadow) replaces the Decider and the Evidence test and keeps the rest
+// as they are.
+type Policy struct {
+	Decider
+	// Needs is what the policy asks of the loop around it.
+	Needs Needs
+	// Evidence tells, cheaply and from the windows alone, which servers
+	// Decide would act on now: the loop asks it between steps and steps
+	// at once when a new server appears, instead of waiting for the next
+	// tick. Policies that cost a call (a model) leave it nil: their
+	// cadence is the interval.
+	Evidence func(obs Observation) []Key
+	// Report adds the policy's own figures (model calls, tokens,
+	// fallbacks) to each step's audit record.
+	Report func() any
+	// Status is a state worth showing in /status: a model loading, say.
+	Status func() any
+	// Metrics writes the policy's counters into /metrics.
+	Metrics func(w io.Writer)
+	// Start and Close run and end a life of the policy's own (a model's
+	// warm-up and watch), with the agent's.
+	Start func()
+	Close func()
 }
 
-// Needs is what a policy asks of the loop around it. A policy declares
-// its needs by implementing NeedsDeclarer; the loop never tells policies
-// apart by name.
+// PolicyOf is d with no hooks.
+func PolicyOf(d Decider) Policy { return Policy{Decider: d} }
+
+// Needs is what a policy asks of the loop around it; the loop never tells
+// policies apart by name.
 type Needs struct {
 	// DrainsPer lets a backend of N servers lose up to N/DrainsPer of them
 	// in one step (at least the guardrails' MaxDrains), floor and capacity
@@ -186,33 +246,4 @@ type Needs struct {
 	// study's loop did: the cadence slips instead of the call being cut
 	// short. Only the benchmark's unprotected runs ask for it.
 	NoStepBudget bool
-}
-
-// StatusReporter is a policy with a state worth showing in /status: a
-// model loading, say.
-type StatusReporter interface {
-	PolicyStatus() any
-}
-
-// EvidenceChecker is a policy that can tell, cheaply and from the
-// windows alone, which servers its Decide would act on now: the loop asks
-// it between steps and steps at once when a new server appears, instead
-// of waiting for the next tick. Policies that cost a call (a model) do
-// not implement it: their cadence is the interval.
-type EvidenceChecker interface {
-	// Evidence returns the "backend/server" keys its test finds.
-	Evidence(obs Observation) []string
-}
-
-// NeedsDeclarer is a policy with needs of its own.
-type NeedsDeclarer interface {
-	Needs() Needs
-}
-
-// NeedsOf returns p's needs, or none.
-func NeedsOf(p Policy) Needs {
-	if d, ok := p.(NeedsDeclarer); ok {
-		return d.Needs()
-	}
-	return Needs{}
 }

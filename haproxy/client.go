@@ -191,7 +191,7 @@ func target(backend, server string) (string, error) {
 	if err := ValidName(server); err != nil {
 		return "", fmt.Errorf("haproxy: server: %w", err)
 	}
-	return backend + "/" + server, nil
+	return ServerKey{Backend: backend, Server: server}.String(), nil
 }
 
 // AdminState is what `set server ... state` takes.
@@ -226,8 +226,8 @@ func SetWeightCommand(backend, server string, weight int) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if weight < 0 || weight > 256 {
-		return "", fmt.Errorf("haproxy: weight %d outside [0, 256]", weight)
+	if weight < 0 || weight > MaxWeight {
+		return "", fmt.Errorf("haproxy: weight %d outside [0, %d]", weight, MaxWeight)
 	}
 	return fmt.Sprintf("set weight %s %d", t, weight), nil
 }

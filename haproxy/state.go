@@ -143,7 +143,7 @@ func ParseServersState(reply string) ([]ServerState, error) {
 		}
 		// HAProxy's weights are 0..256: a number past that comes from
 		// something else, and bounds every loop over weights downstream.
-		s.Weight, s.Initial = min(max(s.Weight, 0), 256), min(max(s.Initial, 0), 256)
+		s.Weight, s.Initial = min(max(s.Weight, 0), MaxWeight), min(max(s.Initial, 0), MaxWeight)
 		s.Port = min(max(s.Port, 0), 65535)
 		out = append(out, s)
 	}

@@ -75,7 +75,7 @@ type Node struct {
 
 	// changes is the loop's ledger, read at each sync for the decisions
 	// of the backends this agent decides.
-	changes atomic.Pointer[func() map[string]agent.Change]
+	changes atomic.Pointer[func() map[agent.Key]agent.Change]
 
 	mu        sync.Mutex
 	peers     map[string]*peer
@@ -194,7 +194,7 @@ func (n *Node) Addr() string { return n.ml.LocalNode().Address() }
 
 // SetChanges gives the node the loop's ledger, whose changes of the
 // backends this node decides are its decisions.
-func (n *Node) SetChanges(f func() map[string]agent.Change) { n.changes.Store(&f) }
+func (n *Node) SetChanges(f func() map[agent.Key]agent.Change) { n.changes.Store(&f) }
 
 // Run sends state and counts every Sync, and joins or rejoins the join
 // list, until ctx ends; then it leaves the fleet, so that the others
@@ -300,7 +300,7 @@ func (n *Node) sync() {
 	n.mu.Unlock()
 
 	st := stateMsg{header: n.header(kindState)}
-	var changes map[string]agent.Change
+	var changes map[agent.Key]agent.Change
 	if f := n.changes.Load(); f != nil && !pic.alone() {
 		changes = (*f)()
 	}
@@ -357,12 +357,11 @@ func (n *Node) header(kind byte) header {
 
 // held is this node's decision for backend: the changes its ledger holds
 // there.
-func held(changes map[string]agent.Change, backend string) []Held {
+func held(changes map[agent.Key]agent.Change, backend string) []Held {
 	var out []Held
 	for k, c := range changes {
-		b, s, ok := strings.Cut(k, "/")
-		if ok && b == backend {
-			out = append(out, Held{Server: s, Phase: c.Phase, Weight: c.Weight, Reason: c.Reason})
+		if k.Backend == backend {
+			out = append(out, Held{Server: k.Server, Phase: c.Phase, Weight: c.Weight, Reason: c.Reason})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Server < out[j].Server })

@@ -243,7 +243,7 @@ func TestReconcileFollowsTheDecidersState(t *testing.T) {
 		{"canary there, drained here: the canary weight first", srv("s", agent.OwnerAgent, haproxy.AdminForcedDrain, 100, drainedHere), &Held{Server: "s", Phase: agent.PhaseCanary, Weight: 25},
 			agent.Plan{{Kind: agent.SetWeight, Backend: "app", Server: "s", Weight: 25, Reason: "fleet: b re-admits it at a reduced weight, after its probes"}}},
 		{"canary there, drained here at the canary weight: ready", srv("s", agent.OwnerAgent, haproxy.AdminForcedDrain, 25, drainedHere), &Held{Server: "s", Phase: agent.PhaseCanary, Weight: 25},
-			agent.Plan{{Kind: agent.Ready, Backend: "app", Server: "s", Readmit: true, Reason: "fleet: b re-admitted it, after its probes"}}},
+			agent.Plan{{Kind: agent.Ready, Backend: "app", Server: "s", Origin: agent.OriginRecovery, Reason: "fleet: b re-admitted it, after its probes"}}},
 		{"canary there and here", srv("s", agent.OwnerAgent, 0, 25, canaryHere), &Held{Server: "s", Phase: agent.PhaseCanary, Weight: 25}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -269,7 +269,7 @@ func (r *recordingRecovery) Plan(_ context.Context, obs agent.Observation) agent
 	}
 	return nil
 }
-func (r *recordingRecovery) RequestProbe(string, string) {}
+func (r *recordingRecovery) RequestProbe(agent.Key) {}
 
 // Recovery leaves a server a decider elsewhere holds to that decider.
 func TestRecoveryLeavesHeldServersToTheirDecider(t *testing.T) {

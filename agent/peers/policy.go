@@ -10,19 +10,31 @@ import (
 	"github.com/hapilot/hapilot/internal/window"
 )
 
-// Roles an agent plays for one backend.
+// Role is the part an agent plays for one backend.
+type Role string
+
 const (
 	// RoleDecider: this agent decides, on the fleet's pooled evidence.
-	RoleDecider = "decider"
+	RoleDecider Role = "decider"
 	// RoleFollower: another agent decides; this one applies its word.
-	RoleFollower = "follower"
+	RoleFollower Role = "follower"
 	// RoleAlone: no peer heard within the timeout; this agent decides on
 	// its own evidence.
-	RoleAlone = "alone"
+	RoleAlone Role = "alone"
 	// RoleLocal: the decider has not spoken for this backend (it does not
 	// serve it, or has not stepped yet); this agent decides on its own
 	// evidence meanwhile.
-	RoleLocal = "local"
+	RoleLocal Role = "local"
+)
+
+// EvidenceKind says what a backend's decision rests on.
+type EvidenceKind string
+
+const (
+	// EvidencePooled: every agent's counts.
+	EvidencePooled EvidenceKind = "pooled"
+	// EvidenceLocal: this agent's alone.
+	EvidenceLocal EvidenceKind = "local"
 )
 
 // Evidence is one backend's figures over the policy's window.
@@ -36,12 +48,11 @@ type BackendStatus struct {
 	Backend string `json:"backend"`
 	Decider string `json:"decider"`
 	Standby string `json:"standby,omitempty"`
-	Role    string `json:"role"`
-	// Evidence says what the decision rests on: "pooled" (every agent's
-	// counts) or "local" (this agent's alone).
-	Evidence string   `json:"evidence"`
-	Pooled   Evidence `json:"pooled"`
-	Local    Evidence `json:"local"`
+	Role    Role   `json:"role"`
+	// Evidence says what the decision rests on.
+	Evidence EvidenceKind `json:"evidence"`
+	Pooled   Evidence     `json:"pooled"`
+	Local    Evidence     `json:"local"`
 	// Held is what the decider holds out of service, as it said last.
 	Held []string `json:"held,omitempty"`
 }
@@ -69,7 +80,7 @@ func (n *Node) split(obs agent.Observation) (mine agent.Observation, follow []fo
 
 	mine = obs
 	mine.Backends = nil
-	var pooled, pooledRecent map[string]window.Stats
+	var pooled, pooledRecent map[agent.Key]window.Stats
 	if decided := n.decidedHere(obs, pic); len(decided) > 0 {
 		m := window.Merged{n.local, n.remote}
 		pooled, pooledRecent = byKey(m.SnapshotOf(obs.Lookback, decided)), byKey(m.SnapshotOf(obs.RecentSpan, decided))
@@ -79,13 +90,13 @@ func (n *Node) split(obs agent.Observation) (mine agent.Observation, follow []fo
 	for _, b := range obs.Backends {
 		names = append(names, b.Name)
 		decider, standby := pic.decider(b.Name)
-		st := BackendStatus{Backend: b.Name, Decider: decider, Standby: standby, Evidence: "local", Local: evidenceOf(b.Servers)}
+		st := BackendStatus{Backend: b.Name, Decider: decider, Standby: standby, Evidence: EvidenceLocal, Local: evidenceOf(b.Servers)}
 		switch d, spoke := decisions[decider][b.Name]; {
 		case alone:
 			st.Role = RoleAlone
 			mine.Backends = append(mine.Backends, b)
 		case decider == n.name:
-			st.Role, st.Evidence = RoleDecider, "pooled"
+			st.Role, st.Evidence = RoleDecider, EvidencePooled
 			b = withWindows(b, pooled, pooledRecent)
 			st.Pooled = evidenceOf(b.Servers)
 			mine.Backends = append(mine.Backends, b)
@@ -93,7 +104,7 @@ func (n *Node) split(obs agent.Observation) (mine agent.Observation, follow []fo
 			st.Role = RoleLocal
 			mine.Backends = append(mine.Backends, b)
 		default:
-			st.Role, st.Evidence = RoleFollower, "pooled"
+			st.Role, st.Evidence = RoleFollower, EvidencePooled
 			st.Pooled = Evidence{Requests: d.PooledRequests, Err5xx: d.PooledErr5xx}
 			for _, h := range d.Held {
 				st.Held = append(st.Held, h.Server)
@@ -107,20 +118,20 @@ func (n *Node) split(obs agent.Observation) (mine agent.Observation, follow []fo
 	n.mu.Unlock()
 	// Peers' counts of servers this HAProxy does not report (removed,
 	// renamed) go, as the loop does with its own windows.
-	known := map[string]bool{}
+	known := map[agent.Key]bool{}
 	for _, b := range obs.Backends {
 		for _, s := range b.Servers {
-			known[b.Name+"/"+s.Server] = true
+			known[s.Key()] = true
 		}
 	}
-	n.remote.Retain(func(backend, server string) bool { return known[backend+"/"+server] })
+	n.remote.Retain(func(backend, server string) bool { return known[agent.Key{Backend: backend, Server: server}] })
 	return mine, follow
 }
 
-func byKey(stats []window.Stats) map[string]window.Stats {
-	m := make(map[string]window.Stats, len(stats))
+func byKey(stats []window.Stats) map[agent.Key]window.Stats {
+	m := make(map[agent.Key]window.Stats, len(stats))
 	for _, s := range stats {
-		m[s.Backend+"/"+s.Server] = s
+		m[agent.Key{Backend: s.Backend, Server: s.Server}] = s
 	}
 	return m
 }
@@ -152,7 +163,7 @@ func evidenceOf(servers []agent.ServerView) Evidence {
 }
 
 // withWindows is b with its servers' windows read from the pooled ones.
-func withWindows(b agent.BackendView, long, recent map[string]window.Stats) agent.BackendView {
+func withWindows(b agent.BackendView, long, recent map[agent.Key]window.Stats) agent.BackendView {
 	servers := make([]agent.ServerView, len(b.Servers))
 	for i, s := range b.Servers {
 		s.SetWindows(long, recent)
@@ -198,7 +209,7 @@ func reconcile(f followed) agent.Plan {
 			plan = append(plan, agent.Action{Kind: agent.SetWeight, Backend: s.Backend, Server: s.Server, Weight: h.Weight,
 				Reason: why("re-admits it at a reduced weight, after its probes")})
 		case drainedHere:
-			plan = append(plan, agent.Action{Kind: agent.Ready, Backend: s.Backend, Server: s.Server, Readmit: true,
+			plan = append(plan, agent.Action{Kind: agent.Ready, Backend: s.Backend, Server: s.Server, Origin: agent.OriginRecovery,
 				Reason: why("re-admitted it, after its probes")})
 		case s.State.Weight != h.Weight:
 			plan = append(plan, agent.Action{Kind: agent.SetWeight, Backend: s.Backend, Server: s.Server, Weight: h.Weight,
@@ -208,36 +219,35 @@ func reconcile(f followed) agent.Plan {
 	return plan
 }
 
-// Policy runs the inner policy on the backends this agent decides, and
-// follows the deciders of the others. Wrap builds it.
-type Policy struct {
-	Inner agent.Policy
-	Node  *Node
+// decider runs the inner decision on the backends this agent decides,
+// and follows the deciders of the others.
+type decider struct {
+	inner agent.Decider
+	node  *Node
 }
 
-// checkingPolicy is a Policy whose inner one can tell its evidence.
-type checkingPolicy struct{ *Policy }
-
-// Wrap returns inner in fleet mode, keeping what inner declares: its
-// needs, its report, its status, and its evidence test when it has one
-// (then a decider's new word also triggers a step at once).
+// Wrap returns inner in fleet mode. It replaces the decision and the
+// evidence test, and keeps every other hook of inner as it is: its needs,
+// report, status, metrics and life cycle.
 func Wrap(inner agent.Policy, n *Node) agent.Policy {
-	p := &Policy{Inner: inner, Node: n}
-	if _, ok := inner.(agent.EvidenceChecker); ok {
-		return checkingPolicy{p}
+	out := inner
+	out.Decider = decider{inner: inner.Decider, node: n}
+	if test := inner.Evidence; test != nil {
+		// A decider's new word also triggers a step at once.
+		out.Evidence = func(obs agent.Observation) []agent.Key { return n.evidence(test, obs) }
 	}
-	return p
+	return out
 }
 
-func (p *Policy) Name() string { return p.Inner.Name() }
+func (d decider) Name() string { return d.inner.Name() }
 
 // Decide decides the backends this agent decides, and follows the rest.
-func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan, error) {
-	mine, follow := p.Node.split(obs)
+func (d decider) Decide(ctx context.Context, obs agent.Observation) (agent.Plan, error) {
+	mine, follow := d.node.split(obs)
 	var plan agent.Plan
 	var err error
 	if len(mine.Backends) > 0 {
-		plan, err = p.Inner.Decide(ctx, mine)
+		plan, err = d.inner.Decide(ctx, mine)
 	}
 	for _, f := range follow {
 		plan = append(plan, reconcile(f)...)
@@ -245,49 +255,17 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 	return plan, err
 }
 
-// Needs are the inner policy's.
-func (p *Policy) Needs() agent.Needs { return agent.NeedsOf(p.Inner) }
-
-// Report is the inner policy's, if it keeps one.
-func (p *Policy) Report() any {
-	if r, ok := p.Inner.(agent.Reporter); ok {
-		return r.Report()
-	}
-	return nil
-}
-
-// PolicyStatus is the inner policy's, if it shows one.
-func (p *Policy) PolicyStatus() any {
-	if r, ok := p.Inner.(agent.StatusReporter); ok {
-		return r.PolicyStatus()
-	}
-	return nil
-}
-
-// Start and Close pass the inner policy's life on (a model's warm-up).
-func (p *Policy) Start() {
-	if s, ok := p.Inner.(interface{ Start() }); ok {
-		s.Start()
-	}
-}
-
-func (p *Policy) Close() {
-	if c, ok := p.Inner.(interface{ Close() }); ok {
-		c.Close()
-	}
-}
-
-// Evidence is the inner test on the backends this agent decides, and the
+// evidence is the inner test on the backends this agent decides, and the
 // servers a decider's word would change here.
-func (c checkingPolicy) Evidence(obs agent.Observation) []string {
-	mine, follow := c.Node.split(obs)
-	found := c.Inner.(agent.EvidenceChecker).Evidence(mine)
+func (n *Node) evidence(test func(agent.Observation) []agent.Key, obs agent.Observation) []agent.Key {
+	mine, follow := n.split(obs)
+	found := test(mine)
 	for _, f := range follow {
 		for _, a := range reconcile(f) {
-			found = append(found, a.Backend+"/"+a.Server)
+			found = append(found, a.Key())
 		}
 	}
-	sort.Strings(found)
+	sort.Slice(found, func(i, j int) bool { return found[i].String() < found[j].String() })
 	return found
 }
 
@@ -309,7 +287,7 @@ func (r Recovery) Plan(ctx context.Context, obs agent.Observation) agent.Plan {
 	for _, b := range obs.Backends {
 		servers := make([]agent.ServerView, 0, len(b.Servers))
 		for _, s := range b.Servers {
-			if !heldElsewhere[s.Backend+"/"+s.Server] {
+			if !heldElsewhere[s.Key()] {
 				servers = append(servers, s)
 			}
 		}
@@ -319,22 +297,22 @@ func (r Recovery) Plan(ctx context.Context, obs agent.Observation) agent.Plan {
 	return r.Inner.Plan(ctx, cp)
 }
 
-func (r Recovery) RequestProbe(backend, server string) {
-	if !r.Node.heldElsewhere()[backend+"/"+server] {
-		r.Inner.RequestProbe(backend, server)
+func (r Recovery) RequestProbe(k agent.Key) {
+	if !r.Node.heldElsewhere()[k] {
+		r.Inner.RequestProbe(k)
 	}
 }
 
 // heldElsewhere are the servers the deciders of followed backends hold,
 // as of the last step.
-func (n *Node) heldElsewhere() map[string]bool {
+func (n *Node) heldElsewhere() map[agent.Key]bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	out := map[string]bool{}
+	out := map[agent.Key]bool{}
 	for _, v := range n.view {
 		if v.Role == RoleFollower {
 			for _, s := range v.Held {
-				out[v.Backend+"/"+s] = true
+				out[agent.Key{Backend: v.Backend, Server: s}] = true
 			}
 		}
 	}

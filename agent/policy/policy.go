@@ -5,9 +5,9 @@
 //	llm        a model through Ollama, under hapilot's protections (and --shadow)
 //	luapolicy  an operator's decide(obs) in a Lua sandbox
 //
-// Every policy implements agent.Policy and may declare what it needs of
-// the loop through agent.NeedsDeclarer; the guardrails vet whatever any
-// of them proposes.
+// Each one's constructor returns an agent.Policy: its decision together
+// with its hooks (needs, evidence test, report, status, metrics, life
+// cycle). The guardrails vet whatever any of them proposes.
 package policy
 
 import (
@@ -22,3 +22,6 @@ type Static struct{}
 func (Static) Name() string { return "static" }
 
 func (Static) Decide(context.Context, agent.Observation) (agent.Plan, error) { return nil, nil }
+
+// NewStatic is the baseline as the loop runs it: no hooks.
+func NewStatic() agent.Policy { return agent.PolicyOf(Static{}) }

@@ -162,10 +162,10 @@ type Readmitter struct {
 	bursts sync.WaitGroup
 
 	mu      sync.Mutex
-	servers map[string]*server
+	servers map[agent.Key]*server
 	// strikes counts, per server, steps in a row with the backend's p99
 	// over the tail guard.
-	strikes map[string]int
+	strikes map[agent.Key]int
 	rng     *rand.Rand
 }
 
@@ -185,7 +185,7 @@ func New(cfg Config, client *http.Client, log zerolog.Logger) *Readmitter {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Readmitter{Config: cfg, Log: log, Now: time.Now, client: client, ctx: ctx, cancel: cancel,
-		servers: map[string]*server{}, strikes: map[string]int{}, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))}
+		servers: map[agent.Key]*server{}, strikes: map[agent.Key]int{}, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))}
 }
 
 // Close stops every probe burst in flight and waits for them to end.
@@ -223,7 +223,7 @@ func (r *Readmitter) Plan(_ context.Context, obs agent.Observation) agent.Plan {
 			if s.Owner != agent.OwnerAgent || s.Changed == nil {
 				continue
 			}
-			k := s.Backend + "/" + s.Server
+			k := s.Key()
 			var a agent.Action
 			var ok bool
 			switch s.Changed.Phase {
@@ -259,7 +259,7 @@ func (r *Readmitter) Plan(_ context.Context, obs agent.Observation) agent.Plan {
 // server comes back at a reduced weight first, then ready; a cut server
 // goes back to its configured weight. Either way it is held from being
 // drained again for TailHold.
-func (r *Readmitter) tailGuard(b agent.BackendView, k string, s agent.ServerView) (agent.Action, bool) {
+func (r *Readmitter) tailGuard(b agent.BackendView, k agent.Key, s agent.ServerView) (agent.Action, bool) {
 	base := s.Changed.BaselineP99Ms
 	if r.Config.P99Guard <= 0 || base <= 0 {
 		return agent.Action{}, false
@@ -282,29 +282,29 @@ func (r *Readmitter) tailGuard(b agent.BackendView, k string, s agent.ServerView
 		return agent.Action{Kind: agent.SetWeight, Backend: s.Backend, Server: s.Server, Weight: w, Reason: why + ": reduced weight first"}, true
 	}
 	delete(r.strikes, k)
-	return agent.Action{Kind: agent.Ready, Backend: s.Backend, Server: s.Server, Reason: why, NoDrainFor: r.Config.TailHold, Readmit: true}, true
+	return agent.Action{Kind: agent.Ready, Backend: s.Backend, Server: s.Server, Reason: why, NoDrainFor: r.Config.TailHold, Origin: agent.OriginRecovery}, true
 }
 
 // RequestProbe lets a drained server's next burst start now, when no
 // burst of its current drain has failed yet: a policy that thinks the
 // server healed shortens the first cooldown, never the backoff earned by
 // a failed burst.
-func (r *Readmitter) RequestProbe(backend, server string) {
+func (r *Readmitter) RequestProbe(k agent.Key) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	st := r.servers[backend+"/"+server]
+	st := r.servers[k]
 	if st == nil || st.probe != waiting || st.failed > 0 {
 		return
 	}
 	if now := r.Now(); now.Before(st.next) {
 		st.next = now
-		r.Log.Info().Str("server", backend+"/"+server).Msg("a policy asked for a probe: the first burst starts at the next step")
+		r.Log.Info().Stringer("server", k).Msg("a policy asked for a probe: the first burst starts at the next step")
 	}
 }
 
 // drained starts (or restarts) the cooldown of a server the agent
 // drained, keeping the backoff of its earlier drains.
-func (r *Readmitter) drained(k string, prev *server, s agent.ServerView) *server {
+func (r *Readmitter) drained(k agent.Key, prev *server, s agent.ServerView) *server {
 	st := &server{probe: waiting, drainedAt: s.Changed.At, cooldown: r.Config.Cooldown, drains: 1,
 		faultRate: max(s.Window.ErrorRate(), s.Changed.ErrorRate)}
 	if prev != nil {
@@ -314,7 +314,7 @@ func (r *Readmitter) drained(k string, prev *server, s agent.ServerView) *server
 	}
 	st.next = s.Changed.At.Add(r.jitter(st.cooldown))
 	r.servers[k] = st
-	r.Log.Info().Str("server", k).Int("drains", st.drains).Dur("cooldown", st.cooldown).Float64("fault_rate", st.faultRate).
+	r.Log.Info().Stringer("server", k).Int("drains", st.drains).Dur("cooldown", st.cooldown).Float64("fault_rate", st.faultRate).
 		Msg("drained server waits before re-admission")
 	return st
 }
@@ -340,7 +340,7 @@ func (c Config) tooSlow(medianMs float64, peerMs int) bool {
 	return c.SlowRatio > 0 && peerMs > 0 && medianMs >= c.SlowRatio*float64(peerMs) && medianMs-float64(peerMs) >= float64(c.SlowMinMs)
 }
 
-func (r *Readmitter) whileDrained(k string, st *server, s agent.ServerView, peerMs int, now time.Time) (agent.Action, bool) {
+func (r *Readmitter) whileDrained(k agent.Key, st *server, s agent.ServerView, peerMs int, now time.Time) (agent.Action, bool) {
 	switch st.probe {
 	case waiting:
 		if now.Before(st.next) {
@@ -362,7 +362,7 @@ func (r *Readmitter) whileDrained(k string, st *server, s agent.ServerView, peer
 				st.next = now.Add(r.jitter(st.cooldown))
 				st.probe = waiting
 				st.failed++
-				r.Log.Info().Str("server", k).Str("burst", st.lastBurst).AnErr("error", res.err).Dur("next_in", st.cooldown).
+				r.Log.Info().Stringer("server", k).Str("burst", st.lastBurst).AnErr("error", res.err).Dur("next_in", st.cooldown).
 					Msg("probe burst failed: the server stays drained")
 				return agent.Action{}, false
 			}
@@ -377,7 +377,7 @@ func (r *Readmitter) whileDrained(k string, st *server, s agent.ServerView, peer
 		return agent.Action{Kind: agent.SetWeight, Backend: s.Backend, Server: s.Server, Weight: canaryW,
 			Reason: "re-admission: canary weight before ready (" + st.lastBurst + ")"}, true
 	}
-	return agent.Action{Kind: agent.Ready, Backend: s.Backend, Server: s.Server, Reason: "re-admission: " + st.lastBurst, Readmit: true}, true
+	return agent.Action{Kind: agent.Ready, Backend: s.Backend, Server: s.Server, Reason: "re-admission: " + st.lastBurst, Origin: agent.OriginRecovery}, true
 }
 
 // startBurst sends a probe burst in a goroutine of the Readmitter's own,

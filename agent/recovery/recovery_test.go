@@ -74,7 +74,7 @@ func (h *harness) plan(at time.Duration) agent.Plan {
 // waitBurst blocks until srv2's probe burst has ended, without sleeping.
 func (h *harness) waitBurst() {
 	h.r.mu.Lock()
-	st := h.r.servers["app/srv2"]
+	st := h.r.servers[srv2]
 	h.r.mu.Unlock()
 	if st == nil || st.probe != probing {
 		h.t.Fatalf("no burst running: %+v", st)
@@ -98,7 +98,7 @@ func TestPersistentFaultStaysDrained(t *testing.T) {
 	if p := h.plan(35 * time.Second); len(p) != 0 {
 		t.Fatalf("re-admitted a failing server: %v", p)
 	}
-	st := h.r.servers["app/srv2"]
+	st := h.r.servers[srv2]
 	if st.cooldown != time.Minute || st.probe != waiting || b.Served() == 0 {
 		t.Fatalf("after a failed burst: %+v, %d probes served", st, b.Served())
 	}
@@ -215,7 +215,7 @@ func TestRedrainDoublesCooldown(t *testing.T) {
 		t.Fatalf("re-admitted after 40 s: the cooldown should be 60 s: %v", p)
 	}
 	if p := h.plan(50*time.Second + 67*time.Second); len(p) != 1 {
-		t.Fatalf("not re-admitted after the doubled cooldown: %v (%+v)", p, h.r.servers["app/srv2"])
+		t.Fatalf("not re-admitted after the doubled cooldown: %v (%+v)", p, h.r.servers[srv2])
 	}
 }
 
@@ -250,7 +250,7 @@ func TestSlowServerStaysDrainedWhileSlow(t *testing.T) {
 			if got := len(p) == 1 && p[0].Kind == agent.SetWeight; got != tc.back {
 				t.Fatalf("plan %v, want re-admission %v", p, tc.back)
 			}
-			if st := h.r.servers["app/srv2"]; !tc.back && (st.probe != waiting || st.cooldown != time.Minute) {
+			if st := h.r.servers[srv2]; !tc.back && (st.probe != waiting || st.cooldown != time.Minute) {
 				t.Fatalf("a slow burst must count as failed: %+v (%s)", st, st.lastBurst)
 			}
 		})
@@ -326,14 +326,17 @@ func TestTailGuardUndoesAWeightCut(t *testing.T) {
 func TestRequestProbeShortensOnlyTheFirstCooldown(t *testing.T) {
 	h := newHarness(t, "127.0.0.1:1", 1, false)
 	h.plan(5 * time.Second) // the drain is seen: cooldown until ~30 s
-	h.r.RequestProbe("app", "srv2")
-	if p := h.plan(6 * time.Second); len(p) != 1 || p[0].Kind != agent.Ready || !p[0].Readmit {
+	h.r.RequestProbe(srv2)
+	if p := h.plan(6 * time.Second); len(p) != 1 || p[0].Kind != agent.Ready || p[0].Origin != agent.OriginRecovery {
 		t.Fatalf("want a re-admission at once after a request (probing off): %v", p)
 	}
-	st := h.r.servers["app/srv2"]
+	st := h.r.servers[srv2]
 	st.failed, st.probe, st.next = 1, waiting, h.now.Add(time.Minute)
-	h.r.RequestProbe("app", "srv2")
+	h.r.RequestProbe(srv2)
 	if p := h.plan(7 * time.Second); len(p) != 0 {
 		t.Fatalf("a request cut a failed burst's backoff: %v", p)
 	}
 }
+
+// srv2 is the server most tests drain.
+var srv2 = agent.Key{Backend: "app", Server: "srv2"}

@@ -21,12 +21,6 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// MetricsWriter is a part with counters of its own: a policy, an ingest
-// path, the window store.
-type MetricsWriter interface {
-	WriteMetrics(w io.Writer)
-}
-
 // Server serves GET /status and GET /metrics, read-only.
 type Server struct {
 	Loop *agent.Loop
@@ -73,8 +67,8 @@ func WriteLoopMetrics(w io.Writer, l *agent.Loop) {
 	promtext.Counter(w, "hapilot_policy_errors_total", "Steps whose policy returned an error.", m.PolicyErrors)
 	promtext.Counter(w, "hapilot_state_errors_total", "Steps that could not read server states.", m.StateErrors)
 	promtext.Gauge(w, "hapilot_goroutines", "Goroutines running in the agent.", runtime.NumGoroutine())
-	if mw, ok := l.Policy.(MetricsWriter); ok {
-		mw.WriteMetrics(w)
+	if l.Policy.Metrics != nil {
+		l.Policy.Metrics(w)
 	}
 }
 

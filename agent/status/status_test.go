@@ -29,7 +29,7 @@ func (d drainOnce) Decide(context.Context, agent.Observation) (agent.Plan, error
 
 func TestStatusAndMetricsEndpoints(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3")
-	l := &agent.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Interval: time.Second, Policy: drainOnce{"s2"},
+	l := &agent.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second}, Policy: agent.PolicyOf(drainOnce{"s2"}),
 		Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
 	l.Step(context.Background())
 	s := &Server{Loop: l, Extra: []func(io.Writer){func(w io.Writer) { promtext.Counter(w, "hapilot_extra_total", "x", 7) }}}
@@ -42,7 +42,7 @@ func TestStatusAndMetricsEndpoints(t *testing.T) {
 	}
 	code, body := do("GET", "/status")
 	var st agent.Status
-	if code != 200 || json.Unmarshal([]byte(body), &st) != nil || st.Cycle != 1 || len(st.Backends) != 1 || len(st.Decisions) != 1 || st.Changes["app/s2"].Phase != agent.PhaseDrained {
+	if code != 200 || json.Unmarshal([]byte(body), &st) != nil || st.Cycle != 1 || len(st.Backends) != 1 || len(st.Decisions) != 1 || st.Changes[agent.Key{Backend: "app", Server: "s2"}].Phase != agent.PhaseDrained {
 		t.Fatalf("status %d %s", code, body)
 	}
 	code, body = do("GET", "/metrics")
@@ -64,7 +64,7 @@ func TestStatusAndMetricsEndpoints(t *testing.T) {
 // to 1.8 GB.
 func TestBigBodiesAreNotRead(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2")
-	l := &agent.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Interval: time.Second, Policy: drainOnce{"s2"},
+	l := &agent.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second}, Policy: agent.PolicyOf(drainOnce{"s2"}),
 		Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -91,7 +91,7 @@ func TestBigBodiesAreNotRead(t *testing.T) {
 // endpoint asks for it, by header or by query.
 func TestPageSeriesAndToken(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3")
-	l := &agent.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Interval: time.Second, Policy: drainOnce{"s2"},
+	l := &agent.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second}, Policy: agent.PolicyOf(drainOnce{"s2"}),
 		Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
 	l.Step(context.Background())
 	s := &Server{Loop: l, Series: func(n int) any { return []int{n} }, Ingest: func() map[string]uint64 { return map[string]uint64{"events": 3} }}
@@ -143,7 +143,7 @@ func TestPageSeriesAndToken(t *testing.T) {
 // In fleet mode, /status carries the fleet's state under "fleet".
 func TestStatusShowsTheFleet(t *testing.T) {
 	rt := fakes.NewRuntime("s1")
-	l := &agent.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Interval: time.Second, Policy: drainOnce{"s1"},
+	l := &agent.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second}, Policy: agent.PolicyOf(drainOnce{"s1"}),
 		Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
 	for _, tc := range []struct {
 		name  string

@@ -28,11 +28,7 @@ func cmdCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	// The model is judged as `hapilot run` will call it: the same
 	// options, and its calls' p95 against the same step deadline.
-	model, err := llm.NewModel(c.LLM.ForInterval(c.Interval))
-	if err != nil {
-		return err
-	}
-	sc, err := llm.Calibrate(ctx, model, time.Now())
+	sc, err := llm.CalibrateAs(ctx, c.LLM, c.Loop, time.Now())
 	if err != nil {
 		return err
 	}

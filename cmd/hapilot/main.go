@@ -185,6 +185,6 @@ func cmdCheck(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "ok: policy %s, interval %v, window %v, spoe %s, status %s, haproxy %v\n",
-		c.Policy, c.Interval, c.Window, c.SPOEListen, c.StatusListen, c.HAProxySockets)
+		c.Policy, c.Loop.Interval, c.Window, c.SPOEListen, c.StatusListen, c.HAProxySockets)
 	return nil
 }

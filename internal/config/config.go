@@ -36,26 +36,24 @@ type Config struct {
 	LuaListen      string
 	SyslogListen   string
 	HAProxySockets []string
-	Interval       time.Duration
-	Window         time.Duration
-	Policy         PolicyName
-	PolicyFile     string
-	MaxServers     int
-	StatusListen   string
+	// Loop is the control loop's own settings: its interval, evidence
+	// checks, state file and operator hold.
+	Loop         agent.Settings
+	Window       time.Duration
+	Policy       PolicyName
+	PolicyFile   string
+	MaxServers   int
+	StatusListen string
 	// StatusToken, when set, is required of every request to the status
 	// endpoints; it must be set when they listen beyond loopback.
 	StatusToken string
 	AuditLog    string
 	LogFormat   LogFormat
 	LogLevel    string
-	StateFile   string
 	OnExit      OnExit
-	// OperatorHold is how long an operator's undo of the agent's change
-	// stands (0: only while the server differs from its configuration).
-	OperatorHold time.Duration
-	// EvidenceCheck is how often the windows are checked between steps,
-	// so that a policy's evidence triggers a step when it arrives; 0 off.
-	EvidenceCheck time.Duration
+	// Shadow is the old spelling of --policy shadow, kept for existing
+	// configs; with any --policy but rules or shadow it is refused.
+	Shadow bool
 
 	Stats    ingest.StatsConfig
 	Guard    agent.Guardrails
@@ -80,10 +78,24 @@ const (
 	PolicyRules  PolicyName = "rules"
 	PolicyLLM    PolicyName = "llm"
 	PolicyLua    PolicyName = "lua"
+	// PolicyShadow: the model decides, the rules act, and every step's
+	// disagreement is audited.
+	PolicyShadow PolicyName = "shadow"
 )
 
 // Policies lists the policies this build knows.
-var Policies = []PolicyName{PolicyStatic, PolicyRules, PolicyLLM, PolicyLua}
+var Policies = []PolicyName{PolicyStatic, PolicyRules, PolicyLLM, PolicyLua, PolicyShadow}
+
+// Chosen is the policy that runs, --shadow's old spelling resolved.
+func (c Config) Chosen() PolicyName {
+	if c.Shadow {
+		return PolicyShadow
+	}
+	return c.Policy
+}
+
+// UsesModel reports whether the chosen policy calls a model.
+func (c Config) UsesModel() bool { return c.Chosen() == PolicyLLM || c.Chosen() == PolicyShadow }
 
 func (p *PolicyName) String() string { return string(*p) }
 
@@ -136,9 +148,9 @@ func (o *OnExit) Set(s string) (err error) {
 func Default() Config {
 	return Config{
 		SPOEListen: "unix:/run/hapilot/spoe.sock", HAProxySockets: []string{"/run/haproxy/admin.sock"},
-		Interval: 10 * time.Second, Window: 60 * time.Second, Policy: PolicyRules, MaxServers: 4096,
-		StatusListen: "127.0.0.1:9310", LogFormat: LogAuto, LogLevel: "info", OnExit: OnExitKeep, OperatorHold: agent.DefaultOperatorHold,
-		EvidenceCheck: time.Second, Stats: ingest.DefaultStatsConfig(),
+		Loop: agent.DefaultSettings(), Window: 60 * time.Second, Policy: PolicyRules, MaxServers: 4096,
+		StatusListen: "127.0.0.1:9310", LogFormat: LogAuto, LogLevel: "info", OnExit: OnExitKeep,
+		Stats: ingest.DefaultStatsConfig(),
 		Guard: agent.DefaultGuardrails(), Rules: rules.DefaultConfig(), Recovery: recovery.DefaultConfig(), LLM: llm.DefaultConfig(),
 		Fleet: peers.DefaultConfig(),
 	}
@@ -172,9 +184,9 @@ func Register(fs *flag.FlagSet) *Config {
 	fs.StringVar(&c.SyslogListen, "syslog-listen", c.SyslogListen, "HAProxy log lines in hapilot's log-format: udp://host:port, unixgram:///path, or tcp://host:port or unix:///path for an HAProxy ring's forwarder; empty: off")
 	fs.DurationVar(&c.Stats.Poll, "stats-poll", c.Stats.Poll, "read HAProxy's own per-server counters (show stat) this often, from every haproxy-socket: the whole telemetry with no stanza, or the retried attempts no per-response path sees (0: off)")
 	fs.Var(&c.Stats.Mode, "stats-poll-mode", "what the counters feed: counts (every answer, 5xx and retry; no per-request detail), retries (retried attempts only, beside SPOE, Lua or logs) or auto (counts when spoe-listen is off and no lua-listen or syslog-listen is set, else retries)")
-	fs.DurationVar(&c.EvidenceCheck, "evidence-check", c.EvidenceCheck, "check the windows this often between steps, and step at once when the policy's test first finds a server (rules only; 0: off)")
+	fs.DurationVar(&c.Loop.EvidenceCheck, "evidence-check", c.Loop.EvidenceCheck, "check the windows this often between steps, and step at once when the policy's test first finds a server (rules only; 0: off)")
 	fs.Var(&multi{v: &c.HAProxySockets}, "haproxy-socket", "HAProxy runtime socket with level admin (unix path, unix:/path, tcp:host:port); repeat for several HAProxy processes")
-	fs.DurationVar(&c.Interval, "interval", c.Interval, "time between control-loop steps (at least 250ms)")
+	fs.DurationVar(&c.Loop.Interval, "interval", c.Loop.Interval, "time between control-loop steps (at least 250ms)")
 	fs.DurationVar(&c.Window, "window", c.Window, "length of the sliding windows (1 s buckets)")
 	fs.Var(&c.Policy, "policy", "decision policy: "+enum.Join(Policies...))
 	fs.StringVar(&c.PolicyFile, "policy-file", c.PolicyFile, "lua: the script defining decide(obs) (see examples/policies)")
@@ -184,12 +196,13 @@ func Register(fs *flag.FlagSet) *Config {
 	fs.StringVar(&c.AuditLog, "audit-log", c.AuditLog, "file that receives one JSON line per control-loop step")
 	fs.Var(&c.LogFormat, "log-format", "log format: "+enum.Join(LogFormats...)+" (auto: console on a terminal, else JSON)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug|info|warn|error")
-	fs.StringVar(&c.StateFile, "state-file", c.StateFile, "file keeping the agent's own changes across its restarts (\"\": memory only)")
-	fs.DurationVar(&c.OperatorHold, "operator-hold", c.OperatorHold, "how long an operator's undo of the agent's change stands: the agent leaves that server alone until then, or until its state changes again")
+	fs.StringVar(&c.Loop.StateFile, "state-file", c.Loop.StateFile, "file keeping the agent's own changes across its restarts (\"\": memory only)")
+	fs.DurationVar(&c.Loop.OperatorHold, "operator-hold", c.Loop.OperatorHold, "how long an operator's undo of the agent's change stands: the agent leaves that server alone until then, or until its state changes again")
 	fs.Var(&c.OnExit, "on-exit", "on SIGTERM: keep the agent's drains, or restore every server it changed: "+enum.Join(OnExits...))
 	registerGuard(fs, &c.Guard)
 	registerRecovery(fs, &c.Recovery)
 	registerRules(fs, &c.Rules)
+	fs.BoolVar(&c.Shadow, "shadow", c.Shadow, "the old spelling of --policy shadow: the model decides, the rules act, disagreements are audited")
 	registerLLM(fs, &c.LLM)
 	registerFleet(fs, &c.Fleet)
 	return &c
@@ -261,9 +274,8 @@ func registerLLM(fs *flag.FlagSet, l *llm.Config) {
 	fs.IntVar(&l.Confirm, "confirm", l.Confirm, "llm: consecutive steps that must propose an action before it runs")
 	fs.DurationVar(&l.MinHold, "min-hold", l.MinHold, "llm: readying a server drained less than this long ago needs evidence from the windows")
 	fs.Var(&l.Gate, "llm-gate", "llm: anomaly (call the model only when the windows show a candidate) | always")
-	fs.DurationVar(&l.Deadline, "llm-deadline", l.Deadline, "llm: deadline of each call (0: 80% of the interval)")
+	fs.DurationVar(&l.Deadline, "llm-deadline", l.Deadline, "llm: a deadline for each call tighter than the step's own (0: the step's, 80% of the interval)")
 	fs.Var(&l.Fallback, "fallback", "llm: policy for a step whose call failed or overran: "+enum.Join(llm.Fallbacks...))
-	fs.BoolVar(&l.Shadow, "shadow", l.Shadow, "llm: the model decides, the rules act, disagreements are audited")
 	fs.BoolVar(&l.SkipCalibration, "skip-calibration", l.SkipCalibration, "llm: let a model act without a passing calibration record")
 	fs.BoolVar(&l.Unprotected, "unprotected", l.Unprotected, "llm, research only: the study's loop, without hapilot's fixes (calibration gate, confirmation, hold, anomaly gate, evidence check, deadlines, cost-aware thinking), to measure what they buy")
 	fs.StringVar(&l.CalibrationDir, "calibration-dir", l.CalibrationDir, "llm: where `hapilot calibrate` keeps its records")
@@ -326,10 +338,7 @@ func applyFile(fs *flag.FlagSet, path string, skip map[string]bool) error {
 // Validate checks the settings together: this struct's own, then each
 // part's through its own Validate.
 func (c *Config) Validate() error {
-	var errs []error
-	if c.Interval < 250*time.Millisecond {
-		errs = append(errs, fmt.Errorf("interval %v is below 250ms", c.Interval))
-	}
+	errs := []error{c.Loop.Validate()}
 	if c.Window < time.Second || c.Window > MaxWindow {
 		errs = append(errs, fmt.Errorf("window %v: want 1s to %v", c.Window, MaxWindow))
 	}
@@ -339,9 +348,6 @@ func (c *Config) Validate() error {
 	}
 	if _, err := enum.Parse("policy", string(c.Policy), Policies...); err != nil {
 		errs = append(errs, err)
-	}
-	if c.OperatorHold < 0 {
-		errs = append(errs, fmt.Errorf("operator-hold %v is negative", c.OperatorHold))
 	}
 	if c.MaxServers < 1 {
 		errs = append(errs, fmt.Errorf("max-servers %d must be positive", c.MaxServers))
@@ -367,11 +373,11 @@ func (c *Config) Validate() error {
 	if c.Policy == PolicyLua && c.PolicyFile == "" {
 		errs = append(errs, errors.New("--policy lua needs --policy-file"))
 	}
-	if c.EvidenceCheck != 0 && c.EvidenceCheck < 100*time.Millisecond {
-		errs = append(errs, fmt.Errorf("evidence-check %v: want 0 (off) or at least 100ms", c.EvidenceCheck))
+	if c.Shadow && c.Policy != PolicyRules && c.Policy != PolicyShadow {
+		errs = append(errs, fmt.Errorf("--shadow contradicts --policy %s: shadow mode is its own policy, --policy shadow (the model decides, the rules act)", c.Policy))
 	}
 	errs = append(errs, c.Fleet.Validate(), c.Stats.Validate(), c.Guard.Validate(), c.Rules.Validate(), c.Recovery.Validate())
-	if c.Policy == PolicyLLM || c.LLM.Shadow {
+	if c.UsesModel() {
 		errs = append(errs, c.LLM.Validate())
 	}
 	return errors.Join(errs...)

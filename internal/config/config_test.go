@@ -33,7 +33,7 @@ func TestDefaultsAreValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Interval != 10*time.Second || c.Policy != "rules" || c.MaxServers != 4096 || c.StatusListen != "127.0.0.1:9310" {
+	if c.Loop.Interval != 10*time.Second || c.Policy != "rules" || c.MaxServers != 4096 || c.StatusListen != "127.0.0.1:9310" {
 		t.Fatalf("defaults %+v", c)
 	}
 }
@@ -50,8 +50,8 @@ rules-alpha 1e-5
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Interval != 500*time.Millisecond {
-		t.Errorf("command line did not win: %v", c.Interval)
+	if c.Loop.Interval != 500*time.Millisecond {
+		t.Errorf("command line did not win: %v", c.Loop.Interval)
 	}
 	if c.Policy != "static" || c.Rules.Alpha != 1e-5 {
 		t.Errorf("file not applied: %+v", c)
@@ -113,6 +113,8 @@ func TestInvalid(t *testing.T) {
 		{"a window of a million hours", "", []string{"--window", "1000000h"}, "want 1s to 1h0m0s"},
 		{"a window too big for max-servers", "", []string{"--window", "1h", "--max-servers", "4096"}, "MiB of buckets"},
 		{"negative operator hold", "", []string{"--operator-hold", "-1s"}, "operator-hold"},
+		{"shadow beside another policy", "", []string{"--policy", "llm", "--model", "m", "--shadow"}, "--shadow contradicts --policy llm"},
+		{"shadow beside lua", "", []string{"--policy", "lua", "--policy-file", "x.lua", "--shadow"}, "--shadow contradicts --policy lua"},
 		{"fleet without a key", "", []string{"--fleet-bind", "127.0.0.1:7946"}, "fleet-bind needs fleet-key"},
 		{"fleet key others may read", "", []string{"--fleet-bind", "127.0.0.1:7946", "--fleet-key", keyFile(t, 0o644, validKey)}, "chmod 600"},
 		{"fleet key not base64", "", []string{"--fleet-bind", "127.0.0.1:7946", "--fleet-key", keyFile(t, 0o600, "not a key!")}, "want base64"},

@@ -26,7 +26,7 @@ func FuzzConfigFile(f *testing.F) {
 		if Parse(fs, []string{"--config", p}) != nil || c.Validate() != nil {
 			return
 		}
-		if c.Interval < 250_000_000 || c.Window > MaxWindow || c.Rules.Alpha <= 0 || c.Rules.Alpha >= 1 {
+		if c.Loop.Interval < 250_000_000 || c.Window > MaxWindow || c.Rules.Alpha <= 0 || c.Rules.Alpha >= 1 {
 			t.Fatalf("a config past its bounds validated: %+v", c)
 		}
 	})

@@ -72,22 +72,19 @@ const (
 	MaxStatusConns = 64
 )
 
-// NewPolicy builds the policy a config names.
+// NewPolicy builds the policy a config names, with its hooks.
 func NewPolicy(c config.Config, log zerolog.Logger) (agent.Policy, error) {
-	if c.LLM.Shadow {
-		return newLLMPolicy(c, log)
-	}
-	switch c.Policy {
+	switch c.Chosen() {
 	case config.PolicyStatic:
-		return policy.Static{}, nil
+		return policy.NewStatic(), nil
 	case config.PolicyRules:
-		return rules.New(c.Rules), nil
-	case config.PolicyLLM:
+		return rules.NewPolicy(c.Rules), nil
+	case config.PolicyLLM, config.PolicyShadow:
 		return newLLMPolicy(c, log)
 	case config.PolicyLua:
-		return luapolicy.NewPolicy(c.PolicyFile, c.Interval/2, log.With().Str("component", "lua-policy").Logger())
+		return luapolicy.NewPolicy(c.PolicyFile, log.With().Str("component", "lua-policy").Logger())
 	}
-	return nil, fmt.Errorf("unknown policy %q", c.Policy)
+	return agent.Policy{}, fmt.Errorf("unknown policy %q", c.Policy)
 }
 
 // New validates c, opens the listeners and the audit log, and builds
@@ -121,9 +118,8 @@ func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
 	// The policy's own needs (its drain cap per fleet size, its step
 	// budget) are declared by the policy and read by the loop.
 	d.Loop = &agent.Loop{
-		Clock: agent.RealClock{}, Interval: c.Interval, EvidenceCheck: c.EvidenceCheck, Policy: pol, Guard: c.Guard,
+		Settings: c.Loop, Clock: agent.RealClock{}, Policy: pol, Guard: c.Guard,
 		Runtimes: runtimes, Windows: d.Store, Log: log.With().Str("component", "loop").Logger(),
-		StateFile: c.StateFile, OperatorHold: c.OperatorHold,
 	}
 	if c.Recovery.Mode != recovery.ModeOff {
 		d.readmit = recovery.New(c.Recovery, nil, log.With().Str("component", "recovery").Logger())
@@ -383,8 +379,8 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	}
 	// A policy with a life of its own (the model's warm-up) starts with
 	// the agent; Close stops it.
-	if s, ok := d.Loop.Policy.(interface{ Start() }); ok {
-		s.Start()
+	if d.Loop.Policy.Start != nil {
+		d.Loop.Policy.Start()
 	}
 	if d.Fleet != nil {
 		run("fleet", d.Fleet.Run)
@@ -396,7 +392,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	}
 	d.log.Info().Str("spoe", d.SPOEAddr()).Str("lua", d.LuaAddr()).Str("syslog", d.Config.SyslogListen).Str("status", d.StatusAddr()).Strs("haproxy", d.Config.HAProxySockets).
 		Str("stats_poll", statsPoll(d.Config)).Str("fleet", d.fleetLine()).
-		Str("policy", string(d.Config.Policy)).Dur("interval", d.Config.Interval).Msg("hapilot running")
+		Str("policy", string(d.Config.Chosen())).Dur("interval", d.Config.Loop.Interval).Msg("hapilot running")
 	wg.Wait()
 	if d.Config.OnExit == config.OnExitRestore {
 		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -511,10 +507,8 @@ func (d *Daemon) close() {
 	if d.readmit != nil {
 		d.readmit.Close()
 	}
-	if d.Loop != nil {
-		if c, ok := d.Loop.Policy.(interface{ Close() }); ok {
-			c.Close()
-		}
+	if d.Loop != nil && d.Loop.Policy.Close != nil {
+		d.Loop.Policy.Close()
 	}
 	if d.spoeLn != nil {
 		d.spoeLn.Close()

@@ -13,19 +13,19 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// newLLMPolicy builds --policy llm (or --shadow). A model without a
-// passing calibration record for its digest does not act: the rules do,
-// and the log says why.
+// newLLMPolicy builds --policy llm (or --policy shadow). A model without
+// a passing calibration record for its digest does not act: the rules
+// do, and the log says why.
 func newLLMPolicy(c config.Config, log zerolog.Logger) (agent.Policy, error) {
-	cfg := c.LLM.ForInterval(c.Interval)
+	cfg := c.LLM.Resolved()
 	model, err := llm.NewModel(cfg)
 	if err != nil {
-		return nil, err
+		return agent.Policy{}, err
 	}
 	// The rules are the model's floor: their drains apply whatever the
 	// model says. --fallback none (and --unprotected) leaves the model
 	// alone, for research.
-	var floor agent.Policy = rules.New(c.Rules)
+	var floor agent.Decider = rules.New(c.Rules)
 	if cfg.Fallback == llm.FallbackNone {
 		floor = nil
 	}
@@ -33,19 +33,19 @@ func newLLMPolicy(c config.Config, log zerolog.Logger) (agent.Policy, error) {
 		log.Warn().Msg("--unprotected: the model acts without hapilot's protections (research runs only)")
 	}
 	pol := llm.New(model, floor, cfg, log.With().Str("component", "llm").Logger())
-	if cfg.Shadow {
-		return &llm.Shadow{Model: pol, Acting: rules.New(c.Rules)}, nil
+	if c.Chosen() == config.PolicyShadow {
+		return llm.NewShadow(pol, rules.NewPolicy(c.Rules)), nil
 	}
 	if cfg.SkipCalibration || cfg.Unprotected {
 		log.Warn().Str("model", cfg.Model).Msg("--skip-calibration: the model acts without a calibration record")
-		return pol, nil
+		return pol.Hooks(), nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	refuse := func(why string) (agent.Policy, error) {
 		log.Error().Str("model", cfg.Model).Str("why", why).
 			Msg("the model may not act: the rules policy acts instead (run `hapilot calibrate --model " + cfg.Model + "`, or --skip-calibration)")
-		return rules.New(c.Rules), nil
+		return rules.NewPolicy(c.Rules), nil
 	}
 	digest, err := model.Digest(ctx)
 	if err != nil {
@@ -53,7 +53,7 @@ func newLLMPolicy(c config.Config, log zerolog.Logger) (agent.Policy, error) {
 		// alone, and checks the record once Ollama answers.
 		log.Warn().Err(err).Str("model", cfg.Model).Msg("Ollama does not answer: the rules act alone until it does and the model's calibration record is checked")
 		pol.Admit = func(ctx context.Context) error { return admit(ctx, model, cfg.CalibrationDir) }
-		return pol, nil
+		return pol.Hooks(), nil
 	}
 	if err := checkRecord(model, cfg.CalibrationDir, digest); err != nil {
 		return refuse(err.Error())
@@ -61,7 +61,7 @@ func newLLMPolicy(c config.Config, log zerolog.Logger) (agent.Policy, error) {
 	sc, _ := llm.Load(cfg.CalibrationDir, digest)
 	log.Info().Str("model", cfg.Model).Str("digest", digest).Float64("precision", sc.Precision).Float64("recall", sc.Recall).
 		Msg("calibrated model may act")
-	return pol, nil
+	return pol.Hooks(), nil
 }
 
 // admit checks the model's calibration record once Ollama answers.

@@ -2,12 +2,17 @@ package daemon
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/policy/llm"
+	"github.com/hapilot/hapilot/agent/status"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/ollamafake"
 	"github.com/hapilot/hapilot/internal/window"
@@ -37,8 +42,8 @@ func TestCapabilityGate(t *testing.T) {
 	if got := policy("--skip-calibration"); got != "llm" {
 		t.Fatalf("--skip-calibration: policy %s", got)
 	}
-	if got := policy("--shadow"); got != "shadow:rules" {
-		t.Fatalf("--shadow: policy %s", got)
+	if got := policy("--policy", "shadow"); got != "shadow:rules" {
+		t.Fatalf("--policy shadow: policy %s", got)
 	}
 	c := parseConfig(t, []string{"--model", "m", "--ollama-host", fake.URL})
 	m, err := llm.NewModel(c.LLM)
@@ -46,7 +51,7 @@ func TestCapabilityGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	fake.SetResponder(ollamafake.TriggerHappy)
-	sc, err := llm.Calibrate(context.Background(), m, time.Now())
+	sc, err := llm.Calibrate(context.Background(), m, c.Loop.PolicyBudget(), time.Now())
 	if err != nil || sc.Passed {
 		t.Fatalf("trigger-happy passed: %v", err)
 	}
@@ -57,7 +62,7 @@ func TestCapabilityGate(t *testing.T) {
 		t.Fatalf("failing model: policy %s", got)
 	}
 	fake.SetResponder(ollamafake.Capable)
-	if sc, err = llm.Calibrate(context.Background(), m, time.Now()); err != nil || !sc.Passed {
+	if sc, err = llm.Calibrate(context.Background(), m, c.Loop.PolicyBudget(), time.Now()); err != nil || !sc.Passed {
 		t.Fatalf("capable failed: %v %+v", err, sc)
 	}
 	if _, err := sc.Save(dir); err != nil {
@@ -102,7 +107,8 @@ func TestShadowActsWithTheRulesNeeds(t *testing.T) {
 		policy string
 	}{
 		{"rules", []string{"--policy", "rules"}, "rules"},
-		{"shadow", []string{"--policy", "llm", "--shadow"}, "shadow:rules"},
+		{"shadow", []string{"--policy", "shadow"}, "shadow:rules"},
+		{"shadow's old spelling", []string{"--shadow"}, "shadow:rules"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := build(tc.args...)
@@ -115,7 +121,7 @@ func TestShadowActsWithTheRulesNeeds(t *testing.T) {
 				t.Fatal(err)
 			}
 			accepted := 0
-			for _, v := range d.Loop.Guard.For(agent.NeedsOf(d.Loop.Policy)).Vet(&obs, plan) {
+			for _, v := range d.Loop.Guard.For(d.Loop.Policy.Needs).Vet(&obs, plan) {
 				if v.Accepted && v.Applied.Kind == agent.Drain {
 					accepted++
 				}
@@ -152,11 +158,52 @@ func TestGateWaitsForOllama(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	p, ok := d.Loop.Policy.(*llm.Policy)
+	p, ok := d.Loop.Policy.Decider.(*llm.Policy)
 	if !ok || p.Admit == nil {
 		t.Fatalf("policy %T without a pending gate", d.Loop.Policy)
 	}
 	if err := p.Admit(context.Background()); err == nil {
 		t.Fatal("admitted with Ollama down")
+	}
+}
+
+// Fleet mode wraps the policy: the model's own counters must still reach
+// /metrics, its status /status, and its life cycle the daemon. Before the
+// policy was one value, the wrapper dropped WriteMetrics, and every
+// hapilot_llm_* series vanished with --fleet-* and --policy llm.
+func TestFleetKeepsTheModelsHooks(t *testing.T) {
+	fake := ollamafake.New(map[string]string{"m": "sha256:m1"}, ollamafake.Capable)
+	defer fake.Close()
+	key := filepath.Join(t.TempDir(), "fleet.key")
+	if err := os.WriteFile(key, []byte(base64.StdEncoding.EncodeToString(make([]byte, 32))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := parseConfig(t, []string{"--policy", "llm", "--model", "m", "--ollama-host", fake.URL, "--skip-calibration",
+		"--fleet-bind", "127.0.0.1:0", "--fleet-key", key, "--fleet-name", "solo",
+		"--spoe-listen", "off", "--status-listen", "off", "--haproxy-socket", "/nonexistent.sock"})
+	d, err := New(*c, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if d.Fleet == nil {
+		t.Fatal("fleet mode is off")
+	}
+	p := d.Loop.Policy
+	if _, wrapped := p.Decider.(*llm.Policy); wrapped || p.Name() != "llm" {
+		t.Fatalf("decider %T (%s): not the fleet's wrapper of the model", p.Decider, p.Name())
+	}
+	if p.Metrics == nil || p.Status == nil || p.Report == nil || p.Start == nil || p.Close == nil || p.Needs.DrainsPer != 3 {
+		t.Fatalf("the wrapper lost a hook of the model's: %+v", p)
+	}
+	var out strings.Builder
+	status.WriteLoopMetrics(&out, d.Loop)
+	for _, want := range []string{"hapilot_llm_calls_total", "hapilot_llm_completion_tokens_total", "hapilot_cycles_total"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("/metrics lacks %s with fleet mode and the LLM", want)
+		}
+	}
+	if st, ok := p.Status().(llm.Status); !ok || st.Model != "m" {
+		t.Errorf("/status's policy_status %+v", p.Status())
 	}
 }

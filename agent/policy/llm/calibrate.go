@@ -291,12 +291,25 @@ const (
 	MinRecall    = 0.8
 )
 
+// CalibrateAs scores the model cfg names as `hapilot run` with the
+// loop's settings would call it: the same options, and its calls' p95
+// against the same deadline.
+func CalibrateAs(ctx context.Context, cfg Config, loop agent.Settings, now time.Time) (*Scorecard, error) {
+	cfg = cfg.Resolved()
+	m, err := NewModel(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return Calibrate(ctx, m, cfg.CallBudget(loop.PolicyBudget()), now)
+}
+
 // Calibrate runs every sequence through a policy built as production
 // builds it (the rules' floor, the prompt, the schema), with the model
 // asked at every step, one confirmation, and no call cut short: each
-// call's time is measured and its 95th percentile must fit cfg's
-// Deadline.
-func Calibrate(ctx context.Context, m *Model, now time.Time) (*Scorecard, error) {
+// call's time is measured and its 95th percentile must fit budget, the
+// deadline the loop would give each call (Config.CallBudget of the
+// loop's agent.Settings.PolicyBudget).
+func Calibrate(ctx context.Context, m *Model, budget time.Duration, now time.Time) (*Scorecard, error) {
 	digest, err := m.Digest(ctx)
 	if err != nil {
 		return nil, err
@@ -312,7 +325,7 @@ func Calibrate(ctx context.Context, m *Model, now time.Time) (*Scorecard, error)
 	if err != nil {
 		return nil, err
 	}
-	sc := &Scorecard{Model: m.Config.Model, Key: KeyFor(digest, m), Time: now, DeadlineMs: float64(m.Config.Deadline) / 1e6}
+	sc := &Scorecard{Model: m.Config.Model, Key: KeyFor(digest, m), Time: now, DeadlineMs: float64(budget) / 1e6}
 	var tp, fp, fn, valid, calls int
 	var lat []float64
 	var toks []int
@@ -382,18 +395,18 @@ func (sc *Scorecard) judge(calls, valid, tp, fp, fn int, lat []float64, toks []i
 // what the checks let through.
 func score(seq string, step int, st SeqStep, rep Report) StepResult {
 	r := StepResult{Sequence: seq, Step: step, Valid: rep.Call != nil && rep.Call.Error == "" && rep.Fallback == "", Call: rep.Call, Actions: []string{}}
-	floor := map[string]bool{}
+	floor := map[agent.Key]bool{}
 	for _, a := range rep.Floor {
-		floor[a.Backend+"/"+a.Server] = true
+		floor[a.Key()] = true
 	}
 	hit := 0
 	for _, a := range rep.Proposed {
-		k := string(a.Kind) + " " + a.Backend + "/" + a.Server
+		k := string(a.Kind) + " " + a.Key().String()
 		r.Actions = append(r.Actions, k)
 		switch {
 		case st.Expected[k]:
 			hit++
-		case st.Optional[k], floor[a.Backend+"/"+a.Server] && a.Kind != agent.Ready:
+		case st.Optional[k], floor[a.Key()] && a.Kind != agent.Ready:
 		default:
 			r.FP++
 			r.Collateral += harm(st.Obs, a)

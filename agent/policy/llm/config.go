@@ -105,8 +105,9 @@ type Config struct {
 	// the rest are summed in one line.
 	MaxShown int
 
-	// Deadline bounds each model call; past it the step uses Fallback.
-	// 0: 80% of the loop's interval (see ForInterval).
+	// Deadline, when set, bounds each model call tighter than the step's
+	// own budget (agent.Settings.PolicyBudget), which bounds it anyway;
+	// past it the step uses Fallback. 0: the step's budget alone.
 	Deadline time.Duration
 	// Confirm is how many consecutive steps must propose an action
 	// before it runs.
@@ -117,8 +118,6 @@ type Config struct {
 	Gate     Gate
 	Fallback Fallback
 
-	// Shadow: the model decides, the rules act, disagreements are audited.
-	Shadow bool
 	// SkipCalibration lets a model act without a passing record.
 	SkipCalibration bool
 	CalibrationDir  string
@@ -137,14 +136,10 @@ func DefaultConfig() Config {
 		CalibrationDir: "/var/lib/hapilot"}
 }
 
-// ForInterval resolves the settings that depend on the loop's interval:
-// a Deadline of 0 becomes 80% of it. An unprotected config is the
+// Resolved is c as the policy runs it. An unprotected config is the
 // study's loop: every proposal runs at once, the model is asked every
 // step and waited for, thinking is never switched off.
-func (c Config) ForInterval(interval time.Duration) Config {
-	if c.Deadline <= 0 {
-		c.Deadline = interval * 8 / 10
-	}
+func (c Config) Resolved() Config {
 	if c.Unprotected {
 		c.Confirm, c.Gate, c.Deadline, c.MinHold, c.ThinkRetry, c.Fallback = 1, GateAlways, 0, 0, 0, FallbackNone
 	}
@@ -230,4 +225,14 @@ func NewModel(c Config) (*Model, error) {
 		prompt = string(b)
 	}
 	return &Model{Client: client, Config: c, SystemPrompt: prompt}, nil
+}
+
+// CallBudget is how long a call may take in a step whose policy budget
+// is step: the step's, or Deadline where that is tighter. Calibration
+// judges a model's p95 against it.
+func (c Config) CallBudget(step time.Duration) time.Duration {
+	if c.Deadline > 0 && c.Deadline < step {
+		return c.Deadline
+	}
+	return step
 }

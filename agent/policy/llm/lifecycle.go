@@ -10,7 +10,7 @@ import (
 // no step cancels; until it is loaded, steps leave the decisions to the
 // rules' floor and /status says "loading". Close stops it.
 func (p *Policy) Start() {
-	p.setLife("inspecting", nil)
+	p.setLife(LifeInspecting, nil)
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -25,7 +25,7 @@ func (p *Policy) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			p.setLife("unreachable", err)
+			p.setLife(LifeUnreachable, err)
 			p.Log.Warn().Err(err).Dur("retry_in", backoff).Msg("the model is not usable yet; the rules act meanwhile")
 			if !sleep(ctx, backoff) {
 				return
@@ -40,7 +40,7 @@ func (p *Policy) run(ctx context.Context) {
 
 // bringUp inspects the model and loads it.
 func (p *Policy) bringUp(ctx context.Context) error {
-	p.setLife("inspecting", nil)
+	p.setLife(LifeInspecting, nil)
 	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	info, err := p.Model.Inspect(ictx)
 	cancel()
@@ -55,7 +55,7 @@ func (p *Policy) bringUp(ctx context.Context) error {
 		err := p.Admit(actx)
 		cancel()
 		if err != nil {
-			p.setLife("refused", err)
+			p.setLife(LifeRefused, err)
 			p.Log.Error().Err(err).Msg("the model may not act: the rules act alone")
 			<-ctx.Done() // refused for good: only a restart with a new record lets it act
 			return ctx.Err()
@@ -75,7 +75,7 @@ func (p *Policy) bringUp(ctx context.Context) error {
 
 // load warms the model, under LoadTimeout and the policy's life only.
 func (p *Policy) load(ctx context.Context) error {
-	p.setLife("loading", nil)
+	p.setLife(LifeLoading, nil)
 	lctx, cancel := context.WithTimeout(ctx, p.Config.LoadTimeout)
 	defer cancel()
 	took, err := p.Model.Warm(lctx, 2048)
@@ -83,7 +83,7 @@ func (p *Policy) load(ctx context.Context) error {
 		return err
 	}
 	p.count(func(c *counters) { c.loads++ })
-	p.setLife("ready", nil)
+	p.setLife(LifeReady, nil)
 	p.Log.Info().Str("model", p.Config.Model).Dur("load", took).Msg("the model is loaded: it decides from the next step")
 	return nil
 }
@@ -96,13 +96,13 @@ func (p *Policy) watch(ctx context.Context) {
 		loaded, err := p.Model.Loaded(wctx)
 		cancel()
 		if err != nil {
-			p.setLife("unreachable", err)
+			p.setLife(LifeUnreachable, err)
 			return
 		}
 		if !loaded {
 			p.Log.Warn().Str("model", p.Config.Model).Msg("the model was unloaded: loading it again")
 			if err := p.load(ctx); err != nil {
-				p.setLife("unreachable", err)
+				p.setLife(LifeUnreachable, err)
 				return
 			}
 		}
@@ -120,7 +120,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-func (p *Policy) setLife(state string, err error) {
+func (p *Policy) setLife(state Life, err error) {
 	p.lmu.Lock()
 	defer p.lmu.Unlock()
 	if p.life.state != state {
@@ -139,16 +139,16 @@ func (p *Policy) unusable() string {
 	p.lmu.Lock()
 	defer p.lmu.Unlock()
 	switch p.life.state {
-	case "ready":
+	case LifeReady:
 		return ""
-	case "unknown":
+	case LifeUnknown:
 		if p.Admit != nil {
 			return "the model's calibration record is not checked yet"
 		}
 		return ""
-	case "unreachable":
+	case LifeUnreachable:
 		return fmt.Sprintf("the model is unreachable (%s) for %v", p.life.err, p.Now().Sub(p.life.since).Round(time.Second))
-	case "refused":
+	case LifeRefused:
 		return "the model may not act: " + p.life.err
 	}
 	return fmt.Sprintf("the model is %s for %v", p.life.state, p.Now().Sub(p.life.since).Round(time.Second))
@@ -157,8 +157,8 @@ func (p *Policy) unusable() string {
 // Status is what /status shows of the model.
 type Status struct {
 	Model     string  `json:"model"`
-	State     string  `json:"state"` // unknown, inspecting, loading, ready, unreachable, refused
-	For       string  `json:"for"`   // how long in that state, "loading 14s"
+	State     Life    `json:"state"`
+	For       string  `json:"for"` // how long in that state, "loading 14s"
 	Error     string  `json:"error,omitempty"`
 	Info      Info    `json:"info"`
 	NumCtx    int     `json:"num_ctx,omitempty"`
@@ -196,7 +196,7 @@ func (p *Policy) PolicyStatus() any {
 	switch {
 	case p.Admit == nil:
 		st.Calibration = "not required"
-	case life.state == "refused":
+	case life.state == LifeRefused:
 		st.Calibration = "refused"
 	case life.admitted:
 		st.Calibration = "passed"

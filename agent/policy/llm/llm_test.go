@@ -460,7 +460,7 @@ func TestMetricsAndStatusDoNotWaitForACall(t *testing.T) {
 		var m strings.Builder
 		p.WriteMetrics(&m)
 		st := p.PolicyStatus().(Status)
-		done <- m.String() + st.State
+		done <- m.String() + string(st.State)
 	}()
 	select {
 	case out := <-done:
@@ -503,9 +503,9 @@ func TestPromptRows(t *testing.T) {
 	d := &obs.Backends[0].Servers[0]
 	d.State.AdminState, d.Owner = haproxy.AdminForcedDrain, agent.OwnerAgent
 	d.Changed = &agent.Change{Phase: agent.PhaseDrained, At: now.Add(-25 * time.Second)}
-	obs.Refused = map[string]string{"app/srv1": "a drained server comes back only after a clean probe burst"}
-	in := PromptInput{Obs: obs, Candidates: map[string]string{"app/srv4": "errors 1.17% vs peers 0.00%"}, Confirm: 2,
-		Pending: map[string]int{"app/srv4": 1}, History: []string{"step 3: drain app/srv2: refused: floor"}, DrainsPer: 3, MaxShown: 12}
+	obs.Refused = map[agent.Key]string{{Backend: "app", Server: "srv1"}: "a drained server comes back only after a clean probe burst"}
+	in := PromptInput{Obs: obs, Candidates: map[agent.Key]string{{Backend: "app", Server: "srv4"}: "errors 1.17% vs peers 0.00%"}, Confirm: 2,
+		Pending: map[agent.Key]int{{Backend: "app", Server: "srv4"}: 1}, History: []string{"step 3: drain app/srv2: refused: floor"}, DrainsPer: 3, MaxShown: 12}
 	got := Prompt(in)
 	for _, want := range []string{
 		Header,
@@ -528,7 +528,7 @@ func TestPromptRows(t *testing.T) {
 // in full; the rest are summed.
 func TestPromptSumsQuietServers(t *testing.T) {
 	obs := fleet(time.Unix(1000, 0), 9)
-	in := PromptInput{Obs: obs, Candidates: map[string]string{"app/srv5": "latency"}, MaxShown: 4}
+	in := PromptInput{Obs: obs, Candidates: map[agent.Key]string{{Backend: "app", Server: "srv5"}: "latency"}, MaxShown: 4}
 	p := Prompt(in)
 	if !strings.Contains(p, "srv5 ready") || !strings.Contains(p, "(5 more servers, none flagged") {
 		t.Fatalf("prompt:\n%s", p)
@@ -566,7 +566,7 @@ func TestCalibration(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p, _ := newPolicy(t, tc.respond, tc.mod)
-			sc, err := Calibrate(context.Background(), p.Model, time.Unix(5000, 0))
+			sc, err := Calibrate(context.Background(), p.Model, p.Model.Config.CallBudget(8*time.Second), time.Unix(5000, 0))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -614,7 +614,7 @@ func TestCalibrationKey(t *testing.T) {
 
 func TestShadowAuditsDisagreement(t *testing.T) {
 	p, _ := newPolicy(t, ollamafake.TriggerHappy, func(c *Config) { c.Confirm = 1 })
-	s := &Shadow{Model: p, Acting: rules.New(rules.DefaultConfig())}
+	s := &Shadow{Model: p, Acting: rules.NewPolicy(rules.DefaultConfig())}
 	obs := fleet(time.Unix(1000, 0), 6)
 	obs.Backends[0].Servers[0].Window.Err5xx = 4 // a few errors: enough for the loose gate, not for the rules
 	plan, err := s.Decide(context.Background(), obs)
@@ -634,7 +634,7 @@ func TestShadowAuditsDisagreement(t *testing.T) {
 // decide, and compares nothing.
 func TestShadowDoesNotCountAFailureAsAgreement(t *testing.T) {
 	p, _ := newPolicy(t, func(ollamafake.Request) ollamafake.Reply { return ollamafake.Reply{Status: 500, Error: "boom"} }, nil)
-	s := &Shadow{Model: p, Acting: rules.New(rules.DefaultConfig())}
+	s := &Shadow{Model: p, Acting: rules.NewPolicy(rules.DefaultConfig())}
 	if _, err := s.Decide(context.Background(), grey(time.Unix(1000, 0))); err != nil {
 		t.Fatal(err)
 	}
@@ -662,7 +662,7 @@ func TestSlowModelKeepsTheSchedule(t *testing.T) {
 	}
 	rt := fakes.WithStates("fake", states)
 	audit := &strings.Builder{}
-	l := &agent.Loop{Clock: agent.RealClock{}, Interval: 250 * time.Millisecond, Policy: p, Guard: agent.DefaultGuardrails(),
+	l := &agent.Loop{Clock: agent.RealClock{}, Settings: agent.Settings{Interval: 250 * time.Millisecond}, Policy: p.Hooks(), Guard: agent.DefaultGuardrails(),
 		Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(stats...), Audit: audit, Log: zerolog.Nop()}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second+100*time.Millisecond)
 	defer cancel()

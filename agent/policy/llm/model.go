@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
-	"github.com/hapilot/hapilot/haproxy"
 	"github.com/ollama/ollama/api"
 )
 
@@ -343,30 +342,13 @@ func ParseReply(content string) (agent.Plan, error) {
 	}
 	plan := agent.Plan{}
 	for i, a := range *r.Actions {
-		if a.Action == "no_op" {
-			continue
+		act, ok, err := agent.ParseAction(a.Action, a.Backend, a.Server, a.Weight, "model", a.Reason)
+		if err != nil {
+			return nil, fmt.Errorf("action %d: %w", i, err)
 		}
-		if err := haproxy.ValidName(a.Backend); err != nil {
-			return nil, fmt.Errorf("action %d: backend: %w", i, err)
+		if ok {
+			plan = append(plan, act)
 		}
-		if err := haproxy.ValidName(a.Server); err != nil {
-			return nil, fmt.Errorf("action %d: server: %w", i, err)
-		}
-		act := agent.Action{Backend: a.Backend, Server: a.Server, Reason: "model: " + truncate(a.Reason, 200)}
-		switch a.Action {
-		case "drain":
-			act.Kind = agent.Drain
-		case "ready":
-			act.Kind = agent.Ready
-		case "set_weight":
-			if a.Weight == nil || *a.Weight < 0 || *a.Weight > 256 {
-				return nil, fmt.Errorf("action %d: set_weight needs a weight in [0, 256]", i)
-			}
-			act.Kind, act.Weight = agent.SetWeight, *a.Weight
-		default:
-			return nil, fmt.Errorf("action %d: unknown action %q", i, a.Action)
-		}
-		plan = append(plan, act)
 	}
 	return plan, nil
 }

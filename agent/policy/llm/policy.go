@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -44,7 +43,7 @@ type Policy struct {
 	Model *Model
 	// Floor is the policy whose plan always applies (the rules); nil for
 	// none (research runs of the study's loop).
-	Floor  agent.Policy
+	Floor  agent.Decider
 	Config Config
 	Log    zerolog.Logger
 	Now    func() time.Time
@@ -57,13 +56,13 @@ type Policy struct {
 	// charge, with the reason in /status.
 	Admit func(ctx context.Context) error
 
-	mu       sync.Mutex     // one step at a time
-	pending  map[string]int // consecutive proposals per action
-	think    Think          // the mode in force
-	thinkOff int            // steps left with thinking forced off
-	shown    int            // servers per backend the prompt lists in full
-	history  []string       // the model's decisions and their outcomes
-	judge    []agent.Action // last step's model actions, to judge now
+	mu       sync.Mutex       // one step at a time
+	pending  map[proposal]int // consecutive proposals of each action
+	think    Think            // the mode in force
+	thinkOff int              // steps left with thinking forced off
+	shown    int              // servers per backend the prompt lists in full
+	history  []string         // the model's decisions and their outcomes
+	judge    []agent.Action   // last step's model actions, to judge now
 	report   Report
 	gate     *rules.Policy
 	evidence *rules.Policy
@@ -87,11 +86,21 @@ type counters struct {
 	totalMs, loadMs                                                                                                 float64
 }
 
-// lifeState is where the model stands: "unknown" until Start, then
-// "inspecting", "loading", "ready", "unreachable", or "refused" when
-// Admit said no.
+// Life is where the model stands.
+type Life string
+
+const (
+	LifeUnknown     Life = "unknown" // until Start
+	LifeInspecting  Life = "inspecting"
+	LifeLoading     Life = "loading"
+	LifeReady       Life = "ready"
+	LifeUnreachable Life = "unreachable"
+	LifeRefused     Life = "refused" // Admit said no
+)
+
+// lifeState is the model's life and what it knows of the model.
 type lifeState struct {
-	state string
+	state Life
 	since time.Time
 	err   string
 	info  Info
@@ -110,25 +119,32 @@ type callResult struct {
 	err  error
 }
 
-// New returns the LLM policy; cfg is resolved for the loop's interval
-// (Config.ForInterval) by the caller. Start warms the model; Close ends
-// every call and the warm-up.
-func New(m *Model, floor agent.Policy, cfg Config, log zerolog.Logger) *Policy {
+// New returns the LLM policy; cfg is resolved (Config.Resolved) by the
+// caller. Start warms the model; Close ends every call and the warm-up.
+func New(m *Model, floor agent.Decider, cfg Config, log zerolog.Logger) *Policy {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Policy{
 		Model: m, Floor: floor, Config: cfg, Log: log, Now: time.Now, WatchEvery: 30 * time.Second,
-		pending: map[string]int{}, think: cfg.Think, shown: cfg.MaxShown,
+		pending: map[proposal]int{}, think: cfg.Think, shown: cfg.MaxShown,
 		// A loose version of the rule test finds the grey zone: suspicious,
 		// not yet significant at the rules' alpha.
 		gate: rules.New(rules.Config{Alpha: 0.05, MinRequests: 50, MinErrors: 3, MinRatio: 1.5}),
 		// The default rule test decides whether a drained server's own
 		// window still condemns it.
 		evidence: rules.New(rules.DefaultConfig()),
-		ctx:      ctx, cancel: cancel, life: lifeState{state: "unknown"},
+		ctx:      ctx, cancel: cancel, life: lifeState{state: LifeUnknown},
 	}
 }
 
 func (*Policy) Name() string { return "llm" }
+
+// Hooks is the policy as the loop runs it: its decision, needs, report,
+// status, metrics and life cycle. It has no evidence test: a call costs,
+// so its cadence is the interval.
+func (p *Policy) Hooks() agent.Policy {
+	return agent.Policy{Decider: p, Needs: p.Needs(), Report: p.Report, Status: p.PolicyStatus,
+		Metrics: p.WriteMetrics, Start: p.Start, Close: p.Close}
+}
 
 // Needs: as the rules, a backend of N servers may lose up to N/3 servers
 // a step, floor and capacity permitting. The unprotected study loop waits
@@ -163,7 +179,7 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 	}
 	cands := p.candidates(obs, floor)
 	for k, why := range cands {
-		p.report.Candidates = append(p.report.Candidates, k+" "+why)
+		p.report.Candidates = append(p.report.Candidates, k.String()+" "+why)
 	}
 	sort.Strings(p.report.Candidates)
 	if p.Config.Gate != GateAlways && len(cands) == 0 && len(p.pending) == 0 {
@@ -178,14 +194,12 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 	in, note := p.promptInput(obs, cands, floor, think)
 	p.report.PromptNote = note
 	prompt := Prompt(in)
-	res, answered, why := p.call(ctx, prompt, p.schema(in), think)
-	if !answered {
-		overran := why == "overran"
-		if overran {
-			why = fmt.Sprintf("the call overran its %v deadline: it goes on in the background, so a load is not aborted", p.Config.Deadline)
-		}
-		p.costOfThinking(think, Call{}, overran)
-		return p.fallback(floor, why, overran), nil
+	res, err := p.call(ctx, prompt, p.schema(in), think)
+	if err != nil {
+		var late overran
+		isLate := errors.As(err, &late)
+		p.costOfThinking(think, Call{}, isLate)
+		return p.fallback(floor, err.Error(), isLate), nil
 	}
 	p.report.Called, p.report.Call = true, &res.call
 	p.costOfThinking(think, res.call, false)
@@ -215,12 +229,12 @@ func (p *Policy) floorPlan(ctx context.Context, obs agent.Observation) (agent.Pl
 // merge puts the model's actions after the floor's, one per server.
 func merge(floor, model agent.Plan) agent.Plan {
 	out := append(agent.Plan(nil), floor...)
-	seen := map[string]bool{}
+	seen := map[agent.Key]bool{}
 	for _, a := range floor {
-		seen[a.Backend+"/"+a.Server] = true
+		seen[a.Key()] = true
 	}
 	for _, a := range model {
-		if !seen[a.Backend+"/"+a.Server] {
+		if !seen[a.Key()] {
 			out = append(out, a)
 		}
 	}
@@ -306,7 +320,7 @@ func (p *Policy) costOfThinking(think Think, call Call, overran bool) {
 // supported drops drains and weight cuts of servers the windows do not
 // flag: the model proposes, the data must agree. A model that drains
 // healthy servers therefore cannot do worse than the rules.
-func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[string]string) agent.Plan {
+func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[agent.Key]string) agent.Plan {
 	var out agent.Plan
 	for _, a := range plan {
 		cut := a.Kind == agent.Drain
@@ -315,8 +329,8 @@ func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[str
 				cut = true
 			}
 		}
-		if _, flagged := cands[a.Backend+"/"+a.Server]; cut && !flagged && !p.Config.Unprotected {
-			p.report.Unsupported = append(p.report.Unsupported, actionKey(a))
+		if _, flagged := cands[a.Key()]; cut && !flagged && !p.Config.Unprotected {
+			p.report.Unsupported = append(p.report.Unsupported, proposalOf(a).String())
 			continue
 		}
 		out = append(out, a)
@@ -324,28 +338,36 @@ func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[str
 	return out
 }
 
-func actionKey(a agent.Action) string {
-	return fmt.Sprintf("%s %s/%s %d", a.Kind, a.Backend, a.Server, a.Weight)
+// proposal names an action across steps: the same verb, server and
+// weight proposed again is the same proposal.
+type proposal struct {
+	kind   agent.Kind
+	server agent.Key
+	weight int
 }
+
+func proposalOf(a agent.Action) proposal { return proposal{a.Kind, a.Key(), a.Weight} }
+
+func (p proposal) String() string { return fmt.Sprintf("%s %s %d", p.kind, p.server, p.weight) }
 
 // confirm keeps the actions proposed in Config.Confirm consecutive steps,
 // and refuses undoing a recent drain without evidence.
 func (p *Policy) confirm(obs agent.Observation, plan agent.Plan) agent.Plan {
-	seen := map[string]bool{}
+	seen := map[proposal]bool{}
 	var out agent.Plan
 	for _, a := range plan {
-		k := actionKey(a)
+		k := proposalOf(a)
 		if seen[k] {
 			continue
 		}
 		seen[k] = true
 		p.pending[k]++
 		if p.pending[k] < p.Config.Confirm {
-			p.report.Pending = append(p.report.Pending, k)
+			p.report.Pending = append(p.report.Pending, k.String())
 			continue
 		}
 		if a.Kind == agent.Ready && !p.mayUndo(obs, a) {
-			p.report.Held = append(p.report.Held, k)
+			p.report.Held = append(p.report.Held, k.String())
 			continue
 		}
 		out = append(out, a)
@@ -356,7 +378,7 @@ func (p *Policy) confirm(obs agent.Observation, plan agent.Plan) agent.Plan {
 		}
 	}
 	for _, a := range out {
-		delete(p.pending, actionKey(a))
+		delete(p.pending, proposalOf(a))
 	}
 	return out
 }
@@ -391,18 +413,18 @@ func (p *Policy) mayUndo(obs agent.Observation, a agent.Action) bool {
 	return false
 }
 
-// candidates maps "backend/server" to why the model should look at it:
+// candidates maps a server to why the model should look at it:
 // errors in the grey zone (the loose rule test flags it, the strict one
 // does not), latency (p95 over twice the serving servers' median plus
 // 5 ms), or overload (80% of its maxconn busy). Servers the floor acts on
 // are the rules' already.
-func (p *Policy) candidates(obs agent.Observation, floor agent.Plan) map[string]string {
-	decided := map[string]bool{}
+func (p *Policy) candidates(obs agent.Observation, floor agent.Plan) map[agent.Key]string {
+	decided := map[agent.Key]bool{}
 	for _, a := range floor {
-		decided[a.Backend+"/"+a.Server] = true
+		decided[a.Key()] = true
 	}
-	out := map[string]string{}
-	add := func(k, why string) {
+	out := map[agent.Key]string{}
+	add := func(k agent.Key, why string) {
 		if _, dup := out[k]; !dup && !decided[k] {
 			out[k] = why
 		}
@@ -410,7 +432,7 @@ func (p *Policy) candidates(obs agent.Observation, floor agent.Plan) map[string]
 	for _, b := range obs.Backends {
 		for _, f := range p.gate.Test(b) {
 			if f.Outlier {
-				add(b.Name+"/"+f.Server, fmt.Sprintf("errors %.2f%% vs peers %.2f%%, p=%.2g", 100*f.Rate, 100*f.PeerRate, f.P))
+				add(agent.Key{Backend: b.Name, Server: f.Server}, fmt.Sprintf("errors %.2f%% vs peers %.2f%%, p=%.2g", 100*f.Rate, 100*f.PeerRate, f.P))
 			}
 		}
 		var p95 []int
@@ -420,7 +442,7 @@ func (p *Policy) candidates(obs agent.Observation, floor agent.Plan) map[string]
 			}
 		}
 		for _, s := range b.Servers {
-			k := b.Name + "/" + s.Server
+			k := s.Key()
 			if len(p95) >= 2 && s.Serving() && s.Window.Requests >= 50 && s.Window.P95Ms > 2*median(p95)+5 {
 				add(k, fmt.Sprintf("latency: p95 %d ms vs the median %d ms", s.Window.P95Ms, median(p95)))
 			}
@@ -442,7 +464,7 @@ func median(v []int) int {
 // history the next prompts show: memory across steps.
 func (p *Policy) judgeOutcomes(obs agent.Observation) {
 	for _, a := range p.judge {
-		k := a.Backend + "/" + a.Server
+		k := a.Key()
 		outcome := "not in force"
 		_, s := obs.Find(a.Backend, a.Server)
 		switch why, refused := obs.Refused[k]; {
@@ -464,17 +486,14 @@ func (p *Policy) judgeOutcomes(obs agent.Observation) {
 // promptInput assembles what this call shows, shrunk to fit the model's
 // context: fewer servers in full, then only the backend with the most
 // candidates (the others get their turn on later steps).
-func (p *Policy) promptInput(obs agent.Observation, cands map[string]string, floor agent.Plan, think Think) (PromptInput, string) {
-	pending := map[string]int{}
+func (p *Policy) promptInput(obs agent.Observation, cands map[agent.Key]string, floor agent.Plan, think Think) (PromptInput, string) {
+	pending := map[agent.Key]int{}
 	for k, n := range p.pending {
-		f := strings.Fields(k)
-		if len(f) >= 2 {
-			pending[f[1]] = n
-		}
+		pending[k.server] = n
 	}
-	fl := map[string]string{}
+	fl := map[agent.Key]string{}
 	for _, a := range floor {
-		fl[a.Backend+"/"+a.Server] = string(a.Kind)
+		fl[a.Key()] = string(a.Kind)
 	}
 	in := PromptInput{Obs: obs, Candidates: cands, Floor: fl, Pending: pending, Confirm: p.Config.Confirm,
 		History: p.history, DrainsPer: p.Needs().DrainsPer, MaxShown: p.shown}
@@ -492,7 +511,7 @@ func (p *Policy) promptInput(obs agent.Observation, cands map[string]string, flo
 		for _, b := range in.Shown() {
 			n := 0
 			for k := range cands {
-				if strings.HasPrefix(k, b+"/") {
+				if k.Backend == b {
 					n++
 				}
 			}
@@ -532,12 +551,33 @@ func (p *Policy) schema(in PromptInput) []byte {
 	return Schema(backends, servers, maxWeight)
 }
 
+// overran is a call the step's deadline came before: budget is what the
+// step gave it.
+type overran struct{ budget time.Duration }
+
+func (o overran) Error() string {
+	return fmt.Sprintf("the call overran its %v deadline: it goes on in the background, so a load is not aborted", o.budget.Round(time.Millisecond))
+}
+
+// errStopping: the agent stopped during the call.
+var errStopping = errors.New("the agent is stopping")
+
 // call asks the model once, never more than one call at a time. The step
-// waits for the answer until the deadline (or its own end); a call still
-// running then goes on in the background, under the policy's life and
-// LoadTimeout, because Ollama aborts a load whose request ends. Its late
-// answer keeps the model warm and is discarded.
-func (p *Policy) call(ctx context.Context, prompt string, schema []byte, think Think) (callResult, bool, string) {
+// waits for the answer until ctx's deadline, the step's (or the tighter
+// --llm-deadline); a call still running then goes on in the background,
+// under the policy's life and LoadTimeout, because Ollama aborts a load
+// whose request ends. Its late answer keeps the model warm and is
+// discarded. The error is an overran past the deadline.
+func (p *Policy) call(ctx context.Context, prompt string, schema []byte, think Think) (callResult, error) {
+	if p.Config.Deadline > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.Config.Deadline)
+		defer cancel()
+	}
+	var budget time.Duration
+	if d, ok := ctx.Deadline(); ok {
+		budget = d.Sub(p.Now())
+	}
 	p.fmu.Lock()
 	if f := p.inflight; f != nil {
 		select {
@@ -547,7 +587,7 @@ func (p *Policy) call(ctx context.Context, prompt string, schema []byte, think T
 		default:
 			p.fmu.Unlock()
 			p.count(func(c *counters) { c.busy++ })
-			return callResult{}, false, fmt.Sprintf("the previous call is still running after %v: not asking again", p.Now().Sub(f.started).Round(time.Second))
+			return callResult{}, fmt.Errorf("the previous call is still running after %v: not asking again", p.Now().Sub(f.started).Round(time.Second))
 		}
 	}
 	f := &flight{started: p.Now(), done: make(chan callResult, 1)}
@@ -562,26 +602,18 @@ func (p *Policy) call(ctx context.Context, prompt string, schema []byte, think T
 		plan, call, err := p.Model.Ask(cctx, prompt, schema, think)
 		f.done <- callResult{plan, call, err}
 	}()
-	var deadline <-chan time.Time
-	if p.Config.Deadline > 0 {
-		t := time.NewTimer(p.Config.Deadline)
-		defer t.Stop()
-		deadline = t.C
-	}
 	select {
 	case res := <-f.done:
 		p.fmu.Lock()
 		p.inflight = nil
 		p.fmu.Unlock()
 		p.account(res, false)
-		return res, true, ""
-	case <-deadline:
-		return callResult{}, false, "overran"
+		return res, nil
 	case <-ctx.Done():
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return callResult{}, false, "overran"
+			return callResult{}, overran{budget}
 		}
-		return callResult{}, false, "the agent is stopping"
+		return callResult{}, errStopping
 	}
 }
 

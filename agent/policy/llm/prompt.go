@@ -12,14 +12,14 @@ import (
 // PromptInput is what one call shows the model.
 type PromptInput struct {
 	Obs agent.Observation
-	// Candidates: "backend/server" -> why the windows flag it (errors in
+	// Candidates: why the windows flag a server (errors in
 	// the grey zone, latency, overload). Backends with one are shown.
-	Candidates map[string]string
-	// Floor: "backend/server" -> what the rules already do this step.
-	Floor map[string]string
-	// Pending: "backend/server" -> how many steps a proposal of the
-	// model's has waited for confirmation, out of Confirm.
-	Pending map[string]int
+	Candidates map[agent.Key]string
+	// Floor: what the rules already do to a server this step.
+	Floor map[agent.Key]string
+	// Pending: how many steps a proposal of the model's about a server
+	// has waited for confirmation, out of Confirm.
+	Pending map[agent.Key]int
 	Confirm int
 	// History is the model's last decisions and how they turned out.
 	History []string
@@ -52,7 +52,7 @@ func (in PromptInput) shows(b agent.BackendView) bool {
 		return in.Only[b.Name]
 	}
 	for _, s := range b.Servers {
-		if _, ok := in.Candidates[b.Name+"/"+s.Server]; ok {
+		if _, ok := in.Candidates[s.Key()]; ok {
 			return true
 		}
 		if s.Owner == agent.OwnerAgent {
@@ -102,7 +102,7 @@ func writeBackend(b *strings.Builder, in PromptInput, be agent.BackendView) {
 	b.WriteString(Header + "\n")
 	servers := append([]agent.ServerView(nil), be.Servers...)
 	rank := func(s agent.ServerView) int { // candidates and the agent's servers first
-		if _, ok := in.Candidates[be.Name+"/"+s.Server]; ok {
+		if _, ok := in.Candidates[s.Key()]; ok {
 			return 0
 		}
 		if s.Owner == agent.OwnerAgent {
@@ -170,7 +170,7 @@ func utilization(s agent.ServerView, rps float64) string {
 }
 
 func note(in PromptInput, be agent.BackendView, s agent.ServerView) string {
-	k := be.Name + "/" + s.Server
+	k := agent.Key{Backend: be.Name, Server: s.Server}
 	var n []string
 	if why, ok := in.Candidates[k]; ok {
 		n = append(n, "candidate: "+why)

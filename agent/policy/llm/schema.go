@@ -3,6 +3,8 @@ package llm
 import (
 	"encoding/json"
 	"sort"
+
+	"github.com/hapilot/hapilot/agent"
 )
 
 // Schema is the reply's JSON schema for one call, which Ollama turns into
@@ -26,8 +28,8 @@ func Schema(backends, servers []string, maxWeight int) json.RawMessage {
 		name string
 		def  any
 	}{
-		{"reason", map[string]any{"type": "string", "maxLength": 200}},
-		{"action", map[string]any{"type": "string", "enum": []string{"drain", "ready", "set_weight", "no_op"}}},
+		{"reason", map[string]any{"type": "string", "maxLength": agent.MaxReason}},
+		{"action", map[string]any{"type": "string", "enum": agent.Verbs}},
 		{"backend", str(backends)},
 		{"server", str(servers)},
 		{"weight", map[string]any{"type": "integer", "minimum": 0, "maximum": max(maxWeight, 1)}},

@@ -2,7 +2,6 @@ package llm
 
 import (
 	"context"
-	"io"
 	"sort"
 
 	"github.com/hapilot/hapilot/agent"
@@ -10,12 +9,21 @@ import (
 
 // Shadow lets the model decide and the acting policy (rules) act; every
 // step's disagreement goes into the audit record. This is how an operator
-// trials a model without letting it touch traffic.
+// trials a model without letting it touch traffic (`--policy shadow`).
 type Shadow struct {
 	Model  *Policy
 	Acting agent.Policy
 
 	last ShadowReport
+}
+
+// NewShadow is shadow mode as the loop runs it: the acting policy's
+// needs and evidence test (its plan is the one that runs), the model's
+// status, metrics and life cycle, and the comparison as the report.
+func NewShadow(model *Policy, acting agent.Policy) agent.Policy {
+	s := &Shadow{Model: model, Acting: acting}
+	return agent.Policy{Decider: s, Needs: acting.Needs, Evidence: acting.Evidence, Report: s.Report,
+		Status: model.PolicyStatus, Metrics: model.WriteMetrics, Start: model.Start, Close: model.Close}
 }
 
 // ShadowReport is one shadow step. Compared is false when the model gave
@@ -33,20 +41,7 @@ type ShadowReport struct {
 
 func (s *Shadow) Name() string { return "shadow:" + s.Acting.Name() }
 
-// Needs are the acting policy's: it is the one whose plan runs.
-func (s *Shadow) Needs() agent.Needs { return agent.NeedsOf(s.Acting) }
-
 func (s *Shadow) Report() any { return s.last }
-
-// PolicyStatus is the model's.
-func (s *Shadow) PolicyStatus() any { return s.Model.PolicyStatus() }
-
-// Start and Close run and stop the model's life cycle.
-func (s *Shadow) Start() { s.Model.Start() }
-func (s *Shadow) Close() { s.Model.Close() }
-
-// WriteMetrics are the model's.
-func (s *Shadow) WriteMetrics(w io.Writer) { s.Model.WriteMetrics(w) }
 
 func (s *Shadow) Decide(ctx context.Context, obs agent.Observation) (agent.Plan, error) {
 	modelPlan, merr := s.Model.Decide(ctx, obs)
@@ -64,7 +59,7 @@ func (s *Shadow) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 		set := func(p agent.Plan) map[string]bool {
 			m := map[string]bool{}
 			for _, a := range p {
-				m[actionKey(a)] = true
+				m[proposalOf(a).String()] = true
 			}
 			return m
 		}

@@ -12,16 +12,15 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
-	"github.com/hapilot/hapilot/haproxy"
 	"github.com/rs/zerolog"
 	glua "github.com/yuin/gopher-lua"
 )
 
 // Policy runs a user's decide(obs) written in Lua (`--policy lua
 // --policy-file FILE`). The script runs in a sandbox: no os, io, package,
-// debug, require, load, loadstring, dofile or loadfile; each call runs
-// under a deadline; an error, a timeout or a malformed answer means no
-// action, logged. Its globals persist between steps, so a script can keep
+// debug, require, load, loadstring, dofile or loadfile; each call ends at
+// the step's deadline, the context the loop gives Decide; an error, a
+// timeout or a malformed answer means no action, logged. Its globals persist between steps, so a script can keep
 // its own memory, within MaxKept values. The guardrails apply to what it
 // returns, as always.
 //
@@ -32,9 +31,8 @@ import (
 // calls, every step says why, and the guardrails' floor of "no action"
 // holds until the agent is restarted with a fixed script.
 type Policy struct {
-	File    string
-	Timeout time.Duration
-	Log     zerolog.Logger
+	File string
+	Log  zerolog.Logger
 
 	mu     sync.Mutex // held by the call running the script
 	L      *glua.LState
@@ -62,16 +60,29 @@ const (
 // sandboxed are the base-library functions a policy may not reach.
 var sandboxed = []string{"dofile", "loadfile", "load", "loadstring", "require", "module", "setfenv", "getfenv", "collectgarbage", "newproxy", "_printregs"}
 
+// LoadTimeout bounds the script's first run, which defines decide.
+const LoadTimeout = time.Second
+
 // NewPolicy loads and runs the script once; it must define decide(obs).
-func NewPolicy(file string, timeout time.Duration, log zerolog.Logger) (*Policy, error) {
+// The policy's hooks are its needs (a global `needs` table) and Close.
+func NewPolicy(file string, log zerolog.Logger) (agent.Policy, error) {
+	p, err := Load(file, log)
+	if err != nil {
+		return agent.Policy{}, err
+	}
+	return agent.Policy{Decider: p, Needs: p.needs, Close: p.Close}, nil
+}
+
+// Load reads and runs the script once.
+func Load(file string, log zerolog.Logger) (*Policy, error) {
 	src, err := os.ReadFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("lua policy: %w", err)
 	}
-	return newPolicy(file, string(src), timeout, log)
+	return newPolicy(file, string(src), log)
 }
 
-func newPolicy(name, src string, timeout time.Duration, log zerolog.Logger) (*Policy, error) {
+func newPolicy(name, src string, log zerolog.Logger) (*Policy, error) {
 	L := glua.NewState(glua.Options{SkipOpenLibs: true, CallStackSize: 256, RegistrySize: 1 << 16})
 	for _, lib := range []struct {
 		name string
@@ -85,7 +96,7 @@ func newPolicy(name, src string, timeout time.Duration, log zerolog.Logger) (*Po
 		L.SetGlobal(f, glua.LNil)
 	}
 	boundStrings(L)
-	p := &Policy{File: name, Timeout: timeout, Log: log, L: L}
+	p := &Policy{File: name, Log: log, L: L}
 	L.SetGlobal("print", L.NewFunction(func(L *glua.LState) int {
 		var parts []any
 		for i := 1; i <= L.GetTop(); i++ {
@@ -94,7 +105,7 @@ func newPolicy(name, src string, timeout time.Duration, log zerolog.Logger) (*Po
 		p.Log.Info().Str("policy", name).Msg(fmt.Sprint(parts...))
 		return 0
 	}))
-	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), LoadTimeout)
 	defer cancel()
 	L.SetContext(ctx)
 	if err := L.DoString(src); err != nil {
@@ -136,9 +147,6 @@ func (p *Policy) readNeeds() error {
 	}
 }
 
-// Needs are what the script declared in its global `needs` table.
-func (p *Policy) Needs() agent.Needs { return p.needs }
-
 func (p *Policy) Name() string { return "lua" }
 
 // Close releases the Lua state, unless a call abandoned at its deadline
@@ -151,8 +159,8 @@ func (p *Policy) Close() {
 	}
 }
 
-// Decide calls decide(obs) under the deadline, in a goroutine the step
-// abandons when the deadline passes (see Policy).
+// Decide calls decide(obs) until ctx's deadline, the step's, in a
+// goroutine the step abandons when the deadline passes (see Policy).
 func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan, error) {
 	if !p.mu.TryLock() {
 		return nil, fmt.Errorf("lua policy %s: an earlier call is still running", p.File)
@@ -161,7 +169,11 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 		p.mu.Unlock()
 		return nil, *b
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.Timeout)
+	budget := "its"
+	if d, ok := ctx.Deadline(); ok {
+		budget = fmt.Sprintf("the step's %v", time.Until(d).Round(time.Millisecond))
+	}
+	ctx, cancel := context.WithCancel(ctx)
 	type result struct {
 		plan agent.Plan
 		err  error
@@ -170,7 +182,7 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 	go func() {
 		defer p.mu.Unlock() // held until the call really ends
 		defer cancel()
-		plan, err := p.call(ctx, obs)
+		plan, err := p.call(ctx, obs, budget)
 		done <- result{plan, err}
 	}()
 	select {
@@ -182,19 +194,19 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 			return r.plan, r.err
 		case <-time.After(50 * time.Millisecond):
 		}
-		return nil, p.breaks(fmt.Errorf("lua policy %s: a call did not stop at its %v deadline (a built-in still running): abandoned, no more calls until the agent restarts", p.File, p.Timeout))
+		return nil, p.breaks(fmt.Errorf("lua policy %s: a call did not stop at %s deadline (a built-in still running): abandoned, no more calls until the agent restarts", p.File, budget))
 	}
 }
 
 // call runs decide(obs); it holds p.mu.
-func (p *Policy) call(ctx context.Context, obs agent.Observation) (agent.Plan, error) {
+func (p *Policy) call(ctx context.Context, obs agent.Observation, budget string) (agent.Plan, error) {
 	L := p.L
 	L.SetContext(ctx)
 	defer L.RemoveContext()
 	err := L.CallByParam(glua.P{Fn: L.GetGlobal("decide"), NRet: 1, Protect: true}, observationTable(L, obs))
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("lua policy %s: over its %v deadline: %w", p.File, p.Timeout, err)
+			return nil, fmt.Errorf("lua policy %s: over %s deadline: %w", p.File, budget, err)
 		}
 		return nil, fmt.Errorf("lua policy %s: %w", p.File, err)
 	}
@@ -326,31 +338,17 @@ func planFrom(v glua.LValue) (agent.Plan, error) {
 			return nil, fmt.Errorf("action %d is not a table", i)
 		}
 		str := func(k string) string { s, _ := t.RawGetString(k).(glua.LString); return string(s) }
-		if str("action") == "no_op" {
-			continue
+		var weight *int
+		if w, ok := t.RawGetString("weight").(glua.LNumber); ok && w == glua.LNumber(int(w)) {
+			weight = new(int(w))
 		}
-		a := agent.Action{Backend: str("backend"), Server: str("server"), Reason: "lua: " + str("reason")}
-		if err := haproxy.ValidName(a.Backend); err != nil {
-			return nil, fmt.Errorf("action %d: backend: %w", i, err)
+		a, ok, err := agent.ParseAction(str("action"), str("backend"), str("server"), weight, "lua", str("reason"))
+		if err != nil {
+			return nil, fmt.Errorf("action %d: %w", i, err)
 		}
-		if err := haproxy.ValidName(a.Server); err != nil {
-			return nil, fmt.Errorf("action %d: server: %w", i, err)
+		if ok {
+			plan = append(plan, a)
 		}
-		switch str("action") {
-		case "drain":
-			a.Kind = agent.Drain
-		case "ready":
-			a.Kind = agent.Ready
-		case "set_weight":
-			w, ok := t.RawGetString("weight").(glua.LNumber)
-			if !ok || w < 0 || w > 256 || w != glua.LNumber(int(w)) {
-				return nil, fmt.Errorf("action %d: set_weight needs an integer weight in [0, 256]", i)
-			}
-			a.Kind, a.Weight = agent.SetWeight, int(w)
-		default:
-			return nil, fmt.Errorf("action %d: unknown action %q", i, str("action"))
-		}
-		plan = append(plan, a)
 	}
 	return plan, nil
 }

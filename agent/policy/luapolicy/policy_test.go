@@ -20,11 +20,18 @@ var update = flag.Bool("update", false, "rewrite testdata golden files")
 
 func policyFrom(t *testing.T, src string) (*Policy, error) {
 	t.Helper()
-	p, err := newPolicy("test.lua", src, 200*time.Millisecond, zerolog.Nop())
+	p, err := newPolicy("test.lua", src, zerolog.Nop())
 	if p != nil {
 		t.Cleanup(p.Close)
 	}
 	return p, err
+}
+
+// stepContext is a step's context: the deadline the loop would set.
+func stepContext(t *testing.T, budget time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 func oneBackend(servers ...agent.ServerView) agent.Observation {
@@ -70,7 +77,7 @@ func TestSandbox(t *testing.T) {
 				t.Fatal(err)
 			}
 			start := time.Now()
-			plan, err := p.Decide(context.Background(), oneBackend(srv("s1", 100, 0)))
+			plan, err := p.Decide(stepContext(t, 200*time.Millisecond), oneBackend(srv("s1", 100, 0)))
 			if err == nil || !strings.Contains(err.Error(), tc.decideErr) || plan != nil {
 				t.Fatalf("decide: %v %v, want %q", plan, err, tc.decideErr)
 			}
@@ -112,7 +119,7 @@ func TestExamplePolicies(t *testing.T) {
 	}
 	for _, dir := range dirs {
 		name := filepath.Base(dir)
-		p, err := NewPolicy(filepath.Join("..", "..", "..", "examples", "policies", name+".lua"), time.Second, zerolog.Nop())
+		p, err := Load(filepath.Join("..", "..", "..", "examples", "policies", name+".lua"), zerolog.Nop())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,7 +168,7 @@ func TestNeeds(t *testing.T) {
 		{"needs = {drains_per = 2.5}\nfunction decide(obs) end", 0, "drains_per 2.5"},
 		{"needs = {drains_per = 'x'}\nfunction decide(obs) end", 0, "is a string"},
 	} {
-		p, err := newPolicy("t.lua", tc.src, time.Second, zerolog.Nop())
+		p, err := newPolicy("t.lua", tc.src, zerolog.Nop())
 		if tc.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("%q: error %v, want %q", tc.src, err, tc.wantErr)
@@ -171,7 +178,7 @@ func TestNeeds(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: %v", tc.src, err)
 		}
-		if got := agent.NeedsOf(p).DrainsPer; got != tc.want {
+		if got := p.needs.DrainsPer; got != tc.want {
 			t.Errorf("%q: drains_per %d, want %d", tc.src, got, tc.want)
 		}
 		p.Close()
@@ -183,16 +190,16 @@ func TestNeeds(t *testing.T) {
 // makes no more calls. Before, the loop hung until the match ended.
 func TestRunawayBuiltinIsAbandoned(t *testing.T) {
 	src := `function decide(obs) string.find(("a"):rep(200), ".-.-.-b") return {} end`
-	p, err := newPolicy("t.lua", src, 100*time.Millisecond, zerolog.Nop())
+	p, err := newPolicy("t.lua", src, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
 	began := time.Now()
-	if _, err := p.Decide(context.Background(), agent.Observation{}); err == nil || !strings.Contains(err.Error(), "abandoned") {
+	if _, err := p.Decide(stepContext(t, 100*time.Millisecond), agent.Observation{}); err == nil || !strings.Contains(err.Error(), "abandoned") {
 		t.Fatalf("err %v", err)
 	}
-	if _, err := p.Decide(context.Background(), agent.Observation{}); err == nil {
+	if _, err := p.Decide(stepContext(t, 100*time.Millisecond), agent.Observation{}); err == nil {
 		t.Fatal("a broken policy was called again")
 	}
 	if d := time.Since(began); d > time.Second {
@@ -213,18 +220,18 @@ func TestSandboxLimits(t *testing.T) {
 		{"keeps too much", `kept = {} function decide(obs) for i = 1, 200000 do kept[i] = i end return {} end`, "globals hold over"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := newPolicy("t.lua", tc.src, time.Second, zerolog.Nop())
+			p, err := newPolicy("t.lua", tc.src, zerolog.Nop())
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer p.Close()
-			if _, err := p.Decide(context.Background(), agent.Observation{}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if _, err := p.Decide(stepContext(t, time.Second), agent.Observation{}); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err %v, want %q", err, tc.want)
 			}
 		})
 	}
 	// Within the limits, all works.
-	p, err := newPolicy("t.lua", `n = 0 function decide(obs) n = n + 1 local s = ("ab"):rep(10) if s:find("ba") then return {} end end`, time.Second, zerolog.Nop())
+	p, err := newPolicy("t.lua", `n = 0 function decide(obs) n = n + 1 local s = ("ab"):rep(10) if s:find("ba") then return {} end end`, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,6 +56,14 @@ type Policy struct{ Config Config }
 // New returns a rule policy with cfg.
 func New(cfg Config) *Policy { return &Policy{Config: cfg} }
 
+// NewPolicy is the rules as the loop runs them: their decision, their
+// needs and their evidence test, which lets the loop step as soon as
+// the windows condemn a server.
+func NewPolicy(cfg Config) agent.Policy {
+	p := New(cfg)
+	return agent.Policy{Decider: p, Needs: p.Needs(), Evidence: p.Evidence}
+}
+
 func (*Policy) Name() string { return "rules" }
 
 // Needs: the rule test bounds false drains per backend and step at Alpha
@@ -126,10 +134,10 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 	return plan, nil
 }
 
-// Evidence lists the servers Decide would drain now ("backend/server"):
+// Evidence lists the servers Decide would drain now:
 // the same test, without the plan. The loop calls it between steps.
-func (p *Policy) Evidence(obs agent.Observation) []string {
-	var out []string
+func (p *Policy) Evidence(obs agent.Observation) []agent.Key {
+	var out []agent.Key
 	for _, b := range obs.Backends {
 		found := map[string]bool{}
 		for _, f := range p.Test(b) {
@@ -142,7 +150,7 @@ func (p *Policy) Evidence(obs agent.Observation) []string {
 		}
 		for _, s := range b.Servers {
 			if found[s.Server] {
-				out = append(out, b.Name+"/"+s.Server)
+				out = append(out, s.Key())
 			}
 		}
 	}

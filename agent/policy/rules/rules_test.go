@@ -160,12 +160,14 @@ func TestGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The loop's check between steps finds what Decide drains.
-			var targets []string
+			var targets, found []string
 			for _, a := range plan {
-				targets = append(targets, a.Backend+"/"+a.Server)
+				targets = append(targets, a.Key().String())
 			}
 			sort.Strings(targets)
-			found := p.Evidence(obs)
+			for _, k := range p.Evidence(obs) {
+				found = append(found, k.String())
+			}
 			sort.Strings(found)
 			if strings.Join(found, " ") != strings.Join(targets, " ") {
 				t.Errorf("Evidence %v, Decide drains %v", found, targets)

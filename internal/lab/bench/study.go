@@ -425,11 +425,7 @@ func calibrate(ctx context.Context, args []string, dir string) (*GateVerdict, er
 	if err := config.Parse(fs, args); err != nil {
 		return nil, err
 	}
-	m, err := llm.NewModel(cfg.LLM.ForInterval(cfg.Interval))
-	if err != nil {
-		return nil, err
-	}
-	sc, err := llm.Calibrate(ctx, m, time.Now())
+	sc, err := llm.CalibrateAs(ctx, cfg.LLM, cfg.Loop, time.Now())
 	if err != nil {
 		return nil, fmt.Errorf("calibrate %s: %w", cfg.LLM.Model, err)
 	}

@@ -239,7 +239,7 @@ func startNode(ctx context.Context, s Setup, name string, key []byte, seed strin
 		return nil, err
 	}
 	rt := fakes.WithStates(name, states)
-	loop := &agent.Loop{Clock: agent.RealClock{}, Interval: s.Interval, EvidenceCheck: time.Second, Policy: peers.Wrap(rules.New(rules.DefaultConfig()), node),
+	loop := &agent.Loop{Clock: agent.RealClock{}, Settings: agent.Settings{Interval: s.Interval, EvidenceCheck: time.Second}, Policy: peers.Wrap(rules.NewPolicy(rules.DefaultConfig()), node),
 		Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: store, Log: zerolog.Nop()}
 	node.SetChanges(loop.Ledger)
 	nctx, cancel := context.WithCancel(ctx)

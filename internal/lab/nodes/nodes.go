@@ -252,7 +252,7 @@ func (st Status) Decider(backend string) (decider, role string) {
 	}
 	for _, b := range st.Fleet.Backends {
 		if b.Backend == backend {
-			return b.Decider, b.Role
+			return b.Decider, string(b.Role)
 		}
 	}
 	return "", ""
