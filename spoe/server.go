@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -62,61 +61,16 @@ type Server struct {
 	// `timeout idle`, 30 s in the example). A connection past either is
 	// closed, so that idle connections cannot pile up.
 	HelloTimeout, IdleTimeout time.Duration
-
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
 }
 
-// Serve accepts connections until ctx ends or the listener is closed.
-// Other accept errors (out of file descriptors, say) are logged and
-// retried with a growing pause, as net/http does.
+// Serve accepts connections until ctx ends or the listener is closed,
+// through netx.Serve: every connection is closed and waited for before
+// it returns.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stop()
-	defer func() {
-		s.mu.Lock()
-		for c := range s.conns {
-			c.Close()
-		}
-		s.mu.Unlock()
-		s.wg.Wait()
-	}()
-	var pause time.Duration
-	for {
-		conn, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			if errors.Is(err, net.ErrClosed) {
-				return fmt.Errorf("spoe: accept: %w", err)
-			}
-			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
-			s.Log.Error().Err(err).Dur("retry_in", pause).Msg("spoe: accept failed")
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(pause):
-			}
-			continue
-		}
-		pause = 0
-		s.mu.Lock()
-		if s.conns == nil {
-			s.conns = map[net.Conn]struct{}{}
-		}
-		s.conns[conn] = struct{}{}
-		s.mu.Unlock()
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.handleConn(conn)
-			s.mu.Lock()
-			delete(s.conns, conn)
-			s.mu.Unlock()
-		}()
+	if err := netx.Serve(ctx, ln, s.Log, s.handleConn); err != nil {
+		return fmt.Errorf("spoe: %w", err)
 	}
+	return nil
 }
 
 func (s *Server) handleConn(conn net.Conn) {
@@ -355,13 +309,4 @@ func parseHello(payload []byte) (hello, error) {
 		}
 	}
 	return h, nil
-}
-
-// Listen opens the agent's listening socket ("host:port" or "unix:/path").
-func Listen(addr string) (net.Listener, error) {
-	ln, err := netx.Listen(addr)
-	if err != nil {
-		return nil, fmt.Errorf("spoe: %w", err)
-	}
-	return ln, nil
 }

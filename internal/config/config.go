@@ -9,7 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"strings"
 	"time"
@@ -390,45 +389,46 @@ func (c Config) StatsMode() ingest.StatMode {
 	if c.Stats.Mode != ingest.StatAuto {
 		return c.Stats.Mode
 	}
-	if c.SPOEListen == "off" && c.LuaListen == "" && c.SyslogListen == "" {
+	if l, _ := c.Listeners(); l.SPOE.Off() && l.Lua.Off() && l.Syslog.Off() {
 		return ingest.StatCounts
 	}
 	return ingest.StatRetries
 }
 
-func (c *Config) checkListeners() []error {
-	var errs []error
-	if c.SPOEListen != "off" {
-		if err := checkAddr("spoe-listen", c.SPOEListen, true); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if c.LuaListen != "" {
-		if err := checkAddr("lua-listen", c.LuaListen, true); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if c.SyslogListen != "" && !strings.HasPrefix(c.SyslogListen, "udp://") && !strings.HasPrefix(c.SyslogListen, "unixgram://") &&
-		!strings.HasPrefix(c.SyslogListen, "tcp://") && !strings.HasPrefix(c.SyslogListen, "unix://") {
-		errs = append(errs, fmt.Errorf("syslog-listen %q: want udp://host:port, unixgram:///path, tcp://host:port or unix:///path", c.SyslogListen))
-	}
-	if c.StatusListen != "off" && c.StatusToken == "" && !netx.IsLoopback(c.StatusListen) {
-		errs = append(errs, fmt.Errorf("status-listen %s is beyond loopback: set status-token too, since the page and /status show the servers' addresses and the agent's decisions", c.StatusListen))
-	}
-	if c.StatusListen != "off" {
-		if err := checkAddr("status-listen", c.StatusListen, false); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errs
+// Listeners are the listen settings, parsed: each is an address or off.
+type Listeners struct {
+	SPOE, Lua, Syslog, Status netx.Address
 }
 
-func checkAddr(name, addr string, unixOK bool) error {
-	if unixOK && strings.HasPrefix(addr, "unix:") && len(addr) > 5 {
-		return nil
+// Listeners parses every listen setting the one way netx.ParseAddress
+// reads them ("off" and "" alike turn any of them off).
+func (c Config) Listeners() (Listeners, error) {
+	var l Listeners
+	var errs []error
+	parse := func(dst *netx.Address, flag, s string, allowed ...netx.Network) {
+		a, err := netx.ParseAddress(flag, s, allowed...)
+		errs = append(errs, err)
+		*dst = a
 	}
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return fmt.Errorf("%s %q: %w", name, addr, err)
+	parse(&l.SPOE, "spoe-listen", c.SPOEListen, netx.TCP, netx.Unix)
+	parse(&l.Lua, "lua-listen", c.LuaListen, netx.TCP, netx.Unix)
+	// Log lines name their transport: a bare host:port could be either.
+	if c.SyslogListen != "" && c.SyslogListen != "off" && !strings.Contains(c.SyslogListen, "://") {
+		errs = append(errs, fmt.Errorf("syslog-listen %q: want udp://host:port, unixgram:///path, tcp://host:port or unix:///path", c.SyslogListen))
+	} else {
+		parse(&l.Syslog, "syslog-listen", c.SyslogListen, netx.UDP, netx.Unixgram, netx.TCP, netx.Unix)
+	}
+	parse(&l.Status, "status-listen", c.StatusListen, netx.TCP)
+	return l, errors.Join(errs...)
+}
+
+func (c *Config) checkListeners() []error {
+	l, err := c.Listeners()
+	if err != nil {
+		return []error{err}
+	}
+	if !l.Status.Off() && c.StatusToken == "" && !netx.IsLoopback(l.Status.Addr) {
+		return []error{fmt.Errorf("status-listen %s is beyond loopback: set status-token too, since the page and /status show the servers' addresses and the agent's decisions", c.StatusListen)}
 	}
 	return nil
 }

@@ -47,18 +47,33 @@ type Daemon struct {
 	Stats  *ingest.StatPoller   // nil with --stats-poll 0
 	Fleet  *peers.Node          // nil unless --fleet-bind
 
-	log       zerolog.Logger
-	clients   []*haproxy.Client
-	warning   atomic.Pointer[string] // what watchTelemetry found, for /status
-	readmit   *recovery.Readmitter   // nil with --readmit off
-	spoeLn    net.Listener
-	luaLn     net.Listener
-	syslogPC  net.PacketConn
-	syslogLn  net.Listener // --syslog-listen tcp://: an HAProxy ring's forwarder
-	statusLn  net.Listener
-	audit     io.WriteCloser
+	log      zerolog.Logger
+	clients  []*haproxy.Client
+	warning  atomic.Pointer[string] // what watchTelemetry found, for /status
+	readmit  *recovery.Readmitter   // nil with --readmit off
+	spoeLn   net.Listener
+	luaLn    net.Listener
+	statusLn net.Listener
+	audit    io.WriteCloser
+	// parts are what Serve runs, each opened in New, serving until the
+	// agent stops, and released by Close.
+	parts     []component
 	closeOnce sync.Once
 }
+
+// component is one part of the agent: it opened what it needs when it
+// was added, serves until ctx ends, and releases it in close.
+type component struct {
+	name  string
+	serve func(ctx context.Context) error
+	close func() // nil: nothing of its own to release
+}
+
+// add makes c one of the agent's parts.
+func (d *Daemon) add(c component) { d.parts = append(d.parts, c) }
+
+// closer adapts an io.Closer's Close to a component's.
+func closer(c io.Closer) func() { return func() { c.Close() } }
 
 // NoEventsAfter is how long the agent waits for its first response from
 // HAProxy before it warns that none arrives.
@@ -174,36 +189,46 @@ func (d *Daemon) listen() error {
 		}
 		d.audit, d.Loop.Audit = f, f
 	}
-	if c.SPOEListen != "off" {
-		if d.spoeLn, err = spoe.Listen(c.SPOEListen); err != nil {
+	ls, err := c.Listeners()
+	if err != nil {
+		return err
+	}
+	if !ls.SPOE.Off() {
+		if d.spoeLn, err = netx.ListenAddress(ls.SPOE); err != nil {
 			return fmt.Errorf("spoe-listen: %w", err)
 		}
 		d.spoeLn = netx.Limit(d.spoeLn, MaxConns, log.With().Str("component", "spoe").Logger())
+		d.add(component{"spoe", func(ctx context.Context) error { return d.SPOE.Serve(ctx, d.spoeLn) }, closer(d.spoeLn)})
 	}
-	if c.LuaListen != "" {
-		if d.luaLn, err = netx.Listen(c.LuaListen); err != nil {
+	if !ls.Lua.Off() {
+		if d.luaLn, err = netx.ListenAddress(ls.Lua); err != nil {
 			return fmt.Errorf("lua listen: %w", err)
 		}
 		d.luaLn = netx.Limit(d.luaLn, MaxConns, log.With().Str("component", "lua").Logger())
 		d.Lua = &ingest.LineServer{Sink: d.Store, Log: log.With().Str("component", "lua").Logger()}
+		d.add(component{"lua", func(ctx context.Context) error { return d.Lua.Serve(ctx, d.luaLn) }, closer(d.luaLn)})
 	}
-	if c.SyslogListen != "" {
-		if strings.HasPrefix(c.SyslogListen, "tcp://") || strings.HasPrefix(c.SyslogListen, "unix://") {
-			d.syslogLn, err = ingest.ListenSyslogStream(c.SyslogListen)
-			if err == nil {
-				d.syslogLn = netx.Limit(d.syslogLn, MaxConns, log.With().Str("component", "syslog").Logger())
-			}
-		} else {
-			d.syslogPC, err = ingest.ListenSyslog(c.SyslogListen)
-		}
-		if err != nil {
-			return fmt.Errorf("syslog listen: %w", err)
-		}
+	if !ls.Syslog.Off() {
 		d.Syslog = &ingest.SyslogServer{Sink: d.Store, Log: log.With().Str("component", "syslog").Logger()}
+		switch ls.Syslog.Network {
+		case netx.TCP, netx.Unix: // an HAProxy ring's forwarder
+			ln, err := netx.ListenAddress(ls.Syslog)
+			if err != nil {
+				return fmt.Errorf("syslog listen: %w", err)
+			}
+			ln = netx.Limit(ln, MaxConns, log.With().Str("component", "syslog").Logger())
+			d.add(component{"syslog", func(ctx context.Context) error { return d.Syslog.ServeStream(ctx, ln) }, closer(ln)})
+		default:
+			pc, err := netx.ListenPacketAddress(ls.Syslog)
+			if err != nil {
+				return fmt.Errorf("syslog listen: %w", err)
+			}
+			d.add(component{"syslog", func(ctx context.Context) error { return d.Syslog.Serve(ctx, pc) }, closer(pc)})
+		}
 	}
-	if c.StatusListen != "off" {
-		if d.statusLn, err = net.Listen("tcp", c.StatusListen); err != nil {
-			return fmt.Errorf("status-listen: %w%s", err, netx.Hint(err))
+	if !ls.Status.Off() {
+		if d.statusLn, err = netx.ListenAddress(ls.Status); err != nil {
+			return fmt.Errorf("status-listen: %w", err)
 		}
 		d.statusLn = netx.Limit(d.statusLn, MaxStatusConns, log.With().Str("component", "status").Logger())
 		d.Status = &status.Server{Loop: d.Loop, Extra: []func(io.Writer){d.writeIngestMetrics}, Warnings: d.Warnings,
@@ -213,6 +238,7 @@ func (d *Daemon) listen() error {
 			d.Status.Extra = append(d.Status.Extra, d.Fleet.WriteMetrics)
 			d.Status.Fleet = func() any { return d.Fleet.Status() }
 		}
+		d.add(component{"status", func(ctx context.Context) error { return d.Status.Serve(ctx, d.statusLn) }, closer(d.statusLn)})
 	}
 	return nil
 }
@@ -359,17 +385,8 @@ func (d *Daemon) Serve(ctx context.Context) error {
 			}
 		}()
 	}
-	if d.spoeLn != nil {
-		run("spoe", func(ctx context.Context) error { return d.SPOE.Serve(ctx, d.spoeLn) })
-	}
-	if d.Lua != nil {
-		run("lua", func(ctx context.Context) error { return d.Lua.Serve(ctx, d.luaLn) })
-	}
-	switch {
-	case d.syslogLn != nil:
-		run("syslog", func(ctx context.Context) error { return d.Syslog.ServeStream(ctx, d.syslogLn) })
-	case d.syslogPC != nil:
-		run("syslog", func(ctx context.Context) error { return d.Syslog.Serve(ctx, d.syslogPC) })
+	for _, p := range d.parts {
+		run(p.name, p.serve)
 	}
 	if d.Stats != nil {
 		if d.Stats.Mode == ingest.StatCounts {
@@ -387,9 +404,6 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	}
 	run("loop", d.Loop.Run)
 	run("telemetry watch", d.watchTelemetry)
-	if d.Status != nil {
-		run("status", func(ctx context.Context) error { return d.Status.Serve(ctx, d.statusLn) })
-	}
 	d.log.Info().Str("spoe", d.SPOEAddr()).Str("lua", d.LuaAddr()).Str("syslog", d.Config.SyslogListen).Str("status", d.StatusAddr()).Strs("haproxy", d.Config.HAProxySockets).
 		Str("stats_poll", statsPoll(d.Config)).Str("fleet", d.fleetLine()).
 		Str("policy", string(d.Config.Chosen())).Dur("interval", d.Config.Loop.Interval).Msg("hapilot running")
@@ -450,21 +464,22 @@ func (d *Daemon) telemetryWarning(waited time.Duration) string {
 		return ""
 	}
 	c := d.Config
+	ls, _ := c.Listeners() // validated in New
 	var paths []string
-	if c.SPOEListen != "off" {
+	if !ls.SPOE.Off() {
 		paths = append(paths, "SPOE at "+c.SPOEListen+" (the stanza of examples/haproxy.cfg)")
 	}
-	if c.LuaListen != "" {
+	if !ls.Lua.Off() {
 		paths = append(paths, "the Lua companion at "+c.LuaListen+" (examples/haproxy-lua.cfg)")
 	}
-	if c.SyslogListen != "" {
+	if !ls.Syslog.Off() {
 		paths = append(paths, "logs at "+c.SyslogListen+" (examples/haproxy-syslog*.cfg)")
 	}
 	if d.Stats != nil && d.Stats.Mode == ingest.StatCounts {
 		paths = append(paths, "HAProxy's counters through "+strings.Join(c.HAProxySockets, ", ")+" (no traffic yet, or the socket does not answer)")
 	}
 	msg := fmt.Sprintf("no response reported by HAProxy in %v, through %s: ", waited, strings.Join(paths, "; "))
-	if c.SPOEListen != "off" || c.LuaListen != "" || c.SyslogListen != "" {
+	if !ls.SPOE.Off() || !ls.Lua.Off() || !ls.Syslog.Off() {
 		msg += "check that haproxy.cfg holds the stanza and that HAProxy can reach the agent's socket (its group, mode 0660); " +
 			"with no access to the frontend, run with --spoe-listen off and the agent reads HAProxy's own counters"
 	} else {
@@ -510,20 +525,10 @@ func (d *Daemon) close() {
 	if d.Loop != nil && d.Loop.Policy.Close != nil {
 		d.Loop.Policy.Close()
 	}
-	if d.spoeLn != nil {
-		d.spoeLn.Close()
-	}
-	if d.luaLn != nil {
-		d.luaLn.Close()
-	}
-	if d.syslogPC != nil {
-		d.syslogPC.Close()
-	}
-	if d.syslogLn != nil {
-		d.syslogLn.Close()
-	}
-	if d.statusLn != nil {
-		d.statusLn.Close()
+	for i := len(d.parts) - 1; i >= 0; i-- {
+		if c := d.parts[i].close; c != nil {
+			c()
+		}
 	}
 	if d.audit != nil {
 		d.audit.Close()

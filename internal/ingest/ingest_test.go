@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hapilot/hapilot/internal/netx"
 	"github.com/hapilot/hapilot/internal/window"
 	"github.com/rs/zerolog"
 )
@@ -125,7 +126,11 @@ func TestSyslogServer(t *testing.T) {
 		t.Run(addr, func(t *testing.T) {
 			rec := &recorder{}
 			s := &SyslogServer{Sink: rec, Log: zerolog.Nop()}
-			pc, err := ListenSyslog(addr)
+			a, err := netx.ParseAddress("syslog-listen", addr, netx.UDP, netx.Unixgram)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pc, err := netx.ListenPacketAddress(a)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -156,8 +161,8 @@ func TestSyslogServer(t *testing.T) {
 			}
 		})
 	}
-	if _, err := ListenSyslog("tcp://x"); err == nil {
-		t.Fatal("accepted tcp://")
+	if _, err := netx.ListenPacketAddress(netx.Address{Network: netx.TCP, Addr: "x:1"}); err == nil {
+		t.Fatal("a datagram listener accepted tcp://")
 	}
 }
 
@@ -185,7 +190,7 @@ func TestSyslogStream(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recorder{}
 			s := &SyslogServer{Sink: rec, Log: zerolog.Nop()}
-			ln, err := ListenSyslogStream("tcp://127.0.0.1:0")
+			ln, err := netx.ListenAddress(netx.Address{Network: netx.TCP, Addr: "127.0.0.1:0"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -225,8 +230,8 @@ func TestSyslogStream(t *testing.T) {
 			}
 		})
 	}
-	if _, err := ListenSyslogStream("udp://127.0.0.1:0"); err == nil {
-		t.Fatal("accepted udp://")
+	if _, err := netx.ListenAddress(netx.Address{Network: netx.UDP, Addr: "127.0.0.1:0"}); err == nil {
+		t.Fatal("a stream listener accepted udp://")
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -135,30 +134,16 @@ type LineServer struct {
 	IdleTimeout time.Duration
 }
 
-// Serve accepts batches until ctx ends.
+// Serve accepts batches until ctx ends, through netx.Serve.
 func (s *LineServer) Serve(ctx context.Context, ln net.Listener) error {
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stop()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for {
-		conn, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			s.Log.Error().Err(err).Msg("lua ingest: accept failed")
-			time.Sleep(10 * time.Millisecond)
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer conn.Close()
-			s.Counters.Batches.Add(1)
-			s.ReadBatch(ctx, conn)
-		}()
+	err := netx.Serve(ctx, ln, s.Log, func(conn net.Conn) {
+		s.Counters.Batches.Add(1)
+		s.ReadBatch(ctx, conn)
+	})
+	if err != nil {
+		return fmt.Errorf("lua ingest: %w", err)
 	}
+	return nil
 }
 
 // ReadBatch reads lines from one connection until EOF or the idle timeout.

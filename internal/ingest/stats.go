@@ -125,7 +125,7 @@ type procCounters struct {
 	instance string
 	start    int64     // the process's start, Unix seconds
 	readAt   time.Time // when it was read
-	servers  map[string]haproxy.StatCounters
+	servers  map[haproxy.ServerKey]haproxy.StatCounters
 }
 
 // Run polls every Period until ctx ends.
@@ -188,7 +188,7 @@ func (p *StatPoller) pollOne(ctx context.Context, src StatSource) error {
 	if prev != nil {
 		since = min(prev.readAt.Unix(), since)
 	}
-	cur := &procCounters{instance: info.Instance(), start: info.StartTime, readAt: now, servers: make(map[string]haproxy.StatCounters, len(rows))}
+	cur := &procCounters{instance: info.Instance(), start: info.StartTime, readAt: now, servers: make(map[haproxy.ServerKey]haproxy.StatCounters, len(rows))}
 	var fromZero bool // every counter of this read counts in full
 	switch {
 	case prev == nil:
@@ -204,7 +204,7 @@ func (p *StatPoller) pollOne(ctx context.Context, src StatSource) error {
 	}
 	known := prev != nil && prev.instance == cur.instance
 	for _, r := range rows {
-		k := r.Backend + "/" + r.Server
+		k := haproxy.ServerKey{Backend: r.Backend, Server: r.Server}
 		cur.servers[k] = r.Counters
 		var gain haproxy.StatCounters
 		switch old, had := prev.server(k); {
@@ -224,7 +224,7 @@ func (p *StatPoller) pollOne(ctx context.Context, src StatSource) error {
 	return nil
 }
 
-func (pc *procCounters) server(k string) (haproxy.StatCounters, bool) {
+func (pc *procCounters) server(k haproxy.ServerKey) (haproxy.StatCounters, bool) {
 	if pc == nil {
 		return haproxy.StatCounters{}, false
 	}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/hapilot/hapilot/internal/netx"
@@ -47,21 +46,6 @@ func ParseLogLine(msg []byte) (window.Event, error) {
 	return ev, err
 }
 
-// ListenSyslog opens "udp://host:port" or "unixgram:///path".
-func ListenSyslog(addr string) (net.PacketConn, error) {
-	switch {
-	case strings.HasPrefix(addr, "udp://"):
-		pc, err := net.ListenPacket("udp", addr[len("udp://"):])
-		if err != nil {
-			return nil, fmt.Errorf("%w%s", err, netx.Hint(err))
-		}
-		return pc, nil
-	case strings.HasPrefix(addr, "unixgram://"):
-		return netx.ListenUnixgram(addr[len("unixgram://"):])
-	}
-	return nil, fmt.Errorf("syslog-listen %q: want udp://host:port or unixgram:///path", addr)
-}
-
 // Serve reads datagrams until ctx ends. One datagram is one log line.
 func (s *SyslogServer) Serve(ctx context.Context, pc net.PacketConn) error {
 	stop := context.AfterFunc(ctx, func() { pc.Close() })
@@ -98,35 +82,15 @@ func (s *SyslogServer) line(msg []byte) {
 // below it, so a larger count is a broken stream.
 const maxFrame = 64 << 10
 
-// ListenSyslogStream opens "tcp://host:port", where an HAProxy ring's
-// forwarder connects (examples/haproxy-syslog-ring.cfg).
-func ListenSyslogStream(addr string) (net.Listener, error) {
-	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
-		return netx.Listen("unix:" + path)
-	}
-	host, ok := strings.CutPrefix(addr, "tcp://")
-	if !ok {
-		return nil, fmt.Errorf("syslog-listen %q: want tcp://host:port or unix:///path", addr)
-	}
-	return netx.Listen(host)
-}
-
 // ServeStream accepts ring forwarders until ctx ends. Each connection
 // carries syslog over TCP (RFC 6587): octet-counted frames ("LEN MSG"),
 // as HAProxy's log-proto octet-count sends them, or lines ended by LF.
 func (s *SyslogServer) ServeStream(ctx context.Context, ln net.Listener) error {
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stop()
-	for {
-		conn, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			return fmt.Errorf("syslog: accept: %w", err)
-		}
-		go s.stream(ctx, conn)
+	// netx.Serve owns every connection's goroutine and waits for them.
+	if err := netx.Serve(ctx, ln, s.Log, func(conn net.Conn) { s.stream(ctx, conn) }); err != nil {
+		return fmt.Errorf("syslog: %w", err)
 	}
+	return nil
 }
 
 func (s *SyslogServer) stream(ctx context.Context, conn net.Conn) {

@@ -1,9 +1,15 @@
 package netx
 
 import (
+	"context"
+	"io"
 	"net"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
+
+	"github.com/rs/zerolog"
 )
 
 // A port already taken says what to do.
@@ -16,5 +22,80 @@ func TestListenTakenPortSaysSo(t *testing.T) {
 	_, err = Listen(ln.Addr().String())
 	if err == nil || !strings.Contains(err.Error(), "address already in use") || !strings.Contains(err.Error(), "another program, perhaps another hapilot, listens there") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// Serve's connections are its own: when ctx ends, every one is closed and
+// every handler has returned before Serve does.
+func TestServeClosesAndWaitsForItsConnections(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var handled, returned atomic.Int32
+	done := make(chan error, 1)
+	go func() {
+		done <- Serve(ctx, ln, zerolog.Nop(), func(c net.Conn) {
+			handled.Add(1)
+			io.Copy(io.Discard, c) // until Serve closes it
+			returned.Add(1)
+		})
+	}()
+	for i := 0; i < 3; i++ {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	for handled.Load() < 3 {
+		runtime.Gosched()
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := returned.Load(); n != 3 {
+		t.Fatalf("Serve returned with %d of 3 handlers still running", 3-n)
+	}
+	if _, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+		t.Fatal("the listener still accepts")
+	}
+}
+
+func TestParseAddress(t *testing.T) {
+	all := []Network{TCP, Unix, UDP, Unixgram}
+	for _, tc := range []struct {
+		in      string
+		allowed []Network
+		want    Address
+		err     string
+	}{
+		{"", all, Address{}, ""},
+		{"off", all, Address{}, ""},
+		{"127.0.0.1:9310", all, Address{TCP, "127.0.0.1:9310"}, ""},
+		{"tcp://0.0.0.0:514", all, Address{TCP, "0.0.0.0:514"}, ""},
+		{"unix:/run/hapilot/spoe.sock", all, Address{Unix, "/run/hapilot/spoe.sock"}, ""},
+		{"unix:///run/x.sock", all, Address{Unix, "/run/x.sock"}, ""},
+		{"unixgram:///dev/log", all, Address{Unixgram, "/dev/log"}, ""},
+		{"udp://127.0.0.1:514", all, Address{UDP, "127.0.0.1:514"}, ""},
+		{"udp://127.0.0.1:514", []Network{TCP, Unix}, Address{}, "want host:port, unix:/path, or off"},
+		{"12345", all, Address{}, "want host:port"},
+		{"unix:relative.sock", all, Address{}, "absolute"},
+	} {
+		got, err := ParseAddress("x-listen", tc.in, tc.allowed...)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: err %v, want %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%q: %+v %v, want %+v", tc.in, got, err, tc.want)
+		}
+		if again, err := ParseAddress("x-listen", got.String(), tc.allowed...); err != nil || again != got {
+			t.Errorf("%q: %s does not read back: %+v %v", tc.in, got, again, err)
+		}
 	}
 }

@@ -169,7 +169,7 @@ func Run(ctx context.Context, s Setup) (*Result, error) {
 
 	// 3. A fault: one server fails 5% on every node's traffic.
 	b := s.Backends / 2
-	res.Faulty = backendName(b) + "/srv3"
+	res.Faulty = agent.Key{Backend: backendName(b), Server: "srv3"}.String()
 	faultAt := time.Now()
 	traffic.fail(res.Faulty, 0.05)
 	var decider *simNode
@@ -261,7 +261,7 @@ func (n *simNode) stop() {
 func drained(n *simNode, key string) bool {
 	states, _ := n.rt.ShowServersState(context.Background())
 	for _, st := range states {
-		if st.Backend+"/"+st.Server == key {
+		if (agent.Key{Backend: st.Backend, Server: st.Server}).String() == key {
 			return st.Drain()
 		}
 	}
@@ -333,7 +333,7 @@ type trafficGen struct {
 	mu      sync.Mutex
 	nodes   []*simNode
 	failing map[string]float64
-	owed    map[*simNode]map[string]*[2]float64 // answers, errors carried over
+	owed    map[*simNode]map[agent.Key]*[2]float64 // answers, errors carried over
 }
 
 const ticksPerSecond = 4
@@ -356,14 +356,14 @@ func (g *trafficGen) fail(key string, rate float64) {
 func (g *trafficGen) run(ctx context.Context, s Setup) {
 	t := time.NewTicker(time.Second / ticksPerSecond)
 	defer t.Stop()
-	g.owed = map[*simNode]map[string]*[2]float64{}
+	g.owed = map[*simNode]map[agent.Key]*[2]float64{}
 	for {
 		g.mu.Lock()
 		nodes, failing := g.nodes, g.failing
 		for j, n := range nodes {
 			owed := g.owed[n]
 			if owed == nil {
-				owed = map[string]*[2]float64{}
+				owed = map[agent.Key]*[2]float64{}
 				g.owed[n] = owed
 			}
 			states, _ := n.rt.ShowServersState(ctx)
@@ -371,7 +371,7 @@ func (g *trafficGen) run(ctx context.Context, s Setup) {
 				if st.Drain() {
 					continue
 				}
-				k := st.Backend + "/" + st.Server
+				k := agent.Key{Backend: st.Backend, Server: st.Server}
 				o := owed[k]
 				if o == nil {
 					// nodes start at different phases of the same rate
@@ -379,8 +379,8 @@ func (g *trafficGen) run(ctx context.Context, s Setup) {
 					owed[k] = o
 				}
 				perTick := s.Rate / ticksPerSecond
-				o[0] += perTick * (1 - failing[k])
-				o[1] += perTick * failing[k]
+				o[0] += perTick * (1 - failing[k.String()])
+				o[1] += perTick * failing[k.String()]
 				ok, errs := int(o[0]), int(o[1])
 				o[0] -= float64(ok)
 				o[1] -= float64(errs)
