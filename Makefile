@@ -15,7 +15,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # anywhere); under make, a missing HAProxy fails them instead.
 export HAPILOT_REQUIRE_HAPROXY := 1
 
-.PHONY: all build demo test unit e2e soak lint vet fmt tidy fuzz bench bench-quick bench-study deps clean deb test-deb haproxy-matrix test-matrix test-browser test-fleet
+.PHONY: all build demo test unit e2e soak lint vet fmt tidy fuzz bench bench-quick bench-study deps clean deb test-deb haproxy-matrix test-matrix test-browser test-fleet modelservers test-llm
 
 all: build
 
@@ -95,6 +95,23 @@ test-browser: deps
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; }
 	HAPILOT_ARTIFACTS=$(CURDIR)/bin/artifacts $(GO) test -tags e2e,browser -count=1 -v -timeout 5m -run '^TestLivePageInABrowser$$' ./internal/lab/e2e/
 
+# Real model servers for the LLM policy's tests: Ollama built from the
+# module version go.mod pins (about 6 minutes on 2 cores the first time;
+# bin/ollama is reused after, and the Go build cache keeps its objects),
+# and llama-server from Debian sid, unpacked under bin/llama.cpp, nothing
+# installed. A missing header or a failed build stops here, naming the
+# package.
+modelservers:
+	internal/lab/modelserver/build-ollama.sh bin/ollama
+	internal/lab/modelserver/fetch-llama.sh bin/llama.cpp
+
+# The stand-in checked against the real Ollama, and what llama-server and
+# Ollama's /v1 accept, on tiny random models written in Go
+# (internal/lab/modelserver, build tag modelserver). A missing server
+# fails the tests here instead of skipping them.
+test-llm: modelservers deps
+	HAPILOT_REQUIRE_MODELSERVERS=1 $(GO) test -tags modelserver -count=1 -v -timeout 15m ./internal/lab/modelserver/
+
 # The demo: a real HAProxy, 6 servers of which srv3 and srv6 fail 5%,
 # 300 req/s with --policy static then --policy rules, and a table.
 demo: deps build
@@ -131,7 +148,7 @@ soak: deps
 	HAPILOT_SOAK=$(SOAK) $(GO) test -tags e2e,soak -count=1 -v -timeout 0 -run '^TestSoak$$' ./internal/lab/e2e/
 
 lint: vet tidy
-	$(GO) run $(STATICCHECK) -tags e2e,soak,deb,browser,fleet ./...
+	$(GO) run $(STATICCHECK) -tags e2e,soak,deb,browser,fleet,modelserver ./...
 
 vet:
 	$(GO) vet ./...
@@ -140,6 +157,7 @@ vet:
 	$(GO) vet -tags e2e,deb ./internal/lab/e2e/
 	$(GO) vet -tags e2e,browser ./internal/lab/e2e/
 	$(GO) vet -tags e2e,fleet ./internal/lab/e2e/
+	$(GO) vet -tags modelserver ./internal/lab/modelserver/
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 

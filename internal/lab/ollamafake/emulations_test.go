@@ -20,7 +20,7 @@ import (
 func request(n, faulty, drained int, noisy bool, think string) ollamafake.Request {
 	now := time.Unix(1000, 0)
 	b := agent.BackendView{Name: "app"}
-	cands := map[string]string{}
+	cands := map[agent.Key]string{}
 	for i := 1; i <= n; i++ {
 		name := fmt.Sprintf("srv%d", i)
 		v := agent.ServerView{Backend: "app", Server: name, Owner: agent.OwnerNone,
@@ -31,7 +31,7 @@ func request(n, faulty, drained int, noisy bool, think string) ollamafake.Reques
 		}
 		if i == faulty {
 			v.Window.Err5xx = 150
-			cands["app/"+name] = "errors 5.00% vs peers 0.00%"
+			cands[agent.Key{Backend: "app", Server: name}] = "errors 5.00% vs peers 0.00%"
 		}
 		if i == drained {
 			v.State.AdminState, v.Owner = haproxy.AdminForcedDrain, agent.OwnerAgent

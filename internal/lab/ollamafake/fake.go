@@ -1,5 +1,7 @@
 // Package ollamafake is the stand-in Ollama server for tests and the
-// benchmark: no model can run on these machines. It speaks Ollama's wire
+// benchmark: fast, and with emulated models that decide as a model
+// should, which the tiny random models of internal/lab/modelserver
+// cannot. It speaks Ollama's wire
 // format (shared/ref/ollama-0.17/api.md) and, beyond the format, behaves
 // as the real server (github.com/ollama/ollama v0.17.4) does where a
 // client must cope, each behaviour read in that server's source:
@@ -25,7 +27,16 @@
 //     model`, after the load, as the real server checks it then; thinking
 //     is on when think is omitted and the model can think;
 //   - /api/show reports capabilities and the model's context length,
-//     /api/ps what is loaded.
+//     /api/ps what is loaded, with the context capped by the model's own
+//     and the name tagged (":latest" when it has no tag); a load (a chat
+//     with no messages) replies with no durations;
+//   - a generation that repeats one token 31 times in a row is ended by
+//     the server (llm/server.go, "token repeat limit"): the reply is 200
+//     with what was generated, done false, no done_reason and no counts
+//     (Reply.RepeatLimit).
+//
+// Each of these is checked against the real server, serving tiny random
+// models, by internal/lab/modelserver's conformance test.
 //
 // What a model answers is decided by a Responder written in Go: an
 // emulation, not a model, and labelled so wherever it is used.
@@ -83,6 +94,9 @@ type Reply struct {
 	Status           int // non-200: an error reply with Error as its text
 	Error            string
 	RawBody          *string // sent as is (a broken server), status 200
+	// RepeatLimit ends the reply as Ollama's token repeat limit does:
+	// Content as generated so far, done false, no done_reason, no counts.
+	RepeatLimit bool
 }
 
 // Responder decides the reply to one chat request.
@@ -197,7 +211,7 @@ func Tokens(text string) int { return (len(text) + 3) / 4 }
 func (s *Server) tags(w http.ResponseWriter, _ *http.Request) {
 	var out api.ListResponse
 	for name, d := range s.Models {
-		out.Models = append(out.Models, api.ListModelResponse{Name: name, Model: name, ModifiedAt: time.Unix(1700000000, 0).UTC(),
+		out.Models = append(out.Models, api.ListModelResponse{Name: tagged(name), Model: tagged(name), ModifiedAt: time.Unix(1700000000, 0).UTC(),
 			Size: 2_600_000_000, Digest: d, Details: s.details()})
 	}
 	writeJSON(w, 200, out)
@@ -217,7 +231,7 @@ func (s *Server) show(w http.ResponseWriter, r *http.Request) {
 		//lint:ignore SA1019 the real server still reads the old field, as the stand-in must
 		req.Model = req.Name
 	}
-	if _, ok := s.Models[req.Model]; !ok {
+	if _, ok := s.lookup(req.Model); !ok {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("model '%s' not found", req.Model))
 		return
 	}
@@ -243,10 +257,38 @@ func (s *Server) ps(w http.ResponseWriter, _ *http.Request) {
 		if exp.IsZero() {
 			exp = time.Date(2318, 1, 1, 0, 0, 0, 0, time.UTC) // as Ollama shows "forever"
 		}
-		out.Models = append(out.Models, api.ProcessModelResponse{Name: r.model, Model: r.model, Size: 3_400_000_000,
-			Digest: s.Models[r.model], Details: s.details(), ExpiresAt: exp, SizeVRAM: 3_400_000_000, ContextLength: r.numCtx})
+		// The runner's context is num_ctx capped by the model's own
+		// (llm/server.go: "requested context size too large for model").
+		out.Models = append(out.Models, api.ProcessModelResponse{Name: tagged(r.model), Model: tagged(r.model), Size: 3_400_000_000,
+			Digest: s.Models[r.model], Details: s.details(), ExpiresAt: exp, SizeVRAM: 3_400_000_000, ContextLength: min(r.numCtx, s.ContextLength)})
 	}
 	writeJSON(w, 200, out)
+}
+
+// lookup finds a model by its name, with or without ":latest", as the
+// real server does; it returns the name Models knows it by.
+func (s *Server) lookup(name string) (string, bool) {
+	if _, ok := s.Models[name]; ok {
+		return name, true
+	}
+	if base, ok := strings.CutSuffix(name, ":latest"); ok {
+		if _, ok := s.Models[base]; ok {
+			return base, true
+		}
+	}
+	if _, ok := s.Models[name+":latest"]; ok {
+		return name + ":latest", true
+	}
+	return "", false
+}
+
+// tagged is a model's name as /api/ps and /api/tags list it: with its
+// tag, ":latest" when it was named without one.
+func tagged(name string) string {
+	if i := strings.LastIndex(name, ":"); i >= 0 && !strings.Contains(name[i:], "/") {
+		return name
+	}
+	return name + ":latest"
 }
 
 // think reads the request's think field: on, and a level when it is one.
@@ -281,7 +323,8 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	s.reqs = append(s.reqs, req)
 	respond := s.respond
 	s.mu.Unlock()
-	if _, ok := s.Models[req.Model]; !ok {
+	model, ok := s.lookup(req.Model)
+	if !ok {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("model %q not found, try pulling it first", req.Model))
 		return
 	}
@@ -298,20 +341,22 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(req.Messages) == 0 && len(req.KeepAlive) > 0 && keep.Duration == 0 {
-		s.unload(req.Model)
+		s.unload(model)
 		writeJSON(w, 200, api.ChatResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Message: api.Message{Role: "assistant"}, Done: true, DoneReason: "unload"})
 		return
 	}
 	start := time.Now()
 	numCtx := optInt(req.Options, "num_ctx", s.DefaultNumCtx)
-	if !s.schedule(r.Context(), req.Model, numCtx) {
+	if !s.schedule(r.Context(), model, numCtx) {
 		return // the client went away during the load: nobody to answer
 	}
 	loaded := time.Since(start)
-	defer s.keepAlive(req.Model, keep.Duration)
+	defer s.keepAlive(model, keep.Duration)
 	if len(req.Messages) == 0 {
+		// No metrics: the real server's load reply has no durations
+		// (server/routes.go), so a client times the load itself.
 		writeJSON(w, 200, api.ChatResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Message: api.Message{Role: "assistant"},
-			Done: true, DoneReason: "load", Metrics: api.Metrics{TotalDuration: time.Since(start), LoadDuration: loaded}})
+			Done: true, DoneReason: "load"})
 		return
 	}
 	if level != "" && !s.ThinkLevels {
@@ -340,6 +385,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	if rep.RawBody != nil {
 		w.WriteHeader(200)
 		_, _ = w.Write([]byte(*rep.RawBody))
+		return
+	}
+	if rep.RepeatLimit {
+		writeJSON(w, 200, api.ChatResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Message: api.Message{Role: "assistant", Content: rep.Content}})
 		return
 	}
 	msg, evalCount, reason := generate(rep, thinkOn, optInt(req.Options, "num_predict", -1))

@@ -1,0 +1,264 @@
+// Package modelserver runs real model servers for the lab's tests: Ollama
+// built from the module that go.mod pins (build-ollama.sh), llama.cpp's
+// llama-server from Debian sid (fetch-llama.sh), and tiny llama models
+// with random weights written here in Go with Ollama's own GGUF writer.
+// A random model answers nonsense; what it shows is the servers' side:
+// loads, unloads, contexts, limits, errors and what each server accepts.
+//
+// The agent never links this package (cmd/hapilot's deps_test.go).
+package modelserver
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/ollama/ollama/fs/ggml"
+)
+
+// Spec is a tiny llama model: its shape, its own context length and the
+// seed of its random weights.
+type Spec struct {
+	Layers        int    // blocks (default 2)
+	Width         int    // embedding length (default 64)
+	Heads         int    // attention heads, as many for K and V (default 4)
+	FF            int    // feed-forward length (default 2 x Width)
+	ContextLength int    // llama.context_length (default 2048)
+	Seed          uint64 // the weights' seed
+	// SpacePrefix sets tokenizer.ggml.add_space_prefix, SPM's default,
+	// which llama-server's JSON-schema grammars trip on (see WriteGGUF);
+	// only a test that shows it sets it.
+	SpacePrefix bool
+}
+
+func (s Spec) withDefaults() Spec {
+	if s.Layers == 0 {
+		s.Layers = 2
+	}
+	if s.Width == 0 {
+		s.Width = 64
+	}
+	if s.Heads == 0 {
+		s.Heads = 4
+	}
+	if s.FF == 0 {
+		s.FF = 2 * s.Width
+	}
+	if s.ContextLength == 0 {
+		s.ContextLength = 2048
+	}
+	return s
+}
+
+// Vocab is the tokenizer's size: <unk>, <s>, </s>, ChatML's
+// <|im_start|> and <|im_end|> (control tokens, as in a real ChatML
+// model), and the 256 byte tokens <0x00>..<0xFF>. Every other text is
+// one token a byte (plus BOS).
+const Vocab = firstByte + 256
+
+// firstByte is the id of <0x00>.
+const firstByte = 5
+
+// WriteGGUF writes spec as a llama-architecture GGUF of F32 tensors to
+// path, with a SentencePiece ("llama") tokenizer of byte tokens and
+// ChatML's two control tokens.
+func WriteGGUF(path string, spec Spec) error {
+	s := spec.withDefaults()
+	if s.Width%s.Heads != 0 {
+		return fmt.Errorf("width %d is not a multiple of %d heads", s.Width, s.Heads)
+	}
+	tokens := []string{"<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"}
+	types := []int32{2, 3, 3, 3, 3} // unknown, then control
+	for b := range 256 {
+		tokens = append(tokens, fmt.Sprintf("<0x%02X>", b))
+		types = append(types, 6) // byte
+	}
+	kv := ggml.KV{
+		"general.architecture":                   "llama",
+		"general.name":                           "hapilot-tiny",
+		"general.file_type":                      uint32(0), // all F32
+		"llama.block_count":                      uint32(s.Layers),
+		"llama.context_length":                   uint32(s.ContextLength),
+		"llama.embedding_length":                 uint32(s.Width),
+		"llama.feed_forward_length":              uint32(s.FF),
+		"llama.attention.head_count":             uint32(s.Heads),
+		"llama.attention.head_count_kv":          uint32(s.Heads),
+		"llama.attention.layer_norm_rms_epsilon": float32(1e-5),
+		"llama.rope.dimension_count":             uint32(s.Width / s.Heads),
+		"llama.rope.freq_base":                   float32(10000),
+		"tokenizer.ggml.model":                   "llama",
+		"tokenizer.ggml.tokens":                  tokens,
+		"tokenizer.ggml.token_type":              types,
+		"tokenizer.ggml.scores":                  make([]float32, len(tokens)),
+		"tokenizer.ggml.unknown_token_id":        uint32(0),
+		"tokenizer.ggml.bos_token_id":            uint32(1),
+		"tokenizer.ggml.eos_token_id":            uint32(2),
+		"tokenizer.ggml.add_bos_token":           true,
+		"tokenizer.ggml.add_eos_token":           false,
+		// No "▁" before the text after a special token: with it (SPM's
+		// default), llama-server b11669 tokenised its generation prompt
+		// as "<|im_start|>▁assistant" and its JSON-schema grammar, which
+		// starts with "<|im_start|>assistant", refused it: every
+		// response_format json_schema failed with "Failed to initialize
+		// samplers". A real ChatML model's tokenizer adds no such prefix.
+		"tokenizer.ggml.add_space_prefix": s.SpacePrefix,
+		// For llama-server, which reads the template from the GGUF;
+		// Ollama takes the Modelfile's TEMPLATE instead.
+		"tokenizer.chat_template": ChatMLJinja,
+	}
+	seed := s.Seed
+	next := func() uint64 { seed++; return seed }
+	w, ff := uint64(s.Width), uint64(s.FF)
+	ts := []*ggml.Tensor{
+		randomTensor("token_embd.weight", next(), 0.5, w, Vocab),
+		// The rows of the bytes 0x80-0xFF are zero: their logit is 0, below
+		// the best of the other tokens' random logits, so that a greedy
+		// (temperature 0) reply is ASCII, valid UTF-8, as a real model's
+		// is. Random bytes made invalid UTF-8 that llama-server's reply
+		// parser refused ("does not match the expected peg-native format").
+		maskedTensor("output.weight", next(), 0.5, func(i uint64) bool { return i/w >= firstByte+0x80 }, w, Vocab),
+		onesTensor("output_norm.weight", w),
+	}
+	for i := range s.Layers {
+		p := fmt.Sprintf("blk.%d.", i)
+		ts = append(ts,
+			onesTensor(p+"attn_norm.weight", w),
+			onesTensor(p+"ffn_norm.weight", w),
+			randomTensor(p+"attn_q.weight", next(), 0.1, w, w),
+			randomTensor(p+"attn_k.weight", next(), 0.1, w, w),
+			randomTensor(p+"attn_v.weight", next(), 0.1, w, w),
+			randomTensor(p+"attn_output.weight", next(), 0.1, w, w),
+			randomTensor(p+"ffn_gate.weight", next(), 0.1, w, ff),
+			randomTensor(p+"ffn_up.weight", next(), 0.1, w, ff),
+			randomTensor(p+"ffn_down.weight", next(), 0.1, ff, w),
+		)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := ggml.WriteGGUF(f, kv, ts); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// f32s writes n float32 values, drawn from a source that start makes
+// anew for each write, so that a file is the same for the same seed.
+type f32s struct {
+	n     uint64
+	start func() func(i uint64) float32
+}
+
+func (t f32s) WriteTo(w io.Writer) (int64, error) {
+	next := t.start()
+	buf := make([]byte, 0, 4096)
+	var total int64
+	for i := range t.n {
+		buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(next(i)))
+		if len(buf) == cap(buf) || i == t.n-1 {
+			n, err := w.Write(buf)
+			total += int64(n)
+			if err != nil {
+				return total, err
+			}
+			buf = buf[:0]
+		}
+	}
+	return total, nil
+}
+
+// randomTensor is uniform in [-scale, scale), shape (ne0, ne1) as ggml
+// counts it.
+func randomTensor(name string, seed uint64, scale float32, shape ...uint64) *ggml.Tensor {
+	return maskedTensor(name, seed, scale, nil, shape...)
+}
+
+// maskedTensor is randomTensor with the values where zero(i) holds set
+// to 0.
+func maskedTensor(name string, seed uint64, scale float32, zero func(i uint64) bool, shape ...uint64) *ggml.Tensor {
+	n := uint64(1)
+	for _, d := range shape {
+		n *= d
+	}
+	return &ggml.Tensor{Name: name, Kind: 0, Shape: shape, WriterTo: f32s{n: n, start: func() func(uint64) float32 {
+		r := rand.New(rand.NewPCG(seed, 0x6861706c696c6f74))
+		return func(i uint64) float32 {
+			v := (2*r.Float32() - 1) * scale
+			if zero != nil && zero(i) {
+				return 0
+			}
+			return v
+		}
+	}}}
+}
+
+func onesTensor(name string, n uint64) *ggml.Tensor {
+	return &ggml.Tensor{Name: name, Kind: 0, Shape: []uint64{n}, WriterTo: f32s{n: n, start: func() func(uint64) float32 {
+		return func(uint64) float32 { return 1 }
+	}}}
+}
+
+// ChatTemplate is a ChatML-like TEMPLATE over .Messages. It holds no
+// .Thinking, so Ollama reports no "thinking" capability for it.
+const ChatTemplate = `{{- range .Messages }}<|im_start|>{{ .Role }}
+{{ .Content }}<|im_end|>
+{{ end }}<|im_start|>assistant
+`
+
+// ThinkingTemplate is ChatTemplate with a thinking block. Ollama 0.17.4
+// (server/images.go, Capabilities) reports "thinking" for a model whose
+// template names .Thinking inside a range over .Messages
+// (thinking.InferTags), and takes the text around it as the tags:
+// "<think>" and "</think>". The prompt ends with "<think>" when thinking
+// is on, so everything a random model says is thinking: it never writes
+// "</think>".
+const ThinkingTemplate = `{{- range .Messages }}<|im_start|>{{ .Role }}
+{{ if .Thinking }}<think>{{ .Thinking }}</think>{{ end }}{{ .Content }}<|im_end|>
+{{ end }}<|im_start|>assistant
+{{ if and .IsThinkSet .Think }}<think>{{ end }}`
+
+// ChatMLJinja is ChatTemplate in Jinja, as llama-server reads it from
+// the GGUF's tokenizer.chat_template.
+const ChatMLJinja = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{% endfor %}" +
+	"{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+
+// Model is one tiny model to import into Ollama.
+type Model struct {
+	Name     string
+	Spec     Spec
+	Thinking bool // use ThinkingTemplate
+}
+
+// Write writes dir/NAME.gguf and dir/Modelfile (FROM ./NAME.gguf and the
+// template), and returns the GGUF's path.
+func (m Model) Write(dir string) (string, error) {
+	gguf := filepath.Join(dir, m.Name+".gguf")
+	if err := WriteGGUF(gguf, m.Spec); err != nil {
+		return "", err
+	}
+	return gguf, WriteModelfile(filepath.Join(dir, "Modelfile"), "./"+m.Name+".gguf", m.Thinking)
+}
+
+// WriteModelfile writes an Ollama Modelfile at path: FROM from, the chat
+// (or thinking) template, and <|im_end|> as a stop.
+func WriteModelfile(path, from string, thinking bool) error {
+	tmpl := ChatTemplate
+	if thinking {
+		tmpl = ThinkingTemplate
+	}
+	if strings.Contains(tmpl, `"""`) {
+		return fmt.Errorf("template holds a triple quote")
+	}
+	mf := fmt.Sprintf("FROM %s\nTEMPLATE \"\"\"%s\"\"\"\nPARAMETER stop \"<|im_end|>\"\n", from, tmpl)
+	return os.WriteFile(path, []byte(mf), 0o644)
+}
