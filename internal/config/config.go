@@ -260,12 +260,15 @@ func registerRules(fs *flag.FlagSet, r *rules.Config) {
 }
 
 func registerLLM(fs *flag.FlagSet, l *llm.Config) {
-	fs.StringVar(&l.Model, "model", l.Model, "llm: Ollama model name")
-	fs.StringVar(&l.Host, "ollama-host", l.Host, "llm: Ollama's address (default: $OLLAMA_HOST, as Ollama's client reads it)")
+	fs.StringVar(&l.Model, "model", l.Model, "llm: the model's name on its server")
+	fs.Var(&l.API, "llm-api", "llm: the model server's API: ollama (Ollama's native /api) | openai (/v1/chat/completions: llama-server, vLLM, SGLang, LM Studio, Ollama's /v1)")
+	fs.StringVar(&l.URL, "llm-url", l.URL, "llm: the model server's base URL, required with --llm-api openai (default for ollama: $OLLAMA_HOST, as Ollama's client reads it)")
+	fs.StringVar(&l.Host, "ollama-host", l.Host, "llm: Ollama's address, the native API's alias of --llm-url")
+	fs.StringVar(&l.KeyFile, "llm-key-file", l.KeyFile, "llm: file holding the model server's API key (one line; mode 0600), sent as \"Authorization: Bearer\"")
 	fs.Var(&l.Think, "think", "llm: thinking, always sent explicitly: "+enum.Join(llm.Thinks...))
 	fs.IntVar(&l.NumPredict, "num-predict", l.NumPredict, "llm: the answer's token cap per call")
 	fs.IntVar(&l.ThinkBudget, "think-budget", l.ThinkBudget, "llm: thinking's own tokens, added to num-predict when thinking is on")
-	fs.IntVar(&l.NumCtx, "num-ctx", l.NumCtx, "llm: the model's context in tokens (0: sized from the prompt, capped by the model's own)")
+	fs.IntVar(&l.NumCtx, "num-ctx", l.NumCtx, "llm: the model's context in tokens (0: sized from the prompt, grown after an overflow, capped by the model's own); with --llm-api openai, the server's own context where it does not say it (llama-server's /props does)")
 	fs.DurationVar(&l.KeepAlive, "keep-alive", l.KeepAlive, "llm: how long Ollama keeps the model loaded after a call (negative: for good)")
 	fs.DurationVar(&l.LoadTimeout, "llm-load-timeout", l.LoadTimeout, "llm: the longest a load or a call may run in the background")
 	fs.IntVar(&l.TokenBudget, "token-budget", l.TokenBudget, "llm: a thinking call over this many completion tokens, cut at its cap, or over the deadline switches thinking off for a while")

@@ -236,7 +236,7 @@ func KeyFor(digest string, m *Model) Key {
 	c := m.Config
 	return Key{Digest: digest, Think: c.Think,
 		PromptHash:  hash(PromptVersion, Header, m.SystemPrompt),
-		SchemaHash:  hash(string(Schema([]string{"b"}, []string{"s"}, 1))),
+		SchemaHash:  hash(string(Schema([]string{"b"}, []string{"s"}, 1, c.NumPredict))),
 		OptionsHash: hash(fmt.Sprint(c.NumPredict, c.ThinkBudget, c.NumCtx, c.Seed, c.MaxShown))}
 }
 

@@ -3,7 +3,6 @@ package llm
 import (
 	"errors"
 	"fmt"
-	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/hapilot/hapilot/internal/enum"
 	"github.com/ollama/ollama/api"
+	"github.com/ollama/ollama/envconfig"
 )
 
 // Think is how the model is asked to think; it is sent explicitly on
@@ -75,9 +75,20 @@ func (f *Fallback) Set(s string) (err error) {
 // called, the protections around it, and whether it may act.
 type Config struct {
 	Model string
-	// Host is Ollama's address; "" reads $OLLAMA_HOST, as Ollama's own
-	// client does.
-	Host       string
+	// API is the model server's: Ollama's native API, or the
+	// OpenAI-compatible one that llama-server, vLLM, SGLang, LM Studio and
+	// Ollama's /v1 serve.
+	API API
+	// URL is the server's base URL; an OpenAI server's may end in /v1.
+	// The OpenAI API needs it; the native API reads Host, then
+	// $OLLAMA_HOST, without it.
+	URL string
+	// Host is Ollama's address (--ollama-host, the native API's alias of
+	// URL); "" reads $OLLAMA_HOST, as Ollama's own client does.
+	Host string
+	// KeyFile holds an API key, sent as "Authorization: Bearer" with
+	// every request; a file others may read is refused.
+	KeyFile    string
 	Think      Think
 	NumPredict int // the answer's token cap per call
 	// ThinkBudget is thinking's own token budget, added to NumPredict when
@@ -130,7 +141,7 @@ type Config struct {
 
 // DefaultConfig has the defaults of `hapilot run --policy llm`.
 func DefaultConfig() Config {
-	return Config{Think: ThinkOff, NumPredict: 256, ThinkBudget: 1024, Seed: 42, KeepAlive: -1, LoadTimeout: 5 * time.Minute,
+	return Config{API: APIOllama, Think: ThinkOff, NumPredict: 256, ThinkBudget: 1024, Seed: 42, KeepAlive: -1, LoadTimeout: 5 * time.Minute,
 		TokenBudget: 768, ThinkRetry: 30,
 		MaxShown: 12, Confirm: 2, MinHold: time.Minute, Gate: GateAnomaly, Fallback: FallbackRules,
 		CalibrationDir: "/var/lib/hapilot"}
@@ -176,43 +187,80 @@ func (c Config) Validate() error {
 	if c.Deadline < 0 || c.MinHold < 0 {
 		errs = append(errs, errors.New("llm-deadline and min-hold must not be negative"))
 	}
-	if c.Host != "" {
-		if _, err := ollamaURL(c.Host); err != nil {
+	if _, err := enum.Parse("llm-api", string(c.API), APIs...); err != nil && c.API != "" { // "": ollama
+		errs = append(errs, err)
+	}
+	switch {
+	case c.API == APIOpenAI && c.Host != "":
+		errs = append(errs, errors.New("--ollama-host is the native API's address: give --llm-url with --llm-api openai"))
+	case c.API == APIOpenAI && c.URL == "":
+		errs = append(errs, errors.New("--llm-api openai needs --llm-url, the server's base URL (http://127.0.0.1:8080 for llama-server)"))
+	case c.URL != "" && c.Host != "" && c.URL != c.Host:
+		errs = append(errs, fmt.Errorf("--llm-url %q and its alias --ollama-host %q differ: give one", c.URL, c.Host))
+	}
+	for _, a := range []struct{ flag, v string }{{"llm-url", c.URL}, {"ollama-host", c.Host}} {
+		if a.v != "" {
+			if _, err := serverURL(a.flag, a.v); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if c.KeyFile != "" {
+		if _, err := ReadAPIKey(c.KeyFile); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func ollamaURL(host string) (*url.URL, error) {
+// serverURL parses a server's address; a bare host:port is http.
+func serverURL(flag, host string) (*url.URL, error) {
 	if !strings.Contains(host, "://") {
 		host = "http://" + host
 	}
 	u, err := url.Parse(host)
-	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("ollama-host %q: not a URL", host)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("%s %q: not an http(s) URL", flag, host)
 	}
 	return u, nil
 }
 
-// Client returns Ollama's client for c.Host, or for $OLLAMA_HOST as
-// Ollama's own client reads it. Its HTTP client has no timeout of its
-// own: every call carries a deadline.
-func (c Config) Client() (*api.Client, error) {
-	if c.Host == "" {
-		return api.ClientFromEnvironment()
+// Server returns the client of the model server c names. Its HTTP client
+// has no timeout of its own: every call carries a deadline.
+func (c Config) Server() (Server, error) {
+	key := ""
+	if c.KeyFile != "" {
+		var err error
+		if key, err = ReadAPIKey(c.KeyFile); err != nil {
+			return nil, err
+		}
 	}
-	u, err := ollamaURL(c.Host)
+	addr, flag := c.URL, "llm-url"
+	if addr == "" {
+		addr, flag = c.Host, "ollama-host"
+	}
+	if c.API == APIOpenAI {
+		u, err := serverURL(flag, addr)
+		if err != nil {
+			return nil, err
+		}
+		return NewOpenAI(u.String(), httpClient(key)), nil
+	}
+	if addr == "" {
+		// $OLLAMA_HOST, as Ollama's own client reads it.
+		return &Ollama{Client: api.NewClient(envconfig.Host(), httpClient(key))}, nil
+	}
+	u, err := serverURL(flag, addr)
 	if err != nil {
 		return nil, err
 	}
-	return api.NewClient(u, &http.Client{}), nil
+	return &Ollama{Client: api.NewClient(u, httpClient(key))}, nil
 }
 
 // NewModel builds the model client from c, with the system prompt from
 // SystemPromptFile or the embedded one.
 func NewModel(c Config) (*Model, error) {
-	client, err := c.Client()
+	server, err := c.Server()
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +272,7 @@ func NewModel(c Config) (*Model, error) {
 		}
 		prompt = string(b)
 	}
-	return &Model{Client: client, Config: c, SystemPrompt: prompt}, nil
+	return &Model{Server: server, Config: c, SystemPrompt: prompt}, nil
 }
 
 // CallBudget is how long a call may take in a step whose policy budget

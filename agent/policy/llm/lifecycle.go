@@ -2,6 +2,7 @@ package llm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -41,9 +42,20 @@ func (p *Policy) run(ctx context.Context) {
 // bringUp inspects the model and loads it.
 func (p *Policy) bringUp(ctx context.Context) error {
 	p.setLife(LifeInspecting, nil)
-	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	info, err := p.Model.Inspect(ictx)
-	cancel()
+	info, err := p.inspect(ctx)
+	if errors.Is(err, ErrLoading) {
+		// The server answers and loads the model (llama-server's /health
+		// 503): wait for it as for a load, then ask again.
+		p.setLife(LifeLoading, nil)
+		p.Log.Info().Str("model", p.Config.Model).Msg("the server is loading the model: waiting for it")
+		lctx, cancel := context.WithTimeout(ctx, p.Config.LoadTimeout)
+		_, err = p.Model.Warm(lctx, 2048)
+		cancel()
+		if err != nil {
+			return err
+		}
+		info, err = p.inspect(ctx)
+	}
 	if err != nil {
 		return err
 	}
@@ -73,6 +85,12 @@ func (p *Policy) bringUp(ctx context.Context) error {
 	return p.load(ctx)
 }
 
+func (p *Policy) inspect(ctx context.Context) (Info, error) {
+	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return p.Model.Inspect(ictx)
+}
+
 // load warms the model, under LoadTimeout and the policy's life only.
 func (p *Policy) load(ctx context.Context) error {
 	p.setLife(LifeLoading, nil)
@@ -89,7 +107,7 @@ func (p *Policy) load(ctx context.Context) error {
 }
 
 // watch loads the model again whenever it is found unloaded, until ctx
-// ends or Ollama cannot be reached.
+// ends or the server cannot be reached.
 func (p *Policy) watch(ctx context.Context) {
 	for sleep(ctx, p.WatchEvery) {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)

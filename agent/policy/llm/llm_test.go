@@ -64,7 +64,7 @@ func newPolicy(t *testing.T, respond ollamafake.Responder, mod func(*Config)) (*
 	if mod != nil {
 		mod(&cfg)
 	}
-	m := &Model{Client: api.NewClient(u, fake.Client()), Config: cfg, SystemPrompt: DefaultSystemPrompt}
+	m := &Model{Server: &Ollama{Client: api.NewClient(u, fake.Client())}, Config: cfg, SystemPrompt: DefaultSystemPrompt}
 	p := New(m, rules.New(rules.DefaultConfig()), cfg, zerolog.Nop())
 	t.Cleanup(p.Close)
 	return p, fake
@@ -143,7 +143,7 @@ func TestGreyZoneIsTheModelsAfterConfirmation(t *testing.T) {
 		t.Fatal(err)
 	}
 	items := schema.Properties.Actions.Items.Properties
-	if len(items["server"].Enum) != 7 || items["weight"].Maximum != 1 || !strings.HasPrefix(string(req.Format), `{"type":"object","properties":{"actions":{"type":"array","maxItems":8,"items":{"type":"object","properties":{"reason"`) {
+	if len(items["server"].Enum) != 7 || items["weight"].Maximum != 1 || !strings.HasPrefix(string(req.Format), `{"type":"object","properties":{"actions":{"type":"array","maxItems":3,"items":{"type":"object","properties":{"reason"`) {
 		t.Fatalf("schema %s", req.Format)
 	}
 	if req.Messages[0].Role != "system" || !strings.Contains(req.Messages[1].Content, "srv4 ready none 1 1 ") ||
@@ -371,9 +371,11 @@ func TestContextSizedAndNeverTruncated(t *testing.T) {
 	}
 	// Told nothing of the model's context, a prompt that does not fit is
 	// an invalid reply with its reason, never a silent cut; the next
-	// prompt is smaller.
+	// prompt is smaller. (The stand-in counts four bytes a token, coarser
+	// than the estimate, which counts each digit: a prompt the estimate
+	// fits into 2048 is about 800 of the stand-in's, over its 512.)
 	p2, fake2 := newPolicy(t, ollamafake.Capable, func(c *Config) { c.NumCtx = 2048 })
-	fake2.ContextLength = 1024
+	fake2.ContextLength = 512
 	steps(t, p2, big(time.Unix(1000, 0)), 1)
 	r = p2.Report().(Report)
 	if r.Call == nil || !strings.Contains(r.Call.Error, "exceeds the context length") || p2.shown != 6 || r.Fallback == "" {

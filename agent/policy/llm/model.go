@@ -1,5 +1,5 @@
-// Package llm is the policy that asks a language model, through Ollama,
-// what to do above the rules; and the protections a real model needs:
+// Package llm is the policy that asks a language model, through Ollama
+// or an OpenAI-compatible server, what to do above the rules; and the protections a real model needs:
 // its life cycle (inspected, warmed in the background, kept resident),
 // a context sized to the prompt with truncation refused, thinking given
 // its own budget, a deadline that never aborts a load, two-step
@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
-	"github.com/ollama/ollama/api"
 )
 
 //go:embed system-prompt.txt
@@ -40,6 +39,11 @@ type Call struct {
 	Thinking string `json:"thinking,omitempty"`
 	Raw      string `json:"raw,omitempty"` // kept when the reply was invalid
 	Error    string `json:"error,omitempty"`
+	// Schema is the form the reply schema was sent in when the server
+	// refused the full one (OpenAI API); SchemaNote says why, on the call
+	// that stepped down.
+	Schema     string `json:"schema,omitempty"`
+	SchemaNote string `json:"schema_note,omitempty"`
 }
 
 // MaxThinking bounds the reasoning kept in an audit record.
@@ -47,7 +51,12 @@ const MaxThinking = 2000
 
 // Info is what the agent learned of the model and its server at start.
 type Info struct {
-	Version       string   `json:"ollama_version,omitempty"`
+	API     API    `json:"api,omitempty"`
+	Version string `json:"ollama_version,omitempty"`
+	// Server is what an OpenAI-compatible server says it is, as far as it
+	// says ("llama-server b11669", or the model's owner as /v1/models
+	// lists it).
+	Server        string   `json:"server,omitempty"`
 	Capabilities  []string `json:"capabilities,omitempty"`
 	ContextLength int      `json:"context_length,omitempty"` // the model's own
 	ParameterSize string   `json:"parameter_size,omitempty"`
@@ -65,9 +74,9 @@ func (i Info) CanThink() bool {
 	return false
 }
 
-// Model calls one Ollama model.
+// Model calls one model on its server.
 type Model struct {
-	Client       *api.Client
+	Server       Server
 	Config       Config
 	SystemPrompt string
 
@@ -77,6 +86,10 @@ type Model struct {
 	numCtx int
 	// promptTokens is the largest prompt measured (prompt_eval_count).
 	promptTokens int
+	// scale is the largest ratio yet of a prompt's measured tokens to
+	// EstimateTokens' guess (1 until a tokenizer proves finer): every
+	// later estimate is scaled by it.
+	scale float64
 	// noThinkLevels: the model answered 400 to a think level, so "on" is
 	// sent instead from now on.
 	noThinkLevels bool
@@ -89,38 +102,15 @@ var (
 	ErrThinkUnsupported = errors.New("model does not support thinking")
 	ErrContextOverflow  = errors.New("the prompt does not fit the model's context")
 	ErrCutShort         = errors.New("the reply was cut at num_predict")
+	ErrUnfinished       = errors.New("the server ended the reply unfinished")
 )
 
-// Inspect asks /api/version and /api/show: capabilities, the model's own
-// context length and size.
+// Inspect asks the server about the model: capabilities, the model's
+// own context length and size (Server.Inspect).
 func (m *Model) Inspect(ctx context.Context) (Info, error) {
-	var info Info
-	v, err := m.Client.Version(ctx)
+	info, err := m.Server.Inspect(ctx, m.Config.Model)
 	if err != nil {
-		return info, fmt.Errorf("llm: ollama version: %w", err)
-	}
-	info.Version = v
-	show, err := m.Client.Show(ctx, &api.ShowRequest{Model: m.Config.Model})
-	if err != nil {
-		return info, fmt.Errorf("llm: show %s: %w", m.Config.Model, err)
-	}
-	for _, c := range show.Capabilities {
-		info.Capabilities = append(info.Capabilities, string(c))
-	}
-	for k, v := range show.ModelInfo {
-		if strings.HasSuffix(k, ".context_length") {
-			if f, ok := v.(float64); ok {
-				info.ContextLength = int(f)
-			}
-		}
-	}
-	info.ParameterSize, info.Quantization = show.Details.ParameterSize, show.Details.QuantizationLevel
-	if list, err := m.Client.List(ctx); err == nil {
-		for _, mod := range list.Models {
-			if sameModel(mod.Name, m.Config.Model) {
-				info.Size = mod.Size
-			}
-		}
+		return info, err
 	}
 	m.mu.Lock()
 	m.info = info
@@ -128,42 +118,18 @@ func (m *Model) Inspect(ctx context.Context) (Info, error) {
 	return info, nil
 }
 
-func sameModel(listed, name string) bool {
-	return listed == name || listed == name+":latest"
-}
-
-// keepAlive is the keep_alive sent with every request.
-func (m *Model) keepAlive() *api.Duration {
-	return &api.Duration{Duration: m.Config.KeepAlive}
-}
-
-// Warm loads the model without asking it anything (a chat with no
-// messages), with the context and keep_alive the calls will use, so the
-// first real call finds it resident. ctx must not be a step's: a load
-// cancelled half way is aborted by Ollama.
+// Warm loads the model without asking it anything, with the context and
+// keep_alive the calls will use, so the first real call finds it
+// resident. ctx must not be a step's: a load cancelled half way is
+// aborted by Ollama.
 func (m *Model) Warm(ctx context.Context, promptTokens int) (time.Duration, error) {
-	stream := false
-	req := &api.ChatRequest{Model: m.Config.Model, Stream: &stream, KeepAlive: m.keepAlive(),
-		Options: map[string]any{"num_ctx": m.contextFor(promptTokens, m.numPredict(ThinkOff))}}
-	var resp api.ChatResponse
-	if err := m.Client.Chat(ctx, req, func(r api.ChatResponse) error { resp = r; return nil }); err != nil {
-		return 0, fmt.Errorf("llm: load %s: %w", m.Config.Model, err)
-	}
-	return resp.LoadDuration, nil
+	return m.Server.Warm(ctx, Request{Model: m.Config.Model, KeepAlive: m.Config.KeepAlive,
+		NumCtx: m.contextFor(promptTokens, m.numPredict(ThinkOff))})
 }
 
-// Loaded asks /api/ps whether the model is resident.
+// Loaded asks the server whether the model is resident and ready.
 func (m *Model) Loaded(ctx context.Context) (bool, error) {
-	ps, err := m.Client.ListRunning(ctx)
-	if err != nil {
-		return false, fmt.Errorf("llm: ps: %w", err)
-	}
-	for _, r := range ps.Models {
-		if sameModel(r.Name, m.Config.Model) || sameModel(r.Model, m.Config.Model) {
-			return true, nil
-		}
-	}
-	return false, nil
+	return m.Server.Loaded(ctx, m.Config.Model)
 }
 
 // numPredict is the completion cap for a call: the answer's budget, plus
@@ -179,13 +145,17 @@ func (m *Model) numPredict(think Think) int {
 // contextFor sizes num_ctx for a prompt of promptTokens (estimated, or
 // the largest measured if larger) plus the completion: a quarter of
 // headroom, a power of two of at least 2048, capped by the model's own
-// context. Fixed by Config.NumCtx when set. It never shrinks, so the
-// model is reloaded only when a prompt outgrows it.
+// context. Fixed by Config.NumCtx when set, and by the server when it
+// keeps its own (Server.SizesContext; its context when known). It never shrinks, so the model is
+// reloaded only when a prompt outgrows it, or one overflows it.
 func (m *Model) contextFor(promptTokens, numPredict int) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.Config.NumCtx > 0 {
 		return m.Config.NumCtx
+	}
+	if !m.Server.SizesContext() {
+		return m.info.ContextLength
 	}
 	need := float64(max(promptTokens, m.promptTokens)+numPredict) * 1.25
 	n := max(2048, 1<<int(math.Ceil(math.Log2(need))))
@@ -211,23 +181,107 @@ func (m *Model) Room(think Think) int {
 	return limit - m.numPredict(think)
 }
 
-// EstimateTokens guesses a text's tokens on the high side (three bytes
-// a token), before any measurement.
-func EstimateTokens(text string) int { return (len(text) + 2) / 3 }
+// EstimateTokens guesses a text's tokens on the high side, before any
+// measurement, splitting it as the pre-tokenizers of Qwen and Llama 3 do:
+// a token per digit, since they split numbers into single digits (Llama
+// 3 into runs of three) and the prompt's tables are mostly numbers; a
+// token per four letters of a word, which takes the space or punctuation
+// before it; and a token per other byte (a space before a number, the
+// dot in 1.17, a newline, non-ASCII). Prose comes out near three bytes a
+// token, a table of numbers near one and a half.
+func EstimateTokens(text string) int {
+	isLetter := func(c byte) bool { c |= 0x20; return c >= 'a' && c <= 'z' }
+	n, letters := 0, 0
+	for i := 0; i < len(text); i++ {
+		c := text[i]
+		if isLetter(c) {
+			letters++
+			continue
+		}
+		n += (letters + 3) / 4
+		letters = 0
+		if c != '\n' && c != '\r' && (c < '0' || c > '9') && i+1 < len(text) && isLetter(text[i+1]) {
+			continue // it goes with the word after it
+		}
+		n++
+	}
+	return n + (letters+3)/4
+}
 
-func (m *Model) thinkValue(mode Think) *api.ThinkValue {
+// maxScale bounds how far measurements may raise the estimate: a
+// tokenizer of single bytes is three times EstimateTokens' guess of
+// prose, plus the chat template's own tokens.
+const maxScale = 4.0
+
+// maxGrownCtx bounds num_ctx grown after an overflow when the model's own
+// context is unknown.
+const maxGrownCtx = 1 << 17
+
+// EstimatePrompt is the system prompt's and prompt's tokens on the high
+// side: EstimateTokens, scaled by the finest tokenizer this model has
+// shown (measured counts, and prompts that overflowed).
+func (m *Model) EstimatePrompt(prompt string) int {
+	raw := EstimateTokens(m.SystemPrompt) + EstimateTokens(prompt)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return int(math.Ceil(float64(raw) * max(m.scale, 1)))
+}
+
+// measured learns from a prompt of raw estimated tokens that measured
+// tokens.
+func (m *Model) measured(raw, tokens int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.promptTokens = max(m.promptTokens, tokens)
+	m.rescale(raw, tokens)
+}
+
+// rescale raises the estimate's scale for a prompt of raw estimated
+// tokens that had tokens. m.mu is held.
+func (m *Model) rescale(raw, tokens int) {
+	if raw > 0 && tokens > raw {
+		m.scale = min(maxScale, max(m.scale, float64(tokens)/float64(raw)))
+	}
+}
+
+// overflowed learns from a prompt of raw estimated tokens that did not
+// fit numCtx: it had at least numCtx-numPredict tokens (or as many as the
+// server reported), so the estimate's scale grows to match, and num_ctx
+// doubles before the next call, up to the model's own context. No
+// prompt_eval_count comes back from a failed call: without this, nothing
+// would grow. A fixed context (Config.NumCtx, or the server's own) does
+// not grow; the policy shows fewer servers instead.
+func (m *Model) overflowed(raw, numCtx, numPredict, reported int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.promptTokens = max(m.promptTokens, reported)
+	least := reported
+	if least == 0 {
+		least = numCtx - numPredict
+	}
+	m.rescale(raw, least)
+	if m.Config.NumCtx > 0 || !m.Server.SizesContext() || numCtx <= 0 {
+		return
+	}
+	limit := maxGrownCtx
+	if m.info.ContextLength > 0 {
+		limit = m.info.ContextLength
+	}
+	m.numCtx = max(m.numCtx, min(2*numCtx, limit))
+}
+
+// sendThink is the think mode to send: a level the model refused goes as
+// plain thinking.
+func (m *Model) sendThink(mode Think) Think {
 	switch mode {
-	case ThinkOn:
-		return &api.ThinkValue{Value: true}
 	case ThinkLow, ThinkMedium, ThinkHigh:
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if m.noThinkLevels {
-			return &api.ThinkValue{Value: true}
+			return ThinkOn
 		}
-		return &api.ThinkValue{Value: string(mode)}
 	}
-	return &api.ThinkValue{Value: false}
+	return mode
 }
 
 // Ask sends one prompt under schema and returns the model's plan. think
@@ -237,8 +291,7 @@ func (m *Model) thinkValue(mode Think) *api.ThinkValue {
 // text.
 func (m *Model) Ask(ctx context.Context, prompt string, schema json.RawMessage, think Think) (agent.Plan, Call, error) {
 	plan, call, err := m.ask(ctx, prompt, schema, think)
-	var se api.StatusError
-	if errors.As(err, &se) && se.StatusCode == 400 && strings.Contains(se.ErrorMessage, "think value") {
+	if errors.Is(err, errThinkLevel) {
 		m.mu.Lock()
 		m.noThinkLevels = true
 		m.mu.Unlock()
@@ -251,60 +304,49 @@ func (m *Model) Ask(ctx context.Context, prompt string, schema json.RawMessage, 
 func (m *Model) ask(ctx context.Context, prompt string, schema json.RawMessage, think Think) (agent.Plan, Call, error) {
 	c := m.Config
 	call := Call{Think: think, NumPredict: m.numPredict(think)}
-	call.NumCtx = m.contextFor(EstimateTokens(m.SystemPrompt)+EstimateTokens(prompt), call.NumPredict)
-	stream, whole := false, false
-	req := &api.ChatRequest{
-		Model:     c.Model,
-		Messages:  []api.Message{{Role: "system", Content: m.SystemPrompt}, {Role: "user", Content: prompt}},
-		Stream:    &stream,
-		Format:    schema,
-		KeepAlive: m.keepAlive(),
-		Think:     m.thinkValue(think),
-		Truncate:  &whole, // a prompt that does not fit is an error, never silently cut
-		Options:   map[string]any{"temperature": 0, "seed": c.Seed, "num_predict": call.NumPredict, "num_ctx": call.NumCtx},
-	}
+	raw := EstimateTokens(m.SystemPrompt) + EstimateTokens(prompt)
+	call.NumCtx = m.contextFor(m.EstimatePrompt(prompt), call.NumPredict)
+	req := Request{Model: c.Model, System: m.SystemPrompt, User: prompt, Schema: schema, Think: m.sendThink(think),
+		NumPredict: call.NumPredict, NumCtx: call.NumCtx, Seed: c.Seed, KeepAlive: c.KeepAlive}
 	start := time.Now()
-	var resp api.ChatResponse
-	got := false
-	err := m.Client.Chat(ctx, req, func(r api.ChatResponse) error {
-		resp, got = r, true
-		return nil
-	})
+	resp, err := m.Server.Chat(ctx, req)
 	call.WallMs = float64(time.Since(start)) / 1e6
+	call.Schema, call.SchemaNote = resp.Schema, resp.Stepped
 	if err != nil {
-		var se api.StatusError
-		if errors.As(err, &se) && se.StatusCode == 400 {
-			switch {
-			case strings.Contains(se.ErrorMessage, "does not support thinking"):
-				err = fmt.Errorf("%w: %v", ErrThinkUnsupported, err)
-			case strings.Contains(se.ErrorMessage, "exceeds the context length"):
-				err = fmt.Errorf("%w (num_ctx %d): %v", ErrContextOverflow, call.NumCtx, err)
+		switch {
+		case errors.Is(err, ErrThinkUnsupported):
+			err = fmt.Errorf("%w: %v", ErrThinkUnsupported, err)
+		case errors.Is(err, ErrContextOverflow):
+			reported := 0
+			if ce := (*classed)(nil); errors.As(err, &ce) {
+				reported = ce.promptTokens
 			}
+			m.overflowed(raw, call.NumCtx, call.NumPredict, reported)
+			err = fmt.Errorf("%w (num_ctx %d): %v", ErrContextOverflow, call.NumCtx, err)
 		}
 		call.Error = err.Error()
 		return nil, call, fmt.Errorf("llm: chat with %s: %w", c.Model, err)
 	}
-	if !got {
-		call.Error = "empty response"
-		return nil, call, fmt.Errorf("llm: chat with %s: empty response", c.Model)
-	}
-	call.PromptTokens, call.CompletionTokens, call.DoneReason = resp.PromptEvalCount, resp.EvalCount, resp.DoneReason
-	call.TotalMs, call.LoadMs = float64(resp.TotalDuration)/1e6, float64(resp.LoadDuration)/1e6
-	call.Thinking = truncate(resp.Message.Thinking, MaxThinking)
-	m.mu.Lock()
-	m.promptTokens = max(m.promptTokens, resp.PromptEvalCount)
-	m.mu.Unlock()
+	call.PromptTokens, call.CompletionTokens, call.DoneReason = resp.PromptTokens, resp.CompletionTokens, resp.DoneReason
+	call.TotalMs, call.LoadMs = float64(resp.Total)/1e6, float64(resp.Load)/1e6
+	call.Thinking = truncate(resp.Thinking, MaxThinking)
+	m.measured(raw, resp.PromptTokens)
 	if resp.DoneReason == "length" {
 		where := "in the answer"
-		if resp.Message.Content == "" {
+		if resp.Content == "" {
 			where = "while thinking"
 		}
-		call.Raw, call.Error = truncate(resp.Message.Content, 2000), fmt.Sprintf("%v %s (%d tokens)", ErrCutShort, where, resp.EvalCount)
-		return nil, call, fmt.Errorf("llm: %w %s: %d tokens", ErrCutShort, where, resp.EvalCount)
+		call.Raw, call.Error = truncate(resp.Content, 2000), fmt.Sprintf("%v %s (%d tokens)", ErrCutShort, where, resp.CompletionTokens)
+		return nil, call, fmt.Errorf("llm: %w %s: %d tokens", ErrCutShort, where, resp.CompletionTokens)
 	}
-	plan, err := ParseReply(resp.Message.Content)
+	if resp.Unfinished {
+		// Ollama's token repeat limit: 200, done false, no counts.
+		call.Raw, call.Error = truncate(resp.Content, 2000), fmt.Sprintf("%v, with no done reason, after %d bytes", ErrUnfinished, len(resp.Content))
+		return nil, call, fmt.Errorf("llm: %w, with no done reason", ErrUnfinished)
+	}
+	plan, err := ParseReply(resp.Content)
 	if err != nil {
-		call.Raw, call.Error = truncate(resp.Message.Content, 2000), err.Error()
+		call.Raw, call.Error = truncate(resp.Content, 2000), err.Error()
 		return nil, call, fmt.Errorf("llm: invalid reply from %s: %w", c.Model, err)
 	}
 	return plan, call, nil
@@ -337,8 +379,8 @@ func ParseReply(content string) (agent.Plan, error) {
 	if r.Actions == nil {
 		return nil, errors.New(`no "actions" list`)
 	}
-	if len(*r.Actions) > 8 {
-		return nil, fmt.Errorf("%d actions, at most 8", len(*r.Actions))
+	if len(*r.Actions) > MaxActions {
+		return nil, fmt.Errorf("%d actions, at most %d", len(*r.Actions), MaxActions)
 	}
 	plan := agent.Plan{}
 	for i, a := range *r.Actions {
@@ -360,18 +402,9 @@ func truncate(s string, n int) string {
 	return s
 }
 
-// Digest returns the model's digest as Ollama lists it, part of the key
-// of its calibration record.
+// Digest identifies the model's weights, part of the key of its
+// calibration record: Ollama's digest, or what an OpenAI server says of
+// the model, hashed (OpenAI.Digest).
 func (m *Model) Digest(ctx context.Context) (string, error) {
-	list, err := m.Client.List(ctx)
-	if err != nil {
-		return "", fmt.Errorf("llm: list models: %w", err)
-	}
-	name := m.Config.Model
-	for _, mod := range list.Models {
-		if mod.Name == name || mod.Model == name || mod.Name == name+":latest" {
-			return mod.Digest, nil
-		}
-	}
-	return "", fmt.Errorf("llm: model %q is not on the Ollama server", name)
+	return m.Server.Digest(ctx, m.Config.Model)
 }

@@ -273,7 +273,7 @@ func (p *Policy) failed(res callResult) {
 		p.report.PromptNote = fmt.Sprintf("the prompt did not fit the model's context: %d servers a backend in full from now on", p.shown)
 	}
 	p.count(func(c *counters) {
-		if res.call.Raw != "" || errors.Is(res.err, ErrCutShort) || errors.Is(res.err, ErrContextOverflow) {
+		if res.call.Raw != "" || errors.Is(res.err, ErrCutShort) || errors.Is(res.err, ErrUnfinished) || errors.Is(res.err, ErrContextOverflow) {
 			c.invalid++
 		} else {
 			c.httpErrors++
@@ -499,7 +499,7 @@ func (p *Policy) promptInput(obs agent.Observation, cands map[agent.Key]string, 
 		History: p.history, DrainsPer: p.Needs().DrainsPer, MaxShown: p.shown}
 	room := p.Model.Room(think)
 	fits := func() bool {
-		return room <= 0 || EstimateTokens(p.Model.SystemPrompt)+EstimateTokens(Prompt(in)) <= room
+		return room <= 0 || p.Model.EstimatePrompt(Prompt(in)) <= room
 	}
 	note := ""
 	for !fits() && in.MaxShown > 2 {
@@ -548,7 +548,7 @@ func (p *Policy) schema(in PromptInput) []byte {
 			}
 		}
 	}
-	return Schema(backends, servers, maxWeight)
+	return Schema(backends, servers, maxWeight, p.Config.NumPredict)
 }
 
 // overran is a call the step's deadline came before: budget is what the
@@ -617,8 +617,13 @@ func (p *Policy) call(ctx context.Context, prompt string, schema []byte, think T
 	}
 }
 
-// account adds a call's cost to the counters.
+// account adds a call's cost to the counters, and logs a server's
+// refusal of the reply schema once, when the call stepped down from it.
 func (p *Policy) account(res callResult, late bool) {
+	if res.call.SchemaNote != "" {
+		p.Log.Warn().Str("model", p.Config.Model).Str("schema", res.call.Schema).Str("why", res.call.SchemaNote).
+			Msg("the server refused the reply schema: a simpler form is sent from now on, and the reply is still checked strictly")
+	}
 	p.count(func(c *counters) {
 		c.promptTokens += uint64(res.call.PromptTokens)
 		c.completionTokens += uint64(res.call.CompletionTokens)

@@ -1,0 +1,240 @@
+package llm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+	"unicode"
+
+	"github.com/hapilot/hapilot/agent"
+)
+
+// scripted is a Server whose prompt has need tokens: a call whose num_ctx
+// does not hold them and the completion overflows, as Ollama's 400 does.
+type scripted struct {
+	info  Info
+	need  int
+	sizes bool
+	ctxs  []int // num_ctx of each call
+}
+
+func (s *scripted) Inspect(context.Context, string) (Info, error)        { return s.info, nil }
+func (s *scripted) Loaded(context.Context, string) (bool, error)         { return true, nil }
+func (s *scripted) Warm(context.Context, Request) (time.Duration, error) { return 0, nil }
+func (s *scripted) Digest(context.Context, string) (string, error)       { return "sha256:1", nil }
+func (s *scripted) SizesContext() bool                                   { return s.sizes }
+
+func (s *scripted) Chat(_ context.Context, req Request) (Reply, error) {
+	s.ctxs = append(s.ctxs, req.NumCtx)
+	if req.NumCtx < s.need+req.NumPredict {
+		return Reply{}, &classed{kind: ErrContextOverflow, err: errors.New("400 the input length exceeds the context length")}
+	}
+	return Reply{Content: `{"actions":[]}`, DoneReason: "stop", PromptTokens: s.need}, nil
+}
+
+// num_ctx grows after an overflow, which returns no prompt_eval_count:
+// it doubles before the next call, up to the model's own context, and
+// never shrinks; a context fixed by --num-ctx or by the server does not
+// move.
+func TestContextGrowsAfterOverflow(t *testing.T) {
+	prompt := strings.Repeat("x", 3000) // estimated 1000 tokens
+	tests := []struct {
+		name   string
+		server *scripted
+		numCtx int
+		want   []int
+	}{
+		{"grows until it fits", &scripted{info: Info{ContextLength: 32768}, need: 9000, sizes: true}, 0, []int{2048, 4096, 8192, 16384, 16384}},
+		{"capped by the model's own", &scripted{info: Info{ContextLength: 6000}, need: 9000, sizes: true}, 0, []int{2048, 4096, 6000, 6000, 6000}},
+		{"the model's own unknown", &scripted{need: 9000, sizes: true}, 0, []int{2048, 4096, 8192, 16384, 16384}},
+		{"fixed by --num-ctx", &scripted{info: Info{ContextLength: 32768}, need: 9000, sizes: true}, 4096, []int{4096, 4096, 4096, 4096, 4096}},
+		{"the server's own", &scripted{info: Info{ContextLength: 8192}, need: 9000}, 0, []int{8192, 8192, 8192, 8192, 8192}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Model, cfg.NumCtx = "m", tc.numCtx
+			m := &Model{Server: tc.server, Config: cfg}
+			if _, err := m.Inspect(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			for range tc.want {
+				_, call, err := m.Ask(context.Background(), prompt, Schema(nil, nil, 1, 256), ThinkOff)
+				if err != nil && (!errors.Is(err, ErrContextOverflow) || !strings.Contains(call.Error, fmt.Sprintf("(num_ctx %d)", call.NumCtx))) {
+					t.Fatalf("error %v, call %+v", err, call)
+				}
+			}
+			if fmt.Sprint(tc.server.ctxs) != fmt.Sprint(tc.want) {
+				t.Fatalf("num_ctx %v, want %v", tc.server.ctxs, tc.want)
+			}
+		})
+	}
+}
+
+// An overflow teaches the estimate too: the next prompt's estimate is at
+// least what did not fit, so the policy shows fewer servers in time.
+func TestOverflowRaisesTheEstimate(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Model = "m"
+	m := &Model{Server: &scripted{info: Info{ContextLength: 32768}, need: 9000, sizes: true}, Config: cfg}
+	prompt := strings.Repeat("x", 3000)
+	before := m.EstimatePrompt(prompt)
+	_, _, _ = m.Ask(context.Background(), prompt, Schema(nil, nil, 1, 256), ThinkOff)
+	if after := m.EstimatePrompt(prompt); after < 2048-256 || after <= before {
+		t.Fatalf("estimate %d, then %d after an overflow at num_ctx 2048", before, after)
+	}
+}
+
+// pretoken is Qwen2's pre-tokenizer (Llama 3's, with numbers split into
+// single digits instead of runs of three), less its one look-ahead.
+var pretoken = regexp.MustCompile(`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\pL\pN]?\pL+|\pN| ?[^\s\pL\pN]+[\r\n]*|\s*[\r\n]+|\s+`)
+
+// fineTokens counts a text's tokens as such a tokenizer would at the
+// finest: a token per digit, per four letters of a word, per two
+// characters of punctuation, and per run of whitespace.
+func fineTokens(text string) int {
+	n := 0
+	for _, piece := range pretoken.FindAllString(text, -1) {
+		letters, digits := 0, 0
+		for _, r := range piece {
+			switch {
+			case unicode.IsLetter(r):
+				letters++
+			case unicode.IsDigit(r):
+				digits++
+			}
+		}
+		switch {
+		case letters > 0:
+			n += (letters + 3) / 4
+		case digits > 0:
+			n += digits
+		case strings.TrimSpace(piece) == "":
+			n++
+		default:
+			n += (len(strings.TrimSpace(piece)) + 1) / 2
+		}
+	}
+	return n
+}
+
+func TestEstimateTokens(t *testing.T) {
+	tests := []struct {
+		text string
+		want int
+	}{
+		{"", 0},
+		{"1234567890", 10},
+		{"abcdef", 2},
+		{"abcdefghi", 3},
+		{"the rules' floor", 1 + 2 + 1 + 2}, // "the", " rules", "'", " floor"
+		{"srv4 ready 600 7 1.17\n", 1 + 1 + 2 + 1 + 3 + 1 + 1 + 1 + 4 + 1},
+	}
+	for _, tc := range tests {
+		if got := EstimateTokens(tc.text); got != tc.want {
+			t.Errorf("EstimateTokens(%q) = %d, want %d", tc.text, got, tc.want)
+		}
+	}
+}
+
+// The estimate holds for the prompts the agent writes, tables of digits
+// (the calibration's, two backends of 14 servers among them), against a
+// tokenizer that splits numbers into digits: it was three bytes a token,
+// which such a table needs fewer than (the issue's 2,985-token prompt
+// overflowed a num_ctx sized from it).
+func TestEstimateHoldsForDigitTables(t *testing.T) {
+	largest, big := 0, ""
+	for _, seq := range Sequences(time.Unix(5000, 0)) {
+		for i, st := range seq.Steps {
+			in := PromptInput{Obs: st.Obs, MaxShown: 12, Confirm: 2, DrainsPer: 3, Candidates: map[agent.Key]string{}}
+			for _, b := range st.Obs.Backends {
+				for _, s := range b.Servers {
+					in.Candidates[s.Key()] = "errors 1.00% vs peers 0.10%, p=2e-04"
+				}
+			}
+			p := Prompt(in)
+			if fine := fineTokens(p); fine > largest {
+				largest, big = fine, p
+			}
+			if est, fine := EstimateTokens(p), fineTokens(p); est < fine {
+				t.Errorf("%s, step %d: estimated %d tokens, a digit-splitting tokenizer counts %d (%d bytes)", seq.Name, i+1, est, fine, len(p))
+			}
+		}
+	}
+	if est, fine := EstimateTokens(DefaultSystemPrompt), fineTokens(DefaultSystemPrompt); est < fine {
+		t.Errorf("the system prompt: estimated %d, counted %d", est, fine)
+	}
+	if largest > 0 {
+		t.Logf("the largest prompt: %d bytes, %d tokens counted, estimated %d (three bytes a token: %d)", len(big), largest, EstimateTokens(big), (len(big)+2)/3)
+	}
+	if (len(big)+2)/3 >= largest {
+		t.Errorf("three bytes a token holds here too: the reference tokenizer is not fine enough to test the estimate")
+	}
+}
+
+// The schema leaves no room for unbounded output: its longest reply
+// (every action with a full reason, the longest verb, names and weight)
+// fits num_predict at guardCharsPerToken, with at least one action and at
+// most one a server, and still parses.
+func TestSchemaBoundsTheReply(t *testing.T) {
+	names := func(prefix string, n int) []string {
+		var out []string
+		for i := 1; i <= n; i++ {
+			out = append(out, fmt.Sprintf("%s%d", prefix, i))
+		}
+		return out
+	}
+	for _, numPredict := range []int{16, 64, 128, 256, 512, 1024, 4096} {
+		for _, n := range []int{0, 1, 3, 6, 14} {
+			backends, servers := []string{"origin-eu-west"}, names("web-backend-", n)
+			var s struct {
+				Properties struct {
+					Actions struct {
+						MaxItems int `json:"maxItems"`
+						Items    struct {
+							Properties struct {
+								Reason struct {
+									MaxLength int `json:"maxLength"`
+								} `json:"reason"`
+							} `json:"properties"`
+						} `json:"items"`
+					} `json:"actions"`
+				} `json:"properties"`
+			}
+			if err := json.Unmarshal(Schema(backends, servers, 100, numPredict), &s); err != nil {
+				t.Fatal(err)
+			}
+			items, reason := s.Properties.Actions.MaxItems, s.Properties.Actions.Items.Properties.Reason.MaxLength
+			if reason != SchemaReason || reason > agent.MaxReason || items < 1 || items > max(1, n) || items > MaxActions {
+				t.Fatalf("num_predict %d, %d servers: maxItems %d, reason maxLength %d", numPredict, n, items, reason)
+			}
+			server := "-"
+			if n > 0 {
+				server = servers[n-1]
+			}
+			var acts []string
+			for i := 0; i < items; i++ {
+				acts = append(acts, fmt.Sprintf(`{"reason":%q,"action":"set_weight","backend":%q,"server":%q,"weight":100}`, strings.Repeat("x", reason), backends[0], server))
+			}
+			worst := `{"actions":[` + strings.Join(acts, ",") + `]}`
+			if items > 1 && len(worst) > numPredict*guardCharsPerToken {
+				t.Errorf("num_predict %d, %d servers: %d actions take %d characters, over %d", numPredict, n, items, len(worst), numPredict*guardCharsPerToken)
+			}
+			if n > 0 {
+				if _, err := ParseReply(worst); err != nil {
+					t.Errorf("the longest reply does not parse: %v", err)
+				}
+			}
+		}
+	}
+	// At the default num_predict the calibration's backends of 14 servers
+	// get several actions a reply.
+	if got := MaxItems([]string{"edge", "origin"}, names("a", 14), 37, 256); got < 2 {
+		t.Fatalf("maxItems %d at num_predict 256", got)
+	}
+}

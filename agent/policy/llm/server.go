@@ -1,0 +1,149 @@
+package llm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hapilot/hapilot/internal/enum"
+)
+
+// Server is a model server's API as Model uses it. Ollama speaks
+// Ollama's native API; OpenAI speaks the OpenAI-compatible one that
+// llama-server, vLLM, SGLang, LM Studio and Ollama itself serve. Every
+// call carries its context's deadline: no client has a timeout of its
+// own. A server maps its own errors onto ErrContextOverflow,
+// ErrThinkUnsupported and ErrLoading, so that Model and the policy treat
+// every server alike.
+type Server interface {
+	// Inspect says what the server knows of the model: its version, the
+	// model's capabilities and context length. ErrLoading: the server is
+	// still loading the model, and Warm waits for it.
+	Inspect(ctx context.Context, model string) (Info, error)
+	// Loaded reports whether the model is resident and ready to answer.
+	Loaded(ctx context.Context, model string) (bool, error)
+	// Warm makes the model ready with the context and keep_alive the
+	// calls will use (req has no messages), and says how long the load
+	// took when the server says so. ctx must not be a step's.
+	Warm(ctx context.Context, req Request) (time.Duration, error)
+	// Chat asks one question under req.Schema.
+	Chat(ctx context.Context, req Request) (Reply, error)
+	// Digest identifies the model's weights, for its calibration record.
+	Digest(ctx context.Context, model string) (string, error)
+	// SizesContext: the client sets the context (Ollama's num_ctx); false
+	// when the server keeps its own (an OpenAI server's n_ctx), which
+	// Inspect reports as Info.ContextLength where the server says it.
+	SizesContext() bool
+}
+
+// Request is one call to the model, in the terms of no API in
+// particular; a Server sends what its API takes of it.
+type Request struct {
+	Model        string
+	System, User string          // empty in a warm-up
+	Schema       json.RawMessage // the reply's JSON schema
+	Think        Think           // as it is to be sent: Model resolves refused levels
+	NumPredict   int             // the completion's cap, thinking included
+	NumCtx       int             // Ollama's num_ctx; an OpenAI server keeps its own
+	Seed         int
+	KeepAlive    time.Duration // Ollama's keep_alive
+}
+
+// Reply is what a call returned.
+type Reply struct {
+	Content, Thinking              string
+	PromptTokens, CompletionTokens int
+	// DoneReason is "stop" or "length" (OpenAI's finish_reason).
+	DoneReason string
+	// Unfinished: the server ended the reply without saying why (Ollama's
+	// token repeat limit answers 200 with done false and no counts).
+	Unfinished  bool
+	Total, Load time.Duration
+	// Schema is the form the reply's schema was sent in, "" for the full
+	// schema; Stepped says why this call stepped down to it, once.
+	Schema, Stepped string
+}
+
+// ErrLoading: the server answers, and is loading the model
+// (llama-server's /health 503).
+var ErrLoading = errors.New("the server is loading the model")
+
+// errThinkLevel: the model refused a think level (Ollama's 400 "think
+// value ... is not supported"); Model retries with thinking on.
+var errThinkLevel = errors.New("think level refused")
+
+// classed is a server's error marked with the kind Model treats it as:
+// errors.Is finds both the kind and the server's own error, and its text
+// is the server's.
+type classed struct {
+	kind, err error
+	// promptTokens is the prompt's size when the server says it
+	// (llama-server's n_prompt_tokens), 0 otherwise.
+	promptTokens int
+}
+
+func (c *classed) Error() string   { return c.err.Error() }
+func (c *classed) Unwrap() []error { return []error{c.kind, c.err} }
+
+// API is the model server's API.
+type API string
+
+const (
+	APIOllama API = "ollama" // Ollama's native /api
+	APIOpenAI API = "openai" // OpenAI's /v1/chat/completions
+)
+
+// APIs lists the APIs.
+var APIs = []API{APIOllama, APIOpenAI}
+
+func (a *API) String() string { return string(*a) }
+
+// Set implements flag.Value.
+func (a *API) Set(s string) (err error) { *a, err = enum.Parse("llm-api", s, APIs...); return err }
+
+// ReadAPIKey reads the model server's API key from path, a file only its
+// owner may read, as the fleet key is: a key others can read is refused.
+func ReadAPIKey(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("llm-key-file: %w", err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("llm-key-file %s has mode %04o: the API key must be readable by its owner only (chmod 600 %s)", path, fi.Mode().Perm(), path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("llm-key-file: %w", err)
+	}
+	key := strings.TrimSpace(string(b))
+	if key == "" || strings.ContainsAny(key, "\r\n") {
+		return "", fmt.Errorf("llm-key-file %s: want one line holding the key", path)
+	}
+	return key, nil
+}
+
+// bearer adds the API key to every request, whichever API.
+type bearer struct {
+	key  string
+	next http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.key)
+	return b.next.RoundTrip(r)
+}
+
+// httpClient is the client of a model server: no timeout of its own
+// (every call carries its deadline), the key when there is one.
+func httpClient(key string) *http.Client {
+	if key == "" {
+		return &http.Client{}
+	}
+	return &http.Client{Transport: bearer{key: key, next: http.DefaultTransport}}
+}
