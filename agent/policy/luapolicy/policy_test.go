@@ -225,7 +225,7 @@ func TestSandboxLimits(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer p.Close()
-			if _, err := p.Decide(stepContext(t, time.Second), agent.Observation{}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if _, err := p.Decide(stepContext(t, 10*time.Second), agent.Observation{}); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err %v, want %q", err, tc.want)
 			}
 		})
