@@ -14,9 +14,11 @@ import (
 )
 
 // The LLM policy end to end against a real HAProxy, the model emulated by
-// the Ollama stand-in (no model can run here). A trigger-happy emulation,
-// let act with --skip-calibration, must leave client 5xx no worse than
-// --policy static; a capable one drains the faulty servers.
+// the Ollama stand-in: judgment needs a capable model, which cannot be had
+// here (llm_real_test.go runs the real Ollama with a random-weight one).
+// A trigger-happy emulation, let act with --skip-calibration, must leave
+// client 5xx no worse than --policy static; a capable one drains the
+// faulty servers.
 func TestLLMPolicyEndToEnd(t *testing.T) {
 	t.Parallel()
 	capable := ollamafake.New(map[string]string{"capable": "sha256:c"}, ollamafake.Capable)
