@@ -49,9 +49,9 @@ func newLLMPolicy(c config.Config, log zerolog.Logger) (agent.Policy, error) {
 	}
 	digest, err := model.Digest(ctx)
 	if err != nil {
-		// Ollama does not answer yet: the policy starts with the rules
-		// alone, and checks the record once Ollama answers.
-		log.Warn().Err(err).Str("model", cfg.Model).Msg("Ollama does not answer: the rules act alone until it does and the model's calibration record is checked")
+		// The model server does not answer yet: the policy starts with the rules
+		// alone, and checks the record once it answers.
+		log.Warn().Err(err).Str("model", cfg.Model).Msg("the model server does not answer: the rules act alone until it does and the model's calibration record is checked")
 		pol.Admit = func(ctx context.Context) error { return admit(ctx, model, cfg.CalibrationDir) }
 		return pol.Hooks(), nil
 	}
@@ -64,7 +64,7 @@ func newLLMPolicy(c config.Config, log zerolog.Logger) (agent.Policy, error) {
 	return pol.Hooks(), nil
 }
 
-// admit checks the model's calibration record once Ollama answers.
+// admit checks the model's calibration record once the model server answers.
 func admit(ctx context.Context, model *llm.Model, dir string) error {
 	digest, err := model.Digest(ctx)
 	if err != nil {

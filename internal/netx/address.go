@@ -100,17 +100,6 @@ func forms(allowed []Network) string {
 	return strings.Join(f, ", ")
 }
 
-// ListenAddress opens a stream listener at a (TCP or Unix).
-func ListenAddress(a Address) (net.Listener, error) {
-	switch a.Network {
-	case TCP:
-		return Listen(a.Addr)
-	case Unix:
-		return Listen("unix:" + a.Addr)
-	}
-	return nil, fmt.Errorf("listen %s: not a stream address", a)
-}
-
 // ListenPacketAddress opens a datagram listener at a (UDP or Unixgram).
 func ListenPacketAddress(a Address) (net.PacketConn, error) {
 	switch a.Network {

@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 )
@@ -17,18 +16,34 @@ import (
 // that only HAProxy can send it evidence.
 const SocketMode = 0o660
 
-// Listen listens on "unix:/path" (a stream socket, mode SocketMode, a
-// stale socket file from an earlier run replaced) or on "host:port"
-// (TCP, for an HAProxy on another host).
+// Listen listens on "unix:/path" or "host:port", read as ParseAddress
+// reads a listen flag (see ListenAddress).
 func Listen(addr string) (net.Listener, error) {
-	path, ok := strings.CutPrefix(addr, "unix:")
-	if !ok {
-		ln, err := net.Listen("tcp", addr)
+	a, err := ParseAddress("listen", addr, TCP, Unix)
+	if err != nil {
+		return nil, err
+	}
+	return ListenAddress(a)
+}
+
+// ListenAddress opens a stream listener at a: a Unix socket of mode
+// SocketMode, a stale socket file from an earlier run replaced, or TCP,
+// for an HAProxy on another host.
+func ListenAddress(a Address) (net.Listener, error) {
+	switch a.Network {
+	case TCP:
+		ln, err := net.Listen("tcp", a.Addr)
 		if err != nil {
-			return nil, fmt.Errorf("listen %s: %w%s", addr, err, Hint(err))
+			return nil, fmt.Errorf("listen %s: %w%s", a.Addr, err, Hint(err))
 		}
 		return ln, nil
+	case Unix:
+		return listenUnix(a.Addr)
 	}
+	return nil, fmt.Errorf("listen %s: not a stream address", a)
+}
+
+func listenUnix(path string) (net.Listener, error) {
 	// The folder is made when missing (as systemd's RuntimeDirectory
 	// would), readable by the agent's group for HAProxy to reach the socket.
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {

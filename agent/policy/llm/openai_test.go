@@ -149,14 +149,8 @@ func (f *oaiFake) chat(w http.ResponseWriter, r *http.Request) {
 		writeBody(w, rep.Status, map[string]any{"error": map[string]any{"message": rep.Error}})
 		return
 	}
-	if rep.Delay > 0 {
-		t := time.NewTimer(rep.Delay)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			return
-		}
+	if !rep.Wait(r.Context()) {
+		return
 	}
 	tokens := ollamafake.Tokens(rep.Content)
 	if rep.CompletionTokens > 0 {

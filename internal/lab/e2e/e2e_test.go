@@ -57,6 +57,31 @@ func paperFleet(rates ...float64) []fleet.BackendConfig {
 	return out
 }
 
+// sideBySide runs each scenario as a subtest of t, all at once, and
+// returns the outcomes of those that ran, with each one's audit log, read
+// before its subtest's directory is removed.
+func sideBySide(t *testing.T, runs map[string]scenario.Scenario) (map[string]*scenario.Outcome, map[string][]byte) {
+	t.Helper()
+	outs, audits := map[string]*scenario.Outcome{}, map[string][]byte{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for name, s := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.Run(name, func(t *testing.T) {
+				out := run(t, s)
+				audit, _ := os.ReadFile(out.AuditLog)
+				mu.Lock()
+				outs[name], audits[name] = out, audit
+				mu.Unlock()
+			})
+		}()
+	}
+	wg.Wait()
+	return outs, audits
+}
+
 func run(t *testing.T, s scenario.Scenario) *scenario.Outcome {
 	t.Helper()
 	labtest.RequireHAProxy(t)
@@ -116,22 +141,11 @@ func finalState(out *scenario.Outcome, server string) haproxy.ServerState {
 func TestFaultyServersDrained(t *testing.T) {
 	t.Parallel()
 	servers := paperFleet(0, 0, 0.05, 0, 0, 0.05)
-	outs := map[string]*scenario.Outcome{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
+	runs := map[string]scenario.Scenario{}
 	for _, pol := range []string{"static", "rules"} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t.Run(pol, func(t *testing.T) {
-				out := run(t, scenario.Scenario{Servers: servers, Rate: 300, Duration: 90 * time.Second, Policy: pol})
-				mu.Lock()
-				outs[pol] = out
-				mu.Unlock()
-			})
-		}()
+		runs[pol] = scenario.Scenario{Servers: servers, Rate: 300, Duration: 90 * time.Second, Policy: pol}
 	}
-	wg.Wait()
+	outs, _ := sideBySide(t, runs)
 	static, rules := outs["static"], outs["rules"]
 	if static == nil || rules == nil {
 		t.Fatal("a run failed")

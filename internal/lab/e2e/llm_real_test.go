@@ -8,10 +8,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -59,27 +57,13 @@ func TestRealOllamaRandomModelUnderTheGuards(t *testing.T) {
 		"random-model": {Policy: "llm", Name: "random-model", AgentArgs: []string{"--model", tinyModel.Name, "--ollama-host", o.URL.String(),
 			"--skip-calibration", "--llm-gate", "always"}},
 	}
-	outs := map[string]*scenario.Outcome{}
-	audits := map[string][]byte{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
 	for name, s := range runs {
 		// A random model on 2 cores answers in 0.6-6 s: a 5 s interval
 		// gives its calls a 4 s budget, so that most are answered.
 		s.Servers, s.Rate, s.Duration, s.Interval = servers, 300, 45*time.Second, 5*time.Second
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t.Run(name, func(t *testing.T) {
-				out := run(t, s)
-				audit, _ := os.ReadFile(out.AuditLog)
-				mu.Lock()
-				outs[name], audits[name] = out, audit
-				mu.Unlock()
-			})
-		}()
+		runs[name] = s
 	}
-	wg.Wait()
+	outs, audits := sideBySide(t, runs)
 	if len(outs) != 2 {
 		t.Fatal("a run failed")
 	}

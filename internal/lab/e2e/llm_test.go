@@ -3,9 +3,7 @@
 package e2e
 
 import (
-	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,25 +29,11 @@ func TestLLMPolicyEndToEnd(t *testing.T) {
 		"capable":       {Policy: "llm", Name: "capable", AgentArgs: []string{"--model", "capable", "--ollama-host", capable.URL, "--skip-calibration"}},
 		"trigger-happy": {Policy: "llm", Name: "trigger-happy", AgentArgs: []string{"--model", "happy", "--ollama-host", happy.URL, "--skip-calibration"}},
 	}
-	outs := map[string]*scenario.Outcome{}
-	audits := map[string][]byte{} // read before each run's directory is removed
-	var mu sync.Mutex
-	var wg sync.WaitGroup
 	for name, s := range runs {
 		s.Servers, s.Rate, s.Duration = servers, 300, 60*time.Second
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t.Run(name, func(t *testing.T) {
-				out := run(t, s)
-				audit, _ := os.ReadFile(out.AuditLog)
-				mu.Lock()
-				outs[name], audits[name] = out, audit
-				mu.Unlock()
-			})
-		}()
+		runs[name] = s
 	}
-	wg.Wait()
+	outs, audits := sideBySide(t, runs)
 	if len(outs) != 3 {
 		t.Fatal("a run failed")
 	}

@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -55,23 +54,11 @@ func TestAgentKilledLuaAndSyslog(t *testing.T) {
 		"syslog":      {Policy: "rules", Name: "syslog", Telemetry: "syslog", AgentBinary: agentBinary, KillAgentAt: 10 * time.Second},
 		"syslog-ring": {Policy: "rules", Name: "syslog-ring", Telemetry: "syslog-ring", AgentBinary: agentBinary, KillAgentAt: 10 * time.Second},
 	}
-	outs := map[string]*scenario.Outcome{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
 	for name, s := range runs {
 		s.Servers, s.Rate, s.Duration = paperFleet(0, 0, 0, 0), 300, 30*time.Second
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t.Run(name, func(t *testing.T) {
-				out := run(t, s)
-				mu.Lock()
-				outs[name] = out
-				mu.Unlock()
-			})
-		}()
+		runs[name] = s
 	}
-	wg.Wait()
+	outs, _ := sideBySide(t, runs)
 	if len(outs) != len(runs) {
 		t.Fatal("a run failed")
 	}

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -130,9 +129,6 @@ func TestCapacityTightFleet(t *testing.T) {
 	for i := range servers {
 		servers[i].Capacity, servers[i].Latency, servers[i].Jitter = 16, 40*time.Millisecond, 8*time.Millisecond
 	}
-	outs := map[string]*scenario.Outcome{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
 	// "drain" is the counterfactual: the rules with capacity-awareness
 	// off, for the log.
 	runs := map[string]scenario.Scenario{
@@ -142,19 +138,12 @@ func TestCapacityTightFleet(t *testing.T) {
 	}
 	for name, s := range runs {
 		s.Servers, s.Weight, s.MaxConn, s.Rate, s.Duration = servers, 8, 16, 1100, 60*time.Second
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t.Run(name, func(t *testing.T) {
-				out := run(t, s)
-				logCommands(t, out.AuditLog)
-				mu.Lock()
-				outs[name] = out
-				mu.Unlock()
-			})
-		}()
+		runs[name] = s
 	}
-	wg.Wait()
+	outs, audits := sideBySide(t, runs)
+	for name, audit := range audits {
+		logCommands(t, name, audit)
+	}
 	if d := outs["drain"]; d != nil && outs["static"] != nil {
 		t.Logf("counterfactual, a plain drain: p99 %v (%.2fx static), 5xx %d", d.Load.Quantile(0.99),
 			float64(d.Load.Quantile(0.99))/float64(outs["static"].Load.Quantile(0.99)), d.Load.Err5xx)
@@ -221,16 +210,12 @@ func TestPersistentFaultTenMinutes(t *testing.T) {
 }
 
 // logCommands logs every command an agent sent, with its step's time.
-func logCommands(t *testing.T, auditLog string) {
-	b, err := os.ReadFile(auditLog)
-	if err != nil {
-		return
-	}
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+func logCommands(t *testing.T, run string, audit []byte) {
+	for _, line := range strings.Split(strings.TrimSpace(string(audit)), "\n") {
 		var rec agent.Record
 		if json.Unmarshal([]byte(line), &rec) == nil && len(rec.Commands) > 0 {
 			for _, c := range rec.Commands {
-				t.Logf("step %d %s: %s %s", rec.Cycle, rec.Time.Format("15:04:05.0"), c.Command, c.Error)
+				t.Logf("%s: step %d %s: %s %s", run, rec.Cycle, rec.Time.Format("15:04:05.0"), c.Command, c.Error)
 			}
 		}
 	}

@@ -3,8 +3,8 @@
 # sid: 3.2 LTS at the time of writing) with the libraries it needs from the
 # same suite, unpacked under DEST/root, and DEST/haproxy, a wrapper that
 # runs it through that suite's own loader. Nothing is installed: the
-# machine's apt state and libraries are untouched (a private list and
-# cache), so Debian 12's HAProxy 2.6 stays the system's.
+# machine's apt state and libraries are untouched (debian-archive.sh), so
+# Debian 12's HAProxy 2.6 stays the system's.
 set -euo pipefail
 suite=$1
 dest=$2
@@ -12,19 +12,12 @@ if [ -x "$dest/haproxy" ] && "$dest/haproxy" -v >/dev/null 2>&1; then
 	"$dest/haproxy" -v | sed -n 1p
 	exit 0
 fi
+. "$(dirname "$0")/../debian-archive.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/lists/partial" "$work/cache/archives/partial"
-cat >"$work/sources.list" <<SOURCES
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian $suite main
-SOURCES
-apt=(-o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/nonexistent
-	-o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache" -o Debug::NoLocking=1 -o APT::Sandbox::User=root)
-apt-get "${apt[@]}" -qq update
-libs="libc6 libssl3t64 liblua5.4-0 libpcre2-8-0 libjemalloc2 libcrypt1 libopentracing-c-wrapper0t64 libopentracing1 libstdc++6 libgcc-s1 zlib1g libzstd1"
-(cd "$work" && for p in haproxy $libs; do
-	apt-get "${apt[@]}" -qq download "$p/$suite" 2>/dev/null || echo "fetch-haproxy: $p is not in $suite, skipped" >&2
-done)
+debian_download "$suite" "$work" required haproxy
+debian_download "$suite" "$work" optional libc6 libssl3t64 liblua5.4-0 libpcre2-8-0 libjemalloc2 libcrypt1 \
+	libopentracing-c-wrapper0t64 libopentracing1 libstdc++6 libgcc-s1 zlib1g libzstd1
 rm -rf "$dest"
 mkdir -p "$dest/root"
 for deb in "$work"/*.deb; do dpkg-deb -x "$deb" "$dest/root"; done

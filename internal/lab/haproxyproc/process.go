@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/internal/lab/logbuf"
 )
 
 // Binary is the haproxy executable: $HAPROXY_BIN, else "haproxy" on PATH.
@@ -35,7 +36,7 @@ type Process struct {
 	Dir, Config, Socket string
 
 	cmd  *exec.Cmd
-	out  *lockedBuffer
+	out  *logbuf.Buffer
 	done chan error
 	cpus string // taskset's CPU list; "" unpinned
 }
@@ -49,7 +50,7 @@ func Start(ctx context.Context, dir, config, socket string) (*Process, error) {
 // StartOn is Start with HAProxy pinned to cpus (taskset's list, "3" or
 // "2-3"); "" leaves it where the scheduler puts it.
 func StartOn(ctx context.Context, dir, config, socket, cpus string) (*Process, error) {
-	p := &Process{Dir: dir, Config: filepath.Join(dir, "haproxy.cfg"), Socket: socket, out: &lockedBuffer{}, cpus: cpus}
+	p := &Process{Dir: dir, Config: filepath.Join(dir, "haproxy.cfg"), Socket: socket, out: &logbuf.Buffer{}, cpus: cpus}
 	if err := os.WriteFile(p.Config, []byte(config), 0o644); err != nil {
 		return nil, err
 	}
@@ -229,26 +230,6 @@ func quietPorts() (lo, hi int) {
 		return ephHi + 1, ephHi + 10001
 	}
 	return 1024, 65536 // no quiet range: any port, as the kernel would
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.b.Len() > 4<<20 { // keep the head; a runaway log must not eat memory
-		return len(p), nil
-	}
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // CPU is HAProxy's user and system CPU time so far, read from

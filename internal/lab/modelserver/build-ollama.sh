@@ -8,9 +8,9 @@
 # The module zip leaves out llama.cpp's vendor/ folder, so three headers come
 # from Debian: nlohmann-json3-dev and libstb-dev from this machine's suite
 # (installed with apt-get when missing), and miniaudio.h from sid's
-# libminiaudio-dev, which Debian 12 lacks: it is fetched with a private apt
-# list (as fetch-haproxy.sh fetches HAProxy) and unpacked beside DEST,
-# nothing installed. A header that cannot be had stops the build with the
+# libminiaudio-dev, which Debian 12 lacks: it is fetched from sid
+# (internal/lab/debian-archive.sh) and unpacked beside DEST, nothing
+# installed. A header that cannot be had stops the build with the
 # package's name: it never skips.
 set -euo pipefail
 dest=$1
@@ -40,15 +40,11 @@ done
 mkdir -p "$(dirname "$dest")"
 inc=$(cd "$(dirname "$dest")" && pwd)/ollama-include
 if [ ! -f "$inc/miniaudio/miniaudio.h" ]; then
+	. "$(dirname "$0")/../debian-archive.sh"
 	work=$(mktemp -d)
 	trap 'rm -rf "$work"' EXIT
-	mkdir -p "$work/lists/partial" "$work/cache/archives/partial"
-	echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian sid main" >"$work/sources.list"
-	apt=(-o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/nonexistent
-		-o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache" -o Debug::NoLocking=1 -o APT::Sandbox::User=root)
-	apt-get "${apt[@]}" -qq update
-	(cd "$work" && apt-get "${apt[@]}" -qq download libminiaudio-dev/sid) ||
-		{ echo "build-ollama: could not fetch sid's libminiaudio-dev (miniaudio.h)" >&2; exit 1; }
+	debian_download sid "$work" required libminiaudio-dev ||
+		{ echo "build-ollama: sid's libminiaudio-dev (miniaudio.h) is needed" >&2; exit 1; }
 	dpkg-deb -x "$work"/libminiaudio-dev_*.deb "$work/root"
 	h=$(find "$work/root" -name miniaudio.h | head -1)
 	[ -n "$h" ] || { echo "build-ollama: libminiaudio-dev has no miniaudio.h" >&2; exit 1; }

@@ -3,8 +3,7 @@
 # llama-finetune (llama.cpp-examples) from Debian sid, with the libraries
 # they need from sid, unpacked under DEST/root, and two wrappers,
 # DEST/llama-server and DEST/llama-finetune, that run them through sid's own
-# loader. Nothing is installed: a private apt list and cache, as
-# internal/lab/haproxyproc/fetch-haproxy.sh fetches HAProxy.
+# loader. Nothing is installed (internal/lab/debian-archive.sh).
 #
 # ggml looks for its CPU backend beside the executable, which is the loader
 # here, so the wrappers set GGML_BACKEND_PATH to one of sid's CPU backends
@@ -16,24 +15,16 @@ if [ -x "$dest/llama-server" ] && "$dest/llama-server" --version >/dev/null 2>&1
 	"$dest/llama-server" --version 2>&1 | grep -m1 '^version' || true
 	exit 0
 fi
+. "$(dirname "$0")/../debian-archive.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/lists/partial" "$work/cache/archives/partial"
-cat >"$work/sources.list" <<SOURCES
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian sid main
-SOURCES
-apt=(-o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/nonexistent
-	-o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache" -o Debug::NoLocking=1 -o APT::Sandbox::User=root)
-apt-get "${apt[@]}" -qq update
 # The Depends lines of llama.cpp-tools, llama.cpp-examples, libllama0 and
 # libggml0 (dpkg-deb -I), and of the libraries among them (libssl3t64
 # needs libzstd1 and zlib1g); debconf and wget|curl serve only the
 # package's model-download helper.
 pkgs="llama.cpp-tools llama.cpp-examples libllama0 libggml0 libc6 libgcc-s1 libgomp1 libstdc++6 libssl3t64 libzstd1 zlib1g"
-(cd "$work" && for p in $pkgs; do
-	apt-get "${apt[@]}" -qq download "$p/sid" ||
-		{ echo "fetch-llama: could not fetch $p from sid" >&2; exit 1; }
-done)
+# shellcheck disable=SC2086 # one word a package
+debian_download sid "$work" required $pkgs
 rm -rf "$dest"
 mkdir -p "$dest/root"
 for deb in "$work"/*.deb; do dpkg-deb -x "$deb" "$dest/root"; done

@@ -10,9 +10,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/hapilot/hapilot/internal/lab/logbuf"
 )
 
 // RepoRoot is the folder of hapilot's go.mod, found from the working
@@ -67,13 +68,13 @@ func LlamaDir() (string, error) {
 // (Ollama's runners) is stopped with it. Its output is kept in memory.
 type process struct {
 	cmd  *exec.Cmd
-	out  *lockedBuffer
+	out  *logbuf.Buffer
 	done chan struct{}
 	err  error // cmd.Wait's, once done is closed
 }
 
 func startProcess(cmd *exec.Cmd) (*process, error) {
-	p := &process{cmd: cmd, out: &lockedBuffer{}, done: make(chan struct{})}
+	p := &process{cmd: cmd, out: &logbuf.Buffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	// Its own group, and killed if this process dies without stopping it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -168,24 +169,4 @@ func cleanEnv(extra ...string) []string {
 		env = append(env, e)
 	}
 	return append(env, extra...)
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.b.Len() > 8<<20 { // keep the head: a runaway log must not eat memory
-		return len(p), nil
-	}
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

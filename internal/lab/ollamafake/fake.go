@@ -99,6 +99,22 @@ type Reply struct {
 	RepeatLimit bool
 }
 
+// Wait holds the reply for its Delay, as a slow model would; false when
+// the request ended first (the client gave up), and nothing is answered.
+func (r Reply) Wait(ctx context.Context) bool {
+	if r.Delay <= 0 {
+		return true
+	}
+	t := time.NewTimer(r.Delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // Responder decides the reply to one chat request.
 type Responder func(req Request) Reply
 
@@ -369,14 +385,8 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rep := respond(req)
-	if rep.Delay > 0 {
-		t := time.NewTimer(rep.Delay)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			return
-		}
+	if !rep.Wait(r.Context()) {
+		return
 	}
 	if rep.Status != 0 && rep.Status != 200 {
 		writeError(w, rep.Status, rep.Error)
