@@ -180,9 +180,12 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 	}
 	done := make(chan result, 1)
 	go func() {
-		defer p.mu.Unlock() // held until the call really ends
-		defer cancel()
 		plan, err := p.call(ctx, obs, budget)
+		cancel()
+		// Held until the call really ends, and released before the
+		// result is sent: the next step's TryLock must not race this
+		// goroutine's return.
+		p.mu.Unlock()
 		done <- result{plan, err}
 	}()
 	select {
