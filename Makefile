@@ -111,7 +111,7 @@ modelservers:
 # fails the tests here instead of skipping them.
 test-llm: modelservers deps
 	HAPILOT_REQUIRE_MODELSERVERS=1 $(GO) test -tags modelserver -count=1 -v -timeout 15m ./internal/lab/modelserver/
-	HAPILOT_REQUIRE_MODELSERVERS=1 $(GO) test -tags e2e,modelserver -count=1 -v -timeout 12m -run '^TestRealOllama' ./internal/lab/e2e/
+	HAPILOT_REQUIRE_MODELSERVERS=1 $(GO) test -tags e2e,modelserver,fleet -count=1 -v -timeout 25m -run '^TestReal' ./internal/lab/e2e/
 
 # The demo: a real HAProxy, 6 servers of which srv3 and srv6 fail 5%,
 # 300 req/s with --policy static then --policy rules, and a table.
@@ -160,6 +160,7 @@ vet:
 	$(GO) vet -tags e2e,fleet ./internal/lab/e2e/
 	$(GO) vet -tags modelserver ./internal/lab/modelserver/
 	$(GO) vet -tags e2e,modelserver ./internal/lab/e2e/
+	$(GO) vet -tags e2e,fleet,modelserver ./internal/lab/e2e/
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 

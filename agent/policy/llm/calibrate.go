@@ -321,6 +321,11 @@ func Calibrate(ctx context.Context, m *Model, budget time.Duration, now time.Tim
 	// as a resident model answers them.
 	wctx, cancel := context.WithTimeout(ctx, m.Config.LoadTimeout)
 	_, err = m.Warm(wctx, 2048)
+	if err == nil {
+		// As the agent does after a load: a failed measure leaves the
+		// estimate, and the scorecard shows what that costs.
+		_ = m.Measure(wctx, TokenSample(now))
+	}
 	cancel()
 	if err != nil {
 		return nil, err

@@ -238,3 +238,83 @@ func TestSchemaBoundsTheReply(t *testing.T) {
 		t.Fatalf("maxItems %d at num_predict 256", got)
 	}
 }
+
+// bytewise is a Server whose tokenizer gives a token a byte, the finest
+// there is (the lab's random models have one), with a chat template of
+// 30 tokens; a call whose num_ctx does not hold its prompt overflows.
+type bytewise struct {
+	scripted
+	overflows int
+}
+
+func (s *bytewise) Chat(_ context.Context, req Request) (Reply, error) {
+	s.ctxs = append(s.ctxs, req.NumCtx)
+	need := len(req.System) + len(req.User) + 30
+	if req.NumCtx < need+req.NumPredict {
+		s.overflows++
+		return Reply{}, &classed{kind: ErrContextOverflow, err: errors.New("400 the input length exceeds the context length")}
+	}
+	return Reply{Content: `{"actions":[]}`, DoneReason: "stop", PromptTokens: need}, nil
+}
+
+// Measure learns the tokenizer after the load, so that the first large
+// prompt fits: without it, a byte tokenizer overflows the first call of
+// some fleet sizes (where the estimate, with its headroom, stays under a
+// power of two that the bytes pass), and that step is lost.
+func TestMeasureSizesTheFirstPrompt(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	sample, sampled := TokenSample(now), false
+	for _, seq := range Sequences(now) {
+		for _, st := range seq.Steps {
+			only := map[string]bool{}
+			for _, b := range st.Obs.Backends {
+				only[b.Name] = true
+			}
+			sampled = sampled || strings.HasPrefix(Prompt(PromptInput{Obs: st.Obs, Only: only, MaxShown: 12}), sample)
+		}
+	}
+	if len(sample) == 0 || len(sample) > MaxSample || !sampled {
+		t.Fatalf("sample of %d bytes is not the start of a calibration prompt", len(sample))
+	}
+	firstCall := func(prompt string, measure bool) (Call, error) {
+		srv := &bytewise{scripted: scripted{info: Info{ContextLength: 32768}, sizes: true}}
+		cfg := DefaultConfig()
+		cfg.Model = "m"
+		m := &Model{Server: srv, Config: cfg, SystemPrompt: DefaultSystemPrompt}
+		if _, err := m.Inspect(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Warm(context.Background(), 2048); err != nil {
+			t.Fatal(err)
+		}
+		if measure {
+			if err := m.Measure(context.Background(), sample); err != nil || srv.overflows != 0 {
+				t.Fatalf("measure: %v, num_ctx %v", err, srv.ctxs)
+			}
+		}
+		_, call, err := m.Ask(context.Background(), prompt, Schema(nil, nil, 1, 256), ThinkOff)
+		return call, err
+	}
+	lost := 0
+	for servers := 3; servers <= 120; servers += 3 {
+		// servers in backends of up to 14, all shown.
+		var obs agent.Observation
+		only := map[string]bool{}
+		for i := 0; i*14 < servers; i++ {
+			name := fmt.Sprintf("edge-%d", i)
+			obs.Backends = append(obs.Backends, backend(now, name, healthy(fmt.Sprintf("e%d-", i), min(14, servers-i*14), 1+i*17)))
+			only[name] = true
+		}
+		prompt := Prompt(PromptInput{Obs: obs, Only: only, MaxShown: 14})
+		if call, err := firstCall(prompt, true); err != nil {
+			t.Errorf("%d servers, measured: the first prompt of %d bytes: %v (num_ctx %d)", servers, len(prompt), err, call.NumCtx)
+		}
+		if _, err := firstCall(prompt, false); errors.Is(err, ErrContextOverflow) {
+			lost++
+		}
+	}
+	if lost == 0 {
+		t.Fatal("unmeasured, no first prompt overflowed: the case shows nothing")
+	}
+	t.Logf("unmeasured, %d of 40 fleet sizes lose their first step to an overflow", lost)
+}

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/hapilot/hapilot/agent"
 )
 
 // Start inspects the model and loads it in the background, in requests
@@ -101,6 +104,9 @@ func (p *Policy) load(ctx context.Context) error {
 		return err
 	}
 	p.count(func(c *counters) { c.loads++ })
+	if err := p.Model.Measure(lctx, TokenSample(p.Now())); err != nil {
+		p.Log.Warn().Err(err).Msg("prompts are sized by the estimate alone until a call measures one")
+	}
 	p.setLife(LifeReady, nil)
 	p.Log.Info().Str("model", p.Config.Model).Dur("load", took).Msg("the model is loaded: it decides from the next step")
 	return nil
@@ -141,13 +147,18 @@ func sleep(ctx context.Context, d time.Duration) bool {
 func (p *Policy) setLife(state Life, err error) {
 	p.lmu.Lock()
 	defer p.lmu.Unlock()
-	if p.life.state != state {
-		p.life.since = p.Now()
-	}
-	p.life.state, p.life.err = state, ""
+	p.life.err = ""
 	if err != nil {
 		p.life.err = err.Error()
 	}
+	if p.life.state != state {
+		p.life.since = p.Now()
+		if len(p.life.history) == MaxLifeHistory {
+			p.life.history = append(p.life.history[:0], p.life.history[1:]...)
+		}
+		p.life.history = append(p.life.history, LifeChange{State: state, At: p.life.since, Error: p.life.err})
+	}
+	p.life.state = state
 }
 
 // unusable says why the model cannot be asked this step, "" when it can.
@@ -186,6 +197,8 @@ type Status struct {
 	// in Error), "pending" until Ollama answers, or "not required"
 	// (--skip-calibration, the study's unprotected loop).
 	Calibration string `json:"calibration"`
+	// History is the last changes of State, oldest first.
+	History []LifeChange `json:"history"`
 	// What the model cost so far, as /metrics counts it.
 	Calls            uint64 `json:"calls"`
 	Fallbacks        uint64 `json:"fallbacks"`
@@ -198,8 +211,10 @@ type Status struct {
 func (p *Policy) PolicyStatus() any {
 	p.lmu.Lock()
 	life := p.life
+	life.history = append([]LifeChange{}, life.history...) // setLife shifts it in place
 	p.lmu.Unlock()
-	st := Status{Model: p.Config.Model, State: life.state, Error: life.err, Info: life.info, Think: p.Config.Think}
+	st := Status{Model: p.Config.Model, State: life.state, Error: life.err, Info: life.info, Think: p.Config.Think,
+		History: life.history}
 	if !life.since.IsZero() {
 		st.For = fmt.Sprintf("%s %v", life.state, p.Now().Sub(life.since).Round(time.Second))
 	}
@@ -225,4 +240,34 @@ func (p *Policy) PolicyStatus() any {
 	st.Calls, st.Fallbacks, st.PromptTokens, st.CompletionTokens = p.counters.calls, p.counters.fallbacks, p.counters.promptTokens, p.counters.completionTokens
 	p.cmu.Unlock()
 	return st
+}
+
+// TokenSample is the start of a prompt as the policy writes one, about
+// the calibration's largest fleet, cut at a row to Model.MaxSample bytes:
+// Measure's sample, with names and numbers as the real prompts have
+// them.
+func TokenSample(now time.Time) string {
+	var largest agent.Observation
+	size := func(o agent.Observation) (n int) {
+		for _, b := range o.Backends {
+			n += len(b.Servers)
+		}
+		return n
+	}
+	for _, seq := range Sequences(now) {
+		for _, st := range seq.Steps {
+			if size(st.Obs) > size(largest) {
+				largest = st.Obs
+			}
+		}
+	}
+	only := map[string]bool{}
+	for _, b := range largest.Backends {
+		only[b.Name] = true
+	}
+	text := Prompt(PromptInput{Obs: largest, Only: only, MaxShown: 12})
+	if len(text) > MaxSample {
+		text = text[:strings.LastIndexByte(text[:MaxSample], '\n')+1]
+	}
+	return text
 }

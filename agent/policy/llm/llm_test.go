@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -327,6 +328,15 @@ func TestWarmUpLoadingStatusAndReload(t *testing.T) {
 	waitFor(t, func() bool { p.cmu.Lock(); defer p.cmu.Unlock(); return p.counters.loads == 2 })
 	if _, ok := fake.Loaded(model); !ok {
 		t.Fatal("not loaded again")
+	}
+	// /status tells the story.
+	waitFor(t, func() bool { return p.PolicyStatus().(Status).State == "ready" })
+	var states []Life
+	for _, c := range p.PolicyStatus().(Status).History {
+		states = append(states, c.State)
+	}
+	if fmt.Sprint(states) != "[inspecting loading ready loading ready]" {
+		t.Fatalf("history %v", states)
 	}
 }
 

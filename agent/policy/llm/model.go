@@ -90,6 +90,8 @@ type Model struct {
 	// EstimateTokens' guess (1 until a tokenizer proves finer): every
 	// later estimate is scaled by it.
 	scale float64
+	// sampled: Measure has measured the tokenizer.
+	sampled bool
 	// noThinkLevels: the model answered 400 to a think level, so "on" is
 	// sent instead from now on.
 	noThinkLevels bool
@@ -125,6 +127,59 @@ func (m *Model) Inspect(ctx context.Context) (Info, error) {
 func (m *Model) Warm(ctx context.Context, promptTokens int) (time.Duration, error) {
 	return m.Server.Warm(ctx, Request{Model: m.Config.Model, KeepAlive: m.Config.KeepAlive,
 		NumCtx: m.contextFor(promptTokens, m.numPredict(ThinkOff))})
+}
+
+// MaxSample bounds Measure's sample: at one token a byte, the finest a
+// tokenizer of ASCII text gets, it and the system prompt fit the 2048
+// tokens every context has, with the chat template's own.
+const MaxSample = 1000
+
+// Measure asks the model for one token about sample (the system prompt
+// and a slice of a real prompt) right after a load, so that the
+// estimate's scale is this model's tokenizer's before the first step.
+// Without it, a tokenizer finer than EstimateTokens' guess (a byte a
+// token, say) overflows the first large prompt, and that step is lost to
+// the floor. It measures once per Model; its tokens and time are no
+// step's. It is sent at the context in force, so Ollama does not reload.
+func (m *Model) Measure(ctx context.Context, sample string) error {
+	if len(sample) > MaxSample {
+		sample = sample[:MaxSample]
+	}
+	m.mu.Lock()
+	done, numCtx := m.sampled, m.numCtx
+	m.mu.Unlock()
+	if done {
+		return nil
+	}
+	raw := EstimateTokens(m.SystemPrompt) + EstimateTokens(sample)
+	resp, err := m.Server.Chat(ctx, Request{Model: m.Config.Model, System: m.SystemPrompt, User: sample,
+		NumPredict: 1, NumCtx: numCtx, Seed: m.Config.Seed, KeepAlive: m.Config.KeepAlive})
+	if err != nil {
+		if errors.Is(err, ErrContextOverflow) {
+			reported := 0
+			if ce := (*classed)(nil); errors.As(err, &ce) {
+				reported = ce.promptTokens
+			}
+			m.overflowed(raw, numCtx, 1, reported)
+		}
+		return fmt.Errorf("llm: measure %s's tokenizer: %w", m.Config.Model, err)
+	}
+	if resp.PromptTokens == 0 {
+		return fmt.Errorf("llm: measure %s's tokenizer: the server reported no prompt tokens", m.Config.Model)
+	}
+	m.measured(raw, resp.PromptTokens)
+	m.mu.Lock()
+	m.sampled = true
+	m.mu.Unlock()
+	return nil
+}
+
+// Scale is the estimate's scale in force: measured prompt tokens over
+// EstimateTokens' guess, at least 1.
+func (m *Model) Scale() float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return max(m.scale, 1)
 }
 
 // Loaded asks the server whether the model is resident and ready.

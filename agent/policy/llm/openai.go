@@ -74,6 +74,9 @@ var schemaRefusals = []string{"failed to initialize samplers", "grammar", "json_
 // responseFormat is the request's response_format for schema in form f,
 // nil for none.
 func (f schemaForm) responseFormat(schema json.RawMessage) (any, error) {
+	if schema == nil { // a request for no form at all (Model.Measure)
+		return nil, nil
+	}
 	switch f.Format {
 	case "none":
 		return nil, nil

@@ -106,7 +106,21 @@ type lifeState struct {
 	info  Info
 	// admitted: Admit passed the model (its calibration record).
 	admitted bool
+	// history is the last MaxLifeHistory changes of state, oldest
+	// first: /status shows how the model got where it is (unloaded from
+	// outside and loaded again, say).
+	history []LifeChange
 }
+
+// LifeChange is the model entering a state.
+type LifeChange struct {
+	State Life      `json:"state"`
+	At    time.Time `json:"at"`
+	Error string    `json:"error,omitempty"`
+}
+
+// MaxLifeHistory bounds lifeState.history.
+const MaxLifeHistory = 16
 
 type flight struct {
 	started time.Time
