@@ -269,6 +269,7 @@ func registerLLM(fs *flag.FlagSet, l *llm.Config) {
 	fs.IntVar(&l.NumPredict, "num-predict", l.NumPredict, "llm: the answer's token cap per call")
 	fs.IntVar(&l.ThinkBudget, "think-budget", l.ThinkBudget, "llm: thinking's own tokens, added to num-predict when thinking is on")
 	fs.IntVar(&l.NumCtx, "num-ctx", l.NumCtx, "llm: the model's context in tokens (0: sized from the prompt, grown after an overflow, capped by the model's own); with --llm-api openai, the server's own context where it does not say it (llama-server's /props does)")
+	fs.IntVar(&l.NumThread, "num-thread", l.NumThread, "llm, native API: Ollama's num_thread, the threads its runner computes on (0: Ollama's default, every physical core); fewer than the node's cores keep the model from fighting HAProxy for them")
 	fs.DurationVar(&l.KeepAlive, "keep-alive", l.KeepAlive, "llm: how long Ollama keeps the model loaded after a call (negative: for good)")
 	fs.DurationVar(&l.LoadTimeout, "llm-load-timeout", l.LoadTimeout, "llm: the longest a load or a call may run in the background")
 	fs.IntVar(&l.TokenBudget, "token-budget", l.TokenBudget, "llm: a thinking call over this many completion tokens, cut at its cap, or over the deadline switches thinking off for a while")

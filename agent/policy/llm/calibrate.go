@@ -237,7 +237,17 @@ func KeyFor(digest string, m *Model) Key {
 	return Key{Digest: digest, Think: c.Think,
 		PromptHash:  hash(PromptVersion, Header, m.SystemPrompt),
 		SchemaHash:  hash(string(Schema([]string{"b"}, []string{"s"}, 1, c.NumPredict))),
-		OptionsHash: hash(fmt.Sprint(c.NumPredict, c.ThinkBudget, c.NumCtx, c.Seed, c.MaxShown))}
+		OptionsHash: hash(options(c))}
+}
+
+// options is what of c a call's timing and answers depend on. NumThread
+// joins only when set, so that records written before it stay valid.
+func options(c Config) string {
+	o := fmt.Sprint(c.NumPredict, c.ThinkBudget, c.NumCtx, c.Seed, c.MaxShown)
+	if c.NumThread > 0 {
+		o += fmt.Sprintf(" threads %d", c.NumThread)
+	}
+	return o
 }
 
 // Stale says what differs between a record's key and the running one,

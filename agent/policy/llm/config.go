@@ -97,7 +97,12 @@ type Config struct {
 	// NumCtx fixes the context; 0 sizes it from the measured prompt, with
 	// headroom, capped by the model's own context.
 	NumCtx int
-	Seed   int
+	// NumThread is Ollama's num_thread: the threads the model's runner
+	// computes on; 0 leaves Ollama's default, every physical core. On a
+	// node that HAProxy shares, fewer threads than cores keep ggml's
+	// spinning workers from fighting HAProxy and each other for them.
+	NumThread int
+	Seed      int
 	// KeepAlive keeps the model resident between calls, which come only
 	// on anomalies; negative: for good.
 	KeepAlive time.Duration
@@ -180,6 +185,12 @@ func (c Config) Validate() error {
 	}
 	if c.ThinkBudget < 0 || c.NumCtx < 0 || (c.NumCtx > 0 && c.NumCtx < 2048) {
 		errs = append(errs, fmt.Errorf("think-budget must not be negative, and num-ctx is 0 (sized) or at least 2048"))
+	}
+	if c.NumThread < 0 || c.NumThread > 1024 {
+		errs = append(errs, fmt.Errorf("num-thread %d: 0 (the server's default) to 1024", c.NumThread))
+	}
+	if c.NumThread > 0 && c.API == APIOpenAI {
+		errs = append(errs, errors.New("--num-thread is Ollama's num_thread, sent with the native API: an OpenAI-compatible server sets its threads when it starts (llama-server -t)"))
 	}
 	if c.LoadTimeout < time.Second {
 		errs = append(errs, fmt.Errorf("llm-load-timeout %v: at least 1s", c.LoadTimeout))

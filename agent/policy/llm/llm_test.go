@@ -720,3 +720,26 @@ func TestAdmitRefusesAtStart(t *testing.T) {
 		}
 	}
 }
+
+// --num-thread goes with every request that loads or asks the model, the
+// warm-up, the tokenizer's measure and the calls alike: a request
+// without it would load the runner again at Ollama's default. Unset, it
+// is not sent.
+func TestNumThreadOnEveryRequest(t *testing.T) {
+	for _, threads := range []int{0, 1} {
+		p, fake := newPolicy(t, ollamafake.Capable, func(c *Config) { c.NumThread = threads })
+		p.Start()
+		waitFor(t, func() bool { return p.PolicyStatus().(Status).State == "ready" })
+		steps(t, p, grey(time.Unix(1000, 0)), 1)
+		reqs := fake.Requests()
+		if len(reqs) < 3 {
+			t.Fatalf("threads %d: %d requests, want the warm-up, the measure and a call", threads, len(reqs))
+		}
+		for i, r := range reqs {
+			got, sent := r.Options["num_thread"]
+			if (threads == 0 && sent) || (threads > 0 && got != float64(threads)) {
+				t.Errorf("threads %d: request %d has num_thread %v (sent %v)", threads, i, got, sent)
+			}
+		}
+	}
+}

@@ -125,7 +125,7 @@ func (m *Model) Inspect(ctx context.Context) (Info, error) {
 // resident. ctx must not be a step's: a load cancelled half way is
 // aborted by Ollama.
 func (m *Model) Warm(ctx context.Context, promptTokens int) (time.Duration, error) {
-	return m.Server.Warm(ctx, Request{Model: m.Config.Model, KeepAlive: m.Config.KeepAlive,
+	return m.Server.Warm(ctx, Request{Model: m.Config.Model, KeepAlive: m.Config.KeepAlive, NumThread: m.Config.NumThread,
 		NumCtx: m.contextFor(promptTokens, m.numPredict(ThinkOff))})
 }
 
@@ -153,7 +153,7 @@ func (m *Model) Measure(ctx context.Context, sample string) error {
 	}
 	raw := EstimateTokens(m.SystemPrompt) + EstimateTokens(sample)
 	resp, err := m.Server.Chat(ctx, Request{Model: m.Config.Model, System: m.SystemPrompt, User: sample,
-		NumPredict: 1, NumCtx: numCtx, Seed: m.Config.Seed, KeepAlive: m.Config.KeepAlive})
+		NumPredict: 1, NumCtx: numCtx, NumThread: m.Config.NumThread, Seed: m.Config.Seed, KeepAlive: m.Config.KeepAlive})
 	if err != nil {
 		if errors.Is(err, ErrContextOverflow) {
 			reported := 0
@@ -362,7 +362,7 @@ func (m *Model) ask(ctx context.Context, prompt string, schema json.RawMessage, 
 	raw := EstimateTokens(m.SystemPrompt) + EstimateTokens(prompt)
 	call.NumCtx = m.contextFor(m.EstimatePrompt(prompt), call.NumPredict)
 	req := Request{Model: c.Model, System: m.SystemPrompt, User: prompt, Schema: schema, Think: m.sendThink(think),
-		NumPredict: call.NumPredict, NumCtx: call.NumCtx, Seed: c.Seed, KeepAlive: c.KeepAlive}
+		NumPredict: call.NumPredict, NumCtx: call.NumCtx, NumThread: c.NumThread, Seed: c.Seed, KeepAlive: c.KeepAlive}
 	start := time.Now()
 	resp, err := m.Server.Chat(ctx, req)
 	call.WallMs = float64(time.Since(start)) / 1e6

@@ -65,7 +65,7 @@ func sameModel(listed, name string) bool {
 func (o *Ollama) Warm(ctx context.Context, req Request) (time.Duration, error) {
 	stream := false
 	r := &api.ChatRequest{Model: req.Model, Stream: &stream, KeepAlive: &api.Duration{Duration: req.KeepAlive},
-		Options: map[string]any{"num_ctx": req.NumCtx}}
+		Options: runnerOptions(req, map[string]any{"num_ctx": req.NumCtx})}
 	// The load's reply carries no durations (checked against Ollama
 	// 0.17.4 by the lab's conformance test): the call is timed here.
 	start := time.Now()
@@ -111,7 +111,7 @@ func (o *Ollama) Chat(ctx context.Context, req Request) (Reply, error) {
 		KeepAlive: &api.Duration{Duration: req.KeepAlive},
 		Think:     thinkValue(req.Think),
 		Truncate:  &whole,
-		Options:   map[string]any{"temperature": 0, "seed": req.Seed, "num_predict": req.NumPredict, "num_ctx": req.NumCtx},
+		Options:   runnerOptions(req, map[string]any{"temperature": 0, "seed": req.Seed, "num_predict": req.NumPredict, "num_ctx": req.NumCtx}),
 	}
 	var resp api.ChatResponse
 	got := false
@@ -153,4 +153,14 @@ func (o *Ollama) Digest(ctx context.Context, model string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("llm: model %q is not on the Ollama server", model)
+}
+
+// runnerOptions adds to opts what loads the runner the same way on every
+// request, the warm-up's included: a change of num_thread, as of num_ctx,
+// makes Ollama load the model again.
+func runnerOptions(req Request, opts map[string]any) map[string]any {
+	if req.NumThread > 0 {
+		opts["num_thread"] = req.NumThread
+	}
+	return opts
 }

@@ -50,6 +50,7 @@ type Request struct {
 	Think        Think           // as it is to be sent: Model resolves refused levels
 	NumPredict   int             // the completion's cap, thinking included
 	NumCtx       int             // Ollama's num_ctx; an OpenAI server keeps its own
+	NumThread    int             // Ollama's num_thread, 0 for its default
 	Seed         int
 	KeepAlive    time.Duration // Ollama's keep_alive
 }

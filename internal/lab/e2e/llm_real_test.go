@@ -34,6 +34,16 @@ import (
 // prompt at a byte a token.
 var tinyModel = modelserver.Model{Name: "tiny", Spec: modelserver.Spec{ContextLength: 32768, Seed: 7}}
 
+// labThreads is the model's threads on the lab's machine, which the load
+// generator, HAProxy, the backends and the agent share: at Ollama's
+// default (every physical core) the tiny model answered 256 tokens at
+// 9.6 tokens/s on 2 cores, at one thread at 323 (BenchmarkOllamaThreads).
+// The native API sends it as --num-thread; /v1 cannot carry options, so
+// tinyModelV1 has it in its Modelfile; llama-server gets -t.
+const labThreads = 1
+
+var tinyModelV1 = modelserver.Model{Name: "tiny-v1", Spec: tinyModel.Spec, Threads: labThreads}
+
 // `hapilot calibrate` against the real Ollama refuses a random-weight
 // model and says why: the server's replies are judged, not an emulation's.
 func TestRealOllamaCalibrateRefusesARandomModel(t *testing.T) {
@@ -42,7 +52,7 @@ func TestRealOllamaCalibrateRefusesARandomModel(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	cmd := exec.CommandContext(ctx, agentBinary, "calibrate", "--model", tinyModel.Name, "--ollama-host", o.URL.String(),
-		"--calibration-dir", dir, "--interval", "10s")
+		"--num-thread", fmt.Sprint(labThreads), "--calibration-dir", dir, "--interval", "10s")
 	out, err := cmd.CombinedOutput()
 	t.Logf("hapilot calibrate against %s, random-weight model %s:\n%s", o, tinyModel.Name, out)
 	var exit *exec.ExitError
@@ -89,18 +99,18 @@ type modelServer struct {
 
 func ollamaNative(o *modelserver.Ollama) modelServer {
 	return modelServer{fmt.Sprintf("%s, native API, random-weight model %s", o, tinyModel.Name),
-		[]string{"--model", tinyModel.Name, "--ollama-host", o.URL.String()}}
+		[]string{"--model", tinyModel.Name, "--ollama-host", o.URL.String(), "--num-thread", fmt.Sprint(labThreads)}}
 }
 
 func ollamaOpenAI(o *modelserver.Ollama) modelServer {
-	return modelServer{fmt.Sprintf("%s, OpenAI API (/v1), random-weight model %s", o, tinyModel.Name),
-		[]string{"--model", tinyModel.Name, "--llm-api", "openai", "--llm-url", o.URL.String()}}
+	return modelServer{fmt.Sprintf("%s, OpenAI API (/v1), random-weight model %s (tiny's weights, num_thread %d in its Modelfile)", o, tinyModelV1.Name, labThreads),
+		[]string{"--model", tinyModelV1.Name, "--llm-api", "openai", "--llm-url", o.URL.String()}}
 }
 
 // llamaServer serves tinyModel's weights, under its name, with one slot
 // of a context that holds the largest prompt at a byte a token.
 func llamaServer(t *testing.T) modelServer {
-	s := modelserver.LlamaServerT(t, tinyModel.Spec, 16384, "--alias", tinyModel.Name, "--parallel", "1")
+	s := modelserver.LlamaServerT(t, tinyModel.Spec, 16384, "--alias", tinyModel.Name, "--parallel", "1", "--threads", fmt.Sprint(labThreads))
 	return modelServer{fmt.Sprintf("%s, OpenAI API, random-weight model %s", s, tinyModel.Name),
 		[]string{"--model", tinyModel.Name, "--llm-api", "openai", "--llm-url", s.URL}}
 }
@@ -323,7 +333,7 @@ func TestRealOllamaRandomModelUnderTheGuards(t *testing.T) {
 }
 
 func TestRealOllamaOpenAIRandomModelUnderTheGuards(t *testing.T) {
-	underTheGuards(t, ollamaOpenAI(modelserver.OllamaT(t, tinyModel)))
+	underTheGuards(t, ollamaOpenAI(modelserver.OllamaT(t, tinyModelV1)))
 }
 
 func TestRealLlamaServerRandomModelUnderTheGuards(t *testing.T) {

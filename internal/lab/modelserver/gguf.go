@@ -10,6 +10,7 @@ package modelserver
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -237,6 +238,10 @@ type Model struct {
 	Name     string
 	Spec     Spec
 	Thinking bool // use ThinkingTemplate
+	// Threads, when set, is the Modelfile's PARAMETER num_thread: the
+	// model's default, for requests that cannot carry options (Ollama's
+	// /v1).
+	Threads int
 }
 
 // Write writes dir/NAME.gguf and dir/Modelfile (FROM ./NAME.gguf and the
@@ -246,7 +251,16 @@ func (m Model) Write(dir string) (string, error) {
 	if err := WriteGGUF(gguf, m.Spec); err != nil {
 		return "", err
 	}
-	return gguf, WriteModelfile(filepath.Join(dir, "Modelfile"), "./"+m.Name+".gguf", m.Thinking)
+	mf := filepath.Join(dir, "Modelfile")
+	if err := WriteModelfile(mf, "./"+m.Name+".gguf", m.Thinking); err != nil || m.Threads == 0 {
+		return gguf, err
+	}
+	f, err := os.OpenFile(mf, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return gguf, err
+	}
+	_, err = fmt.Fprintf(f, "PARAMETER num_thread %d\n", m.Threads)
+	return gguf, errors.Join(err, f.Close())
 }
 
 // WriteModelfile writes an Ollama Modelfile at path: FROM from, the chat
