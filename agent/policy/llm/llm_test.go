@@ -743,3 +743,20 @@ func TestNumThreadOnEveryRequest(t *testing.T) {
 		}
 	}
 }
+
+// A step the gate kept from the model is no agreement either: the
+// model's plan is then the floor's, the acting rules' own.
+func TestShadowDoesNotCountAGatedStepAsAgreement(t *testing.T) {
+	p, fake := newPolicy(t, ollamafake.Capable, nil)
+	s := &Shadow{Model: p, Acting: rules.NewPolicy(rules.DefaultConfig())}
+	if _, err := s.Decide(context.Background(), fleet(time.Unix(1000, 0), 6)); err != nil { // all healthy: nothing to ask
+		t.Fatal(err)
+	}
+	r := s.Report().(ShadowReport)
+	if r.Model.Called || r.Model.Gated == "" || len(fake.Requests()) != 0 {
+		t.Fatalf("the model was asked about a healthy fleet: %+v", r.Model)
+	}
+	if r.Compared || r.Disagreement {
+		t.Fatalf("a gated step counted as compared: %+v", r)
+	}
+}

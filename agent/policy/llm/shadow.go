@@ -28,7 +28,8 @@ func NewShadow(model *Policy, acting agent.Policy) agent.Policy {
 
 // ShadowReport is one shadow step. Compared is false when the model gave
 // no answer of its own (a failed or overrunning call, a model still
-// loading): the plans are then not compared, and no agreement is claimed.
+// loading, a step the gate left to the floor): the plans are then not
+// compared, and no agreement is claimed.
 type ShadowReport struct {
 	Model        Report     `json:"model"`
 	ModelPlan    agent.Plan `json:"model_plan"`
@@ -52,6 +53,10 @@ func (s *Shadow) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 		r.ModelError = merr.Error()
 	case r.Model.Fallback != "":
 		r.ModelError = "the model did not decide: " + r.Model.Fallback
+	case !r.Model.Called:
+		// Gated: the model's plan is its floor's, which is the acting
+		// rules' own, so a match would claim an agreement no model made
+		// (seen against the real Ollama: every step "agreed").
 	default:
 		r.Compared = true
 	}
