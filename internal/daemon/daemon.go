@@ -120,6 +120,7 @@ func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
 		if err != nil {
 			return nil, err
 		}
+		cl.MaxRows = c.MaxStatRows
 		runtimes = append(runtimes, cl)
 		sources = append(sources, cl)
 		d.clients = append(d.clients, cl)
