@@ -288,7 +288,8 @@ func (d *Daemon) ingestFigures() []figure {
 			figure{"hapilot_stats_resets_total", "Server counters found lower than before (clear counters).", false, c.Resets.Load()},
 			figure{"hapilot_stats_reloads_total", "HAProxy processes replaced behind a socket (reload, restart).", false, c.Reloads.Load()},
 			figure{"hapilot_stats_answers_total", "Answers recorded from HAProxy's counters.", false, c.Answers.Load()},
-			figure{"hapilot_stats_retried_total", "Retried attempts (wretr) recorded as failures of their server.", false, c.Retried.Load()})
+			figure{"hapilot_stats_retried_total", "Retried attempts (wretr) recorded as failures of their server.", false, c.Retried.Load()},
+			figure{"hapilot_stats_clamped_total", "Server rows whose counters gained more than their period could hold, recorded at the bound.", false, c.Clamped.Load()})
 	}
 	return append(fs,
 		figure{"hapilot_window_series", "Backend/server series held.", true, uint64(d.Store.Len())},
