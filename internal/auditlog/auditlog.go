@@ -21,7 +21,8 @@ type File struct {
 	f  *os.File
 	// torn: the last write ended short (a full disk), so the next one
 	// starts on a new line, and the lines after the tear still parse.
-	torn bool
+	torn   bool
+	closed bool // a signal's Reopen after Close opens nothing
 }
 
 // Open opens (or creates, mode 0640) the audit log at path.
@@ -70,6 +71,10 @@ func (a *File) Reopen() error {
 		return err
 	}
 	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return f.Close()
+	}
 	old := a.f
 	a.f, a.torn = f, false
 	a.mu.Unlock()
@@ -80,5 +85,6 @@ func (a *File) Reopen() error {
 func (a *File) Close() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.closed = true
 	return a.f.Close()
 }

@@ -84,3 +84,22 @@ func TestFIFORefused(t *testing.T) {
 		t.Fatalf("old file holds %q", b)
 	}
 }
+
+// A reopen that comes after Close (a SIGHUP as the agent stops) opens
+// nothing and leaves no file open.
+func TestReopenAfterClose(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	a, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Reopen(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Write([]byte("x\n")); err == nil {
+		t.Fatal("a closed log took a write after a reopen")
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -60,6 +61,9 @@ const (
 // serveWorker is the worker's life: it bounds itself, then answers
 // requests one at a time until its input ends.
 func serveWorker(in io.Reader, out, errOut io.Writer) int {
+	// The worker ends when its input does (or with the agent): a signal
+	// meant for the agent (a terminal's hangup or ^C) is not its own.
+	signal.Ignore(syscall.SIGHUP, syscall.SIGINT)
 	if err := limitSelf(); err != nil {
 		fmt.Fprintln(errOut, "lua worker:", err)
 		return 3
@@ -220,12 +224,14 @@ func startWorker() (*worker, error) {
 		return nil, fmt.Errorf("lua worker: %w", err)
 	}
 	w := &worker{in: inW, out: outR, r: bufio.NewReaderSize(outR, maxReplyLine), stderr: &headBuffer{max: 4096}}
-	w.cmd = exec.Command(self, "lua-policy-worker")
+	w.cmd = exec.Command(self)
+	w.cmd.Args = []string{"hapilot", "lua-policy-worker"} // what ps shows
 	// Nothing of the agent's environment: the worker needs none of it.
 	w.cmd.Env = []string{workerEnv + "=" + workerProto, "GOTRACEBACK=none"}
 	w.cmd.Stdin, w.cmd.Stdout, w.cmd.Stderr = inR, outW, w.stderr
-	// The worker dies with the agent, however the agent ends.
-	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// The worker dies with the agent, however the agent ends, and in a
+	// process group of its own takes no signal meant for the agent's.
+	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	err = w.cmd.Start()
 	inR.Close()
 	outW.Close()
