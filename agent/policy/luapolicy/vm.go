@@ -131,8 +131,6 @@ func (v *vm) decide(budget time.Duration, obs obsView) ([]rawAction, error) {
 	return actionsFrom(ret)
 }
 
-func (v *vm) close() { v.L.Close() }
-
 // kept counts the values reachable from t, stopping past limit.
 func kept(t *glua.LTable, limit int) int {
 	n := 0
