@@ -87,8 +87,10 @@ type Env struct {
 	AgentAddr string         // the agent's SPOE address
 	Daemon    *daemon.Daemon // nil when the agent is a process or absent
 	AuditLog  string         // the agent's --audit-log
-	// SignalAgent sends sig to the agent process (AgentBinary only).
+	// SignalAgent sends sig to the agent process, and AgentPID names it
+	// (AgentBinary only; 0 without).
 	SignalAgent func(sig os.Signal) error
+	AgentPID    func() int
 }
 
 // Outcome is what one run produced.
@@ -301,6 +303,14 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 				return fmt.Errorf("no agent process to signal")
 			}
 			return proc.Process.Signal(sig)
+		},
+		AgentPID: func() int {
+			procMu.Lock()
+			defer procMu.Unlock()
+			if proc == nil {
+				return 0
+			}
+			return proc.Process.Pid
 		}}
 	for at, f := range s.At {
 		wg.Add(1)
