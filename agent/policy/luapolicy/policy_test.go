@@ -188,8 +188,10 @@ func TestNeeds(t *testing.T) {
 }
 
 // A built-in that runs past the deadline (a pattern match of exponential
-// cost) is abandoned: the step gets an error at once, and the policy
-// makes no more calls. Before, the loop hung until the match ended.
+// cost) is abandoned: its worker is killed, the step gets an error at
+// once, and the policy makes no more calls. Before, the loop hung until
+// the match ended; then the abandoned call went on burning a CPU in the
+// agent; now the worker, and the match with it, is gone.
 func TestRunawayBuiltinIsAbandoned(t *testing.T) {
 	src := `function decide(obs) string.find(("a"):rep(200), ".-.-.-b") return {} end`
 	p, err := newPolicy("t.lua", src, zerolog.Nop())
@@ -206,6 +208,9 @@ func TestRunawayBuiltinIsAbandoned(t *testing.T) {
 	}
 	if d := time.Since(began); d > time.Second {
 		t.Fatalf("the steps waited %v for the runaway call", d)
+	}
+	if err := syscall.Kill(p.w.cmd.Process.Pid, 0); err == nil {
+		t.Fatal("the worker running the match is still alive")
 	}
 }
 
