@@ -310,18 +310,22 @@ func peakRSS(t *testing.T) uint64 {
 }
 
 // A script's memory is bounded, and not the agent's: a string doubled 29
-// times (512 MiB) or a table filled until the deadline ends in the
-// worker, at MaxMemory, and the policy breaks. Before, both ran in the
-// agent and took it to 1.8 GB.
+// times (512 MiB), a table filled until the deadline, or one kept in an
+// upvalue and grown every step (out of MaxKept's sight, which counts only
+// the globals) ends in the worker, at MaxMemory, and the policy breaks.
+// Before, they ran in the agent: the test process's peak RSS rose by
+// 2,438 MiB for the string alone.
 func TestScriptMemoryIsBounded(t *testing.T) {
 	tests := []struct {
 		name, src string
 		budget    time.Duration
 	}{
 		{"a string doubled 29 times", `function decide(obs) local s = "x" for i = 1, 29 do s = s .. s end return {} end`, 20 * time.Second},
-		{"a table filled until the deadline", `function decide(obs) local t, i = {}, 0 while true do i = i + 1 t[i] = i end end`, 20 * time.Second},
+		// Entries of 64 KiB each, so that the bound comes long before the
+		// deadline even under the race detector on a loaded machine.
+		{"a table filled until the deadline", `function decide(obs) local t, i = {}, 0 while true do i = i + 1 t[i] = ("x"):rep(65536) .. i end end`, 20 * time.Second},
 		{"a table kept in an upvalue, a step at a time", `local kept = {}
-function decide(obs) for i = 1, 2000000 do kept[#kept + 1] = i end return {} end`, 20 * time.Second},
+function decide(obs) for i = 1, 1000 do kept[#kept + 1] = ("x"):rep(65536) .. i end return {} end`, 20 * time.Second},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
