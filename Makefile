@@ -34,8 +34,9 @@ build:
 # The Debian package, built with dpkg-deb from a staged tree (no packaging
 # library: Debian's own tool makes exactly what dpkg installs). It holds the
 # agent (static, no cgo), its hardened systemd unit, /etc/hapilot/hapilot.conf
-# (a conffile: every setting commented at its default) and the drop-in
-# stanzas under /usr/share/doc/hapilot/examples.
+# (a conffile: every setting commented at its default), the audit log's
+# /etc/logrotate.d/hapilot (a conffile too) and the drop-in stanzas under
+# /usr/share/doc/hapilot/examples.
 DEB_ARCH    := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
 DEB_VERSION ?= 0.1.0~git$(shell git rev-list --count HEAD 2>/dev/null || echo 0).$(shell git rev-parse --short HEAD 2>/dev/null || echo none)
 DEB         := bin/hapilot_$(DEB_VERSION)_$(DEB_ARCH).deb
@@ -47,6 +48,7 @@ deb:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(DEB_ROOT)/usr/bin/hapilot ./cmd/hapilot
 	install -m 644 examples/hapilot.service $(DEB_ROOT)/lib/systemd/system/hapilot.service
 	install -m 644 examples/hapilot.conf $(DEB_ROOT)/etc/hapilot/hapilot.conf
+	install -D -m 644 cmd/hapilot/debian/logrotate $(DEB_ROOT)/etc/logrotate.d/hapilot
 	install -m 644 examples/haproxy*.cfg examples/hapilot-spoe*.conf lua/hapilot.lua $(DEB_DOC)/examples/
 	install -m 644 examples/policies/*.lua $(DEB_DOC)/examples/policies/
 	install -m 644 README.md $(DEB_DOC)/

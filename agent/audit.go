@@ -63,6 +63,10 @@ type Counters struct {
 	Triggered uint64
 	// Step durations in seconds.
 	DurationSum, DurationLast, DurationMax float64
+	// StateUnsaved: the last write of the state file failed;
+	// StateFailedWrites counts the failed writes.
+	StateUnsaved      bool
+	StateFailedWrites uint64
 }
 
 func (m *Counters) add(rec *Record, decisions []Decision, seconds float64) {

@@ -4,13 +4,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/internal/safefile"
 	"github.com/rs/zerolog"
 )
 
@@ -59,8 +63,10 @@ func (c *Change) holds(s haproxy.ServerState) bool {
 
 // Ledger owns the agent's changes: who changed each server, when, to
 // what, in which HAProxy epoch. Every transition is one method, and each
-// writes the state file, so the agent's own restarts lose nothing. It is
-// safe for concurrent use (the status server reads it).
+// writes the state file, so the agent's own restarts lose nothing: a
+// write that fails (a full disk) is tried again at every Flush until one
+// succeeds, and the ledger says it is unsaved meanwhile. It is safe for
+// concurrent use (the status server reads it).
 type Ledger struct {
 	file string // "" keeps the ledger in memory only
 	log  zerolog.Logger
@@ -69,8 +75,21 @@ type Ledger struct {
 	// until its state changes again (0: only while it differs from the
 	// configured state, as any operator's state).
 	OperatorHold time.Duration
+	// Now is the clock for the save status; nil means time.Now.
+	Now func() time.Time
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// aside, when set, is where the unreadable state file found at start
+	// is to be kept before anything is written over it.
+	aside     string
+	keptAside string // where it was kept
+	// unsaved: the last write of the state file failed, at since, with
+	// saveErr; failures counts every failed write.
+	unsaved  bool
+	since    time.Time
+	saveErr  error
+	failures uint64
+
 	epoch   string
 	changes map[Key]*Change
 	// holds keep a server the tail guard brought back to full weight from
@@ -88,15 +107,82 @@ type Override struct {
 	Weight     int       `json:"weight"`
 }
 
-// NewLedger reads file, if it exists, and returns the ledger it holds. A
-// file that cannot be read is logged and the ledger starts empty: the
-// servers it named then read as the operator's, which is the safe side.
+// MaxStateFile bounds the state file read at start: a change is a few
+// hundred bytes, and --max-servers of them fit many times over.
+const MaxStateFile = 16 << 20
+
+// OpenLedger reads file, if it exists, and returns the ledger it holds.
+// A path that is not a regular file (a FIFO, a link, a directory, a
+// device) is an error: the agent refuses to start on it, and checking it
+// never blocks. A file that cannot be read (truncated, of an unknown
+// version, too big) is logged, kept aside as FILE.bad-TIME, and the
+// ledger starts empty: the servers it named then read as the operator's,
+// which is the safe side.
+func OpenLedger(file string, log zerolog.Logger) (*Ledger, error) {
+	l := newLedger(file, log)
+	err := l.load()
+	if errors.Is(err, safefile.ErrNotRegular) {
+		return nil, fmt.Errorf("state file: %w", err)
+	}
+	if err != nil {
+		l.unreadable(err)
+	}
+	return l, nil
+}
+
+// NewLedger is OpenLedger for callers that cannot refuse to start: a
+// path that is not a regular file is kept aside like an unreadable one.
 func NewLedger(file string, log zerolog.Logger) *Ledger {
-	l := &Ledger{file: file, log: log, changes: map[Key]*Change{}, holds: map[Key]time.Time{}, overrides: map[Key]Override{}}
+	l := newLedger(file, log)
 	if err := l.load(); err != nil {
-		log.Error().Err(err).Str("file", file).Msg("cannot read the state file; starting with no record of earlier changes")
+		l.unreadable(err)
 	}
 	return l
+}
+
+func newLedger(file string, log zerolog.Logger) *Ledger {
+	return &Ledger{file: file, log: log, changes: map[Key]*Change{}, holds: map[Key]time.Time{}, overrides: map[Key]Override{}}
+}
+
+func (l *Ledger) now() time.Time {
+	if l.Now == nil {
+		return time.Now()
+	}
+	return l.Now()
+}
+
+// unreadable logs why the state file could not be read and keeps it
+// aside; if that fails, every write tries again first, so nothing
+// overwrites it.
+func (l *Ledger) unreadable(err error) {
+	l.aside = l.file + ".bad-" + l.now().UTC().Format("20060102T150405Z")
+	l.log.Error().Err(err).Str("file", l.file).Str("kept_as", l.aside).
+		Msg("cannot read the state file; keeping it aside, and starting with no record of earlier changes")
+	if err := l.keepAside(); err != nil {
+		l.log.Error().Err(err).Str("file", l.file).Msg("cannot keep the unreadable state file aside; nothing is written over it until it is")
+	}
+}
+
+// keepAside renames the unreadable state file to l.aside (or, if a file
+// of that name exists, l.aside.N), once. Called with l.mu held, or before
+// the ledger is shared.
+func (l *Ledger) keepAside() error {
+	if l.aside == "" {
+		return nil
+	}
+	to := l.aside
+	for i := 1; i <= 100; i++ {
+		if _, err := os.Lstat(to); err != nil {
+			break // free (or unreachable: the rename says why)
+		}
+		to = l.aside + "." + strconv.Itoa(i)
+	}
+	if err := os.Rename(l.file, to); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("keep the unreadable state file aside as %s: %w", to, err)
+	}
+	l.log.Warn().Str("file", l.file).Str("kept_as", to).Msg("the unreadable state file is kept aside")
+	l.aside, l.keptAside = "", to
+	return nil
 }
 
 // SetEpoch records the HAProxy processes now running; it reports the
@@ -313,12 +399,20 @@ func (l *Ledger) load() error {
 	if l.file == "" {
 		return nil
 	}
-	b, err := os.ReadFile(l.file)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+	f, err := safefile.Open(l.file, os.O_RDONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return nil // none yet (its folder is not one: the writes will say so)
 	}
 	if err != nil {
 		return err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxStateFile+1))
+	if err != nil {
+		return fmt.Errorf("state file %s: %w", l.file, err)
+	}
+	if len(b) > MaxStateFile {
+		return fmt.Errorf("state file %s: over %d bytes", l.file, MaxStateFile)
 	}
 	var st stateFile
 	if err := json.Unmarshal(b, &st); err != nil {
@@ -362,18 +456,76 @@ func (l *Ledger) load() error {
 	return nil
 }
 
-// save replaces the state file atomically. Called with l.mu held.
+// save replaces the state file atomically, after keeping an unreadable
+// one aside. A failure leaves the ledger unsaved, for Flush to try again.
+// Called with l.mu held.
 func (l *Ledger) save() {
 	if l.file == "" {
 		return
 	}
-	b, err := json.MarshalIndent(stateFile{Version: 2, Changes: l.changes, Holds: l.holds, Overrides: l.overrides}, "", "  ")
+	err := l.keepAside()
 	if err == nil {
-		err = replaceFile(l.file, append(b, '\n'))
+		var b []byte
+		b, err = json.MarshalIndent(stateFile{Version: 2, Changes: l.changes, Holds: l.holds, Overrides: l.overrides}, "", "  ")
+		if err == nil {
+			err = replaceFile(l.file, append(b, '\n'))
+		}
 	}
-	if err != nil {
-		l.log.Error().Err(err).Str("file", l.file).Msg("cannot write the state file")
+	switch {
+	case err == nil && l.unsaved:
+		l.log.Info().Str("file", l.file).Time("unsaved_since", l.since).Uint64("failed_writes", l.failures).Msg("the state file is saved again")
+		l.unsaved, l.saveErr = false, nil
+	case err == nil:
+	case !l.unsaved:
+		l.unsaved, l.since, l.saveErr = true, l.now(), err
+		l.failures++
+		l.log.Error().Err(err).Str("file", l.file).Msg("cannot write the state file; the agent's changes are unsaved, and it tries again every step")
+	default:
+		l.saveErr = err
+		l.failures++
+		l.log.Debug().Err(err).Str("file", l.file).Msg("cannot write the state file yet")
 	}
+}
+
+// Flush writes the state file again if the last write failed (or an
+// unreadable one is still to be kept aside), and reports where it stands.
+func (l *Ledger) Flush() SaveStatus {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.unsaved || l.aside != "" {
+		l.save()
+	}
+	return l.saveStatus()
+}
+
+// SaveStatus is where the state file stands, for /status and /metrics.
+type SaveStatus struct {
+	File string `json:"file"`
+	// Saved is false while the last write failed: the agent's changes
+	// since UnsavedSince are in memory only.
+	Saved        bool      `json:"saved"`
+	UnsavedSince time.Time `json:"unsaved_since,omitzero"`
+	Error        string    `json:"error,omitempty"`
+	// FailedWrites counts every failed write since the start.
+	FailedWrites uint64 `json:"failed_writes"`
+	// KeptAside is where an unreadable state file found at start was
+	// kept.
+	KeptAside string `json:"kept_aside,omitempty"`
+}
+
+// Saved reports where the state file stands.
+func (l *Ledger) Saved() SaveStatus {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.saveStatus()
+}
+
+func (l *Ledger) saveStatus() SaveStatus {
+	st := SaveStatus{File: l.file, Saved: !l.unsaved, FailedWrites: l.failures, KeptAside: l.keptAside}
+	if l.unsaved {
+		st.UnsavedSince, st.Error = l.since, l.saveErr.Error()
+	}
+	return st
 }
 
 // replaceFile writes data to a new file of a random name beside path

@@ -64,14 +64,42 @@ const recentDecisions = 64
 // MaxTriggered bounds the steps evidence may run between two ticks.
 const MaxTriggered = 3
 
-// theLedger is the loop's ledger, read from StateFile on first use.
+// theLedger is the loop's ledger, read from StateFile on first use
+// unless OpenState read it before.
 func (l *Loop) theLedger() *Ledger {
-	l.ledgerOnce.Do(func() {
-		l.ledger = NewLedger(l.StateFile, l.Log)
-		l.ledger.OperatorHold = l.OperatorHold
-	})
+	l.ledgerOnce.Do(func() { l.setLedger(NewLedger(l.StateFile, l.Log)) })
 	return l.ledger
 }
+
+func (l *Loop) setLedger(ledger *Ledger) {
+	ledger.OperatorHold = l.OperatorHold
+	if l.Clock != nil {
+		ledger.Now = l.Clock.Now
+	}
+	l.ledger = ledger
+}
+
+// OpenState reads the state file before the loop runs: a path that is
+// not a regular file (a FIFO, a link, a directory) is an error here, for
+// the agent to refuse to start (see OpenLedger). Without it, the first
+// use reads the file and keeps such a path aside.
+func (l *Loop) OpenState() error {
+	var err error
+	l.ledgerOnce.Do(func() {
+		var ledger *Ledger
+		if ledger, err = OpenLedger(l.StateFile, l.Log); err == nil {
+			l.setLedger(ledger)
+		}
+	})
+	if err != nil {
+		l.ledgerOnce = sync.Once{} // nothing was read: a later use reads again
+	}
+	return err
+}
+
+// FlushState writes the state file again if a write failed, and says
+// where it stands: each step starts with it, and the agent's exit.
+func (l *Loop) FlushState() SaveStatus { return l.theLedger().Flush() }
 
 // Run steps at start + k·interval until ctx ends. A step that overruns
 // its slot makes the loop skip the slots it missed (counted), never queue
@@ -203,6 +231,9 @@ func (l *Loop) Step(ctx context.Context) Record { return l.step(ctx, nil) }
 // recovery to the ticks.
 func (l *Loop) step(ctx context.Context, triggeredBy []Key) Record {
 	began := l.Clock.Now()
+	// A state file a write failed on is written again before anything
+	// else: its changes must not wait for the next one.
+	l.FlushState()
 	rec := l.begin(began)
 	rec.TriggeredBy = triggeredBy
 	obs, reapply, err := l.observe(ctx, began, rec.Cycle)
@@ -388,11 +419,19 @@ type Status struct {
 	// or refused or not: empty for a policy that cannot tell without
 	// deciding (the LLM, a Lua script).
 	Candidates []Key `json:"candidates"`
+	// StateFile is where the state file stands (saved, or unsaved since
+	// a failed write); absent without --state-file.
+	StateFile *SaveStatus `json:"state_file,omitempty"`
 }
 
 // Status is a copy of the loop's latest view, for people and scripts.
 func (l *Loop) Status() Status {
 	changes := l.Ledger()
+	var saved *SaveStatus
+	if l.StateFile != "" {
+		st := l.theLedger().Saved()
+		saved = &st
+	}
 	var ps any
 	if l.Policy.Status != nil {
 		ps = l.Policy.Status()
@@ -402,13 +441,16 @@ func (l *Loop) Status() Status {
 	return Status{
 		Policy: l.Policy.Name(), PolicyStatus: ps, Interval: l.Interval.String(), Cycle: l.cycle, Observed: l.last.Time,
 		Backends: l.last.Backends, Changes: changes, Decisions: append([]Decision(nil), l.recent...),
-		Candidates: append([]Key{}, l.candidates...),
+		Candidates: append([]Key{}, l.candidates...), StateFile: saved,
 	}
 }
 
-// Metrics is a copy of the loop's counters.
+// Metrics is a copy of the loop's counters, with the state file's.
 func (l *Loop) Metrics() Counters {
+	saved := l.theLedger().Saved()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.metrics
+	m := l.metrics
+	m.StateUnsaved, m.StateFailedWrites = !saved.Saved, saved.FailedWrites
+	return m
 }

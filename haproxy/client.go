@@ -10,7 +10,7 @@
 package haproxy
 
 import (
-	"bytes"
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -27,12 +27,21 @@ type Client struct {
 	DialTimeout time.Duration
 	// MaxReply bounds what one reply may hold.
 	MaxReply int64
+	// MaxRows bounds the rows of one `show stat` or `show servers state`
+	// reply, which are parsed as they arrive: a reply of more is refused
+	// at the first row past it, not read to its end.
+	MaxRows int
 }
+
+// DefaultMaxRows is MaxRows unless set: `show stat` has a row per
+// server, one per backend and one per frontend, so this leaves room for
+// several times the windows' default --max-servers (4,096).
+const DefaultMaxRows = 1 << 16
 
 // New returns a client for addr: "unix:/path", "tcp:host:port", an
 // absolute path (unix) or "host:port" (TCP).
 func New(addr string) (*Client, error) {
-	c := &Client{DialTimeout: 2 * time.Second, MaxReply: 32 << 20}
+	c := &Client{DialTimeout: 2 * time.Second, MaxReply: 32 << 20, MaxRows: DefaultMaxRows}
 	switch {
 	case strings.HasPrefix(addr, "unix:"):
 		c.network, c.address = "unix", addr[len("unix:"):]
@@ -71,62 +80,128 @@ func (e *CommandError) Error() string {
 // ErrConnection wraps failures to reach the socket or read a reply.
 var ErrConnection = errors.New("runtime socket unreachable")
 
+// ErrTooManyRows is a reply of more rows than MaxRows.
+var ErrTooManyRows = errors.New("reply has too many rows")
+
 var errTooLong = errors.New("reply too long")
 
 // Run sends one command and returns HAProxy's reply without the severity
 // preamble. Most callers want the typed methods.
 func (c *Client) Run(ctx context.Context, cmd string) (string, error) {
+	var reply string
+	err := c.stream(ctx, cmd, func(r *bufio.Reader) error {
+		var b strings.Builder
+		_, err := io.Copy(&b, r)
+		reply = b.String()
+		return err
+	})
+	return reply, err
+}
+
+// stream sends one command and hands HAProxy's reply, without the
+// severity preamble, to read as it arrives. A command that fails to
+// connect or loses its connection is tried once more; what read returns
+// of its own (a malformed reply, too many rows) is not, since the same
+// reply would come back.
+func (c *Client) stream(ctx context.Context, cmd string, read func(*bufio.Reader) error) error {
 	if strings.ContainsAny(cmd, "\n\r;") {
-		return "", fmt.Errorf("haproxy: refusing command with a separator: %q", cmd)
+		return fmt.Errorf("haproxy: refusing command with a separator: %q", cmd)
 	}
 	var lastErr error
 	for attempt := 0; attempt < 2; attempt++ {
 		if attempt > 0 {
 			select {
 			case <-ctx.Done():
-				return "", fmt.Errorf("haproxy: %s: %w (after %v)", cmd, ctx.Err(), lastErr)
+				return fmt.Errorf("haproxy: %s: %w (after %v)", cmd, ctx.Err(), lastErr)
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
-		reply, err := c.roundTrip(ctx, cmd)
-		if err == nil {
-			return reply, nil
+		err := c.roundTrip(ctx, cmd, read)
+		var conn *connError
+		if err == nil || !errors.As(err, &conn) {
+			return err
 		}
-		lastErr = err
-		if ctx.Err() != nil || errors.Is(err, errTooLong) {
+		lastErr = conn.err
+		if ctx.Err() != nil || errors.Is(lastErr, errTooLong) {
 			break // a reply too long would be too long again
 		}
 	}
-	return "", fmt.Errorf("haproxy: %s on %s: %w: %w", cmd, c.Addr(), ErrConnection, lastErr)
+	return fmt.Errorf("haproxy: %s on %s: %w: %w", cmd, c.Addr(), ErrConnection, lastErr)
 }
 
-func (c *Client) roundTrip(ctx context.Context, cmd string) (string, error) {
+// connError is a failure of the connection itself (dial, write, read,
+// the reply's bound), which stream may retry.
+type connError struct{ err error }
+
+func (e *connError) Error() string { return e.err.Error() }
+func (e *connError) Unwrap() error { return e.err }
+
+// connReader reads the reply within MaxReply and keeps the connection's
+// own error, so that a read callback's failure can be told from the
+// socket's.
+type connReader struct {
+	r    io.Reader
+	left int64 // bytes the reply may still hold
+	max  int64
+	err  error
+}
+
+func (cr *connReader) Read(p []byte) (int, error) {
+	if cr.left <= 0 {
+		// One byte past the bound tells a reply of exactly MaxReply from
+		// a longer one.
+		var one [1]byte
+		if n, _ := cr.r.Read(one[:]); n > 0 {
+			cr.err = fmt.Errorf("%w: over %d bytes", errTooLong, cr.max)
+			return 0, cr.err
+		}
+		return 0, io.EOF
+	}
+	if int64(len(p)) > cr.left {
+		p = p[:cr.left]
+	}
+	n, err := cr.r.Read(p)
+	cr.left -= int64(n)
+	if err != nil && err != io.EOF {
+		cr.err = err
+	}
+	return n, err
+}
+
+func (c *Client) roundTrip(ctx context.Context, cmd string, read func(*bufio.Reader) error) error {
 	d := net.Dialer{Timeout: c.DialTimeout}
 	conn, err := d.DialContext(ctx, c.network, c.address)
 	if err != nil {
-		return "", err
+		return &connError{err}
 	}
 	defer conn.Close()
+	// The context's end cuts the reply wherever it is, the parse with it.
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	if _, err := io.WriteString(conn, "set severity-output number; "+cmd+"\n"); err != nil {
-		return "", err
+		return &connError{err}
 	}
-	var buf bytes.Buffer
-	n, err := io.Copy(&buf, io.LimitReader(conn, c.MaxReply+1))
-	if err != nil {
-		return "", err
-	}
-	if n > c.MaxReply {
-		return "", fmt.Errorf("%w: over %d bytes", errTooLong, c.MaxReply)
-	}
+	cr := &connReader{r: conn, left: c.MaxReply, max: c.MaxReply}
+	r := bufio.NewReaderSize(cr, 64<<10)
 	// The first command answers with one empty line; a reply then ends
 	// with an empty line of its own.
-	out, ok := strings.CutPrefix(buf.String(), "\n")
-	if !ok {
-		return "", fmt.Errorf("unexpected reply start %q", truncate(buf.String()))
+	first, err := r.ReadByte()
+	switch {
+	case cr.err != nil:
+		return &connError{cr.err}
+	case err == io.EOF:
+		return &connError{fmt.Errorf("unexpected reply start %q", "")}
+	case err != nil:
+		return &connError{err}
+	case first != '\n':
+		head, _ := r.Peek(200)
+		return &connError{fmt.Errorf("unexpected reply start %q", truncate(string(first)+string(head)))}
 	}
-	return out, nil
+	err = read(r)
+	if cr.err != nil {
+		return &connError{cr.err}
+	}
+	return err
 }
 
 // failure returns the error a reply carries, if it starts with "[N]: ".
@@ -163,6 +238,30 @@ func (c *Client) runShow(ctx context.Context, cmd string) (string, error) {
 		return "", err
 	}
 	return reply, nil
+}
+
+// streamShow runs a command that prints data and hands its reply to read
+// as it arrives, failing on a marked reply first.
+func (c *Client) streamShow(ctx context.Context, cmd string, read func(*bufio.Reader) error) error {
+	err := c.stream(ctx, cmd, func(r *bufio.Reader) error {
+		// A failure is a short "[N]: text" reply: the data's own first
+		// line never starts so.
+		if head, _ := r.Peek(4); len(head) == 4 && head[0] == '[' && head[2] == ']' && head[3] == ':' {
+			msg, err := io.ReadAll(io.LimitReader(r, 4096))
+			if err != nil {
+				return err
+			}
+			if f := failure(cmd, string(msg)); f != nil {
+				return f
+			}
+		}
+		return read(r)
+	})
+	var ce *CommandError
+	if err != nil && !errors.As(err, &ce) && !errors.Is(err, ErrConnection) {
+		return fmt.Errorf("haproxy: %s: %w", cmd, err)
+	}
+	return err
 }
 
 // ValidName reports whether s can be put in a command as a backend or

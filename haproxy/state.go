@@ -1,9 +1,13 @@
 package haproxy
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/csv"
 	"fmt"
+	"io"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -69,36 +73,83 @@ func (s ServerState) Label() string {
 	return "ready"
 }
 
-// ShowServersState reads `show servers state` (every backend).
+// ShowServersState reads `show servers state` (every backend), parsing
+// it row by row as it arrives, within MaxRows.
 func (c *Client) ShowServersState(ctx context.Context) ([]ServerState, error) {
-	const cmd = "show servers state"
-	reply, err := c.runShow(ctx, cmd)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := ParseServersState(reply)
-	if err != nil {
-		return nil, fmt.Errorf("haproxy: %s: %w", cmd, err)
-	}
-	return rows, nil
+	var rows []ServerState
+	err := c.streamShow(ctx, "show servers state", func(r *bufio.Reader) (err error) {
+		rows, err = readServersState(ctx, r, c.maxRows())
+		return err
+	})
+	return rows, err
 }
+
+func (c *Client) maxRows() int {
+	if c.MaxRows <= 0 {
+		return DefaultMaxRows
+	}
+	return c.MaxRows
+}
+
+// MaxLine bounds one line of a `show servers state` reply (a server's
+// line is a few hundred bytes).
+const MaxLine = 64 << 10
 
 // ParseServersState parses the reply of `show servers state`: a format
 // version line (only version 1 exists), a "# " header naming the columns,
 // then one space-separated line per server.
 func ParseServersState(reply string) ([]ServerState, error) {
-	lines := strings.Split(strings.TrimRight(reply, "\n"), "\n")
-	if len(lines) < 2 {
-		return nil, fmt.Errorf("reply of %d lines, want a version and a header", len(lines))
+	return readServersState(context.Background(), bufio.NewReader(strings.NewReader(reply)), DefaultMaxRows)
+}
+
+// lineReader reads r line by line, each at most MaxLine bytes, counting
+// them for errors.
+type lineReader struct {
+	r *bufio.Reader
+	n int // lines read
+}
+
+// next returns the next line without its newline; io.EOF once none is
+// left. The line is valid until the next call.
+func (lr *lineReader) next() ([]byte, error) {
+	line, err := lr.r.ReadSlice('\n')
+	switch {
+	case err == bufio.ErrBufferFull || len(line) > MaxLine:
+		return nil, fmt.Errorf("line %d: over %d bytes", lr.n+1, MaxLine)
+	case err == io.EOF && len(line) == 0:
+		return nil, io.EOF
+	case err != nil && err != io.EOF:
+		return nil, err
 	}
-	if v := strings.TrimSpace(lines[0]); v != "1" {
+	lr.n++
+	return bytes.TrimSuffix(line, []byte("\n")), nil
+}
+
+func readServersState(ctx context.Context, r *bufio.Reader, maxRows int) ([]ServerState, error) {
+	if r.Size() < MaxLine {
+		r = bufio.NewReaderSize(r, MaxLine)
+	}
+	lr := &lineReader{r: r}
+	var first [2][]byte // the version line, then the header
+	for i := range first {
+		line, err := lr.next()
+		if err == io.EOF {
+			return nil, fmt.Errorf("reply of %d lines, want a version and a header", lr.n)
+		}
+		if err != nil {
+			return nil, err
+		}
+		first[i] = bytes.Clone(line)
+	}
+	version, hline := first[0], first[1]
+	if v := strings.TrimSpace(string(version)); v != "1" {
 		return nil, fmt.Errorf("unsupported format version %q", truncate(v))
 	}
-	if !strings.HasPrefix(lines[1], "# ") {
-		return nil, fmt.Errorf("no header line: %q", truncate(lines[1]))
+	if !bytes.HasPrefix(hline, []byte("# ")) {
+		return nil, fmt.Errorf("no header line: %q", truncate(string(hline)))
 	}
 	cols := map[string]int{}
-	header := strings.Fields(lines[1][2:])
+	header := strings.Fields(string(hline[2:]))
 	for i, name := range header {
 		if _, dup := cols[name]; dup {
 			return nil, fmt.Errorf("header names %s twice", truncate(name))
@@ -112,24 +163,39 @@ func ParseServersState(reply string) ([]ServerState, error) {
 		}
 	}
 	var out []ServerState
-	for i, line := range lines[2:] {
-		if strings.TrimSpace(line) == "" {
+	f := make([]string, 0, len(header))
+	for {
+		line, err := lr.next()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		f := strings.Fields(line)
+		if len(out) >= maxRows {
+			return nil, fmt.Errorf("%w: over %d", ErrTooManyRows, maxRows)
+		}
+		if len(out)%256 == 0 && ctx.Err() != nil {
+			return nil, fmt.Errorf("line %d: %w", lr.n, ctx.Err())
+		}
+		// One string per line, its fields cut from it: the names kept
+		// are cloned, so that no line outlives its row.
+		f = appendFields(f[:0], string(line))
 		if len(f) != len(header) {
-			return nil, fmt.Errorf("line %d: %d fields, header has %d", i+3, len(f), len(header))
+			return nil, fmt.Errorf("line %d: %d fields, header has %d", lr.n, len(f), len(header))
 		}
 		get := func(n string) string { return f[cols[n]] }
 		num := func(n string) (int, error) {
 			v, err := strconv.Atoi(get(n))
 			if err != nil {
-				return 0, fmt.Errorf("line %d: %s: %w", i+3, n, err)
+				return 0, fmt.Errorf("line %d: %s: %w", lr.n, n, err)
 			}
 			return v, nil
 		}
-		s := ServerState{Backend: get("be_name"), Server: get("srv_name"), Addr: get("srv_addr")}
-		var err error
+		s := ServerState{Backend: strings.Clone(get("be_name")), Server: strings.Clone(get("srv_name")), Addr: strings.Clone(get("srv_addr"))}
 		for _, p := range []struct {
 			name string
 			dst  *int
@@ -147,7 +213,23 @@ func ParseServersState(reply string) ([]ServerState, error) {
 		s.Port = min(max(s.Port, 0), 65535)
 		out = append(out, s)
 	}
-	return out, nil
+}
+
+// appendFields appends the space-separated fields of s to dst, as
+// strings.Fields does, without a new slice per line.
+func appendFields(dst []string, s string) []string {
+	for {
+		s = strings.TrimLeft(s, " \t\r\v\f")
+		if s == "" {
+			return dst
+		}
+		i := strings.IndexAny(s, " \t\r\v\f")
+		if i < 0 {
+			return append(dst, s)
+		}
+		dst = append(dst, s[:i])
+		s = s[i:]
+	}
 }
 
 // StatRow is one line of `show stat`, keyed by the header's column names.
@@ -160,52 +242,117 @@ func (r StatRow) Int(col string) int64 {
 }
 
 // ShowStat reads `show stat` and parses it by its header row, since
-// column positions move between HAProxy releases.
+// column positions move between HAProxy releases. Each row is a map of
+// every column: for tools; the agent reads ServerStats.
 func (c *Client) ShowStat(ctx context.Context) ([]StatRow, error) {
-	const cmd = "show stat"
-	reply, err := c.runShow(ctx, cmd)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := ParseStat(reply)
-	if err != nil {
-		return nil, fmt.Errorf("haproxy: %s: %w", cmd, err)
-	}
-	return rows, nil
+	var rows []StatRow
+	err := c.streamShow(ctx, "show stat", func(r *bufio.Reader) (err error) {
+		rows, err = readStat(ctx, r, c.maxRows())
+		return err
+	})
+	return rows, err
 }
 
 // ParseStat parses the CSV of `show stat`.
 func ParseStat(reply string) ([]StatRow, error) {
-	body, ok := strings.CutPrefix(reply, "# ")
-	if !ok {
-		return nil, fmt.Errorf("no header row: %q", truncate(reply))
+	return readStat(context.Background(), bufio.NewReader(strings.NewReader(reply)), DefaultMaxRows)
+}
+
+func readStat(ctx context.Context, r *bufio.Reader, maxRows int) ([]StatRow, error) {
+	var out []StatRow
+	err := statRows(ctx, r, maxRows, nil, func(header, rec []string) {
+		row := make(StatRow, len(header))
+		for j, name := range header {
+			row[name] = strings.Clone(rec[j])
+		}
+		out = append(out, row)
+	})
+	return out, err
+}
+
+// statRows reads the CSV of `show stat` from r line by line as it
+// arrives: the header row names the columns (their positions move
+// between releases), given to columns once; then each row goes to row,
+// its fields valid only during the call. More than maxRows rows, or
+// ctx's end, stops the read.
+func statRows(ctx context.Context, r *bufio.Reader, maxRows int, columns func(header []string), row func(header, rec []string)) error {
+	if head, err := r.Peek(2); err != nil || string(head) != "# " {
+		head, _ = r.Peek(200)
+		return fmt.Errorf("no header row: %q", truncate(string(head)))
 	}
-	r := csv.NewReader(strings.NewReader(body))
-	r.FieldsPerRecord = -1
-	r.LazyQuotes = true
-	recs, err := r.ReadAll()
+	r.Discard(2)
+	if r.Size() < MaxLine {
+		r = bufio.NewReaderSize(r, MaxLine)
+	}
+	lr := &lineReader{r: r}
+	line, err := lr.next()
+	if err == io.EOF || err == nil && len(line) == 0 {
+		return fmt.Errorf("empty header")
+	}
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if len(recs) == 0 {
-		return nil, fmt.Errorf("empty header")
+	header, err := splitCSV(nil, string(line))
+	if err != nil {
+		return fmt.Errorf("header: %w", err)
 	}
-	header := recs[0]
 	for len(header) > 0 && header[len(header)-1] == "" {
 		header = header[:len(header)-1] // the header ends with a comma
 	}
-	var out []StatRow
-	for i, rec := range recs[1:] {
-		if len(rec) < len(header) {
-			return nil, fmt.Errorf("row %d: %d fields, header has %d", i+1, len(rec), len(header))
-		}
-		row := make(StatRow, len(header))
-		for j, name := range header {
-			row[name] = rec[j]
-		}
-		out = append(out, row)
+	if columns != nil {
+		columns(header)
 	}
-	return out, nil
+	rec := make([]string, 0, len(header)+1)
+	for n := 0; ; {
+		line, err := lr.next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if len(line) == 0 {
+			continue
+		}
+		if n >= maxRows {
+			return fmt.Errorf("%w: over %d", ErrTooManyRows, maxRows)
+		}
+		if n%256 == 0 && ctx.Err() != nil {
+			return fmt.Errorf("row %d: %w", n+1, ctx.Err())
+		}
+		n++
+		if rec, err = splitCSV(rec[:0], string(line)); err != nil {
+			return fmt.Errorf("row %d: %w", n, err)
+		}
+		if len(rec) < len(header) {
+			return fmt.Errorf("row %d: %d fields, header has %d", n, len(rec), len(header))
+		}
+		row(header, rec)
+	}
+}
+
+// splitCSV appends the fields of one CSV line to dst. HAProxy quotes a
+// field only when it must (a comma or a quote in it), so most lines
+// split on commas; a line with a quote goes through encoding/csv.
+func splitCSV(dst []string, line string) ([]string, error) {
+	if !strings.Contains(line, `"`) {
+		for {
+			i := strings.IndexByte(line, ',')
+			if i < 0 {
+				return append(dst, line), nil
+			}
+			dst = append(dst, line[:i])
+			line = line[i+1:]
+		}
+	}
+	cr := csv.NewReader(strings.NewReader(line))
+	cr.FieldsPerRecord = -1
+	cr.LazyQuotes = true
+	rec, err := cr.Read()
+	if err == io.EOF {
+		return dst, nil
+	}
+	return append(dst, rec...), err
 }
 
 // ServerStat is what the agent reads of one server's `show stat` row.
@@ -262,18 +409,75 @@ func ServerStats(rows []StatRow) []ServerStat {
 		for i, col := range hrspColumns {
 			c.Hrsp[i] = r.Int(col)
 		}
+		if len(out) == cap(out) {
+			out = slices.Grow(out, len(out)) // doubling: append's 1.25 on a big slice copies it many times over
+		}
 		out = append(out, ServerStat{Backend: r["pxname"], Server: r["svname"], MaxConn: int(r.Int("slim")), RespTimeMs: int(r.Int("rtime")), Counters: c})
 	}
 	return out
 }
 
-// ServerStats reads `show stat` and returns its server rows, typed.
+// ServerStats reads `show stat` and returns its server rows, typed. The
+// reply is parsed as it arrives, keeping only the columns the agent reads:
+// a reply's size in memory is its servers', not its text's.
 func (c *Client) ServerStats(ctx context.Context) ([]ServerStat, error) {
-	rows, err := c.ShowStat(ctx)
+	var out []ServerStat
+	err := c.streamShow(ctx, "show stat", func(r *bufio.Reader) (err error) {
+		out, err = readServerStats(ctx, r, c.maxRows())
+		return err
+	})
+	return out, err
+}
+
+// statColumns are the columns ServerStat reads.
+var statColumns = append([]string{"pxname", "svname", "slim", "rtime", "req_tot", "wretr", "wredis", "qtime", "ttime",
+	"qtime_max", "rtime_max", "ttime_max", "scur", "qcur"}, hrspColumns[:]...)
+
+func readServerStats(ctx context.Context, r *bufio.Reader, maxRows int) ([]ServerStat, error) {
+	var out []ServerStat
+	idx := make(map[string]int, len(statColumns))
+	err := statRows(ctx, r, maxRows, func(header []string) {
+		for _, name := range statColumns {
+			idx[name] = slices.Index(header, name) // -1: missing, reads as 0
+		}
+	}, func(_, rec []string) {
+		get := func(col string) string {
+			if i := idx[col]; i >= 0 {
+				return rec[i]
+			}
+			return ""
+		}
+		num := func(col string) int64 {
+			f := get(col)
+			if f == "" {
+				return 0 // an empty column is common: no parse, no error to allocate
+			}
+			v, _ := strconv.ParseInt(f, 10, 64)
+			return v
+		}
+		sv := get("svname")
+		if sv == "BACKEND" || sv == "FRONTEND" {
+			return
+		}
+		c := StatCounters{
+			ReqTot: num("req_tot"), Wretr: num("wretr"), Wredis: num("wredis"),
+			QTime: int(num("qtime")), TTime: int(num("ttime")),
+			QTimeMax: int(num("qtime_max")), RTimeMax: int(num("rtime_max")), TTimeMax: int(num("ttime_max")),
+			Scur: int(num("scur")), Qcur: int(num("qcur")),
+		}
+		for i, col := range hrspColumns {
+			c.Hrsp[i] = num(col)
+		}
+		if len(out) == cap(out) {
+			out = slices.Grow(out, len(out)) // doubling: append's 1.25 on a big slice copies it many times over
+		}
+		out = append(out, ServerStat{Backend: strings.Clone(get("pxname")), Server: strings.Clone(sv), MaxConn: int(num("slim")),
+			RespTimeMs: int(num("rtime")), Counters: c})
+	})
 	if err != nil {
 		return nil, err
 	}
-	return ServerStats(rows), nil
+	return out, nil
 }
 
 // Info is the part of `show info` that identifies a running HAProxy.

@@ -66,6 +66,12 @@ func WriteLoopMetrics(w io.Writer, l *agent.Loop) {
 	promtext.Counter(w, "hapilot_command_errors_total", "Runtime commands HAProxy failed or never answered.", m.CommandErrors)
 	promtext.Counter(w, "hapilot_policy_errors_total", "Steps whose policy returned an error.", m.PolicyErrors)
 	promtext.Counter(w, "hapilot_state_errors_total", "Steps that could not read server states.", m.StateErrors)
+	unsaved := 0
+	if m.StateUnsaved {
+		unsaved = 1
+	}
+	promtext.Gauge(w, "hapilot_state_unsaved", "1 while the last write of the state file failed: the agent's changes since are in memory only, and it tries again every step.", unsaved)
+	promtext.Counter(w, "hapilot_state_failed_writes_total", "Writes of the state file that failed.", m.StateFailedWrites)
 	promtext.Gauge(w, "hapilot_goroutines", "Goroutines running in the agent.", runtime.NumGoroutine())
 	if l.Policy.Metrics != nil {
 		l.Policy.Metrics(w)

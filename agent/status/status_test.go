@@ -171,3 +171,34 @@ func TestStatusShowsTheFleet(t *testing.T) {
 		})
 	}
 }
+
+// While the state file cannot be written (here its folder does not
+// exist), /status says it is unsaved and since when, and /metrics counts
+// it.
+func TestUnsavedStateShown(t *testing.T) {
+	rt := fakes.NewRuntime("s1", "s2", "s3")
+	l := &agent.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second, StateFile: t.TempDir() + "/gone/state.json"},
+		Policy: agent.PolicyOf(drainOnce{"s2"}), Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
+	l.Step(context.Background())
+	s := &Server{Loop: l}
+	get := func(path string) string {
+		var ctx fasthttp.RequestCtx
+		ctx.Request.Header.SetMethod("GET")
+		ctx.Request.SetRequestURI(path)
+		s.Handler(&ctx)
+		return string(ctx.Response.Body())
+	}
+	var st struct {
+		StateFile *agent.SaveStatus `json:"state_file"`
+	}
+	if err := json.Unmarshal([]byte(get("/status")), &st); err != nil || st.StateFile == nil || st.StateFile.Saved ||
+		!st.StateFile.UnsavedSince.Equal(time.Unix(1000, 0)) || !strings.Contains(st.StateFile.Error, "no such file") {
+		t.Fatalf("status state_file %+v, %v", st.StateFile, err)
+	}
+	m := get("/metrics")
+	for _, want := range []string{"hapilot_state_unsaved 1\n", "hapilot_state_failed_writes_total 1\n"} {
+		if !strings.Contains(m, want) {
+			t.Fatalf("metrics lack %q:\n%s", want, m)
+		}
+	}
+}

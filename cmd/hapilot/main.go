@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"sync"
 	"syscall"
 
 	"github.com/hapilot/hapilot/internal/config"
@@ -54,10 +55,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// SIGHUP never stops hapilot: `run` reopens its audit log on it (what
+	// logrotate sends), every other command ignores it. Go's default for
+	// it is to exit, which skipped --on-exit.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	var err error
 	switch args[0] {
 	case "run":
-		err = cmdRun(ctx, args[1:], stderr)
+		err = cmdRun(ctx, args[1:], stderr, hup)
 	case "check":
 		err = cmdCheck(args[1:], stdout, stderr)
 	case "calibrate":
@@ -160,7 +167,9 @@ func newLogger(c *config.Config, stderr io.Writer) (zerolog.Logger, error) {
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
 }
 
-func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
+// cmdRun runs the agent until ctx ends (SIGINT, SIGTERM); each signal on
+// hup reopens its audit log meanwhile.
+func cmdRun(ctx context.Context, args []string, stderr io.Writer, hup <-chan os.Signal) error {
 	c, err := parse("run", args, stderr)
 	if err != nil {
 		return err
@@ -173,7 +182,24 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return d.Serve(ctx)
+	served := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // owned here: stopped once Serve returns, and waited for
+		defer wg.Done()
+		for {
+			select {
+			case <-served:
+				return
+			case <-hup:
+				d.Reopen()
+			}
+		}
+	}()
+	err = d.Serve(ctx)
+	close(served)
+	wg.Wait()
+	return err
 }
 
 func cmdCheck(args []string, stdout, stderr io.Writer) error {

@@ -37,11 +37,14 @@ type Config struct {
 	HAProxySockets []string
 	// Loop is the control loop's own settings: its interval, evidence
 	// checks, state file and operator hold.
-	Loop         agent.Settings
-	Window       time.Duration
-	Policy       PolicyName
-	PolicyFile   string
-	MaxServers   int
+	Loop       agent.Settings
+	Window     time.Duration
+	Policy     PolicyName
+	PolicyFile string
+	MaxServers int
+	// MaxStatRows bounds the rows of one `show stat` or `show servers
+	// state` reply, which are parsed as they arrive (haproxy.Client).
+	MaxStatRows  int
 	StatusListen string
 	// StatusToken, when set, is required of every request to the status
 	// endpoints; it must be set when they listen beyond loopback.
@@ -67,6 +70,8 @@ type Config struct {
 const (
 	MaxWindow       = time.Hour
 	MaxWindowMemory = 1 << 30
+	// MaxStatRows is the highest --max-stat-rows.
+	MaxStatRows = 1 << 20
 )
 
 // PolicyName names the policy that decides.
@@ -148,6 +153,7 @@ func Default() Config {
 	return Config{
 		SPOEListen: "unix:/run/hapilot/spoe.sock", HAProxySockets: []string{"/run/haproxy/admin.sock"},
 		Loop: agent.DefaultSettings(), Window: 60 * time.Second, Policy: PolicyRules, MaxServers: 4096,
+		MaxStatRows:  haproxy.DefaultMaxRows,
 		StatusListen: "127.0.0.1:9310", LogFormat: LogAuto, LogLevel: "info", OnExit: OnExitKeep,
 		Stats: ingest.DefaultStatsConfig(),
 		Guard: agent.DefaultGuardrails(), Rules: rules.DefaultConfig(), Recovery: recovery.DefaultConfig(), LLM: llm.DefaultConfig(),
@@ -190,6 +196,7 @@ func Register(fs *flag.FlagSet) *Config {
 	fs.Var(&c.Policy, "policy", "decision policy: "+enum.Join(Policies...))
 	fs.StringVar(&c.PolicyFile, "policy-file", c.PolicyFile, "lua: the script defining decide(obs) (see examples/policies)")
 	fs.IntVar(&c.MaxServers, "max-servers", c.MaxServers, "most backend/server series kept; events for more are counted and dropped")
+	fs.IntVar(&c.MaxStatRows, "max-stat-rows", c.MaxStatRows, "most rows one reply of show stat or show servers state may hold (a row per server, backend and frontend); a longer reply is refused, and that step reads nothing")
 	fs.StringVar(&c.StatusListen, "status-listen", c.StatusListen, "address of the read-only /status and /metrics endpoints (\"off\" to disable)")
 	fs.StringVar(&c.StatusToken, "status-token", c.StatusToken, "token every request to the live page, /status, /series and /metrics must carry (Authorization: Bearer TOKEN, or ?token=TOKEN); required beyond loopback. Keep it in the config file (mode 0640), not on the command line")
 	fs.StringVar(&c.AuditLog, "audit-log", c.AuditLog, "file that receives one JSON line per control-loop step")
@@ -354,6 +361,11 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxServers < 1 {
 		errs = append(errs, fmt.Errorf("max-servers %d must be positive", c.MaxServers))
+	}
+	// A server needs a row in each reply, and a bound past a million rows
+	// bounds nothing a step could read in time.
+	if c.MaxStatRows < c.MaxServers || c.MaxStatRows > MaxStatRows {
+		errs = append(errs, fmt.Errorf("max-stat-rows %d: want from max-servers (%d) to %d", c.MaxStatRows, c.MaxServers, MaxStatRows))
 	}
 	if len(c.HAProxySockets) == 0 {
 		errs = append(errs, errors.New("no haproxy-socket"))

@@ -112,6 +112,8 @@ func TestInvalid(t *testing.T) {
 		{"NaN p99 guard", "", []string{"--p99-guard", "NaN"}, "p99-guard"},
 		{"a window of a million hours", "", []string{"--window", "1000000h"}, "want 1s to 1h0m0s"},
 		{"a window too big for max-servers", "", []string{"--window", "1h", "--max-servers", "4096"}, "MiB of buckets"},
+		{"stat rows below max-servers", "", []string{"--max-stat-rows", "100"}, "max-stat-rows 100: want from max-servers (4096) to 1048576"},
+		{"stat rows past a million", "", []string{"--max-stat-rows", "2000000"}, "max-stat-rows 2000000"},
 		{"negative operator hold", "", []string{"--operator-hold", "-1s"}, "operator-hold"},
 		{"shadow beside another policy", "", []string{"--policy", "llm", "--model", "m", "--shadow"}, "--shadow contradicts --policy llm"},
 		{"shadow beside lua", "", []string{"--policy", "lua", "--policy-file", "x.lua", "--shadow"}, "--shadow contradicts --policy lua"},

@@ -10,11 +10,9 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
@@ -25,6 +23,7 @@ import (
 	"github.com/hapilot/hapilot/agent/recovery"
 	"github.com/hapilot/hapilot/agent/status"
 	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/internal/auditlog"
 	"github.com/hapilot/hapilot/internal/config"
 	"github.com/hapilot/hapilot/internal/ingest"
 	"github.com/hapilot/hapilot/internal/netx"
@@ -54,7 +53,7 @@ type Daemon struct {
 	spoeLn   net.Listener
 	luaLn    net.Listener
 	statusLn net.Listener
-	audit    io.WriteCloser
+	audit    *auditlog.File // nil without --audit-log
 	// parts are what Serve runs, each opened in New, serving until the
 	// agent stops, and released by Close.
 	parts     []component
@@ -118,8 +117,12 @@ func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
 	for _, s := range c.HAProxySockets {
 		cl, err := haproxy.New(s)
 		if err != nil {
+			if pol.Close != nil {
+				pol.Close() // a Lua policy's worker
+			}
 			return nil, err
 		}
+		cl.MaxRows = c.MaxStatRows
 		runtimes = append(runtimes, cl)
 		sources = append(sources, cl)
 		d.clients = append(d.clients, cl)
@@ -135,6 +138,12 @@ func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
 	d.Loop = &agent.Loop{
 		Settings: c.Loop, Clock: agent.RealClock{}, Policy: pol, Guard: c.Guard,
 		Runtimes: runtimes, Windows: d.Store, Log: log.With().Str("component", "loop").Logger(),
+	}
+	// The state file is read now: a path that is not a regular file (a
+	// FIFO would block the first step's read for good) stops the start.
+	if err := d.Loop.OpenState(); err != nil {
+		d.Close()
+		return nil, err
 	}
 	if c.Recovery.Mode != recovery.ModeOff {
 		d.readmit = recovery.New(c.Recovery, nil, log.With().Str("component", "recovery").Logger())
@@ -181,11 +190,12 @@ func (d *Daemon) listen() error {
 	c, log := &d.Config, d.log
 	var err error
 	if c.AuditLog != "" {
-		// O_NOFOLLOW: a link planted at the audit log's path is refused,
-		// never appended through.
-		f, err := os.OpenFile(c.AuditLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0o640)
+		// A regular file only, checked without blocking: a link planted at
+		// the path is refused, never appended through, and a FIFO is
+		// refused at once instead of blocking the start.
+		f, err := auditlog.Open(c.AuditLog)
 		if err != nil {
-			return fmt.Errorf("audit log %s (a symbolic link is refused): %w", c.AuditLog, err)
+			return err
 		}
 		d.audit, d.Loop.Audit = f, f
 	}
@@ -287,7 +297,8 @@ func (d *Daemon) ingestFigures() []figure {
 			figure{"hapilot_stats_resets_total", "Server counters found lower than before (clear counters).", false, c.Resets.Load()},
 			figure{"hapilot_stats_reloads_total", "HAProxy processes replaced behind a socket (reload, restart).", false, c.Reloads.Load()},
 			figure{"hapilot_stats_answers_total", "Answers recorded from HAProxy's counters.", false, c.Answers.Load()},
-			figure{"hapilot_stats_retried_total", "Retried attempts (wretr) recorded as failures of their server.", false, c.Retried.Load()})
+			figure{"hapilot_stats_retried_total", "Retried attempts (wretr) recorded as failures of their server.", false, c.Retried.Load()},
+			figure{"hapilot_stats_clamped_total", "Server rows whose counters gained more than their period could hold, recorded at the bound.", false, c.Clamped.Load()})
 	}
 	return append(fs,
 		figure{"hapilot_window_series", "Backend/server series held.", true, uint64(d.Store.Len())},
@@ -365,11 +376,14 @@ func (d *Daemon) StatusAddr() string {
 }
 
 // Serve runs ingest, the loop and the status server until ctx ends or
-// one of them fails.
+// one of them fails. However it ends, --on-exit is done before it
+// returns, and the state file is written one last time if a write had
+// failed.
 func (d *Daemon) Serve(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer d.Close()
+	defer d.exit()
 	if err := d.preflight(ctx); err != nil {
 		return err
 	}
@@ -408,18 +422,45 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		Str("stats_poll", statsPoll(d.Config)).Str("fleet", d.fleetLine()).
 		Str("policy", string(d.Config.Chosen())).Dur("interval", d.Config.Loop.Interval).Msg("hapilot running")
 	wg.Wait()
-	if d.Config.OnExit == config.OnExitRestore {
-		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		results := d.Loop.Undo(uctx)
-		cancel()
-		d.log.Info().Int("commands", len(results)).Msg("--on-exit restore: the agent's changes undone")
-	}
 	close(errs)
 	var all []error
 	for err := range errs {
 		all = append(all, err)
 	}
 	return errors.Join(all...)
+}
+
+// OnExitTimeout bounds --on-exit restore's commands.
+const OnExitTimeout = 5 * time.Second
+
+// exit does what the agent does however it stops: --on-exit restore
+// readies every server it changed, and a state file a write failed on
+// gets one last try, its loss logged if that fails too.
+func (d *Daemon) exit() {
+	if d.Config.OnExit == config.OnExitRestore {
+		uctx, cancel := context.WithTimeout(context.Background(), OnExitTimeout)
+		results := d.Loop.Undo(uctx)
+		cancel()
+		d.log.Info().Int("commands", len(results)).Msg("--on-exit restore: the agent's changes undone")
+	}
+	if st := d.Loop.FlushState(); !st.Saved {
+		d.log.Error().Str("file", st.File).Time("unsaved_since", st.UnsavedSince).Str("error", st.Error).
+			Msg("stopping with the state file unsaved: the changes since are lost to the next start")
+	}
+}
+
+// Reopen opens the audit log again at its path: after logrotate moved it
+// away (SIGHUP), the agent writes a new one. A path it cannot open leaves
+// the log where it was, logged.
+func (d *Daemon) Reopen() {
+	if d.audit == nil {
+		return
+	}
+	if err := d.audit.Reopen(); err != nil {
+		d.log.Error().Err(err).Msg("cannot reopen the audit log; still writing to the file it was")
+		return
+	}
+	d.log.Info().Str("audit_log", d.audit.Path()).Msg("audit log reopened")
 }
 
 // Warnings lists what an operator should fix, for /status.

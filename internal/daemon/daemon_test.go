@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -113,6 +114,61 @@ func TestAuditLinkRefusedAndStatusWarned(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Close()
+}
+
+// A state file or an audit log that is not a regular file is refused at
+// start with a clear error, at once. Before, a FIFO as --audit-log
+// blocked the start in open (no listener, SIGTERM ignored), and one as
+// --state-file blocked the first step's read and /status with it.
+func TestNonRegularFilesRefusedAtStart(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A reader on a second FIFO: opening it for writing then succeeds, and
+	// only the check after the open can tell it from a file.
+	readFifo := filepath.Join(dir, "read-fifo")
+	if err := syscall.Mkfifo(readFifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reader, err := os.OpenFile(readFifo, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"state file is a FIFO", []string{"--state-file", fifo}, "is a FIFO"},
+		{"state file is a directory", []string{"--state-file", dir}, "is a directory"},
+		{"audit log is a FIFO no one reads", []string{"--audit-log", fifo}, "is a FIFO"},
+		{"audit log is a FIFO someone reads", []string{"--audit-log", readFifo}, "is a FIFO"},
+		{"audit log is a character device", []string{"--audit-log", "/dev/null"}, "is a character device"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := parseConfig(t, append([]string{"--spoe-listen", "off", "--status-listen", "off", "--haproxy-socket", "/nonexistent.sock"}, tc.args...))
+			done := make(chan error, 1)
+			go func() {
+				d, err := New(*c, zerolog.Nop())
+				if err == nil {
+					d.Close()
+				}
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "not a regular file") {
+					t.Fatalf("err %v, want %q", err, tc.want)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the start blocked")
+			}
+		})
+	}
 }
 
 // With no response reported, the warning names each path the agent

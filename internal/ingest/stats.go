@@ -82,7 +82,22 @@ type StatCounters struct {
 	Reloads atomic.Uint64 // a process replaced by a new one (reload, restart)
 	Answers atomic.Uint64 // answers recorded (StatCounts)
 	Retried atomic.Uint64 // retried attempts recorded
+	// Clamped counts counter gains above what their period could hold
+	// (MaxGainPerSecond), recorded at that bound.
+	Clamped atomic.Uint64
 }
+
+// MaxGainPerSecond bounds what one counter of one server may gain in a
+// second: 2^20, a bucket's most per event (window.MaxCount). No HAProxy
+// process answers a million requests a second for one server; a gain
+// above it comes from something else (a counter that jumps by 2^62), and
+// is recorded at the bound and counted, so that the period's work stays
+// one event per second and class.
+const MaxGainPerSecond = window.MaxCount
+
+// MaxSpread bounds the seconds a gain is spread over: no window holds
+// more than an hour, and the seconds before it would only be dropped.
+const MaxSpread = 3600
 
 // StatPoller turns HAProxy's cumulative per-server counters into counted
 // events in the windows: every Period it reads `show info` and `show stat`
@@ -273,14 +288,20 @@ func (p *StatPoller) record(r haproxy.ServerStat, gain haproxy.StatCounters, sin
 	if !spread {
 		secs = 1
 	}
-	emit := func(ev window.Event, n int64) {
+	var clamped bool
+	// emit records n events of ev's kind and returns how many it took.
+	emit := func(ev window.Event, n int64) int64 {
+		if n > MaxGainPerSecond*secs {
+			n, clamped = MaxGainPerSecond*secs, true
+		}
 		base, rem := n/secs, n%secs
-		for i := int64(0); i < secs; i++ {
+		// Only the last MaxSpread seconds can land in a window.
+		for i := max(secs-MaxSpread, 0); i < secs; i++ {
 			c := base
 			if i >= secs-rem {
 				c++ // the remainder goes to the latest seconds
 			}
-			for c > 0 {
+			for c > 0 { // at most twice: c is within MaxGainPerSecond+1
 				k := min(c, window.MaxCount)
 				ev.Count = int(k)
 				if spread {
@@ -291,19 +312,29 @@ func (p *StatPoller) record(r haproxy.ServerStat, gain haproxy.StatCounters, sin
 				c -= k
 			}
 		}
+		return n
 	}
+	defer func() {
+		if !clamped {
+			return
+		}
+		// Warned the first time and every hundredth: a socket that sends
+		// such counters every poll must not flood the log.
+		if n := p.Counters.Clamped.Add(1); n == 1 || n%100 == 0 {
+			p.Log.Warn().Uint64("clamped_so_far", n).Str("backend", r.Backend).Str("server", r.Server).Int64("seconds", secs).
+				Msg("stats path: a counter gained more than its period could hold; recorded at the bound")
+		}
+	}()
 	be, srv := []byte(r.Backend), []byte(r.Server)
 	if p.Mode != StatRetries {
 		for i, n := range gain.Hrsp {
 			if n > 0 {
-				emit(window.Event{Backend: be, Server: srv, Status: statuses[i], ResponseMs: r.RespTimeMs}, n)
-				p.Counters.Answers.Add(uint64(n))
+				p.Counters.Answers.Add(uint64(emit(window.Event{Backend: be, Server: srv, Status: statuses[i], ResponseMs: r.RespTimeMs}, n)))
 			}
 		}
 	}
 	if gain.Wretr > 0 {
-		emit(window.Event{Backend: be, Server: srv, Retried: true, ResponseMs: -1}, gain.Wretr)
-		p.Counters.Retried.Add(uint64(gain.Wretr))
+		p.Counters.Retried.Add(uint64(emit(window.Event{Backend: be, Server: srv, Retried: true, ResponseMs: -1}, gain.Wretr)))
 	}
 }
 

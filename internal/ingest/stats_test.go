@@ -198,3 +198,55 @@ func TestStatPollerSpreadsALongPeriod(t *testing.T) {
 		t.Fatalf("window %+v: want 155 requests, 3 5xx, about 10 a second", st)
 	}
 }
+
+// A counter that jumps by 2^62 between two reads one second apart is
+// recorded at what a second can hold (MaxGainPerSecond) and counted, and
+// the poll returns at once. Before, the gain was recorded 2^20 at a time:
+// 2^42 passes, the stats path stalled for every socket.
+func TestStatPollerClampsImpossibleGains(t *testing.T) {
+	tests := []struct {
+		name                  string
+		gap                   time.Duration
+		ok, retried           int64 // app/a's gains
+		wantOK, wantRetried   uint64
+		wantClamped, wantRest uint64 // app/b gains 50 answers each time
+	}{
+		{"2^62 answers and retries in a second", time.Second, 1 << 62, 1 << 62, MaxGainPerSecond, MaxGainPerSecond, 1, 50},
+		{"just within a second's bound", time.Second, MaxGainPerSecond, 0, MaxGainPerSecond, 0, 0, 50},
+		// Two hours between reads: only the last hour can land in a
+		// window, and the poll does not walk the seconds before it.
+		{"two hours between reads", 2 * time.Hour, 7200, 0, 3600, 0, 0, 50},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			now := time.Unix(40_000, 0)
+			store := window.New(time.Hour, 16, func() time.Time { return now })
+			src := &statSource{addr: "unix:/run/haproxy/admin.sock", info: haproxy.Info{Pid: 1, StartTime: 1}}
+			p := &StatPoller{Sources: []StatSource{src}, Sink: store, Mode: StatCounts, Log: zerolog.Nop(), Now: func() time.Time { return now }}
+			src.rows = []haproxy.ServerStat{row("a", 0, 0, 0, 3), row("b", 100, 0, 0, 3)}
+			p.Poll(context.Background())
+			now = now.Add(tt.gap)
+			src.rows = []haproxy.ServerStat{row("a", tt.ok, 0, tt.retried, 3), row("b", 150, 0, 0, 3)}
+			done := make(chan struct{})
+			go func() { p.Poll(context.Background()); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the poll did not return in 10 s")
+			}
+			got := map[string]window.Stats{}
+			for _, st := range store.Snapshot(0) {
+				got[st.Server] = st
+			}
+			if a := got["a"]; a.Requests != tt.wantOK+tt.wantRetried || a.Retried != tt.wantRetried {
+				t.Errorf("a: %d requests, %d retried; want %d and %d", a.Requests, a.Retried, tt.wantOK+tt.wantRetried, tt.wantRetried)
+			}
+			if b := got["b"]; b.Requests != tt.wantRest {
+				t.Errorf("b: %d requests, want %d: a clamp elsewhere must not change it", b.Requests, tt.wantRest)
+			}
+			if n := p.Counters.Clamped.Load(); n != tt.wantClamped {
+				t.Errorf("clamped %d, want %d", n, tt.wantClamped)
+			}
+		})
+	}
+}

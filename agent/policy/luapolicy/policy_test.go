@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -186,8 +188,10 @@ func TestNeeds(t *testing.T) {
 }
 
 // A built-in that runs past the deadline (a pattern match of exponential
-// cost) is abandoned: the step gets an error at once, and the policy
-// makes no more calls. Before, the loop hung until the match ended.
+// cost) is abandoned: its worker is killed, the step gets an error at
+// once, and the policy makes no more calls. Before, the loop hung until
+// the match ended; then the abandoned call went on burning a CPU in the
+// agent; now the worker, and the match with it, is gone.
 func TestRunawayBuiltinIsAbandoned(t *testing.T) {
 	src := `function decide(obs) string.find(("a"):rep(200), ".-.-.-b") return {} end`
 	p, err := newPolicy("t.lua", src, zerolog.Nop())
@@ -196,7 +200,7 @@ func TestRunawayBuiltinIsAbandoned(t *testing.T) {
 	}
 	defer p.Close()
 	began := time.Now()
-	if _, err := p.Decide(stepContext(t, 100*time.Millisecond), agent.Observation{}); err == nil || !strings.Contains(err.Error(), "abandoned") {
+	if _, err := p.Decide(stepContext(t, 100*time.Millisecond), agent.Observation{}); err == nil || !strings.Contains(err.Error(), "its worker was killed") {
 		t.Fatalf("err %v", err)
 	}
 	if _, err := p.Decide(stepContext(t, 100*time.Millisecond), agent.Observation{}); err == nil {
@@ -204,6 +208,9 @@ func TestRunawayBuiltinIsAbandoned(t *testing.T) {
 	}
 	if d := time.Since(began); d > time.Second {
 		t.Fatalf("the steps waited %v for the runaway call", d)
+	}
+	if err := syscall.Kill(p.w.cmd.Process.Pid, 0); err == nil {
+		t.Fatal("the worker running the match is still alive")
 	}
 }
 
@@ -240,5 +247,187 @@ func TestSandboxLimits(t *testing.T) {
 		if _, err := p.Decide(context.Background(), agent.Observation{}); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A script cannot crash the agent. Here decide puts a metatable on _G
+// whose __index raises, then removes itself: the next step's lookup of
+// decide ran that __index outside any protected call, and the panic took
+// the agent down (exit code 2). Every call into the VM is protected now,
+// and the lookup is a raw one: the step gets an error, the agent goes on.
+func TestScriptCannotCrashTheAgent(t *testing.T) {
+	tests := []struct {
+		name, src, want string
+	}{
+		{"decide removes itself behind a raising __index", `function decide(obs)
+  setmetatable(_G, {__index = function(t, k) error("no global " .. k) end})
+  decide = nil
+  return {}
+end`, "decide is a nil now"},
+		{"a raising __index on every global, decide kept", `function decide(obs)
+  setmetatable(_G, {__index = function(t, k) error("no global " .. k) end, __newindex = function() error("read-only") end})
+  return {}
+end`, ""},
+		{"decide replaced by a table", `function decide(obs) decide = {} return {} end`, "decide is a table now"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := policyFrom(t, tc.src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.Decide(stepContext(t, 2*time.Second), oneBackend(srv("s1", 100, 0))); err != nil {
+				t.Fatalf("first call: %v", err)
+			}
+			for i := 0; i < 2; i++ {
+				_, err := p.Decide(stepContext(t, 2*time.Second), oneBackend(srv("s1", 100, 0)))
+				if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+					t.Fatalf("call %d: %v, want %q", i+2, err, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// peakRSS is this process's peak resident set (VmHWM), in bytes.
+func peakRSS(t *testing.T) uint64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skip("no /proc/self/status")
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb uint64
+			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kb); err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmHWM")
+	return 0
+}
+
+// A script's memory is bounded, and not the agent's: a string doubled 29
+// times (512 MiB), a table filled until the deadline, or one kept in an
+// upvalue and grown every step (out of MaxKept's sight, which counts only
+// the globals) ends in the worker, at MaxMemory, and the policy breaks.
+// Before, they ran in the agent: the test process's peak RSS rose by
+// 2,438 MiB for the string alone.
+func TestScriptMemoryIsBounded(t *testing.T) {
+	tests := []struct {
+		name, src string
+		budget    time.Duration
+	}{
+		{"a string doubled 29 times", `function decide(obs) local s = "x" for i = 1, 29 do s = s .. s end return {} end`, 20 * time.Second},
+		// Entries of 64 KiB each, so that the bound comes long before the
+		// deadline even under the race detector on a loaded machine.
+		{"a table filled until the deadline", `function decide(obs) local t, i = {}, 0 while true do i = i + 1 t[i] = ("x"):rep(65536) .. i end end`, 20 * time.Second},
+		{"a table kept in an upvalue, a step at a time", `local kept = {}
+function decide(obs) for i = 1, 1000 do kept[#kept + 1] = ("x"):rep(65536) .. i end return {} end`, 20 * time.Second},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each in its own worker; this process only waits
+			p, err := policyFrom(t, tc.src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := peakRSS(t)
+			began := time.Now()
+			var last error
+			for i := 0; i < 20 && last == nil; i++ {
+				_, last = p.Decide(stepContext(t, tc.budget), oneBackend(srv("s1", 100, 0)))
+			}
+			took := time.Since(began)
+			grew := int64(peakRSS(t)) - int64(before)
+			t.Logf("%v after %v; this process's peak RSS grew %d MiB", last, took.Round(time.Millisecond), grew>>20)
+			if last == nil || !strings.Contains(last.Error(), "memory bound") {
+				t.Fatalf("err %v, want the worker's memory bound", last)
+			}
+			if grew > 128<<20 {
+				t.Fatalf("this process's peak RSS grew %d MiB: the script's memory was the agent's", grew>>20)
+			}
+			if _, err := p.Decide(stepContext(t, time.Second), oneBackend(srv("s1", 100, 0))); err == nil || !strings.Contains(err.Error(), "memory bound") {
+				t.Fatalf("after the bound: %v, want the policy broken", err)
+			}
+		})
+	}
+}
+
+// What a script says is bounded: its reasons (agent.MaxReason, as every
+// policy's), its errors (MaxMessage) and its print lines (MaxPrints a
+// call, each MaxMessage). Before, a 1 MiB error went into every step's
+// audit record and log, and a print loop wrote as much as it could until
+// the deadline.
+func TestScriptOutputIsBounded(t *testing.T) {
+	var logs strings.Builder
+	log := zerolog.New(&logs)
+	tests := []struct {
+		name, src string
+		check     func(t *testing.T, plan agent.Plan, err error)
+	}{
+		{"a 1 MiB reason", `function decide(obs) return {{action="drain", backend="app", server="s1", reason=string.rep("r", 1048576)}} end`,
+			func(t *testing.T, plan agent.Plan, err error) {
+				if err != nil || len(plan) != 1 || len(plan[0].Reason) > len("lua: ")+agent.MaxReason+len("...") {
+					t.Fatalf("%d actions, reason of %d bytes, %v", len(plan), len(plan[0].Reason), err)
+				}
+			}},
+		{"a 1 MiB error", `function decide(obs) error(string.rep("e", 1048576)) end`,
+			func(t *testing.T, plan agent.Plan, err error) {
+				if err == nil || len(err.Error()) > MaxMessage+200 {
+					t.Fatalf("error of %d bytes", len(err.Error()))
+				}
+			}},
+		{"2,000 prints of 5,000 bytes", `function decide(obs) for i = 1, 2000 do print(string.rep("p", 5000)) end return {} end`,
+			func(t *testing.T, plan agent.Plan, err error) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+				if len(lines) > MaxPrints+1 {
+					t.Fatalf("%d log lines, want at most %d prints and one warning", len(lines), MaxPrints)
+				}
+				for _, l := range lines {
+					if len(l) > MaxMessage+300 {
+						t.Fatalf("a log line of %d bytes", len(l))
+					}
+				}
+				if !strings.Contains(lines[len(lines)-1], `"dropped":1900`) {
+					t.Fatalf("last line %s, want the dropped lines counted", lines[len(lines)-1])
+				}
+			}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			logs.Reset()
+			p, err := newPolicy("t.lua", tc.src, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			plan, err := p.Decide(stepContext(t, 10*time.Second), oneBackend(srv("s1", 100, 0)))
+			tc.check(t, plan, err)
+		})
+	}
+}
+
+// Close stops the worker: no process outlives the policy.
+func TestCloseStopsTheWorker(t *testing.T) {
+	p, err := policyFrom(t, `function decide(obs) return {} end`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := p.w.cmd.Process.Pid
+	if err := syscall.Kill(pid, 0); err != nil {
+		t.Fatalf("worker %d not running: %v", pid, err)
+	}
+	p.Close()
+	if err := syscall.Kill(pid, 0); err == nil {
+		t.Fatalf("worker %d still running after Close", pid)
+	}
+	if _, err := p.Decide(stepContext(t, time.Second), oneBackend(srv("s1", 100, 0))); err == nil {
+		t.Fatal("a closed policy answered")
 	}
 }

@@ -44,10 +44,18 @@ func TestDebianPackage(t *testing.T) {
 	if out := must(t, "/usr/bin/hapilot", "check", "--config", "/etc/hapilot/hapilot.conf"); !strings.HasPrefix(out, "ok:") {
 		t.Errorf("check: %s", out)
 	}
-	if out := must(t, "dpkg-query", "-W", "-f=${Conffiles}", "hapilot"); !strings.Contains(out, "/etc/hapilot/hapilot.conf") {
+	if out := must(t, "dpkg-query", "-W", "-f=${Conffiles}", "hapilot"); !strings.Contains(out, "/etc/hapilot/hapilot.conf") || !strings.Contains(out, "/etc/logrotate.d/hapilot") {
 		t.Errorf("conffiles: %q", out)
 	}
-	for _, f := range []string{"/lib/systemd/system/hapilot.service", "/usr/share/doc/hapilot/examples/haproxy.cfg",
+	if _, err := exec.LookPath("logrotate"); err == nil {
+		// -d reads the file and says what it would do, rotating nothing.
+		if out, err := exec.Command("logrotate", "-d", "/etc/logrotate.d/hapilot").CombinedOutput(); err != nil || strings.Contains(string(out), "error") {
+			t.Errorf("logrotate -d: %v\n%s", err, out)
+		}
+	} else {
+		t.Log("no logrotate here: /etc/logrotate.d/hapilot is not checked")
+	}
+	for _, f := range []string{"/lib/systemd/system/hapilot.service", "/etc/logrotate.d/hapilot", "/usr/share/doc/hapilot/examples/haproxy.cfg",
 		"/usr/share/doc/hapilot/examples/hapilot-spoe.conf", "/usr/share/doc/hapilot/examples/hapilot.lua"} {
 		if _, err := os.Stat(f); err != nil {
 			t.Errorf("installed: %v", err)

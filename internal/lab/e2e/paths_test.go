@@ -3,10 +3,17 @@
 package e2e
 
 import (
+	"fmt"
+	"net/http"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hapilot/hapilot/internal/lab/haproxyproc"
 	"github.com/hapilot/hapilot/internal/lab/scenario"
 )
 
@@ -94,4 +101,60 @@ func TestLuaPolicyEndToEnd(t *testing.T) {
 	if len(out.DrainedAt) != 2 {
 		t.Errorf("drained %v", out.DrainedAt)
 	}
+}
+
+// A hostile Lua policy in the real binary: decide doubles a string 29
+// times (512 MiB) at every step. The script runs in the agent's worker
+// process, which meets its memory bound and dies; the agent breaks the
+// policy, keeps running and answering, and its own peak RSS stays small.
+// Before, the string was the agent's: 1.8 GB.
+func TestHostileLuaPolicyCannotGrowTheAgent(t *testing.T) {
+	t.Parallel()
+	script := filepath.Join(t.TempDir(), "hog.lua")
+	if err := os.WriteFile(script, []byte(`function decide(obs) local s = "x" for i = 1, 29 do s = s .. s end return {} end`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ports, err := haproxyproc.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	var alive error
+	var peak int
+	var statusCode int
+	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0, 0), Rate: 100, Duration: 10 * time.Second,
+		Policy: "lua", AgentBinary: agentBinary, AgentArgs: []string{"--policy-file", script}, StatusListen: status,
+		At: map[time.Duration]func(*scenario.Env){8 * time.Second: func(env *scenario.Env) {
+			alive = env.SignalAgent(syscall.Signal(0))
+			peak = peakRSS(env.AgentPID())
+			if resp, err := http.Get("http://" + status + "/status"); err == nil {
+				statusCode = resp.StatusCode
+				resp.Body.Close()
+			}
+		}}})
+	t.Logf("at 8 s: agent alive %v, its peak RSS %d MiB, /status %d", alive == nil, peak>>20, statusCode)
+	if alive != nil || statusCode != 200 {
+		t.Fatalf("the agent at 8 s: %v, /status %d", alive, statusCode)
+	}
+	if peak == 0 || peak > 128<<20 {
+		t.Errorf("the agent's peak RSS is %d MiB: the script's memory was the agent's", peak>>20)
+	}
+	if !strings.Contains(out.AgentLog(), "memory bound") {
+		t.Errorf("the agent's log never says the script met its memory bound")
+	}
+}
+
+// peakRSS is a process's peak resident set (VmHWM) in bytes, 0 if unknown.
+func peakRSS(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			return kb << 10
+		}
+	}
+	return 0
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -188,6 +189,60 @@ func TestGracefulShutdownRestores(t *testing.T) {
 	}
 	if st := finalState(out, "srv1"); st.AdminState != haproxy.AdminForcedMaint {
 		t.Errorf("operator's srv1 final %+v", st)
+	}
+}
+
+// SIGHUP, what logrotate sends, reopens the audit log and never stops
+// the agent: the log is moved away at 6 s and SIGHUP sent, the agent
+// writes a new one at the path, and SIGTERM at 12 s still finds it
+// running, so --on-exit restore readies the server it drained. Before,
+// SIGHUP killed the agent: no new log, and srv2 stayed drained.
+func TestSIGHUPReopensTheAuditLog(t *testing.T) {
+	t.Parallel()
+	var hupErr, moveErr error
+	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0.05, 0, 0, 0, 0), Rate: 300, Duration: 16 * time.Second,
+		Policy: "rules", AgentBinary: agentBinary, AgentArgs: []string{"--on-exit", "restore"},
+		KillAgentAt: 12 * time.Second, KillSignal: syscall.SIGTERM,
+		At: map[time.Duration]func(*scenario.Env){6 * time.Second: func(env *scenario.Env) {
+			if moveErr = os.Rename(env.AuditLog, env.AuditLog+".1"); moveErr == nil {
+				hupErr = env.SignalAgent(syscall.SIGHUP)
+			}
+		}}})
+	if moveErr != nil || hupErr != nil {
+		t.Fatalf("rotate: %v; SIGHUP: %v", moveErr, hupErr)
+	}
+	cycles := func(path string) (first, last uint64) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("%s: %v", filepath.Base(path), err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var rec agent.Record
+			if err := json.Unmarshal([]byte(line), &rec); err != nil {
+				t.Fatalf("%s: %v", filepath.Base(path), err)
+			}
+			if first == 0 {
+				first = rec.Cycle
+			}
+			last = rec.Cycle
+		}
+		return first, last
+	}
+	_, rotatedLast := cycles(out.AuditLog + ".1")
+	newFirst, newLast := cycles(out.AuditLog)
+	t.Logf("rotated log: steps up to %d; new log: steps %d to %d", rotatedLast, newFirst, newLast)
+	if newFirst != rotatedLast+1 || newLast < newFirst+3 {
+		t.Errorf("the new log starts at step %d and ends at %d, after the rotated one's %d: want it to go on where that stopped", newFirst, newLast, rotatedLast)
+	}
+	if !strings.Contains(out.AgentLog(), "audit log reopened") || !strings.Contains(out.AgentLog(), "--on-exit restore") {
+		t.Errorf("the agent's log lacks the reopen or the restore")
+	}
+	tl := out.Timeline["srv2"]
+	if len(tl) != 2 || !tl[0].Drained || tl[0].At > 6*time.Second || tl[1].Drained || tl[1].At < 12*time.Second {
+		t.Errorf("srv2: want drained before the SIGHUP, readied at the SIGTERM: %v", tl)
+	}
+	if st := finalState(out, "srv2"); st.AdminState != 0 {
+		t.Errorf("srv2 final %+v", st)
 	}
 }
 

@@ -86,6 +86,11 @@ type Env struct {
 	Backends  []*fleet.Backend
 	AgentAddr string         // the agent's SPOE address
 	Daemon    *daemon.Daemon // nil when the agent is a process or absent
+	AuditLog  string         // the agent's --audit-log
+	// SignalAgent sends sig to the agent process, and AgentPID names it
+	// (AgentBinary only; 0 without).
+	SignalAgent func(sig os.Signal) error
+	AgentPID    func() int
 }
 
 // Outcome is what one run produced.
@@ -290,7 +295,23 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); out.Watch(watchCtx, rt, start) }()
-	env := &Env{HAProxy: hp, Backends: backends, AgentAddr: opts.AgentAddr, Daemon: d}
+	env := &Env{HAProxy: hp, Backends: backends, AgentAddr: opts.AgentAddr, Daemon: d, AuditLog: out.AuditLog,
+		SignalAgent: func(sig os.Signal) error {
+			procMu.Lock()
+			defer procMu.Unlock()
+			if proc == nil {
+				return fmt.Errorf("no agent process to signal")
+			}
+			return proc.Process.Signal(sig)
+		},
+		AgentPID: func() int {
+			procMu.Lock()
+			defer procMu.Unlock()
+			if proc == nil {
+				return 0
+			}
+			return proc.Process.Pid
+		}}
 	for at, f := range s.At {
 		wg.Add(1)
 		go func() {

@@ -1,0 +1,252 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hapilot/hapilot/internal/auditlog"
+	"github.com/hapilot/hapilot/internal/lab/fakes"
+	"github.com/hapilot/hapilot/internal/safefile"
+	"github.com/rs/zerolog"
+)
+
+// savedChanges reads the state file as the next start would.
+func savedChanges(t *testing.T, path string) map[Key]Change {
+	t.Helper()
+	return NewLedger(path, zerolog.Nop()).Changes()
+}
+
+// A write of the state file that fails is tried again at the next step
+// until it succeeds, and the loop says meanwhile that its state is
+// unsaved. The failure here is real: the state file's folder is replaced
+// by a file, then put back. Before, the failed write was only logged: the
+// drain of s2 never reached the file, and after a restart the agent took
+// s2 for the operator's and never readmitted it.
+func TestFailedSaveIsRetried(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "state.json")
+	rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
+	l, clk, pol, _ := newLoop(rt)
+	l.StateFile = file
+	pol.plans = []Plan{{drain("s2")}}
+
+	// The folder is gone, a file in its place: every write fails.
+	if err := os.Rename(dir, dir+".away"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l.Step(context.Background())
+	if got := rt.TakeCommands(); len(got) != 1 {
+		t.Fatalf("commands %q", got)
+	}
+	st := l.Status().StateFile
+	if st == nil || st.Saved || st.Error == "" || !st.UnsavedSince.Equal(clk.Now()) || st.FailedWrites != 1 {
+		t.Fatalf("after the failed write: %+v", st)
+	}
+	clk.Advance(l.Interval)
+	l.Step(context.Background()) // still failing: tried, and counted
+	if m := l.Metrics(); !m.StateUnsaved || m.StateFailedWrites != 2 {
+		t.Fatalf("metrics %+v, want unsaved after 2 failed writes", m)
+	}
+
+	// The folder is back: the next step writes the drain, unasked.
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(dir+".away", dir); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(l.Interval)
+	l.Step(context.Background())
+	if st := l.Status().StateFile; st == nil || !st.Saved || st.Error != "" || !st.UnsavedSince.IsZero() {
+		t.Fatalf("after the folder came back: %+v", st)
+	}
+	if m := l.Metrics(); m.StateUnsaved || m.StateFailedWrites != 2 {
+		t.Fatalf("metrics %+v", m)
+	}
+	if got := savedChanges(t, file); got[mustKey("app/s2")].Phase != PhaseDrained {
+		t.Fatalf("the state file holds %+v, want s2 drained", got)
+	}
+}
+
+// An unreadable state file is kept aside, whole, before anything writes
+// over it, and the agent starts with no record (the safe side). Before,
+// the first change overwrote it and no copy was kept.
+func TestUnreadableStateFileKeptAside(t *testing.T) {
+	tests := []struct {
+		name  string
+		write func(path string) error
+	}{
+		{"truncated", func(p string) error {
+			return os.WriteFile(p, []byte(`{"version": 2, "changes": {"app/s1": {"pha`), 0o600)
+		}},
+		{"version 99", func(p string) error { return os.WriteFile(p, []byte(`{"version": 99, "changes": {}}`), 0o600) }},
+		{"200 MB of junk", func(p string) error {
+			f, err := os.Create(p)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if _, err := f.WriteString("junk"); err != nil {
+				return err
+			}
+			return f.Truncate(200 << 20) // sparse: the read stops at MaxStateFile
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			file := filepath.Join(dir, "state.json")
+			if err := tc.write(file); err != nil {
+				t.Fatal(err)
+			}
+			orig, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := NewLedger(file, zerolog.Nop())
+			if n := len(l.Changes()); n != 0 {
+				t.Fatalf("%d changes read from an unreadable file", n)
+			}
+			l.Drain(mustKey("app/s2"), time.Unix(1000, 0), "x", 0, 0)
+			kept, _ := filepath.Glob(file + ".bad-*")
+			if len(kept) != 1 {
+				t.Fatalf("kept aside: %v", kept)
+			}
+			if b, err := os.ReadFile(kept[0]); err != nil || !bytes.Equal(b, orig) {
+				t.Fatalf("the copy kept aside differs (%d bytes, want %d): %v", len(b), len(orig), err)
+			}
+			if l.Saved().KeptAside != kept[0] {
+				t.Fatalf("save status %+v, want it to name %s", l.Saved(), kept[0])
+			}
+			if got := savedChanges(t, file); got[mustKey("app/s2")].Phase != PhaseDrained {
+				t.Fatalf("the new state file holds %+v", got)
+			}
+		})
+	}
+}
+
+// A state file that is not a regular file is refused by OpenLedger, at
+// once: a FIFO blocked the first read before, inside the once that
+// /status waits on too.
+func TestOpenLedgerRefusesAFIFO(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "state.json")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenLedger(fifo, zerolog.Nop()); !errors.Is(err, safefile.ErrNotRegular) || !strings.Contains(err.Error(), "FIFO") {
+		t.Fatalf("err %v", err)
+	}
+	l, _, _, _ := newLoop(fakes.NewRuntime("s1"))
+	l.StateFile = fifo
+	if err := l.OpenState(); err == nil {
+		t.Fatal("OpenState took a FIFO")
+	}
+}
+
+// A full disk, for real: a 256 KiB tmpfs holds the state file and the
+// audit log, and is filled. The drain of s2 is unsaved while it is full,
+// and saved at the first step after space comes back; the audit log's
+// lines all parse afterwards, the torn one cut off from the next. Needs
+// mount (root); skipped elsewhere.
+func TestFullDiskLosesNothing(t *testing.T) {
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs (%v: %s): needs root", err, bytes.TrimSpace(out))
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", dir).Run() })
+	file, auditPath := filepath.Join(dir, "state.json"), filepath.Join(dir, "audit.jsonl")
+	audit, err := auditlog.Open(auditPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer audit.Close()
+	rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
+	l, clk, pol, _ := newLoop(rt)
+	l.StateFile, l.Audit = file, audit
+	l.Step(context.Background())
+
+	fill := filepath.Join(dir, "fill")
+	f, err := os.Create(fill)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for chunk := make([]byte, 4096); ; {
+		if _, err := f.Write(chunk); err != nil {
+			break // the disk is full
+		}
+	}
+	f.Close()
+	// The audit log's last page has room left: leave it 100 bytes, with
+	// empty lines, so that the next record is cut short there.
+	fi, err := os.Stat(auditPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if free := 4096 - fi.Size()%4096; free > 100 {
+		pad, err := os.OpenFile(auditPath, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pad.Write(bytes.Repeat([]byte("\n"), int(free-100))); err != nil {
+			t.Fatal(err)
+		}
+		pad.Close()
+	}
+	pol.plans = []Plan{nil, {drain("s2")}}
+	for i := 0; i < 3; i++ {
+		clk.Advance(l.Interval)
+		l.Step(context.Background())
+	}
+	if got := rt.TakeCommands(); len(got) != 1 {
+		t.Fatalf("commands %q", got)
+	}
+	if st := l.Status().StateFile; st.Saved {
+		t.Fatalf("saved on a full disk: %+v", st)
+	}
+	if err := os.Remove(fill); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(l.Interval)
+	l.Step(context.Background())
+	if st := l.Status().StateFile; !st.Saved {
+		t.Fatalf("unsaved once space came back: %+v", st)
+	}
+	if got := savedChanges(t, file); got[mustKey("app/s2")].Phase != PhaseDrained {
+		t.Fatalf("the state file holds %+v, want s2 drained", got)
+	}
+	b, err := os.ReadFile(auditPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A record the full disk cut short is followed by a new line: the
+	// records after it are whole lines of their own.
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	torn := 0
+	for _, line := range lines {
+		if line != "" && !json.Valid([]byte(line)) {
+			torn++
+		}
+	}
+	if torn != 1 {
+		t.Fatalf("%d torn audit lines, want the one the full disk cut", torn)
+	}
+	var last Record
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.Cycle != 5 {
+		t.Fatalf("the last audit line (%v) is not step 5's record whole: %.200s", err, lines[len(lines)-1])
+	}
+}
