@@ -120,10 +120,10 @@ type auditSummary struct {
 	steps, calls, fallbacks, overflows int
 	// asked: steps whose call reached the server, answered in time
 	// (calls) or after the step's deadline.
-	asked int
-	why                                map[string]int
-	completionTokens                   []int
-	maxStepMs                          float64
+	asked            int
+	why              map[string]int
+	completionTokens []int
+	maxStepMs        float64
 	// readiesWithoutProbes: ready actions applied that were not the
 	// recovery's (which probes first).
 	readiesWithoutProbes int
