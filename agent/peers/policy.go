@@ -384,7 +384,10 @@ func (n *Node) traffic() map[string]uint64 {
 		"messages_sent": c.Sent.Load(), "messages_received": c.Received.Load(),
 		"bytes_sent": c.BytesSent.Load(), "bytes_received": c.BytesReceived.Load(),
 		"rejected": c.Rejected.Load(), "duplicates": c.Duplicates.Load(), "stale": c.Stale.Load(),
+		"forged": c.Forged.Load(), "future": c.Future.Load(),
 		"send_errors": c.SendErrors.Load(), "join_errors": c.JoinErrors.Load(),
 		"counts_added": c.CountsAdded.Load(), "counts_refused": c.CountsRefused.Load(),
+		"unsealed": c.Unsealed.Load(), "inbox_dropped": c.InboxDropped.Load(), "state_cut": c.StateCut.Load(),
+		"streams_refused": c.StreamsRefused.Load(), "streams_evicted": c.StreamsEvicted.Load(),
 	}
 }

@@ -10,7 +10,7 @@ import (
 )
 
 func sampleState() stateMsg {
-	return stateMsg{header: header{Kind: kindState, Sender: "edge-1", Incarnation: 1700000000000000000, Seq: 42}, Decisions: []Decision{
+	return stateMsg{header: header{Kind: kindState, Sender: "edge-1", Incarnation: 1700000000000000000, Sent: 1700000000500000000, Seq: 42}, Decisions: []Decision{
 		{Backend: "app", PooledRequests: 9000, PooledErr5xx: 31, Held: []Held{
 			{Server: "srv3", Phase: agent.PhaseDrained, Reason: "5xx 5.1% vs peers 0.0%"},
 			{Server: "srv6", Phase: agent.PhaseCanary, Weight: 25, Reason: "re-admission"},
@@ -32,7 +32,11 @@ func sampleDeltas(n int) []window.Delta {
 
 func TestStateRoundTrip(t *testing.T) {
 	want := sampleState()
-	got, err := decode(encodeState(want))
+	b, left := encodeState(want)
+	if left != 0 {
+		t.Fatalf("%d decisions left out", left)
+	}
+	got, err := decode(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +77,7 @@ func TestCountsChunkedUnderTheLimit(t *testing.T) {
 // Whatever arrives, decode returns an error or a message, never panics,
 // and a message cut anywhere is refused.
 func TestDecodeRefusesMalformed(t *testing.T) {
-	valid := encodeState(sampleState())
+	valid, _ := encodeState(sampleState())
 	counts := encodeCounts(header{Sender: "b", Incarnation: 1}, sampleDeltas(3), 1<<20, func() uint64 { return 1 })[0]
 	for _, m := range [][]byte{valid, counts} {
 		for i := 0; i < len(m); i++ {
@@ -125,7 +129,8 @@ func TestDecodeRefusesMalformed(t *testing.T) {
 }
 
 func FuzzDecode(f *testing.F) {
-	f.Add(encodeState(sampleState()))
+	st, _ := encodeState(sampleState())
+	f.Add(st)
 	f.Add(encodeCounts(header{Sender: "b", Incarnation: 1}, sampleDeltas(2), 1<<20, func() uint64 { return 1 })[0])
 	f.Fuzz(func(t *testing.T, b []byte) {
 		v, err := decode(b)
