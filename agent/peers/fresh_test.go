@@ -1,12 +1,15 @@
 package peers
 
 import (
+	"bytes"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hashicorp/memberlist"
+	"github.com/rs/zerolog"
 )
 
 // Every check admit makes, one case each: a message must come from the
@@ -131,5 +134,34 @@ func TestOnlyALaterStateReplacesTheDecisions(t *testing.T) {
 	hear(n, state(early, 1)) // sent before, arrives after
 	if got := n.peers["b"].decisions["app"].Held; len(got) != 1 || got[0].Server != "s2" {
 		t.Fatalf("an earlier state replaced a later one: %+v", got)
+	}
+}
+
+// A lie is logged with its reason, once per sender and reason every
+// refusalLogEvery: twenty lies are one line, not twenty.
+func TestRefusalsAreLoggedOncePerSenderAndReason(t *testing.T) {
+	clk := newClock(time.Unix(100000, 0))
+	n := newTestNode("a", clk)
+	var logged bytes.Buffer
+	n.log = zerolog.New(&logged)
+	inc := uint64(clk.Now().Add(-time.Hour).UnixNano())
+	n.members["d"] = member{addr: addrOf("d"), incarnation: inc}
+	liar := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, 66}), 7946)
+	for i := uint64(0); i < 20; i++ {
+		m, _ := encodeState(stateMsg{header: header{Sender: "d", Incarnation: 1<<64 - 1, Sent: uint64(clk.Now().UnixNano()), Seq: i}})
+		n.receive(m, liar, false)
+	}
+	lines := strings.Split(strings.TrimSpace(logged.String()), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], `"level":"warn"`) || !strings.Contains(lines[0], string(wrongAddr)) || !strings.Contains(lines[0], liar.String()) {
+		t.Fatalf("twenty lies logged as %d lines:\n%s", len(lines), logged.String())
+	}
+	if n.counters.Forged.Load() != 20 {
+		t.Fatalf("forged %d, want 20", n.counters.Forged.Load())
+	}
+	clk.Advance(refusalLogEvery)
+	m, _ := encodeState(stateMsg{header: header{Sender: "d", Incarnation: inc, Sent: uint64(clk.Now().UnixNano()), Seq: 99}})
+	n.receive(m, liar, false)
+	if got := strings.Count(logged.String(), "\n"); got != 2 {
+		t.Fatalf("%d lines after refusalLogEvery, want 2", got)
 	}
 }

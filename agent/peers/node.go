@@ -614,9 +614,12 @@ func (n *Node) receive(b []byte, from netip.AddrPort, stream bool) {
 	}
 }
 
-// refused counts a refusal, and logs it: a duplicate at debug (UDP and
-// retries make them), the rest as warnings, each sender's of each kind
-// at most once every refusalLogEvery. Callers hold n.mu.
+// refused counts a refusal, and logs it, each sender's of each kind at
+// most once every refusalLogEvery: a duplicate at debug (UDP makes them);
+// what a join, a restart or a slow network also makes (a name memberlist
+// does not list yet, a process it no longer lists, a message late) at
+// info; what only a lie or a clock set wrong makes as a warning.
+// Callers hold n.mu.
 func (n *Node) refused(h header, from netip.AddrPort, why refusal, now time.Time) {
 	lvl := zerolog.WarnLevel
 	switch why {
@@ -625,9 +628,13 @@ func (n *Node) refused(h header, from netip.AddrPort, why refusal, now time.Time
 		lvl = zerolog.DebugLevel
 	case tooOld, otherInc:
 		n.counters.Stale.Add(1)
+		lvl = zerolog.InfoLevel
 	case tooNew, early:
 		n.counters.Future.Add(1)
-	case notMember, wrongAddr, noInc:
+	case notMember:
+		n.counters.Forged.Add(1)
+		lvl = zerolog.InfoLevel
+	case wrongAddr, noInc:
 		n.counters.Forged.Add(1)
 	default:
 		n.counters.Rejected.Add(1)

@@ -2,6 +2,7 @@ package peers
 
 import (
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -155,4 +156,39 @@ func oneHeld(phase byte, weight uint64) []byte {
 	w.uvarint(weight)
 	w.string("", maxReason)
 	return w.b
+}
+
+// A state too large for one message is cut to MaxMessage: whole
+// decisions only, and the count of those left out.
+func TestStateCutToMaxMessage(t *testing.T) {
+	long := strings.Repeat("x", maxName)
+	var st stateMsg
+	st.Sender = "edge-1"
+	for i := 0; len(st.Decisions)*maxName*2 < 2*MaxMessage; i++ {
+		st.Decisions = append(st.Decisions, Decision{Backend: long[:maxName-5] + strconv.Itoa(10000+i), Held: []Held{{Server: long, Phase: agent.PhaseDrained, Reason: strings.Repeat("r", maxReason)}}})
+	}
+	b, left := encodeState(st)
+	if len(b) > MaxMessage || left == 0 {
+		t.Fatalf("%d bytes with %d decisions left out, bound %d", len(b), left, MaxMessage)
+	}
+	v, err := decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(v.(*stateMsg).Decisions); got != len(st.Decisions)-left || !reflect.DeepEqual(v.(*stateMsg).Decisions, st.Decisions[:got]) {
+		t.Fatalf("%d decisions decoded of %d, %d said left out", got, len(st.Decisions), left)
+	}
+}
+
+func TestMetaRoundTrip(t *testing.T) {
+	for _, inc := range []uint64{1, 1700000000000000000, 1<<64 - 1} {
+		if got, err := decodeMeta(encodeMeta(inc)); err != nil || got != inc {
+			t.Errorf("%d: %d %v", inc, got, err)
+		}
+	}
+	for _, bad := range [][]byte{nil, {'h'}, {'h', 1, 5}, {'x', version, 5}, append(encodeMeta(5), 0)} {
+		if _, err := decodeMeta(bad); err == nil {
+			t.Errorf("meta %x taken", bad)
+		}
+	}
 }

@@ -55,8 +55,8 @@ type Daemon struct {
 	luaLn    net.Listener
 	statusLn net.Listener
 	// capped are the stream listeners, by the name their metrics use.
-	capped   []namedListener
-	audit    io.WriteCloser
+	capped []namedListener
+	audit  io.WriteCloser
 	// parts are what Serve runs, each opened in New, serving until the
 	// agent stops, and released by Close.
 	parts     []component
