@@ -81,6 +81,10 @@ type Node struct {
 	// of the backends this agent decides.
 	changes atomic.Pointer[func() map[agent.Key]agent.Change]
 
+	// mu guards what follows. Nothing holding it may call memberlist:
+	// memberlist calls the events (learn, forget), which take it, while
+	// holding its own lock, so the other order would deadlock (fleet-sim
+	// met it at 50 nodes: Status read memberlist's address under mu).
 	mu        sync.Mutex
 	peers     map[string]*peer
 	members   map[string]member // memberlist's members, as its events said

@@ -352,9 +352,10 @@ func (n *Node) Status() Status {
 	for _, m := range n.ml.Members() {
 		addrs[m.Name] = m.Address()
 	}
+	self := n.Addr() // memberlist's, read before n.mu (see Node.mu)
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	st := Status{Name: n.name, Addr: n.Addr(), LastSyncAgeMs: -1, Backends: append([]BackendStatus{}, n.view...), Traffic: n.traffic()}
+	st := Status{Name: n.name, Addr: self, LastSyncAgeMs: -1, Backends: append([]BackendStatus{}, n.view...), Traffic: n.traffic()}
 	if !n.lastHeard.IsZero() {
 		st.LastSyncAgeMs = ms(now.Sub(n.lastHeard))
 	}
