@@ -51,7 +51,7 @@ func (n *Node) WriteMetrics(w io.Writer) {
 		{"inbox_dropped", "hapilot_fleet_inbox_dropped_total", "Fleet messages dropped because the queue to their reader was full."},
 		{"state_cut", "hapilot_fleet_state_cut_total", "State messages cut to the largest message an agent sends."},
 		{"streams_refused", "hapilot_fleet_streams_refused_total", "Fleet port streams closed at their length, over the largest any member sends."},
-		{"streams_evicted", "hapilot_fleet_streams_evicted_total", "Fleet port streams closed at the connection caps to make room for a new one."},
+		{"streams_evicted", "hapilot_fleet_streams_evicted_total", "Fleet port streams closed at the connection caps: the oldest that had shown no header, or the new one when every other had."},
 	} {
 		promtext.Counter(w, f.metric, f.help, st.Traffic[f.key])
 	}

@@ -132,7 +132,8 @@ type Counters struct {
 	CountsAdded, CountsRefused                  atomic.Uint64
 	// The port's own: envelopes not sealed with the key, messages
 	// dropped with the inbox full, streams refused at their length,
-	// streams closed at a cap, and state messages cut to MaxMessage.
+	// streams closed at a cap (see MaxStreams), and state messages cut
+	// to MaxMessage.
 	Unsealed, InboxDropped, StreamsRefused, StreamsEvicted, StateCut atomic.Uint64
 }
 

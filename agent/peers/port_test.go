@@ -124,3 +124,48 @@ func TestFleetPortCapsItsConnections(t *testing.T) {
 		return hasSeries(a.remote, "app", "srv1")
 	})
 }
+
+// Streams that have shown a header within bounds (push-pulls under way)
+// are not evicted for a newcomer: the newcomer is closed instead, so that
+// a burst of joins completes rather than evicting itself in turn.
+func TestStreamsUnderWayAreNotEvicted(t *testing.T) {
+	a := startNode(t, "a", bytes.Repeat([]byte{7}, 32))
+	underWay := make([]net.Conn, MaxStreamsPerPeer)
+	for i := range underWay {
+		c, err := net.Dial("tcp", a.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		hdr := []byte{mlEncrypt, 0, 0, 0, 0}
+		binary.BigEndian.PutUint32(hdr[1:], 1000) // within bounds; its body never comes
+		if _, err := c.Write(hdr); err != nil {
+			t.Fatal(err)
+		}
+		underWay[i] = c
+	}
+	eventually(t, "every stream's header is read", func() bool {
+		a.tr.mu.Lock()
+		defer a.tr.mu.Unlock()
+		shown := 0
+		for c := range a.tr.open {
+			if c.shown.Load() {
+				shown++
+			}
+		}
+		return shown == MaxStreamsPerPeer
+	})
+	late, err := net.Dial("tcp", a.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Close()
+	if !closedByNode(late, 2*time.Second) {
+		t.Fatal("a newcomer past the per-peer cap was kept")
+	}
+	for i, c := range underWay {
+		if closedByNode(c, 50*time.Millisecond) {
+			t.Fatalf("stream %d, under way, was evicted for a newcomer", i)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -22,8 +23,11 @@ import (
 // file descriptor it had.
 const (
 	// MaxStreams bounds the fleet port's connections open at once, and
-	// MaxStreamsPerPeer those from one address. At either, the oldest of
-	// the address that holds the most is closed to make room.
+	// MaxStreamsPerPeer those from one address. At either, the oldest
+	// that has not yet shown a header within bounds is closed to make
+	// room; when every one has, the new one is closed instead, so that a
+	// burst of joins (a fleet restarted at once) completes its push-pulls
+	// rather than evicting them in turn.
 	MaxStreams        = 64
 	MaxStreamsPerPeer = 8
 	// MaxStream bounds the length a stream may announce: none of
@@ -142,9 +146,10 @@ func (t *transport) streamPump() {
 		case <-t.done:
 			return
 		case c := <-in:
-			sc := t.admit(c)
-			t.wg.Add(1)
-			go t.classify(sc)
+			if sc := t.admit(c); sc != nil {
+				t.wg.Add(1)
+				go t.classify(sc)
+			}
 		}
 	}
 }
@@ -156,7 +161,10 @@ type streamConn struct {
 	peer netip.Addr // the zero Addr for a transport without IP addresses
 	born time.Time
 	end  time.Time
-	once sync.Once
+	// shown: its header was read and within bounds; it is memberlist's
+	// or being read whole, and is not evicted for a newcomer.
+	shown atomic.Bool
+	once  sync.Once
 }
 
 func (c *streamConn) Close() error {
@@ -176,27 +184,30 @@ func (c *streamConn) SetDeadline(t time.Time) error      { return c.Conn.SetDead
 func (c *streamConn) SetReadDeadline(t time.Time) error  { return c.Conn.SetReadDeadline(c.clamp(t)) }
 func (c *streamConn) SetWriteDeadline(t time.Time) error { return c.Conn.SetWriteDeadline(c.clamp(t)) }
 
-// admit counts c in, and makes room for it: at the per-peer cap, the
-// oldest of its own address's goes; at the fleet port's cap, the oldest
-// of the address that holds the most. A keyless flood from one address
-// evicts itself; a peer elsewhere always gets in.
+// admit counts c in, and makes room for it: at the per-peer cap among
+// its own address's streams, at the fleet port's cap among all, the
+// oldest that has shown no header goes. A keyless flood of idle
+// connections evicts itself; a peer elsewhere always gets in. When every
+// stream in the way has shown its header, c is closed instead (nil).
 func (t *transport) admit(c net.Conn) *streamConn {
 	now := time.Now()
 	sc := &streamConn{Conn: c, t: t, peer: addrPort(c.RemoteAddr()).Addr(), born: now, end: now.Add(t.life)}
-	_ = c.SetDeadline(sc.end)
 	t.mu.Lock()
 	var victim *streamConn
+	full := true
 	switch {
 	case sc.peer.IsValid() && t.byPeer[sc.peer] >= MaxStreamsPerPeer:
-		victim = t.oldest(sc.peer)
+		victim = t.oldest(func(o *streamConn) bool { return o.peer == sc.peer })
 	case len(t.open) >= MaxStreams:
-		busiest, most := netip.Addr{}, -1
-		for p, n := range t.byPeer {
-			if n > most {
-				busiest, most = p, n
-			}
-		}
-		victim = t.oldest(busiest)
+		victim = t.oldest(func(*streamConn) bool { return true })
+	default:
+		full = false
+	}
+	if full && victim == nil {
+		t.mu.Unlock()
+		c.Close()
+		t.counters.StreamsEvicted.Add(1)
+		return nil
 	}
 	if victim != nil {
 		t.forget(victim)
@@ -204,6 +215,7 @@ func (t *transport) admit(c net.Conn) *streamConn {
 	t.open[sc] = struct{}{}
 	t.byPeer[sc.peer]++
 	t.mu.Unlock()
+	_ = c.SetDeadline(sc.end)
 	if victim != nil {
 		victim.Conn.Close()
 		t.counters.StreamsEvicted.Add(1)
@@ -211,11 +223,12 @@ func (t *transport) admit(c net.Conn) *streamConn {
 	return sc
 }
 
-// oldest is peer's longest-open stream. Callers hold t.mu.
-func (t *transport) oldest(peer netip.Addr) *streamConn {
+// oldest is the longest-open stream of those in scope that has shown no
+// header. Callers hold t.mu.
+func (t *transport) oldest(scope func(*streamConn) bool) *streamConn {
 	var o *streamConn
 	for c := range t.open {
-		if c.peer == peer && (o == nil || c.born.Before(o.born)) {
+		if scope(c) && !c.shown.Load() && (o == nil || c.born.Before(o.born)) {
 			o = c
 		}
 	}
@@ -259,7 +272,7 @@ func (t *transport) classify(c *streamConn) {
 	}
 	if first[0] == envelopeMagic {
 		defer c.Close()
-		env, err := readEnvelope(r)
+		env, err := readEnvelope(r, &c.shown)
 		if err != nil {
 			t.refuse(c, err)
 			return
@@ -267,11 +280,15 @@ func (t *transport) classify(c *streamConn) {
 		t.deliver(env, addrPort(c.RemoteAddr()), true)
 		return
 	}
-	if n, ok := announced(r); ok && n > MaxStream {
+	n, ok := announced(r)
+	if ok && n > MaxStream {
 		t.refuse(c, fmt.Errorf("a stream announcing %d bytes, over the %d any member sends", n, MaxStream))
 		c.Close()
 		return
 	}
+	// Another kind (a plaintext one memberlist refuses at once, or one
+	// cut short) has shown nothing worth keeping it for.
+	c.shown.Store(ok)
 	select {
 	case t.streams <- &peeked{streamConn: c, r: r}:
 	case <-t.done:
@@ -286,8 +303,8 @@ func (t *transport) refuse(c net.Conn, err error) {
 }
 
 // readEnvelope reads 'H', a length and an envelope of at most
-// maxEnvelope bytes.
-func readEnvelope(r *bufio.Reader) ([]byte, error) {
+// maxEnvelope bytes; shown is set once the length is read and within it.
+func readEnvelope(r *bufio.Reader, shown *atomic.Bool) ([]byte, error) {
 	hdr, err := r.Peek(5)
 	if err != nil {
 		return nil, fmt.Errorf("envelope header: %w", err)
@@ -296,6 +313,7 @@ func readEnvelope(r *bufio.Reader) ([]byte, error) {
 	if n > maxEnvelope {
 		return nil, fmt.Errorf("an envelope of %d bytes, over the %d any member sends", n, maxEnvelope)
 	}
+	shown.Store(true)
 	_, _ = r.Discard(5)
 	env := make([]byte, n)
 	if _, err := io.ReadFull(r, env); err != nil {
