@@ -2,6 +2,7 @@ package spoe
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -146,5 +147,46 @@ func TestGenuineHelloServedUnderSlowPeers(t *testing.T) {
 	f, err := readAgentFrame(bufio.NewReader(c))
 	if err != nil || f.Type != frame.TypeAgentHello {
 		t.Fatalf("HAProxy's HELLO was not answered with %d slow peers holding the listener: %v %v", max, f.Type, err)
+	}
+}
+
+// memConn is a connection that reads a prepared stream, for measuring
+// the per-frame work of the connection's loop without a socket.
+type memConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (m memConn) Read(b []byte) (int, error)    { return m.r.Read(b) }
+func (memConn) SetReadDeadline(time.Time) error { return nil }
+func (memConn) Write(b []byte) (int, error)     { return len(b), nil }
+func (memConn) RemoteAddr() net.Addr            { return &net.TCPAddr{} }
+func (memConn) Close() error                    { return nil }
+
+// BenchmarkServeConnFrames is the connection's loop per NOTIFY frame, its
+// deadlines per frame included (units) or not (none): the difference is
+// what bounding each frame whole costs.
+func BenchmarkServeConnFrames(b *testing.B) {
+	frame := notifyFrame(1, 1, response(b, "app", "srv1", int32(200), "12"))
+	for _, tc := range []struct {
+		name  string
+		units bool
+	}{{"none", false}, {"units", true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			stream := append([]byte{}, helloFrame(b, false)...)
+			for i := 0; i < b.N; i++ {
+				stream = append(stream, frame...)
+			}
+			s := &Server{Sink: window.New(time.Minute, 16, nil), Log: zerolog.Nop()}
+			uc := netx.Track(memConn{r: bytes.NewReader(stream)})
+			var u *units
+			if tc.units {
+				uc.Unit(time.Minute)
+				u = &units{conn: uc, frame: time.Minute, idle: time.Minute}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			_ = s.serveConn(bufio.NewReaderSize(uc, MaxFrameSize+4), bufio.NewWriter(io.Discard), u)
+		})
 	}
 }
