@@ -166,7 +166,7 @@ func TestReplayedPacketsAreRefusedByARestartedNode(t *testing.T) {
 	sniff.mu.Unlock()
 	decideApp(d, "s2")
 	eventually(t, "f follows d's word", func() bool { return len(heldBy(f, dn)) == 1 })
-	time.Sleep(time.Second) // a second of d's words to f, recorded
+	time.Sleep(500 * time.Millisecond) // two syncs of d's words to f, recorded
 	sniff.mu.Lock()
 	recorded := sniff.packets
 	sniff.mu.Unlock()
@@ -188,13 +188,13 @@ func TestReplayedPacketsAreRefusedByARestartedNode(t *testing.T) {
 	// moment: a step there would drain it.
 	alone := startNode(t, "f2", key)
 	replay(alone)
-	if got := heldWithin(alone, dn, time.Second); len(got) != 0 {
+	if got := heldWithin(alone, dn, 600*time.Millisecond); len(got) != 0 {
 		t.Fatalf("a replay drained %v on a node that had just started", got)
 	}
 	joined := startNode(t, "f3", key, d.Addr())
 	eventually(t, "the restarted node hears d", func() bool { return inPicture(joined, dn) })
 	replay(joined)
-	if got := heldWithin(joined, dn, time.Second); len(got) != 0 {
+	if got := heldWithin(joined, dn, 600*time.Millisecond); len(got) != 0 {
 		t.Fatalf("a replay drained %v on a node restarted into the fleet", got)
 	}
 	if len(recorded) == 0 {
