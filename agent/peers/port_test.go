@@ -86,6 +86,7 @@ func TestKeylessStreamRefusedAtItsLength(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	// The node reads at most a stream's bound from each, whatever the
 	// buffers make of it; the test's own sends allocate a chunk each.
+	t.Logf("20 keyless streams of %d bytes: the process allocated %d bytes meanwhile", announce, after.TotalAlloc-before.TotalAlloc)
 	if grew := after.TotalAlloc - before.TotalAlloc; grew > 20*4*MaxStream {
 		t.Fatalf("20 keyless streams of %d bytes made the node allocate %d bytes (bound %d)", announce, grew, 20*4*MaxStream)
 	}
