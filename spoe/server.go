@@ -54,13 +54,16 @@ type Server struct {
 	Sink     window.Sink
 	Log      zerolog.Logger
 	Counters Counters
-	// HelloTimeout is how long a new connection may take to send its
-	// HAPROXY-HELLO (default 10 s; HAProxy's own `timeout hello` is
-	// 500 ms in the example); IdleTimeout, how long an open one may stay
-	// silent (default 5 minutes; HAProxy closes idle ones after its
-	// `timeout idle`, 30 s in the example). A connection past either is
-	// closed, so that idle connections cannot pile up.
-	HelloTimeout, IdleTimeout time.Duration
+	// HelloTimeout bounds a new connection's HAPROXY-HELLO, whole, from
+	// the moment it is accepted (default 10 s; HAProxy's own `timeout
+	// hello` is 500 ms in the example); FrameTimeout, each later frame,
+	// whole, from its first byte (default 10 s: HAProxy writes a frame of
+	// at most 16 KiB at once); IdleTimeout, the silence between frames
+	// (default 5 minutes; HAProxy closes idle connections itself after its
+	// `timeout idle`, 30 s in the example). A connection past any of them
+	// is closed. Each bounds its unit as a whole, not each read: a peer
+	// sending a byte now and then once held a connection for ever.
+	HelloTimeout, FrameTimeout, IdleTimeout time.Duration
 }
 
 // Serve accepts connections until ctx ends or the listener is closed,
@@ -76,22 +79,32 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 func (s *Server) handleConn(conn net.Conn) {
 	defer conn.Close()
 	s.Counters.Connections.Add(1)
-	w := bufio.NewWriter(conn)
-	// The first read waits for HAProxy's HELLO, every later one at most
-	// the idle timeout.
-	hello, idle := netx.Or(s.HelloTimeout, 10*time.Second), netx.Or(s.IdleTimeout, 5*time.Minute)
-	started := false
-	dc := &netx.DeadlineConn{Conn: conn, Timeout: func() time.Duration {
-		if !started {
-			started = true
-			return hello
-		}
-		return idle
-	}}
-	err := s.ServeConn(bufio.NewReaderSize(dc, MaxFrameSize+4), w)
+	uc := netx.Track(conn)
+	// The HELLO's clock starts now, with the connection.
+	uc.Unit(netx.Or(s.HelloTimeout, 10*time.Second))
+	units := units{conn: uc, frame: netx.Or(s.FrameTimeout, 10*time.Second), idle: netx.Or(s.IdleTimeout, 5*time.Minute)}
+	err := s.serveConn(bufio.NewReaderSize(uc, MaxFrameSize+4), bufio.NewWriter(conn), &units)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		s.Log.Debug().Err(err).Str("peer", conn.RemoteAddr().String()).Msg("spoe connection ended")
 	}
+}
+
+// units gives each frame after the HELLO its own deadline: the silence
+// before it is bounded by idle, the frame itself, from its first byte,
+// by frame.
+type units struct {
+	conn        *netx.Conn
+	frame, idle time.Duration
+}
+
+// next waits for the next frame's first byte, then starts its clock.
+func (u *units) next(r *bufio.Reader) error {
+	u.conn.Wait(u.idle)
+	if _, err := r.Peek(1); err != nil {
+		return err
+	}
+	u.conn.Unit(u.frame)
+	return nil
 }
 
 // protocolError closes a connection with an AGENT-DISCONNECT.
@@ -106,14 +119,19 @@ func (e *protocolError) Unwrap() error { return e.err }
 // ServeConn runs the SPOP conversation on one connection: HELLO, then
 // NOTIFY frames each answered by an ACK, until DISCONNECT or an error. It
 // never panics on input: a panic is turned into an error and counted.
-func (s *Server) ServeConn(r *bufio.Reader, w *bufio.Writer) (err error) {
+func (s *Server) ServeConn(r *bufio.Reader, w *bufio.Writer) error {
+	return s.serveConn(r, w, nil)
+}
+
+// serveConn is ServeConn with each frame's deadlines (u, nil for none).
+func (s *Server) serveConn(r *bufio.Reader, w *bufio.Writer, u *units) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			s.Counters.IngestErrors.Add(1)
 			err = fmt.Errorf("spoe: panic serving connection: %v", p)
 		}
 	}()
-	c := conn{r: r, w: w, buf: make([]byte, MaxFrameSize)}
+	c := conn{r: r, w: w, buf: make([]byte, MaxFrameSize), units: u}
 	err = s.converse(&c)
 	var pe *protocolError
 	if errors.As(err, &pe) {
@@ -132,6 +150,7 @@ type conn struct {
 	buf   []byte
 	hdr   [4]byte
 	maxFS uint32
+	units *units // nil: no deadlines (ServeConn on buffers, in tests)
 }
 
 type header struct {
@@ -206,6 +225,11 @@ func (s *Server) converse(c *conn) error {
 		return nil
 	}
 	for {
+		if c.units != nil {
+			if err := c.units.next(c.r); err != nil {
+				return err
+			}
+		}
 		h, err := c.readFrame()
 		if err != nil {
 			return err

@@ -30,6 +30,7 @@ import (
 	"io"
 	"log"
 	"net"
+	"net/netip"
 	"os"
 	"sort"
 	"strings"
@@ -68,22 +69,32 @@ type Node struct {
 	remote      *window.Store // what the peers sent, all of them summed
 	exporter    window.Exporter
 	ml          *memberlist.Memberlist
+	tr          *transport
+	sealer      *sealer
+	tcpTimeout  time.Duration
 	incarnation uint64
 	started     time.Time
 	seq         atomic.Uint64
-	limit       int // a message's size that still fits one UDP packet
+	limit       int // a message's size that still fits one UDP packet, sealed
 
 	// changes is the loop's ledger, read at each sync for the decisions
 	// of the backends this agent decides.
 	changes atomic.Pointer[func() map[agent.Key]agent.Change]
 
+	// mu guards what follows. Nothing holding it may call memberlist:
+	// memberlist calls the events (learn, forget), which take it, while
+	// holding its own lock, so the other order would deadlock (fleet-sim
+	// met it at 50 nodes: Status read memberlist's address under mu).
 	mu        sync.Mutex
 	peers     map[string]*peer
-	backends  []string // the backends this agent's HAProxy serves, at its last step
+	members   map[string]member // memberlist's members, as its events said
+	backends  []string          // the backends this agent's HAProxy serves, at its last step
 	view      []BackendStatus
 	lastHeard time.Time
+	logged    map[string]time.Time // the last refusal logged, by sender and reason
 
 	counters Counters
+	inbox    chan inbound
 	sends    sync.WaitGroup // reliable sends of oversized messages
 	sendSem  chan struct{}
 	stop     chan struct{}
@@ -91,52 +102,148 @@ type Node struct {
 	closed   sync.Once
 }
 
+// inbound is a message out of its envelope, with where it came from.
+type inbound struct {
+	msg    []byte
+	from   netip.AddrPort
+	stream bool
+}
+
+// member is what memberlist says of a member: where it is, and which
+// process of its name (the incarnation in its meta; 0 when its meta has
+// none this agent can take).
+type member struct {
+	addr        netip.AddrPort
+	incarnation uint64
+}
+
 // Counters are the fleet's traffic, for /metrics and /status.
 type Counters struct {
 	Sent, Received, BytesSent, BytesReceived atomic.Uint64
 	// Rejected: messages that failed to parse, or claimed this agent's
-	// own name; Duplicates: a sequence number seen before; Stale: from an
-	// older process of that peer's name.
-	Rejected, Duplicates, Stale atomic.Uint64
-	SendErrors, JoinErrors      atomic.Uint64
-	CountsAdded, CountsRefused  atomic.Uint64
+	// own name; Duplicates: a sequence number seen before; Stale: sent
+	// longer ago than the freshness window, or by a process of the
+	// sender's name other than the one memberlist lists; Forged: under a
+	// name memberlist does not list, or not from its member's address;
+	// Future: sent ahead of this clock by more than MaxClockSkew, or
+	// before its own process started.
+	Rejected, Duplicates, Stale, Forged, Future atomic.Uint64
+	SendErrors, JoinErrors                      atomic.Uint64
+	CountsAdded, CountsRefused                  atomic.Uint64
+	// The port's own: envelopes not sealed with the key, messages
+	// dropped with the inbox full, streams refused at their length,
+	// streams closed at a cap (see MaxStreams), and state messages cut
+	// to MaxMessage.
+	Unsealed, InboxDropped, StreamsRefused, StreamsEvicted, StateCut atomic.Uint64
 }
 
 // peer is what this agent knows of another.
 type peer struct {
 	incarnation uint64
-	hi          uint64 // highest sequence number seen
-	seen        uint64 // bit i: hi-i seen
+	seen        map[uint64]int64 // sequence numbers within the freshness window, with their time of sending
 	lastHeard   time.Time
-	stateSeq    uint64
+	stateSent   uint64 // the time of sending of the state its decisions came from,
+	stateSeq    uint64 // and its sequence number
 	decisions   map[string]Decision
 }
 
-// accept reports whether a message is new: not from an older process of
-// the same name, not a sequence number already seen.
-func (p *peer) accept(h header) (ok, stale bool) {
+// later reports whether a state message is later than the one p's
+// decisions came from: sent later, or at the same time (a coarse clock)
+// with a later sequence number.
+func (p *peer) later(h header) bool {
+	return h.Sent > p.stateSent || (h.Sent == p.stateSent && h.Seq > p.stateSeq)
+}
+
+// Freshness. A message sent longer ago than FreshSyncs syncs plus
+// MaxClockSkew, by the receiver's clock, is refused, as is one sent more
+// than MaxClockSkew ahead of it: a message sniffed and replayed later is
+// refused by every receiver, however recently it started, and no
+// sequence number can shut a sender out, since only the window's own are
+// remembered. The nodes' clocks must agree within MaxClockSkew.
+const (
+	FreshSyncs   = 4
+	MaxClockSkew = 2 * time.Second
+	// maxSeen bounds the sequence numbers remembered per peer: its
+	// state and counts messages over the freshness window, many times
+	// over.
+	maxSeen = 8192
+	// refusalLogEvery spaces the log lines of one sender's refusals of
+	// one kind: a liar cannot flood the log.
+	refusalLogEvery = 10 * time.Second
+)
+
+// fresh is the freshness window at this node's sync period.
+func (n *Node) fresh() time.Duration { return FreshSyncs*n.cfg.Sync + MaxClockSkew }
+
+// refusal is why a message was refused; "" is accepted.
+type refusal string
+
+const (
+	accepted  refusal = ""
+	ownName   refusal = "it claims this node's own name: two nodes share a fleet-name, or one lies"
+	notMember refusal = "memberlist lists no member of that name"
+	wrongAddr refusal = "it did not come from the address memberlist lists for that name"
+	noInc     refusal = "memberlist lists that name with no incarnation this agent can take (an agent of fleet wire version 1?)"
+	otherInc  refusal = "it is from another process of that name than the one memberlist lists"
+	tooOld    refusal = "it was sent longer ago than the freshness window allows (a replay, or a clock behind)"
+	tooNew    refusal = "it was sent ahead of this clock by more than the skew allowed (a clock ahead, or a lie)"
+	early     refusal = "it was sent before its own process started (a lie)"
+	duplicate refusal = "its sequence number was seen before"
+)
+
+// admit checks a message's header against the member memberlist lists
+// under its sender's name, against the clock, and against the sender's
+// window of sequence numbers. Accepted, the sender is heard now.
+// Callers hold n.mu.
+func (n *Node) admit(h header, from netip.AddrPort, stream bool, now time.Time) refusal {
+	if h.Sender == n.name {
+		return ownName
+	}
+	m, ok := n.members[h.Sender]
 	switch {
-	case h.Incarnation < p.incarnation:
-		return false, true
-	case h.Incarnation > p.incarnation:
-		*p = peer{incarnation: h.Incarnation}
+	case !ok:
+		return notMember
+	case from.Addr() != m.addr.Addr() || (!stream && from.Port() != m.addr.Port()):
+		// Over UDP memberlist sends from its bound port; over TCP the
+		// source port is the kernel's, so only the address counts.
+		return wrongAddr
+	case m.incarnation == 0:
+		return noInc
+	case h.Incarnation != m.incarnation:
+		return otherInc
 	}
-	if h.Seq > p.hi {
-		if shift := h.Seq - p.hi; shift >= 64 {
-			p.seen = 0
-		} else {
-			p.seen <<= shift
+	nowNs := now.UnixNano()
+	switch {
+	case h.Sent > uint64(nowNs+int64(MaxClockSkew)):
+		return tooNew
+	case h.Sent < uint64(max(nowNs-int64(n.fresh()), 0)):
+		return tooOld
+	case h.Sent < h.Incarnation:
+		return early
+	}
+	p := n.peers[h.Sender]
+	if p == nil || p.incarnation != h.Incarnation {
+		p = &peer{incarnation: h.Incarnation, seen: map[uint64]int64{}}
+		n.peers[h.Sender] = p
+	}
+	if _, seen := p.seen[h.Seq]; seen {
+		return duplicate
+	}
+	if len(p.seen) >= maxSeen {
+		// What the clock refuses needs no remembering.
+		oldest := nowNs - int64(n.fresh())
+		for seq, at := range p.seen {
+			if at < oldest {
+				delete(p.seen, seq)
+			}
 		}
-		p.seen |= 1
-		p.hi = h.Seq
-		return true, false
+		if len(p.seen) >= maxSeen { // a flood within the window: start over
+			clear(p.seen)
+		}
 	}
-	d := p.hi - h.Seq
-	if d >= 64 || p.seen&(1<<d) != 0 {
-		return false, false
-	}
-	p.seen |= 1 << d
-	return true, false
+	p.seen[h.Seq] = int64(h.Sent)
+	p.lastHeard, n.lastHeard = now, now
+	return accepted
 }
 
 // Start joins the fleet: it binds, and tries the join list in the
@@ -156,8 +263,9 @@ func Start(p Params) (*Node, error) {
 		p.MaxSeries = window.DefaultMaxSeries
 	}
 	n := &Node{cfg: p.Config, name: p.Name, now: p.Now, log: p.Log, local: p.Local,
-		remote: window.New(p.Local.Span(), p.MaxSeries, p.Now), peers: map[string]*peer{},
-		started: p.Now(), sendSem: make(chan struct{}, 8), stop: make(chan struct{})}
+		remote: window.New(p.Local.Span(), p.MaxSeries, p.Now), peers: map[string]*peer{}, members: map[string]member{},
+		logged: map[string]time.Time{}, started: p.Now(), inbox: make(chan inbound, inboxSize),
+		sendSem: make(chan struct{}, 8), stop: make(chan struct{})}
 	n.incarnation = uint64(n.started.UnixNano())
 	n.exporter.Store = p.Local
 	mc := memberlist.DefaultLANConfig()
@@ -175,15 +283,73 @@ func Start(p Params) (*Node, error) {
 	if p.Tune != nil {
 		p.Tune(mc)
 	}
-	// Room for memberlist's own framing and encryption (type byte,
-	// label, version, nonce, tag) in one packet.
+	if n.sealer, err = newSealer(p.Key, mc.EnableCompression); err != nil {
+		return nil, err
+	}
+	// Room for the envelope (envelopeOverhead) in one packet.
 	n.limit = mc.UDPBufferSize - 64
+	n.tcpTimeout = mc.TCPTimeout
+	inner := mc.Transport
+	if inner == nil {
+		// What memberlist.Create would make, made here to be wrapped.
+		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: mc.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("fleet: listen on %s: %w", p.Bind, err)
+		}
+		if mc.BindPort == 0 {
+			mc.BindPort = nt.GetAutoBindPort()
+			mc.AdvertisePort = mc.BindPort
+		}
+		inner = nt
+	}
+	// A stream lives at most two of memberlist's TCP timeouts from its
+	// accept: a push-pull reads the peer's state, then writes its own.
+	n.tr = newTransport(inner, 2*mc.TCPTimeout, &n.counters, p.Log, n.deliver)
+	mc.Transport = n.tr
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		_ = n.tr.Shutdown()
 		return nil, fmt.Errorf("fleet: start memberlist on %s: %w", p.Bind, err)
 	}
 	n.ml = ml
+	n.done.Add(1)
+	go n.readInbox()
 	return n, nil
+}
+
+// inboxSize bounds the messages out of their envelopes that wait for
+// receive: packets of a few KiB, a rare stream of at most MaxMessage.
+const inboxSize = 256
+
+// deliver opens an envelope the transport took, and queues its message.
+// It runs on the transport's packet pump, or on a stream's goroutine,
+// and never waits: memberlist's pings pass through the same pump.
+func (n *Node) deliver(env []byte, from netip.AddrPort, stream bool) {
+	msg, err := n.sealer.open(env)
+	if err != nil {
+		if n.counters.Unsealed.Add(1)%100 == 1 {
+			n.log.Debug().Err(err).Str("from", from.String()).Msg("fleet: envelope refused (logged once, then every hundredth)")
+		}
+		return
+	}
+	select {
+	case n.inbox <- inbound{msg: msg, from: from, stream: stream}:
+	default:
+		n.counters.InboxDropped.Add(1)
+	}
+}
+
+// readInbox hands each queued message to receive, until Close.
+func (n *Node) readInbox() {
+	defer n.done.Done()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case m := <-n.inbox:
+			n.receive(m.msg, m.from, m.stream)
+		}
+	}
 }
 
 // Name is this node's name in the fleet.
@@ -313,7 +479,10 @@ func (n *Node) sync() {
 			st.Decisions = append(st.Decisions, d)
 		}
 	}
-	state := encodeState(st)
+	state, left := encodeState(st)
+	if left > 0 && n.counters.StateCut.Add(1)%100 == 1 {
+		n.log.Warn().Int("left_out", left).Int("limit", MaxMessage).Msg("fleet: this node's decisions exceed one message: the backends left out are decided by their followers meanwhile (logged once, then every hundredth)")
+	}
 	for _, m := range members {
 		n.send(m, state)
 	}
@@ -352,7 +521,7 @@ func (n *Node) sync() {
 func (n *Node) nextSeq() uint64 { return n.seq.Add(1) }
 
 func (n *Node) header(kind byte) header {
-	return header{Kind: kind, Sender: n.name, Incarnation: n.incarnation, Seq: n.nextSeq()}
+	return header{Kind: kind, Sender: n.name, Incarnation: n.incarnation, Sent: uint64(n.now().UnixNano()), Seq: n.nextSeq()}
 }
 
 // held is this node's decision for backend: the changes its ledger holds
@@ -368,14 +537,16 @@ func held(changes map[agent.Key]agent.Change, backend string) []Held {
 	return out
 }
 
-// send sends one message: in one UDP packet when it fits, else over TCP
-// in the background (bounded), so that a peer that does not answer never
-// holds up the sync.
+// send seals one message and sends it: in one UDP packet when it fits,
+// else over TCP in the background (bounded), so that a peer that does
+// not answer never holds up the sync.
 func (n *Node) send(to *memberlist.Node, msg []byte) {
 	n.counters.Sent.Add(1)
 	n.counters.BytesSent.Add(uint64(len(msg)))
+	env := n.sealer.seal(msg)
+	addr := memberlist.Address{Addr: to.Address(), Name: to.Name}
 	if len(msg) <= n.limit {
-		if err := n.ml.SendBestEffort(to, msg); err != nil {
+		if err := n.tr.sendPacket(addr, env); err != nil {
 			n.counters.SendErrors.Add(1)
 		}
 		return
@@ -390,21 +561,22 @@ func (n *Node) send(to *memberlist.Node, msg []byte) {
 	go func() {
 		defer n.sends.Done()
 		defer func() { <-n.sendSem }()
-		if err := n.ml.SendReliable(to, msg); err != nil {
+		if err := n.tr.sendEnvelope(addr, env, n.tcpTimeout); err != nil {
 			n.counters.SendErrors.Add(1)
 		}
 	}()
 }
 
-// receive takes one message from a peer. memberlist has checked that it
-// was sealed with the fleet's key; its shape is checked here.
-func (n *Node) receive(b []byte) {
+// receive takes one message out of its envelope (so from a holder of the
+// key), from. Its shape is checked by decode, its sender and freshness
+// by admit.
+func (n *Node) receive(b []byte, from netip.AddrPort, stream bool) {
 	n.counters.Received.Add(1)
 	n.counters.BytesReceived.Add(uint64(len(b)))
 	msg, err := decode(b)
 	if err != nil {
 		n.counters.Rejected.Add(1)
-		n.log.Debug().Err(err).Msg("fleet: message refused")
+		n.log.Debug().Err(err).Str("from", from.String()).Msg("fleet: message refused")
 		return
 	}
 	var h header
@@ -414,31 +586,19 @@ func (n *Node) receive(b []byte) {
 	case *countsMsg:
 		h = m.header
 	}
-	if h.Sender == n.name {
-		n.counters.Rejected.Add(1)
-		n.log.Warn().Str("sender", h.Sender).Msg("fleet: a message claims this node's own name: two nodes share a fleet-name")
-		return
-	}
 	now := n.now()
 	n.mu.Lock()
-	p := n.peers[h.Sender]
-	if p == nil {
-		p = &peer{}
-		n.peers[h.Sender] = p
-	}
-	ok, stale := p.accept(h)
-	if !ok {
+	why := n.admit(h, from, stream, now)
+	if why != accepted {
+		n.refused(h, from, why, now)
 		n.mu.Unlock()
-		if stale {
-			n.counters.Stale.Add(1)
-		} else {
-			n.counters.Duplicates.Add(1)
-		}
 		return
 	}
-	p.lastHeard, n.lastHeard = now, now
-	if m, isState := msg.(*stateMsg); isState && m.Seq > p.stateSeq {
-		p.stateSeq = m.Seq
+	if m, isState := msg.(*stateMsg); isState && n.peers[h.Sender].later(m.header) {
+		// Only a later word replaces the one held: a state delayed on
+		// its way (over TCP, say) changes nothing.
+		p := n.peers[h.Sender]
+		p.stateSent, p.stateSeq = m.Sent, m.Seq
 		p.decisions = make(map[string]Decision, len(m.Decisions))
 		for _, d := range m.Decisions {
 			p.decisions[d.Backend] = d
@@ -459,18 +619,92 @@ func (n *Node) receive(b []byte) {
 	}
 }
 
-// forget drops a peer that left or was declared dead: its backends pass
-// to the next in line at the next step, not after Timeout.
+// refused counts a refusal, and logs it, each sender's of each kind at
+// most once every refusalLogEvery: a duplicate at debug (UDP makes them);
+// what a join, a restart or a slow network also makes (a name memberlist
+// does not list yet, a process it no longer lists, a message late) at
+// info; what only a lie or a clock set wrong makes as a warning.
+// Callers hold n.mu.
+func (n *Node) refused(h header, from netip.AddrPort, why refusal, now time.Time) {
+	lvl := zerolog.WarnLevel
+	switch why {
+	case duplicate:
+		n.counters.Duplicates.Add(1)
+		lvl = zerolog.DebugLevel
+	case tooOld, otherInc:
+		n.counters.Stale.Add(1)
+		lvl = zerolog.InfoLevel
+	case tooNew, early:
+		n.counters.Future.Add(1)
+	case notMember:
+		n.counters.Forged.Add(1)
+		lvl = zerolog.InfoLevel
+	case wrongAddr, noInc:
+		n.counters.Forged.Add(1)
+	default:
+		n.counters.Rejected.Add(1)
+	}
+	key := h.Sender + "\x00" + string(why)
+	if now.Sub(n.logged[key]) < refusalLogEvery {
+		return
+	}
+	if len(n.logged) > 1024 { // names a liar makes up, forgotten
+		clear(n.logged)
+	}
+	n.logged[key] = now
+	ev := n.log.WithLevel(lvl).Str("sender", h.Sender).Str("from", from.String()).Str("reason", string(why)).
+		Time("sent", time.Unix(0, int64(min(h.Sent, 1<<63-1)))).Uint64("incarnation", h.Incarnation)
+	if m, ok := n.members[h.Sender]; ok {
+		ev = ev.Str("member_addr", m.addr.String()).Uint64("member_incarnation", m.incarnation)
+	}
+	ev.Msg("fleet: message refused")
+}
+
+// learn records what memberlist says of a member: its address, and the
+// incarnation in its meta, which must be a time this clock has reached.
+func (n *Node) learn(m *memberlist.Node) {
+	if m.Name == n.name {
+		return
+	}
+	ip, _ := netip.AddrFromSlice(m.Addr)
+	mem := member{addr: netip.AddrPortFrom(ip.Unmap(), m.Port)}
+	inc, err := decodeMeta(m.Meta)
+	switch {
+	case err != nil:
+		n.log.Warn().Err(err).Str("member", m.Name).Msg("fleet: a member without a valid incarnation in its meta: its messages are refused")
+	case inc > uint64(n.now().Add(MaxClockSkew).UnixNano()):
+		n.log.Warn().Str("member", m.Name).Time("claimed_start", time.Unix(0, int64(min(inc, 1<<63-1)))).
+			Msg("fleet: a member claims a start ahead of this clock: its messages are refused")
+	default:
+		mem.incarnation = inc
+	}
+	n.mu.Lock()
+	n.members[m.Name] = mem
+	n.mu.Unlock()
+}
+
+// forget drops a member that left or was declared dead: its backends
+// pass to the next in line at the next step, not after Timeout.
 func (n *Node) forget(name string) {
 	n.mu.Lock()
 	delete(n.peers, name)
+	delete(n.members, name)
 	n.mu.Unlock()
 }
 
 type delegate struct{ n *Node }
 
-func (delegate) NodeMeta(int) []byte                 { return nil }
-func (d delegate) NotifyMsg(b []byte)                { d.n.receive(b) }
+// NodeMeta is this node's incarnation, for every member to tie this
+// node's name to this process (see admit).
+func (d delegate) NodeMeta(int) []byte { return encodeMeta(d.n.incarnation) }
+
+// NotifyMsg is a memberlist user message: hapilot sends none since
+// version 2 of its wire, so one is an agent of version 1, or a stranger.
+func (d delegate) NotifyMsg([]byte) {
+	if d.n.counters.Rejected.Add(1)%100 == 1 {
+		d.n.log.Warn().Msg("fleet: a memberlist user message, refused: an agent of fleet wire version 1 is in the fleet (every agent must run the same version), or a holder of the key sends them")
+	}
+}
 func (delegate) GetBroadcasts(int, int) [][]byte     { return nil }
 func (delegate) LocalState(bool) []byte              { return nil }
 func (delegate) MergeRemoteState(buf []byte, _ bool) {}
@@ -478,7 +712,10 @@ func (delegate) MergeRemoteState(buf []byte, _ bool) {}
 type events struct{ n *Node }
 
 func (e events) NotifyJoin(m *memberlist.Node) {
-	e.n.log.Info().Str("member", m.Name).Str("addr", m.Address()).Msg("fleet: member joined")
+	e.n.learn(m)
+	if m.Name != e.n.name {
+		e.n.log.Info().Str("member", m.Name).Str("addr", m.Address()).Msg("fleet: member joined")
+	}
 }
 
 func (e events) NotifyLeave(m *memberlist.Node) {
@@ -489,7 +726,9 @@ func (e events) NotifyLeave(m *memberlist.Node) {
 	e.n.forget(m.Name)
 }
 
-func (events) NotifyUpdate(*memberlist.Node) {}
+// NotifyUpdate is a member's new meta or address: a restarted process
+// of its name, say.
+func (e events) NotifyUpdate(m *memberlist.Node) { e.n.learn(m) }
 
 // logWriter turns memberlist's log lines ("[WARN] memberlist: ...")
 // into zerolog events at their level.

@@ -2,6 +2,7 @@ package peers
 
 import (
 	"context"
+	"net/netip"
 	"reflect"
 	"sort"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/window"
+	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
 )
 
@@ -41,20 +43,55 @@ func (c *clock) Now() time.Time          { return c.t }
 func (c *clock) Advance(d time.Duration) { c.t = c.t.Add(d) }
 
 // newTestNode is a node with no network: messages reach it through
-// receive, time through clk.
+// receive (or hear), time through clk.
 func newTestNode(name string, clk *clock) *Node {
 	local := window.New(time.Minute, 64, clk.Now)
 	cfg := DefaultConfig()
 	return &Node{cfg: cfg, name: name, now: clk.Now, log: zerolog.Nop(), local: local, remote: window.New(time.Minute, 64, clk.Now),
-		peers: map[string]*peer{}, started: clk.Now().Add(-time.Hour), incarnation: 1, exporter: window.Exporter{Store: local}}
+		peers: map[string]*peer{}, members: map[string]member{}, logged: map[string]time.Time{},
+		started: clk.Now().Add(-time.Hour), incarnation: 1, exporter: window.Exporter{Store: local}}
+}
+
+// addrOf is where the tests' member name lives: one port per name.
+func addrOf(name string) netip.AddrPort {
+	port := uint16(7000)
+	for _, c := range name {
+		port = port*31 + uint16(c)
+	}
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, 1}), port)
+}
+
+// hear delivers b to n from its sender's address, as memberlist's member
+// of that name; a sender n has not met joins with the incarnation b
+// carries, as its memberlist meta would say.
+func hear(n *Node, b []byte) {
+	v, err := decode(b)
+	if err != nil {
+		n.receive(b, netip.AddrPort{}, false)
+		return
+	}
+	var h header
+	switch m := v.(type) {
+	case *stateMsg:
+		h = m.header
+	case *countsMsg:
+		h = m.header
+	}
+	n.mu.Lock()
+	if _, ok := n.members[h.Sender]; !ok && h.Sender != n.name {
+		n.members[h.Sender] = member{addr: addrOf(h.Sender), incarnation: h.Incarnation}
+	}
+	n.mu.Unlock()
+	n.receive(b, addrOf(h.Sender), false)
 }
 
 var seqs = map[string]uint64{}
 
-// from is a state message of peer, started an hour before now.
+// from is a state message of peer, started an hour before now, sent now.
 func from(peer string, now time.Time, ds ...Decision) []byte {
 	seqs[peer]++
-	return encodeState(stateMsg{header: header{Sender: peer, Incarnation: uint64(now.Add(-time.Hour).UnixNano()), Seq: seqs[peer]}, Decisions: ds})
+	m, _ := encodeState(stateMsg{header: header{Sender: peer, Incarnation: uint64(now.Add(-time.Hour).UnixNano()), Sent: uint64(now.UnixNano()), Seq: seqs[peer]}, Decisions: ds})
+	return m
 }
 
 func view(backend string, servers ...agent.ServerView) agent.Observation {
@@ -83,8 +120,8 @@ func TestRolesFollowThePicture(t *testing.T) {
 		t.Fatalf("no peer: %+v", st)
 	}
 	// b and c speak; one of the three ranks first for app
-	n.receive(from("b", clk.Now()))
-	n.receive(from("c", clk.Now()))
+	hear(n, from("b", clk.Now()))
+	hear(n, from("c", clk.Now()))
 	first := rank("app", []string{"a", "b", "c"})[0]
 	st := role()
 	if st.Decider != first {
@@ -94,7 +131,7 @@ func TestRolesFollowThePicture(t *testing.T) {
 		t.Fatalf("the decider %s has not spoken for app: role %s, want local", first, st.Role)
 	}
 	if first != "a" {
-		n.receive(from(first, clk.Now(), Decision{Backend: "app"}))
+		hear(n, from(first, clk.Now(), Decision{Backend: "app"}))
 		if st := role(); st.Role != RoleFollower || st.Evidence != "pooled" {
 			t.Fatalf("the decider spoke: %+v", st)
 		}
@@ -133,7 +170,7 @@ func TestYoungMemberDoesNotDecide(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newTestNode("young", clk)
 			n.started = clk.Now().Add(-tc.youngs)
-			n.receive(from("old", clk.Now()))
+			hear(n, from("old", clk.Now()))
 			n.split(view(backend, srv("srv1", agent.OwnerNone, 0, 100, nil)))
 			if got := n.view[0].Decider; got != tc.want {
 				t.Fatalf("decider %s, want %s", got, tc.want)
@@ -165,10 +202,10 @@ func TestDeciderJudgesPooledEvidence(t *testing.T) {
 		peerStore.Record(window.Event{Backend: []byte(backend), Server: []byte("srv1"), Status: status, ResponseMs: 9})
 	}
 	ex := window.Exporter{Store: peerStore}
-	n.receive(from("b", clk.Now()))
-	counts := encodeCounts(header{Sender: "b", Incarnation: uint64(clk.Now().Add(-time.Hour).UnixNano())}, ex.Deltas(), 1336, func() uint64 { seqs["b"]++; return seqs["b"] })
+	hear(n, from("b", clk.Now()))
+	counts := encodeCounts(header{Sender: "b", Incarnation: uint64(clk.Now().Add(-time.Hour).UnixNano()), Sent: uint64(clk.Now().UnixNano())}, ex.Deltas(), 1336, func() uint64 { seqs["b"]++; return seqs["b"] })
 	for _, m := range counts {
-		n.receive(m)
+		hear(n, m)
 	}
 	obs := view(backend, srv("srv1", agent.OwnerNone, 0, 100, nil))
 	obs.Backends[0].Servers[0].Window = n.local.Snapshot(time.Minute)[0] // the loop's own view
@@ -185,7 +222,7 @@ func TestDeciderJudgesPooledEvidence(t *testing.T) {
 	}
 	// the same counts delivered again are not added again
 	for _, m := range counts {
-		n.receive(m)
+		hear(n, m)
 	}
 	mine, _ = n.split(obs)
 	if w := mine.Backends[0].Servers[0].Window; w.Requests != 100 || n.counters.Duplicates.Load() != uint64(len(counts)) {
@@ -194,30 +231,35 @@ func TestDeciderJudgesPooledEvidence(t *testing.T) {
 }
 
 // A repeated, late or stale message changes nothing; a new process of a
-// peer's name starts afresh.
+// peer's name, once memberlist lists it, starts afresh.
 func TestMessagesAreIdempotent(t *testing.T) {
 	clk := newClock(time.Unix(100000, 0))
 	n := newTestNode("a", clk)
 	inc := uint64(clk.Now().Add(-time.Hour).UnixNano())
-	msg := func(inc, seq uint64, held ...Held) []byte {
-		return encodeState(stateMsg{header: header{Sender: "b", Incarnation: inc, Seq: seq}, Decisions: []Decision{{Backend: "app", Held: held}}})
+	now := uint64(clk.Now().UnixNano())
+	msg := func(inc, sent, seq uint64, held ...Held) []byte {
+		m, _ := encodeState(stateMsg{header: header{Sender: "b", Incarnation: inc, Sent: sent, Seq: seq}, Decisions: []Decision{{Backend: "app", Held: held}}})
+		return m
 	}
 	drained := Held{Server: "srv1", Phase: agent.PhaseDrained}
-	n.receive(msg(inc, 5, drained))
-	n.receive(msg(inc, 5, drained)) // repeated
-	n.receive(msg(inc, 4))          // late: an older word
+	hear(n, msg(inc, now, 5, drained))
+	hear(n, msg(inc, now, 5, drained))                 // repeated
+	hear(n, msg(inc, now-uint64(time.Millisecond), 4)) // late: an older word, delayed on its way
 	if got := n.peers["b"].decisions["app"].Held; len(got) != 1 {
 		t.Fatalf("a late message replaced the decision: %+v", got)
 	}
-	n.receive(msg(inc-1, 9)) // an older process of b
+	hear(n, msg(inc-1, now, 9)) // another process of b than the one memberlist lists
 	if d, s := n.counters.Duplicates.Load(), n.counters.Stale.Load(); d != 1 || s != 1 {
 		t.Fatalf("duplicates %d stale %d, want 1 and 1", d, s)
 	}
-	n.receive(msg(inc+1, 1)) // b restarted
+	// b restarted: memberlist's meta says so
+	n.learn(&memberlist.Node{Name: "b", Addr: addrOf("b").Addr().AsSlice(), Port: addrOf("b").Port(), Meta: encodeMeta(inc + 1)})
+	hear(n, msg(inc+1, now, 1))
 	if got := n.peers["b"].decisions["app"].Held; len(got) != 0 {
 		t.Fatalf("the restarted peer's word did not replace the old one: %+v", got)
 	}
-	n.receive(encodeState(stateMsg{header: header{Sender: "a", Incarnation: 1, Seq: 1}}))
+	own, _ := encodeState(stateMsg{header: header{Sender: "a", Incarnation: 1, Sent: now, Seq: 1}})
+	hear(n, own)
 	if n.counters.Rejected.Load() != 1 {
 		t.Fatal("a message in this node's own name was accepted")
 	}
@@ -282,7 +324,7 @@ func TestRecoveryLeavesHeldServersToTheirDecider(t *testing.T) {
 			break
 		}
 	}
-	n.receive(from("b", clk.Now(), Decision{Backend: backend, Held: []Held{{Server: "srv2", Phase: agent.PhaseDrained}}}))
+	hear(n, from("b", clk.Now(), Decision{Backend: backend, Held: []Held{{Server: "srv2", Phase: agent.PhaseDrained}}}))
 	obs := view(backend, srv("srv1", agent.OwnerAgent, haproxy.AdminForcedDrain, 100, &agent.Change{Phase: agent.PhaseDrained}),
 		srv("srv2", agent.OwnerAgent, haproxy.AdminForcedDrain, 100, &agent.Change{Phase: agent.PhaseDrained}))
 	n.split(obs)

@@ -352,9 +352,10 @@ func (n *Node) Status() Status {
 	for _, m := range n.ml.Members() {
 		addrs[m.Name] = m.Address()
 	}
+	self := n.Addr() // memberlist's, read before n.mu (see Node.mu)
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	st := Status{Name: n.name, Addr: n.Addr(), LastSyncAgeMs: -1, Backends: append([]BackendStatus{}, n.view...), Traffic: n.traffic()}
+	st := Status{Name: n.name, Addr: self, LastSyncAgeMs: -1, Backends: append([]BackendStatus{}, n.view...), Traffic: n.traffic()}
 	if !n.lastHeard.IsZero() {
 		st.LastSyncAgeMs = ms(now.Sub(n.lastHeard))
 	}
@@ -384,7 +385,10 @@ func (n *Node) traffic() map[string]uint64 {
 		"messages_sent": c.Sent.Load(), "messages_received": c.Received.Load(),
 		"bytes_sent": c.BytesSent.Load(), "bytes_received": c.BytesReceived.Load(),
 		"rejected": c.Rejected.Load(), "duplicates": c.Duplicates.Load(), "stale": c.Stale.Load(),
+		"forged": c.Forged.Load(), "future": c.Future.Load(),
 		"send_errors": c.SendErrors.Load(), "join_errors": c.JoinErrors.Load(),
 		"counts_added": c.CountsAdded.Load(), "counts_refused": c.CountsRefused.Load(),
+		"unsealed": c.Unsealed.Load(), "inbox_dropped": c.InboxDropped.Load(), "state_cut": c.StateCut.Load(),
+		"streams_refused": c.StreamsRefused.Load(), "streams_evicted": c.StreamsEvicted.Load(),
 	}
 }

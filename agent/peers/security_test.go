@@ -64,10 +64,10 @@ func TestPeerWithoutTheKeyCannotInject(t *testing.T) {
 	})
 
 	forged := func(sender string) [][]byte {
-		return encodeCounts(header{Sender: sender, Incarnation: uint64(time.Now().UnixNano())},
+		return encodeCounts(header{Sender: sender, Incarnation: uint64(time.Now().UnixNano()), Sent: uint64(time.Now().UnixNano())},
 			[]window.Delta{{Backend: "app", Server: "evil", Seconds: []window.Second{{Requests: 1000, Err5xx: 1000}}}}, 1300, func() uint64 { return 1 })
 	}
-	decision := encodeState(stateMsg{header: header{Sender: "evil", Incarnation: uint64(time.Now().UnixNano()), Seq: 1},
+	decision, _ := encodeState(stateMsg{header: header{Sender: "evil", Incarnation: uint64(time.Now().UnixNano()), Sent: uint64(time.Now().UnixNano()), Seq: 1},
 		Decisions: []Decision{{Backend: "app", Held: []Held{{Server: "srv1", Phase: "drained"}}}}})
 
 	// another key: memberlist cannot even join
@@ -75,9 +75,14 @@ func TestPeerWithoutTheKeyCannotInject(t *testing.T) {
 	if _, err := other.ml.Join([]string{a.Addr()}); err == nil {
 		t.Error("a peer with another key joined")
 	}
-	// ... nor reach a with user messages, nor with one claiming b's name
+	// ... nor reach a with user messages, nor in envelopes sealed with its
+	// own key, nor with either claiming b's name
 	for _, m := range append(forged("evil"), append(forged("b"), decision)...) {
-		if err := other.ml.SendToAddress(memberlist.Address{Addr: a.Addr(), Name: "a"}, m); err != nil {
+		to := memberlist.Address{Addr: a.Addr(), Name: "a"}
+		if err := other.ml.SendToAddress(to, m); err != nil {
+			t.Fatal(err)
+		}
+		if err := other.tr.sendPacket(to, other.sealer.seal(m)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -9,16 +9,23 @@ import (
 	"github.com/hapilot/hapilot/internal/window"
 )
 
-// The agents' messages ride in memberlist's user messages, which its
-// keyring encrypts and authenticates: what reaches decode came from a
-// holder of the key. decode still trusts nothing about its shape.
+// The agents' messages travel sealed with the fleet's key (seal.go),
+// beside memberlist's own packets on the same port: what reaches decode
+// came from a holder of the key. decode still trusts nothing about its
+// shape, and Node.admit nothing about its sender.
 //
-//	header: 'h' version kind, sender (string), incarnation, seq (uvarints)
+//	header: 'h' version kind, sender (string), incarnation, sent, seq (uvarints)
 //	state:  n × backend, pooled requests, pooled 5xx, n × (server, phase, weight, reason)
 //	counts: n × backend, server, n × (ago, requests, 5xx, 4xx, retried, n × (bin, count))
+//
+// Version 2 added the time of sending (sent), so that a message replayed
+// later is refused by any receiver, however recently it started; version
+// 1's messages rode in memberlist's user messages, which say nothing of
+// where they came from. The two versions do not talk: every agent of a
+// fleet runs the same one.
 const (
 	magic   = 'h'
-	version = 1
+	version = 2
 
 	kindState  = 1
 	kindCounts = 2
@@ -26,6 +33,12 @@ const (
 	maxName   = window.MaxName
 	maxReason = 160
 	maxItems  = 1 << 16
+
+	// MaxMessage bounds every message an agent sends, and so what a
+	// receiver reads before it refuses one: a state message is cut to
+	// it (the backends left out are decided locally by their followers,
+	// as when a decider has not spoken), counts are packed far below it.
+	MaxMessage = 256 << 10
 )
 
 // header opens every message.
@@ -33,6 +46,7 @@ type header struct {
 	Kind        byte
 	Sender      string
 	Incarnation uint64 // the sender's start, in Unix nanoseconds
+	Sent        uint64 // when it was sent, in Unix nanoseconds, by the sender's clock
 	Seq         uint64 // per sender and incarnation, one per message
 }
 
@@ -96,27 +110,40 @@ func (w *writer) header(h header) {
 	w.b = append(w.b, magic, version, h.Kind)
 	w.string(h.Sender, maxName)
 	w.uvarint(h.Incarnation)
+	w.uvarint(h.Sent)
 	w.uvarint(h.Seq)
 }
 
-func encodeState(m stateMsg) []byte {
+// encodeState encodes m, cut to MaxMessage: left is how many of its
+// decisions did not fit (0 but for thousands of held servers with the
+// longest names).
+func encodeState(m stateMsg) (msg []byte, left int) {
 	w := &writer{}
 	m.Kind = kindState
 	w.header(m.header)
-	w.uvarint(uint64(len(m.Decisions)))
+	var body writer
+	n := 0
 	for _, d := range m.Decisions {
-		w.string(d.Backend, maxName)
-		w.uvarint(d.PooledRequests)
-		w.uvarint(d.PooledErr5xx)
-		w.uvarint(uint64(len(d.Held)))
+		var e writer
+		e.string(d.Backend, maxName)
+		e.uvarint(d.PooledRequests)
+		e.uvarint(d.PooledErr5xx)
+		e.uvarint(uint64(len(d.Held)))
 		for _, h := range d.Held {
-			w.string(h.Server, maxName)
-			w.byte(phaseCode(h.Phase))
-			w.uvarint(uint64(max(h.Weight, 0)))
-			w.string(h.Reason, maxReason)
+			e.string(h.Server, maxName)
+			e.byte(phaseCode(h.Phase))
+			e.uvarint(uint64(max(h.Weight, 0)))
+			e.string(h.Reason, maxReason)
 		}
+		if len(w.b)+binary.MaxVarintLen64+len(body.b)+len(e.b) > MaxMessage {
+			break
+		}
+		body.b = append(body.b, e.b...)
+		n++
 	}
-	return w.b
+	w.uvarint(uint64(n))
+	w.b = append(w.b, body.b...)
+	return w.b, len(m.Decisions) - n
 }
 
 // encodeCounts packs deltas into messages of at most limit bytes each
@@ -166,7 +193,7 @@ func encodeCounts(h header, deltas []window.Delta, limit int, nextSeq func() uin
 }
 
 // headerRoom bounds a header and an item count.
-const headerRoom = 3 + 1 + maxName + 2*binary.MaxVarintLen64 + binary.MaxVarintLen64
+const headerRoom = 3 + 1 + maxName + 3*binary.MaxVarintLen64 + binary.MaxVarintLen64
 
 var errShort = errors.New("message cut short")
 
@@ -255,6 +282,7 @@ func decode(b []byte) (any, error) {
 	h := header{Kind: b[2]}
 	h.Sender = r.string(maxName)
 	h.Incarnation = r.uvarint()
+	h.Sent = r.uvarint()
 	h.Seq = r.uvarint()
 	if r.err == nil && h.Sender == "" {
 		r.fail(errors.New("no sender"))
@@ -308,4 +336,29 @@ func decode(b []byte) (any, error) {
 		return nil, fmt.Errorf("fleet message from %q: %d bytes after its end", h.Sender, len(r.b))
 	}
 	return out, nil
+}
+
+// The node's meta in memberlist carries its incarnation, so that every
+// member knows which process of a name memberlist lists, and refuses
+// messages from any other (an older process, or a member lying about
+// another's name): 'h' version, incarnation (uvarint).
+func encodeMeta(incarnation uint64) []byte {
+	w := &writer{b: []byte{magic, version}}
+	w.uvarint(incarnation)
+	return w.b
+}
+
+func decodeMeta(b []byte) (uint64, error) {
+	if len(b) < 2 || b[0] != magic {
+		return 0, errors.New("no hapilot meta: an agent of fleet wire version 1, or not an agent")
+	}
+	if b[1] != version {
+		return 0, fmt.Errorf("meta of fleet wire version %d, this agent speaks %d", b[1], version)
+	}
+	r := &reader{b: b[2:]}
+	inc := r.uvarint()
+	if r.err == nil && len(r.b) != 0 {
+		r.fail(errors.New("bytes after the incarnation"))
+	}
+	return inc, r.err
 }

@@ -2,6 +2,7 @@ package peers
 
 import (
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -10,7 +11,7 @@ import (
 )
 
 func sampleState() stateMsg {
-	return stateMsg{header: header{Kind: kindState, Sender: "edge-1", Incarnation: 1700000000000000000, Seq: 42}, Decisions: []Decision{
+	return stateMsg{header: header{Kind: kindState, Sender: "edge-1", Incarnation: 1700000000000000000, Sent: 1700000000500000000, Seq: 42}, Decisions: []Decision{
 		{Backend: "app", PooledRequests: 9000, PooledErr5xx: 31, Held: []Held{
 			{Server: "srv3", Phase: agent.PhaseDrained, Reason: "5xx 5.1% vs peers 0.0%"},
 			{Server: "srv6", Phase: agent.PhaseCanary, Weight: 25, Reason: "re-admission"},
@@ -32,7 +33,11 @@ func sampleDeltas(n int) []window.Delta {
 
 func TestStateRoundTrip(t *testing.T) {
 	want := sampleState()
-	got, err := decode(encodeState(want))
+	b, left := encodeState(want)
+	if left != 0 {
+		t.Fatalf("%d decisions left out", left)
+	}
+	got, err := decode(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +78,7 @@ func TestCountsChunkedUnderTheLimit(t *testing.T) {
 // Whatever arrives, decode returns an error or a message, never panics,
 // and a message cut anywhere is refused.
 func TestDecodeRefusesMalformed(t *testing.T) {
-	valid := encodeState(sampleState())
+	valid, _ := encodeState(sampleState())
 	counts := encodeCounts(header{Sender: "b", Incarnation: 1}, sampleDeltas(3), 1<<20, func() uint64 { return 1 })[0]
 	for _, m := range [][]byte{valid, counts} {
 		for i := 0; i < len(m); i++ {
@@ -125,7 +130,8 @@ func TestDecodeRefusesMalformed(t *testing.T) {
 }
 
 func FuzzDecode(f *testing.F) {
-	f.Add(encodeState(sampleState()))
+	st, _ := encodeState(sampleState())
+	f.Add(st)
 	f.Add(encodeCounts(header{Sender: "b", Incarnation: 1}, sampleDeltas(2), 1<<20, func() uint64 { return 1 })[0])
 	f.Fuzz(func(t *testing.T, b []byte) {
 		v, err := decode(b)
@@ -150,4 +156,39 @@ func oneHeld(phase byte, weight uint64) []byte {
 	w.uvarint(weight)
 	w.string("", maxReason)
 	return w.b
+}
+
+// A state too large for one message is cut to MaxMessage: whole
+// decisions only, and the count of those left out.
+func TestStateCutToMaxMessage(t *testing.T) {
+	long := strings.Repeat("x", maxName)
+	var st stateMsg
+	st.Sender = "edge-1"
+	for i := 0; len(st.Decisions)*maxName*2 < 2*MaxMessage; i++ {
+		st.Decisions = append(st.Decisions, Decision{Backend: long[:maxName-5] + strconv.Itoa(10000+i), Held: []Held{{Server: long, Phase: agent.PhaseDrained, Reason: strings.Repeat("r", maxReason)}}})
+	}
+	b, left := encodeState(st)
+	if len(b) > MaxMessage || left == 0 {
+		t.Fatalf("%d bytes with %d decisions left out, bound %d", len(b), left, MaxMessage)
+	}
+	v, err := decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(v.(*stateMsg).Decisions); got != len(st.Decisions)-left || !reflect.DeepEqual(v.(*stateMsg).Decisions, st.Decisions[:got]) {
+		t.Fatalf("%d decisions decoded of %d, %d said left out", got, len(st.Decisions), left)
+	}
+}
+
+func TestMetaRoundTrip(t *testing.T) {
+	for _, inc := range []uint64{1, 1700000000000000000, 1<<64 - 1} {
+		if got, err := decodeMeta(encodeMeta(inc)); err != nil || got != inc {
+			t.Errorf("%d: %d %v", inc, got, err)
+		}
+	}
+	for _, bad := range [][]byte{nil, {'h'}, {'h', 1, 5}, {'x', version, 5}, append(encodeMeta(5), 0)} {
+		if _, err := decodeMeta(bad); err == nil {
+			t.Errorf("meta %x taken", bad)
+		}
+	}
 }

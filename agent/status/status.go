@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/internal/netx"
 	"github.com/hapilot/hapilot/internal/promtext"
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
@@ -104,9 +105,17 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if !s.authorized(ctx) {
+		// No keep-alive without the token: 64 connections that each took
+		// a 401 and stayed idle once held every place a scraper needs.
+		ctx.SetConnectionClose()
 		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="hapilot"`)
 		ctx.Error("a token is required: Authorization: Bearer TOKEN, or ?token=TOKEN", fasthttp.StatusUnauthorized)
 		return
+	}
+	// An authorized connection is the last the listener evicts at its cap
+	// (netx.Listener): a scraper keeps its place among strangers.
+	if c, ok := ctx.Conn().(*netx.Conn); ok {
+		c.Proven()
 	}
 	switch string(ctx.Path()) {
 	case "/":
@@ -158,12 +167,20 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-// Serve listens on ln until ctx ends.
+// MaxConnLife bounds a status connection's whole life (see
+// netx.Listener.MaxLife): the idle timeout, renewed by every request,
+// does not bound it.
+const MaxConnLife = time.Minute
+
+// Serve listens on ln until ctx ends. ln is capped by its caller
+// (netx.Limit, with MaxLife set to MaxConnLife); the server's own
+// concurrency is far above any such cap, so that a connection the
+// listener let in is never turned away while one it evicted winds down.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// Read-only and small: a request with a body is refused before the
 	// body is read, and idle connections are closed.
 	srv := &fasthttp.Server{Handler: s.Handler, Name: "hapilot", ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second,
-		IdleTimeout: 30 * time.Second, GetOnly: true, MaxRequestBodySize: 1, DisablePreParseMultipartForm: true, Concurrency: 64,
+		IdleTimeout: 30 * time.Second, GetOnly: true, MaxRequestBodySize: 1, DisablePreParseMultipartForm: true, Concurrency: 1024,
 		Logger: printf{s.Log}}
 	stop := context.AfterFunc(ctx, func() { _ = srv.Shutdown() })
 	defer stop()

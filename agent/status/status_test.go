@@ -13,6 +13,7 @@ import (
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
+	"github.com/hapilot/hapilot/internal/netx"
 	"github.com/hapilot/hapilot/internal/promtext"
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
@@ -201,4 +202,138 @@ func TestUnsavedStateShown(t *testing.T) {
 			t.Fatalf("metrics lack %q:\n%s", want, m)
 		}
 	}
+}
+
+// serveCapped runs s behind a listener capped as the daemon caps it, and
+// returns its address.
+func serveCapped(t *testing.T, s *Server, max int, life time.Duration) string {
+	t.Helper()
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := netx.Limit(raw, max, zerolog.Nop())
+	ln.MaxLife = life
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return raw.Addr().String()
+}
+
+// get sends one GET on c and reads the reply's status line.
+func get(c net.Conn, r *bufio.Reader, path, token string) (string, error) {
+	auth := ""
+	if token != "" {
+		auth = "Authorization: Bearer " + token + "\r\n"
+	}
+	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\n%s\r\n", path, auth); err != nil {
+		return "", err
+	}
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	var resp fasthttp.Response
+	if err := resp.Read(r); err != nil {
+		return "", err
+	}
+	return fmt.Sprint(resp.StatusCode()), nil
+}
+
+func testLoop() *agent.Loop {
+	return &agent.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second}, Policy: agent.PolicyOf(drainOnce{"s1"}),
+		Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{fakes.NewRuntime("s1")}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
+}
+
+// A scraper with the token is answered at once while every place of the
+// listener is held by connections without it: ones that took a 401 and
+// stayed open (keep-alive, renewed by each request), or ones that never
+// finished a request. The 401 closes its connection, and at the cap the
+// connection that never proved itself is evicted.
+func TestScraperAnsweredWhileConnectionsAreHeld(t *testing.T) {
+	const max = 64
+	for _, tc := range []struct {
+		name string
+		hold func(c net.Conn, r *bufio.Reader) error
+	}{
+		{"after a 401 each", func(c net.Conn, r *bufio.Reader) error {
+			code, err := get(c, r, "/status", "")
+			if err == nil && code != "401" {
+				err = fmt.Errorf("answered %s without the token", code)
+			}
+			return err
+		}},
+		{"half a request each", func(c net.Conn, _ *bufio.Reader) error {
+			_, err := fmt.Fprintf(c, "GET /status HTTP/1.1\r\nHost:")
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := serveCapped(t, &Server{Loop: testLoop(), Token: "s3cret"}, max, MaxConnLife)
+			for i := 0; i < max; i++ {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				if err := tc.hold(c, bufio.NewReader(c)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			start := time.Now()
+			if code, err := get(c, bufio.NewReader(c), "/metrics", "s3cret"); err != nil || code != "200" {
+				t.Fatalf("the scraper got %q %v after %v, with %d connections held %s", code, err, time.Since(start), max, tc.name)
+			}
+		})
+	}
+}
+
+// A scraper's connection, once its token has been seen, keeps its place
+// while strangers fill the listener: they evict one another.
+func TestScraperKeepsItsConnectionUnderAFlood(t *testing.T) {
+	const max = 8
+	addr := serveCapped(t, &Server{Loop: testLoop(), Token: "s3cret"}, max, MaxConnLife)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	if code, err := get(c, r, "/metrics", "s3cret"); err != nil || code != "200" {
+		t.Fatalf("first scrape: %q %v", code, err)
+	}
+	for i := 0; i < 4*max; i++ {
+		s, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+	}
+	time.Sleep(100 * time.Millisecond) // every stranger accepted
+	if code, err := get(c, r, "/metrics", "s3cret"); err != nil || code != "200" {
+		t.Fatalf("the scraper's connection was evicted by strangers: %q %v", code, err)
+	}
+}
+
+// A connection's whole life is bounded: requests that keep renewing the
+// idle timeout do not keep it open past its life.
+func TestConnectionLifeIsBounded(t *testing.T) {
+	addr := serveCapped(t, &Server{Loop: testLoop()}, 8, 300*time.Millisecond)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	start := time.Now()
+	for time.Since(start) < 3*time.Second {
+		if _, err := get(c, r, "/metrics", ""); err != nil {
+			return // closed by the agent, past its life
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("a connection making a request every 50 ms was still open after 3 s (life 300ms)")
 }

@@ -27,7 +27,7 @@ func cmdFleetSim(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	rate := fs.Float64("rate", 2, "requests per second each node sends each server")
 	steady := fs.Duration("steady", 10*time.Second, "how long traffic is measured before the fault")
 	probe := fs.Duration("probe-timeout", 0, "memberlist's probe timeout and interval (0: its LAN defaults, 500ms and 1s, as the agent runs); a hundred nodes sharing two cores answer probes late")
-	compress := fs.Bool("compress", true, "memberlist's packet compression, on as in the agent; off, the bytes counted are an upper bound of the wire's, and a hundred nodes on two cores keep up")
+	compress := fs.Bool("compress", true, "the fleet port's compression (memberlist's packets, and hapilot's messages, which follow it), on as in the agent; off, the bytes counted are an upper bound of the wire's, and a hundred nodes on two cores keep up")
 	nodeLog := fs.String("node-log", "", "write every node's fleet log (memberlist's warnings included) to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -62,7 +62,7 @@ func cmdFleetSim(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprintf(stderr, "fleet-sim: %d nodes: decider of %s was %s\n", n, r.Faulty, r.Decider)
 		results = append(results, r)
 	}
-	fmt.Fprintf(stdout, "fleet-sim: every node is the real agent (loop, rules, guardrails, fleet mode over memberlist with its keyring) on memberlist's in-memory network, with an in-memory runtime socket; interval 10s with the evidence check every 1s, windows 10s, fleet-sync 250ms, fleet-timeout 1s, memberlist compression %v; one server of one backend starts failing 5%% of requests on every node\n", *compress)
+	fmt.Fprintf(stdout, "fleet-sim: every node is the real agent (loop, rules, guardrails, fleet mode over memberlist with its keyring) on memberlist's in-memory network, with an in-memory runtime socket; interval 10s with the evidence check every 1s, windows 10s, fleet-sync 250ms, fleet-timeout 1s, compression %v; one server of one backend starts failing 5%% of requests on every node\n", *compress)
 	fleetsim.WriteTable(stdout, results)
 	return nil
 }

@@ -53,7 +53,9 @@ type Daemon struct {
 	spoeLn   net.Listener
 	luaLn    net.Listener
 	statusLn net.Listener
-	audit    *auditlog.File // nil without --audit-log
+	// capped are the stream listeners, by the name their metrics use.
+	capped []namedListener
+	audit  *auditlog.File // nil without --audit-log
 	// parts are what Serve runs, each opened in New, serving until the
 	// agent stops, and released by Close.
 	parts     []component
@@ -68,6 +70,19 @@ type component struct {
 	close func() // nil: nothing of its own to release
 }
 
+// namedListener is a capped listener and the name of its metrics.
+type namedListener struct {
+	name string
+	ln   *netx.Listener
+}
+
+// limit caps ln and keeps it for /metrics.
+func (d *Daemon) limit(name string, ln net.Listener, max int) *netx.Listener {
+	l := netx.Limit(ln, max, d.log.With().Str("component", name).Logger())
+	d.capped = append(d.capped, namedListener{name, l})
+	return l
+}
+
 // add makes c one of the agent's parts.
 func (d *Daemon) add(c component) { d.parts = append(d.parts, c) }
 
@@ -80,7 +95,9 @@ const NoEventsAfter = 30 * time.Second
 
 // Connection caps: HAProxy holds a handful of SPOE connections per
 // process, the Lua companion one per flush, a ring one; /status is for
-// people and scrapers. Past a cap, a new connection waits for one to close.
+// people and scrapers. At a cap, the open connection that has done least
+// is closed to make room for the new one (netx.Listener), so that no
+// number of slow peers can keep HAProxy's own connection out.
 const (
 	MaxConns       = 256
 	MaxStatusConns = 64
@@ -207,14 +224,14 @@ func (d *Daemon) listen() error {
 		if d.spoeLn, err = netx.ListenAddress(ls.SPOE); err != nil {
 			return fmt.Errorf("spoe-listen: %w", err)
 		}
-		d.spoeLn = netx.Limit(d.spoeLn, MaxConns, log.With().Str("component", "spoe").Logger())
+		d.spoeLn = d.limit("spoe", d.spoeLn, MaxConns)
 		d.add(component{"spoe", func(ctx context.Context) error { return d.SPOE.Serve(ctx, d.spoeLn) }, closer(d.spoeLn)})
 	}
 	if !ls.Lua.Off() {
 		if d.luaLn, err = netx.ListenAddress(ls.Lua); err != nil {
 			return fmt.Errorf("lua listen: %w", err)
 		}
-		d.luaLn = netx.Limit(d.luaLn, MaxConns, log.With().Str("component", "lua").Logger())
+		d.luaLn = d.limit("lua", d.luaLn, MaxConns)
 		d.Lua = &ingest.LineServer{Sink: d.Store, Log: log.With().Str("component", "lua").Logger()}
 		d.add(component{"lua", func(ctx context.Context) error { return d.Lua.Serve(ctx, d.luaLn) }, closer(d.luaLn)})
 	}
@@ -226,7 +243,7 @@ func (d *Daemon) listen() error {
 			if err != nil {
 				return fmt.Errorf("syslog listen: %w", err)
 			}
-			ln = netx.Limit(ln, MaxConns, log.With().Str("component", "syslog").Logger())
+			ln = d.limit("syslog", ln, MaxConns)
 			d.add(component{"syslog", func(ctx context.Context) error { return d.Syslog.ServeStream(ctx, ln) }, closer(ln)})
 		default:
 			pc, err := netx.ListenPacketAddress(ls.Syslog)
@@ -240,7 +257,9 @@ func (d *Daemon) listen() error {
 		if d.statusLn, err = netx.ListenAddress(ls.Status); err != nil {
 			return fmt.Errorf("status-listen: %w", err)
 		}
-		d.statusLn = netx.Limit(d.statusLn, MaxStatusConns, log.With().Str("component", "status").Logger())
+		sl := d.limit("status", d.statusLn, MaxStatusConns)
+		sl.MaxLife = status.MaxConnLife
+		d.statusLn = sl
 		d.Status = &status.Server{Loop: d.Loop, Extra: []func(io.Writer){d.writeIngestMetrics}, Warnings: d.Warnings,
 			Ingest: d.ingestCounters, Series: func(n int) any { return d.Store.PerSecond(n) }, Token: c.StatusToken,
 			Log: log.With().Str("component", "status").Logger()}
@@ -299,6 +318,11 @@ func (d *Daemon) ingestFigures() []figure {
 			figure{"hapilot_stats_answers_total", "Answers recorded from HAProxy's counters.", false, c.Answers.Load()},
 			figure{"hapilot_stats_retried_total", "Retried attempts (wretr) recorded as failures of their server.", false, c.Retried.Load()},
 			figure{"hapilot_stats_clamped_total", "Server rows whose counters gained more than their period could hold, recorded at the bound.", false, c.Clamped.Load()})
+	}
+	for _, l := range d.capped {
+		fs = append(fs,
+			figure{"hapilot_" + l.name + "_connections_evicted_total", "Connections to the " + l.name + " listener closed at its cap to make room for a new one.", false, l.ln.Evicted.Load()},
+			figure{"hapilot_" + l.name + "_connections_open", "Connections open on the " + l.name + " listener.", true, uint64(l.ln.Open())})
 	}
 	return append(fs,
 		figure{"hapilot_window_series", "Backend/server series held.", true, uint64(d.Store.Len())},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"flag"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -218,4 +219,37 @@ func parseConfig(t *testing.T, args []string) *config.Config {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// Every stream listener is capped at MaxConns and evicts at its cap; the
+// count is in /metrics.
+func TestListenersEvictAtTheirCaps(t *testing.T) {
+	c := parseConfig(t, []string{"--spoe-listen", "127.0.0.1:0", "--status-listen", "127.0.0.1:0",
+		"--haproxy-socket", t.TempDir() + "/missing.sock", "--interval", "250ms"})
+	d, err := New(*c, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Serve(ctx) }()
+	defer func() { cancel(); <-done }()
+	for i := 0; i < MaxConns+1; i++ {
+		conn, err := net.Dial("tcp", d.SPOEAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+	}
+	want := []string{"hapilot_spoe_connections_evicted_total 1\n", fmt.Sprintf("hapilot_spoe_connections_open %d\n", MaxConns)}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, b, err := fasthttp.Get(nil, "http://"+d.StatusAddr()+"/metrics")
+		m := string(b)
+		if err == nil && strings.Contains(m, want[0]) && strings.Contains(m, want[1]) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("metrics never showed %q:\n%s", want, m)
+		}
+	}
 }

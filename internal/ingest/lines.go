@@ -130,8 +130,12 @@ type LineServer struct {
 	Counters Counters
 	// MaxLine bounds one line; longer ones are counted and skipped.
 	MaxLine int
-	// IdleTimeout ends a connection that sends nothing for this long.
-	IdleTimeout time.Duration
+	// IdleTimeout bounds the wait for a batch's first byte (default 5 s);
+	// BatchTimeout, the whole batch from that byte to its end (default
+	// 5 s: the companion writes it at once). A connection past either is
+	// closed. The batch's limit is not renewed by each read: a peer
+	// sending a byte every few seconds once held its connection for ever.
+	IdleTimeout, BatchTimeout time.Duration
 }
 
 // Serve accepts batches until ctx ends, through netx.Serve.
@@ -146,19 +150,21 @@ func (s *LineServer) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-// ReadBatch reads lines from one connection until EOF or the idle timeout.
+// ReadBatch reads lines from one connection until EOF or its deadline.
 func (s *LineServer) ReadBatch(ctx context.Context, conn net.Conn) {
 	max := s.MaxLine
 	if max <= 0 {
 		max = 4096
 	}
-	idle := s.IdleTimeout
-	if idle <= 0 {
-		idle = 5 * time.Second
-	}
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
-	r := bufio.NewReaderSize(&netx.DeadlineConn{Conn: conn, Timeout: func() time.Duration { return idle }}, max)
+	uc := netx.Track(conn)
+	uc.Wait(netx.Or(s.IdleTimeout, 5*time.Second))
+	r := bufio.NewReaderSize(uc, max)
+	if _, err := r.Peek(1); err != nil {
+		return
+	}
+	uc.Unit(netx.Or(s.BatchTimeout, 5*time.Second))
 	for {
 		line, err := r.ReadSlice('\n')
 		switch {

@@ -28,11 +28,12 @@ type SyslogServer struct {
 	Sink     window.Sink
 	Log      zerolog.Logger
 	Counters Counters
-	// FrameTimeout bounds how long one frame of a stream may take to
-	// arrive once begun (default 10 s); IdleTimeout, how long a stream
-	// may stay silent between frames (default 5 minutes; HAProxy's ring
-	// forwarder reconnects). A connection past either is closed, so that
-	// half-sent frames cannot hold memory.
+	// FrameTimeout bounds one frame of a stream, whole, from its first
+	// byte (default 10 s); IdleTimeout, the silence between frames
+	// (default 5 minutes; HAProxy's ring forwarder reconnects). A
+	// connection past either is closed, so that half-sent frames cannot
+	// hold memory. The frame's limit is not renewed by each read: a peer
+	// sending a byte every few seconds once held its frame open for ever.
 	FrameTimeout, IdleTimeout time.Duration
 }
 
@@ -97,24 +98,19 @@ func (s *SyslogServer) stream(ctx context.Context, conn net.Conn) {
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	defer conn.Close()
-	// A read between frames may wait the idle timeout; one inside a frame
-	// begun, the frame timeout: a half-sent frame is not held for long.
+	// Between frames a read may wait the idle timeout; a frame, once its
+	// first byte is in, must be whole within the frame timeout.
 	frame, idle := netx.Or(s.FrameTimeout, 10*time.Second), netx.Or(s.IdleTimeout, 5*time.Minute)
-	inFrame := false
-	r := bufio.NewReaderSize(&netx.DeadlineConn{Conn: conn, Timeout: func() time.Duration {
-		if inFrame {
-			return frame
-		}
-		return idle
-	}}, 64<<10)
+	uc := netx.Track(conn)
+	r := bufio.NewReaderSize(uc, 64<<10)
 	var msg []byte // allocated with the first octet-counted frame
 	for {
-		inFrame = false
+		uc.Wait(idle)
 		c, err := r.Peek(1)
 		if err != nil {
 			return // closed or idle: HAProxy reconnects on its own
 		}
-		inFrame = true
+		uc.Unit(frame)
 		s.Counters.Batches.Add(1)
 		if c[0] < '0' || c[0] > '9' {
 			line, err := r.ReadSlice('\n')

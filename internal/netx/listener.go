@@ -17,38 +17,53 @@ import (
 )
 
 // Listener is a net.Listener with a connection cap and retried accepts.
+//
+// At the cap, a new connection is never made to wait: the open one that
+// has done least is closed to make room for it. A connection that has
+// never proven itself (no HELLO yet, no authorized request: see
+// Conn.Proven) goes before one that has; among either kind, the one
+// longest in its current unit or wait goes first (the slowest, or the
+// longest idle). A waiting cap let peers that send a byte now and then
+// keep HAProxy's own connection out for as long as they liked; with
+// eviction its new connection always gets in, and a connection that
+// carries traffic is never the one that has waited longest.
 type Listener struct {
 	net.Listener
-	log  zerolog.Logger
-	sem  chan struct{}
-	done chan struct{}
-	once sync.Once
-	// Refused counts accept errors lived through.
-	Refused atomic.Uint64
+	log zerolog.Logger
+	max int
+	// MaxLife, when set, bounds each connection's whole life: no read or
+	// write deadline may reach past it (the status server: an idle
+	// timeout renewed by every request does not bound it). Set it before
+	// the first Accept.
+	MaxLife time.Duration
+
+	mu    sync.Mutex
+	conns map[*Conn]struct{}
+	done  chan struct{}
+	once  sync.Once
+
+	// Refused counts accept errors lived through; Evicted, connections
+	// closed to make room at the cap.
+	Refused, Evicted atomic.Uint64
 }
 
-// Limit wraps ln: at most max connections open at once (a new one waits
-// for another to close), and accept errors other than the listener's own
-// closing are logged and retried after a pause of 5 ms doubling to 1 s.
+// Limit wraps ln: at most max connections open at once (at the cap, the
+// one that has done least is evicted), and accept errors other than the
+// listener's own closing are logged and retried after a pause of 5 ms
+// doubling to 1 s.
 func Limit(ln net.Listener, max int, log zerolog.Logger) *Listener {
-	return &Listener{Listener: ln, log: log, sem: make(chan struct{}, max), done: make(chan struct{})}
+	return &Listener{Listener: ln, log: log, max: max, conns: make(map[*Conn]struct{}, max), done: make(chan struct{})}
 }
 
-// Accept waits for a free slot, then for a connection.
+// Accept waits for a connection, and makes room for it.
 func (l *Listener) Accept() (net.Conn, error) {
-	select {
-	case l.sem <- struct{}{}:
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
 	pause := 5 * time.Millisecond
 	for {
 		c, err := l.Listener.Accept()
 		if err == nil {
-			return &conn{Conn: c, release: func() { <-l.sem }}, nil
+			return l.admit(c), nil
 		}
 		if errors.Is(err, net.ErrClosed) {
-			<-l.sem
 			return nil, err
 		}
 		if l.Refused.Add(1)%100 == 1 { // once, then every hundredth
@@ -59,28 +74,65 @@ func (l *Listener) Accept() (net.Conn, error) {
 		case <-t.C:
 		case <-l.done:
 			t.Stop()
-			<-l.sem
 			return nil, net.ErrClosed
 		}
 		pause = min(2*pause, time.Second)
 	}
 }
 
+// admit counts c in, evicting another when the cap is reached.
+func (l *Listener) admit(c net.Conn) *Conn {
+	now := time.Now()
+	tc := newConn(c, l, now, l.MaxLife)
+	l.mu.Lock()
+	var victim *Conn
+	if len(l.conns) >= l.max {
+		victim = l.victim()
+		delete(l.conns, victim)
+	}
+	l.conns[tc] = struct{}{}
+	l.mu.Unlock()
+	if victim != nil {
+		// The victim's own Close (from its handler, once its read
+		// fails) finds it gone and releases nothing.
+		victim.Conn.Close()
+		if l.Evicted.Add(1)%100 == 1 {
+			l.log.Warn().Int("cap", l.max).Msg("connection cap reached: the connection that had done least was closed to make room (logged once, then every hundredth)")
+		}
+	}
+	return tc
+}
+
+// victim is the connection to evict: one never proven before one proven,
+// then the one longest in its current unit or wait. Callers hold l.mu.
+func (l *Listener) victim() *Conn {
+	var v *Conn
+	var vProven bool
+	var vSince int64
+	for c := range l.conns {
+		p, s := c.proven.Load(), c.since.Load()
+		if v == nil || (!p && vProven) || (p == vProven && s < vSince) {
+			v, vProven, vSince = c, p, s
+		}
+	}
+	return v
+}
+
+func (l *Listener) release(c *Conn) {
+	l.mu.Lock()
+	delete(l.conns, c)
+	l.mu.Unlock()
+}
+
+// Open is how many connections are open now.
+func (l *Listener) Open() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.conns)
+}
+
 // Close stops accepting; connections already open stay open.
 func (l *Listener) Close() error {
 	l.once.Do(func() { close(l.done) })
 	return l.Listener.Close()
-}
-
-// conn gives its slot back when it closes.
-type conn struct {
-	net.Conn
-	once    sync.Once
-	release func()
-}
-
-func (c *conn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.release)
-	return err
 }

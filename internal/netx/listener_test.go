@@ -48,58 +48,153 @@ func TestAcceptLivesThroughEMFILE(t *testing.T) {
 	}
 }
 
-// Past the cap, a connection waits for another to close; Close ends a
-// waiting Accept.
-func TestCapAndClose(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := Limit(ln, 1, zerolog.Nop())
-	for i := 0; i < 2; i++ {
+// dialN opens n connections to ln and accepts each through l, in order.
+func dialN(t *testing.T, ln net.Listener, l *Listener, n int) (clients []net.Conn, served []*Conn) {
+	t.Helper()
+	for i := 0; i < n; i++ {
 		c, err := net.Dial("tcp", ln.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
-	}
-	first, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan error, 1)
-	go func() {
-		c, err := l.Accept()
-		if err == nil {
-			c.Close()
+		t.Cleanup(func() { c.Close() })
+		s, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
 		}
-		got <- err
-	}()
+		t.Cleanup(func() { s.Close() })
+		clients, served = append(clients, c), append(served, s.(*Conn))
+	}
+	return clients, served
+}
+
+// closedByPeer reports whether the agent's side of c was closed: a read
+// ends at once with EOF or a reset, not at the deadline.
+func closedByPeer(c net.Conn) bool {
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	_, err := c.Read(make([]byte, 1))
+	var ne net.Error
+	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
+}
+
+// At the cap, a new connection gets in at once: the one that has done
+// least is closed for it. A connection that never proved itself goes
+// before one that did, however old; among the same kind, the longest in
+// its current wait. A waiting cap let slow peers keep HAProxy out.
+func TestCapEvictsTheConnectionThatDidLeast(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := Limit(ln, 3, zerolog.Nop())
+	defer l.Close()
+	clients, served := dialN(t, ln, l, 3)
+	served[0].Proven()                                                 // the oldest proved itself
+	served[2].since.Store(served[1].since.Load() - int64(time.Second)) // and the third has waited longest of the others
+
+	done := make(chan []net.Conn, 1)
+	go func() { c, _ := dialN(t, ln, l, 1); done <- c }()
 	select {
-	case err := <-got:
-		t.Fatalf("a second connection was accepted past the cap: %v", err)
-	case <-time.After(50 * time.Millisecond):
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("a connection past the cap was not accepted")
 	}
-	first.Close() // frees the slot
-	if err := <-got; err != nil {
-		t.Fatalf("after a close: %v", err)
+	if !closedByPeer(clients[2]) {
+		t.Fatal("the unproven connection that waited longest was not the one evicted")
 	}
-	// An Accept waiting for a slot ends when the listener closes.
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
+	if l.Open() != 3 || l.Evicted.Load() != 1 {
+		t.Fatalf("open %d, evicted %d", l.Open(), l.Evicted.Load())
 	}
-	defer c.Close()
-	held, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
+	// Next goes the other unproven one, then, with none left, the proven
+	// one that waited longest.
+	dialN(t, ln, l, 1)
+	if !closedByPeer(clients[1]) {
+		t.Fatal("the second unproven connection was not the next evicted")
 	}
-	defer held.Close()
-	// Whether it waits for a slot already or not, a closed listener ends it.
+	for _, c := range l.snapshot() {
+		if c != served[0] {
+			c.Proven()
+		}
+	}
+	dialN(t, ln, l, 1)
+	if !closedByPeer(clients[0]) {
+		t.Fatal("the proven connection longest in its wait was not evicted")
+	}
+	// Close ends a waiting Accept.
+	got := make(chan error, 1)
 	go func() { _, err := l.Accept(); got <- err }()
 	l.Close()
 	if err := <-got; !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("accept after close: %v", err)
+	}
+}
+
+func (l *Listener) snapshot() []*Conn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []*Conn
+	for c := range l.conns {
+		out = append(out, c)
+	}
+	return out
+}
+
+// A unit's deadline is fixed at its first byte: a peer that sends a byte
+// now and then is cut at the unit's limit, however often it sends.
+func TestUnitIsBoundWholeNotPerRead(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	c := Track(b)
+	go func() {
+		for i := 0; i < 100; i++ {
+			if _, err := a.Write([]byte{'x'}); err != nil {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	c.Unit(200 * time.Millisecond)
+	start := time.Now()
+	buf := make([]byte, 1)
+	var err error
+	for err == nil {
+		_, err = c.Read(buf)
+	}
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("read ended with %v, want the unit's deadline", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("a unit of 200ms lasted %v while bytes trickled in", d)
+	}
+	// A wait's deadline counts from its own start; the unit that follows
+	// it gets a fresh one.
+	c.Wait(time.Second)
+	if _, err := c.Read(buf); err != nil {
+		t.Fatalf("read after Wait: %v", err)
+	}
+	if !c.proven.Load() {
+		t.Fatal("a connection that finished a unit is not proven")
+	}
+}
+
+// MaxLife bounds every deadline, whoever sets it.
+func TestMaxLifeBoundsDeadlines(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := Limit(ln, 4, zerolog.Nop())
+	l.MaxLife = 150 * time.Millisecond
+	defer l.Close()
+	_, served := dialN(t, ln, l, 1)
+	c := served[0]
+	_ = c.SetReadDeadline(time.Now().Add(time.Hour)) // as an HTTP server's idle timeout would
+	start := time.Now()
+	_, err = c.Read(make([]byte, 1))
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() || time.Since(start) > time.Second {
+		t.Fatalf("read ended after %v with %v, want the connection's life of 150ms", time.Since(start), err)
 	}
 }
 

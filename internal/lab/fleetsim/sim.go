@@ -498,7 +498,7 @@ func (c countConn) Write(b []byte) (int, error) {
 
 // WriteTable writes results as a Markdown table.
 func WriteTable(w io.Writer, results []*Result) {
-	fmt.Fprintln(w, "| nodes | servers | req/s per server per node | fleet formed s | wire bytes/node/s (all of memberlist's packets and streams) | of which hapilot's messages, plaintext | busiest node's wire bytes/s | fault → decider drains s | fault → every node drains s | late node catches up s | late node in every picture s |")
+	fmt.Fprintln(w, "| nodes | servers | req/s per server per node | fleet formed s | wire bytes/node/s (every packet and stream on the fleet port) | of which hapilot's messages, plaintext | busiest node's wire bytes/s | fault → decider drains s | fault → every node drains s | late node catches up s | late node in every picture s |")
 	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	sort.Slice(results, func(i, j int) bool { return results[i].Nodes < results[j].Nodes })
 	for _, r := range results {
