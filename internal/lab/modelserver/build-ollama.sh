@@ -2,8 +2,11 @@
 # build-ollama.sh DEST: the real Ollama server, built from the exact module
 # version that go.mod pins (github.com/ollama/ollama), with its CPU backend
 # through cgo, into DEST (for example bin/ollama). A second run finds DEST at
-# the right version and builds nothing; the Go build cache also keeps the
-# compiled llama.cpp objects, so a rebuild after `make clean` is quick.
+# the right version and builds nothing. The binary is also kept in this
+# machine's cache (HAPILOT_CACHE, default ~/.cache/hapilot), so that a fresh
+# clone on the same machine (CI's) copies it instead of building; the
+# headers live there too, at one path, so that the Go build cache's cgo
+# objects serve every clone.
 #
 # The module zip leaves out llama.cpp's vendor/ folder, so three headers come
 # from Debian: nlohmann-json3-dev and libstb-dev from this machine's suite
@@ -24,6 +27,13 @@ if [ -x "$dest" ] && [ "$(built)" = "${version#v}" ]; then
 	echo "ollama ${version#v} already built at $dest"
 	exit 0
 fi
+cache=${HAPILOT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hapilot}
+cached="$cache/ollama-${version#v}"
+mkdir -p "$(dirname "$dest")" "$cache"
+if [ -x "$cached" ] && cp "$cached" "$dest" && [ "$(built)" = "${version#v}" ]; then
+	echo "ollama ${version#v} copied from this machine's cache ($cached) to $dest"
+	exit 0
+fi
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 need=""
 [ -f /usr/include/nlohmann/json_fwd.hpp ] || need="$need nlohmann-json3-dev"
@@ -37,8 +47,7 @@ fi
 for h in nlohmann/json_fwd.hpp stb/stb_image.h; do
 	[ -f "/usr/include/$h" ] || { echo "build-ollama: /usr/include/$h missing (package$need)" >&2; exit 1; }
 done
-mkdir -p "$(dirname "$dest")"
-inc=$(cd "$(dirname "$dest")" && pwd)/ollama-include
+inc="$cache/ollama-include"
 if [ ! -f "$inc/miniaudio/miniaudio.h" ]; then
 	. "$(dirname "$0")/../debian-archive.sh"
 	work=$(mktemp -d)
@@ -57,4 +66,5 @@ CGO_ENABLED=1 CGO_CPPFLAGS="-I$inc" GOBIN="$gobin" GOFLAGS=-mod=mod \
 	go install -ldflags "-X github.com/ollama/ollama/version.Version=${version#v}" "github.com/ollama/ollama@$version"
 mv "$gobin/ollama" "$dest"
 rmdir "$gobin"
-echo "ollama $(built) built at $dest"
+cp "$dest" "$cached.tmp" && mv "$cached.tmp" "$cached"
+echo "ollama $(built) built at $dest (and kept at $cached)"
