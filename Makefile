@@ -99,7 +99,8 @@ test-browser: deps
 
 # Real model servers for the LLM policy's tests: Ollama built from the
 # module version go.mod pins (about 6 minutes on 2 cores the first time;
-# bin/ollama is reused after, and the Go build cache keeps its objects),
+# bin/ollama is reused after, and a copy in ~/.cache/hapilot serves any
+# fresh clone on the machine),
 # and llama-server from Debian sid, unpacked under bin/llama.cpp, nothing
 # installed. A missing header or a failed build stops here, naming the
 # package.
