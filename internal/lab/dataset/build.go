@@ -28,7 +28,7 @@ type Recipe struct {
 
 // DefaultRecipe is hapilot-tiny's.
 func DefaultRecipe() Recipe {
-	return Recipe{Seed: 1, Examples: 16000, VocabFit: 300, Vocab: 2048, Penalty: 3,
+	return Recipe{Seed: 1, Examples: 4500, VocabFit: 300, Vocab: 2048, Penalty: 3,
 		Spec: modelserver.Spec{Layers: 2, Width: 64, Heads: 4, FF: 192, ContextLength: 3072, Train: true}}
 }
 
