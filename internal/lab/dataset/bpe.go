@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ollama/ollama/fs/gguf"
 	"github.com/ollama/ollama/tokenizer"
 )
 
@@ -32,11 +33,16 @@ const (
 const space = "▁" // SentencePiece's space
 
 // FitVocab learns merges by byte-pair encoding over texts until the
-// vocabulary holds size tokens. A newline never merges: it stays a token
-// of its own, so that no token spans the end of a prompt and the start of
+// vocabulary holds size tokens. A newline ends a token but never starts
+// or sits inside one (each text is split after its newlines before
+// counting), so that no token spans the end of a prompt and the start of
 // its answer, or an answer's last newline (where the Modelfile stops)
-// and the next example; the model meets at serving the tokens it met in
-// training there. Each text is split at its newlines before counting.
+// and the next example: the model meets at serving the tokens it met in
+// training there. A newline may end one, so that the prompt's last token
+// is "<|im_start|>assistant\n", which is followed by nothing but answers:
+// a first model whose newlines were tokens of their own answered every
+// prompt with one more newline (a newline is followed by one oftener than
+// by anything else).
 func FitVocab(texts []string, size int) Vocab {
 	v := Vocab{Tokens: []string{"<unk>", "<s>", "</s>"}, Types: []int32{typeUnknown, typeControl, typeControl}, Scores: []float32{0, 0, 0}}
 	for b := range 256 {
@@ -56,7 +62,7 @@ func FitVocab(texts []string, size int) Vocab {
 	}
 	var seqs [][]int32
 	for _, t := range texts {
-		for _, line := range strings.Split(strings.ReplaceAll(t, " ", space), "\n") {
+		for _, line := range strings.SplitAfter(strings.ReplaceAll(t, " ", space), "\n") {
 			var seq []int32
 			for _, r := range line {
 				seq = append(seq, sym(string(r)))
@@ -66,8 +72,8 @@ func FitVocab(texts []string, size int) Vocab {
 			}
 		}
 	}
-	chars := append([]string{"\n"}, strs...)
-	sort.Strings(chars[1:])
+	chars := append([]string(nil), strs...)
+	sort.Strings(chars)
 	for _, c := range chars {
 		v.Tokens = append(v.Tokens, c)
 		v.Types = append(v.Types, typeNormal)
@@ -143,4 +149,24 @@ func (v Vocab) Count(tok tokenizer.SentencePiece, text string) int {
 		return 0
 	}
 	return len(ids)
+}
+
+// ReadVocab reads the vocabulary of a GGUF written with one.
+func ReadVocab(path string) (Vocab, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return Vocab{}, fmt.Errorf("dataset: %w", err)
+	}
+	defer f.Close()
+	v := Vocab{Tokens: f.KeyValue("tokenizer.ggml.tokens").Strings()}
+	for _, t := range f.KeyValue("tokenizer.ggml.token_type").Ints() {
+		v.Types = append(v.Types, int32(t))
+	}
+	for _, s := range f.KeyValue("tokenizer.ggml.scores").Floats() {
+		v.Scores = append(v.Scores, float32(s))
+	}
+	if len(v.Tokens) == 0 || len(v.Types) != len(v.Tokens) || len(v.Scores) != len(v.Tokens) {
+		return Vocab{}, fmt.Errorf("dataset: %s: %d tokens, %d types, %d scores", path, len(v.Tokens), len(v.Types), len(v.Scores))
+	}
+	return v, nil
 }

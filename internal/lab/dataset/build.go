@@ -28,7 +28,7 @@ type Recipe struct {
 
 // DefaultRecipe is hapilot-tiny's.
 func DefaultRecipe() Recipe {
-	return Recipe{Seed: 1, Examples: 4500, VocabFit: 300, Vocab: 2048, Penalty: 3,
+	return Recipe{Seed: 1, Examples: 3000, VocabFit: 300, Vocab: 2048, Penalty: 3,
 		Spec: modelserver.Spec{Layers: 2, Width: 64, Heads: 4, FF: 192, ContextLength: 3072, Train: true}}
 }
 
@@ -130,6 +130,10 @@ func Build(dir string, r Recipe, log io.Writer) (*Stats, error) {
 			return nil, err
 		}
 	}
+	vb, _ := json.Marshal(v)
+	if err := os.WriteFile(filepath.Join(dir, "vocab.json"), vb, 0o644); err != nil {
+		return nil, err
+	}
 	b, _ := json.MarshalIndent(st, "", "  ")
 	if err := os.WriteFile(filepath.Join(dir, "stats.json"), append(b, '\n'), 0o644); err != nil {
 		return nil, err
@@ -137,6 +141,27 @@ func Build(dir string, r Recipe, log io.Writer) (*Stats, error) {
 	fmt.Fprintf(log, "dataset: %d examples, %d tokens (mean %.0f, max %d, answers %.1f); penalty set %d examples, %d tokens\n",
 		st.Examples, st.Tokens, st.MeanTokens, st.MaxTokens, st.AnswerTokens, st.PenaltyExamples, st.PenaltyTokens)
 	return st, nil
+}
+
+// Finish writes the servable GGUF out from trained, the GGUF
+// llama-finetune wrote from dir's init.gguf: the recipe's keys and
+// vocabulary (dir's stats.json and vocab.json) with the trained weights
+// (modelserver.WriteTrained says why).
+func Finish(dir, trained, out string) error {
+	var st Stats
+	var v Vocab
+	for name, into := range map[string]any{"stats.json": &st, "vocab.json": &v} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return fmt.Errorf("dataset: %w", err)
+		}
+		if err := json.Unmarshal(b, into); err != nil {
+			return fmt.Errorf("dataset: %s: %w", name, err)
+		}
+	}
+	spec := st.Recipe.Spec
+	spec.Vocabulary = &modelserver.Vocabulary{Tokens: v.Tokens, Types: v.Types, Scores: v.Scores}
+	return modelserver.WriteTrained(out, spec, trained)
 }
 
 // Action is the verb of the example's answer.

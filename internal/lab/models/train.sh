@@ -28,9 +28,12 @@ for model in hapilot-tiny hapilot-tiny-penalty; do
 	mkdir -p "$out/$model"
 	echo "training $model on $text ($(wc -c <"$text") bytes): llama-finetune -c $CTX -b $BATCH -lr $LR -epochs $EPOCHS -t 1"
 	nice -n 10 "$finetune" -m "$work/init.gguf" -f "$text" -c "$CTX" -b "$BATCH" -ub "$CTX" \
-		-lr "$LR" -epochs "$EPOCHS" -opt adamw -val-split "$VAL" -t 1 -o "$out/$model/$model.gguf" 2>&1 |
+		-lr "$LR" -epochs "$EPOCHS" -opt adamw -val-split "$VAL" -t 1 -o "$work/$model.finetune.gguf" 2>&1 |
 		tee "$work/$model.raw.log" | tr '\r' '\n' | grep --line-buffered -a '^train:\|^val:' | awk 'NR % 50 == 1 { print; fflush() }' || true
-	[ -s "$out/$model/$model.gguf" ] || { echo "llama-finetune wrote no $model.gguf: see $work/$model.raw.log" >&2; exit 1; }
+	[ -s "$work/$model.finetune.gguf" ] || { echo "llama-finetune wrote no $model.finetune.gguf: see $work/$model.raw.log" >&2; exit 1; }
+	# Ollama cannot serve llama-finetune's own file (it holds
+	# llama.pooling_type): the recipe's keys, the trained weights.
+	"$bench" dataset --out "$work" --trained "$work/$model.finetune.gguf" --gguf "$out/$model/$model.gguf"
 	# The log kept: the recipe's lines and every 25th progress line of each
 	# epoch, with the last of train and val.
 	{ grep -a -- '-optimizer\|^main:\|system_info' "$work/$model.raw.log" || true

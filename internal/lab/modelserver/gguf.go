@@ -16,9 +16,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/ollama/ollama/fs/ggml"
+	"github.com/ollama/ollama/fs/gguf"
 )
 
 // Spec is a tiny llama model: its shape, its own context length and the
@@ -85,6 +87,39 @@ const firstByte = 5
 // path, with a SentencePiece ("llama") tokenizer of byte tokens and
 // ChatML's two control tokens.
 func WriteGGUF(path string, spec Spec) error {
+	return writeGGUF(path, spec, nil)
+}
+
+// WriteTrained writes spec's GGUF to path, as WriteGGUF does, with the
+// tensors' values read from trained, the GGUF llama-finetune wrote from
+// spec's. llama-finetune's own file cannot be served as it is: it writes
+// every key llama.cpp knows, llama.pooling_type among them, and Ollama
+// takes a model with that key for an embedding model ("does not support
+// chat"). The keys are spec's again; the weights are the trained ones.
+func WriteTrained(path string, spec Spec, trained string) error {
+	f, err := gguf.Open(trained)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", trained, err)
+	}
+	defer f.Close()
+	return writeGGUF(path, spec, func(t *ggml.Tensor) error {
+		info, r, err := f.TensorReader(t.Name)
+		if err != nil {
+			return fmt.Errorf("%s: %w", trained, err)
+		}
+		if info.Type != gguf.TensorTypeF32 || !slices.Equal(info.Shape, t.Shape) {
+			return fmt.Errorf("%s: tensor %s is %v %v, want F32 %v", trained, t.Name, info.Type, info.Shape, t.Shape)
+		}
+		t.WriterTo = readerTo{r}
+		return nil
+	})
+}
+
+type readerTo struct{ r io.Reader }
+
+func (r readerTo) WriteTo(w io.Writer) (int64, error) { return io.Copy(w, r.r) }
+
+func writeGGUF(path string, spec Spec, values func(*ggml.Tensor) error) error {
 	s := spec.withDefaults()
 	if s.Width%s.Heads != 0 {
 		return fmt.Errorf("width %d is not a multiple of %d heads", s.Width, s.Heads)
@@ -176,6 +211,13 @@ func WriteGGUF(path string, spec Spec) error {
 			randomTensor(p+"ffn_up.weight", next(), inScale, w, ff),
 			randomTensor(p+"ffn_down.weight", next(), downScale, ff, w),
 		)
+	}
+	if values != nil {
+		for _, t := range ts {
+			if err := values(t); err != nil {
+				return err
+			}
+		}
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
