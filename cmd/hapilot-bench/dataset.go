@@ -24,11 +24,19 @@ func cmdDataset(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&r.Spec.FF, "ff", r.Spec.FF, "feed-forward length")
 	fs.IntVar(&r.Spec.Heads, "heads", r.Spec.Heads, "attention heads")
 	fs.IntVar(&r.Penalty, "penalty", r.Penalty, "times an example that flags a healthy server appears in the penalty set")
+	trained := fs.String("trained", "", "finish: the GGUF llama-finetune wrote from --out's init.gguf, to be written servable as --gguf")
+	servable := fs.String("gguf", "", "finish: the servable GGUF to write from --trained")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *trained != "" || *servable != "" {
+		if *trained == "" || *servable == "" {
+			return fmt.Errorf("--trained and --gguf go together")
+		}
+		return dataset.Finish(*out, *trained, *servable)
 	}
 	r.Spec.Seed = r.Seed
 	_, err := dataset.Build(*out, r, stdout)
