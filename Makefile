@@ -15,7 +15,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # anywhere); under make, a missing HAProxy fails them instead.
 export HAPILOT_REQUIRE_HAPROXY := 1
 
-.PHONY: all build demo test unit e2e soak lint vet fmt tidy fuzz bench bench-quick bench-study deps clean deb test-deb haproxy-matrix test-matrix test-browser test-fleet modelservers test-llm
+.PHONY: all build demo test unit e2e soak lint vet fmt tidy fuzz bench bench-quick bench-study deps clean deb test-deb haproxy-matrix test-matrix test-browser test-fleet modelservers test-llm model
 
 all: build
 
@@ -115,6 +115,16 @@ modelservers:
 test-llm: modelservers deps
 	HAPILOT_REQUIRE_MODELSERVERS=1 $(GO) test -tags modelserver -count=1 -v -timeout 15m ./internal/lab/modelserver/
 	HAPILOT_REQUIRE_MODELSERVERS=1 $(GO) test -tags e2e,modelserver,fleet -count=1 -v -timeout 25m -run '^TestReal' ./internal/lab/e2e/
+
+# hapilot's own policy model (internal/lab/models, docs/llm.md): the
+# dataset and initial weights from the recipe's seed (hapilot-bench
+# dataset), then llama-finetune from Debian sid on one thread at nice 10,
+# once on the plain set (hapilot-tiny) and once on the penalty set
+# (hapilot-tiny-penalty). It rewrites the committed GGUFs, Modelfiles and
+# training logs; the progress shows as it trains.
+model: build
+	internal/lab/modelserver/fetch-llama.sh bin/llama.cpp
+	HAPILOT_LLAMA_DIR=bin/llama.cpp internal/lab/models/train.sh ./$(LAB) internal/lab/models bin/model-work
 
 # The demo: a real HAProxy, 6 servers of which srv3 and srv6 fail 5%,
 # 300 req/s with --policy static then --policy rules, and a table.

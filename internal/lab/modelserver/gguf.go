@@ -17,9 +17,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/ollama/ollama/fs/ggml"
+	"github.com/ollama/ollama/fs/gguf"
 )
 
 // Spec is a tiny llama model: its shape, its own context length and the
@@ -35,6 +37,23 @@ type Spec struct {
 	// which llama-server's JSON-schema grammars trip on (see WriteGGUF);
 	// only a test that shows it sets it.
 	SpacePrefix bool
+	// Vocabulary, when set, replaces the byte tokenizer with a fitted one
+	// (internal/lab/dataset.FitVocab), and the model adds no BOS: the
+	// trained model's training text and its prompts then tokenize alike.
+	Vocabulary *Vocabulary
+	// Train: weights drawn for training rather than for a random model's
+	// nonsense: small output logits, and the residual projections scaled
+	// down by depth, so that the first steps of training are stable.
+	Train bool
+}
+
+// Vocabulary is a SentencePiece vocabulary: its tokens, their GGUF types
+// (1 normal, 2 unknown, 3 control, 6 byte) and scores (higher merges
+// first). Ids 0, 1 and 2 are <unk>, <s> and </s>.
+type Vocabulary struct {
+	Tokens []string
+	Types  []int32
+	Scores []float32
 }
 
 func (s Spec) withDefaults() Spec {
@@ -69,6 +88,39 @@ const firstByte = 5
 // path, with a SentencePiece ("llama") tokenizer of byte tokens and
 // ChatML's two control tokens.
 func WriteGGUF(path string, spec Spec) error {
+	return writeGGUF(path, spec, nil)
+}
+
+// WriteTrained writes spec's GGUF to path, as WriteGGUF does, with the
+// tensors' values read from trained, the GGUF llama-finetune wrote from
+// spec's. llama-finetune's own file cannot be served as it is: it writes
+// every key llama.cpp knows, llama.pooling_type among them, and Ollama
+// takes a model with that key for an embedding model ("does not support
+// chat"). The keys are spec's again; the weights are the trained ones.
+func WriteTrained(path string, spec Spec, trained string) error {
+	f, err := gguf.Open(trained)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", trained, err)
+	}
+	defer f.Close()
+	return writeGGUF(path, spec, func(t *ggml.Tensor) error {
+		info, r, err := f.TensorReader(t.Name)
+		if err != nil {
+			return fmt.Errorf("%s: %w", trained, err)
+		}
+		if info.Type != gguf.TensorTypeF32 || !slices.Equal(info.Shape, t.Shape) {
+			return fmt.Errorf("%s: tensor %s is %v %v, want F32 %v", trained, t.Name, info.Type, info.Shape, t.Shape)
+		}
+		t.WriterTo = readerTo{r}
+		return nil
+	})
+}
+
+type readerTo struct{ r io.Reader }
+
+func (r readerTo) WriteTo(w io.Writer) (int64, error) { return io.Copy(w, r.r) }
+
+func writeGGUF(path string, spec Spec, values func(*ggml.Tensor) error) error {
 	s := spec.withDefaults()
 	if s.Width%s.Heads != 0 {
 		return fmt.Errorf("width %d is not a multiple of %d heads", s.Width, s.Heads)
@@ -79,6 +131,14 @@ func WriteGGUF(path string, spec Spec) error {
 		tokens = append(tokens, fmt.Sprintf("<0x%02X>", b))
 		types = append(types, 6) // byte
 	}
+	scores := make([]float32, len(tokens))
+	if v := s.Vocabulary; v != nil {
+		if len(v.Types) != len(v.Tokens) || len(v.Scores) != len(v.Tokens) || len(v.Tokens) < 3 {
+			return fmt.Errorf("vocabulary: %d tokens, %d types, %d scores", len(v.Tokens), len(v.Types), len(v.Scores))
+		}
+		tokens, types, scores = v.Tokens, v.Types, v.Scores
+	}
+	vocab := uint64(len(tokens))
 	kv := ggml.KV{
 		"general.architecture":                   "llama",
 		"general.name":                           "hapilot-tiny",
@@ -95,11 +155,11 @@ func WriteGGUF(path string, spec Spec) error {
 		"tokenizer.ggml.model":                   "llama",
 		"tokenizer.ggml.tokens":                  tokens,
 		"tokenizer.ggml.token_type":              types,
-		"tokenizer.ggml.scores":                  make([]float32, len(tokens)),
+		"tokenizer.ggml.scores":                  scores,
 		"tokenizer.ggml.unknown_token_id":        uint32(0),
 		"tokenizer.ggml.bos_token_id":            uint32(1),
 		"tokenizer.ggml.eos_token_id":            uint32(2),
-		"tokenizer.ggml.add_bos_token":           true,
+		"tokenizer.ggml.add_bos_token":           s.Vocabulary == nil,
 		"tokenizer.ggml.add_eos_token":           false,
 		// No "▁" before the text after a special token: with it (SPM's
 		// default), llama-server b11669 tokenised its generation prompt
@@ -115,14 +175,28 @@ func WriteGGUF(path string, spec Spec) error {
 	seed := s.Seed
 	next := func() uint64 { seed++; return seed }
 	w, ff := uint64(s.Width), uint64(s.FF)
-	ts := []*ggml.Tensor{
-		randomTensor("token_embd.weight", next(), 0.5, w, Vocab),
+	// A random model's scales; for training, uniform weights of the
+	// variance 1/fan_in (sqrt(3/fan_in) bounds), the residual projections
+	// down by sqrt(2 x layers), and output logits near zero.
+	embScale, outScale, inScale, resScale, downScale := float32(0.5), float32(0.5), float32(0.1), float32(0.1), float32(0.1)
+	if s.Train {
+		embScale, outScale = 0.1, 0.02
+		inScale = float32(math.Sqrt(3 / float64(w)))
+		resScale = inScale / float32(math.Sqrt(2*float64(s.Layers)))
+		downScale = float32(math.Sqrt(3/float64(ff))) / float32(math.Sqrt(2*float64(s.Layers)))
+	}
+	mask := func(i uint64) bool { return false }
+	if s.Vocabulary == nil {
 		// The rows of the bytes 0x80-0xFF are zero: their logit is 0, below
 		// the best of the other tokens' random logits, so that a greedy
 		// (temperature 0) reply is ASCII, valid UTF-8, as a real model's
 		// is. Random bytes made invalid UTF-8 that llama-server's reply
 		// parser refused ("does not match the expected peg-native format").
-		maskedTensor("output.weight", next(), 0.5, func(i uint64) bool { return i/w >= firstByte+0x80 }, w, Vocab),
+		mask = func(i uint64) bool { return i/w >= firstByte+0x80 }
+	}
+	ts := []*ggml.Tensor{
+		randomTensor("token_embd.weight", next(), embScale, w, vocab),
+		maskedTensor("output.weight", next(), outScale, mask, w, vocab),
 		onesTensor("output_norm.weight", w),
 	}
 	for i := range s.Layers {
@@ -130,14 +204,21 @@ func WriteGGUF(path string, spec Spec) error {
 		ts = append(ts,
 			onesTensor(p+"attn_norm.weight", w),
 			onesTensor(p+"ffn_norm.weight", w),
-			randomTensor(p+"attn_q.weight", next(), 0.1, w, w),
-			randomTensor(p+"attn_k.weight", next(), 0.1, w, w),
-			randomTensor(p+"attn_v.weight", next(), 0.1, w, w),
-			randomTensor(p+"attn_output.weight", next(), 0.1, w, w),
-			randomTensor(p+"ffn_gate.weight", next(), 0.1, w, ff),
-			randomTensor(p+"ffn_up.weight", next(), 0.1, w, ff),
-			randomTensor(p+"ffn_down.weight", next(), 0.1, ff, w),
+			randomTensor(p+"attn_q.weight", next(), inScale, w, w),
+			randomTensor(p+"attn_k.weight", next(), inScale, w, w),
+			randomTensor(p+"attn_v.weight", next(), inScale, w, w),
+			randomTensor(p+"attn_output.weight", next(), resScale, w, w),
+			randomTensor(p+"ffn_gate.weight", next(), inScale, w, ff),
+			randomTensor(p+"ffn_up.weight", next(), inScale, w, ff),
+			randomTensor(p+"ffn_down.weight", next(), downScale, ff, w),
 		)
+	}
+	if values != nil {
+		for _, t := range ts {
+			if err := values(t); err != nil {
+				return err
+			}
+		}
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err

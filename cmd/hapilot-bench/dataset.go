@@ -1,0 +1,44 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/hapilot/hapilot/internal/lab/dataset"
+)
+
+// cmdDataset writes the training text and initial weights of hapilot's
+// own policy model (internal/lab/models): `make model` trains from them.
+func cmdDataset(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	r := dataset.DefaultRecipe()
+	fs := flag.NewFlagSet("hapilot-bench dataset", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("out", "bin/model", "directory for init.gguf, train.txt, train-penalty.txt and stats.json")
+	fs.Uint64Var(&r.Seed, "seed", r.Seed, "seed of the simulated situations and of the initial weights")
+	fs.IntVar(&r.Examples, "examples", r.Examples, "examples to draw")
+	fs.IntVar(&r.Vocab, "vocab", r.Vocab, "tokens in the fitted vocabulary")
+	fs.IntVar(&r.Spec.Width, "width", r.Spec.Width, "embedding width")
+	fs.IntVar(&r.Spec.Layers, "layers", r.Spec.Layers, "blocks")
+	fs.IntVar(&r.Spec.FF, "ff", r.Spec.FF, "feed-forward length")
+	fs.IntVar(&r.Spec.Heads, "heads", r.Spec.Heads, "attention heads")
+	fs.IntVar(&r.Penalty, "penalty", r.Penalty, "times an example that flags a healthy server appears in the penalty set")
+	trained := fs.String("trained", "", "finish: the GGUF llama-finetune wrote from --out's init.gguf, to be written servable as --gguf")
+	servable := fs.String("gguf", "", "finish: the servable GGUF to write from --trained")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *trained != "" || *servable != "" {
+		if *trained == "" || *servable == "" {
+			return fmt.Errorf("--trained and --gguf go together")
+		}
+		return dataset.Finish(*out, *trained, *servable)
+	}
+	r.Spec.Seed = r.Seed
+	_, err := dataset.Build(*out, r, stdout)
+	return err
+}

@@ -1,0 +1,176 @@
+package dataset
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/hapilot/hapilot/internal/lab/modelserver"
+)
+
+// Recipe is everything `make model` draws from a seed: the examples, the
+// vocabulary, the initial weights' shape, and the penalty.
+type Recipe struct {
+	Seed     uint64
+	Examples int // examples drawn (the penalty set repeats some of them)
+	VocabFit int // examples the vocabulary is fitted on
+	Vocab    int // tokens in the vocabulary
+	Spec     modelserver.Spec
+	// Penalty is how many times an example that flags a healthy server
+	// appears in the penalty set: the cost of draining a healthy server,
+	// against a missed fault's 1.
+	Penalty int
+}
+
+// DefaultRecipe is hapilot-tiny's.
+func DefaultRecipe() Recipe {
+	return Recipe{Seed: 1, Examples: 3000, VocabFit: 300, Vocab: 2048, Penalty: 3,
+		Spec: modelserver.Spec{Layers: 2, Width: 64, Heads: 4, FF: 192, ContextLength: 3072, Train: true}}
+}
+
+// Stats is what Build wrote, for the recipe's log.
+type Stats struct {
+	Recipe          Recipe         `json:"recipe"`
+	Examples        int            `json:"examples"`
+	Kinds           map[string]int `json:"kinds"`
+	Actions         map[string]int `json:"actions"`
+	Suspicious      int            `json:"suspicious"`
+	Tokens          int            `json:"tokens"`
+	PenaltyExamples int            `json:"penalty_examples"`
+	PenaltyTokens   int            `json:"penalty_tokens"`
+	// PenaltySuspicious: examples of the penalty set that flag a healthy
+	// server (Suspicious counts them in train.txt).
+	PenaltySuspicious int     `json:"penalty_suspicious"`
+	MaxTokens         int     `json:"max_example_tokens"`
+	MeanTokens        float64 `json:"mean_example_tokens"`
+	AnswerTokens      float64 `json:"mean_answer_tokens"`
+}
+
+// Build writes into dir: init.gguf (the initial weights with the fitted
+// vocabulary), train.txt (every example once) and train-penalty.txt (the
+// same examples, those that flag a healthy server Penalty times, shuffled
+// and cut to train.txt's token count: the same data and budget), and
+// stats.json. Progress goes to log.
+func Build(dir string, r Recipe, log io.Writer) (*Stats, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(log, "dataset: drawing %d examples (seed %d)\n", r.Examples, r.Seed)
+	ex, err := Generate(r.Seed, r.Examples)
+	if err != nil {
+		return nil, err
+	}
+	var fit []string
+	for _, e := range ex[:min(r.VocabFit, len(ex))] {
+		fit = append(fit, e.Text())
+	}
+	fmt.Fprintf(log, "dataset: fitting a %d-token vocabulary on %d examples\n", r.Vocab, len(fit))
+	v := FitVocab(fit, r.Vocab)
+	tok := v.Tokenizer()
+	st := &Stats{Recipe: r, Examples: len(ex), Kinds: map[string]int{}, Actions: map[string]int{}}
+	counts := make([]int, len(ex))
+	answers := 0
+	for i, e := range ex {
+		counts[i] = v.Count(tok, e.Text())
+		answers += v.Count(tok, e.Answer)
+		st.Tokens += counts[i]
+		st.MaxTokens = max(st.MaxTokens, counts[i])
+		st.Kinds[string(e.Kind)]++
+		st.Actions[e.Action()]++
+		if e.Suspicious {
+			st.Suspicious++
+		}
+	}
+	st.MeanTokens = float64(st.Tokens) / float64(len(ex))
+	st.AnswerTokens = float64(answers) / float64(len(ex))
+	if st.MaxTokens > r.Spec.ContextLength {
+		return nil, fmt.Errorf("dataset: an example of %d tokens exceeds the model's context %d", st.MaxTokens, r.Spec.ContextLength)
+	}
+	var plain strings.Builder
+	for _, e := range ex {
+		plain.WriteString(e.Text())
+	}
+	// The penalty set: the same examples, each suspicious one Penalty
+	// times, in a shuffled order, cut at train.txt's token count.
+	var order []int
+	for i, e := range ex {
+		n := 1
+		if e.Suspicious {
+			n = max(1, r.Penalty)
+		}
+		for range n {
+			order = append(order, i)
+		}
+	}
+	rng := rand.New(rand.NewPCG(r.Seed, 0x70656e616c7479))
+	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	var pen strings.Builder
+	for _, i := range order {
+		if st.PenaltyTokens+counts[i] > st.Tokens {
+			break
+		}
+		pen.WriteString(ex[i].Text())
+		st.PenaltyTokens += counts[i]
+		st.PenaltyExamples++
+		if ex[i].Suspicious {
+			st.PenaltySuspicious++
+		}
+	}
+	spec := r.Spec
+	spec.Vocabulary = &modelserver.Vocabulary{Tokens: v.Tokens, Types: v.Types, Scores: v.Scores}
+	if err := modelserver.WriteGGUF(filepath.Join(dir, "init.gguf"), spec); err != nil {
+		return nil, err
+	}
+	for name, text := range map[string]string{"train.txt": plain.String(), "train-penalty.txt": pen.String()} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	vb, _ := json.Marshal(v)
+	if err := os.WriteFile(filepath.Join(dir, "vocab.json"), vb, 0o644); err != nil {
+		return nil, err
+	}
+	b, _ := json.MarshalIndent(st, "", "  ")
+	if err := os.WriteFile(filepath.Join(dir, "stats.json"), append(b, '\n'), 0o644); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(log, "dataset: %d examples, %d tokens (mean %.0f, max %d, answers %.1f); penalty set %d examples, %d tokens\n",
+		st.Examples, st.Tokens, st.MeanTokens, st.MaxTokens, st.AnswerTokens, st.PenaltyExamples, st.PenaltyTokens)
+	return st, nil
+}
+
+// Finish writes the servable GGUF out from trained, the GGUF
+// llama-finetune wrote from dir's init.gguf: the recipe's keys and
+// vocabulary (dir's stats.json and vocab.json) with the trained weights
+// (modelserver.WriteTrained says why).
+func Finish(dir, trained, out string) error {
+	var st Stats
+	var v Vocab
+	for name, into := range map[string]any{"stats.json": &st, "vocab.json": &v} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return fmt.Errorf("dataset: %w", err)
+		}
+		if err := json.Unmarshal(b, into); err != nil {
+			return fmt.Errorf("dataset: %s: %w", name, err)
+		}
+	}
+	spec := st.Recipe.Spec
+	spec.Vocabulary = &modelserver.Vocabulary{Tokens: v.Tokens, Types: v.Types, Scores: v.Scores}
+	return modelserver.WriteTrained(out, spec, trained)
+}
+
+// Action is the verb of the example's answer.
+func (e Example) Action() string {
+	var r struct {
+		Actions []answer `json:"actions"`
+	}
+	if json.Unmarshal([]byte(e.Answer), &r) != nil || len(r.Actions) == 0 {
+		return "none"
+	}
+	return r.Actions[0].Action
+}

@@ -1,0 +1,189 @@
+package dataset
+
+import (
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm"
+	"github.com/hapilot/hapilot/internal/lab/modelserver"
+)
+
+// Calibration's names never reach a training prompt, and no simulated
+// backend has the size and weight of one of calibration's.
+func TestCalibrationIsHeldOut(t *testing.T) {
+	h := CalibrationHoldout()
+	if len(h.Names) < 20 || len(h.Sizes) < 5 {
+		t.Fatalf("hold-out read %d names and %d sizes from llm.Sequences: too few", len(h.Names), len(h.Sizes))
+	}
+	g := &gen{r: rand.New(rand.NewPCG(3, 3)), hold: h}
+	now := time.Unix(0, 0)
+	for range 3000 {
+		for _, b := range g.situation(now).backends {
+			uniform := true
+			for _, s := range b.servers {
+				uniform = uniform && s.weight == b.servers[0].weight
+				if h.Names[s.name] {
+					t.Fatalf("server %s of calibration in training", s.name)
+				}
+			}
+			if h.Names[b.name] {
+				t.Fatalf("backend %s of calibration in training", b.name)
+			}
+			if uniform && h.Sizes[[2]int{len(b.servers), b.servers[0].weight}] {
+				t.Fatalf("backend %s: %d servers at weight %d, as one of calibration's", b.name, len(b.servers), b.servers[0].weight)
+			}
+		}
+	}
+	ex, err := Generate(3, 400)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ex {
+		for _, rw := range rows(e.User) {
+			if h.Names[rw.server] || h.Names[rw.backend] {
+				t.Fatalf("calibration's %s/%s in a prompt:\n%s", rw.backend, rw.server, e.User)
+			}
+		}
+	}
+}
+
+// Labels come from the ground truth, not from the rules: a drain or cut
+// names a flagged server that is truly faulty, slow or overloaded; a
+// no_op leaves no flagged server that is; and the labels drain servers
+// the rules leave (the grey zone), which a label copied from the rules
+// would not.
+func TestLabelsFollowGroundTruth(t *testing.T) {
+	ex, err := Generate(5, 1500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	beyondRules, noops, suspicious := 0, 0, 0
+	for _, e := range ex {
+		if !strings.HasPrefix(e.System, llm.DefaultSystemPrompt[:40]) || !strings.HasPrefix(e.User, "step ") {
+			t.Fatalf("not the policy's prompt:\n%s", e.User)
+		}
+		plan, err := llm.ParseReply(e.Answer)
+		if err != nil {
+			t.Fatalf("label %s: %v", e.Answer, err)
+		}
+		if len(plan) > 1 {
+			t.Fatalf("label %s: more than one action", e.Answer)
+		}
+		flagged := map[agent.Key]row{}
+		for _, rw := range rows(e.User) {
+			if rw.candidate != "" {
+				flagged[agent.Key{Backend: rw.backend, Server: rw.server}] = rw
+			}
+		}
+		if e.Suspicious {
+			suspicious++
+		}
+		if len(plan) == 0 {
+			noops++
+			for k := range flagged {
+				if tr := e.Truth[k]; tr != Healthy && strings.Contains(e.User, k.Server+" ready none") {
+					t.Fatalf("no_op while %s is flagged and %s:\n%s\n%s", k, tr, e.User, e.Answer)
+				}
+			}
+			continue
+		}
+		a := plan[0]
+		rw, ok := flagged[a.Key()]
+		if !ok {
+			t.Fatalf("label acts on %s, which the prompt does not flag:\n%s\n%s", a.Key(), e.User, e.Answer)
+		}
+		want := map[agent.Kind]Truth{agent.Drain: Faulty, agent.SetWeight: Overloaded}[a.Kind]
+		if tr := e.Truth[a.Key()]; tr != want && !(a.Kind == agent.Drain && tr == Slow) {
+			t.Fatalf("label %s %s, which is %s", a.Kind, a.Key(), tr)
+		}
+		if !rw.floor {
+			beyondRules++
+		}
+	}
+	t.Logf("%d examples: %d no_op, %d acting where the rules do not, %d flag a healthy server", len(ex), noops, beyondRules, suspicious)
+	if beyondRules < 50 || suspicious < 50 || noops == len(ex) {
+		t.Fatalf("too few grey-zone actions (%d) or suspicious no-ops (%d)", beyondRules, suspicious)
+	}
+}
+
+// The penalty set holds the same examples for the same budget of
+// tokens, with those that flag a healthy server oftener.
+func TestPenaltySetWeighsCollateralDamage(t *testing.T) {
+	r := DefaultRecipe()
+	r.Examples, r.VocabFit, r.Vocab = 400, 40, 600
+	r.Spec.Width, r.Spec.FF = 16, 32
+	dir := t.TempDir()
+	var log strings.Builder
+	st, err := Build(dir, r, &log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.PenaltyTokens > st.Tokens || st.PenaltyTokens < st.Tokens*95/100 {
+		t.Fatalf("penalty set %d tokens, plain %d: not the same budget", st.PenaltyTokens, st.Tokens)
+	}
+	plain := float64(st.Suspicious) / float64(st.Examples)
+	pen := float64(st.PenaltySuspicious) / float64(st.PenaltyExamples)
+	t.Logf("suspicious examples: %.2f of the plain set, %.2f of the penalty set", plain, pen)
+	if pen < 1.5*plain {
+		t.Fatalf("the penalty set does not weigh suspicious examples up: %.2f against %.2f", pen, plain)
+	}
+	for _, f := range []string{"init.gguf", "train.txt", "train-penalty.txt", "stats.json"} {
+		if fi, err := os.Stat(filepath.Join(dir, f)); err != nil || fi.Size() == 0 {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+}
+
+// The fitted vocabulary round-trips every text, has a newline only at
+// the end of a token, tokenizes a prompt as the start of its example (no
+// token spans the prompt's end and its answer), and has no
+// token llama.cpp would take for a control one.
+func TestVocabulary(t *testing.T) {
+	ex, err := Generate(7, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var texts []string
+	for _, e := range ex[:30] {
+		texts = append(texts, e.Text())
+	}
+	v := FitVocab(texts, 800)
+	if len(v.Tokens) != 800 {
+		t.Fatalf("%d tokens, want 800", len(v.Tokens))
+	}
+	for i, tok := range v.Tokens {
+		if v.Types[i] == typeNormal && (strings.Contains(strings.TrimSuffix(tok, "\n"), "\n") || controlLike(tok)) {
+			t.Fatalf("token %d %q", i, tok)
+		}
+	}
+	tk := v.Tokenizer()
+	for _, e := range ex[30:] {
+		ids, err := tk.Encode(e.Text(), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := tk.Decode(ids)
+		if err != nil || back != e.Text() {
+			t.Fatalf("round trip: %v\n%q\n%q", err, back, e.Text())
+		}
+		pids, _ := tk.Encode(e.Prompt(), false)
+		if last := v.Tokens[pids[len(pids)-1]]; !strings.HasSuffix(last, "\n") || !slices.Equal(pids, ids[:len(pids)]) {
+			t.Fatalf("the prompt ends with %q, or its tokens are not the example's first", last)
+		}
+		if len(ids)*2 > len(e.Text()) {
+			t.Fatalf("%d tokens for %d bytes: the vocabulary does not fit the prompts", len(ids), len(e.Text()))
+		}
+	}
+	// The GGUF carries it, and says to add no BOS.
+	path := filepath.Join(t.TempDir(), "v.gguf")
+	if err := modelserver.WriteGGUF(path, modelserver.Spec{Width: 16, FF: 32, Train: true,
+		Vocabulary: &modelserver.Vocabulary{Tokens: v.Tokens, Types: v.Types, Scores: v.Scores}}); err != nil {
+		t.Fatal(err)
+	}
+}
