@@ -18,13 +18,20 @@ import (
 	"github.com/hapilot/hapilot/internal/lab/scenario"
 )
 
+// noTailGuard turns the tail-latency guard off in tests of something else:
+// eight scenarios at once on 2 cores make the backend's p99 swing with
+// the machine's load, and the guard (tested on its own in agent/recovery)
+// then undoes drains those tests are not about. Seen in CI on a quiet
+// machine: "p99 207 ms is 5.9x the 35 ms before the drain".
+var noTailGuard = []string{"--p99-guard", "0"}
+
 // Kill the agent (a `hapilot run` process with a state file) with SIGKILL
 // after it drained, and start it again: no drained server flaps, and the
 // operator's maint is untouched.
 func TestAgentRestartKeepsItsDrains(t *testing.T) {
 	t.Parallel()
 	out := run(t, scenario.Scenario{Servers: paperFleet(0.05, 0, 0.05, 0, 0, 0.05, 0, 0), Rate: 300, Duration: 35 * time.Second,
-		Policy: "rules", AgentBinary: agentBinary, KillAgentAt: 15 * time.Second, RestartAgentAt: 17 * time.Second,
+		Policy: "rules", AgentBinary: agentBinary, KillAgentAt: 15 * time.Second, RestartAgentAt: 17 * time.Second, AgentArgs: noTailGuard,
 		Prepare: func(ctx context.Context, rt *haproxy.Client) error {
 			return rt.SetServerState(ctx, fleet.BackendName, "srv1", haproxy.StateMaint)
 		}})
@@ -51,6 +58,7 @@ func TestHAProxyReloadAndRestart(t *testing.T) {
 	reloadAt, restartAt := 12*time.Second, 24*time.Second
 	var reloadErr, restartErr error
 	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 36 * time.Second, Policy: "rules",
+		AgentArgs: noTailGuard,
 		At: map[time.Duration]func(*scenario.Env){
 			reloadAt:  func(env *scenario.Env) { reloadErr = env.HAProxy.Reload(context.Background()) },
 			restartAt: func(env *scenario.Env) { restartErr = env.HAProxy.Restart(context.Background()) },
@@ -90,7 +98,7 @@ func TestTransientFaultReadmitted(t *testing.T) {
 	t.Parallel()
 	healAt := 30 * time.Second
 	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Weight: 8, Rate: 300, Duration: 75 * time.Second,
-		Policy: "rules", AgentArgs: []string{"--probe-cooldown", "10s"},
+		Policy: "rules", AgentArgs: append([]string{"--probe-cooldown", "10s"}, noTailGuard...),
 		At: map[time.Duration]func(*scenario.Env){
 			healAt: func(env *scenario.Env) { env.Backends[2].SetErrorRate(0) },
 		}})

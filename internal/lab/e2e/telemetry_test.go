@@ -76,7 +76,7 @@ func TestRetriedFailuresAreSeen(t *testing.T) {
 		t.Run(path, func(t *testing.T) {
 			t.Parallel()
 			out := run(t, scenario.Scenario{Servers: paperFleet(nineServers(0.05, 0)...), Rate: 450, Duration: 30 * time.Second,
-				Policy: "rules", Name: path, Telemetry: path, Retries: true})
+				Policy: "rules", Name: path, Telemetry: path, Retries: true, AgentArgs: noTailGuard})
 			for _, s := range []string{"srv3", "srv6", "srv9"} {
 				if at, ok := out.DrainedAt[s]; !ok || at > 12*time.Second {
 					t.Errorf("%s drained at %v (%v)", s, at, ok)
