@@ -239,6 +239,29 @@ func freeAddr(t *testing.T) string {
 	return fmt.Sprintf("127.0.0.1:%d", ports[0])
 }
 
+// withArgs is base followed by more, in a new slice: runs that share
+// base must not share its backing array.
+func withArgs(base []string, more ...string) []string {
+	return append(append([]string{}, base...), more...)
+}
+
+// paperFaultSideBySide runs each scenario on the paper's fault among 9
+// servers (srv3 and srv6 fail 5%), 300 req/s for 45 s at guardedInterval,
+// side by side, and fails t unless every run ran.
+func paperFaultSideBySide(t *testing.T, runs map[string]scenario.Scenario) (map[string]*scenario.Outcome, map[string][]byte) {
+	t.Helper()
+	servers := paperFleet(0, 0, 0.05, 0, 0, 0.05, 0, 0, 0)
+	for name, s := range runs {
+		s.Servers, s.Rate, s.Duration, s.Interval = servers, 300, 45*time.Second, guardedInterval
+		runs[name] = s
+	}
+	outs, audits := sideBySide(t, runs)
+	if len(outs) != len(runs) {
+		t.Fatal("a run failed")
+	}
+	return outs, audits
+}
+
 // guardedInterval: a random model on 2 cores answers in 0.6-6 s, so a
 // 5 s interval gives its calls a 4 s budget and most are answered.
 const guardedInterval = 5 * time.Second
@@ -260,7 +283,7 @@ func underTheGuards(t *testing.T, srv modelServer, extra ...string) {
 	runs := map[string]scenario.Scenario{
 		"rules": {Policy: "rules"},
 		"random-model": {Policy: "llm", Name: "random-model", StatusListen: statusAddr,
-			AgentArgs: append(append(append([]string{}, srv.args...), "--skip-calibration", "--llm-gate", "always"), extra...),
+			AgentArgs: append(withArgs(srv.args, "--skip-calibration", "--llm-gate", "always"), extra...),
 			At: map[time.Duration]func(*scenario.Env){40 * time.Second: func(*scenario.Env) {
 				st, m, err := scrape(statusAddr)
 				mu.Lock()
@@ -268,15 +291,7 @@ func underTheGuards(t *testing.T, srv modelServer, extra ...string) {
 				mu.Unlock()
 			}}},
 	}
-	servers := paperFleet(0, 0, 0.05, 0, 0, 0.05, 0, 0, 0)
-	for name, s := range runs {
-		s.Servers, s.Rate, s.Duration, s.Interval = servers, 300, 45*time.Second, guardedInterval
-		runs[name] = s
-	}
-	outs, audits := sideBySide(t, runs)
-	if len(outs) != 2 {
-		t.Fatal("a run failed")
-	}
+	outs, audits := paperFaultSideBySide(t, runs)
 	rules, model := outs["rules"], outs["random-model"]
 	sum := summarize(t, audits["random-model"])
 	t.Logf("against %s: rules alone drained %v, 5xx %d; with the model drained %v, 5xx %d, flips %v; %v",
@@ -359,21 +374,13 @@ func TestRealLlamaServerRandomModelUnderTheGuards(t *testing.T) {
 // and free whitespace, so that its replies are valid and it acts.
 func TestRealUnprotectedHarm(t *testing.T) {
 	srv := llamaServer(t)
-	model := append(append([]string{}, srv.args...), "--skip-calibration", "--num-predict", "1024")
+	model := withArgs(srv.args, "--skip-calibration", "--num-predict", "1024")
 	runs := map[string]scenario.Scenario{
 		"static":      {Policy: "static"},
-		"protected":   {Policy: "llm", Name: "protected", AgentArgs: append(append([]string{}, model...), "--llm-gate", "always")},
-		"unprotected": {Policy: "llm", Name: "unprotected", AgentArgs: append(append([]string{}, model...), "--unprotected", "--fallback", "none")},
+		"protected":   {Policy: "llm", Name: "protected", AgentArgs: withArgs(model, "--llm-gate", "always")},
+		"unprotected": {Policy: "llm", Name: "unprotected", AgentArgs: withArgs(model, "--unprotected", "--fallback", "none")},
 	}
-	servers := paperFleet(0, 0, 0.05, 0, 0, 0.05, 0, 0, 0)
-	for name, s := range runs {
-		s.Servers, s.Rate, s.Duration, s.Interval = servers, 300, 45*time.Second, guardedInterval
-		runs[name] = s
-	}
-	outs, audits := sideBySide(t, runs)
-	if len(outs) != 3 {
-		t.Fatal("a run failed")
-	}
+	outs, audits := paperFaultSideBySide(t, runs)
 	base := float64(outs["static"].Load.Err5xx)
 	for _, name := range []string{"protected", "unprotected"} {
 		out, sum := outs[name], summarize(t, audits[name])
@@ -406,7 +413,7 @@ func TestRealOllamaShadow(t *testing.T) {
 	srv := ollamaNative(o)
 	// --llm-gate always: the model is asked each step, not only about
 	// what the rules leave (nothing, here).
-	s := scenario.Scenario{Policy: "shadow", Name: "shadow", AgentArgs: append(append([]string{}, srv.args...), "--skip-calibration", "--llm-gate", "always"),
+	s := scenario.Scenario{Policy: "shadow", Name: "shadow", AgentArgs: withArgs(srv.args, "--skip-calibration", "--llm-gate", "always"),
 		Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 30 * time.Second, Interval: guardedInterval}
 	out := run(t, s)
 	audit, err := os.ReadFile(out.AuditLog)
@@ -460,7 +467,7 @@ func TestRealOllamaWatchReloadsAnUnloadedModel(t *testing.T) {
 	var unloadErr, scrapeErr error
 	loadedAfter := false
 	s := scenario.Scenario{Policy: "llm", Name: "watch", StatusListen: statusAddr, AgentBinary: agentBinary,
-		AgentArgs: append(append([]string{}, srv.args...), "--skip-calibration"),
+		AgentArgs: withArgs(srv.args, "--skip-calibration"),
 		Servers:   paperFleet(0, 0, 0), Rate: 100, Duration: 50 * time.Second, Interval: guardedInterval,
 		At: map[time.Duration]func(*scenario.Env){
 			5 * time.Second: func(*scenario.Env) {
@@ -521,7 +528,7 @@ func TestRealOllamaLongRunNeverOverflows(t *testing.T) {
 	}
 	o := modelserver.OllamaT(t, tinyModel)
 	srv := ollamaNative(o)
-	s := scenario.Scenario{Policy: "llm", Name: "long", AgentArgs: append(append([]string{}, srv.args...), "--skip-calibration", "--llm-gate", "always"),
+	s := scenario.Scenario{Policy: "llm", Name: "long", AgentArgs: withArgs(srv.args, "--skip-calibration", "--llm-gate", "always"),
 		Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05, 0, 0, 0), Rate: 300, Duration: d, Interval: 10 * time.Second}
 	out := run(t, s)
 	audit, err := os.ReadFile(out.AuditLog)
