@@ -76,10 +76,16 @@ type Config struct {
 	// reduced weight before full weight returns.
 	CanaryFor time.Duration
 	// P99Guard: when a drain leaves the backend's recent p99 above this
-	// many times its p99 before the drain, in two steps running, the
-	// server comes back at a reduced weight and is not drained again for
-	// TailHold. 0 is off.
+	// many times its p99 before the drain, in every step for TailFor (and
+	// in two steps at least), the server comes back at a reduced weight
+	// and is not drained again for TailHold. 0 is off.
 	P99Guard float64
+	// TailFor is how long the p99 must stay over the guard. A p99 over
+	// one step's window is noisy at a 1 s interval, and undoing a fault's
+	// drain brings its errors back: a passing slowdown (a neighbour's
+	// load, a GC storm) that two 1 s steps catch is not the drain's harm.
+	// The study's 10 s pace makes two steps 20 s anyway.
+	TailFor  time.Duration
 	TailHold time.Duration
 	// SlowRatio, SlowMinMs: a burst whose median answer time is this many
 	// times the serving peers' median, and this many ms above it, fails
@@ -94,7 +100,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{Mode: ModeProbe, Path: "/", Rate: 50, Timeout: 2 * time.Second, Cooldown: 30 * time.Second,
 		MaxCooldown: 10 * time.Minute, MinBurst: 20, MaxBurst: 1000, CanaryFor: 10 * time.Second,
-		P99Guard: 2.5, TailHold: 10 * time.Minute, SlowRatio: 5, SlowMinMs: 50}
+		P99Guard: 2.5, TailFor: 10 * time.Second, TailHold: 10 * time.Minute, SlowRatio: 5, SlowMinMs: 50}
 }
 
 // Validate checks the settings an operator may give.
@@ -114,6 +120,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.P99Guard >= 0 && c.P99Guard < 1000) {
 		errs = append(errs, fmt.Errorf("p99-guard %v: want a finite number from 0", c.P99Guard))
+	}
+	if c.TailFor < 0 || c.TailFor > time.Hour {
+		errs = append(errs, fmt.Errorf("p99-guard-for %v: want 0 to 1h", c.TailFor))
 	}
 	return errors.Join(errs...)
 }
@@ -164,8 +173,8 @@ type Readmitter struct {
 	mu      sync.Mutex
 	servers map[agent.Key]*server
 	// strikes counts, per server, steps in a row with the backend's p99
-	// over the tail guard.
-	strikes map[agent.Key]int
+	// over the tail guard, since the first of them.
+	strikes map[agent.Key]strike
 	rng     *rand.Rand
 }
 
@@ -185,7 +194,7 @@ func New(cfg Config, client *http.Client, log zerolog.Logger) *Readmitter {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Readmitter{Config: cfg, Log: log, Now: time.Now, client: client, ctx: ctx, cancel: cancel,
-		servers: map[agent.Key]*server{}, strikes: map[agent.Key]int{}, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))}
+		servers: map[agent.Key]*server{}, strikes: map[agent.Key]strike{}, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))}
 }
 
 // Close stops every probe burst in flight and waits for them to end.
@@ -232,7 +241,7 @@ func (r *Readmitter) Plan(_ context.Context, obs agent.Observation) agent.Plan {
 				if st == nil || !st.drainedAt.Equal(s.Changed.At) {
 					st = r.drained(k, st, s)
 				}
-				if a, ok = r.tailGuard(b, k, s); !ok {
+				if a, ok = r.tailGuard(b, k, s, now); !ok {
 					a, ok = r.whileDrained(k, st, s, peersP50(b, s.Server), now)
 				}
 			case agent.PhaseCut, agent.PhaseCanary:
@@ -240,7 +249,7 @@ func (r *Readmitter) Plan(_ context.Context, obs agent.Observation) agent.Plan {
 				// capacity-aware cut or the tail guard. Full weight
 				// returns once its live traffic is clean.
 				if s.Changed.Phase == agent.PhaseCut {
-					a, ok = r.tailGuard(b, k, s)
+					a, ok = r.tailGuard(b, k, s, now)
 				}
 				if !ok && s.Serving() {
 					a, ok = r.whileCanary(b, s, now)
@@ -254,12 +263,19 @@ func (r *Readmitter) Plan(_ context.Context, obs agent.Observation) agent.Plan {
 	return plan
 }
 
+// strike is a run of steps with the backend's p99 over the tail guard.
+type strike struct {
+	steps int
+	since time.Time
+}
+
 // tailGuard undoes a drain or a weight cut that left the backend's p99
-// far above its level before the change, two steps running: a drained
+// far above its level before the change, in every step for TailFor and
+// in two steps at least: a drained
 // server comes back at a reduced weight first, then ready; a cut server
 // goes back to its configured weight. Either way it is held from being
 // drained again for TailHold.
-func (r *Readmitter) tailGuard(b agent.BackendView, k agent.Key, s agent.ServerView) (agent.Action, bool) {
+func (r *Readmitter) tailGuard(b agent.BackendView, k agent.Key, s agent.ServerView, now time.Time) (agent.Action, bool) {
 	base := s.Changed.BaselineP99Ms
 	if r.Config.P99Guard <= 0 || base <= 0 {
 		return agent.Action{}, false
@@ -269,15 +285,20 @@ func (r *Readmitter) tailGuard(b agent.BackendView, k agent.Key, s agent.ServerV
 		delete(r.strikes, k)
 		return agent.Action{}, false
 	}
-	r.strikes[k]++
-	if r.strikes[k] < 2 {
+	st := r.strikes[k]
+	if st.steps == 0 {
+		st.since = now
+	}
+	st.steps++
+	r.strikes[k] = st
+	if st.steps < 2 || now.Sub(st.since) < r.Config.TailFor {
 		return agent.Action{}, false
 	}
 	what := "the drain"
 	if s.Changed.Phase != agent.PhaseDrained {
 		what = "the weight cut"
 	}
-	why := fmt.Sprintf("tail-latency guard: p99 %.0f ms is %.1fx the %.0f ms before %s", p99, p99/base, base, what)
+	why := fmt.Sprintf("tail-latency guard: p99 %.0f ms is %.1fx the %.0f ms before %s, over the guard for %v", p99, p99/base, base, what, now.Sub(st.since).Round(time.Second))
 	if w := max(s.State.Initial/4, 1); s.Changed.Phase == agent.PhaseDrained && s.State.Initial >= 4 && s.State.Weight != w {
 		return agent.Action{Kind: agent.SetWeight, Backend: s.Backend, Server: s.Server, Weight: w, Reason: why + ": reduced weight first"}, true
 	}

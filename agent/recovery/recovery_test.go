@@ -144,40 +144,92 @@ func TestHealedServerComesBackThroughACanary(t *testing.T) {
 }
 
 // A drain that sends the backend's p99 past 2.5x its level before the
-// drain, two steps running, is undone to a reduced weight, with a hold
-// on draining it again.
+// drain, in every step for 10 s, is undone to a reduced weight, with a
+// hold on draining it again.
 func TestTailGuardRevertsToReducedWeight(t *testing.T) {
 	h := newHarness(t, "127.0.0.1:1", 8, false)
 	s := h.srv2()
 	s.Changed.BaselineP99Ms = 15
-	for i := range h.obs.Backends[0].Servers {
-		if v := &h.obs.Backends[0].Servers[i]; v.Server != "srv2" {
-			v.Recent = window.Stats{Requests: 500, P99Ms: 60}
+	h.setPeersP99(60)
+	for _, at := range []time.Duration{5, 6, 10, 14} {
+		if p := h.plan(at * time.Second); len(p) != 0 {
+			t.Fatalf("acted at %v s, before 10 s over the guard: %v", at, p)
 		}
 	}
-	if p := h.plan(5 * time.Second); len(p) != 0 {
-		t.Fatalf("acted on one step over the guard: %v", p)
-	}
-	p := h.plan(6 * time.Second)
-	if len(p) != 1 || p[0].Kind != agent.SetWeight || p[0].Weight != 2 {
+	p := h.plan(15 * time.Second)
+	if len(p) != 1 || p[0].Kind != agent.SetWeight || p[0].Weight != 2 || !strings.Contains(p[0].Reason, "for 10s") {
 		t.Fatalf("want a reduced weight first: %v", p)
 	}
 	s.State.Weight = 2
-	p = h.plan(7 * time.Second)
+	p = h.plan(16 * time.Second)
 	if len(p) != 1 || p[0].Kind != agent.Ready || p[0].NoDrainFor != 10*time.Minute {
 		t.Fatalf("want ready with a hold: %v", p)
 	}
 	// Below the guard, nothing happens.
 	h2 := newHarness(t, "127.0.0.1:1", 8, false)
 	h2.srv2().Changed.BaselineP99Ms = 15
-	for i := range h2.obs.Backends[0].Servers {
-		if v := &h2.obs.Backends[0].Servers[i]; v.Server != "srv2" {
-			v.Recent = window.Stats{Requests: 500, P99Ms: 30}
+	h2.setPeersP99(30)
+	for at := 5; at <= 25; at++ { // the canary ramp starts at 30 s
+		if p := h2.plan(time.Duration(at) * time.Second); len(p) != 0 {
+			t.Fatalf("p99 at 2x, %d s: %v", at, p)
 		}
 	}
-	h2.plan(5 * time.Second)
-	if p := h2.plan(6 * time.Second); len(p) != 0 {
-		t.Fatalf("p99 at 2x: %v", p)
+}
+
+// The guard acts on a p99 that stays over it for TailFor, in two steps
+// at least: a step back under it starts the count again, and TailFor 0
+// is the second step over it.
+func TestTailGuardWaitsForTailFor(t *testing.T) {
+	cases := []struct {
+		name    string
+		tailFor time.Duration
+		p99     map[int]int // step's p99 by second; others 60 ms
+		steps   []int
+		fireAt  int // 0: never
+	}{
+		{name: "over every step", tailFor: 10 * time.Second, steps: []int{5, 7, 9, 11, 13, 15, 17}, fireAt: 15},
+		{name: "a step under restarts the count", tailFor: 10 * time.Second, p99: map[int]int{9: 20},
+			steps: []int{5, 7, 9, 11, 13, 15, 17, 19, 21, 23}, fireAt: 21},
+		{name: "one slow step at the 10 s pace", tailFor: 10 * time.Second, p99: map[int]int{20: 20, 30: 20},
+			steps: []int{10, 20, 30}, fireAt: 0},
+		{name: "two steps at the 10 s pace", tailFor: 10 * time.Second, steps: []int{10, 20}, fireAt: 20},
+		{name: "TailFor 0: the second step", tailFor: 0, steps: []int{5, 6, 7}, fireAt: 6},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, "127.0.0.1:1", 8, false)
+			h.r.Config.TailFor = c.tailFor
+			h.r.Config.Cooldown = time.Hour // no canary ramp meanwhile
+			h.srv2().Changed.BaselineP99Ms = 15
+			fired := 0
+			for _, at := range c.steps {
+				p99, ok := c.p99[at]
+				if !ok {
+					p99 = 60
+				}
+				h.setPeersP99(p99)
+				p := h.plan(time.Duration(at) * time.Second)
+				if len(p) > 0 && fired == 0 {
+					if p[0].Kind != agent.SetWeight || !strings.Contains(p[0].Reason, "tail-latency guard") {
+						t.Fatalf("at %d s: want a reduced weight: %v", at, p)
+					}
+					fired = at
+				}
+			}
+			if fired != c.fireAt {
+				t.Errorf("fired at %d s, want %d", fired, c.fireAt)
+			}
+		})
+	}
+}
+
+// setPeersP99 gives srv2's serving peers a recent window of 500
+// requests with the given p99.
+func (h *harness) setPeersP99(ms int) {
+	for i := range h.obs.Backends[0].Servers {
+		if v := &h.obs.Backends[0].Servers[i]; v.Server != "srv2" {
+			v.Recent = window.Stats{Requests: 500, P99Ms: ms}
+		}
 	}
 }
 
@@ -302,20 +354,24 @@ func TestTwoBurstsInOneStepAndClose(t *testing.T) {
 }
 
 // The tail guard covers weight cuts: a cut that leaves the backend's p99
-// far above its level before, two steps running, goes back to the
-// configured weight with a hold on draining.
+// far above its level before, for 10 s, goes back to the configured
+// weight with a hold on draining.
 func TestTailGuardUndoesAWeightCut(t *testing.T) {
 	h := newHarness(t, "127.0.0.1:1", 8, false)
 	s := h.srv2()
 	s.State.AdminState, s.State.Weight = 0, 2
 	s.Changed = &agent.Change{Phase: agent.PhaseCut, Weight: 2, At: h.now, BaselineP99Ms: 15}
+	h.r.Config.CanaryFor = time.Minute // its clean traffic would restore it at 10 s
 	for i := range h.obs.Backends[0].Servers {
 		h.obs.Backends[0].Servers[i].Recent = window.Stats{Requests: 500, P99Ms: 60}
 	}
 	if p := h.plan(5 * time.Second); len(p) != 0 {
 		t.Fatalf("acted on one step over the guard: %v", p)
 	}
-	p := h.plan(6 * time.Second)
+	if p := h.plan(10 * time.Second); len(p) != 0 {
+		t.Fatalf("acted after 5 s over the guard: %v", p)
+	}
+	p := h.plan(15 * time.Second)
 	if len(p) != 1 || p[0].Kind != agent.Ready || p[0].NoDrainFor != 10*time.Minute || !strings.Contains(p[0].Reason, "weight cut") {
 		t.Fatalf("want the cut undone with a hold: %v", p)
 	}
