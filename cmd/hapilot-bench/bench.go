@@ -50,6 +50,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	model := fs.String("model", "", "llm without --emulate: the model")
 	think := fs.String("think", "off", "llm with a real model: thinking off|on|low|medium|high")
 	llmGate := fs.String("llm-gate", "", "llm: the agent's --llm-gate; always asks the model every step, so that a misbehaving one keeps trying")
+	llmPrompt := fs.String("llm-prompt", "", "llm with a real model: the agent's --llm-prompt, full or compact (for small models such as hapilot's own)")
 	noGate := fs.Bool("no-gate", false, "llm: let every model act without passing calibration, to test what the guards alone hold")
 	list := fs.Bool("list", false, "describe the scenarios and emulated models, and exit")
 	reread := fs.String("report", "", "write the reports of an earlier run's `dir` again from its result.json files, and exit")
@@ -83,7 +84,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		*algos = "roundrobin,leastconn"
 	}
 	cfg := bench.StudyConfig{Steps: *steps, Interval: *interval, Rate: *rate, Seed: *seed, Out: *out,
-		Telemetries: split(*telemetry), Retries: *retries, PolicyFile: *policyFile, OllamaHost: *ollamaHost, Model: *model, Think: *think, NoGate: *noGate, LLMGate: *llmGate, Log: zerolog.Nop()}
+		Telemetries: split(*telemetry), Retries: *retries, PolicyFile: *policyFile, OllamaHost: *ollamaHost, Model: *model, Think: *think, NoGate: *noGate, LLMGate: *llmGate, LLMPrompt: *llmPrompt, Log: zerolog.Nop()}
 	for _, sc := range split(*scenario) {
 		if _, err := bench.Lookup(sc); err != nil {
 			return err

@@ -235,9 +235,18 @@ func hash(parts ...string) string {
 func KeyFor(digest string, m *Model) Key {
 	c := m.Config
 	return Key{Digest: digest, Think: c.Think,
-		PromptHash:  hash(PromptVersion, Header, m.SystemPrompt),
+		PromptHash:  promptHash(c.Prompt, m.SystemPrompt),
 		SchemaHash:  hash(string(Schema([]string{"b"}, []string{"s"}, 1, c.NumPredict))),
 		OptionsHash: hash(options(c))}
+}
+
+// promptHash names the prompt's form. The full form hashes as it did
+// before styles existed, so that records written then stay valid.
+func promptHash(style PromptStyle, system string) string {
+	if style == PromptCompact {
+		return hash(PromptVersion, "compact", CompactHeader, system)
+	}
+	return hash(PromptVersion, Header, system)
 }
 
 // options is what of c a call's timing and answers depend on. NumThread

@@ -52,6 +52,33 @@ func (g *Gate) String() string { return string(*g) }
 // Set implements flag.Value.
 func (g *Gate) Set(s string) (err error) { *g, err = enum.Parse("llm-gate", s, Gates...); return err }
 
+// PromptStyle is the form of the prompt the model reads.
+type PromptStyle string
+
+const (
+	// PromptFull: the system prompt's rules in prose, and every column
+	// of a server row (Header).
+	PromptFull PromptStyle = "full"
+	// PromptCompact: for small models, hapilot's own among them: a
+	// system prompt of a few lines, the columns that decide (CompactHeader),
+	// notes in a few words, and the servers that need no look summed
+	// beyond CompactShown. Each prompt is a fifth to a third of the full
+	// one, so that a model trained here sees a whole example in its
+	// context and spends its training on the answers.
+	PromptCompact PromptStyle = "compact"
+)
+
+// PromptStyles lists the styles.
+var PromptStyles = []PromptStyle{PromptFull, PromptCompact}
+
+func (s *PromptStyle) String() string { return string(*s) }
+
+// Set implements flag.Value.
+func (s *PromptStyle) Set(v string) (err error) {
+	*s, err = enum.Parse("llm-prompt", v, PromptStyles...)
+	return err
+}
+
 // Fallback is the policy of a step whose call failed or overran.
 type Fallback string
 
@@ -117,6 +144,9 @@ type Config struct {
 	ThinkRetry  int
 	// SystemPromptFile replaces the embedded system prompt.
 	SystemPromptFile string
+	// Prompt is the prompt's form: full, or compact for small models
+	// (with its own embedded system prompt).
+	Prompt PromptStyle
 	// MaxShown is how many servers per backend the prompt lists in full;
 	// the rest are summed in one line.
 	MaxShown int
@@ -148,7 +178,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{API: APIOllama, Think: ThinkOff, NumPredict: 256, ThinkBudget: 1024, Seed: 42, KeepAlive: -1, LoadTimeout: 5 * time.Minute,
 		TokenBudget: 768, ThinkRetry: 30,
-		MaxShown: 12, Confirm: 2, MinHold: time.Minute, Gate: GateAnomaly, Fallback: FallbackRules,
+		MaxShown: 12, Prompt: PromptFull, Confirm: 2, MinHold: time.Minute, Gate: GateAnomaly, Fallback: FallbackRules,
 		CalibrationDir: "/var/lib/hapilot"}
 }
 
@@ -175,6 +205,9 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if _, err := enum.Parse("fallback", string(c.Fallback), Fallbacks...); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := enum.Parse("llm-prompt", string(c.Prompt), PromptStyles...); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Confirm < 1 {
@@ -275,7 +308,7 @@ func NewModel(c Config) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	prompt := DefaultSystemPrompt
+	prompt := c.Prompt.SystemPrompt()
 	if c.SystemPromptFile != "" {
 		b, err := os.ReadFile(c.SystemPromptFile)
 		if err != nil {

@@ -24,6 +24,17 @@ import (
 //go:embed system-prompt.txt
 var DefaultSystemPrompt string
 
+//go:embed system-prompt-compact.txt
+var CompactSystemPrompt string
+
+// SystemPrompt is the embedded system prompt of the style.
+func (s PromptStyle) SystemPrompt() string {
+	if s == PromptCompact {
+		return CompactSystemPrompt
+	}
+	return DefaultSystemPrompt
+}
+
 // Call is what one model call cost and returned, for the audit log.
 type Call struct {
 	Think            Think   `json:"think"`

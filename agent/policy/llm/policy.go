@@ -510,7 +510,7 @@ func (p *Policy) promptInput(obs agent.Observation, cands map[agent.Key]string, 
 		fl[a.Key()] = string(a.Kind)
 	}
 	in := PromptInput{Obs: obs, Candidates: cands, Floor: fl, Pending: pending, Confirm: p.Config.Confirm,
-		History: p.history, DrainsPer: p.Needs().DrainsPer, MaxShown: p.shown}
+		History: p.history, DrainsPer: p.Needs().DrainsPer, MaxShown: p.shown, Style: p.Config.Prompt}
 	room := p.Model.Room(think)
 	fits := func() bool {
 		return room <= 0 || p.Model.EstimatePrompt(Prompt(in)) <= room

@@ -30,6 +30,8 @@ type PromptInput struct {
 	MaxShown int
 	// Only, when set, limits the prompt to these backends.
 	Only map[string]bool
+	// Style is the prompt's form ("" is full).
+	Style PromptStyle
 }
 
 // Header names the columns of a server row; an emulated model reads rows
@@ -69,6 +71,9 @@ func (in PromptInput) shows(b agent.BackendView) bool {
 // the agent's hold, pending and refusal state; then the model's recent
 // decisions and how they turned out.
 func Prompt(in PromptInput) string {
+	if in.Style == PromptCompact {
+		return compactPrompt(in)
+	}
 	var b strings.Builder
 	obs := in.Obs
 	fmt.Fprintf(&b, "step %d; windows: the last %s, and the last %s as recent\n", obs.Cycle, lookback(obs.Lookback), lookback(obs.RecentSpan))

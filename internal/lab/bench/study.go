@@ -73,9 +73,12 @@ type StudyConfig struct {
 	NoGate bool
 	// LLMGate is the agent's --llm-gate ("" for its default): "always"
 	// asks the model every step, so that a misbehaving one keeps trying.
-	LLMGate  string
-	Progress *Progress
-	Log      zerolog.Logger
+	LLMGate string
+	// LLMPrompt is the agent's --llm-prompt ("" for its default, full):
+	// compact for small models, hapilot's own among them.
+	LLMPrompt string
+	Progress  *Progress
+	Log       zerolog.Logger
 }
 
 // Cell is one point of the grid.
@@ -400,6 +403,9 @@ func agentArgs(ctx context.Context, c StudyConfig, v Variant, scratch string) ([
 	args := []string{"--model", model, "--ollama-host", host, "--think", think}
 	if c.LLMGate != "" {
 		args = append(args, "--llm-gate", c.LLMGate)
+	}
+	if c.LLMPrompt != "" {
+		args = append(args, "--llm-prompt", c.LLMPrompt)
 	}
 	if v.Unprotected {
 		return append(args, "--unprotected"), nil, cleanup, nil

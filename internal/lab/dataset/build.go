@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/hapilot/hapilot/agent/policy/llm"
 	"github.com/hapilot/hapilot/internal/lab/modelserver"
 )
 
@@ -18,8 +19,18 @@ type Recipe struct {
 	Seed     uint64
 	Examples int // examples drawn (the penalty set repeats some of them)
 	VocabFit int // examples the vocabulary is fitted on
-	Vocab    int // tokens in the vocabulary
-	Spec     modelserver.Spec
+	// Vocab is how many tokens the vocabulary holds; at most the base
+	// tokens and the characters the texts use (0 does), there are no
+	// merges: one token a character.
+	Vocab int
+	Spec  modelserver.Spec
+	// Prompt is the prompt's style the examples are rendered in.
+	Prompt llm.PromptStyle
+	// Pack, when set, is llama-finetune's -c: the training text is laid
+	// out in units of Pack/2 tokens (its stride), each of whole examples
+	// and filled out with newlines, so that no chunk it trains on cuts an
+	// example: an answer cut from its prompt teaches nothing.
+	Pack int
 	// Penalty is how many times an example that flags a healthy server
 	// appears in the penalty set: the cost of draining a healthy server,
 	// against a missed fault's 1.
@@ -28,7 +39,7 @@ type Recipe struct {
 
 // DefaultRecipe is hapilot-tiny's.
 func DefaultRecipe() Recipe {
-	return Recipe{Seed: 1, Examples: 3000, VocabFit: 300, Vocab: 2048, Penalty: 3,
+	return Recipe{Seed: 1, Examples: 3000, VocabFit: 300, Vocab: 768, Penalty: 3, Prompt: llm.PromptCompact, Pack: 1024,
 		Spec: modelserver.Spec{Layers: 2, Width: 64, Heads: 4, FF: 192, ContextLength: 3072, Train: true}}
 }
 
@@ -44,10 +55,14 @@ type Stats struct {
 	PenaltyTokens   int            `json:"penalty_tokens"`
 	// PenaltySuspicious: examples of the penalty set that flag a healthy
 	// server (Suspicious counts them in train.txt).
-	PenaltySuspicious int     `json:"penalty_suspicious"`
-	MaxTokens         int     `json:"max_example_tokens"`
-	MeanTokens        float64 `json:"mean_example_tokens"`
-	AnswerTokens      float64 `json:"mean_answer_tokens"`
+	PenaltySuspicious int `json:"penalty_suspicious"`
+	MaxTokens         int `json:"max_example_tokens"`
+	// Blocks: how many units of Recipe.Pack/2 tokens train.txt holds.
+	Blocks int `json:"blocks,omitempty"`
+	// TooLong: examples left out of both sets, longer than a unit.
+	TooLong      int     `json:"too_long,omitempty"`
+	MeanTokens   float64 `json:"mean_example_tokens"`
+	AnswerTokens float64 `json:"mean_answer_tokens"`
 }
 
 // Build writes into dir: init.gguf (the initial weights with the fitted
@@ -60,7 +75,7 @@ func Build(dir string, r Recipe, log io.Writer) (*Stats, error) {
 		return nil, err
 	}
 	fmt.Fprintf(log, "dataset: drawing %d examples (seed %d)\n", r.Examples, r.Seed)
-	ex, err := Generate(r.Seed, r.Examples)
+	ex, err := Generate(r.Seed, r.Examples, r.Prompt)
 	if err != nil {
 		return nil, err
 	}
@@ -90,10 +105,17 @@ func Build(dir string, r Recipe, log io.Writer) (*Stats, error) {
 	if st.MaxTokens > r.Spec.ContextLength {
 		return nil, fmt.Errorf("dataset: an example of %d tokens exceeds the model's context %d", st.MaxTokens, r.Spec.ContextLength)
 	}
+	pk := packer{size: r.Pack}
 	var plain strings.Builder
-	for _, e := range ex {
-		plain.WriteString(e.Text())
+	for i, e := range ex {
+		if pk.tooLong(counts[i]) {
+			st.TooLong++
+			continue
+		}
+		pk.add(&plain, e.Text(), counts[i])
 	}
+	pk.close(&plain)
+	st.Blocks = pk.blocks
 	// The penalty set: the same examples, each suspicious one Penalty
 	// times, in a shuffled order, cut at train.txt's token count.
 	var order []int
@@ -109,17 +131,22 @@ func Build(dir string, r Recipe, log io.Writer) (*Stats, error) {
 	rng := rand.New(rand.NewPCG(r.Seed, 0x70656e616c7479))
 	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	var pen strings.Builder
+	pp := packer{size: r.Pack}
 	for _, i := range order {
-		if st.PenaltyTokens+counts[i] > st.Tokens {
+		if pp.tooLong(counts[i]) {
+			continue
+		}
+		if st.PenaltyTokens+counts[i] > st.Tokens || (r.Pack > 0 && pp.wouldOpen(counts[i]) && pp.blocks >= st.Blocks) {
 			break
 		}
-		pen.WriteString(ex[i].Text())
+		pp.add(&pen, ex[i].Text(), counts[i])
 		st.PenaltyTokens += counts[i]
 		st.PenaltyExamples++
 		if ex[i].Suspicious {
 			st.PenaltySuspicious++
 		}
 	}
+	pp.close(&pen)
 	spec := r.Spec
 	spec.Vocabulary = &modelserver.Vocabulary{Tokens: v.Tokens, Types: v.Types, Scores: v.Scores}
 	if err := modelserver.WriteGGUF(filepath.Join(dir, "init.gguf"), spec); err != nil {
@@ -140,7 +167,50 @@ func Build(dir string, r Recipe, log io.Writer) (*Stats, error) {
 	}
 	fmt.Fprintf(log, "dataset: %d examples, %d tokens (mean %.0f, max %d, answers %.1f); penalty set %d examples, %d tokens\n",
 		st.Examples, st.Tokens, st.MeanTokens, st.MaxTokens, st.AnswerTokens, st.PenaltyExamples, st.PenaltyTokens)
+	if r.Pack > 0 {
+		fmt.Fprintf(log, "dataset: %d units of %d tokens (llama-finetune's stride at -c %d); %d examples longer than a unit left out\n", st.Blocks, r.Pack/2, r.Pack, st.TooLong)
+	}
 	return st, nil
+}
+
+// packer lays examples out in units of size/2 tokens: llama-finetune
+// cuts its text into chunks of -c tokens at a stride of half that, so a
+// chunk is two units, and with every unit of whole examples no chunk cuts
+// one. An example longer than a unit fits none. size 0 writes the
+// examples one after another.
+type packer struct {
+	size, used, blocks int
+}
+
+func (p *packer) unit() int { return p.size / 2 }
+
+// tooLong: an example of n tokens fits no unit.
+func (p *packer) tooLong(n int) bool { return p.size > 0 && n > p.unit() }
+
+// wouldOpen: an example of n tokens would start a new unit.
+func (p *packer) wouldOpen(n int) bool { return p.size > 0 && (p.used == 0 || p.used+n > p.unit()) }
+
+func (p *packer) add(b *strings.Builder, text string, n int) {
+	if p.size > 0 {
+		if p.used > 0 && p.used+n > p.unit() {
+			p.close(b)
+		}
+		if p.used == 0 {
+			p.blocks++
+		}
+		p.used += n
+	}
+	b.WriteString(text)
+}
+
+// close fills the open unit with newlines, one token each (the
+// vocabulary has "\n" as a token of its own, and no token holds one but
+// at its end).
+func (p *packer) close(b *strings.Builder) {
+	if p.size > 0 && p.used > 0 {
+		b.WriteString(strings.Repeat("\n", p.unit()-p.used))
+		p.used = 0
+	}
 }
 
 // Finish writes the servable GGUF out from trained, the GGUF

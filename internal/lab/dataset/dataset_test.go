@@ -1,6 +1,7 @@
 package dataset
 
 import (
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -40,7 +41,7 @@ func TestCalibrationIsHeldOut(t *testing.T) {
 			}
 		}
 	}
-	ex, err := Generate(3, 400)
+	ex, err := Generate(3, 400, llm.PromptCompact)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,13 +60,19 @@ func TestCalibrationIsHeldOut(t *testing.T) {
 // the rules leave (the grey zone), which a label copied from the rules
 // would not.
 func TestLabelsFollowGroundTruth(t *testing.T) {
-	ex, err := Generate(5, 1500)
+	for _, style := range llm.PromptStyles {
+		t.Run(string(style), func(t *testing.T) { labelsFollowGroundTruth(t, style) })
+	}
+}
+
+func labelsFollowGroundTruth(t *testing.T, style llm.PromptStyle) {
+	ex, err := Generate(5, 1500, style)
 	if err != nil {
 		t.Fatal(err)
 	}
 	beyondRules, noops, suspicious := 0, 0, 0
 	for _, e := range ex {
-		if !strings.HasPrefix(e.System, llm.DefaultSystemPrompt[:40]) || !strings.HasPrefix(e.User, "step ") {
+		if !strings.HasPrefix(e.System, style.SystemPrompt()[:40]) || !strings.HasPrefix(e.User, "step ") {
 			t.Fatalf("not the policy's prompt:\n%s", e.User)
 		}
 		plan, err := llm.ParseReply(e.Answer)
@@ -140,12 +147,58 @@ func TestPenaltySetWeighsCollateralDamage(t *testing.T) {
 	}
 }
 
+// With Pack, each training text is units of exactly Pack/2 tokens, as
+// the vocabulary tokenizes them, each unit starting an example: the
+// chunks llama-finetune cuts at its -c, at a stride of -c/2, hold whole
+// examples.
+func TestPackedBlocksHoldWholeExamples(t *testing.T) {
+	r := DefaultRecipe()
+	r.Examples, r.VocabFit, r.Pack, r.Vocab = 120, 40, 1024, 400
+	r.Spec.Width, r.Spec.FF = 16, 32
+	dir := t.TempDir()
+	st, err := Build(dir, r, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := ReadVocab(filepath.Join(dir, "init.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := v.Tokenizer()
+	for _, name := range []string{"train.txt", "train-penalty.txt"} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := tk.Encode(string(b), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unit := r.Pack / 2
+		if len(ids)%unit != 0 || len(ids)/unit > st.Blocks || len(ids) == 0 {
+			t.Fatalf("%s: %d tokens, not whole units of %d (train.txt has %d)", name, len(ids), unit, st.Blocks)
+		}
+		start, _ := tk.Encode("<|im_start|>system\n", false)
+		for at := 0; at < len(ids); at += unit {
+			if !slices.Equal(ids[at:at+len(start)], start) {
+				t.Fatalf("%s: unit at token %d does not start an example", name, at)
+			}
+		}
+		t.Logf("%s: %d units of %d tokens (%d examples too long)", name, len(ids)/unit, unit, st.TooLong)
+	}
+	for _, tok := range v.Tokens {
+		if len(tok) > 1 && strings.ContainsAny(tok, "0123456789") && !strings.HasPrefix(tok, "<0x") {
+			t.Fatalf("token %q merges a digit", tok)
+		}
+	}
+}
+
 // The fitted vocabulary round-trips every text, has a newline only at
 // the end of a token, tokenizes a prompt as the start of its example (no
 // token spans the prompt's end and its answer), and has no
 // token llama.cpp would take for a control one.
 func TestVocabulary(t *testing.T) {
-	ex, err := Generate(7, 60)
+	ex, err := Generate(7, 60, llm.PromptFull)
 	if err != nil {
 		t.Fatal(err)
 	}

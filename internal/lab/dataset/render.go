@@ -47,13 +47,13 @@ func (e Example) Prompt() string {
 // Generate draws n examples from seed: situations run step by step
 // through the LLM policy as production (or calibration) runs it, with a
 // model server that records each prompt and answers with the label.
-func Generate(seed uint64, n int) ([]Example, error) {
+func Generate(seed uint64, n int, style llm.PromptStyle) ([]Example, error) {
 	g := &gen{r: rand.New(rand.NewPCG(seed, 0x64617461736574)), hold: CalibrationHoldout()}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var out []Example
 	for len(out) < n {
 		sit := g.situation(now)
-		ex, err := run(g, sit)
+		ex, err := run(g, sit, style)
 		if err != nil {
 			return nil, err
 		}
@@ -73,14 +73,17 @@ func Generate(seed uint64, n int) ([]Example, error) {
 
 // run steps one situation through a policy of its own, applying each
 // step's plan to the simulation as the guardrails would let it through.
-func run(g *gen, sit *situation) ([]Example, error) {
+func run(g *gen, sit *situation, style llm.PromptStyle) ([]Example, error) {
 	rec := &recorder{sit: sit}
 	cfg := llm.DefaultConfig()
 	cfg.Model = "dataset"
+	if style != "" {
+		cfg.Prompt = style
+	}
 	if !sit.production {
 		cfg.Confirm, cfg.Gate, cfg.Deadline, cfg.MinHold = 1, llm.GateAlways, 0, 0
 	}
-	m := &llm.Model{Server: rec, Config: cfg, SystemPrompt: llm.DefaultSystemPrompt}
+	m := &llm.Model{Server: rec, Config: cfg, SystemPrompt: cfg.Prompt.SystemPrompt()}
 	p := llm.New(m, rules.New(rules.DefaultConfig()), cfg, zerolog.Nop())
 	defer p.Close()
 	var out []Example
@@ -161,26 +164,37 @@ type row struct {
 	floor           bool   // the rules act on it this step
 }
 
-// rows reads a prompt's server rows back.
+// rows reads a prompt's server rows back, in either style: the header
+// line (llm.Header or llm.CompactHeader) says where the note starts.
 func rows(prompt string) []row {
 	var out []row
 	backend := ""
+	noteAt := 16
 	for _, line := range strings.Split(prompt, "\n") {
 		if rest, ok := strings.CutPrefix(line, "backend "); ok {
 			backend, _, _ = strings.Cut(rest, ":")
 			continue
 		}
+		switch line {
+		case llm.Header:
+			noteAt = 16
+			continue
+		case llm.CompactHeader:
+			noteAt = 13
+			continue
+		}
 		f := strings.Fields(line)
-		if backend == "" || len(f) < 17 || line == llm.Header || strings.HasPrefix(line, "(") || strings.HasPrefix(line, "- ") {
+		if backend == "" || len(f) < noteAt+1 || strings.HasPrefix(line, "(") || strings.HasPrefix(line, "- ") || strings.HasPrefix(line, "you: ") {
 			continue
 		}
 		rw := row{backend: backend, server: f[0], owner: f[2]}
-		fmt.Sscan(f[3], &rw.weight)
-		note := strings.Join(f[16:], " ")
+		w, _, _ := strings.Cut(f[3], "/") // the compact "weight/cfg"
+		fmt.Sscan(w, &rw.weight)
+		note := strings.Join(f[noteAt:], " ")
 		if _, why, ok := strings.Cut(note, "candidate: "); ok {
 			rw.candidate, _, _ = strings.Cut(why, "; ")
 		}
-		rw.floor = strings.Contains(note, "the rules ")
+		rw.floor = strings.Contains(note, "the rules ") || strings.HasPrefix(note, "rules ") || strings.Contains(note, "; rules ")
 		out = append(out, rw)
 	}
 	return out

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm"
 	"github.com/hapilot/hapilot/internal/lab/dataset"
 	"github.com/hapilot/hapilot/internal/lab/modelserver"
 	"github.com/hapilot/hapilot/internal/lab/scenario"
@@ -53,7 +54,7 @@ func TestRealOllamaHapilotTiny(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok := v.Tokenizer()
-	examples, err := dataset.Generate(77, 6)
+	examples, err := dataset.Generate(77, 6, llm.PromptCompact)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func TestRealOllamaHapilotTiny(t *testing.T) {
 		}
 	}
 	const interval = 5 * time.Second
-	cal := exec.CommandContext(ctx, agentBinary, "calibrate", "--model", model, "--ollama-host", o.URL.String(),
+	cal := exec.CommandContext(ctx, agentBinary, "calibrate", "--model", model, "--llm-prompt", "compact", "--ollama-host", o.URL.String(),
 		"--calibration-dir", t.TempDir(), "--interval", interval.String())
 	out, err := cal.CombinedOutput()
 	t.Logf("hapilot calibrate --interval %v against %s:\n%s", interval, o, out)
@@ -79,7 +80,7 @@ func TestRealOllamaHapilotTiny(t *testing.T) {
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !bytes.Contains(out, []byte("FAILED: ")) {
 		t.Fatalf("calibrate: %v, want exit 1 and the reason: the committed model does not pass (if it does now, this test and docs/llm.md are out of date)", err)
 	}
-	s := scenario.Scenario{Policy: "llm", Name: model, AgentArgs: []string{"--model", model, "--ollama-host", o.URL.String(), "--skip-calibration", "--llm-gate", "always"},
+	s := scenario.Scenario{Policy: "llm", Name: model, AgentArgs: []string{"--model", model, "--llm-prompt", "compact", "--ollama-host", o.URL.String(), "--skip-calibration", "--llm-gate", "always"},
 		Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 40 * time.Second, Interval: interval}
 	outs, audits := sideBySide(t, map[string]scenario.Scenario{model: s})
 	tiny, ok := outs[model]

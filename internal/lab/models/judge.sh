@@ -13,6 +13,8 @@ model=$1
 out=$2
 shift 2
 here=$(cd "$(dirname "$0")" && pwd)
+# The prompt's style the model was trained on (recipe.env's PROMPT).
+prompt=$(. "$here/recipe.env" && echo "${PROMPT:-full}")
 ollama=${HAPILOT_OLLAMA_BIN:-bin/ollama}
 hapilot=${HAPILOT_BIN:-bin/hapilot}
 bench=${HAPILOT_BENCH_BIN:-bin/hapilot-bench}
@@ -26,12 +28,12 @@ trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 for _ in $(seq 60); do curl -sf "http://$host/api/version" >/dev/null && break; sleep 1; done
 (cd "$here/$model" && env -i PATH="$PATH" HOME="$tmp" OLLAMA_HOST=$host "$ollama" create "$model" -f Modelfile) >"$out/create.txt" 2>&1
 for iv in 10s 1s; do
-	echo "\$ hapilot calibrate --model $model --interval $iv" >"$out/calibrate-$iv.txt"
-	"$hapilot" calibrate --model "$model" --ollama-host "http://$host" --calibration-dir "$tmp/cal" --interval "$iv" >>"$out/calibrate-$iv.txt" 2>&1 || true
+	echo "\$ hapilot calibrate --model $model --llm-prompt $prompt --interval $iv" >"$out/calibrate-$iv.txt"
+	"$hapilot" calibrate --model "$model" --llm-prompt "$prompt" --ollama-host "http://$host" --calibration-dir "$tmp/cal" --interval "$iv" >>"$out/calibrate-$iv.txt" 2>&1 || true
 	tail -2 "$out/calibrate-$iv.txt"
 done
 if [ $# -gt 0 ]; then
-	echo "\$ hapilot-bench bench --policy rules,llm --model $model $*" >"$out/bench.txt"
-	"$bench" bench --policy rules,llm --model "$model" --ollama-host "http://$host" --out "$out/bench" "$@" >>"$out/bench.txt" 2>&1 || echo "bench failed: see $out/bench.txt"
+	echo "\$ hapilot-bench bench --policy rules,llm --model $model --llm-prompt $prompt $*" >"$out/bench.txt"
+	"$bench" bench --policy rules,llm --model "$model" --llm-prompt "$prompt" --ollama-host "http://$host" --out "$out/bench" "$@" >>"$out/bench.txt" 2>&1 || echo "bench failed: see $out/bench.txt"
 	cp "$tmp/ollama.log" "$out/ollama.log" 2>/dev/null || true
 fi

@@ -1,0 +1,98 @@
+package llm
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/internal/window"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden")
+
+// The compact prompt of TestPromptRows' situation, as a golden file: the
+// rows that decide, notes in a few words, the history.
+func TestCompactPromptGolden(t *testing.T) {
+	now := time.Unix(1000, 0)
+	obs := grey(now)
+	for i := range obs.Backends[0].Servers {
+		s := &obs.Backends[0].Servers[i]
+		s.MaxConn, s.RespTimeMs = 20, 40
+		s.Recent = window.Stats{Requests: 100, Err5xx: 0, Seconds: 10, RatePerSec: 10, P50Ms: 9}
+	}
+	d := &obs.Backends[0].Servers[0]
+	d.State.AdminState, d.Owner = haproxy.AdminForcedDrain, agent.OwnerAgent
+	d.Changed = &agent.Change{Phase: agent.PhaseDrained, At: now.Add(-25 * time.Second)}
+	obs.Refused = map[agent.Key]string{{Backend: "app", Server: "srv1"}: "a drained server comes back only after a clean probe burst"}
+	in := PromptInput{Obs: obs, Candidates: map[agent.Key]string{{Backend: "app", Server: "srv4"}: "errors 1.17% vs peers 0.00%"}, Confirm: 2,
+		Pending: map[agent.Key]int{{Backend: "app", Server: "srv4"}: 1}, History: []string{"step 3: drain app/srv2: refused: floor"},
+		DrainsPer: 3, MaxShown: 12, Style: PromptCompact}
+	got := Prompt(in)
+	path := filepath.Join("testdata", "prompt-compact.golden")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test ./agent/policy/llm -run CompactPromptGolden -update writes it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("compact prompt:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// Over every calibration step, the compact prompt names each server the
+// full one flags or the agent holds, shows at most CompactShown unflagged
+// rows a backend, and is at most half as long as the full one with its
+// system prompt.
+func TestCompactPromptKeepsWhatDecides(t *testing.T) {
+	var full, compact int
+	for _, seq := range Sequences(time.Unix(5000, 0)) {
+		for i, st := range seq.Steps {
+			cands := map[agent.Key]string{}
+			for key := range st.Expected {
+				if _, ks, ok := strings.Cut(key, " "); ok {
+					if b, s, ok := strings.Cut(ks, "/"); ok {
+						cands[agent.Key{Backend: b, Server: s}] = "errors"
+					}
+				}
+			}
+			in := PromptInput{Obs: st.Obs, Candidates: cands, MaxShown: 12, Only: map[string]bool{}}
+			for _, b := range st.Obs.Backends {
+				in.Only[b.Name] = true
+			}
+			f := Prompt(in)
+			in.Style = PromptCompact
+			c := Prompt(in)
+			full += len(DefaultSystemPrompt) + len(f)
+			compact += len(CompactSystemPrompt) + len(c)
+			for _, b := range st.Obs.Backends {
+				rows := 0
+				for _, s := range b.Servers {
+					_, flagged := cands[s.Key()]
+					shown := strings.Contains(c, "\n"+s.Server+" ")
+					if (flagged || s.Owner == agent.OwnerAgent) && !shown {
+						t.Errorf("%s, step %d: %s/%s missing from the compact prompt:\n%s", seq.Name, i+1, b.Name, s.Server, c)
+					}
+					if shown && !flagged && s.Owner != agent.OwnerAgent {
+						rows++
+					}
+				}
+				if rows > CompactShown {
+					t.Errorf("%s, step %d: %d unflagged rows of %s shown", seq.Name, i+1, rows, b.Name)
+				}
+			}
+		}
+	}
+	t.Logf("calibration's prompts with their system prompt: full %d bytes, compact %d (%.0f%%)", full, compact, 100*float64(compact)/float64(full))
+	if 2*compact > full {
+		t.Errorf("compact prompts are %d bytes against the full ones' %d: want at most half", compact, full)
+	}
+}
