@@ -80,11 +80,13 @@ type Config struct {
 	// in two steps at least), the server comes back at a reduced weight
 	// and is not drained again for TailHold. 0 is off.
 	P99Guard float64
-	// TailFor is how long the p99 must stay over the guard. A p99 over
-	// one step's window is noisy at a 1 s interval, and undoing a fault's
-	// drain brings its errors back: a passing slowdown (a neighbour's
-	// load, a GC storm) that two 1 s steps catch is not the drain's harm.
-	// The study's 10 s pace makes two steps 20 s anyway.
+	// TailFor is how long the p99 must stay over the guard. Undoing a
+	// fault's drain brings its errors back, and a passing slowdown (a
+	// neighbour's load, a GC storm) that two 1 s steps catch is not the
+	// drain's harm. The default, 20 s, is twice the recent window the p99
+	// is taken over, so that one burst, which keeps that window's p99 up
+	// for the window's whole span, is not enough. The study's 10 s pace
+	// makes two steps 20 s anyway.
 	TailFor  time.Duration
 	TailHold time.Duration
 	// SlowRatio, SlowMinMs: a burst whose median answer time is this many
@@ -100,7 +102,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{Mode: ModeProbe, Path: "/", Rate: 50, Timeout: 2 * time.Second, Cooldown: 30 * time.Second,
 		MaxCooldown: 10 * time.Minute, MinBurst: 20, MaxBurst: 1000, CanaryFor: 10 * time.Second,
-		P99Guard: 2.5, TailFor: 10 * time.Second, TailHold: 10 * time.Minute, SlowRatio: 5, SlowMinMs: 50}
+		P99Guard: 2.5, TailFor: 20 * time.Second, TailHold: 10 * time.Minute, SlowRatio: 5, SlowMinMs: 50}
 }
 
 // Validate checks the settings an operator may give.

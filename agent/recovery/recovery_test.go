@@ -144,24 +144,24 @@ func TestHealedServerComesBackThroughACanary(t *testing.T) {
 }
 
 // A drain that sends the backend's p99 past 2.5x its level before the
-// drain, in every step for 10 s, is undone to a reduced weight, with a
+// drain, in every step for 20 s, is undone to a reduced weight, with a
 // hold on draining it again.
 func TestTailGuardRevertsToReducedWeight(t *testing.T) {
 	h := newHarness(t, "127.0.0.1:1", 8, false)
 	s := h.srv2()
 	s.Changed.BaselineP99Ms = 15
 	h.setPeersP99(60)
-	for _, at := range []time.Duration{5, 6, 10, 14} {
+	for _, at := range []time.Duration{5, 6, 10, 15, 20, 24} {
 		if p := h.plan(at * time.Second); len(p) != 0 {
-			t.Fatalf("acted at %v s, before 10 s over the guard: %v", at, p)
+			t.Fatalf("acted at %v s, before 20 s over the guard: %v", at, p)
 		}
 	}
-	p := h.plan(15 * time.Second)
-	if len(p) != 1 || p[0].Kind != agent.SetWeight || p[0].Weight != 2 || !strings.Contains(p[0].Reason, "for 10s") {
+	p := h.plan(25 * time.Second)
+	if len(p) != 1 || p[0].Kind != agent.SetWeight || p[0].Weight != 2 || !strings.Contains(p[0].Reason, "for 20s") {
 		t.Fatalf("want a reduced weight first: %v", p)
 	}
 	s.State.Weight = 2
-	p = h.plan(16 * time.Second)
+	p = h.plan(26 * time.Second)
 	if len(p) != 1 || p[0].Kind != agent.Ready || p[0].NoDrainFor != 10*time.Minute {
 		t.Fatalf("want ready with a hold: %v", p)
 	}
@@ -354,7 +354,7 @@ func TestTwoBurstsInOneStepAndClose(t *testing.T) {
 }
 
 // The tail guard covers weight cuts: a cut that leaves the backend's p99
-// far above its level before, for 10 s, goes back to the configured
+// far above its level before, for 20 s, goes back to the configured
 // weight with a hold on draining.
 func TestTailGuardUndoesAWeightCut(t *testing.T) {
 	h := newHarness(t, "127.0.0.1:1", 8, false)
@@ -368,10 +368,10 @@ func TestTailGuardUndoesAWeightCut(t *testing.T) {
 	if p := h.plan(5 * time.Second); len(p) != 0 {
 		t.Fatalf("acted on one step over the guard: %v", p)
 	}
-	if p := h.plan(10 * time.Second); len(p) != 0 {
-		t.Fatalf("acted after 5 s over the guard: %v", p)
+	if p := h.plan(15 * time.Second); len(p) != 0 {
+		t.Fatalf("acted after 10 s over the guard: %v", p)
 	}
-	p := h.plan(15 * time.Second)
+	p := h.plan(25 * time.Second)
 	if len(p) != 1 || p[0].Kind != agent.Ready || p[0].NoDrainFor != 10*time.Minute || !strings.Contains(p[0].Reason, "weight cut") {
 		t.Fatalf("want the cut undone with a hold: %v", p)
 	}
