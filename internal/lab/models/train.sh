@@ -30,7 +30,7 @@ train() { # MODEL TEXT
 	nice -n 10 "$finetune" -m "$work/init.gguf" -f "$2" -c "$CTX" -b "$BATCH" -ub "$CTX" \
 		-lr "$LR" -lr-min "$LR_MIN" -decay-epochs "$EPOCHS" -epochs "$EPOCHS" -opt adamw -val-split "$VAL" -t 1 \
 		-o "$work/$1.finetune.gguf" 2>&1 |
-		tee "$work/$1.raw.log" | tr '\r' '\n' | grep --line-buffered -a '^train:\|^val:' | awk -v m="$1" 'NR % 50 == 1 { print m ": " $0; fflush() }' || true
+		tee "$work/$1.raw.log" | stdbuf -oL tr '\r' '\n' | grep --line-buffered -a '^train:\|^val:' | awk -v m="$1" 'NR % 50 == 1 { print m ": " $0; fflush() }' || true
 }
 train hapilot-tiny "$work/train.txt" &
 plain=$!
