@@ -156,6 +156,9 @@ type RunSettings struct {
 	// Baseline is what a baseline without hapilot ran: HAProxy's server
 	// options (haproxy-l7), or Envoy's outlier-detection settings (envoy).
 	Baseline string `json:"baseline,omitempty"`
+	// Envoy is what the envoy baseline saw and computed: the responses it
+	// read and every sweep's success-rate arithmetic.
+	Envoy *EnvoyRecord `json:"envoy,omitempty"`
 	// Calibration is the capability gate's verdict on the model, when
 	// protections are on.
 	Calibration *GateVerdict `json:"calibration,omitempty"`
@@ -420,6 +423,10 @@ func runOne(ctx context.Context, c StudyConfig, spec Spec, cell Cell, v Variant,
 		}
 	}
 	if envoy != nil {
+		res.Config.Envoy = &EnvoyRecord{Responses: envoy.Events(), Sweeps: []EnvoySweep{}}
+		for _, sw := range envoy.Sweeps() {
+			res.Config.Envoy.Sweeps = append(res.Config.Envoy.Sweeps, EnvoySweep{SweepStats: sw, AtS: sw.At.Sub(out.Start).Seconds()})
+		}
 		for _, a := range envoy.Actions() {
 			cmd := "set server " + fleet.BackendName + "/" + a.Host + " state ready"
 			if a.Eject {
@@ -432,6 +439,18 @@ func runOne(ctx context.Context, c StudyConfig, spec Spec, cell Cell, v Variant,
 		return nil, err
 	}
 	return res, nil
+}
+
+// EnvoyRecord is the envoy baseline's own record of a run.
+type EnvoyRecord struct {
+	Responses int          `json:"responses_seen"`
+	Sweeps    []EnvoySweep `json:"sweeps"`
+}
+
+// EnvoySweep is one sweep, timed from the load's start.
+type EnvoySweep struct {
+	envoyod.SweepStats
+	AtS float64 `json:"at_s"`
 }
 
 // firstChange is the time to detect: seconds from the load's start to

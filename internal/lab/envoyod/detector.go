@@ -203,6 +203,24 @@ type Detector struct {
 	// Roll returns a number in [0, 100) for the enforcing_* coins;
 	// nil always enforces when enforcing > 0.
 	Roll func() int
+	// Last is what the latest sweep computed.
+	Last SweepStats
+}
+
+// SweepStats is one sweep's success-rate arithmetic, for the record.
+type SweepStats struct {
+	At time.Time `json:"at"`
+	// Hosts had success_rate_request_volume; Rates are theirs, in
+	// percent.
+	Hosts []string  `json:"hosts"`
+	Rates []float64 `json:"success_rates"`
+	// Ran: at least success_rate_minimum_hosts hosts had the volume, so
+	// Mean, Stdev and Threshold were computed.
+	Ran       bool    `json:"ran"`
+	Mean      float64 `json:"mean"`
+	Stdev     float64 `json:"stdev"`
+	Threshold float64 `json:"threshold"`
+	Ejected   int     `json:"ejected"`
 }
 
 // New is a detector over a fixed set of hosts.
@@ -394,8 +412,10 @@ func (d *Detector) Sweep(now time.Time) []Action {
 			fpHosts = append(fpHosts, h)
 		}
 	}
+	d.Last = SweepStats{At: now, Hosts: srHosts, Rates: rates}
 	if d.cfg.EnforcingSuccessRate > 0 && len(srHosts) >= d.cfg.SuccessRateMinimumHosts && len(srHosts) > 0 {
-		_, _, threshold := SuccessRateThreshold(rates, d.cfg.SuccessRateStdevFactor)
+		mean, stdev, threshold := SuccessRateThreshold(rates, d.cfg.SuccessRateStdevFactor)
+		d.Last.Ran, d.Last.Mean, d.Last.Stdev, d.Last.Threshold = true, mean, stdev, threshold
 		for i, h := range srHosts {
 			if rates[i] < threshold && d.enforce(d.cfg.EnforcingSuccessRate) {
 				if a := d.eject(now, h, SuccessRate, rates[i], threshold); a != nil {
@@ -417,6 +437,11 @@ func (d *Detector) Sweep(now time.Time) []Action {
 	}
 	for _, x := range d.hosts {
 		x.total, x.failed = 0, 0
+	}
+	for _, a := range out {
+		if a.Eject {
+			d.Last.Ejected++
+		}
 	}
 	return out
 }

@@ -29,6 +29,7 @@ type Runner struct {
 
 	mu      sync.Mutex
 	actions []Action
+	sweeps  []SweepStats
 	queue   chan Action
 	events  int
 }
@@ -78,6 +79,13 @@ func (r *Runner) Actions() []Action {
 	return append([]Action(nil), r.actions...)
 }
 
+// Sweeps lists every sweep's success-rate arithmetic so far.
+func (r *Runner) Sweeps() []SweepStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]SweepStats(nil), r.sweeps...)
+}
+
 // Events is how many responses it has seen.
 func (r *Runner) Events() int {
 	r.mu.Lock()
@@ -122,6 +130,7 @@ func (r *Runner) Serve(ctx context.Context, ln net.Listener) error {
 				for _, a := range r.Detector.Sweep(r.now()) {
 					r.push(a)
 				}
+				r.sweeps = append(r.sweeps, r.Detector.Last)
 				r.mu.Unlock()
 			}
 		}
