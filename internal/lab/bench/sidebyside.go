@@ -213,17 +213,24 @@ func WriteSideBySide(w io.Writer, cells []CellSummary) {
 			return
 		}
 		seeds := len(group[0].Seeds)
-		fmt.Fprintf(w, "\n**%s** (%d seed%s; median [95%% bootstrap interval of the median])\n\n", cur, seeds, map[bool]string{true: "s"}[seeds != 1])
+		if seeds == 1 {
+			fmt.Fprintf(w, "\n**%s** (1 seed: one run each, no interval, none called better)\n\n", cur)
+		} else {
+			fmt.Fprintf(w, "\n**%s** (%d seeds; median [95%% bootstrap interval of the median])\n\n", cur, seeds)
+		}
 		fmt.Fprintln(w, "| policy | what decides | client 5xx | 5xx cut | time to detect s | time to isolate s | healthy ever drained | flips | end state | p99× |")
 		fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|:-:|---:|")
 		best := -1
 		for i, g := range group {
+			if seeds < 2 {
+				break // one seed: no interval to tell a cell apart
+			}
 			if best < 0 || g.Client5xx.Median < group[best].Client5xx.Median {
 				best = i
 			}
 		}
 		for i, g := range group {
-			if i != best && g.Client5xx.Overlaps(group[best].Client5xx) {
+			if best >= 0 && i != best && g.Client5xx.Overlaps(group[best].Client5xx) {
 				best = -1
 				break
 			}

@@ -117,6 +117,18 @@ func TestSideBySide(t *testing.T) {
 	if strings.Contains(b.String(), " * |") {
 		t.Errorf("starred a cell whose interval overlaps:\n%s", b.String())
 	}
+	// One seed: no interval, no star.
+	b.Reset()
+	var one []*RunResult
+	for _, r := range runs {
+		if r.Config.Seed == 1 {
+			one = append(one, r)
+		}
+	}
+	WriteSideBySide(&b, SideBySide(one))
+	if strings.Contains(b.String(), " * |") || !strings.Contains(b.String(), "1 seed: one run each") {
+		t.Errorf("one seed:\n%s", b.String())
+	}
 	b.Reset()
 	WritePerModel(&b, PerModel(runs))
 	if !strings.Contains(b.String(), "| envoy | Envoy's algorithm, re-implemented in the lab | 5 |") {
