@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hapilot/hapilot/internal/lab/bench"
+	"github.com/hapilot/hapilot/internal/lab/envoyod"
 	"github.com/hapilot/hapilot/internal/lab/ollamafake"
 	"github.com/rs/zerolog"
 )
@@ -35,7 +38,10 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	sweep := fs.Bool("sweep", false, "the study's grid: servers 3,5,7,9 x roundrobin,leastconn (unless --servers/--algo say otherwise)")
 	servers := fs.String("servers", "3", "fleet sizes, comma-separated")
 	algos := fs.String("algo", "roundrobin", "balance algorithms, comma-separated: roundrobin|leastconn")
-	policies := fs.String("policy", "rules", "policies, comma-separated: rules|lua|llm (each run is paired with static)")
+	policies := fs.String("policy", "rules", "policies, comma-separated: static|haproxy-l7|envoy|rules|lua|llm (each run is paired with static; haproxy-l7 and envoy are baselines without hapilot)")
+	l7 := fs.String("haproxy-l7", "10:fail-check,1:mark-down", "haproxy-l7: HAProxy's own detection, LIMIT:ACTION settings, comma-separated: `observe layer7 error-limit LIMIT on-error ACTION` on every server, with HTTP checks (ACTION: "+strings.Join(bench.L7Actions, "|")+")")
+	envoySettings := fs.String("envoy", "", "envoy: Envoy outlier-detection fields over its defaults, field=value comma-separated (fields: "+strings.Join(envoyod.FieldNames(), ", ")+")")
+	seeds := fs.String("seeds", "", "seeds, a range or a list (1-5, 1,3,7): each cell runs once per seed; overrides --seed")
 	emulate := fs.String("emulate", "", "llm: emulated models, comma-separated, served by the Ollama stand-in: "+strings.Join(ollamafake.Emulations, "|"))
 	protections := fs.String("protections", "on", "llm: on (hapilot's fixes), off (--unprotected, the study's loop), or on,off side by side")
 	steps := fs.Int("steps", 60, "control-loop steps per run (the study: 60)")
@@ -47,7 +53,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	retries := fs.Bool("retries", false, "HAProxy retries failed answers (retry-on 500 502 503 504, retries 2, option redispatch 1): static is then HAProxy's retries alone")
 	policyFile := fs.String("policy-file", "", "lua: the policy script (default: examples/policies/ratio.lua)")
 	ollamaHost := fs.String("ollama-host", "", "llm without --emulate: a real Ollama")
-	model := fs.String("model", "", "llm without --emulate: the model")
+	model := fs.String("model", "", "llm without --emulate: the models on --ollama-host, comma-separated, each run through the whole grid")
 	think := fs.String("think", "off", "llm with a real model: thinking off|on|low|medium|high")
 	llmGate := fs.String("llm-gate", "", "llm: the agent's --llm-gate; always asks the model every step, so that a misbehaving one keeps trying")
 	llmPrompt := fs.String("llm-prompt", "", "llm with a real model: the agent's --llm-prompt, full or compact (for small models such as hapilot's own)")
@@ -72,7 +78,13 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		bench.WriteTable(stdout, runs)
+		if bench.SideBySideWanted(runs) {
+			bench.WriteSideBySide(stdout, bench.SideBySide(runs))
+			fmt.Fprintln(stdout)
+			bench.WritePerModel(stdout, bench.PerModel(runs))
+		} else {
+			bench.WriteTable(stdout, runs)
+		}
 		return bench.WriteSummary(*reread, bench.Command(*reread, "hapilot-bench bench --report "+*reread), runs)
 	}
 	explicit := map[string]bool{}
@@ -84,7 +96,18 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		*algos = "roundrobin,leastconn"
 	}
 	cfg := bench.StudyConfig{Steps: *steps, Interval: *interval, Rate: *rate, Seed: *seed, Out: *out,
-		Telemetries: split(*telemetry), Retries: *retries, PolicyFile: *policyFile, OllamaHost: *ollamaHost, Model: *model, Think: *think, NoGate: *noGate, LLMGate: *llmGate, LLMPrompt: *llmPrompt, Log: zerolog.Nop()}
+		Telemetries: split(*telemetry), Retries: *retries, PolicyFile: *policyFile, OllamaHost: *ollamaHost, Think: *think, NoGate: *noGate, LLMGate: *llmGate, LLMPrompt: *llmPrompt, Log: zerolog.Nop()}
+	ecfg, err := envoyod.ParseConfig(*envoySettings)
+	if err != nil {
+		return err
+	}
+	cfg.Envoy, cfg.EnvoySettings = ecfg, *envoySettings
+	seedList := []uint64{*seed}
+	if *seeds != "" {
+		if seedList, err = parseSeeds(*seeds); err != nil {
+			return err
+		}
+	}
 	for _, sc := range split(*scenario) {
 		if _, err := bench.Lookup(sc); err != nil {
 			return err
@@ -108,7 +131,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		cfg.Algos = append(cfg.Algos, a)
 	}
-	variants, err := benchVariants(split(*policies), split(*emulate), split(*protections), *model)
+	variants, err := benchVariants(split(*policies), split(*emulate), split(*protections), split(*model), split(*l7))
 	if err != nil {
 		return err
 	}
@@ -126,17 +149,30 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		cfg.Progress = &bench.Progress{W: stderr}
 	}
 	var runs []*bench.RunResult
-	for _, sc := range split(*scenario) {
-		cfg.Scenario = sc
-		r, err := bench.Study(ctx, cfg)
-		runs = append(runs, r...)
-		if err != nil {
-			return err
+	for _, seed := range seedList {
+		cfg.Seed = seed
+		if len(seedList) > 1 {
+			cfg.Out = filepath.Join(*out, fmt.Sprintf("seed%d", seed))
+		}
+		for _, sc := range split(*scenario) {
+			cfg.Scenario = sc
+			r, err := bench.Study(ctx, cfg)
+			runs = append(runs, r...)
+			if err != nil {
+				return err
+			}
 		}
 	}
 	bench.SortRuns(runs)
 	command := "hapilot-bench bench " + strings.Join(args, " ")
-	bench.WriteTable(stdout, runs)
+	if bench.SideBySideWanted(runs) {
+		bench.WriteSideBySide(stdout, bench.SideBySide(runs))
+		fmt.Fprintln(stdout)
+		bench.WritePerModel(stdout, bench.PerModel(runs))
+		fmt.Fprintf(stdout, "\nevery run's row: %s/summary.md\n", *out)
+	} else {
+		bench.WriteTable(stdout, runs)
+	}
 	if len(cfg.Telemetries) > 1 || cfg.Retries {
 		fmt.Fprintln(stdout)
 		bench.WriteTelemetryTable(stdout, runs)
@@ -148,25 +184,40 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
-// benchVariants expands the policy list: llm once per emulated model (or
-// the real one) and per protection setting.
-func benchVariants(policies, emulations, protections []string, model string) ([]bench.Variant, error) {
+// benchVariants expands the policy list: haproxy-l7 once per setting,
+// llm once per emulated model (or real one) and per protection setting.
+func benchVariants(policies, emulations, protections, models, l7 []string) ([]bench.Variant, error) {
 	var out []bench.Variant
 	for _, p := range policies {
 		switch p {
 		case "static":
 			continue // every cell runs it as the pair
-		case "rules", "lua":
+		case "rules", "lua", "envoy":
 			out = append(out, bench.Variant{Policy: p})
+		case "haproxy-l7":
+			if len(l7) == 0 {
+				return nil, errors.New("--policy haproxy-l7 needs --haproxy-l7 LIMIT:ACTION")
+			}
+			for _, s := range l7 {
+				if _, err := bench.ParseL7(s); err != nil {
+					return nil, err
+				}
+				out = append(out, bench.Variant{Policy: p, L7: s})
+			}
 		case "llm":
-			if len(emulations) == 0 && model == "" {
+			if len(emulations) == 0 && len(models) == 0 {
 				return nil, errors.New("--policy llm needs --emulate PROFILE, or --ollama-host and --model for a real Ollama")
 			}
-			models := emulations
-			if len(models) == 0 {
-				models = []string{""}
+			type m struct{ emulation, model string }
+			var ms []m
+			for _, e := range emulations {
+				ms = append(ms, m{emulation: e})
 			}
-			for _, e := range models {
+			for _, r := range models {
+				ms = append(ms, m{model: r})
+			}
+			for _, mm := range ms {
+				e := mm.emulation
 				if e != "" {
 					if _, err := ollamafake.Emulation(e, 0, time.Second); err != nil {
 						return nil, err
@@ -176,12 +227,37 @@ func benchVariants(policies, emulations, protections []string, model string) ([]
 					if pr != "on" && pr != "off" {
 						return nil, fmt.Errorf("--protections %q: want on, off or on,off", pr)
 					}
-					out = append(out, bench.Variant{Policy: "llm", Emulation: e, Unprotected: pr == "off"})
+					out = append(out, bench.Variant{Policy: "llm", Emulation: e, Model: mm.model, Named: len(models) > 1, Unprotected: pr == "off"})
 				}
 			}
 		default:
-			return nil, fmt.Errorf("--policy %q: want rules, lua or llm", p)
+			return nil, fmt.Errorf("--policy %q: want static, haproxy-l7, envoy, rules, lua or llm", p)
 		}
+	}
+	return out, nil
+}
+
+// parseSeeds reads "1-5" or "1,3,7" (or both: "1-3,9").
+func parseSeeds(s string) ([]uint64, error) {
+	var out []uint64
+	for _, part := range split(s) {
+		a, b, isRange := strings.Cut(part, "-")
+		lo, err := strconv.ParseUint(a, 10, 64)
+		hi := lo
+		if err == nil && isRange {
+			hi, err = strconv.ParseUint(b, 10, 64)
+		}
+		if err != nil || hi < lo || hi-lo > 1000 {
+			return nil, fmt.Errorf("--seeds %q: want a range or list of seeds, such as 1-5 or 1,3,7", s)
+		}
+		for x := lo; x <= hi; x++ {
+			if !slices.Contains(out, x) {
+				out = append(out, x)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--seeds %q: no seed", s)
 	}
 	return out, nil
 }

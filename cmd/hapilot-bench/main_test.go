@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -24,6 +25,12 @@ func TestCommands(t *testing.T) {
 		{[]string{"bench", "--algo", "random"}, 1, "", "roundrobin or leastconn"},
 		{[]string{"bench", "--servers", "1"}, 1, "", "from 2 to 64"},
 		{[]string{"bench", "--report", "/nonexistent"}, 1, "", "no such file"},
+		{[]string{"bench", "--policy", "haproxy-l7", "--haproxy-l7", "10:reboot"}, 1, "", "LIMIT:ACTION"},
+		{[]string{"bench", "--policy", "haproxy-l7", "--haproxy-l7", ""}, 1, "", "needs --haproxy-l7"},
+		{[]string{"bench", "--policy", "envoy", "--envoy", "success_rate_stdev_factor"}, 1, "", "field=value"},
+		{[]string{"bench", "--policy", "envoy", "--envoy", "interval=soon"}, 1, "", "not a duration"},
+		{[]string{"bench", "--seeds", "5-1"}, 1, "", "--seeds"},
+		{[]string{"bench", "--policy", "carrier-pigeon"}, 1, "", "want static, haproxy-l7, envoy"},
 		{[]string{"bench", "overhead", "--paths", "plain,carrier-pigeon", "--duration", "1s"}, 1, "", "unknown telemetry path"},
 	}
 	for _, tc := range tests {
@@ -34,5 +41,36 @@ func TestCommands(t *testing.T) {
 				t.Fatalf("code %d, stdout %q, stderr %q", code, out.String(), errb.String())
 			}
 		})
+	}
+}
+
+func TestParseSeeds(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want string
+	}{{"1-5", "[1 2 3 4 5]"}, {"3", "[3]"}, {"1,3,7", "[1 3 7]"}, {"1-3,2,9", "[1 2 3 9]"}, {"x", ""}, {"4-2", ""}, {",", ""}} {
+		got, err := parseSeeds(tc.in)
+		if (err != nil) != (tc.want == "") || (err == nil && fmt.Sprint(got) != tc.want) {
+			t.Errorf("parseSeeds(%q) = %v, %v; want %s", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestBenchVariants(t *testing.T) {
+	vs, err := benchVariants([]string{"static", "haproxy-l7", "envoy", "rules", "llm"}, []string{"capable"}, []string{"on"}, []string{"a", "b"}, []string{"10:fail-check", "1:mark-down"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, v := range vs {
+		names = append(names, v.Name())
+	}
+	want := "[haproxy-l7/10/fail-check haproxy-l7/1/mark-down envoy rules llm/capable llm/a llm/b]"
+	if fmt.Sprint(names) != want {
+		t.Errorf("variants %v, want %s", names, want)
+	}
+	vs, _ = benchVariants([]string{"llm"}, nil, []string{"on"}, []string{"qwen3:8b"}, nil)
+	if len(vs) != 1 || vs[0].Name() != "llm" || vs[0].Model != "qwen3:8b" {
+		t.Errorf("one real model: %+v", vs)
 	}
 }

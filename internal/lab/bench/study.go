@@ -11,9 +11,13 @@ import (
 	"strings"
 	"time"
 
+	"net"
+
 	"github.com/hapilot/hapilot/agent/policy/llm"
 	"github.com/hapilot/hapilot/examples"
+	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/config"
+	"github.com/hapilot/hapilot/internal/lab/envoyod"
 	"github.com/hapilot/hapilot/internal/lab/fleet"
 	"github.com/hapilot/hapilot/internal/lab/ollamafake"
 	"github.com/hapilot/hapilot/internal/lab/scenario"
@@ -22,12 +26,33 @@ import (
 
 // Variant is one policy as the benchmark runs it.
 type Variant struct {
-	Policy string // static|rules|lua|llm
+	Policy string // static|rules|lua|llm|envoy|haproxy-l7
 	// Emulation names an emulated model served by the Ollama stand-in
 	// (ollamafake.Emulations); "" with --policy llm means a real Ollama.
 	Emulation string
 	// Unprotected runs the model without hapilot's fixes (--unprotected).
 	Unprotected bool
+	// Model is the real model of an llm variant ("" with an emulation:
+	// StudyConfig.Model then). Named says whether Name carries it (more
+	// than one model in the invocation).
+	Model string
+	Named bool
+	// L7 is haproxy-l7's setting, "L:A": `observe layer7 error-limit L
+	// on-error A` on every server, with checks.
+	L7 string
+}
+
+// L7Actions are HAProxy's on-error actions.
+var L7Actions = []string{"fastinter", "fail-check", "sudden-death", "mark-down"}
+
+// ParseL7 reads a haproxy-l7 setting "L:A" into its server options.
+func ParseL7(s string) (string, error) {
+	l, a, ok := strings.Cut(s, ":")
+	n := 0
+	if _, err := fmt.Sscanf(l, "%d", &n); !ok || err != nil || n < 1 || fmt.Sprint(n) != l || !slices.Contains(L7Actions, a) {
+		return "", fmt.Errorf("haproxy-l7 setting %q: want LIMIT:ACTION, LIMIT from 1, ACTION one of %s", s, strings.Join(L7Actions, "|"))
+	}
+	return fmt.Sprintf("check observe layer7 error-limit %d on-error %s", n, a), nil
 }
 
 // Name is how reports label the variant.
@@ -35,6 +60,12 @@ func (v Variant) Name() string {
 	n := v.Policy
 	if v.Policy == "llm" && v.Emulation != "" {
 		n += "/" + v.Emulation
+	}
+	if v.Policy == "llm" && v.Emulation == "" && v.Named {
+		n += "/" + v.Model
+	}
+	if v.Policy == "haproxy-l7" {
+		n += "/" + strings.Replace(v.L7, ":", "/", 1)
 	}
 	if v.Unprotected {
 		n += "/unprotected"
@@ -77,8 +108,12 @@ type StudyConfig struct {
 	// LLMPrompt is the agent's --llm-prompt ("" for its default, full):
 	// compact for small models, hapilot's own among them.
 	LLMPrompt string
-	Progress  *Progress
-	Log       zerolog.Logger
+	// Envoy is the envoy baseline's configuration (envoyod.Defaults when
+	// zero); EnvoySettings how it was written, for the record.
+	Envoy         envoyod.Config
+	EnvoySettings string
+	Progress      *Progress
+	Log           zerolog.Logger
 }
 
 // Cell is one point of the grid.
@@ -121,6 +156,12 @@ type RunSettings struct {
 	Events    []Event           `json:"events,omitempty"`
 	AgentArgs []string          `json:"agent_args,omitempty"`
 	Model     string            `json:"model,omitempty"`
+	// Baseline is what a baseline without hapilot ran: HAProxy's server
+	// options (haproxy-l7), or Envoy's outlier-detection settings (envoy).
+	Baseline string `json:"baseline,omitempty"`
+	// Envoy is what the envoy baseline saw and computed: the responses it
+	// read and every sweep's success-rate arithmetic.
+	Envoy *EnvoyRecord `json:"envoy,omitempty"`
 	// Calibration is the capability gate's verdict on the model, when
 	// protections are on.
 	Calibration *GateVerdict `json:"calibration,omitempty"`
@@ -293,6 +334,9 @@ func runOne(ctx context.Context, c StudyConfig, spec Spec, cell Cell, v Variant,
 	res.Config.AgentArgs, res.Config.Calibration = args, gate
 	if v.Policy == "llm" {
 		res.Config.Model = c.Model
+		if v.Model != "" {
+			res.Config.Model = v.Model
+		}
 		if v.Emulated() {
 			res.Config.Model = "emulation:" + v.Emulation
 		}
@@ -316,9 +360,35 @@ func runOne(ctx context.Context, c StudyConfig, spec Spec, cell Cell, v Variant,
 		Rate: rate, Duration: time.Duration(c.Steps) * c.Interval, Policy: policy, Interval: c.Interval,
 		AgentArgs: args, Name: name, Telemetry: tele, Retries: c.Retries, At: at, Dir: scratch, Log: c.Log,
 	}
-	if policy == "static" {
+	sc.DownIsOut = true // HAProxy's own detection marks servers DOWN; nothing else has checks
+	var envoy *envoyod.Runner
+	switch policy {
+	case "static":
 		sc.Policy = "" // no agent at all: HAProxy alone, the study's baseline
 		sc.NoSPOE = true
+	case "haproxy-l7":
+		opts, err := ParseL7(v.L7)
+		if err != nil {
+			return nil, err
+		}
+		sc.Policy, sc.NoSPOE, sc.ServerOptions, sc.HTTPCheck = "", true, opts, true
+		res.Config.Baseline = "option httpchk GET /; server ... " + opts
+	case "envoy":
+		ecfg := c.Envoy
+		if ecfg.Interval == 0 {
+			ecfg = envoyod.Defaults()
+		}
+		sc.Policy, sc.Telemetry = "", "spoe"
+		res.Config.Telemetry = "spoe"
+		res.Config.Baseline = "envoy outlier detection: " + c.EnvoySettings
+		if c.EnvoySettings == "" {
+			res.Config.Baseline += "defaults"
+		}
+		envoy = &envoyod.Runner{Detector: envoyod.New(ecfg, truth.Servers), Backend: fleet.BackendName, Log: c.Log}
+		sc.Sidecar = func(ctx context.Context, ln net.Listener, rt *haproxy.Client) error {
+			envoy.HAProxy = rt
+			return envoy.Serve(ctx, ln)
+		}
 	}
 	out, err := sc.Run(ctx)
 	if err != nil {
@@ -331,6 +401,7 @@ func runOne(ctx context.Context, c StudyConfig, spec Spec, cell Cell, v Variant,
 	}
 	res.Series = Series{PerSecond: out.Load.PerSecond, States: out.Changes, Actions: []ActionMark{}}
 	res.Loc = Localise(out.Timeline, truth)
+	res.Loc.DetectS = firstChange(out.Changes, faulty)
 	if static != nil {
 		res.Static = static.Client
 		res.Client.Against(static.Client)
@@ -354,10 +425,53 @@ func runOne(ctx context.Context, c StudyConfig, spec Spec, cell Cell, v Variant,
 			return nil, err
 		}
 	}
+	if envoy != nil {
+		res.Config.Envoy = &EnvoyRecord{Responses: envoy.Events(), Sweeps: []EnvoySweep{}}
+		for _, sw := range envoy.Sweeps() {
+			res.Config.Envoy.Sweeps = append(res.Config.Envoy.Sweeps, EnvoySweep{SweepStats: sw, AtS: sw.At.Sub(out.Start).Seconds()})
+		}
+		for _, a := range envoy.Actions() {
+			cmd := "set server " + fleet.BackendName + "/" + a.Host + " state ready"
+			if a.Eject {
+				cmd = "set server " + fleet.BackendName + "/" + a.Host + " state drain # " + string(a.Reason)
+			}
+			res.Series.Actions = append(res.Series.Actions, ActionMark{AtS: a.At.Sub(out.Start).Seconds(), Command: cmd})
+		}
+	}
 	if err := writeRun(res); err != nil {
 		return nil, err
 	}
 	return res, nil
+}
+
+// EnvoyRecord is the envoy baseline's own record of a run.
+type EnvoyRecord struct {
+	Responses int          `json:"responses_seen"`
+	Sweeps    []EnvoySweep `json:"sweeps"`
+}
+
+// EnvoySweep is one sweep, timed from the load's start.
+type EnvoySweep struct {
+	envoyod.SweepStats
+	AtS float64 `json:"at_s"`
+}
+
+// firstChange is the time to detect: seconds from the load's start to
+// the first change HAProxy reported (state or weight) of a faulty server,
+// whoever made it (nil: none, or no faulty server).
+func firstChange(changes map[string][]scenario.StateChange, faulty []string) *float64 {
+	var first *float64
+	for _, s := range faulty {
+		for _, ch := range changes[s] {
+			if ch.At > 0 {
+				if first == nil || ch.At.Seconds() < *first {
+					first = ptr(ch.At.Seconds())
+				}
+				break
+			}
+		}
+	}
+	return first
 }
 
 // agentArgs are the `hapilot run` flags of a variant beyond the
@@ -366,7 +480,7 @@ func runOne(ctx context.Context, c StudyConfig, spec Spec, cell Cell, v Variant,
 func agentArgs(ctx context.Context, c StudyConfig, v Variant, scratch string) ([]string, *GateVerdict, func(), error) {
 	noop := func() {}
 	switch v.Policy {
-	case "static", "rules":
+	case "static", "rules", "envoy", "haproxy-l7":
 		return nil, nil, noop, nil
 	case "lua":
 		file := c.PolicyFile
@@ -382,6 +496,9 @@ func agentArgs(ctx context.Context, c StudyConfig, v Variant, scratch string) ([
 		return nil, nil, noop, fmt.Errorf("unknown policy %q", v.Policy)
 	}
 	host, model, think := c.OllamaHost, c.Model, c.Think
+	if v.Model != "" {
+		model = v.Model
+	}
 	cleanup := noop
 	if v.Emulated() {
 		respond, err := ollamafake.Emulation(v.Emulation, c.Seed, c.Interval)

@@ -173,16 +173,25 @@ func WriteSummary(dir, command string, runs []*RunResult) error {
 			break
 		}
 	}
+	if SideBySideWanted(runs) {
+		fmt.Fprint(&md, "## Side by side\n")
+		WriteSideBySide(&md, SideBySide(runs))
+		fmt.Fprint(&md, "\n## Per policy and model, over every cell and seed\n\n")
+		WritePerModel(&md, PerModel(runs))
+		fmt.Fprint(&md, "\n## Every run\n\n")
+	}
 	WriteTable(&md, runs)
 	fmt.Fprintln(&md, "\n![5xx reduction](summary.svg)")
 	if err := os.WriteFile(filepath.Join(dir, "summary.md"), md.Bytes(), 0o644); err != nil {
 		return err
 	}
 	b, err := json.MarshalIndent(struct {
-		Command   string       `json:"command"`
-		Runs      []*RunResult `json:"runs"`
-		Aggregate []Aggregate  `json:"aggregate"`
-	}{command, runs, Summarise(runs)}, "", "  ")
+		Command    string         `json:"command"`
+		Runs       []*RunResult   `json:"runs"`
+		Aggregate  []Aggregate    `json:"aggregate"`
+		SideBySide []CellSummary  `json:"side_by_side"`
+		PerModel   []ModelSummary `json:"per_model"`
+	}{command, runs, Summarise(runs), SideBySide(runs), PerModel(runs)}, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -210,6 +219,24 @@ func WriteSummary(dir, command string, runs []*RunResult) error {
 		return v, ok
 	})
 	return os.WriteFile(filepath.Join(dir, "summary.svg"), svg.Bytes(), 0o644)
+}
+
+// SideBySideWanted tells whether runs hold more than one seed, a
+// baseline beside static (envoy, haproxy-l7) or more than one model: the
+// side-by-side and per-model tables are then written.
+func SideBySideWanted(runs []*RunResult) bool {
+	seeds := map[uint64]bool{}
+	models := map[string]bool{}
+	for _, r := range runs {
+		seeds[r.Config.Seed] = true
+		if r.Variant == "envoy" || strings.HasPrefix(r.Variant, "haproxy-l7") {
+			return true
+		}
+		if strings.HasPrefix(r.Variant, "llm") {
+			models[r.Variant] = true
+		}
+	}
+	return len(seeds) > 1 || len(models) > 1
 }
 
 // Reread loads every result.json under dir (a sweep's or a run's output)
@@ -256,7 +283,10 @@ func Command(dir, fallback string) string {
 // first, then rules, lua and the models (protected before unprotected).
 func SortRuns(runs []*RunResult) {
 	rank := func(r *RunResult) string {
-		p := map[string]string{"static": "0", "rules": "1", "lua": "2"}[r.Variant]
+		p := map[string]string{"static": "0", "rules": "1", "lua": "2", "envoy": "05"}[r.Variant]
+		if strings.HasPrefix(r.Variant, "haproxy-l7") {
+			p = "01" + r.Variant
+		}
 		if p == "" {
 			e := slices.Index(ollamafake.Emulations, strings.Split(strings.TrimPrefix(r.Variant, "llm/"), "/")[0])
 			p = fmt.Sprintf("3%02d%v", e+1, strings.HasSuffix(r.Variant, "/unprotected"))
@@ -272,8 +302,10 @@ func SortRuns(runs []*RunResult) {
 			return a.Cell.Servers < b.Cell.Servers
 		case a.Cell.Algo != b.Cell.Algo:
 			return a.Cell.Algo > b.Cell.Algo // roundrobin first
+		case rank(a) != rank(b):
+			return rank(a) < rank(b)
 		}
-		return rank(a) < rank(b)
+		return a.Config.Seed < b.Config.Seed
 	})
 }
 

@@ -96,6 +96,31 @@ func TestHAProxyConfigIsValid(t *testing.T) {
 	}
 }
 
+// The benchmark's haproxy-l7 baseline: HAProxy's own detection on every
+// server, with HTTP checks; haproxy -c accepts each on-error action.
+func TestHAProxyConfigObserveLayer7(t *testing.T) {
+	labtest.RequireHAProxy(t)
+	for _, action := range []string{"fastinter", "fail-check", "sudden-death", "mark-down"} {
+		dir := t.TempDir()
+		opts := "check observe layer7 error-limit 1 on-error " + action
+		cfg, err := HAProxyConfig(HAProxyOptions{Dir: dir, FrontendPort: 18080, Servers: []string{"127.0.0.1:1", "127.0.0.1:2"}, Weight: 100, MaxConn: 4,
+			ServerOptions: opts, HTTPCheck: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(cfg, "    option httpchk GET /\n") || !strings.Contains(cfg, "server srv2 127.0.0.1:2 weight 100 maxconn 4 "+opts+"\n") {
+			t.Fatalf("config:\n%s", cfg)
+		}
+		p := dir + "/haproxy.cfg"
+		if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(haproxyproc.Binary(), "-c", "-f", p).CombinedOutput(); err != nil {
+			t.Fatalf("haproxy -c: %v\n%s\n%s", err, out, cfg)
+		}
+	}
+}
+
 func TestSampledPath(t *testing.T) {
 	tests := []struct {
 		path             string

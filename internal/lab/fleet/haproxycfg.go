@@ -50,6 +50,12 @@ type HAProxyOptions struct {
 	// Threads is HAProxy's nbthread; 0 means 1, which keeps one core for
 	// the load generator and backends on a small machine.
 	Threads int
+	// ServerOptions are appended to every server line (the benchmark's
+	// haproxy-l7 baseline: "check observe layer7 error-limit 10 on-error
+	// mark-down"); HTTPCheck gives the backend `option httpchk GET /`, so
+	// that those checks are HTTP requests.
+	ServerOptions string
+	HTTPCheck     bool
 }
 
 // Backend is the backend name the generated config uses.
@@ -147,12 +153,18 @@ frontend www
 	if o.Retries {
 		b.WriteString("    retry-on 500 502 503 504\n    retries 2\n    option redispatch 1\n")
 	}
+	if o.HTTPCheck {
+		b.WriteString("    option httpchk GET /\n")
+	}
 	weight := ""
 	if o.Weight > 0 {
 		weight = fmt.Sprintf(" weight %d", o.Weight)
 	}
 	if o.MaxConn > 0 {
 		weight += fmt.Sprintf(" maxconn %d", o.MaxConn)
+	}
+	if o.ServerOptions != "" {
+		weight += " " + o.ServerOptions
 	}
 	for i, addr := range o.Servers {
 		fmt.Fprintf(&b, "    server %s %s%s\n", ServerName(i), addr, weight)

@@ -8,6 +8,7 @@ package scenario
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,6 +71,19 @@ type Scenario struct {
 	// Retries gives HAProxy's backend retry-on 500 502 503 504, retries 2
 	// and option redispatch 1 (fleet.HAProxyOptions.Retries).
 	Retries bool
+	// ServerOptions and HTTPCheck are fleet.HAProxyOptions' (HAProxy's own
+	// detection: checks and `observe layer7`).
+	ServerOptions string
+	HTTPCheck     bool
+	// DownIsOut counts a server HAProxy marked DOWN (its checks, or
+	// `observe layer7 ... on-error mark-down`) as out of rotation in the
+	// Timeline, as a drain is.
+	DownIsOut bool
+	// Sidecar, with no Policy and the SPOE stanza in place, is what
+	// listens for HAProxy's SPOE messages instead of the agent (the
+	// benchmark's envoy baseline): it serves on ln until ctx ends, and may
+	// act through rt.
+	Sidecar func(ctx context.Context, ln net.Listener, rt *haproxy.Client) error
 	// Prepare runs once HAProxy is up, before the load (e.g. an operator's
 	// `set server ... state maint`).
 	Prepare func(ctx context.Context, rt *haproxy.Client) error
@@ -112,6 +126,7 @@ type Outcome struct {
 	AuditLog   string
 	HAProxy    *haproxyproc.Process
 	agentLog   *os.File
+	downIsOut  bool
 }
 
 // Transition is a server entering or leaving drain.
@@ -140,7 +155,7 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 		return nil, err
 	}
 	opts := fleet.HAProxyOptions{Dir: s.Dir, FrontendPort: ports[0], Servers: fleet.Addrs(backends), Algo: s.Algo, Weight: s.Weight, MaxConn: s.MaxConn, Threads: s.Threads,
-		Retries: s.Retries}
+		Retries: s.Retries, ServerOptions: s.ServerOptions, HTTPCheck: s.HTTPCheck}
 	ingestArgs := []string{"--spoe-listen", "off"}
 	telemetry := s.Telemetry
 	if k, sampled, err := fleet.SampledPath(telemetry); err != nil {
@@ -195,6 +210,7 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 		return nil, err
 	}
 	out := NewOutcome(s.Policy)
+	out.downIsOut = s.DownIsOut
 	out.HAProxy = hp
 	defer hp.Stop()
 	rt, err := haproxy.New(opts.Socket())
@@ -214,6 +230,18 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 	var proc *exec.Cmd
 	var procMu sync.Mutex // proc and agentDone change when the agent is restarted
 	var restartAgent func() error
+	if s.Sidecar != nil && s.Policy == "" && opts.AgentAddr != "" {
+		ln, err := net.Listen("tcp", opts.AgentAddr)
+		if err != nil {
+			return nil, fmt.Errorf("sidecar: %w", err)
+		}
+		sideDone := make(chan error, 1)
+		go func() { sideDone <- s.Sidecar(agentCtx, ln, rt) }()
+		defer func() { stopAgent(); ln.Close(); <-sideDone }()
+		if err := WaitAgentUp(ctx, rt); err != nil {
+			return nil, fmt.Errorf("sidecar: %w\nhaproxy log:\n%s", err, hp.Log())
+		}
+	}
 	if s.Policy != "" {
 		name := s.Name
 		if name == "" {
@@ -400,7 +428,7 @@ func (o *Outcome) Watch(ctx context.Context, rt *haproxy.Client, start time.Time
 				if ch := o.Changes[st.Server]; len(ch) == 0 || ch[len(ch)-1].State != label || ch[len(ch)-1].Weight != st.Weight {
 					o.Changes[st.Server] = append(ch, StateChange{At: at, State: label, Weight: st.Weight})
 				}
-				now := st.Drain()
+				now := st.Drain() || (o.downIsOut && st.OpState == haproxy.OpStopped)
 				if !first && now != drained[st.Server] {
 					o.Flips[st.Server]++
 					o.Timeline[st.Server] = append(o.Timeline[st.Server], Transition{At: time.Since(start), Drained: now})
