@@ -31,8 +31,10 @@ func TestBenchCommand(t *testing.T) {
 	if err != nil {
 		t.Fatalf("hapilot-bench bench: %v", err)
 	}
-	for _, want := range []string{"| paper n=3 roundrobin | static |", "| paper n=3 roundrobin | rules |",
-		"| paper n=3 roundrobin | llm/capable (emulated) |", "| paper n=3 roundrobin | llm/capable/unprotected (emulated) |"} {
+	// The side-by-side table of the cell, each policy's row saying what
+	// decides (an emulation is marked as one).
+	for _, want := range []string{"**paper n=3 roundrobin**", "| static | HAProxy alone |", "| rules | hapilot rules |",
+		"| llm/capable | emulated model |", "| llm/capable/unprotected | emulated model |"} {
 		if !strings.Contains(string(stdout), want) {
 			t.Errorf("table has no row %q", want)
 		}
@@ -93,6 +95,12 @@ func TestBenchCommand(t *testing.T) {
 	summary, err := os.ReadFile(filepath.Join(out, "summary.md"))
 	if err != nil || !strings.Contains(string(summary), "emulated model") || !strings.Contains(string(summary), "precision (micro)") {
 		t.Errorf("summary.md: %v\n%s", err, summary)
+	}
+	for _, want := range []string{"| paper n=3 roundrobin | static |", "| paper n=3 roundrobin | rules |",
+		"| paper n=3 roundrobin | llm/capable (emulated) |", "| paper n=3 roundrobin | llm/capable/unprotected (emulated) |"} {
+		if !strings.Contains(string(summary), want) {
+			t.Errorf("summary.md has no row %q", want)
+		}
 	}
 	wellFormed(t, filepath.Join(out, "summary.svg"))
 	// --report writes the same tables again from result.json alone.
