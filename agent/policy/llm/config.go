@@ -62,9 +62,9 @@ const (
 	// PromptCompact: for small models, hapilot's own among them: a
 	// system prompt of a few lines, the columns that decide (CompactHeader),
 	// notes in a few words, and the servers that need no look summed
-	// beyond CompactShown. Each prompt is a fifth to a third of the full
-	// one, so that a model trained here sees a whole example in its
-	// context and spends its training on the answers.
+	// beyond CompactShown. With its system prompt it is under half the
+	// full form's bytes (45% over calibration's prompts), so that a model
+	// trained here sees whole examples in its context.
 	PromptCompact PromptStyle = "compact"
 )
 
