@@ -52,7 +52,12 @@ func TestStalledSocketNeitherStallsNorLeaks(t *testing.T) {
 	l.mu.Lock()
 	m := l.metrics
 	l.mu.Unlock()
-	if m.Cycles < 10 || m.StateErrors != m.Cycles || m.Skipped > 1 {
+	// A step that waited on the socket past its budget would skip about
+	// every other slot, and one that waited for good would make one
+	// cycle. A third of the slots is the bound, not one: under -race, with
+	// the other packages' tests on 2 cores, scheduling alone skipped 3 of
+	// 16 in CI.
+	if m.Cycles < 10 || m.StateErrors != m.Cycles || 3*m.Skipped > m.Cycles {
 		t.Fatalf("cycles %d, state errors %d, skipped %d", m.Cycles, m.StateErrors, m.Skipped)
 	}
 	deadline := time.Now().Add(2 * time.Second)
