@@ -501,10 +501,9 @@ func TestParseReply(t *testing.T) {
 	}
 }
 
-// The prompt gives each server its peers' rate and its ratio, why it is a
-// candidate, a recent figure, its load against maxconn and its configured
-// weight, the agent's state, and the model's recent decisions.
-func TestPromptRows(t *testing.T) {
+// rowsInput is a prompt's input with a candidate awaiting confirmation,
+// the agent's drained server refused last step, maxconn, and history.
+func rowsInput() PromptInput {
 	now := time.Unix(1000, 0)
 	obs := grey(now)
 	for i := range obs.Backends[0].Servers {
@@ -516,9 +515,15 @@ func TestPromptRows(t *testing.T) {
 	d.State.AdminState, d.Owner = haproxy.AdminForcedDrain, agent.OwnerAgent
 	d.Changed = &agent.Change{Phase: agent.PhaseDrained, At: now.Add(-25 * time.Second)}
 	obs.Refused = map[agent.Key]string{{Backend: "app", Server: "srv1"}: "a drained server comes back only after a clean probe burst"}
-	in := PromptInput{Obs: obs, Candidates: map[agent.Key]string{{Backend: "app", Server: "srv4"}: "errors 1.17% vs peers 0.00%"}, Confirm: 2,
+	return PromptInput{Obs: obs, Candidates: map[agent.Key]string{{Backend: "app", Server: "srv4"}: "errors 1.17% vs peers 0.00%"}, Confirm: 2,
 		Pending: map[agent.Key]int{{Backend: "app", Server: "srv4"}: 1}, History: []string{"step 3: drain app/srv2: refused: floor"}, DrainsPer: 3, MaxShown: 12}
-	got := Prompt(in)
+}
+
+// The prompt gives each server its peers' rate and its ratio, why it is a
+// candidate, a recent figure, its load against maxconn and its configured
+// weight, the agent's state, and the model's recent decisions.
+func TestPromptRows(t *testing.T) {
+	got := Prompt(rowsInput())
 	for _, want := range []string{
 		Header,
 		"backend app: 6 servers, 5 serving (keep at least 3), at most 2 drains a step, 3600 requests, 5xx 0.19%",

@@ -105,8 +105,21 @@ func writeBackend(b *strings.Builder, in PromptInput, be agent.BackendView) {
 	fmt.Fprintf(b, "\nbackend %s: %d servers, %d serving (keep at least %d), at most %d drains a step, %d requests, 5xx %.2f%%\n",
 		be.Name, len(be.Servers), be.ServingCount(), floor, drains, req, pct(e5, req))
 	b.WriteString(Header + "\n")
+	rows, hidden, hReq, hErr := in.listed(be, in.MaxShown)
+	for _, s := range rows {
+		writeRow(b, in, be, s)
+	}
+	if hidden > 0 {
+		fmt.Fprintf(b, "(%d more servers, none flagged: %d requests, 5xx %.2f%%)\n", hidden, hReq, pct(hErr, hReq))
+	}
+}
+
+// listed orders be's servers for a prompt, the candidates and the
+// agent's own first, then by error rate, and keeps the first shown of
+// the rest (0: all); the others are counted and summed.
+func (in PromptInput) listed(be agent.BackendView, shown int) (rows []agent.ServerView, hidden int, hReq, hErr uint64) {
 	servers := append([]agent.ServerView(nil), be.Servers...)
-	rank := func(s agent.ServerView) int { // candidates and the agent's servers first
+	rank := func(s agent.ServerView) int {
 		if _, ok := in.Candidates[s.Key()]; ok {
 			return 0
 		}
@@ -121,22 +134,26 @@ func writeBackend(b *strings.Builder, in PromptInput, be agent.BackendView) {
 		}
 		return servers[i].Window.ErrorRate() > servers[j].Window.ErrorRate()
 	})
-	hidden, hReq, hErr := 0, uint64(0), uint64(0)
 	for i, s := range servers {
-		if in.MaxShown > 0 && i >= in.MaxShown && rank(s) == 2 {
+		if shown > 0 && i >= shown && rank(s) == 2 {
 			hidden++
 			hReq += s.Window.Requests
 			hErr += s.Window.Err5xx
 			continue
 		}
-		writeRow(b, in, be, s)
+		rows = append(rows, s)
 	}
-	if hidden > 0 {
-		fmt.Fprintf(b, "(%d more servers, none flagged: %d requests, 5xx %.2f%%)\n", hidden, hReq, pct(hErr, hReq))
-	}
+	return rows, hidden, hReq, hErr
 }
 
-func writeRow(b *strings.Builder, in PromptInput, be agent.BackendView, s agent.ServerView) {
+// figures are a row's error rate against its serving peers', their
+// ratio as the prompt writes it, and the recent request rate.
+type figures struct {
+	rate, peer, rps float64
+	ratio           string
+}
+
+func rowFigures(be agent.BackendView, s agent.ServerView) figures {
 	var peerN, peerX uint64
 	for _, p := range be.Servers {
 		if p.Server != s.Server && p.Serving() {
@@ -144,24 +161,27 @@ func writeRow(b *strings.Builder, in PromptInput, be agent.BackendView, s agent.
 			peerX += p.Window.Err5xx
 		}
 	}
-	rate, peer := s.Window.ErrorRate(), 0.0
+	f := figures{rate: s.Window.ErrorRate(), ratio: "-", rps: s.Recent.RatePerSec}
 	if peerN > 0 {
-		peer = float64(peerX) / float64(peerN)
+		f.peer = float64(peerX) / float64(peerN)
 	}
-	ratio := "-"
 	switch {
-	case peer > 0:
-		ratio = fmt.Sprintf("%.1f", rate/peer)
-	case rate > 0:
-		ratio = "inf"
+	case f.peer > 0:
+		f.ratio = fmt.Sprintf("%.1f", f.rate/f.peer)
+	case f.rate > 0:
+		f.ratio = "inf"
 	}
-	rps := s.Recent.RatePerSec
-	if rps == 0 && s.Recent.Seconds > 0 {
-		rps = float64(s.Recent.Requests) / float64(s.Recent.Seconds)
+	if f.rps == 0 && s.Recent.Seconds > 0 {
+		f.rps = float64(s.Recent.Requests) / float64(s.Recent.Seconds)
 	}
+	return f
+}
+
+func writeRow(b *strings.Builder, in PromptInput, be agent.BackendView, s agent.ServerView) {
+	f := rowFigures(be, s)
 	fmt.Fprintf(b, "%s %s %s %d %d %.1f %s %d %d %.2f %.2f %s %d %.2f %d %d %s\n",
-		s.Server, s.State.Label(), s.Owner, s.State.Weight, s.State.Initial, rps, utilization(s, rps),
-		s.Window.Requests, s.Window.Err5xx, 100*rate, 100*peer, ratio,
+		s.Server, s.State.Label(), s.Owner, s.State.Weight, s.State.Initial, f.rps, utilization(s, f.rps),
+		s.Window.Requests, s.Window.Err5xx, 100*f.rate, 100*f.peer, f.ratio,
 		s.Recent.Requests, 100*s.Recent.ErrorRate(), s.Window.P50Ms, s.Window.P95Ms, note(in, be, s))
 }
 

@@ -2,7 +2,6 @@ package llm
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/hapilot/hapilot/agent"
@@ -47,30 +46,8 @@ func compactPrompt(in PromptInput) string {
 		fmt.Fprintf(&b, "backend %s: %d servers, %d serving, keep %d, drains %d, 5xx %.2f%%\n",
 			be.Name, len(be.Servers), be.ServingCount(), (len(be.Servers)+1)/2, drains, pct(e5, req))
 		b.WriteString(CompactHeader + "\n")
-		servers := append([]agent.ServerView(nil), be.Servers...)
-		rank := func(s agent.ServerView) int {
-			if _, ok := in.Candidates[s.Key()]; ok {
-				return 0
-			}
-			if s.Owner == agent.OwnerAgent {
-				return 1
-			}
-			return 2
-		}
-		sort.SliceStable(servers, func(i, j int) bool {
-			if ri, rj := rank(servers[i]), rank(servers[j]); ri != rj {
-				return ri < rj
-			}
-			return servers[i].Window.ErrorRate() > servers[j].Window.ErrorRate()
-		})
-		hidden, hReq, hErr := 0, uint64(0), uint64(0)
-		for i, s := range servers {
-			if i >= shown && rank(s) == 2 {
-				hidden++
-				hReq += s.Window.Requests
-				hErr += s.Window.Err5xx
-				continue
-			}
+		rows, hidden, hReq, hErr := in.listed(be, shown)
+		for _, s := range rows {
 			writeCompactRow(&b, in, be, s)
 		}
 		if hidden > 0 {
@@ -84,32 +61,11 @@ func compactPrompt(in PromptInput) string {
 }
 
 func writeCompactRow(b *strings.Builder, in PromptInput, be agent.BackendView, s agent.ServerView) {
-	var peerN, peerX uint64
-	for _, p := range be.Servers {
-		if p.Server != s.Server && p.Serving() {
-			peerN += p.Window.Requests
-			peerX += p.Window.Err5xx
-		}
-	}
-	rate, peer := s.Window.ErrorRate(), 0.0
-	if peerN > 0 {
-		peer = float64(peerX) / float64(peerN)
-	}
-	ratio := "-"
-	switch {
-	case peer > 0:
-		ratio = fmt.Sprintf("%.1f", rate/peer)
-	case rate > 0:
-		ratio = "inf"
-	}
-	rps := s.Recent.RatePerSec
-	if rps == 0 && s.Recent.Seconds > 0 {
-		rps = float64(s.Recent.Requests) / float64(s.Recent.Seconds)
-	}
+	f := rowFigures(be, s)
 	fmt.Fprintf(b, "%s %s %s %d/%d %d %d %.2f %.2f %s %d %.2f %d %s %s\n",
 		s.Server, s.State.Label(), s.Owner, s.State.Weight, s.State.Initial,
-		s.Window.Requests, s.Window.Err5xx, 100*rate, 100*peer, ratio,
-		s.Recent.Requests, 100*s.Recent.ErrorRate(), s.Window.P95Ms, utilization(s, rps), compactNote(in, be, s))
+		s.Window.Requests, s.Window.Err5xx, 100*f.rate, 100*f.peer, f.ratio,
+		s.Recent.Requests, 100*s.Recent.ErrorRate(), s.Window.P95Ms, utilization(s, f.rps), compactNote(in, be, s))
 }
 
 // compactWhy is a candidate's reason without the figures its row shows

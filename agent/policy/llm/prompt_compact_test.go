@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
-	"github.com/hapilot/hapilot/haproxy"
-	"github.com/hapilot/hapilot/internal/window"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
@@ -18,20 +16,8 @@ var update = flag.Bool("update", false, "rewrite testdata/*.golden")
 // The compact prompt of TestPromptRows' situation, as a golden file: the
 // rows that decide, notes in a few words, the history.
 func TestCompactPromptGolden(t *testing.T) {
-	now := time.Unix(1000, 0)
-	obs := grey(now)
-	for i := range obs.Backends[0].Servers {
-		s := &obs.Backends[0].Servers[i]
-		s.MaxConn, s.RespTimeMs = 20, 40
-		s.Recent = window.Stats{Requests: 100, Err5xx: 0, Seconds: 10, RatePerSec: 10, P50Ms: 9}
-	}
-	d := &obs.Backends[0].Servers[0]
-	d.State.AdminState, d.Owner = haproxy.AdminForcedDrain, agent.OwnerAgent
-	d.Changed = &agent.Change{Phase: agent.PhaseDrained, At: now.Add(-25 * time.Second)}
-	obs.Refused = map[agent.Key]string{{Backend: "app", Server: "srv1"}: "a drained server comes back only after a clean probe burst"}
-	in := PromptInput{Obs: obs, Candidates: map[agent.Key]string{{Backend: "app", Server: "srv4"}: "errors 1.17% vs peers 0.00%"}, Confirm: 2,
-		Pending: map[agent.Key]int{{Backend: "app", Server: "srv4"}: 1}, History: []string{"step 3: drain app/srv2: refused: floor"},
-		DrainsPer: 3, MaxShown: 12, Style: PromptCompact}
+	in := rowsInput()
+	in.Style = PromptCompact
 	got := Prompt(in)
 	path := filepath.Join("testdata", "prompt-compact.golden")
 	if *update {
