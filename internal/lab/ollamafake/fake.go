@@ -426,6 +426,9 @@ func (s *Server) schedule(ctx context.Context, model string, numCtx int) bool {
 	if r != nil {
 		s.logf("reloading %s: num_ctx %d, was %d", model, numCtx, r.numCtx)
 	}
+	// Ollama logs "starting runner" when a load begins; a client that
+	// wants to cut a load waits for this line, not for a fixed time.
+	s.logf("starting runner for %s", model)
 	t := time.NewTimer(s.LoadTime)
 	defer t.Stop()
 	select {
