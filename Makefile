@@ -15,7 +15,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # anywhere); under make, a missing HAProxy fails them instead.
 export HAPILOT_REQUIRE_HAPROXY := 1
 
-.PHONY: all build demo test unit e2e soak lint vet fmt tidy fuzz bench bench-quick bench-study deps clean deb test-deb haproxy-matrix test-matrix test-browser test-fleet modelservers test-llm model
+.PHONY: all build demo test unit e2e soak lint vet fmt tidy fuzz bench bench-quick bench-study bench-overhead-matrix deps clean deb test-deb haproxy-matrix test-matrix test-browser test-fleet modelservers test-llm model
 
 all: build
 
@@ -206,6 +206,17 @@ bench:
 BENCH_OUT ?= bench-out/quick
 bench-quick: deps build
 	./$(LAB) bench --scenario paper --servers 3,9 --algo roundrobin --policy rules --steps 60 --interval 1s --out $(BENCH_OUT)
+
+# What each telemetry path costs HAProxy's CPU per response, on every LTS
+# of the test matrix (2.6, 3.0, 3.2) one after the other: `bench overhead`
+# on each, then one table of them all. About 4 minutes; not in CI (the
+# figures are the machine's, and a timed test would be flaky).
+OVERHEAD_PATHS    ?= plain,stats,ring,spoe,spoe-sampled16
+OVERHEAD_DURATION ?= 12s
+OVERHEAD_ROUNDS   ?= 3
+bench-overhead-matrix: haproxy-matrix build
+	./$(LAB) bench overhead --paths $(OVERHEAD_PATHS) --duration $(OVERHEAD_DURATION) --rounds $(OVERHEAD_ROUNDS) \
+		--haproxy 2.6=haproxy,3.0=$(CURDIR)/bin/haproxy-3.0/haproxy,3.2=$(CURDIR)/bin/haproxy-3.2/haproxy
 
 # The study's grid at the study's own pace (60 steps of 10 s): N = 3, 5, 7,
 # 9 x roundrobin, leastconn, static and rules: 32 runs of 10 min, about 5.5 hours.

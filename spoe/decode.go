@@ -139,6 +139,10 @@ type NotifyResult struct {
 	// NoServer counts responses HAProxy produced itself (no server was
 	// chosen, so srv_name was empty or null): nothing to attribute.
 	NoServer int
+	// Sampled counts the events that came from a sampled stanza: a
+	// sample argument above 1, whatever the status (a 5xx of a sampled
+	// stanza counts once, but says which stanza sent it).
+	Sampled int
 }
 
 // DecodeNotify decodes the messages of a NOTIFY frame's payload and hands
@@ -208,8 +212,11 @@ func DecodeNotify(payload []byte, emit func(window.Event)) (NotifyResult, error)
 		case noServer:
 			res.NoServer++
 		default:
-			if sample > 1 && (ev.Status < 500 || ev.Status > 599) {
-				ev.Count = sample
+			if sample > 1 {
+				res.Sampled++
+				if ev.Status < 500 || ev.Status > 599 {
+					ev.Count = sample
+				}
 			}
 			res.Events++
 			emit(ev)

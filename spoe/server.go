@@ -47,6 +47,9 @@ type Counters struct {
 	IngestErrors atomic.Uint64 // malformed frames or messages, dropped
 	Unknown      atomic.Uint64 // messages of another name
 	NoServer     atomic.Uint64 // responses with no server to attribute
+	// Sampled counts the events of messages with a sample above 1: the
+	// sampled stanza is the one in use (the agent's telemetry advice).
+	Sampled atomic.Uint64
 }
 
 // Server accepts SPOP connections from HAProxy.
@@ -260,6 +263,9 @@ func (s *Server) notify(payload []byte) {
 	}
 	if res.NoServer > 0 {
 		s.Counters.NoServer.Add(uint64(res.NoServer))
+	}
+	if res.Sampled > 0 {
+		s.Counters.Sampled.Add(uint64(res.Sampled))
 	}
 	bad := res.Invalid
 	if err != nil {

@@ -135,22 +135,24 @@ func TestDecodeSampled(t *testing.T) {
 		count     int // the event's Count; 0 is one answer
 		events    int
 		invalid   int
+		sampled   int // events a sampled stanza sent, the 5xx included
 		wantCount bool
 	}{
-		{"a 200 of one in 16", sampled(200, int32(16)), 16, 1, 0, true},
-		{"a 500 is itself", sampled(500, int32(16)), 0, 1, 0, true},
-		{"a 404 of one in 4", sampled(404, int32(4)), 4, 1, 0, true},
-		{"k of 1", sampled(200, int32(1)), 0, 1, 0, true},
-		{"k of 0", sampled(200, int32(0)), 0, 0, 1, false},
-		{"k past the bound", sampled(200, int32(MaxSample+1)), 0, 0, 1, false},
-		{"k as text", sampled(200, "sixteen"), 0, 0, 1, false},
+		{"a 200 of one in 16", sampled(200, int32(16)), 16, 1, 0, 1, true},
+		{"a 500 is itself", sampled(500, int32(16)), 0, 1, 0, 1, true},
+		{"a 404 of one in 4", sampled(404, int32(4)), 4, 1, 0, 1, true},
+		{"k of 1", sampled(200, int32(1)), 0, 1, 0, 0, true},
+		{"k of 0", sampled(200, int32(0)), 0, 0, 1, 0, false},
+		{"k past the bound", sampled(200, int32(MaxSample+1)), 0, 0, 1, 0, false},
+		{"k as text", sampled(200, "sixteen"), 0, 0, 1, 0, false},
+		{"no sample argument", response(t, "app", "srv1", int32(200), "3"), 0, 1, 0, 0, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []window.Event
 			res, err := DecodeNotify(tc.payload, func(ev window.Event) { got = append(got, ev) })
-			if err != nil || res.Events != tc.events || res.Invalid != tc.invalid {
-				t.Fatalf("%+v, %v; want %d events, %d invalid", res, err, tc.events, tc.invalid)
+			if err != nil || res.Events != tc.events || res.Invalid != tc.invalid || res.Sampled != tc.sampled {
+				t.Fatalf("%+v, %v; want %d events, %d invalid, %d sampled", res, err, tc.events, tc.invalid, tc.sampled)
 			}
 			if tc.wantCount && got[0].Count != tc.count {
 				t.Fatalf("count %d, want %d", got[0].Count, tc.count)

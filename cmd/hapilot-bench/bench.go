@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -285,8 +286,10 @@ func cmdBenchOverhead(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.DurationVar(&cfg.Duration, "duration", 20*time.Second, "load per telemetry path, split over the rounds")
 	fs.IntVar(&cfg.Rounds, "rounds", 4, "interleaved rounds (plain, syslog, ring, lua, spoe, plain, ...)")
 	fs.IntVar(&cfg.Backends, "backends", 2, "backend servers, answering at once")
+	fs.BoolVar(&cfg.Profile, "profile", false, "turn HAProxy's task profiling on for the measured rounds and print where its CPU goes per response, handler by handler (profiling costs CPU of its own: quote the ratios of a run without it)")
 	fs.BoolVar(&cfg.Pin, "pin", true, "pin HAProxy to the last core and the load generator, backends and agent to the others (taskset), where there are two or more")
 	paths := fs.String("paths", "plain,stats,ring,lua,syslog,spoe,spoe-sampled4,spoe-sampled16", "telemetry paths to compare, plain first: "+strings.Join(bench.OverheadPaths, ",")+" (-noagent: HAProxy's side alone)")
+	matrix := fs.String("haproxy", "", "HAProxy binaries to run the same paths on, one after the other, as NAME=PATH comma-separated (2.6=haproxy,3.2=bin/haproxy-3.2/haproxy); each prints its table, then one table has them all; empty: $HAPROXY_BIN or haproxy on PATH")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -297,15 +300,66 @@ func cmdBenchOverhead(ctx context.Context, args []string, stdout, stderr io.Writ
 	if cfg.Concurrency < 1 || cfg.Rounds < 1 || cfg.Backends < 1 || cfg.Duration < time.Second {
 		return errors.New("concurrency, rounds and backends must be positive, duration at least 1s")
 	}
+	bins, err := parseBinaries(*matrix)
+	if err != nil {
+		return err
+	}
 	dir, err := os.MkdirTemp("", "hapilot-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	res, err := bench.Overhead(ctx, &cfg, dir)
-	if err != nil {
-		return err
+	if len(bins) == 0 {
+		res, err := bench.Overhead(ctx, &cfg, dir)
+		if err != nil {
+			return err
+		}
+		bench.PrintOverhead(stdout, cfg, res)
+		return nil
 	}
-	bench.PrintOverhead(stdout, cfg, res)
+	// HAProxy is found through $HAPROXY_BIN (haproxyproc.Binary): each
+	// binary in turn, and the caller's value back after.
+	if old, ok := os.LookupEnv("HAPROXY_BIN"); ok {
+		defer os.Setenv("HAPROXY_BIN", old)
+	} else {
+		defer os.Unsetenv("HAPROXY_BIN")
+	}
+	var rows []bench.MatrixRow
+	for _, b := range bins {
+		os.Setenv("HAPROXY_BIN", b.path)
+		out, err := exec.CommandContext(ctx, b.path, "-v").Output()
+		if err != nil {
+			return fmt.Errorf("%s (%s): %w", b.name, b.path, err)
+		}
+		version, _, _ := strings.Cut(string(out), "\n")
+		fmt.Fprintf(stdout, "== %s: %s\n", b.name, version)
+		c := cfg
+		res, err := bench.Overhead(ctx, &c, dir)
+		if err != nil {
+			return fmt.Errorf("%s: %w", b.name, err)
+		}
+		bench.PrintOverhead(stdout, c, res)
+		fmt.Fprintln(stdout)
+		rows = append(rows, bench.MatrixRow{HAProxy: bench.VersionOf(version), Results: res})
+	}
+	bench.PrintOverheadMatrix(stdout, cfg, rows)
 	return nil
+}
+
+type haproxyBinary struct{ name, path string }
+
+// parseBinaries reads --haproxy's NAME=PATH,NAME=PATH.
+func parseBinaries(s string) ([]haproxyBinary, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []haproxyBinary
+	for _, item := range strings.Split(s, ",") {
+		name, path, ok := strings.Cut(item, "=")
+		if !ok || name == "" || path == "" {
+			return nil, fmt.Errorf("--haproxy %q: want NAME=PATH, comma-separated", item)
+		}
+		out = append(out, haproxyBinary{name, path})
+	}
+	return out, nil
 }

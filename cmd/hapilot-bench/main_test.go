@@ -32,6 +32,9 @@ func TestCommands(t *testing.T) {
 		{[]string{"bench", "--seeds", "5-1"}, 1, "", "--seeds"},
 		{[]string{"bench", "--policy", "carrier-pigeon"}, 1, "", "want static, haproxy-l7, envoy"},
 		{[]string{"bench", "overhead", "--paths", "plain,carrier-pigeon", "--duration", "1s"}, 1, "", "unknown telemetry path"},
+		{[]string{"bench", "overhead", "--paths", "plain,spoe", "--haproxy", "3.2"}, 1, "", "want NAME=PATH"},
+		{[]string{"bench", "overhead", "--paths", "plain,spoe", "--haproxy", "2.6=haproxy,=x"}, 1, "", "want NAME=PATH"},
+		{[]string{"bench", "overhead", "--paths", "plain,spoe", "--haproxy", "none=/nonexistent/haproxy"}, 1, "", "none (/nonexistent/haproxy)"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

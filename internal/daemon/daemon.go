@@ -46,13 +46,16 @@ type Daemon struct {
 	Stats  *ingest.StatPoller   // nil with --stats-poll 0
 	Fleet  *peers.Node          // nil unless --fleet-bind
 
-	log      zerolog.Logger
-	clients  []*haproxy.Client
-	warning  atomic.Pointer[string] // what watchTelemetry found, for /status
-	readmit  *recovery.Readmitter   // nil with --readmit off
-	spoeLn   net.Listener
-	luaLn    net.Listener
-	statusLn net.Listener
+	log     zerolog.Logger
+	clients []*haproxy.Client
+	warning atomic.Pointer[string] // what watchTelemetry found, for /status
+	advice  atomic.Pointer[string] // what adviseTelemetry found, for /status
+	// adviceEvery is adviseTelemetry's period; 0 is AdviceEvery.
+	adviceEvery time.Duration
+	readmit     *recovery.Readmitter // nil with --readmit off
+	spoeLn      net.Listener
+	luaLn       net.Listener
+	statusLn    net.Listener
 	// capped are the stream listeners, by the name their metrics use.
 	capped []namedListener
 	audit  *auditlog.File // nil without --audit-log
@@ -442,6 +445,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	}
 	run("loop", d.Loop.Run)
 	run("telemetry watch", d.watchTelemetry)
+	run("telemetry advice", d.adviseTelemetry)
 	d.log.Info().Str("spoe", d.SPOEAddr()).Str("lua", d.LuaAddr()).Str("syslog", d.Config.SyslogListen).Str("status", d.StatusAddr()).Strs("haproxy", d.Config.HAProxySockets).
 		Str("stats_poll", statsPoll(d.Config)).Str("fleet", d.fleetLine()).
 		Str("policy", string(d.Config.Chosen())).Dur("interval", d.Config.Loop.Interval).Msg("hapilot running")
@@ -489,10 +493,13 @@ func (d *Daemon) Reopen() {
 
 // Warnings lists what an operator should fix, for /status.
 func (d *Daemon) Warnings() []string {
-	if w := d.warning.Load(); w != nil {
-		return []string{*w}
+	var ws []string
+	for _, w := range []*string{d.warning.Load(), d.advice.Load()} {
+		if w != nil {
+			ws = append(ws, *w)
+		}
 	}
-	return nil
+	return ws
 }
 
 // watchTelemetry warns, once in the log and for as long as it holds in

@@ -40,6 +40,12 @@ type OverheadConfig struct {
 	Pin bool
 	// Pinned is what Overhead did: HAProxy's CPU list, "" when unpinned.
 	Pinned string
+	// Profile turns HAProxy's task profiling on for the measured rounds
+	// (`set profiling tasks on`) and keeps `show profiling tasks` in each
+	// PathResult: where HAProxy's CPU goes, handler by handler. It costs
+	// HAProxy CPU of its own, so the ratios of a profiled run are not the
+	// figures to quote.
+	Profile bool
 }
 
 // OverheadPaths are the telemetry paths Overhead knows.
@@ -59,6 +65,16 @@ type PathResult struct {
 	// apart from the load generator, the backends and the agent that share
 	// the machine and so shape the throughput. Zero when /proc is missing.
 	HAProxyCPU time.Duration
+	// Responses are the measured rounds' responses, the warm-up's left out.
+	Responses int
+	// AgentConns, AgentFrames and AgentMsgs are the SPOE connections the
+	// agent accepted, the NOTIFY frames it read and the messages in them,
+	// warm-up included: whether HAProxy reuses its connections, and how
+	// many messages go per frame.
+	AgentConns, AgentFrames, AgentMsgs uint64
+	// Profile is HAProxy's `show profiling tasks` over the measured
+	// rounds, with OverheadConfig.Profile.
+	Profile []ProfileRow
 }
 
 type variant struct {
@@ -125,6 +141,13 @@ func Overhead(ctx context.Context, cfg *OverheadConfig, dir string) ([]PathResul
 	for _, v := range vs { // warm up connections and Lua/SPOE state
 		fleet.ClosedLoad{Addr: v.addr, Concurrency: cfg.Concurrency, Duration: time.Second}.Run(ctx)
 	}
+	if cfg.Profile {
+		for _, v := range vs {
+			if _, err := v.cli(ctx, "set profiling tasks on"); err != nil {
+				return nil, fmt.Errorf("%s: %w", v.name, err)
+			}
+		}
+	}
 	for r := 0; r < cfg.Rounds; r++ {
 		for _, v := range vs {
 			before := v.hp.CPU()
@@ -139,9 +162,20 @@ func Overhead(ctx context.Context, cfg *OverheadConfig, dir string) ([]PathResul
 	}
 	var out []PathResult
 	for _, v := range vs {
-		p := PathResult{Path: v.name, Throughput: v.res.Throughput(), P50: v.res.Quantile(0.5), P99: v.res.Quantile(0.99), Failed: v.res.Failed}
+		p := PathResult{Path: v.name, Throughput: v.res.Throughput(), P50: v.res.Quantile(0.5), P99: v.res.Quantile(0.99), Failed: v.res.Failed,
+			Responses: v.res.Completed}
 		if v.agent != nil {
 			p.Recorded = v.agent.Events()
+			p.AgentConns = v.agent.SPOE.Counters.Connections.Load()
+			p.AgentFrames = v.agent.SPOE.Counters.Frames.Load()
+			p.AgentMsgs = v.agent.SPOE.Counters.Events.Load()
+		}
+		if cfg.Profile {
+			reply, err := v.cli(ctx, "show profiling tasks")
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", v.name, err)
+			}
+			p.Profile = ParseProfile(reply)
 		}
 		if n := v.res.Completed; n > 0 {
 			p.HAProxyCPU = v.cpu / time.Duration(n)
@@ -177,6 +211,17 @@ func pinApart() (string, func(), error) {
 	}
 	restore := func() { _ = exec.Command("taskset", "-a", "-c", "-p", orig, pid).Run() }
 	return strconv.Itoa(n - 1), restore, nil
+}
+
+// cli runs one command on the variant's runtime socket.
+func (v *variant) cli(ctx context.Context, cmd string) (string, error) {
+	c, err := haproxy.New(v.hp.Socket)
+	if err != nil {
+		return "", err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return c.Run(cctx, cmd)
 }
 
 func startVariant(ctx context.Context, name string, servers []string, root, cpus string) (*variant, error) {
@@ -259,7 +304,7 @@ func PrintOverhead(w io.Writer, cfg OverheadConfig, res []PathResult) {
 		runtime.NumCPU(), pinned, cfg.Backends, cfg.Concurrency, cfg.Duration, cfg.Rounds)
 	fmt.Fprintln(w, "headline: HAProxy's own CPU per response; req/s and its ratio depend on the machine (the load generator and backends share it)")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "path\tHAProxy CPU µs/resp\tx plain CPU\treq/s\tx plain req/s\tp50 ms\tp99 ms\tfailed\trecorded by agent\t")
+	fmt.Fprintln(tw, "path\tHAProxy CPU µs/resp\tx plain CPU\treq/s\tx plain req/s\tp50 ms\tp99 ms\tfailed\trecorded by agent\tSPOE conns\tmsgs/frame\t")
 	for _, r := range res {
 		rec := "-"
 		if r.Path != "plain" && !strings.HasSuffix(r.Path, "-noagent") {
@@ -273,8 +318,16 @@ func PrintOverhead(w io.Writer, cfg OverheadConfig, res []PathResult) {
 		if r.HAProxyCPU > 0 && res[0].HAProxyCPU > 0 {
 			cpuRatio = fmt.Sprintf("%.3f", float64(r.HAProxyCPU)/float64(res[0].HAProxyCPU))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%.2f\t%.3f\t%.3f\t%d\t%s\t\n", r.Path, cpu, cpuRatio, r.Throughput, r.Ratio,
-			float64(r.P50)/1e6, float64(r.P99)/1e6, r.Failed, rec)
+		conns, perFrame := "-", "-"
+		if r.AgentFrames > 0 {
+			conns = fmt.Sprint(r.AgentConns)
+			perFrame = fmt.Sprintf("%.2f", float64(r.AgentMsgs)/float64(r.AgentFrames))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%.2f\t%.3f\t%.3f\t%d\t%s\t%s\t%s\t\n", r.Path, cpu, cpuRatio, r.Throughput, r.Ratio,
+			float64(r.P50)/1e6, float64(r.P99)/1e6, r.Failed, rec, conns, perFrame)
 	}
 	tw.Flush()
+	if cfg.Profile {
+		PrintProfiles(w, res, 8)
+	}
 }

@@ -1,0 +1,151 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hapilot/hapilot/haproxy"
+)
+
+// pathCost is what one telemetry path cost HAProxy in hapilot's own
+// benchmarks (docs/telemetry.md, "Cost per HAProxy version", with the
+// commands that printed them): its CPU per response as a multiple of a
+// plain HAProxy's, on HAProxy before 3.1 (2.6 and 3.0: SPOE as one applet
+// per connection) and from 3.1 on (SPOE rewritten over a multiplexer,
+// with a stream of its own for every message), and how long the rules
+// took to isolate the paper fault through it.
+type pathCost struct {
+	name, how     string
+	before31, v31 float64
+	isolated      time.Duration
+}
+
+// pathCosts are the paths the advice compares, from the most detail to
+// the least; the figures are docs/telemetry.md's, rounded to two places:
+// the CPU from two runs of `make bench-overhead-matrix`, the dearer run
+// (before 3.1, the dearer of 2.6 and 3.0), the isolation from
+// `bench --telemetry` on 3.2
+// (docs/results/spoe26).
+var pathCosts = []pathCost{
+	{"spoe", "SPOE (examples/haproxy.cfg)", 1.22, 1.80, 3600 * time.Millisecond},
+	{"spoe-sampled", "sampled SPOE, k=16 (examples/haproxy-sampled.cfg)", 1.11, 1.22, 4500 * time.Millisecond},
+	{"ring", "the ring (examples/haproxy-syslog-ring.cfg with --syslog-listen unix:///run/hapilot/ring.sock)", 1.12, 1.22, 4100 * time.Millisecond},
+	{"stats", "HAProxy's counters alone (no stanza: --spoe-listen off)", 1.00, 1.02, 4100 * time.Millisecond},
+}
+
+// The advice's thresholds, the issue's own bars (issue 26): a path is
+// worth advising against past AdviseAbove times plain HAProxy's CPU, for
+// one costing at most CheapAtMost that isolates the paper fault within
+// SameDetection of it.
+const (
+	AdviseAbove   = 1.35
+	CheapAtMost   = 1.10
+	SameDetection = time.Second
+)
+
+func (p pathCost) on(v haproxy.Version) float64 {
+	if v.AtLeast(3, 1) {
+		return p.v31
+	}
+	return p.before31
+}
+
+// TelemetryAdvice is the one line the agent logs when the telemetry path
+// in use costs the running HAProxy more than AdviseAbove its plain CPU
+// while another costs at most CheapAtMost and isolates the paper fault
+// within SameDetection of it; "" otherwise, or for a path or version it
+// does not know.
+func TelemetryAdvice(version, path string) string {
+	v, ok := haproxy.ParseVersion(version)
+	if !ok {
+		return ""
+	}
+	var cur *pathCost
+	for i := range pathCosts {
+		if pathCosts[i].name == path {
+			cur = &pathCosts[i]
+		}
+	}
+	if cur == nil || cur.on(v) <= AdviseAbove {
+		return ""
+	}
+	// pathCosts runs from the most detail to the least: the first cheap
+	// path that detects as fast is the one to name.
+	var best *pathCost
+	for i := range pathCosts {
+		p := &pathCosts[i]
+		if p != cur && p.on(v) <= CheapAtMost && p.isolated <= cur.isolated+SameDetection {
+			best = p
+			break
+		}
+	}
+	if best == nil {
+		return ""
+	}
+	return fmt.Sprintf("telemetry: %s costs HAProxy %s about %.2fx a plain HAProxy's CPU per response in hapilot's benchmark, "+
+		"where %s costs %.2fx and isolated the paper fault %.1f s after it; docs/telemetry.md#which-path-should-i-use has the figures per version",
+		cur.how, v, cur.on(v), best.how, best.on(v), (best.isolated - cur.isolated).Seconds())
+}
+
+// spoePath names the SPOE stanza in use from what the agent received:
+// "spoe-sampled" once a message carried a sample above 1, "spoe" once
+// messages came without, "" before any.
+func spoePath(events, sampled uint64) string {
+	switch {
+	case sampled > 0:
+		return "spoe-sampled"
+	case events > 0:
+		return "spoe"
+	}
+	return ""
+}
+
+// AdviceEvery is how often the agent looks again for telemetry advice
+// until it has given it.
+const AdviceEvery = 30 * time.Second
+
+// adviceNow is the advice for what the agent receives now and the
+// HAProxy versions its sockets report; "" when there is none (yet).
+func (d *Daemon) adviceNow(ctx context.Context) string {
+	path := spoePath(d.SPOE.Counters.Events.Load(), d.SPOE.Counters.Sampled.Load())
+	if path == "" {
+		return ""
+	}
+	for _, c := range d.clients {
+		ictx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		info, err := c.ShowInfo(ictx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		if a := TelemetryAdvice(info.Version, path); a != "" {
+			return a
+		}
+	}
+	return ""
+}
+
+// adviseTelemetry looks every d.adviceEvery (AdviceEvery by default) for
+// advice; the first it finds is logged once and shown in /status and on
+// the live page from then on.
+func (d *Daemon) adviseTelemetry(ctx context.Context) error {
+	every := d.adviceEvery
+	if every <= 0 {
+		every = AdviceEvery
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if a := d.adviceNow(ctx); a != "" {
+			d.advice.Store(&a)
+			d.log.Warn().Msg(a)
+			return nil
+		}
+	}
+}
