@@ -117,12 +117,18 @@ test-llm: modelservers deps
 	HAPILOT_REQUIRE_MODELSERVERS=1 $(GO) test -tags e2e,modelserver,fleet -count=1 -v -timeout 25m -run '^TestReal' ./internal/lab/e2e/
 
 # hapilot's own policy model (internal/lab/models, docs/llm.md): the
-# dataset and initial weights from the recipe's seed (hapilot-bench
-# dataset), then llama-finetune from Debian sid on one thread at nice 10,
-# once on the plain set (hapilot-tiny) and once on the penalty set
-# (hapilot-tiny-penalty). It rewrites the committed GGUFs, Modelfiles and
-# training logs; the progress shows as it trains.
+# dataset from the recipe's seed (hapilot-bench dataset), then the
+# recipe's trainer on one thread a model at nice 10, the two at once: train.py
+# on Debian's PyTorch (installed when missing, with OpenBLAS: torch's
+# generic BLAS is six times slower), its loss on the answer only, for
+# hapilot-tiny and for hapilot-tiny-penalty. llama-server (Debian sid)
+# then checks each served model against PyTorch. It rewrites the committed
+# GGUFs, Modelfiles and training logs; the progress shows as it trains.
 model: build
+	@/usr/bin/python3 -c 'import torch' 2>/dev/null && [ -e /usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3 ] || { \
+		echo "installing python3-torch and libopenblas0-pthread (apt-get)"; \
+		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3-torch libopenblas0-pthread >/dev/null; }
 	internal/lab/modelserver/fetch-llama.sh bin/llama.cpp
 	HAPILOT_LLAMA_DIR=bin/llama.cpp internal/lab/models/train.sh ./$(LAB) internal/lab/models bin/model-work
 

@@ -1,16 +1,19 @@
 package dataset
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/hapilot/hapilot/agent/policy/llm"
 	"github.com/hapilot/hapilot/internal/lab/modelserver"
+	"github.com/ollama/ollama/tokenizer"
 )
 
 // Recipe is everything `make model` draws from a seed: the examples, the
@@ -157,6 +160,9 @@ func Build(dir string, r Recipe, log io.Writer) (*Stats, error) {
 			return nil, err
 		}
 	}
+	if err := writeTokens(filepath.Join(dir, "examples.jsonl"), ex, tok); err != nil {
+		return nil, err
+	}
 	vb, _ := json.Marshal(v)
 	if err := os.WriteFile(filepath.Join(dir, "vocab.json"), vb, 0o644); err != nil {
 		return nil, err
@@ -171,6 +177,56 @@ func Build(dir string, r Recipe, log io.Writer) (*Stats, error) {
 		fmt.Fprintf(log, "dataset: %d units of %d tokens (llama-finetune's stride at -c %d); %d examples longer than a unit left out\n", st.Blocks, r.Pack/2, r.Pack, st.TooLong)
 	}
 	return st, nil
+}
+
+// TokenExample is one line of examples.jsonl: an example as token ids
+// under the fitted vocabulary, for a trainer that takes its loss on the
+// answer alone (train.py): Ids[AnswerAt:] is the answer and the newline
+// the Modelfile stops at, Ids[:AnswerAt] the prompt Ollama sends.
+type TokenExample struct {
+	Ids        []int32 `json:"ids"`
+	AnswerAt   int     `json:"answer_at"`
+	Suspicious bool    `json:"suspicious,omitempty"`
+	Kind       Kind    `json:"kind"`
+}
+
+// writeTokens writes every example to path as a TokenExample. The prompt
+// and the answer are tokenized apart, as the server sees them (it
+// tokenizes the prompt and then generates), and together, as a trainer
+// reads them; they must agree, or the trainer would learn an answer that
+// starts with tokens the server never has in front of it.
+func writeTokens(path string, ex []Example, tok tokenizer.SentencePiece) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	enc := json.NewEncoder(w)
+	for i, e := range ex {
+		prompt, err := tok.Encode(e.Prompt(), false)
+		if err != nil {
+			f.Close()
+			return fmt.Errorf("dataset: example %d: %w", i, err)
+		}
+		whole, err := tok.Encode(e.Text(), false)
+		if err != nil {
+			f.Close()
+			return fmt.Errorf("dataset: example %d: %w", i, err)
+		}
+		if len(whole) <= len(prompt) || !slices.Equal(whole[:len(prompt)], prompt) {
+			f.Close()
+			return fmt.Errorf("dataset: example %d: its prompt tokenizes differently alone (%d tokens) and before its answer", i, len(prompt))
+		}
+		if err := enc.Encode(TokenExample{Ids: whole, AnswerAt: len(prompt), Suspicious: e.Suspicious, Kind: e.Kind}); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return fmt.Errorf("dataset: write %s: %w", path, err)
+	}
+	return f.Close()
 }
 
 // packer lays examples out in units of size/2 tokens: llama-finetune

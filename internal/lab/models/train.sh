@@ -1,53 +1,94 @@
 #!/bin/sh
 # Trains hapilot-tiny and hapilot-tiny-penalty from a seed (`make model`):
-# the dataset and the initial weights from `hapilot-bench dataset`, then
-# llama-finetune from Debian sid at nice 10, the same recipe on train.txt
-# and on train-penalty.txt (the same examples and the same number of
-# tokens, the suspicious ones repeated). The two models train at once, one
-# thread each: on 2 cores that is twice as fast as one after the other,
-# since one llama-finetune gains little from a second thread. Every 50th
-# progress line of each is printed as it comes; the output is also kept
-# as the training log.
+# the dataset from `hapilot-bench dataset`, then the recipe's trainer
+# (recipe.env's TRAINER) at nice 10, the two models at once on one thread
+# each (on 2 cores twice as fast as one after the other: neither trainer
+# gains much from a second thread at this size).
+#
+#   torch           train.py, PyTorch from Debian (python3-torch, with
+#                   OpenBLAS): the loss on the answer's tokens only; the
+#                   penalty model weighs an example that flags a healthy
+#                   server PENALTY times, on the same examples and steps.
+#                   check.py then compares its greedy answers with
+#                   llama-server's on the same token ids.
+#   llama-finetune  llama.cpp's, from Debian sid (the first two attempts):
+#                   the loss on every token of train.txt, and the penalty
+#                   as repetition in train-penalty.txt.
 #
 #   internal/lab/models/train.sh HAPILOT_BENCH OUT_DIR WORK_DIR
 #
 # OUT_DIR gets NAME/NAME.gguf, NAME/Modelfile and NAME/training.log for
-# both models; WORK_DIR the dataset, the initial weights and the raw logs.
+# both models; WORK_DIR the dataset, the weights and the raw logs.
 set -eu
 bench=$1
 out=$2
 work=$3
 here=$(dirname "$0")
 . "$here/recipe.env"
-finetune=${HAPILOT_LLAMA_DIR:-bin/llama.cpp}/llama-finetune
-[ -x "$finetune" ] || { echo "no $finetune: run internal/lab/modelserver/fetch-llama.sh first" >&2; exit 1; }
+llama=${HAPILOT_LLAMA_DIR:-bin/llama.cpp}
+python=${HAPILOT_PYTHON:-/usr/bin/python3}
+TRAINER=${TRAINER:-llama-finetune}
+case $TRAINER in
+torch) "$python" -c 'import torch' 2>/dev/null || { echo "no PyTorch for $python: apt-get install python3-torch libopenblas0-pthread" >&2; exit 1; } ;;
+llama-finetune) [ -x "$llama/llama-finetune" ] || { echo "no $llama/llama-finetune: run internal/lab/modelserver/fetch-llama.sh first" >&2; exit 1; } ;;
+*) echo "recipe.env: TRAINER=$TRAINER: torch or llama-finetune" >&2; exit 1 ;;
+esac
 mkdir -p "$work"
 start=$(date +%s)
 "$bench" dataset --out "$work" --seed "$SEED" --examples "$EXAMPLES" --vocab "$VOCAB" --prompt "$PROMPT" --pack "$CTX" \
 	--width "$WIDTH" --layers "$LAYERS" --ff "$FF" --heads "$HEADS" --penalty "$PENALTY"
-train() { # MODEL TEXT
+# Each trainer writes WORK_DIR/MODEL.trained.gguf and MODEL.raw.log.
+finetune() { # MODEL TEXT
 	echo "training $1 on $2 ($(wc -c <"$2") bytes): llama-finetune -c $CTX -b $BATCH -lr $LR -lr-min $LR_MIN -epochs $EPOCHS -t 1"
-	nice -n 10 "$finetune" -m "$work/init.gguf" -f "$2" -c "$CTX" -b "$BATCH" -ub "$CTX" \
+	nice -n 10 "$llama/llama-finetune" -m "$work/init.gguf" -f "$2" -c "$CTX" -b "$BATCH" -ub "$CTX" \
 		-lr "$LR" -lr-min "$LR_MIN" -decay-epochs "$EPOCHS" -epochs "$EPOCHS" -opt adamw -val-split "$VAL" -t 1 \
-		-o "$work/$1.finetune.gguf" 2>&1 |
+		-o "$work/$1.trained.gguf" 2>&1 |
 		tee "$work/$1.raw.log" | stdbuf -oL tr '\r' '\n' | grep --line-buffered -a '^train:\|^val:' | awk -v m="$1" 'NR % 50 == 1 { print m ": " $0; fflush() }' || true
 }
-train hapilot-tiny "$work/train.txt" &
-plain=$!
-train hapilot-tiny-penalty "$work/train-penalty.txt" &
-penalty=$!
+torch() { # MODEL PENALTY
+	nice -n 10 "$python" "$here/train.py" --work "$work" --out "$work/$1.trained.gguf" --penalty "$2" \
+		--epochs "$EPOCHS" --lr "$LR" --lr-min "$LR_MIN" --batch-tokens "$BATCH_TOKENS" --val "$VAL" --seed "$SEED" --threads 1 2>&1 |
+		tee "$work/$1.raw.log" | awk -v m="$1" '!/^train:/ || NR % 20 == 0 { print m ": " $0; fflush() }' || true
+}
+if [ "$TRAINER" = torch ]; then
+	torch hapilot-tiny 1 &
+	plain=$!
+	torch hapilot-tiny-penalty "$PENALTY" &
+	penalty=$!
+else
+	finetune hapilot-tiny "$work/train.txt" &
+	plain=$!
+	finetune hapilot-tiny-penalty "$work/train-penalty.txt" &
+	penalty=$!
+fi
 wait $plain $penalty
 for model in hapilot-tiny hapilot-tiny-penalty; do
 	mkdir -p "$out/$model"
-	[ -s "$work/$model.finetune.gguf" ] || { echo "llama-finetune wrote no $model.finetune.gguf: see $work/$model.raw.log" >&2; exit 1; }
-	# Ollama cannot serve llama-finetune's own file (it holds
-	# llama.pooling_type): the recipe's keys, the trained weights.
-	"$bench" dataset --out "$work" --trained "$work/$model.finetune.gguf" --gguf "$out/$model/$model.gguf"
-	# The log kept: the recipe's lines and every 25th progress line of each
-	# epoch, with the last of train and val.
-	{ grep -a -- '-optimizer\|^main:\|system_info' "$work/$model.raw.log" || true
-	  tr '\r' '\n' <"$work/$model.raw.log" | grep -a '^train:\|^val:' | awk '{ l[NR] = $0 } END { for (i = 1; i <= NR; i++) if (i % 25 == 1 || i == NR) print l[i] }'
-	} >"$out/$model/training.log"
+	[ -s "$work/$model.trained.gguf" ] || { echo "$TRAINER wrote no $model.trained.gguf: see $work/$model.raw.log" >&2; exit 1; }
+	# The recipe's keys and vocabulary around the trained weights (Ollama
+	# cannot serve llama-finetune's own file, which holds
+	# llama.pooling_type; train.py's holds the tensors only).
+	"$bench" dataset --out "$work" --trained "$work/$model.trained.gguf" --gguf "$out/$model/$model.gguf"
+	if [ "$TRAINER" = torch ]; then
+		# Every line but the training's progress, which is every 20th.
+		awk '!/^train:/ || NR % 20 == 0' "$work/$model.raw.log" >"$out/$model/training.log"
+		# The served model answers as the trained one did, or the GGUF
+		# train.py wrote is wrong.
+		port=$("$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+		"$llama/llama-server" -m "$out/$model/$model.gguf" --host 127.0.0.1 --port "$port" -c 2048 -np 1 -t 2 --no-webui >"$work/$model.llama-server.log" 2>&1 &
+		server=$!
+		for _ in $(seq 60); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 1; done
+		ok=0
+		"$python" "$here/check.py" --work "$work" --gguf "$work/$model.trained.gguf" --server "http://127.0.0.1:$port" --n 30 | tee -a "$out/$model/training.log" || ok=1
+		kill $server; wait $server 2>/dev/null || true
+		[ $ok = 0 ] || { echo "$model: llama-server answers differently from PyTorch (check.py)" >&2; exit 1; }
+	else
+		# The recipe's lines and every 25th progress line of each epoch,
+		# with the last of train and val.
+		{ grep -a -- '-optimizer\|^main:\|system_info' "$work/$model.raw.log" || true
+		  tr '\r' '\n' <"$work/$model.raw.log" | grep -a '^train:\|^val:' | awk '{ l[NR] = $0 } END { for (i = 1; i <= NR; i++) if (i % 25 == 1 || i == NR) print l[i] }'
+		} >"$out/$model/training.log"
+	fi
 	cp "$here/Modelfile.in" "$out/$model/Modelfile"
 	sed -i "s/@NAME@/$model/" "$out/$model/Modelfile"
 done
