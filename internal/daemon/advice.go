@@ -23,14 +23,14 @@ type pathCost struct {
 
 // pathCosts are the paths the advice compares, from the most detail to
 // the least; the figures are docs/telemetry.md's, rounded to two places:
-// the CPU from two runs of `make bench-overhead-matrix`, the dearer run
-// (before 3.1, the dearer of 2.6 and 3.0), the isolation from
-// `bench --telemetry` on 3.2
-// (docs/results/spoe26).
+// the CPU the median of three runs of `make bench-overhead-matrix` (before
+// 3.1, the dearer median of 2.6's and 3.0's), since one run's noise is
+// about ±0.07 and the dearest run would let it decide; the isolation the
+// slower of two runs of `bench --telemetry` on 3.2 (docs/results/spoe26).
 var pathCosts = []pathCost{
 	{"spoe", "SPOE (examples/haproxy.cfg)", 1.22, 1.80, 3600 * time.Millisecond},
-	{"spoe-sampled", "sampled SPOE, k=16 (examples/haproxy-sampled.cfg)", 1.11, 1.22, 4500 * time.Millisecond},
-	{"ring", "the ring (examples/haproxy-syslog-ring.cfg with --syslog-listen unix:///run/hapilot/ring.sock)", 1.12, 1.22, 4100 * time.Millisecond},
+	{"spoe-sampled", "sampled SPOE, k=16 (examples/haproxy-sampled.cfg)", 1.08, 1.14, 4500 * time.Millisecond},
+	{"ring", "the ring (examples/haproxy-syslog-ring.cfg with --syslog-listen unix:///run/hapilot/ring.sock)", 1.12, 1.21, 4100 * time.Millisecond},
 	{"stats", "HAProxy's counters alone (no stanza: --spoe-listen off)", 1.00, 1.02, 4100 * time.Millisecond},
 }
 

@@ -26,7 +26,7 @@ func TestTelemetryAdvice(t *testing.T) {
 		{"2.6.12-1+deb12u4", "spoe", nil},
 		{"3.0.11-1+deb13u4", "spoe", nil},
 		// The cheap paths themselves, and paths or versions it does not know.
-		{"3.2.26-1", "spoe-sampled", nil}, // 1.22x: under the bar
+		{"3.2.26-1", "spoe-sampled", nil}, // 1.14x: under the bar
 
 		{"3.2.26-1", "ring", nil},
 		{"3.2.26-1", "stats", nil},
