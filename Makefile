@@ -15,7 +15,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # anywhere); under make, a missing HAProxy fails them instead.
 export HAPILOT_REQUIRE_HAPROXY := 1
 
-.PHONY: all build demo test unit e2e soak lint vet fmt tidy fuzz bench bench-quick bench-study bench-overhead-matrix deps clean deb test-deb haproxy-matrix test-matrix test-browser test-fleet modelservers test-llm model
+.PHONY: all build demo test unit e2e soak lint vet fmt tidy fuzz bench bench-quick bench-study bench-overhead-matrix deps clean deb test-deb haproxy-matrix test-matrix test-browser test-fleet modelservers test-llm model torch
 
 all: build
 
@@ -110,25 +110,30 @@ modelservers:
 
 # The stand-in checked against the real Ollama, and what llama-server and
 # Ollama's /v1 accept, on tiny random models written in Go
-# (internal/lab/modelserver, build tag modelserver). A missing server
-# fails the tests here instead of skipping them.
-test-llm: modelservers deps
-	HAPILOT_REQUIRE_MODELSERVERS=1 $(GO) test -tags modelserver -count=1 -v -timeout 15m ./internal/lab/modelserver/
+# (internal/lab/modelserver, build tag modelserver); and train.py's model,
+# trained for a few seconds, served by llama-server as PyTorch runs it
+# (internal/lab/dataset). A missing server fails the tests here instead of
+# skipping them.
+test-llm: modelservers deps torch
+	HAPILOT_REQUIRE_MODELSERVERS=1 $(GO) test -tags modelserver -count=1 -v -timeout 15m ./internal/lab/modelserver/ ./internal/lab/dataset/
 	HAPILOT_REQUIRE_MODELSERVERS=1 $(GO) test -tags e2e,modelserver,fleet -count=1 -v -timeout 25m -run '^TestReal' ./internal/lab/e2e/
 
-# hapilot's own policy model (internal/lab/models, docs/llm.md): the
-# dataset from the recipe's seed (hapilot-bench dataset), then the
-# recipe's trainer on one thread a model at nice 10, the two at once: train.py
-# on Debian's PyTorch (installed when missing, with OpenBLAS: torch's
-# generic BLAS is six times slower), its loss on the answer only, for
-# hapilot-tiny and for hapilot-tiny-penalty. llama-server (Debian sid)
-# then checks each served model against PyTorch. It rewrites the committed
-# GGUFs, Modelfiles and training logs; the progress shows as it trains.
-model: build
+# PyTorch from Debian for train.py, installed when missing, with
+# OpenBLAS: torch's generic BLAS is nearly six times slower.
+torch:
 	@/usr/bin/python3 -c 'import torch' 2>/dev/null && [ -e /usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3 ] || { \
 		echo "installing python3-torch and libopenblas0-pthread (apt-get)"; \
 		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3-torch libopenblas0-pthread >/dev/null; }
+
+# hapilot's own policy model (internal/lab/models, docs/llm.md): the
+# dataset from the recipe's seed (hapilot-bench dataset), then the
+# recipe's trainer on one thread a model at nice 10, the two at once:
+# train.py on Debian's PyTorch, its loss on the answer only, for
+# hapilot-tiny and for hapilot-tiny-penalty. llama-server (Debian sid)
+# then checks each served model against PyTorch. It rewrites the committed
+# GGUFs, Modelfiles and training logs; the progress shows as it trains.
+model: build torch
 	internal/lab/modelserver/fetch-llama.sh bin/llama.cpp
 	HAPILOT_LLAMA_DIR=bin/llama.cpp internal/lab/models/train.sh ./$(LAB) internal/lab/models bin/model-work
 

@@ -15,7 +15,7 @@ func cmdDataset(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	r := dataset.DefaultRecipe()
 	fs := flag.NewFlagSet("hapilot-bench dataset", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	out := fs.String("out", "bin/model", "directory for init.gguf, train.txt, train-penalty.txt and stats.json")
+	out := fs.String("out", "bin/model", "directory for init.gguf, train.txt, train-penalty.txt, examples.jsonl, vocab.json and stats.json")
 	fs.Uint64Var(&r.Seed, "seed", r.Seed, "seed of the simulated situations and of the initial weights")
 	fs.IntVar(&r.Examples, "examples", r.Examples, "examples to draw")
 	fs.IntVar(&r.Vocab, "vocab", r.Vocab, "tokens in the fitted vocabulary (0: one a character, no merges)")
@@ -26,7 +26,7 @@ func cmdDataset(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&r.Spec.FF, "ff", r.Spec.FF, "feed-forward length")
 	fs.IntVar(&r.Spec.Heads, "heads", r.Spec.Heads, "attention heads")
 	fs.IntVar(&r.Penalty, "penalty", r.Penalty, "times an example that flags a healthy server appears in the penalty set")
-	trained := fs.String("trained", "", "finish: the GGUF llama-finetune wrote from --out's init.gguf, to be written servable as --gguf")
+	trained := fs.String("trained", "", "finish: the GGUF train.py or llama-finetune trained from --out's dataset, to be written servable as --gguf")
 	servable := fs.String("gguf", "", "finish: the servable GGUF to write from --trained")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -69,10 +69,11 @@ type Stats struct {
 }
 
 // Build writes into dir: init.gguf (the initial weights with the fitted
-// vocabulary), train.txt (every example once) and train-penalty.txt (the
-// same examples, those that flag a healthy server Penalty times, shuffled
-// and cut to train.txt's token count: the same data and budget), and
-// stats.json. Progress goes to log.
+// vocabulary), examples.jsonl (every example as token ids, for train.py),
+// train.txt (every example once) and train-penalty.txt (the same
+// examples, those that flag a healthy server Penalty times, shuffled and
+// cut to train.txt's token count: the same data and budget) for
+// llama-finetune, vocab.json and stats.json. Progress goes to log.
 func Build(dir string, r Recipe, log io.Writer) (*Stats, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -269,8 +270,8 @@ func (p *packer) close(b *strings.Builder) {
 	}
 }
 
-// Finish writes the servable GGUF out from trained, the GGUF
-// llama-finetune wrote from dir's init.gguf: the recipe's keys and
+// Finish writes the servable GGUF out from trained, the GGUF train.py
+// or llama-finetune trained from dir's dataset: the recipe's keys and
 // vocabulary (dir's stats.json and vocab.json) with the trained weights
 // (modelserver.WriteTrained says why).
 func Finish(dir, trained, out string) error {

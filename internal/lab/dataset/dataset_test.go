@@ -1,6 +1,7 @@
 package dataset
 
 import (
+	"encoding/json"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -240,5 +241,66 @@ func TestVocabulary(t *testing.T) {
 	if err := modelserver.WriteGGUF(path, modelserver.Spec{Width: 16, FF: 32, Train: true,
 		Vocabulary: &modelserver.Vocabulary{Tokens: v.Tokens, Types: v.Types, Scores: v.Scores}}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// examples.jsonl, what train.py reads, holds each example once, in the
+// order drawn: its ids decode to the example's text, the ids before
+// answer_at to its prompt (what the server tokenizes), and the rest to its
+// answer and the newline the Modelfile stops at. The loss is taken there
+// and nowhere else, so a wrong offset would train the model on prompt.
+func TestTokenExamples(t *testing.T) {
+	r := DefaultRecipe()
+	r.Examples, r.VocabFit, r.Vocab = 60, 30, 400
+	r.Spec.Width, r.Spec.FF = 16, 32
+	dir := t.TempDir()
+	if _, err := Build(dir, r, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	ex, err := Generate(r.Seed, r.Examples, r.Prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := ReadVocab(filepath.Join(dir, "init.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := v.Tokenizer()
+	b, err := os.ReadFile(filepath.Join(dir, "examples.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if len(lines) != len(ex) {
+		t.Fatalf("%d lines for %d examples", len(lines), len(ex))
+	}
+	suspicious := 0
+	for i, line := range lines {
+		var te TokenExample
+		if err := json.Unmarshal([]byte(line), &te); err != nil {
+			t.Fatalf("line %d: %v", i, err)
+		}
+		decode := func(ids []int32) string {
+			s, err := tk.Decode(ids)
+			if err != nil {
+				t.Fatalf("line %d: %v", i, err)
+			}
+			return s
+		}
+		if got := decode(te.Ids[:te.AnswerAt]); got != ex[i].Prompt() {
+			t.Fatalf("line %d: the ids before answer_at decode to\n%q\nwant the prompt\n%q", i, got, ex[i].Prompt())
+		}
+		if got := decode(te.Ids[te.AnswerAt:]); got != ex[i].Answer+"\n" {
+			t.Fatalf("line %d: the answer's ids decode to %q, want %q", i, got, ex[i].Answer+"\n")
+		}
+		if te.Suspicious != ex[i].Suspicious || te.Kind != ex[i].Kind {
+			t.Fatalf("line %d: suspicious %v kind %s, want %v %s", i, te.Suspicious, te.Kind, ex[i].Suspicious, ex[i].Kind)
+		}
+		if te.Suspicious {
+			suspicious++
+		}
+	}
+	if suspicious == 0 || suspicious == len(lines) {
+		t.Fatalf("%d of %d examples flag a healthy server: the penalty has nothing to weigh", suspicious, len(lines))
 	}
 }

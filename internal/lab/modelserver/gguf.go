@@ -92,8 +92,9 @@ func WriteGGUF(path string, spec Spec) error {
 }
 
 // WriteTrained writes spec's GGUF to path, as WriteGGUF does, with the
-// tensors' values read from trained, the GGUF llama-finetune wrote from
-// spec's. llama-finetune's own file cannot be served as it is: it writes
+// tensors' values read from trained: a GGUF of spec's tensors, as
+// train.py writes it (the tensors alone) or llama-finetune from spec's
+// own. llama-finetune's file cannot be served as it is: it writes
 // every key llama.cpp knows, llama.pooling_type among them, and Ollama
 // takes a model with that key for an embedding model ("does not support
 // chat"). The keys are spec's again; the weights are the trained ones.
