@@ -21,9 +21,9 @@ import (
 	"github.com/ollama/ollama/api"
 )
 
-// hapilot's own model (internal/lab/models/hapilot-tiny, the one of the
-// two that answers valid replies, trained here on simulated scenarios in
-// the compact prompt's form, which the run asks for), imported into the real Ollama from its committed
+// hapilot's own model (internal/lab/models/hapilot-tiny, trained here on
+// simulated scenarios in the compact prompt's form, which the run asks
+// for), imported into the real Ollama from its committed
 // GGUF and Modelfile as a user would, which tokenizes prompts as the
 // training text did, and run with `hapilot run --policy
 // llm` in front of a real HAProxy. It does not pass calibration

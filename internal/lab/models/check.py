@@ -6,7 +6,9 @@ the wrong pairs) would give a model that trained well and serves nonsense.
 This reads the held-out examples' prompts as token ids, answers each
 greedily in PyTorch from the trained GGUF's tensors, and asks llama-server
 (/completion, the same ids, temperature 0) for its answer. It prints how
-many agree token for token and exits 1 under --min.
+many agree token for token and exits 1 under --min. It also prints how many
+of PyTorch's answers name the label's action and server, by the label's
+action: what the model learned, on examples it never trained on.
 
   check.py --work DIR --gguf TRAINED.gguf --server URL [--n 20] [--min 0.9]
 """
@@ -111,6 +113,19 @@ def main():
     # Modelfile's stop.
     stop = {i for i, t in enumerate(tokens) if "\n" in t}
     agree = 0
+    right = {}  # the label's action: [right action and server, examples]
+    acted = 0
+
+    def decode(ids):
+        return "".join(tokens[i] for i in ids).replace("\u2581", " ").strip()
+
+    def action(text):
+        try:
+            a = json.loads(text)["actions"][0]
+            return a["action"], a.get("server")
+        except (ValueError, KeyError, IndexError, TypeError):
+            return "invalid", None
+
     for e in examples:
         prompt = e["ids"][:e["answer_at"]]
         limit = len(e["ids"]) - e["answer_at"] + 8
@@ -118,8 +133,18 @@ def main():
         theirs = served(a.server, prompt, len(mine))
         same = theirs[:len(mine)] == mine
         agree += same
+        want = action(decode(e["ids"][e["answer_at"]:]))
+        got = action(decode(mine))
+        tally = right.setdefault(want[0], [0, 0])
+        tally[0] += got == want
+        tally[1] += 1
+        # An action where the label is no_op: what a penalty should cut.
+        acted += want[0] == "no_op" and got[0] not in ("no_op", "invalid")
         if not same:
             print(f"differ: torch {''.join(tokens[i] for i in mine)!r}\n        server {''.join(tokens[i] for i in theirs)!r}")
+    print("check.py: PyTorch's answers with the label's action and server: " +
+          ", ".join(f"{k} {v[0]} of {v[1]}" for k, v in sorted(right.items())) +
+          f"; an action where the label is no_op: {acted}")
     share = agree / len(examples)
     print(f"check.py: {agree} of {len(examples)} held-out answers the same token for token in PyTorch and at {a.server}")
     return 0 if share >= a.min else 1

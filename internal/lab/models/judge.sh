@@ -15,7 +15,8 @@ shift 2
 here=$(cd "$(dirname "$0")" && pwd)
 # The prompt's style the model was trained on (recipe.env's PROMPT).
 prompt=$(. "$here/recipe.env" && echo "${PROMPT:-full}")
-ollama=${HAPILOT_OLLAMA_BIN:-bin/ollama}
+# Absolute: ollama create runs in the model's folder.
+ollama=$(readlink -f "${HAPILOT_OLLAMA_BIN:-bin/ollama}")
 hapilot=${HAPILOT_BIN:-bin/hapilot}
 bench=${HAPILOT_BENCH_BIN:-bin/hapilot-bench}
 mkdir -p "$out"

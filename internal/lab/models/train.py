@@ -33,8 +33,24 @@ import struct
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
+
+def _threads():
+    # OpenBLAS starts a thread per core of its own unless told, whatever
+    # torch.set_num_threads says: two trainers on 2 cores then ran four
+    # threads, half the CPU in the kernel, 3 times slower a step.
+    for i, arg in enumerate(sys.argv):
+        if arg == "--threads" and i + 1 < len(sys.argv):
+            return sys.argv[i + 1]
+        if arg.startswith("--threads="):
+            return arg.split("=", 1)[1]
+    return "1"
+
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, _threads())
+
+import torch  # noqa: E402  (after the thread counts, which it reads on import)
+import torch.nn.functional as F  # noqa: E402
 
 
 def rms_norm(x, w, eps=1e-5):
