@@ -79,7 +79,8 @@ for model in hapilot-tiny hapilot-tiny-penalty; do
 		server=$!
 		for _ in $(seq 60); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 1; done
 		ok=0
-		"$python" "$here/check.py" --work "$work" --gguf "$work/$model.trained.gguf" --server "http://127.0.0.1:$port" --n 30 | tee -a "$out/$model/training.log" || ok=1
+		"$python" "$here/check.py" --work "$work" --gguf "$work/$model.trained.gguf" --server "http://127.0.0.1:$port" --n 30 >"$work/$model.check.log" || ok=1
+		tee -a "$out/$model/training.log" <"$work/$model.check.log"
 		kill $server; wait $server 2>/dev/null || true
 		[ $ok = 0 ] || { echo "$model: llama-server answers differently from PyTorch (check.py)" >&2; exit 1; }
 	else
