@@ -131,15 +131,7 @@ func TestAgentAdvisesOnTheRunningVersion(t *testing.T) {
 				t.Fatal(err)
 			}
 			d.adviceEvery = 10 * time.Millisecond
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- d.Serve(ctx) }()
-			defer func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("Serve: %v", err)
-				}
-			}()
+			serve(t, d)
 			hasAdvice := func() bool {
 				for _, w := range d.Warnings() {
 					if strings.HasPrefix(w, "telemetry: ") {
@@ -148,9 +140,9 @@ func TestAgentAdvisesOnTheRunningVersion(t *testing.T) {
 				}
 				return false
 			}
-			time.Sleep(50 * time.Millisecond) // several periods with no message yet
-			if hasAdvice() {
-				t.Fatalf("advice before any SPOE message: %q", d.Warnings())
+			// No message yet: nothing to advise on, whatever the version.
+			if a := d.adviceNow(context.Background()); a != "" || hasAdvice() {
+				t.Fatalf("advice before any SPOE message: %q %q", a, d.Warnings())
 			}
 			d.SPOE.Counters.Events.Add(1) // as a NOTIFY frame would
 			deadline := time.Now().Add(2 * time.Second)

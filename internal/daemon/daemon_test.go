@@ -20,6 +20,20 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
+// serve runs d until t ends, and fails t if Serve returns an error.
+func serve(t *testing.T, d *Daemon) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+}
+
 // TestMetricsCountIngestErrors starts the whole agent on free ports, with
 // a runtime socket that does not exist, feeds its SPOE port a frame that
 // breaks the protocol, and reads /metrics and /status.
@@ -30,15 +44,7 @@ func TestMetricsCountIngestErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Serve(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
+	serve(t, d)
 
 	conn, err := net.Dial("tcp", d.SPOEAddr())
 	if err != nil {

@@ -1,7 +1,7 @@
 package dataset
 
 import (
-	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -197,37 +197,28 @@ type TokenExample struct {
 // reads them; they must agree, or the trainer would learn an answer that
 // starts with tokens the server never has in front of it.
 func writeTokens(path string, ex []Example, tok tokenizer.SentencePiece) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	w := bufio.NewWriter(f)
-	enc := json.NewEncoder(w)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	for i, e := range ex {
 		prompt, err := tok.Encode(e.Prompt(), false)
 		if err != nil {
-			f.Close()
 			return fmt.Errorf("dataset: example %d: %w", i, err)
 		}
 		whole, err := tok.Encode(e.Text(), false)
 		if err != nil {
-			f.Close()
 			return fmt.Errorf("dataset: example %d: %w", i, err)
 		}
 		if len(whole) <= len(prompt) || !slices.Equal(whole[:len(prompt)], prompt) {
-			f.Close()
 			return fmt.Errorf("dataset: example %d: its prompt tokenizes differently alone (%d tokens) and before its answer", i, len(prompt))
 		}
 		if err := enc.Encode(TokenExample{Ids: whole, AnswerAt: len(prompt), Suspicious: e.Suspicious, Kind: e.Kind}); err != nil {
-			f.Close()
 			return err
 		}
 	}
-	if err := w.Flush(); err != nil {
-		f.Close()
-		return fmt.Errorf("dataset: write %s: %w", path, err)
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("dataset: %w", err)
 	}
-	return f.Close()
+	return nil
 }
 
 // packer lays examples out in units of size/2 tokens: llama-finetune

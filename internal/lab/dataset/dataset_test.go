@@ -150,13 +150,11 @@ func TestPenaltySetWeighsCollateralDamage(t *testing.T) {
 	}
 }
 
-// With Pack, each training text is units of exactly Pack/2 tokens, as
-// the vocabulary tokenizes them, each unit starting an example: the
-// chunks llama-finetune cuts at its -c, at a stride of -c/2, hold whole
-// examples.
-func TestPackedBlocksHoldWholeExamples(t *testing.T) {
-	r := DefaultRecipe()
-	r.Examples, r.VocabFit, r.Pack, r.Vocab = 120, 40, 1024, 400
+// buildSmall builds r's dataset, on a model 16 wide (the tests read its
+// text and vocabulary, not its weights), into a temporary directory, and
+// reads back the vocabulary init.gguf holds.
+func buildSmall(t *testing.T, r Recipe) (string, *Stats, Vocab) {
+	t.Helper()
 	r.Spec.Width, r.Spec.FF = 16, 32
 	dir := t.TempDir()
 	st, err := Build(dir, r, io.Discard)
@@ -167,6 +165,17 @@ func TestPackedBlocksHoldWholeExamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dir, st, v
+}
+
+// With Pack, each training text is units of exactly Pack/2 tokens, as
+// the vocabulary tokenizes them, each unit starting an example: the
+// chunks llama-finetune cuts at its -c, at a stride of -c/2, hold whole
+// examples.
+func TestPackedBlocksHoldWholeExamples(t *testing.T) {
+	r := DefaultRecipe()
+	r.Examples, r.VocabFit, r.Pack, r.Vocab = 120, 40, 1024, 400
+	dir, st, v := buildSmall(t, r)
 	tk := v.Tokenizer()
 	for _, name := range []string{"train.txt", "train-penalty.txt"} {
 		b, err := os.ReadFile(filepath.Join(dir, name))
@@ -252,16 +261,8 @@ func TestVocabulary(t *testing.T) {
 func TestTokenExamples(t *testing.T) {
 	r := DefaultRecipe()
 	r.Examples, r.VocabFit, r.Vocab = 60, 30, 400
-	r.Spec.Width, r.Spec.FF = 16, 32
-	dir := t.TempDir()
-	if _, err := Build(dir, r, io.Discard); err != nil {
-		t.Fatal(err)
-	}
+	dir, _, v := buildSmall(t, r)
 	ex, err := Generate(r.Seed, r.Examples, r.Prompt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := ReadVocab(filepath.Join(dir, "init.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -140,7 +140,7 @@ def write_gguf(path, tensors):
     head += string("general.architecture") + struct.pack("<I", 8) + string("llama")
     offset, datas = 0, []
     for name, t in tensors:
-        a = t.detach().contiguous().to(torch.float32).numpy() if hasattr(t, "numpy") else t
+        a = t.detach().contiguous().to(torch.float32).numpy()
         dims = list(reversed(a.shape))
         head += string(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
         head += struct.pack("<IQ", 0, offset)

@@ -216,7 +216,10 @@ var conformance = []struct {
 			}
 			cancel()
 			err := <-done
-			time.Sleep(time.Second) // for the server to see the client go
+			// The server logs the abort once it sees the client go.
+			for deadline := time.Now().Add(5 * time.Second); tg.aborted() == before && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+			}
 			ps := waitUnloaded(t, ctx, tg.c("tiny"))
 			return fmt.Sprintf("err=%s aborted=%d ps=%s", errText(err), tg.aborted()-before, ps)
 		},
