@@ -57,7 +57,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	model := fs.String("model", "", "llm without --emulate: the models on --ollama-host, comma-separated, each run through the whole grid")
 	think := fs.String("think", "off", "llm with a real model: thinking off|on|low|medium|high")
 	llmGate := fs.String("llm-gate", "", "llm: the agent's --llm-gate; always asks the model every step, so that a misbehaving one keeps trying")
-	llmPrompt := fs.String("llm-prompt", "", "llm with a real model: the agent's --llm-prompt, full or compact (for small models such as hapilot's own)")
+	llmPrompt := fs.String("llm-prompt", "", "llm with a real model: the agent's --llm-prompt: full, compact (for small models) or numbered (hapilot's own model)")
 	noGate := fs.Bool("no-gate", false, "llm: let every model act without passing calibration, to test what the guards alone hold")
 	list := fs.Bool("list", false, "describe the scenarios and emulated models, and exit")
 	reread := fs.String("report", "", "write the reports of an earlier run's `dir` again from its result.json files, and exit")

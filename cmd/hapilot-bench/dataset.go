@@ -19,7 +19,7 @@ func cmdDataset(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Uint64Var(&r.Seed, "seed", r.Seed, "seed of the simulated situations and of the initial weights")
 	fs.IntVar(&r.Examples, "examples", r.Examples, "examples to draw")
 	fs.IntVar(&r.Vocab, "vocab", r.Vocab, "tokens in the fitted vocabulary (0: one a character, no merges)")
-	fs.Var(&r.Prompt, "prompt", "the prompt's style the examples are rendered in: full | compact (hapilot run --llm-prompt)")
+	fs.Var(&r.Prompt, "prompt", "the prompt's style the examples are rendered in: full | compact | numbered (hapilot run --llm-prompt)")
 	fs.IntVar(&r.Pack, "pack", r.Pack, "lay the training text out in blocks of this many tokens, llama-finetune's -c, each of whole examples (0: one after another)")
 	fs.IntVar(&r.Spec.Width, "width", r.Spec.Width, "embedding width")
 	fs.IntVar(&r.Spec.Layers, "layers", r.Spec.Layers, "blocks")

@@ -243,8 +243,11 @@ func KeyFor(digest string, m *Model) Key {
 // promptHash names the prompt's form. The full form hashes as it did
 // before styles existed, so that records written then stay valid.
 func promptHash(style PromptStyle, system string) string {
-	if style == PromptCompact {
+	switch style {
+	case PromptCompact:
 		return hash(PromptVersion, "compact", CompactHeader, system)
+	case PromptNumbered:
+		return hash(PromptVersion, "numbered", NumberedHeader, system)
 	}
 	return hash(PromptVersion, Header, system)
 }

@@ -66,10 +66,15 @@ const (
 	// full form's bytes (45% over calibration's prompts), so that a model
 	// trained here sees whole examples in its context.
 	PromptCompact PromptStyle = "compact"
+	// PromptNumbered: the compact form with a reference on every row
+	// and backend (s1, b1; see Refs), which the reply names instead of
+	// the server: for a small model trained here, which points at a row
+	// more surely than it copies a name it never saw.
+	PromptNumbered PromptStyle = "numbered"
 )
 
 // PromptStyles lists the styles.
-var PromptStyles = []PromptStyle{PromptFull, PromptCompact}
+var PromptStyles = []PromptStyle{PromptFull, PromptCompact, PromptNumbered}
 
 func (s *PromptStyle) String() string { return string(*s) }
 

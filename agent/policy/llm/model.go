@@ -27,10 +27,16 @@ var DefaultSystemPrompt string
 //go:embed system-prompt-compact.txt
 var CompactSystemPrompt string
 
+//go:embed system-prompt-numbered.txt
+var NumberedSystemPrompt string
+
 // SystemPrompt is the embedded system prompt of the style.
 func (s PromptStyle) SystemPrompt() string {
-	if s == PromptCompact {
+	switch s {
+	case PromptCompact:
 		return CompactSystemPrompt
+	case PromptNumbered:
+		return NumberedSystemPrompt
 	}
 	return DefaultSystemPrompt
 }

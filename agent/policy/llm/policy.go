@@ -217,6 +217,14 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 	}
 	p.report.Called, p.report.Call = true, &res.call
 	p.costOfThinking(think, res.call, false)
+	if res.err == nil && in.Style == PromptNumbered {
+		var named agent.Plan
+		if named, res.err = in.refs().Resolve(res.plan); res.err != nil {
+			res.err = fmt.Errorf("llm: invalid reply from %s: %w", p.Config.Model, res.err)
+			res.call.Raw, res.call.Error = fmt.Sprint(res.plan), res.err.Error()
+		}
+		res.plan = named
+	}
 	if res.err != nil {
 		p.failed(res)
 		return p.fallback(floor, res.err.Error(), false), nil
@@ -542,6 +550,10 @@ func (p *Policy) promptInput(obs agent.Observation, cands map[agent.Key]string, 
 // schema is the reply schema for the servers this prompt shows and the
 // agent may act on.
 func (p *Policy) schema(in PromptInput) []byte {
+	if in.Style == PromptNumbered {
+		r := in.refs()
+		return Schema(r.Backends, r.Servers, r.MaxWeight, p.Config.NumPredict)
+	}
 	var backends, servers []string
 	maxWeight := 1
 	shown := map[string]bool{}

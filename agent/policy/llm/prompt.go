@@ -71,7 +71,7 @@ func (in PromptInput) shows(b agent.BackendView) bool {
 // the agent's hold, pending and refusal state; then the model's recent
 // decisions and how they turned out.
 func Prompt(in PromptInput) string {
-	if in.Style == PromptCompact {
+	if in.Style == PromptCompact || in.Style == PromptNumbered {
 		return compactPrompt(in)
 	}
 	var b strings.Builder

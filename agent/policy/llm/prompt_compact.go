@@ -22,17 +22,30 @@ const CompactShown = 4
 // servers that decide (the candidates, the agent's own, the worst of the
 // rest), with notes in a few words. A small model reads it faster, and a
 // model trained here sees each example whole in its context.
+//
+// The numbered form (PromptNumbered) writes the same rows, each ended by
+// its reference (" = s3"), and each backend's line begins with its own
+// ("backend b1 = app: ..."); Refs numbers them in the same order.
 func compactPrompt(in PromptInput) string {
 	var b strings.Builder
 	obs := in.Obs
-	fmt.Fprintf(&b, "step %d, window %s, recent %s\n", obs.Cycle, lookback(obs.Lookback), lookback(obs.RecentSpan))
-	shown := in.MaxShown
-	if shown <= 0 || shown > CompactShown {
-		shown = CompactShown
+	numbered := in.Style == PromptNumbered
+	header := CompactHeader
+	if numbered {
+		header = NumberedHeader
 	}
+	fmt.Fprintf(&b, "step %d, window %s, recent %s\n", obs.Cycle, lookback(obs.Lookback), lookback(obs.RecentSpan))
+	shown := in.compactShown()
+	nb, ns := 0, 0
 	for _, be := range obs.Backends {
 		if !in.shows(be) {
 			continue
+		}
+		nb++
+		if numbered {
+			fmt.Fprintf(&b, "backend b%d = ", nb)
+		} else {
+			b.WriteString("backend ")
 		}
 		var req, e5 uint64
 		for _, s := range be.Servers {
@@ -43,12 +56,17 @@ func compactPrompt(in PromptInput) string {
 		if in.DrainsPer > 0 {
 			drains = max(1, len(be.Servers)/in.DrainsPer)
 		}
-		fmt.Fprintf(&b, "backend %s: %d servers, %d serving, keep %d, drains %d, 5xx %.2f%%\n",
+		fmt.Fprintf(&b, "%s: %d servers, %d serving, keep %d, drains %d, 5xx %.2f%%\n",
 			be.Name, len(be.Servers), be.ServingCount(), (len(be.Servers)+1)/2, drains, pct(e5, req))
-		b.WriteString(CompactHeader + "\n")
+		b.WriteString(header + "\n")
 		rows, hidden, hReq, hErr := in.listed(be, shown)
 		for _, s := range rows {
 			writeCompactRow(&b, in, be, s)
+			if numbered {
+				ns++
+				fmt.Fprintf(&b, " = s%d", ns)
+			}
+			b.WriteByte('\n')
 		}
 		if hidden > 0 {
 			fmt.Fprintf(&b, "(%d more, none flagged: %d requests, 5xx %.2f%%)\n", hidden, hReq, pct(hErr, hReq))
@@ -60,9 +78,18 @@ func compactPrompt(in PromptInput) string {
 	return b.String()
 }
 
+// compactShown is how many servers a backend a compact prompt lists in
+// full, besides its candidates and the agent's own.
+func (in PromptInput) compactShown() int {
+	if in.MaxShown <= 0 || in.MaxShown > CompactShown {
+		return CompactShown
+	}
+	return in.MaxShown
+}
+
 func writeCompactRow(b *strings.Builder, in PromptInput, be agent.BackendView, s agent.ServerView) {
 	f := rowFigures(be, s)
-	fmt.Fprintf(b, "%s %s %s %d/%d %d %d %.2f %.2f %s %d %.2f %d %s %s\n",
+	fmt.Fprintf(b, "%s %s %s %d/%d %d %d %.2f %.2f %s %d %.2f %d %s %s",
 		s.Server, s.State.Label(), s.Owner, s.State.Weight, s.State.Initial,
 		s.Window.Requests, s.Window.Err5xx, 100*f.rate, 100*f.peer, f.ratio,
 		s.Recent.Requests, 100*s.Recent.ErrorRate(), s.Window.P95Ms, utilization(s, f.rps), compactNote(in, be, s))

@@ -13,24 +13,29 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
 
-// The compact prompt of TestPromptRows' situation, as a golden file: the
-// rows that decide, notes in a few words, the history.
+// The compact and numbered prompts of TestPromptRows' situation, as
+// golden files: the rows that decide, notes in a few words, the history,
+// and in the numbered form each row's and backend's reference.
 func TestCompactPromptGolden(t *testing.T) {
-	in := rowsInput()
-	in.Style = PromptCompact
-	got := Prompt(in)
-	path := filepath.Join("testdata", "prompt-compact.golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (go test ./agent/policy/llm -run CompactPromptGolden -update writes it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("compact prompt:\n%s\nwant:\n%s", got, want)
+	for _, style := range []PromptStyle{PromptCompact, PromptNumbered} {
+		t.Run(string(style), func(t *testing.T) {
+			in := rowsInput()
+			in.Style = style
+			got := Prompt(in)
+			path := filepath.Join("testdata", "prompt-"+string(style)+".golden")
+			if *update {
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (go test ./agent/policy/llm -run CompactPromptGolden -update writes it)", err)
+			}
+			if got != string(want) {
+				t.Errorf("%s prompt:\n%s\nwant:\n%s", style, got, want)
+			}
+		})
 	}
 }
 

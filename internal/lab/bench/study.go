@@ -106,7 +106,7 @@ type StudyConfig struct {
 	// asks the model every step, so that a misbehaving one keeps trying.
 	LLMGate string
 	// LLMPrompt is the agent's --llm-prompt ("" for its default, full):
-	// compact for small models, hapilot's own among them.
+	// compact for small models, numbered for hapilot's own.
 	LLMPrompt string
 	// Envoy is the envoy baseline's configuration (envoyod.Defaults when
 	// zero); EnvoySettings how it was written, for the record.

@@ -86,10 +86,22 @@ func labelsFollowGroundTruth(t *testing.T, style llm.PromptStyle) {
 			t.Fatalf("label %s: more than one action", e.Answer)
 		}
 		flagged := map[agent.Key]row{}
+		refs := map[agent.Key]agent.Key{} // the numbered form's b1/s3 → the server
 		for _, rw := range rows(e.User) {
+			if (rw.sref == "") != (style != llm.PromptNumbered) {
+				t.Fatalf("row %+v of a %s prompt:\n%s", rw, style, e.User)
+			}
+			refs[agent.Key{Backend: rw.bref, Server: rw.sref}] = agent.Key{Backend: rw.backend, Server: rw.server}
 			if rw.candidate != "" {
 				flagged[agent.Key{Backend: rw.backend, Server: rw.server}] = rw
 			}
+		}
+		if style == llm.PromptNumbered && len(plan) == 1 {
+			k, ok := refs[plan[0].Key()]
+			if !ok {
+				t.Fatalf("label %s names no row:\n%s", e.Answer, e.User)
+			}
+			plan[0].Backend, plan[0].Server = k.Backend, k.Server
 		}
 		if e.Suspicious {
 			suspicious++

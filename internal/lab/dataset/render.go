@@ -158,36 +158,55 @@ func (r *recorder) Chat(_ context.Context, req llm.Request) (llm.Reply, error) {
 // (llm.Header's columns, then the note).
 type row struct {
 	backend, server string
-	owner           string
-	weight          int
-	candidate       string // why the windows flag it, "" when they do not
-	floor           bool   // the rules act on it this step
+	// bref and sref are the numbered form's references (b1, s3), ""
+	// in the other forms: a numbered answer names them.
+	bref, sref string
+	owner      string
+	weight     int
+	candidate  string // why the windows flag it, "" when they do not
+	floor      bool   // the rules act on it this step
 }
 
-// rows reads a prompt's server rows back, in either style: the header
-// line (llm.Header or llm.CompactHeader) says where the note starts.
+// rows reads a prompt's server rows back, in any style: the header line
+// (llm.Header, llm.CompactHeader or llm.NumberedHeader) says where the
+// note starts, and a numbered row ends with its reference.
 func rows(prompt string) []row {
 	var out []row
-	backend := ""
-	noteAt := 16
+	backend, bref := "", ""
+	noteAt, numbered := 16, false
 	for _, line := range strings.Split(prompt, "\n") {
 		if rest, ok := strings.CutPrefix(line, "backend "); ok {
+			bref = ""
+			if ref, named, ok := strings.Cut(rest, " = "); ok && !strings.Contains(ref, ":") {
+				bref, rest = ref, named
+			}
 			backend, _, _ = strings.Cut(rest, ":")
 			continue
 		}
 		switch line {
 		case llm.Header:
-			noteAt = 16
+			noteAt, numbered = 16, false
 			continue
 		case llm.CompactHeader:
-			noteAt = 13
+			noteAt, numbered = 13, false
 			continue
+		case llm.NumberedHeader:
+			noteAt, numbered = 13, true
+			continue
+		}
+		sref := ""
+		if numbered {
+			i := strings.LastIndex(line, " = s")
+			if i < 0 {
+				continue
+			}
+			line, sref = line[:i], line[i+3:]
 		}
 		f := strings.Fields(line)
 		if backend == "" || len(f) < noteAt+1 || strings.HasPrefix(line, "(") || strings.HasPrefix(line, "- ") || strings.HasPrefix(line, "you: ") {
 			continue
 		}
-		rw := row{backend: backend, server: f[0], owner: f[2]}
+		rw := row{backend: backend, server: f[0], owner: f[2], bref: bref, sref: sref}
 		w, _, _ := strings.Cut(f[3], "/") // the compact "weight/cfg"
 		fmt.Sscan(w, &rw.weight)
 		note := strings.Join(f[noteAt:], " ")
@@ -213,7 +232,8 @@ type answer struct {
 // Label is the answer the ground truth gives a prompt of sit: a drain of
 // the first flagged server that is truly faulty or slow, a weight cut of
 // one truly overloaded, else no_op with the reason. One action an answer,
-// as the system prompt asks. suspicious: the prompt flags a server that
+// as the system prompt asks. A numbered prompt's answer (and its reason)
+// names the rows' references, not the servers. suspicious: the prompt flags a server that
 // is healthy (draining it would be collateral damage).
 func Label(sit *situation, prompt string) (ans string, suspicious bool) {
 	truth := map[agent.Key]*sserver{}
@@ -230,8 +250,12 @@ func Label(sit *situation, prompt string) (ans string, suspicious bool) {
 		if s == nil || rw.owner == string(agent.OwnerOperator) {
 			continue
 		}
+		name, bname := rw.server, rw.backend
+		if rw.sref != "" {
+			name, bname = rw.sref, rw.bref
+		}
 		if rw.floor && floor == "" {
-			floor = rw.server
+			floor = name
 		}
 		if rw.candidate == "" {
 			continue
@@ -245,17 +269,17 @@ func Label(sit *situation, prompt string) (ans string, suspicious bool) {
 				if s.truth == Slow {
 					why = "p95 far above its peers"
 				}
-				act = &answer{Reason: rw.server + ": " + why, Action: string(agent.Drain), Backend: rw.backend, Server: rw.server}
+				act = &answer{Reason: name + ": " + why, Action: string(agent.Drain), Backend: bname, Server: name}
 			}
 		case s.truth == Overloaded:
 			if act == nil {
 				w := max(1, rw.weight*6/10)
-				act = &answer{Reason: rw.server + ": near its maxconn, cut its weight", Action: string(agent.SetWeight), Backend: rw.backend, Server: rw.server, Weight: &w}
+				act = &answer{Reason: name + ": near its maxconn, cut its weight", Action: string(agent.SetWeight), Backend: bname, Server: name, Weight: &w}
 			}
 		case s.truth == Healthy:
 			suspicious = true
 			if healthyCand == "" {
-				healthyCand = rw.server
+				healthyCand = name
 			}
 		}
 	}

@@ -8,8 +8,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,8 +24,8 @@ import (
 )
 
 // hapilot's own model (internal/lab/models/hapilot-tiny, trained here on
-// simulated scenarios in the compact prompt's form, which the run asks
-// for), imported into the real Ollama from its committed
+// simulated scenarios in the prompt form its recipe names, which the run
+// asks for), imported into the real Ollama from its committed
 // GGUF and Modelfile as a user would, which tokenizes prompts as the
 // training text did, and run with `hapilot run --policy
 // llm` in front of a real HAProxy. It does not pass calibration
@@ -54,7 +56,8 @@ func TestRealOllamaHapilotTiny(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok := v.Tokenizer()
-	examples, err := dataset.Generate(77, 6, llm.PromptCompact)
+	prompt := recipePrompt(t)
+	examples, err := dataset.Generate(77, 6, prompt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +75,7 @@ func TestRealOllamaHapilotTiny(t *testing.T) {
 		}
 	}
 	const interval = 5 * time.Second
-	cal := exec.CommandContext(ctx, agentBinary, "calibrate", "--model", model, "--llm-prompt", "compact", "--ollama-host", o.URL.String(),
+	cal := exec.CommandContext(ctx, agentBinary, "calibrate", "--model", model, "--llm-prompt", string(prompt), "--ollama-host", o.URL.String(),
 		"--calibration-dir", t.TempDir(), "--interval", interval.String())
 	out, err := cal.CombinedOutput()
 	t.Logf("hapilot calibrate --interval %v against %s:\n%s", interval, o, out)
@@ -80,7 +83,7 @@ func TestRealOllamaHapilotTiny(t *testing.T) {
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !bytes.Contains(out, []byte("FAILED: ")) {
 		t.Fatalf("calibrate: %v, want exit 1 and the reason: the committed model does not pass (if it does now, this test and docs/llm.md are out of date)", err)
 	}
-	s := scenario.Scenario{Policy: "llm", Name: model, AgentArgs: []string{"--model", model, "--llm-prompt", "compact", "--ollama-host", o.URL.String(), "--skip-calibration", "--llm-gate", "always"},
+	s := scenario.Scenario{Policy: "llm", Name: model, AgentArgs: []string{"--model", model, "--llm-prompt", string(prompt), "--ollama-host", o.URL.String(), "--skip-calibration", "--llm-gate", "always"},
 		Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 40 * time.Second, Interval: interval}
 	outs, audits := sideBySide(t, map[string]scenario.Scenario{model: s})
 	tiny, ok := outs[model]
@@ -129,4 +132,25 @@ func TestRealOllamaHapilotTiny(t *testing.T) {
 	if calls == 0 || valid == 0 {
 		t.Fatalf("%d calls, %d valid: the model was never called, or never answered a valid reply", calls, valid)
 	}
+}
+
+// recipePrompt is the prompt form internal/lab/models/recipe.env trained
+// the committed models on (its PROMPT=).
+func recipePrompt(t *testing.T) llm.PromptStyle {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "models", "recipe.env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "PROMPT="); ok {
+			var style llm.PromptStyle
+			if err := style.Set(strings.TrimSpace(v)); err != nil {
+				t.Fatalf("recipe.env: %v", err)
+			}
+			return style
+		}
+	}
+	t.Fatal("recipe.env names no PROMPT")
+	return ""
 }
