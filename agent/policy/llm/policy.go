@@ -221,6 +221,8 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 		var named agent.Plan
 		if named, res.err = in.refs().Resolve(res.plan); res.err != nil {
 			res.err = fmt.Errorf("llm: invalid reply from %s: %w", p.Config.Model, res.err)
+			// The reply parsed, so its text is not kept: the plan as
+			// parsed, references and all, stands for it.
 			res.call.Raw, res.call.Error = fmt.Sprint(res.plan), res.err.Error()
 		}
 		res.plan = named

@@ -25,25 +25,24 @@ const CompactShown = 4
 //
 // The numbered form (PromptNumbered) writes the same rows, each ended by
 // its reference (" = s3"), and each backend's line begins with its own
-// ("backend b1 = app: ..."); Refs numbers them in the same order.
+// ("backend b1 = app: ..."), as Refs numbers them.
 func compactPrompt(in PromptInput) string {
 	var b strings.Builder
 	obs := in.Obs
 	numbered := in.Style == PromptNumbered
 	header := CompactHeader
+	var refs Refs
 	if numbered {
-		header = NumberedHeader
+		header, refs = NumberedHeader, in.refs()
 	}
 	fmt.Fprintf(&b, "step %d, window %s, recent %s\n", obs.Cycle, lookback(obs.Lookback), lookback(obs.RecentSpan))
 	shown := in.compactShown()
-	nb, ns := 0, 0
 	for _, be := range obs.Backends {
 		if !in.shows(be) {
 			continue
 		}
-		nb++
 		if numbered {
-			fmt.Fprintf(&b, "backend b%d = ", nb)
+			fmt.Fprintf(&b, "backend %s = ", refs.ofBackend[be.Name])
 		} else {
 			b.WriteString("backend ")
 		}
@@ -63,8 +62,7 @@ func compactPrompt(in PromptInput) string {
 		for _, s := range rows {
 			writeCompactRow(&b, in, be, s)
 			if numbered {
-				ns++
-				fmt.Fprintf(&b, " = s%d", ns)
+				b.WriteString(" = " + refs.ofServer[s.Key()])
 			}
 			b.WriteByte('\n')
 		}

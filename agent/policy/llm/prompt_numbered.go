@@ -25,6 +25,10 @@ var ErrUnknownRef = errors.New("the reply's reference is not the prompt's")
 type Refs struct {
 	backend map[string]string    // b1 → backend name
 	server  map[string]agent.Key // s1 → its backend and name
+	// ofBackend and ofServer are the same the other way, for the prompt
+	// to write.
+	ofBackend map[string]string
+	ofServer  map[agent.Key]string
 	// Backends and Servers are the references in the prompt's order;
 	// Servers omits the operator's, which the reply may not name.
 	Backends, Servers []string
@@ -32,22 +36,25 @@ type Refs struct {
 	MaxWeight int
 }
 
-// refs numbers what compactPrompt lists for in, as it lists it.
+// refs numbers what compactPrompt lists for in, in the order it lists
+// it: the one numbering the prompt, the schema and Resolve share.
 func (in PromptInput) refs() Refs {
-	r := Refs{backend: map[string]string{}, server: map[string]agent.Key{}, MaxWeight: 1}
+	r := Refs{backend: map[string]string{}, server: map[string]agent.Key{},
+		ofBackend: map[string]string{}, ofServer: map[agent.Key]string{}, MaxWeight: 1}
 	n := 0
 	for _, be := range in.Obs.Backends {
 		if !in.shows(be) {
 			continue
 		}
 		b := "b" + strconv.Itoa(len(r.Backends)+1)
-		r.backend[b] = be.Name
+		r.backend[b], r.ofBackend[be.Name] = be.Name, b
 		r.Backends = append(r.Backends, b)
 		rows, _, _, _ := in.listed(be, in.compactShown())
 		for _, s := range rows {
 			n++
 			ref := "s" + strconv.Itoa(n)
-			r.server[ref] = agent.Key{Backend: be.Name, Server: s.Server}
+			k := agent.Key{Backend: be.Name, Server: s.Server}
+			r.server[ref], r.ofServer[k] = k, ref
 			if s.Owner != agent.OwnerOperator {
 				r.Servers = append(r.Servers, ref)
 				r.MaxWeight = max(r.MaxWeight, s.State.Initial)

@@ -233,8 +233,8 @@ type answer struct {
 // the first flagged server that is truly faulty or slow, a weight cut of
 // one truly overloaded, else no_op with the reason. One action an answer,
 // as the system prompt asks. A numbered prompt's answer (and its reason)
-// names the rows' references, not the servers. suspicious: the prompt flags a server that
-// is healthy (draining it would be collateral damage).
+// names the rows' references, not the servers. suspicious: the prompt
+// flags a server that is healthy (draining it would be collateral damage).
 func Label(sit *situation, prompt string) (ans string, suspicious bool) {
 	truth := map[agent.Key]*sserver{}
 	for _, b := range sit.backends {
