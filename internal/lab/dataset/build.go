@@ -38,20 +38,28 @@ type Recipe struct {
 	// appears in the penalty set: the cost of draining a healthy server,
 	// against a missed fault's 1.
 	Penalty int
+	// Frozen: one calibration-style situation in Frozen runs with its
+	// plans never taking effect (0: none), so that a history line saying
+	// "not in force" comes before the same action again.
+	Frozen int
 }
 
 // DefaultRecipe is hapilot-tiny's.
 func DefaultRecipe() Recipe {
-	return Recipe{Seed: 1, Examples: 3000, VocabFit: 300, Vocab: 768, Penalty: 3, Prompt: llm.PromptCompact, Pack: 1024,
+	return Recipe{Seed: 1, Examples: 3000, VocabFit: 300, Vocab: 768, Penalty: 3, Frozen: 8, Prompt: llm.PromptCompact, Pack: 1024,
 		Spec: modelserver.Spec{Layers: 2, Width: 64, Heads: 4, FF: 192, ContextLength: 3072, Train: true}}
 }
 
 // Stats is what Build wrote, for the recipe's log.
 type Stats struct {
-	Recipe          Recipe         `json:"recipe"`
-	Examples        int            `json:"examples"`
-	Kinds           map[string]int `json:"kinds"`
-	Actions         map[string]int `json:"actions"`
+	Recipe   Recipe         `json:"recipe"`
+	Examples int            `json:"examples"`
+	Kinds    map[string]int `json:"kinds"`
+	Actions  map[string]int `json:"actions"`
+	// AfterHistory: the answers of the examples whose prompt holds a
+	// history line ("you: step 1: drain ..."), by action. A model that
+	// sees history mostly before no_op learns to stop at it.
+	AfterHistory    map[string]int `json:"after_history"`
 	Suspicious      int            `json:"suspicious"`
 	Tokens          int            `json:"tokens"`
 	PenaltyExamples int            `json:"penalty_examples"`
@@ -79,7 +87,7 @@ func Build(dir string, r Recipe, log io.Writer) (*Stats, error) {
 		return nil, err
 	}
 	fmt.Fprintf(log, "dataset: drawing %d examples (seed %d)\n", r.Examples, r.Seed)
-	ex, err := Generate(r.Seed, r.Examples, r.Prompt)
+	ex, err := Generate(r.Seed, r.Examples, r.Prompt, r.Frozen)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +98,7 @@ func Build(dir string, r Recipe, log io.Writer) (*Stats, error) {
 	fmt.Fprintf(log, "dataset: fitting a %d-token vocabulary on %d examples\n", r.Vocab, len(fit))
 	v := FitVocab(fit, r.Vocab)
 	tok := v.Tokenizer()
-	st := &Stats{Recipe: r, Examples: len(ex), Kinds: map[string]int{}, Actions: map[string]int{}}
+	st := &Stats{Recipe: r, Examples: len(ex), Kinds: map[string]int{}, Actions: map[string]int{}, AfterHistory: map[string]int{}}
 	counts := make([]int, len(ex))
 	answers := 0
 	for i, e := range ex {
@@ -100,6 +108,9 @@ func Build(dir string, r Recipe, log io.Writer) (*Stats, error) {
 		st.MaxTokens = max(st.MaxTokens, counts[i])
 		st.Kinds[string(e.Kind)]++
 		st.Actions[e.Action()]++
+		if strings.Contains(e.User, "\nyou: ") {
+			st.AfterHistory[e.Action()]++
+		}
 		if e.Suspicious {
 			st.Suspicious++
 		}

@@ -42,7 +42,7 @@ func TestCalibrationIsHeldOut(t *testing.T) {
 			}
 		}
 	}
-	ex, err := Generate(3, 400, llm.PromptCompact)
+	ex, err := Generate(3, 400, llm.PromptCompact, DefaultRecipe().Frozen)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestLabelsFollowGroundTruth(t *testing.T) {
 func labelsFollowGroundTruth(t *testing.T, style llm.PromptStyle) {
 	// 800 examples a form: each form's run is about as long as one
 	// form's 1,500 was, under -race beside the other packages.
-	ex, err := Generate(5, 800, style)
+	ex, err := Generate(5, 800, style, DefaultRecipe().Frozen)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,11 @@ func TestPenaltySetWeighsCollateralDamage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.PenaltyTokens > st.Tokens || st.PenaltyTokens < st.Tokens*95/100 {
+	// The budget is train.txt's blocks: a block the penalty set cannot
+	// fill with its next example is padded, so its token count may fall
+	// short of train.txt's by some padding a block (an example is about
+	// half a block), a few in a hundred at this size.
+	if st.PenaltyTokens > st.Tokens || st.PenaltyTokens < st.Tokens*90/100 {
 		t.Fatalf("penalty set %d tokens, plain %d: not the same budget", st.PenaltyTokens, st.Tokens)
 	}
 	plain := float64(st.Suspicious) / float64(st.Examples)
@@ -222,7 +226,7 @@ func TestPackedBlocksHoldWholeExamples(t *testing.T) {
 // token spans the prompt's end and its answer), and has no
 // token llama.cpp would take for a control one.
 func TestVocabulary(t *testing.T) {
-	ex, err := Generate(7, 60, llm.PromptFull)
+	ex, err := Generate(7, 60, llm.PromptFull, DefaultRecipe().Frozen)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +278,7 @@ func TestTokenExamples(t *testing.T) {
 	r := DefaultRecipe()
 	r.Examples, r.VocabFit, r.Vocab = 60, 30, 400
 	dir, _, v := buildSmall(t, r)
-	ex, err := Generate(r.Seed, r.Examples, r.Prompt)
+	ex, err := Generate(r.Seed, r.Examples, r.Prompt, r.Frozen)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,5 +319,39 @@ func TestTokenExamples(t *testing.T) {
 	}
 	if suspicious == 0 || suspicious == len(lines) {
 		t.Fatalf("%d of %d examples flag a healthy server: the penalty has nothing to weigh", suspicious, len(lines))
+	}
+}
+
+// A history line ("you: step 1: drain ...") does not give the answer
+// away: after some the right answer is an action, both the same action
+// again when the last one is not in force (a frozen situation) and a
+// drain of a new fault beside one drained before (a fault that begins
+// mid-situation). In the fourth attempt's data 25 of 828 examples with
+// a history line had an action for answer, and its model stopped at one.
+func TestHistoryDoesNotGiveTheAnswerAway(t *testing.T) {
+	ex, err := Generate(9, 2000, llm.PromptNumbered, DefaultRecipe().Frozen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var withHistory, acts, again, beside int
+	for _, e := range ex {
+		if !strings.Contains(e.User, "\nyou: ") {
+			continue
+		}
+		withHistory++
+		if e.Action() == agent.VerbNoOp {
+			continue
+		}
+		acts++
+		switch {
+		case strings.Contains(e.User, ": not in force\n"):
+			again++
+		case strings.Contains(e.User, ": in force (drained)\n") && e.Action() == string(agent.Drain):
+			beside++
+		}
+	}
+	t.Logf("%d examples with a history line: %d act, %d again after one not in force, %d drain beside one in force", withHistory, acts, again, beside)
+	if withHistory == 0 || acts*20 < withHistory || again == 0 || beside == 0 {
+		t.Fatalf("history lines come before no_op in all but %d of %d examples (%d again, %d beside)", acts, withHistory, again, beside)
 	}
 }

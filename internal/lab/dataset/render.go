@@ -46,9 +46,11 @@ func (e Example) Prompt() string {
 
 // Generate draws n examples from seed: situations run step by step
 // through the LLM policy as production (or calibration) runs it, with a
-// model server that records each prompt and answers with the label.
-func Generate(seed uint64, n int, style llm.PromptStyle) ([]Example, error) {
-	g := &gen{r: rand.New(rand.NewPCG(seed, 0x64617461736574)), hold: CalibrationHoldout()}
+// model server that records each prompt and answers with the label. One
+// calibration-style situation in frozen (0: none) is frozen: its plans
+// never take effect.
+func Generate(seed uint64, n int, style llm.PromptStyle, frozen int) ([]Example, error) {
+	g := &gen{r: rand.New(rand.NewPCG(seed, 0x64617461736574)), hold: CalibrationHoldout(), frozen: frozen}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var out []Example
 	for len(out) < n {
@@ -97,7 +99,9 @@ func run(g *gen, sit *situation, style llm.PromptStyle) ([]Example, error) {
 		if rec.called {
 			out = append(out, rec.last)
 		}
-		apply(sit, obs.Time, plan)
+		if !sit.frozen {
+			apply(sit, obs.Time, plan)
+		}
 	}
 	return out, nil
 }
@@ -147,7 +151,7 @@ func (r *recorder) Chat(_ context.Context, req llm.Request) (llm.Reply, error) {
 	truth := map[agent.Key]Truth{}
 	for _, b := range r.sit.backends {
 		for _, s := range b.servers {
-			truth[agent.Key{Backend: b.name, Server: s.name}] = s.truth
+			truth[agent.Key{Backend: b.name, Server: s.name}] = s.truthAt(r.sit.now)
 		}
 	}
 	r.last = Example{Kind: r.sit.kind, System: req.System, User: req.User, Answer: ans, Suspicious: suspicious, Truth: truth}
@@ -262,21 +266,22 @@ func Label(sit *situation, prompt string) (ans string, suspicious bool) {
 		}
 		// The truth decides, whichever test flagged the server (the
 		// policy keeps the first reason: errors, latency, overload).
+		tr := s.truthAt(sit.now)
 		switch {
-		case s.truth == Faulty && s.drainedAt.IsZero(), s.truth == Slow:
+		case tr == Faulty && s.drainedAt.IsZero(), tr == Slow:
 			if act == nil {
 				why := "5xx far above its peers"
-				if s.truth == Slow {
+				if tr == Slow {
 					why = "p95 far above its peers"
 				}
 				act = &answer{Reason: name + ": " + why, Action: string(agent.Drain), Backend: bname, Server: name}
 			}
-		case s.truth == Overloaded:
+		case tr == Overloaded:
 			if act == nil {
 				w := max(1, rw.weight*6/10)
 				act = &answer{Reason: name + ": near its maxconn, cut its weight", Action: string(agent.SetWeight), Backend: bname, Server: name, Weight: &w}
 			}
-		case s.truth == Healthy:
+		case tr == Healthy:
 			suspicious = true
 			if healthyCand == "" {
 				healthyCand = name

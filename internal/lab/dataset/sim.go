@@ -59,7 +59,7 @@ var mix = []struct {
 }{
 	{KindHealthy, 6}, {KindGrey, 20}, {KindClear, 6}, {KindNoise, 14}, {KindFleetwide, 8},
 	{KindLatency, 10}, {KindOverload, 8}, {KindDrained, 10}, {KindOperator, 7}, {KindLow, 9},
-	{KindTwo, 6}, {KindQuiet, 2},
+	{KindTwo, 8}, {KindQuiet, 2},
 }
 
 // sserver is one simulated server: its true behaviour, and what the
@@ -76,6 +76,21 @@ type sserver struct {
 	operator  bool
 	drainedAt time.Time // the agent's drain, zero when none
 	cutAt     time.Time // the agent's weight cut, zero when none
+	// faultAt is when a fault that begins mid-situation begins (zero:
+	// from the start). Until then the server is healthy and fails at
+	// baseRate, its backend's background; after it, the windows mix the
+	// two rates by the seconds each covers.
+	faultAt  time.Time
+	baseRate float64
+}
+
+// truthAt is what s really is at now: a fault that has not begun yet is
+// a healthy server.
+func (s *sserver) truthAt(now time.Time) Truth {
+	if !s.faultAt.IsZero() && now.Before(s.faultAt) {
+		return Healthy
+	}
+	return s.truth
 }
 
 type sbackend struct {
@@ -94,6 +109,14 @@ type situation struct {
 	// production: Confirm 2 and the anomaly gate, as `hapilot run` calls
 	// the model; otherwise Confirm 1 and every step, as calibration does.
 	production bool
+	// frozen: no step's plan takes effect, as in calibration, whose
+	// steps are fixed: the next prompt's history says "not in force"
+	// beside a server still flagged, and the right answer is the same
+	// action again. Without it the training's history lines almost
+	// always came before a no_op, and a model learned to stop at one.
+	frozen bool
+	// now is the step being observed: the ground truth is read at it.
+	now time.Time
 }
 
 var serverPrefixes = []string{"srv", "srv-", "node", "node-", "be", "host-", "h", "w", "x", "pod-", "ip-10-0-1-", "r", "k", "www", "worker-", "svc", "vm-", "c", "lb", "t"}
@@ -107,6 +130,9 @@ var weights = []int{1, 2, 3, 4, 5, 8, 10, 12, 16, 20, 25, 32, 37, 50, 64, 100, 1
 type gen struct {
 	r    *rand.Rand
 	hold Holdout
+	// frozen: one calibration-style situation in frozen is frozen (0:
+	// none).
+	frozen int
 }
 
 func (g *gen) pick(n int) int { return g.r.IntN(n) }
@@ -192,6 +218,7 @@ func (g *gen) situation(now time.Time) *situation {
 		sit.interval = time.Second
 	}
 	sit.elapsed = time.Duration(g.uniform(float64(sit.interval), float64(2*time.Minute)))
+	sit.frozen = !sit.production && g.frozen > 0 && g.pick(g.frozen) == 0
 	total := 3 + g.pick(26) // 3..28 servers
 	if k == KindTwo {
 		total = max(total, 4)
@@ -202,7 +229,11 @@ func (g *gen) situation(now time.Time) *situation {
 	if k == KindOverload {
 		minWeight = 2 // a cut needs room below the weight
 	}
-	if total >= 6 && g.pick(10) < 3 { // two backends
+	twoBackends := g.pick(10) < 3
+	if k == KindTwo {
+		twoBackends = g.pick(2) == 0
+	}
+	if total >= 6 && twoBackends {
 		a := 3 + g.pick(total-5)
 		sit.backends = []*sbackend{g.fleet(names[0], a, minWeight), g.fleet(names[1], total-a, minWeight)}
 	} else {
@@ -289,13 +320,44 @@ func (g *gen) situation(now time.Time) *situation {
 			fault(victim(), 0.02, 0.1)
 		}
 	case KindTwo:
+		// Grey faults two times in three, which the model is there for
+		// (the rules drain the clear ones, and the model's history then
+		// holds nothing).
+		lo, hi := 0.004, 0.03
+		if g.pick(3) == 0 {
+			lo, hi = 0.005, 0.08
+		}
 		a := victim()
-		fault(a, 0.005, 0.08)
-		for {
-			if o := victim(); o != a {
-				fault(o, 0.005, 0.08)
-				break
+		fault(a, lo, hi)
+		// The second fault stands in the other backend half the time
+		// there are two, and two times in three it begins later, once
+		// the first may have been drained: a first drain in force, in
+		// the history, must not hide a new fault (calibration's two-fault
+		// sequence holds one, on names and sizes that stay out of
+		// training).
+		where := target
+		if len(sit.backends) == 2 && g.pick(2) == 0 {
+			where = sit.backends[0]
+			if where == target {
+				where = sit.backends[1]
 			}
+		}
+		for {
+			o := where.servers[g.pick(len(where.servers))]
+			if o == a {
+				continue
+			}
+			o.baseRate = o.errRate
+			fault(o, lo, hi)
+			if g.pick(3) != 0 {
+				// A few steps more, for the windows to show the new
+				// fault once it has begun between the observations of
+				// step k-1 and k.
+				sit.steps = 3 + g.pick(3)
+				k := 1 + g.pick(2)
+				o.faultAt = now.Add(time.Duration((float64(k) - g.uniform(0.2, 1)) * float64(sit.interval)))
+			}
+			break
 		}
 	case KindQuiet:
 		sit.elapsed = 0
@@ -322,6 +384,7 @@ func (g *gen) observe(sit *situation, step int) agent.Observation {
 	seen := sit.elapsed + time.Duration(step)*sit.interval
 	win := min(seen, time.Minute).Seconds()
 	recent := min(seen, 10*time.Second).Seconds()
+	sit.now = now
 	obs := agent.Observation{Time: now, Cycle: uint64(step + 1), Lookback: time.Minute, RecentSpan: 10 * time.Second}
 	for _, b := range sit.backends {
 		bv := agent.BackendView{Name: b.name}
@@ -368,11 +431,11 @@ func (g *gen) view(backend string, s *sserver, now time.Time, win, recent float6
 		rn = min(rn, n)
 	}
 	p50, p95 := jitter(g, s.p50), jitter(g, s.p95)
-	v.Window = window.Stats{Backend: backend, Server: s.name, Requests: n, Err5xx: g.binomial(n, s.errRate), P50Ms: p50, P95Ms: max(p95, p50), P99Ms: max(p95, p50) * 6 / 5}
+	v.Window = window.Stats{Backend: backend, Server: s.name, Requests: n, Err5xx: g.errors(s, now, n, serving), P50Ms: p50, P95Ms: max(p95, p50), P99Ms: max(p95, p50) * 6 / 5}
 	if n == 0 {
 		v.Window.P50Ms, v.Window.P95Ms, v.Window.P99Ms = 0, 0, 0
 	}
-	v.Recent = window.Stats{Backend: backend, Server: s.name, Requests: rn, Err5xx: g.binomial(rn, s.errRate), P50Ms: p50, P95Ms: max(p95, p50), P99Ms: max(p95, p50) * 6 / 5,
+	v.Recent = window.Stats{Backend: backend, Server: s.name, Requests: rn, Err5xx: g.errors(s, now, rn, recent), P50Ms: p50, P95Ms: max(p95, p50), P99Ms: max(p95, p50) * 6 / 5,
 		Seconds: int(recent)}
 	if recent > 0 {
 		v.Recent.RatePerSec = float64(rn) / recent
@@ -381,6 +444,18 @@ func (g *gen) view(backend string, s *sserver, now time.Time, win, recent float6
 		v.RespTimeMs = p50
 	}
 	return v
+}
+
+// errors draws the 5xx among n requests of the last secs seconds before
+// now: at s's rate, or, for a fault that began within them, at its
+// background rate for the seconds before and its fault's after.
+func (g *gen) errors(s *sserver, now time.Time, n uint64, secs float64) uint64 {
+	if s.faultAt.IsZero() || secs <= 0 {
+		return g.binomial(n, s.errRate)
+	}
+	faulty := min(secs, max(0, now.Sub(s.faultAt).Seconds()))
+	bad := uint64(math.Round(float64(n) * faulty / secs))
+	return g.binomial(bad, s.errRate) + g.binomial(n-bad, s.baseRate)
 }
 
 // poisson draws a count of mean m: Knuth's method while small, a normal

@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,14 +27,13 @@ import (
 // asks for), imported into the real Ollama from its committed
 // GGUF and Modelfile as a user would, which tokenizes prompts as the
 // training text did, and run with `hapilot run --policy
-// llm` in front of a real HAProxy. It does not pass calibration
-// (docs/llm.md has its scorecard): `hapilot calibrate` must say so, and
-// the run lets it act with --skip-calibration, asked every step (the
-// rules drain the paper's faults at once, so the anomaly gate would leave
-// nothing to ask), to show that the guards hold around it. The model is
-// really called through the server and answers valid replies; no
-// healthy server is drained; the rules' floor drains the faulty ones; no
-// step overruns its interval.
+// llm` in front of a real HAProxy. It passes calibration (docs/llm.md has
+// its scorecard): `hapilot calibrate` must say so, and the run reads the
+// record it wrote, as an operator's agent would, and lets it act, asked
+// every step (the rules drain the paper's faults at once, so the anomaly gate
+// would leave nothing to ask). The model is really called through the
+// server and answers valid replies; no healthy server is drained; the
+// faulty ones are; no step overruns its interval.
 func TestRealOllamaHapilotTiny(t *testing.T) {
 	const model = "hapilot-tiny"
 	o := modelserver.OllamaT(t)
@@ -57,7 +55,7 @@ func TestRealOllamaHapilotTiny(t *testing.T) {
 	}
 	tok := v.Tokenizer()
 	prompt := recipePrompt(t)
-	examples, err := dataset.Generate(77, 6, prompt)
+	examples, err := dataset.Generate(77, 6, prompt, dataset.DefaultRecipe().Frozen)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,15 +73,15 @@ func TestRealOllamaHapilotTiny(t *testing.T) {
 		}
 	}
 	const interval = 5 * time.Second
+	calDir := t.TempDir()
 	cal := exec.CommandContext(ctx, agentBinary, "calibrate", "--model", model, "--llm-prompt", string(prompt), "--ollama-host", o.URL.String(),
-		"--calibration-dir", t.TempDir(), "--interval", interval.String())
+		"--calibration-dir", calDir, "--interval", interval.String())
 	out, err := cal.CombinedOutput()
 	t.Logf("hapilot calibrate --interval %v against %s:\n%s", interval, o, out)
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !bytes.Contains(out, []byte("FAILED: ")) {
-		t.Fatalf("calibrate: %v, want exit 1 and the reason: the committed model does not pass (if it does now, this test and docs/llm.md are out of date)", err)
+	if err != nil || !bytes.Contains(out, []byte("PASSED: ")) {
+		t.Fatalf("calibrate: %v: the committed model passed calibration here (if it does not now, this test and docs/llm.md are out of date)", err)
 	}
-	s := scenario.Scenario{Policy: "llm", Name: model, AgentArgs: []string{"--model", model, "--llm-prompt", string(prompt), "--ollama-host", o.URL.String(), "--skip-calibration", "--llm-gate", "always"},
+	s := scenario.Scenario{Policy: "llm", Name: model, AgentArgs: []string{"--model", model, "--llm-prompt", string(prompt), "--ollama-host", o.URL.String(), "--calibration-dir", calDir, "--llm-gate", "always"},
 		Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 40 * time.Second, Interval: interval}
 	outs, audits := sideBySide(t, map[string]scenario.Scenario{model: s})
 	tiny, ok := outs[model]
