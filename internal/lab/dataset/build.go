@@ -108,7 +108,7 @@ func Build(dir string, r Recipe, log io.Writer) (*Stats, error) {
 		st.MaxTokens = max(st.MaxTokens, counts[i])
 		st.Kinds[string(e.Kind)]++
 		st.Actions[e.Action()]++
-		if strings.Contains(e.User, "\nyou: ") {
+		if e.HasHistory() {
 			st.AfterHistory[e.Action()]++
 		}
 		if e.Suspicious {

@@ -335,7 +335,7 @@ func TestHistoryDoesNotGiveTheAnswerAway(t *testing.T) {
 	}
 	var withHistory, acts, again, beside int
 	for _, e := range ex {
-		if !strings.Contains(e.User, "\nyou: ") {
+		if !e.HasHistory() {
 			continue
 		}
 		withHistory++

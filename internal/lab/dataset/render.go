@@ -37,6 +37,10 @@ func (e Example) Text() string {
 	return "<|im_start|>system\n" + e.System + "<|im_end|>\n<|im_start|>user\n" + e.User + "<|im_end|>\n<|im_start|>assistant\n" + e.Answer + "\n"
 }
 
+// HasHistory tells whether the prompt shows the model's last decisions
+// ("you: step 1: drain ..."), which the policy's prompt writes last.
+func (e Example) HasHistory() bool { return strings.Contains(e.User, "\nyou: ") }
+
 // Prompt is the example's text up to the answer: what Ollama sends the
 // model.
 func (e Example) Prompt() string {

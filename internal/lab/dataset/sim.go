@@ -347,9 +347,10 @@ func (g *gen) situation(now time.Time) *situation {
 			if o == a {
 				continue
 			}
-			o.baseRate = o.errRate
+			background := o.errRate
 			fault(o, lo, hi)
 			if g.pick(3) != 0 {
+				o.baseRate = background
 				// A few steps more, for the windows to show the new
 				// fault once it has begun between the observations of
 				// step k-1 and k.
