@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -118,6 +119,52 @@ func TestHAProxyConfigObserveLayer7(t *testing.T) {
 		if out, err := exec.Command(haproxyproc.Binary(), "-c", "-f", p).CombinedOutput(); err != nil {
 			t.Fatalf("haproxy -c: %v\n%s\n%s", err, out, cfg)
 		}
+	}
+}
+
+// SPOETime times the engine of both stanzas, full and sampled, and
+// haproxy -c accepts it.
+func TestHAProxyConfigSPOETime(t *testing.T) {
+	labtest.RequireHAProxy(t)
+	for _, sample := range []int{0, 16} {
+		dir := t.TempDir()
+		cfg, err := HAProxyConfig(HAProxyOptions{Dir: dir, FrontendPort: 18080, Servers: []string{"127.0.0.1:1"}, AgentAddr: "127.0.0.1:4242", Sample: sample, SPOETime: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(cfg, "http-after-response set-header "+SPOETimeHeader+" %[var(txn.hapilot.spoe_ms)]") {
+			t.Fatalf("sample %d: no header rule:\n%s", sample, cfg)
+		}
+		spoeFiles, _ := filepath.Glob(filepath.Join(dir, "hapilot-spoe*.conf"))
+		if len(spoeFiles) != 1 {
+			t.Fatalf("sample %d: SPOE files %v", sample, spoeFiles)
+		}
+		spoeConf, err := os.ReadFile(spoeFiles[0])
+		if err != nil || !strings.Contains(string(spoeConf), "spoe-agent hapilot\n    option set-total-time spoe_ms\n") {
+			t.Fatalf("sample %d: %v\n%s", sample, err, spoeConf)
+		}
+		p := dir + "/haproxy.cfg"
+		if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(haproxyproc.Binary(), "-c", "-f", p).CombinedOutput(); err != nil {
+			t.Fatalf("haproxy -c: %v\n%s\n%s", err, out, cfg)
+		}
+	}
+}
+
+func TestSPOEMsHeader(t *testing.T) {
+	for _, tt := range []struct {
+		header string
+		want   int
+	}{{"", -1}, {"0", 0}, {"20", 20}, {"-3", -1}, {"x", -1}} {
+		if got := spoeMs([]byte(tt.header)); got != tt.want {
+			t.Errorf("spoeMs(%q) = %d, want %d", tt.header, got, tt.want)
+		}
+	}
+	r := &Result{spoeMs: [][]int{{30}, {0, 12}, {25, 9}}}
+	if got := r.SPOEHeld(1, 10*time.Millisecond); got != 2 {
+		t.Errorf("SPOEHeld(1, 10ms) = %d, want 2", got)
 	}
 }
 

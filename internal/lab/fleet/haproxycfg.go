@@ -56,7 +56,21 @@ type HAProxyOptions struct {
 	// that those checks are HTTP requests.
 	ServerOptions string
 	HTTPCheck     bool
+	// SPOETime, with AgentAddr, has HAProxy report how long the SPOE held
+	// each response (the engine's `option set-total-time`, in ms) in
+	// SPOETimeHeader, absent where the SPOE was not consulted: what a test
+	// of a dead or slow agent must read, since the client's latency also
+	// holds every stall of a loaded machine.
+	SPOETime bool
 }
+
+// SPOETimeHeader is where a config with HAProxyOptions.SPOETime puts the
+// milliseconds the SPOE added to the response.
+const SPOETimeHeader = "X-Hapilot-Spoe-Ms"
+
+// spoeTimeVar is the engine's variable for set-total-time; the stanza's
+// `option var-prefix hapilot` puts it at txn.hapilot.<name>.
+const spoeTimeVar = "spoe_ms"
 
 // Backend is the backend name the generated config uses.
 const BackendName = "app"
@@ -135,6 +149,13 @@ frontend www
 			cfg, spoeConf = examples.Sampled(o.Sample)
 			spoeName = "hapilot-spoe-sampled.conf"
 		}
+		if o.SPOETime {
+			agent := "\nspoe-agent hapilot\n"
+			if !strings.Contains(spoeConf, agent) {
+				return "", fmt.Errorf("%s: no %q section to time", spoeName, strings.TrimSpace(agent))
+			}
+			spoeConf = strings.Replace(spoeConf, agent, agent+"    option set-total-time "+spoeTimeVar+"\n", 1)
+		}
 		spoeFile := filepath.Join(o.Dir, spoeName)
 		if err := os.WriteFile(spoeFile, []byte(spoeConf), 0o644); err != nil {
 			return "", err
@@ -146,6 +167,10 @@ frontend www
 		for _, l := range front {
 			l = strings.Replace(l, "/etc/haproxy/"+spoeName, spoeFile, 1)
 			fmt.Fprintf(&b, "    %s\n", l)
+		}
+		if o.SPOETime {
+			// After every http-response rule, so after send-spoe-group.
+			fmt.Fprintf(&b, "    http-after-response set-header %s %%[var(txn.hapilot.%s)] if { var(txn.hapilot.%s) -m found }\n", SPOETimeHeader, spoeTimeVar, spoeTimeVar)
 		}
 		agents = "\n" + be
 	}

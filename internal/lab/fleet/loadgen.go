@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -29,6 +30,11 @@ type Second struct {
 	Err5xx   int `json:"err_5xx"`
 	Failed   int `json:"failed"`            // transport errors, timeouts, in-flight overflow
 	Retried  int `json:"retried,omitempty"` // answers HAProxy sent after retrying
+	// SPOE counts the answers the SPOE was consulted on, and SPOEMaxMs is
+	// the longest it held one (HAProxy's own figure, in SPOETimeHeader;
+	// both 0 without HAProxyOptions.SPOETime).
+	SPOE      int `json:"spoe,omitempty"`
+	SPOEMaxMs int `json:"spoe_max_ms,omitempty"`
 	// Latency percentiles of the responses due in this second.
 	P50Ms float64 `json:"p50_ms"`
 	P95Ms float64 `json:"p95_ms"`
@@ -48,6 +54,23 @@ type Result struct {
 	Retried   int `json:"retried"`
 	latencies []time.Duration
 	retried   []time.Duration
+	spoeMs    [][]int // per second, as SPOETimeHeader gave them
+}
+
+// SPOEHeld counts the answers due from second `from` on that the SPOE held
+// for at least atLeast, by HAProxy's own clock: unlike the client's
+// latency, a stall of the whole machine does not show in it unless the
+// SPOE was consulted.
+func (r *Result) SPOEHeld(from int, atLeast time.Duration) int {
+	n := 0
+	for sec := max(from, 0); sec < len(r.spoeMs); sec++ {
+		for _, ms := range r.spoeMs[sec] {
+			if time.Duration(ms)*time.Millisecond >= atLeast {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // RetriesHeader is where a config with HAProxyOptions.Retries puts
@@ -99,13 +122,14 @@ func (l Load) Run(ctx context.Context) *Result {
 	total := int(l.Rate * l.Duration.Seconds())
 	period := time.Duration(float64(time.Second) / l.Rate)
 	res := &Result{Scheduled: total, PerSecond: make([]Second, int(math.Ceil(l.Duration.Seconds()))+1)}
+	res.spoeMs = make([][]int, len(res.PerSecond))
 	perSecond := make([][]time.Duration, len(res.PerSecond))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, l.MaxInFlight)
 	uri := "http://" + l.Addr + l.Path
 	start := time.Now()
-	record := func(due time.Time, status int, retried bool, err error) {
+	record := func(due time.Time, status int, retried bool, spoeMs int, err error) {
 		lat := time.Since(due)
 		sec := int(due.Sub(start) / time.Second)
 		mu.Lock()
@@ -130,6 +154,11 @@ func (l Load) Run(ctx context.Context) *Result {
 				res.Err5xx++
 				ps.Err5xx++
 			}
+			if spoeMs >= 0 {
+				ps.SPOE++
+				ps.SPOEMaxMs = max(ps.SPOEMaxMs, spoeMs)
+				res.spoeMs[sec] = append(res.spoeMs[sec], spoeMs)
+			}
 		}
 	}
 	for i := 0; i < total; i++ {
@@ -146,7 +175,7 @@ func (l Load) Run(ctx context.Context) *Result {
 		select {
 		case slots <- struct{}{}:
 		default:
-			record(due, 0, false, context.DeadlineExceeded)
+			record(due, 0, false, -1, context.DeadlineExceeded)
 			continue
 		}
 		wg.Add(1)
@@ -159,7 +188,7 @@ func (l Load) Run(ctx context.Context) *Result {
 			req.SetRequestURI(uri)
 			err := client.DoTimeout(req, resp, l.Timeout)
 			rc := resp.Header.Peek(RetriesHeader)
-			record(due, resp.StatusCode(), len(rc) > 0 && string(rc) != "0", err)
+			record(due, resp.StatusCode(), len(rc) > 0 && string(rc) != "0", spoeMs(resp.Header.Peek(SPOETimeHeader)), err)
 		}(due)
 	}
 	wg.Wait()
@@ -172,6 +201,19 @@ func (l Load) Run(ctx context.Context) *Result {
 		ps.P50Ms, ps.P95Ms, ps.P99Ms = quantileMs(lats, 0.50), quantileMs(lats, 0.95), quantileMs(lats, 0.99)
 	}
 	return res
+}
+
+// spoeMs reads SPOETimeHeader: -1 where it is absent (the SPOE was not
+// consulted) or not a count of milliseconds.
+func spoeMs(h []byte) int {
+	if len(h) == 0 {
+		return -1
+	}
+	ms, err := strconv.Atoi(string(h))
+	if err != nil || ms < 0 {
+		return -1
+	}
+	return ms
 }
 
 // quantile is the q-th of sorted latencies (0 < q <= 1).

@@ -56,6 +56,9 @@ type Scenario struct {
 	KillSignal syscall.Signal
 	// NoSPOE leaves the SPOE stanza out of HAProxy's config.
 	NoSPOE bool
+	// SPOETime has HAProxy report on each answer how long the SPOE held
+	// it (fleet.HAProxyOptions.SPOETime; Load.SPOEHeld reads it).
+	SPOETime bool
 	// Telemetry is the path from HAProxy to the agent: "spoe" (default),
 	// "spoe-unix", "lua-unix", "syslog-unix" and "syslog-ring-unix" (the
 	// same over unix sockets, as the examples have them),
@@ -155,7 +158,7 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 		return nil, err
 	}
 	opts := fleet.HAProxyOptions{Dir: s.Dir, FrontendPort: ports[0], Servers: fleet.Addrs(backends), Algo: s.Algo, Weight: s.Weight, MaxConn: s.MaxConn, Threads: s.Threads,
-		Retries: s.Retries, ServerOptions: s.ServerOptions, HTTPCheck: s.HTTPCheck}
+		Retries: s.Retries, ServerOptions: s.ServerOptions, HTTPCheck: s.HTTPCheck, SPOETime: s.SPOETime}
 	ingestArgs := []string{"--spoe-listen", "off"}
 	telemetry := s.Telemetry
 	if k, sampled, err := fleet.SampledPath(telemetry); err != nil {
