@@ -38,15 +38,28 @@ type Recipe struct {
 	// appears in the penalty set: the cost of draining a healthy server,
 	// against a missed fault's 1.
 	Penalty int
+	// Draw: how situations are drawn beyond the seed (frozen ones, and
+	// maxconn outside overload).
+	Draw
+}
+
+// Draw is how situations are drawn beyond the seed.
+type Draw struct {
 	// Frozen: one calibration-style situation in Frozen runs with its
 	// plans never taking effect (0: none), so that a history line saying
 	// "not in force" comes before the same action again.
 	Frozen int
+	// Unlimited: outside overload situations every backend has a maxconn,
+	// at an ordinary load, but one in Unlimited; 0 gives none of them one
+	// (the fifth attempt's data, which the committed models trained on:
+	// its model read any util figure as overload). The sixth attempt
+	// drew 3.
+	Unlimited int
 }
 
 // DefaultRecipe is hapilot-tiny's.
 func DefaultRecipe() Recipe {
-	return Recipe{Seed: 1, Examples: 3000, VocabFit: 300, Vocab: 768, Penalty: 3, Frozen: 8, Prompt: llm.PromptCompact, Pack: 1024,
+	return Recipe{Seed: 1, Examples: 3000, VocabFit: 300, Vocab: 768, Penalty: 3, Draw: Draw{Frozen: 8}, Prompt: llm.PromptCompact, Pack: 1024,
 		Spec: modelserver.Spec{Layers: 2, Width: 64, Heads: 4, FF: 192, ContextLength: 3072, Train: true}}
 }
 
@@ -68,8 +81,11 @@ type Stats struct {
 	// server (Suspicious counts them in train.txt).
 	PenaltySuspicious int `json:"penalty_suspicious"`
 	MaxTokens         int `json:"max_example_tokens"`
-	// Blocks: how many units of Recipe.Pack/2 tokens train.txt holds.
-	Blocks int `json:"blocks,omitempty"`
+	// Blocks: how many units of Recipe.Pack/2 tokens train.txt holds;
+	// PenaltyBlocks, train-penalty.txt (the same budget, or one short
+	// where the tokens ran out first).
+	Blocks        int `json:"blocks,omitempty"`
+	PenaltyBlocks int `json:"penalty_blocks,omitempty"`
 	// TooLong: examples left out of both sets, longer than a unit.
 	TooLong      int     `json:"too_long,omitempty"`
 	MeanTokens   float64 `json:"mean_example_tokens"`
@@ -87,7 +103,7 @@ func Build(dir string, r Recipe, log io.Writer) (*Stats, error) {
 		return nil, err
 	}
 	fmt.Fprintf(log, "dataset: drawing %d examples (seed %d)\n", r.Examples, r.Seed)
-	ex, err := Generate(r.Seed, r.Examples, r.Prompt, r.Frozen)
+	ex, err := Generate(r.Seed, r.Examples, r.Prompt, r.Draw)
 	if err != nil {
 		return nil, err
 	}
@@ -162,6 +178,7 @@ func Build(dir string, r Recipe, log io.Writer) (*Stats, error) {
 		}
 	}
 	pp.close(&pen)
+	st.PenaltyBlocks = pp.blocks
 	spec := r.Spec
 	spec.Vocabulary = &modelserver.Vocabulary{Tokens: v.Tokens, Types: v.Types, Scores: v.Scores}
 	if err := modelserver.WriteGGUF(filepath.Join(dir, "init.gguf"), spec); err != nil {

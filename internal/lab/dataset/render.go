@@ -50,11 +50,10 @@ func (e Example) Prompt() string {
 
 // Generate draws n examples from seed: situations run step by step
 // through the LLM policy as production (or calibration) runs it, with a
-// model server that records each prompt and answers with the label. One
-// calibration-style situation in frozen (0: none) is frozen: its plans
-// never take effect.
-func Generate(seed uint64, n int, style llm.PromptStyle, frozen int) ([]Example, error) {
-	g := &gen{r: rand.New(rand.NewPCG(seed, 0x64617461736574)), hold: CalibrationHoldout(), frozen: frozen}
+// model server that records each prompt and answers with the label, the
+// situations drawn as d says.
+func Generate(seed uint64, n int, style llm.PromptStyle, d Draw) ([]Example, error) {
+	g := &gen{r: rand.New(rand.NewPCG(seed, 0x64617461736574)), hold: CalibrationHoldout(), draw: d}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var out []Example
 	for len(out) < n {
@@ -173,6 +172,7 @@ type row struct {
 	weight     int
 	candidate  string // why the windows flag it, "" when they do not
 	floor      bool   // the rules act on it this step
+	util       string // its util column: "-" where it has no maxconn
 }
 
 // rows reads a prompt's server rows back, in any style: the header line
@@ -181,7 +181,7 @@ type row struct {
 func rows(prompt string) []row {
 	var out []row
 	backend, bref := "", ""
-	noteAt, numbered := 16, false
+	noteAt, utilAt, numbered := 16, 6, false
 	for _, line := range strings.Split(prompt, "\n") {
 		if rest, ok := strings.CutPrefix(line, "backend "); ok {
 			bref = ""
@@ -193,13 +193,13 @@ func rows(prompt string) []row {
 		}
 		switch line {
 		case llm.Header:
-			noteAt, numbered = 16, false
+			noteAt, utilAt, numbered = 16, 6, false
 			continue
 		case llm.CompactHeader:
-			noteAt, numbered = 13, false
+			noteAt, utilAt, numbered = 13, 12, false
 			continue
 		case llm.NumberedHeader:
-			noteAt, numbered = 13, true
+			noteAt, utilAt, numbered = 13, 12, true
 			continue
 		}
 		sref := ""
@@ -214,7 +214,7 @@ func rows(prompt string) []row {
 		if backend == "" || len(f) < noteAt+1 || strings.HasPrefix(line, "(") || strings.HasPrefix(line, "- ") || strings.HasPrefix(line, "you: ") {
 			continue
 		}
-		rw := row{backend: backend, server: f[0], owner: f[2], bref: bref, sref: sref}
+		rw := row{backend: backend, server: f[0], owner: f[2], bref: bref, sref: sref, util: f[utilAt]}
 		w, _, _ := strings.Cut(f[3], "/") // the compact "weight/cfg"
 		fmt.Sscan(w, &rw.weight)
 		note := strings.Join(f[noteAt:], " ")

@@ -130,9 +130,7 @@ var weights = []int{1, 2, 3, 4, 5, 8, 10, 12, 16, 20, 25, 32, 37, 50, 64, 100, 1
 type gen struct {
 	r    *rand.Rand
 	hold Holdout
-	// frozen: one calibration-style situation in frozen is frozen (0:
-	// none).
-	frozen int
+	draw Draw
 }
 
 func (g *gen) pick(n int) int { return g.r.IntN(n) }
@@ -218,7 +216,7 @@ func (g *gen) situation(now time.Time) *situation {
 		sit.interval = time.Second
 	}
 	sit.elapsed = time.Duration(g.uniform(float64(sit.interval), float64(2*time.Minute)))
-	sit.frozen = !sit.production && g.frozen > 0 && g.pick(g.frozen) == 0
+	sit.frozen = !sit.production && g.draw.Frozen > 0 && g.pick(g.draw.Frozen) == 0
 	total := 3 + g.pick(26) // 3..28 servers
 	if k == KindTwo {
 		total = max(total, 4)
@@ -369,7 +367,40 @@ func (g *gen) situation(now time.Time) *situation {
 		}
 		sit.steps = 1
 	}
+	// Where HAProxy sets a maxconn the prompt shows every server's
+	// util_pct, at any load, and many operators set one (the lab's fleets
+	// set maxconn 4 on every server). Drawn in overload situations only,
+	// a util figure meant overload: the fifth attempt's model cut the
+	// weight of a faulty server where a drain was right, and of healthy
+	// ones in fleet-wide faults, wherever one showed. So all backends
+	// but one in Draw.Unlimited have one elsewhere, at an ordinary load
+	// (none where it is 0, and nothing drawn: the fifth attempt's data).
+	if k != KindOverload && g.draw.Unlimited > 0 {
+		for _, b := range sit.backends {
+			if g.pick(g.draw.Unlimited) != 0 {
+				g.limit(b, g.uniform(0.03, 0.6))
+			}
+		}
+	}
 	return sit
+}
+
+// limit gives every server of b the maxconn at which the busiest of them
+// runs at util of it, a slow one aside (holding its connections longer,
+// it runs nearer its maxconn, as it would). Not the median: the prompt
+// flags a server at 80% (the recent rate's noise on top), and on a median
+// a third of the healthy servers of a busy fleet were flagged.
+func (g *gen) limit(b *sbackend, util float64) {
+	load := 0.0
+	for _, s := range b.servers {
+		if s.truth != Slow {
+			load = max(load, s.rps*float64(s.p50)/1000)
+		}
+	}
+	mc := max(1, int(math.Ceil(load/util)))
+	for _, s := range b.servers {
+		s.maxconn = mc
+	}
 }
 
 func scale(b *sbackend, f float64) {

@@ -36,7 +36,7 @@ esac
 mkdir -p "$work"
 start=$(date +%s)
 "$bench" dataset --out "$work" --seed "$SEED" --examples "$EXAMPLES" --vocab "$VOCAB" --prompt "$PROMPT" --pack "$CTX" \
-	--width "$WIDTH" --layers "$LAYERS" --ff "$FF" --heads "$HEADS" --penalty "$PENALTY" --frozen "${FROZEN:-0}"
+	--width "$WIDTH" --layers "$LAYERS" --ff "$FF" --heads "$HEADS" --penalty "$PENALTY" --frozen "${FROZEN:-0}" --unlimited "${UNLIMITED:-0}"
 # Each trainer writes WORK_DIR/MODEL.trained.gguf and MODEL.raw.log.
 finetune() { # MODEL TEXT
 	echo "training $1 on $2 ($(wc -c <"$2") bytes): llama-finetune -c $CTX -b $BATCH -lr $LR -lr-min $LR_MIN -epochs $EPOCHS -t 1"
