@@ -55,7 +55,7 @@ func TestRealOllamaHapilotTiny(t *testing.T) {
 	}
 	tok := v.Tokenizer()
 	prompt := recipePrompt(t)
-	examples, err := dataset.Generate(77, 6, prompt, dataset.DefaultRecipe().Frozen)
+	examples, err := dataset.Generate(77, 6, prompt, dataset.DefaultRecipe().Draw)
 	if err != nil {
 		t.Fatal(err)
 	}
