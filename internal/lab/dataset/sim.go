@@ -378,7 +378,7 @@ func (g *gen) situation(now time.Time) *situation {
 	if k != KindOverload && g.draw.Unlimited > 0 {
 		for _, b := range sit.backends {
 			if g.pick(g.draw.Unlimited) != 0 {
-				g.limit(b, g.uniform(0.03, 0.6))
+				limit(b, g.uniform(0.03, 0.6))
 			}
 		}
 	}
@@ -391,7 +391,7 @@ func (g *gen) situation(now time.Time) *situation {
 // flags a server at 80% (the recent rate's noise on top), and on the
 // median (at 2% to 60%) the 8,000 examples' overload candidates went
 // from 719 to 4,202.
-func (g *gen) limit(b *sbackend, util float64) {
+func limit(b *sbackend, util float64) {
 	load := 0.0
 	for _, s := range b.servers {
 		if s.truth != Slow {

@@ -76,6 +76,19 @@ func TestErrorRateChangesLive(t *testing.T) {
 	}
 }
 
+// checkConfig writes cfg to dir/haproxy.cfg and fails t unless
+// haproxy -c accepts it.
+func checkConfig(t *testing.T, dir, cfg string) {
+	t.Helper()
+	p := filepath.Join(dir, "haproxy.cfg")
+	if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(haproxyproc.Binary(), "-c", "-f", p).CombinedOutput(); err != nil {
+		t.Fatalf("haproxy -c: %v\n%s\n%s", err, out, cfg)
+	}
+}
+
 func TestHAProxyConfigIsValid(t *testing.T) {
 	labtest.RequireHAProxy(t)
 	for _, agent := range []string{"", "127.0.0.1:4242"} {
@@ -87,13 +100,7 @@ func TestHAProxyConfigIsValid(t *testing.T) {
 		if strings.Contains(cfg, "spoe") != (agent != "") || !strings.Contains(cfg, "balance leastconn") || !strings.Contains(cfg, "server srv2 127.0.0.1:2") {
 			t.Fatalf("config:\n%s", cfg)
 		}
-		p := dir + "/haproxy.cfg"
-		if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if out, err := exec.Command(haproxyproc.Binary(), "-c", "-f", p).CombinedOutput(); err != nil {
-			t.Fatalf("haproxy -c: %v\n%s\n%s", err, out, cfg)
-		}
+		checkConfig(t, dir, cfg)
 	}
 }
 
@@ -112,13 +119,7 @@ func TestHAProxyConfigObserveLayer7(t *testing.T) {
 		if !strings.Contains(cfg, "    option httpchk GET /\n") || !strings.Contains(cfg, "server srv2 127.0.0.1:2 weight 100 maxconn 4 "+opts+"\n") {
 			t.Fatalf("config:\n%s", cfg)
 		}
-		p := dir + "/haproxy.cfg"
-		if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if out, err := exec.Command(haproxyproc.Binary(), "-c", "-f", p).CombinedOutput(); err != nil {
-			t.Fatalf("haproxy -c: %v\n%s\n%s", err, out, cfg)
-		}
+		checkConfig(t, dir, cfg)
 	}
 }
 
@@ -143,13 +144,7 @@ func TestHAProxyConfigSPOETime(t *testing.T) {
 		if err != nil || !strings.Contains(string(spoeConf), "spoe-agent hapilot\n    option set-total-time spoe_ms\n") {
 			t.Fatalf("sample %d: %v\n%s", sample, err, spoeConf)
 		}
-		p := dir + "/haproxy.cfg"
-		if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if out, err := exec.Command(haproxyproc.Binary(), "-c", "-f", p).CombinedOutput(); err != nil {
-			t.Fatalf("haproxy -c: %v\n%s\n%s", err, out, cfg)
-		}
+		checkConfig(t, dir, cfg)
 	}
 }
 
