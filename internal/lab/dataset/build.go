@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/policy/llm"
 	"github.com/hapilot/hapilot/internal/lab/modelserver"
 	"github.com/ollama/ollama/tokenizer"
@@ -51,13 +52,14 @@ type Draw struct {
 	Frozen int
 	// Unlimited: outside overload situations every backend has a maxconn,
 	// at an ordinary load, but one in Unlimited; 0 gives none of them one
-	// (the fifth attempt's data, which the committed models trained on:
-	// its model read any util figure as overload). The sixth attempt
-	// drew 3.
+	// (the fifth attempt's data: its model read any util figure as
+	// overload). The sixth and seventh attempts drew 3, and the committed
+	// models trained on the seventh's data.
 	Unlimited int
 }
 
-// DefaultRecipe is hapilot-tiny's.
+// DefaultRecipe is hapilot-bench dataset's defaults, small and quick to
+// draw; internal/lab/models/recipe.env sets hapilot-tiny's.
 func DefaultRecipe() Recipe {
 	return Recipe{Seed: 1, Examples: 3000, VocabFit: 300, Vocab: 768, Penalty: 3, Draw: Draw{Frozen: 8}, Prompt: llm.PromptCompact, Pack: 1024,
 		Spec: modelserver.Spec{Layers: 2, Width: 64, Heads: 4, FF: 192, ContextLength: 3072, Train: true}}
@@ -216,7 +218,12 @@ type TokenExample struct {
 	Ids        []int32 `json:"ids"`
 	AnswerAt   int     `json:"answer_at"`
 	Suspicious bool    `json:"suspicious,omitempty"`
-	Kind       Kind    `json:"kind"`
+	// ActsAfterHistory: the prompt holds a history line and the answer
+	// acts. train.py's --history weighs these: in the sixth attempt's
+	// data 120 of 902 examples after a history line acted, and its model
+	// answered no_op after one in calibration.
+	ActsAfterHistory bool `json:"acts_after_history,omitempty"`
+	Kind             Kind `json:"kind"`
 }
 
 // writeTokens writes every example to path as a TokenExample. The prompt
@@ -239,7 +246,8 @@ func writeTokens(path string, ex []Example, tok tokenizer.SentencePiece) error {
 		if len(whole) <= len(prompt) || !slices.Equal(whole[:len(prompt)], prompt) {
 			return fmt.Errorf("dataset: example %d: its prompt tokenizes differently alone (%d tokens) and before its answer", i, len(prompt))
 		}
-		if err := enc.Encode(TokenExample{Ids: whole, AnswerAt: len(prompt), Suspicious: e.Suspicious, Kind: e.Kind}); err != nil {
+		if err := enc.Encode(TokenExample{Ids: whole, AnswerAt: len(prompt), Suspicious: e.Suspicious,
+			ActsAfterHistory: e.HasHistory() && e.Acts(), Kind: e.Kind}); err != nil {
 			return err
 		}
 	}
@@ -319,4 +327,11 @@ func (e Example) Action() string {
 		return "none"
 	}
 	return r.Actions[0].Action
+}
+
+// Acts tells whether the answer changes a server (a drain, a cut, a
+// ready), not no_op or nothing.
+func (e Example) Acts() bool {
+	a := e.Action()
+	return a != agent.VerbNoOp && a != "none"
 }

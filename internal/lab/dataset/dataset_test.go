@@ -317,12 +317,34 @@ func TestTokenExamples(t *testing.T) {
 		if te.Suspicious != ex[i].Suspicious || te.Kind != ex[i].Kind {
 			t.Fatalf("line %d: suspicious %v kind %s, want %v %s", i, te.Suspicious, te.Kind, ex[i].Suspicious, ex[i].Kind)
 		}
+		if te.ActsAfterHistory != (ex[i].HasHistory() && ex[i].Acts()) {
+			t.Fatalf("line %d: acts_after_history %v for an example with history %v that acts %v", i, te.ActsAfterHistory, ex[i].HasHistory(), ex[i].Acts())
+		}
 		if te.Suspicious {
 			suspicious++
 		}
 	}
 	if suspicious == 0 || suspicious == len(lines) {
 		t.Fatalf("%d of %d examples flag a healthy server: the penalty has nothing to weigh", suspicious, len(lines))
+	}
+}
+
+// Acts is what train.py's history weight reads: an answer that changes
+// a server, not no_op and not an answer with no action.
+func TestActs(t *testing.T) {
+	for _, tc := range []struct {
+		answer string
+		want   bool
+	}{
+		{`{"actions":[{"reason":"s2: 5xx far above its peers","action":"drain","backend":"b1","server":"s2"}]}`, true},
+		{`{"actions":[{"reason":"s1: near its maxconn, cut its weight","action":"set_weight","backend":"b1","server":"s1","weight":6}]}`, true},
+		{`{"actions":[{"reason":"s1: within chance of its peers","action":"no_op","backend":"-","server":"-"}]}`, false},
+		{`{"actions":[]}`, false},
+		{`not json`, false},
+	} {
+		if got := (Example{Answer: tc.answer}).Acts(); got != tc.want {
+			t.Errorf("Acts of %s = %v, want %v", tc.answer, got, tc.want)
+		}
 	}
 }
 

@@ -15,13 +15,18 @@ as many K/V heads as Q heads, and a SwiGLU feed-forward. The weights go to a
 GGUF of F32 tensors with GGML's names and shapes; `hapilot-bench dataset
 --trained` then writes it servable with the recipe's keys and vocabulary.
 
-  train.py --work DIR --out FILE.gguf [--penalty N] [--epochs N] ...
+  train.py --work DIR --out FILE.gguf [--penalty N] [--history N] [--epochs N] ...
 
 DIR is what `hapilot-bench dataset` wrote: examples.jsonl (the token ids
 and where each answer starts) and stats.json (the model's shape).
 --penalty N weighs the loss of an example that flags a healthy server N
 times: the same examples and the same steps as without it, which is what
-the with-and-without comparison needs.
+the with-and-without comparison needs. --history N weighs N times an
+example whose prompt holds a history line and whose answer acts
+(acts_after_history): few of them, and a model that saw history mostly
+before no_op answered no_op after it (the sixth attempt). Both models of a
+recipe take the same --history; the validation loss weighs every example
+alike.
 """
 
 import argparse
@@ -175,9 +180,10 @@ def batches(examples, tokens_per_batch, rng):
     return out
 
 
-def tensors_of(examples, idx, penalty):
+def tensors_of(examples, idx, penalty, history=1.0):
     """Inputs, targets and per-token weights: the loss is on the answer's
-    tokens, an example that flags a healthy server weighed penalty times."""
+    tokens, an example that flags a healthy server weighed penalty times,
+    one that acts after a history line history times (both: the product)."""
     t = max(len(examples[i]["ids"]) for i in idx) - 1
     inp = torch.zeros(len(idx), t, dtype=torch.long)
     tgt = torch.zeros(len(idx), t, dtype=torch.long)
@@ -188,7 +194,10 @@ def tensors_of(examples, idx, penalty):
         n = len(ids) - 1
         inp[r, :n], tgt[r, :n] = ids[:-1], ids[1:]
         # Position p predicts token p+1: the answer starts at answer_at.
-        wt[r, e["answer_at"] - 1:n] = penalty if e.get("suspicious") else 1.0
+        w = penalty if e.get("suspicious") else 1.0
+        if e.get("acts_after_history"):
+            w *= history
+        wt[r, e["answer_at"] - 1:n] = w
     return inp, tgt, wt
 
 
@@ -204,6 +213,7 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--penalty", type=float, default=1.0)
+    ap.add_argument("--history", type=float, default=1.0)
     ap.add_argument("--epochs", type=int, default=6)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--lr-min", type=float, default=3e-4)
@@ -231,7 +241,8 @@ def main():
     params = sum(p.numel() for p in model.parameters())
     answer = sum(len(e["ids"]) - e["answer_at"] for e in train)
     print(f"train.py: {params} parameters (width {spec['Width']}, {spec['Layers']} blocks, {spec['Heads']} heads, ff {spec['FF']}, "
-          f"vocab {vocab}); {len(train)} examples ({answer} answer tokens), {len(val)} held out; penalty {a.penalty:g}; "
+          f"vocab {vocab}); {len(train)} examples ({answer} answer tokens), {len(val)} held out; penalty {a.penalty:g}, history {a.history:g} "
+          f"({sum(1 for e in train if e.get('acts_after_history'))} act after one); "
           f"{a.epochs} epochs, lr {a.lr:g} to {a.lr_min:g}, {a.batch_tokens} tokens a batch, {a.threads} thread(s)", flush=True)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01, betas=(0.9, 0.95))
     steps = a.epochs * len(batches(train, a.batch_tokens, random.Random(0)))
@@ -259,7 +270,7 @@ def main():
         for idx in batches(train, a.batch_tokens, rng):
             for g in opt.param_groups:
                 g["lr"] = lr_at(step)
-            l, w, _ = loss_of(model, tensors_of(train, idx, a.penalty))
+            l, w, _ = loss_of(model, tensors_of(train, idx, a.penalty, a.history))
             opt.zero_grad()
             (l / w).backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -8,7 +8,9 @@
 #   torch           train.py, PyTorch from Debian (python3-torch, with
 #                   OpenBLAS): the loss on the answer's tokens only; the
 #                   penalty model weighs an example that flags a healthy
-#                   server PENALTY times, on the same examples and steps.
+#                   server PENALTY times, on the same examples and steps;
+#                   both weigh one that acts after a history line HISTORY
+#                   times (1 where recipe.env has none).
 #                   check.py then compares its greedy answers with
 #                   llama-server's on the same token ids.
 #   llama-finetune  llama.cpp's, from Debian sid (the first two attempts):
@@ -46,7 +48,7 @@ finetune() { # MODEL TEXT
 		tee "$work/$1.raw.log" | stdbuf -oL tr '\r' '\n' | grep --line-buffered -a '^train:\|^val:' | awk -v m="$1" 'NR % 50 == 1 { print m ": " $0; fflush() }' || true
 }
 torch() { # MODEL PENALTY
-	nice -n 10 "$python" "$here/train.py" --work "$work" --out "$work/$1.trained.gguf" --penalty "$2" \
+	nice -n 10 "$python" "$here/train.py" --work "$work" --out "$work/$1.trained.gguf" --penalty "$2" --history "${HISTORY:-1}" \
 		--epochs "$EPOCHS" --lr "$LR" --lr-min "$LR_MIN" --batch-tokens "$BATCH_TOKENS" --val "$VAL" --seed "$SEED" --threads 1 2>&1 |
 		tee "$work/$1.raw.log" | awk -v m="$1" '!/^train:/ || NR % 20 == 0 { print m ": " $0; fflush() }' || true
 }
