@@ -220,7 +220,7 @@ type TokenExample struct {
 	Suspicious bool    `json:"suspicious,omitempty"`
 	// ActsAfterHistory: the prompt holds a history line and the answer
 	// acts. train.py's --history weighs these: in the sixth attempt's
-	// data 120 of 902 examples after a history line acted, and its model
+	// data 117 of 902 examples after a history line acted, and its model
 	// answered no_op after one in calibration.
 	ActsAfterHistory bool `json:"acts_after_history,omitempty"`
 	Kind             Kind `json:"kind"`
@@ -324,7 +324,7 @@ func (e Example) Action() string {
 		Actions []answer `json:"actions"`
 	}
 	if json.Unmarshal([]byte(e.Answer), &r) != nil || len(r.Actions) == 0 {
-		return "none"
+		return noAction
 	}
 	return r.Actions[0].Action
 }
@@ -333,5 +333,8 @@ func (e Example) Action() string {
 // ready), not no_op or nothing.
 func (e Example) Acts() bool {
 	a := e.Action()
-	return a != agent.VerbNoOp && a != "none"
+	return a != agent.VerbNoOp && a != noAction
 }
+
+// noAction is Action's answer for a reply with no action (or no JSON).
+const noAction = "none"
