@@ -28,7 +28,7 @@ type Report struct {
 	ModelPlan    agent.Plan `json:"model_plan,omitempty"`  // the model's actions that go on, confirmed
 	Pending      []string   `json:"pending,omitempty"`     // proposals awaiting confirmation
 	Held         []string   `json:"held,omitempty"`        // undo proposals refused by the hold
-	Unsupported  []string   `json:"unsupported,omitempty"` // drains or weight cuts the windows do not support
+	Unsupported  []string   `json:"unsupported,omitempty"` // drains or weight cuts the windows do not support, each with why
 	Fallback     string     `json:"fallback,omitempty"`    // why only the floor acted
 	DeadlineMiss bool       `json:"deadline_miss,omitempty"`
 	ThinkNote    string     `json:"think_note,omitempty"`
@@ -192,8 +192,8 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 		return nil, err
 	}
 	cands := p.candidates(obs, floor)
-	for k, why := range cands {
-		p.report.Candidates = append(p.report.Candidates, k.String()+" "+why)
+	for k, c := range cands {
+		p.report.Candidates = append(p.report.Candidates, k.String()+" "+c.Why)
 	}
 	sort.Strings(p.report.Candidates)
 	if p.Config.Gate != GateAlways && len(cands) == 0 && len(p.pending) == 0 {
@@ -343,23 +343,71 @@ func (p *Policy) costOfThinking(think Think, call Call, overran bool) {
 
 // supported drops drains and weight cuts of servers the windows do not
 // flag: the model proposes, the data must agree. A model that drains
-// healthy servers therefore cannot do worse than the rules.
-func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[agent.Key]string) agent.Plan {
+// healthy servers therefore cannot do worse than the rules. A server
+// flagged for its errors alone must also pass fleetWide.
+func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[agent.Key]Candidate) agent.Plan {
 	var out agent.Plan
 	for _, a := range plan {
 		cut := a.Kind == agent.Drain
-		if a.Kind == agent.SetWeight {
-			if _, s := obs.Find(a.Backend, a.Server); s != nil && a.Weight < s.State.Weight {
-				cut = true
-			}
+		b, s := obs.Find(a.Backend, a.Server)
+		if a.Kind == agent.SetWeight && s != nil && a.Weight < s.State.Weight {
+			cut = true
 		}
-		if _, flagged := cands[a.Key()]; cut && !flagged && !p.Config.Unprotected {
-			p.report.Unsupported = append(p.report.Unsupported, proposalOf(a).String())
-			continue
+		if cut && !p.Config.Unprotected {
+			c, flagged := cands[a.Key()]
+			why := ""
+			switch {
+			case !flagged:
+				why = "the windows do not flag it"
+			case c.only(SignalErrors):
+				why = p.fleetWide(b, s)
+			}
+			if why != "" {
+				p.report.Unsupported = append(p.report.Unsupported, proposalOf(a).String()+": "+why)
+				continue
+			}
 		}
 		out = append(out, a)
 	}
 	return out
+}
+
+// fleetWide says why s's errors do not set it apart from its backend, or
+// "" when they do. The loose test that flags a server compares it with
+// the better half of its peers, so that a second fault does not mask the
+// first; but where every server fails alike, the better half of a few
+// peers is a low draw, and any server looks worse than it. Against all
+// its serving peers together but those the loose test flags too (another
+// fault, which would mask it), a faulty server must still fail MinRatio
+// times as often (the rules' own ratio), as a fault among healthy peers
+// does by far. One that fails like the rest is not the fault, and
+// draining it cannot help.
+func (p *Policy) fleetWide(b *agent.BackendView, s *agent.ServerView) string {
+	if b == nil || s == nil {
+		return "" // the guardrails refuse an unknown server
+	}
+	var peerN, peerX uint64
+	flagged := map[string]bool{}
+	for _, f := range p.gate.Test(*b) {
+		flagged[f.Server] = f.Outlier
+	}
+	for _, v := range b.Servers {
+		if v.Server != s.Server && v.Serving() && !flagged[v.Server] {
+			peerN += v.Window.Requests
+			peerX += v.Window.Err5xx
+		}
+	}
+	if peerN == 0 || s.Window.Requests == 0 {
+		return "" // no unflagged peer with traffic: the loose test's comparison stands
+	}
+	rate := s.Window.ErrorRate()
+	peers := float64(peerX) / float64(peerN)
+	ratio := p.evidence.Config.MinRatio
+	if rate >= ratio*peers {
+		return ""
+	}
+	return fmt.Sprintf("errors %.2f%% (%d/%d) against %.2f%% (%d/%d) for its unflagged serving peers together, under %gx theirs: the backend fails alike",
+		100*rate, s.Window.Err5xx, s.Window.Requests, 100*peers, peerX, peerN, ratio)
 }
 
 // proposal names an action across steps: the same verb, server and
@@ -437,26 +485,60 @@ func (p *Policy) mayUndo(obs agent.Observation, a agent.Action) bool {
 	return false
 }
 
+// Signal is what makes the windows flag a server to the model.
+type Signal string
+
+const (
+	SignalErrors   Signal = "errors"   // the loose rule test, short of the strict one
+	SignalLatency  Signal = "latency"  // p95 over twice the serving servers' median
+	SignalOverload Signal = "overload" // most of its maxconn busy
+)
+
+// Candidate is why the windows flag a server: every signal that does,
+// and the first one's figures, which the prompt shows.
+type Candidate struct {
+	Why     string
+	Signals []Signal
+}
+
+// only says whether sig is the one signal that flags the server.
+func (c Candidate) only(sig Signal) bool { return len(c.Signals) == 1 && c.Signals[0] == sig }
+
+// whys is the candidates as the prompt shows them.
+func whys(cands map[agent.Key]Candidate) map[agent.Key]string {
+	out := make(map[agent.Key]string, len(cands))
+	for k, c := range cands {
+		out[k] = c.Why
+	}
+	return out
+}
+
 // candidates maps a server to why the model should look at it:
 // errors in the grey zone (the loose rule test flags it, the strict one
 // does not), latency (p95 over twice the serving servers' median plus
 // 5 ms), or overload (80% of its maxconn busy). Servers the floor acts on
 // are the rules' already.
-func (p *Policy) candidates(obs agent.Observation, floor agent.Plan) map[agent.Key]string {
+func (p *Policy) candidates(obs agent.Observation, floor agent.Plan) map[agent.Key]Candidate {
 	decided := map[agent.Key]bool{}
 	for _, a := range floor {
 		decided[a.Key()] = true
 	}
-	out := map[agent.Key]string{}
-	add := func(k agent.Key, why string) {
-		if _, dup := out[k]; !dup && !decided[k] {
-			out[k] = why
+	out := map[agent.Key]Candidate{}
+	add := func(k agent.Key, sig Signal, why string) {
+		if decided[k] {
+			return
 		}
+		c, seen := out[k]
+		if !seen {
+			c.Why = why
+		}
+		c.Signals = append(c.Signals, sig)
+		out[k] = c
 	}
 	for _, b := range obs.Backends {
 		for _, f := range p.gate.Test(b) {
 			if f.Outlier {
-				add(agent.Key{Backend: b.Name, Server: f.Server}, fmt.Sprintf("errors %.2f%% vs peers %.2f%%, p=%.2g", 100*f.Rate, 100*f.PeerRate, f.P))
+				add(agent.Key{Backend: b.Name, Server: f.Server}, SignalErrors, fmt.Sprintf("errors %.2f%% vs peers %.2f%%, p=%.2g", 100*f.Rate, 100*f.PeerRate, f.P))
 			}
 		}
 		var p95 []int
@@ -468,10 +550,10 @@ func (p *Policy) candidates(obs agent.Observation, floor agent.Plan) map[agent.K
 		for _, s := range b.Servers {
 			k := s.Key()
 			if len(p95) >= 2 && s.Serving() && s.Window.Requests >= 50 && s.Window.P95Ms > 2*median(p95)+5 {
-				add(k, fmt.Sprintf("latency: p95 %d ms vs the median %d ms", s.Window.P95Ms, median(p95)))
+				add(k, SignalLatency, fmt.Sprintf("latency: p95 %d ms vs the median %d ms", s.Window.P95Ms, median(p95)))
 			}
 			if u := s.Busy(s.Recent.RatePerSec); u >= 0.8 && s.Serving() {
-				add(k, fmt.Sprintf("overload: %.0f%% of maxconn %d busy", 100*u, s.MaxConn))
+				add(k, SignalOverload, fmt.Sprintf("overload: %.0f%% of maxconn %d busy", 100*u, s.MaxConn))
 			}
 		}
 	}
@@ -510,7 +592,7 @@ func (p *Policy) judgeOutcomes(obs agent.Observation) {
 // promptInput assembles what this call shows, shrunk to fit the model's
 // context: fewer servers in full, then only the backend with the most
 // candidates (the others get their turn on later steps).
-func (p *Policy) promptInput(obs agent.Observation, cands map[agent.Key]string, floor agent.Plan, think Think) (PromptInput, string) {
+func (p *Policy) promptInput(obs agent.Observation, cands map[agent.Key]Candidate, floor agent.Plan, think Think) (PromptInput, string) {
 	pending := map[agent.Key]int{}
 	for k, n := range p.pending {
 		pending[k.server] = n
@@ -519,7 +601,7 @@ func (p *Policy) promptInput(obs agent.Observation, cands map[agent.Key]string, 
 	for _, a := range floor {
 		fl[a.Key()] = string(a.Kind)
 	}
-	in := PromptInput{Obs: obs, Candidates: cands, Floor: fl, Pending: pending, Confirm: p.Config.Confirm,
+	in := PromptInput{Obs: obs, Candidates: whys(cands), Floor: fl, Pending: pending, Confirm: p.Config.Confirm,
 		History: p.history, DrainsPer: p.Needs().DrainsPer, MaxShown: p.shown, Style: p.Config.Prompt}
 	room := p.Model.Room(think)
 	fits := func() bool {

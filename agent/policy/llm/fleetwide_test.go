@@ -1,0 +1,267 @@
+package llm
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/rules"
+	"github.com/hapilot/hapilot/internal/lab/ollamafake"
+	"github.com/rs/zerolog"
+)
+
+// fleetWideSeed3 is the benchmark's fleetwide scenario (every server
+// fails 3%) at N=3, seed 3, 27 s in: the backends' seeded draws give
+// srv2 48 errors to its peers' 24 and 36, and the loose test, which
+// compares srv2 with its better peer alone, flags it (p=0.0032). The
+// seventh attempt's model drained srv2 there.
+func fleetWideSeed3() []srv {
+	return []srv{{name: "srv1", req: 1350, e5: 24}, {name: "srv2", req: 1350, e5: 48}, {name: "srv3", req: 1350, e5: 36}}
+}
+
+func TestFleetWide(t *testing.T) {
+	now := time.Unix(1000, 0)
+	twoOfFive := []srv{{name: "s1", req: 1000}, {name: "s2", req: 1000, e5: 30}, {name: "s3", req: 1000}, {name: "s4", req: 1000, e5: 30}, {name: "s5", req: 1000}}
+	drainedPeer := []srv{{name: "d1", req: 1350, e5: 30}, {name: "d2", req: 1350, e5: 48}, {name: "d3", drainedAgo: 20 * time.Second}}
+	secondFault := []srv{{name: "x1", req: 1000, e5: 1}, {name: "x2", req: 1000, e5: 25}, {name: "x3", req: 1000, e5: 40}}
+	onBackground := []srv{{name: "b1", req: 1000, e5: 30}, {name: "b2", req: 1000, e5: 100}, {name: "b3", req: 1000, e5: 30}}
+	for _, tc := range []struct {
+		name    string
+		servers []srv
+		server  string
+		refused bool
+	}{
+		{"every server fails alike: the better peer was a low draw", fleetWideSeed3(), "srv2", true},
+		{"the calibration's grey-zone fault among healthy peers", greyZone(), "web-5", false},
+		{"two faults of five: each is four times the rest", twoOfFive, "s2", false},
+		{"the other of the two", twoOfFive, "s4", false},
+		{"a fault on top of a fleet-wide 3%", onBackground, "b2", false},
+		{"a second fault the loose test flags is set aside, not pooled", secondFault, "x2", false},
+		{"a drained peer's empty window is not a peer", drainedPeer, "d2", true},
+		{"nobody with traffic to compare with", []srv{{name: "q1", req: 100, e5: 5}, {name: "q2"}}, "q1", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := New(nil, nil, DefaultConfig(), zerolog.Nop())
+			defer p.Close()
+			b := backend(now, "app", tc.servers)
+			_, s := (&agent.Observation{Backends: []agent.BackendView{b}}).Find("app", tc.server)
+			why := p.fleetWide(&b, s)
+			if (why != "") != tc.refused {
+				t.Fatalf("fleetWide(%s) = %q, want refused %v", tc.server, why, tc.refused)
+			}
+		})
+	}
+}
+
+func greyZone() []srv {
+	s := healthy("web-", 7, 100)
+	s[4] = srv{name: "web-5", weight: 100, req: 600, e5: 6}
+	return s
+}
+
+// The check applies to drains and cuts of a server flagged for its errors
+// alone: latency and overload are not the errors' to judge, and an
+// unflagged server is never drained on the model's word.
+func TestSupported(t *testing.T) {
+	now := time.Unix(1000, 0)
+	obs := agent.Observation{Time: now, Backends: []agent.BackendView{backend(now, "app", fleetWideSeed3())}}
+	srv2 := agent.Key{Backend: "app", Server: "srv2"}
+	errs := Candidate{Why: "errors", Signals: []Signal{SignalErrors}}
+	slowToo := Candidate{Why: "errors", Signals: []Signal{SignalErrors, SignalLatency}}
+	drain := agent.Action{Kind: agent.Drain, Backend: "app", Server: "srv2"}
+	cut := agent.Action{Kind: agent.SetWeight, Backend: "app", Server: "srv2", Weight: 0}
+	raise := agent.Action{Kind: agent.SetWeight, Backend: "app", Server: "srv2", Weight: 1}
+	for _, tc := range []struct {
+		name   string
+		cands  map[agent.Key]Candidate
+		action agent.Action
+		kept   bool
+		why    string
+	}{
+		{"not flagged", nil, drain, false, "the windows do not flag it"},
+		{"flagged for errors alike the rest", map[agent.Key]Candidate{srv2: errs}, drain, false, "the backend fails alike"},
+		{"a cut is a drain's kin", map[agent.Key]Candidate{srv2: errs}, cut, false, "the backend fails alike"},
+		{"slow as well: latency is not the errors' to judge", map[agent.Key]Candidate{srv2: slowToo}, drain, true, ""},
+		{"no cut: nothing to support", nil, raise, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := New(nil, nil, DefaultConfig(), zerolog.Nop())
+			defer p.Close()
+			got := p.supported(obs, agent.Plan{tc.action}, tc.cands)
+			if (len(got) == 1) != tc.kept {
+				t.Fatalf("supported kept %v, want kept %v (unsupported %q)", got, tc.kept, p.report.Unsupported)
+			}
+			if !tc.kept && (len(p.report.Unsupported) != 1 || !strings.Contains(p.report.Unsupported[0], tc.why)) {
+				t.Fatalf("unsupported %q, want one saying %q", p.report.Unsupported, tc.why)
+			}
+		})
+	}
+}
+
+// A model that drains whatever it sees, on the benchmark's fleet-wide
+// window, drains nothing: the loose test flags srv2, and the check
+// refuses it, step after step, with its reason in the report.
+func TestFleetWideDrainRefused(t *testing.T) {
+	respond, err := ollamafake.Emulation("drain-all", 1, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := newPolicy(t, respond, nil)
+	now := time.Unix(1000, 0)
+	obs := agent.Observation{Time: now, Cycle: 1, Backends: []agent.BackendView{backend(now, "app", fleetWideSeed3())}}
+	if got := steps(t, p, obs, 3); len(got) != 0 {
+		t.Fatalf("drained on a fleet-wide failure: %v", got)
+	}
+	r := p.Report().(Report)
+	t.Log(r.Candidates)
+	if !r.Called || len(r.Candidates) != 1 || !strings.HasPrefix(r.Candidates[0], "app/srv2 errors") {
+		t.Fatalf("the loose test should flag srv2 alone and the model be asked: %+v", r)
+	}
+	found := false
+	for _, u := range r.Unsupported {
+		t.Log(u)
+		found = found || strings.HasPrefix(u, "drain app/srv2") && strings.Contains(u, "the backend fails alike")
+	}
+	if !found {
+		t.Fatalf("no fleet-wide refusal of srv2 in %q", r.Unsupported)
+	}
+}
+
+// On simulated windows (seeded binomial draws, 50 requests a second per
+// server, cumulative over 30 one-second steps as the benchmark's 60 s
+// windows are), the check takes away most of the loose test's flags of
+// a healthy server under a fleet-wide failure, two steps running (what
+// confirmation needs), and none of a faulty server's: each is flagged
+// at the same step as without it.
+func TestFleetWideOnSimulatedWindows(t *testing.T) {
+	const runs, steps = 300, 30
+	p := New(nil, nil, DefaultConfig(), zerolog.Nop())
+	defer p.Close()
+	type scenario struct {
+		name   string
+		n      int
+		perSec int
+		rate   func(i int) float64
+	}
+	third := func(hi, lo float64) func(int) float64 {
+		return func(i int) float64 {
+			if i%3 == 2 {
+				return hi
+			}
+			return lo
+		}
+	}
+	for _, sc := range []scenario{
+		{"fleetwide", 3, 50, third(0.03, 0.03)},
+		{"fleetwide", 9, 50, third(0.03, 0.03)},
+		{"noise", 9, 50, third(0.05, 0.002)},
+		{"low-traffic", 9, 5, third(0.05, 0)},
+		{"two-faults", 5, 50, func(i int) float64 { return []float64{0, 0.05, 0, 0.05, 0}[i] }},
+	} {
+		t.Run(fmt.Sprintf("%s N=%d", sc.name, sc.n), func(t *testing.T) {
+			var healthyLoose, healthyChecked, faultyLater, faultyFound, delay int
+			for r := range runs {
+				rng := rand.New(rand.NewPCG(uint64(r), 23))
+				servers := make([]srv, sc.n)
+				for i := range servers {
+					servers[i].name = fmt.Sprintf("srv%d", i+1)
+				}
+				flagged := [2]map[string]int{{}, {}} // consecutive flags: loose, checked
+				first := [2]map[string]int{{}, {}}   // step of the second flag running
+				for step := 1; step <= steps; step++ {
+					for i := range servers {
+						for range sc.perSec {
+							servers[i].req++
+							if rng.Float64() < sc.rate(i) {
+								servers[i].e5++
+							}
+						}
+					}
+					b := backend(time.Unix(0, 0), "app", servers)
+					loose := map[string]bool{}
+					checked := map[string]bool{}
+					for _, f := range p.gate.Test(b) {
+						if f.Outlier {
+							loose[f.Server] = true
+							_, s := (&agent.Observation{Backends: []agent.BackendView{b}}).Find("app", f.Server)
+							checked[f.Server] = p.fleetWide(&b, s) == ""
+						}
+					}
+					for v, set := range []map[string]bool{loose, checked} {
+						for _, s := range servers {
+							if !set[s.name] {
+								flagged[v][s.name] = 0
+								continue
+							}
+							if flagged[v][s.name]++; flagged[v][s.name] == 2 && first[v][s.name] == 0 {
+								first[v][s.name] = step
+							}
+						}
+					}
+				}
+				least := sc.rate(0)
+				for i := range servers {
+					least = min(least, sc.rate(i))
+				}
+				for i, s := range servers {
+					faulty := sc.rate(i) > least
+					switch {
+					case !faulty:
+						if first[0][s.name] > 0 {
+							healthyLoose++
+						}
+						if first[1][s.name] > 0 {
+							healthyChecked++
+						}
+					case first[0][s.name] > 0:
+						faultyFound++
+						if first[1][s.name] != first[0][s.name] {
+							faultyLater++
+							d := first[1][s.name] - first[0][s.name]
+							if first[1][s.name] == 0 {
+								d = steps + 1 - first[0][s.name]
+							}
+							delay += d
+						}
+					}
+				}
+			}
+			t.Logf("%d runs: healthy servers flagged twice running %d without the check, %d with it; faulty servers found %d, %d of them later with it, by %d steps in all",
+				runs, healthyLoose, healthyChecked, faultyFound, faultyLater, delay)
+			if sc.name == "fleetwide" && (healthyLoose == 0 || 2*healthyChecked > healthyLoose) {
+				t.Errorf("the check should take away most flags of a healthy server: %d of %d left", healthyChecked, healthyLoose)
+			}
+			if sc.name != "fleetwide" && (faultyFound == 0 || 100*faultyLater > faultyFound) {
+				t.Errorf("the check delayed %d of %d faulty servers' flags", faultyLater, faultyFound)
+			}
+		})
+	}
+}
+
+// The check leaves calibration alone: it judges what the model proposes,
+// before any check, and every sequence's expected drain passes the check.
+func TestCalibrationsDrainsPassTheFleetWideCheck(t *testing.T) {
+	p := New(nil, rules.New(rules.DefaultConfig()), DefaultConfig(), zerolog.Nop())
+	defer p.Close()
+	for _, seq := range Sequences(time.Unix(1000, 0)) {
+		for i, st := range seq.Steps {
+			cands := p.candidates(st.Obs, nil)
+			for k := range st.Expected {
+				kind, key, _ := strings.Cut(k, " ")
+				backend, server, _ := strings.Cut(key, "/")
+				a := agent.Action{Kind: agent.Kind(kind), Backend: backend, Server: server}
+				if a.Kind == agent.SetWeight {
+					_, s := st.Obs.Find(backend, server)
+					a.Weight = s.State.Weight / 2
+				}
+				p.report = Report{}
+				if got := p.supported(st.Obs, agent.Plan{a}, cands); len(got) != 1 {
+					t.Errorf("%s step %d: %s refused: %q", seq.Name, i+1, k, p.report.Unsupported)
+				}
+			}
+		}
+	}
+}
