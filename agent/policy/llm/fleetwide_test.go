@@ -48,12 +48,24 @@ func TestFleetWide(t *testing.T) {
 			defer p.Close()
 			b := backend(now, "app", tc.servers)
 			_, s := (&agent.Observation{Backends: []agent.BackendView{b}}).Find("app", tc.server)
-			why := p.fleetWide(&b, s)
+			why := p.fleetWide(&b, s, looseFlags(p, b))
 			if (why != "") != tc.refused {
 				t.Fatalf("fleetWide(%s) = %q, want refused %v", tc.server, why, tc.refused)
 			}
 		})
 	}
+}
+
+// looseFlags is what supported sets apart when the floor does nothing:
+// the servers the loose test flags.
+func looseFlags(p *Policy, b agent.BackendView) map[agent.Key]bool {
+	out := map[agent.Key]bool{}
+	for _, f := range p.gate.Test(b) {
+		if f.Outlier {
+			out[agent.Key{Backend: b.Name, Server: f.Server}] = true
+		}
+	}
+	return out
 }
 
 func greyZone() []srv {
@@ -74,23 +86,27 @@ func TestSupported(t *testing.T) {
 	drain := agent.Action{Kind: agent.Drain, Backend: "app", Server: "srv2"}
 	cut := agent.Action{Kind: agent.SetWeight, Backend: "app", Server: "srv2", Weight: 0}
 	raise := agent.Action{Kind: agent.SetWeight, Backend: "app", Server: "srv2", Weight: 1}
+	// With srv3 (36 errors) out of its peers, srv2's 48 are twice srv1's 24.
+	floorDrainsSrv3 := agent.Plan{{Kind: agent.Drain, Backend: "app", Server: "srv3"}}
 	for _, tc := range []struct {
 		name   string
 		cands  map[agent.Key]Candidate
+		floor  agent.Plan
 		action agent.Action
 		kept   bool
 		why    string
 	}{
-		{"not flagged", nil, drain, false, "the windows do not flag it"},
-		{"flagged for errors alike the rest", map[agent.Key]Candidate{srv2: errs}, drain, false, "the backend fails alike"},
-		{"a cut is a drain's kin", map[agent.Key]Candidate{srv2: errs}, cut, false, "the backend fails alike"},
-		{"slow as well: latency is not the errors' to judge", map[agent.Key]Candidate{srv2: slowToo}, drain, true, ""},
-		{"no cut: nothing to support", nil, raise, true, ""},
+		{"not flagged", nil, nil, drain, false, "the windows do not flag it"},
+		{"flagged for errors alike the rest", map[agent.Key]Candidate{srv2: errs}, nil, drain, false, "the backend fails alike"},
+		{"a cut is a drain's kin", map[agent.Key]Candidate{srv2: errs}, nil, cut, false, "the backend fails alike"},
+		{"a peer the floor drains is not a peer", map[agent.Key]Candidate{srv2: errs}, floorDrainsSrv3, drain, true, ""},
+		{"slow as well: latency is not the errors' to judge", map[agent.Key]Candidate{srv2: slowToo}, nil, drain, true, ""},
+		{"no cut: nothing to support", nil, nil, raise, true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := New(nil, nil, DefaultConfig(), zerolog.Nop())
 			defer p.Close()
-			got := p.supported(obs, agent.Plan{tc.action}, tc.cands)
+			got := p.supported(obs, agent.Plan{tc.action}, tc.cands, tc.floor)
 			if (len(got) == 1) != tc.kept {
 				t.Fatalf("supported kept %v, want kept %v (unsupported %q)", got, tc.kept, p.report.Unsupported)
 			}
@@ -181,14 +197,13 @@ func TestFleetWideOnSimulatedWindows(t *testing.T) {
 						}
 					}
 					b := backend(time.Unix(0, 0), "app", servers)
+					apart := looseFlags(p, b)
 					loose := map[string]bool{}
 					checked := map[string]bool{}
-					for _, f := range p.gate.Test(b) {
-						if f.Outlier {
-							loose[f.Server] = true
-							_, s := (&agent.Observation{Backends: []agent.BackendView{b}}).Find("app", f.Server)
-							checked[f.Server] = p.fleetWide(&b, s) == ""
-						}
+					for k := range apart {
+						loose[k.Server] = true
+						_, s := (&agent.Observation{Backends: []agent.BackendView{b}}).Find("app", k.Server)
+						checked[k.Server] = p.fleetWide(&b, s, apart) == ""
 					}
 					for v, set := range []map[string]bool{loose, checked} {
 						for _, s := range servers {
@@ -258,7 +273,7 @@ func TestCalibrationsDrainsPassTheFleetWideCheck(t *testing.T) {
 					a.Weight = s.State.Weight / 2
 				}
 				p.report = Report{}
-				if got := p.supported(st.Obs, agent.Plan{a}, cands); len(got) != 1 {
+				if got := p.supported(st.Obs, agent.Plan{a}, cands, nil); len(got) != 1 {
 					t.Errorf("%s step %d: %s refused: %q", seq.Name, i+1, k, p.report.Unsupported)
 				}
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -232,7 +233,7 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 		return p.fallback(floor, res.err.Error(), false), nil
 	}
 	p.report.Proposed = res.plan
-	mine := p.confirm(obs, p.supported(obs, res.plan, cands))
+	mine := p.confirm(obs, p.supported(obs, res.plan, cands, floor))
 	p.report.ModelPlan = mine
 	p.judge = mine
 	return merge(floor, mine), nil
@@ -344,8 +345,18 @@ func (p *Policy) costOfThinking(think Think, call Call, overran bool) {
 // supported drops drains and weight cuts of servers the windows do not
 // flag: the model proposes, the data must agree. A model that drains
 // healthy servers therefore cannot do worse than the rules. A server
-// flagged for its errors alone must also pass fleetWide.
-func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[agent.Key]Candidate) agent.Plan {
+// flagged for its errors alone must also pass fleetWide, against the
+// peers the floor and the loose test have not set apart this step.
+func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[agent.Key]Candidate, floor agent.Plan) agent.Plan {
+	apart := map[agent.Key]bool{}
+	for _, a := range floor {
+		apart[a.Key()] = true
+	}
+	for k, c := range cands {
+		if slices.Contains(c.Signals, SignalErrors) {
+			apart[k] = true
+		}
+	}
 	var out agent.Plan
 	for _, a := range plan {
 		cut := a.Kind == agent.Drain
@@ -360,7 +371,7 @@ func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[age
 			case !flagged:
 				why = "the windows do not flag it"
 			case c.only(SignalErrors):
-				why = p.fleetWide(b, s)
+				why = p.fleetWide(b, s, apart)
 			}
 			if why != "" {
 				p.report.Unsupported = append(p.report.Unsupported, proposalOf(a).String()+": "+why)
@@ -377,28 +388,24 @@ func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[age
 // the better half of its peers, so that a second fault does not mask the
 // first; but where every server fails alike, the better half of a few
 // peers is a low draw, and any server looks worse than it. Against all
-// its serving peers together but those the loose test flags too (another
-// fault, which would mask it), a faulty server must still fail MinRatio
-// times as often (the rules' own ratio), as a fault among healthy peers
-// does by far. One that fails like the rest is not the fault, and
-// draining it cannot help.
-func (p *Policy) fleetWide(b *agent.BackendView, s *agent.ServerView) string {
+// its serving peers together but those set apart too (another fault,
+// which would mask it), a faulty server must still fail MinRatio times as
+// often (the rules' own ratio), as a fault among healthy peers does by
+// far. One that fails like the rest is not the fault, and draining it
+// cannot help.
+func (p *Policy) fleetWide(b *agent.BackendView, s *agent.ServerView, apart map[agent.Key]bool) string {
 	if b == nil || s == nil {
 		return "" // the guardrails refuse an unknown server
 	}
 	var peerN, peerX uint64
-	flagged := map[string]bool{}
-	for _, f := range p.gate.Test(*b) {
-		flagged[f.Server] = f.Outlier
-	}
 	for _, v := range b.Servers {
-		if v.Server != s.Server && v.Serving() && !flagged[v.Server] {
+		if v.Server != s.Server && v.Serving() && !apart[v.Key()] {
 			peerN += v.Window.Requests
 			peerX += v.Window.Err5xx
 		}
 	}
 	if peerN == 0 || s.Window.Requests == 0 {
-		return "" // no unflagged peer with traffic: the loose test's comparison stands
+		return "" // no peer left with traffic: the loose test's comparison stands
 	}
 	rate := s.Window.ErrorRate()
 	peers := float64(peerX) / float64(peerN)
