@@ -65,7 +65,7 @@ func TestExampleSections(t *testing.T) {
 	if got := examples.Lines(examples.HAProxySyslogCfg, "frontend www"); len(got) != 2 || !strings.HasPrefix(got[1], "log-format") {
 		t.Fatalf("syslog frontend lines %q", got)
 	}
-	if got := examples.Lines(examples.HAProxySyslogRingCfg, "ring hapilot"); len(got) != 6 || !strings.Contains(got[5], "unix@/run/hapilot/ring.sock") {
+	if got := examples.Lines(examples.HAProxySyslogRingCfg, "ring hapilot"); len(got) != 6 || !strings.Contains(got[5], "abns@hapilot-ring") {
 		t.Fatalf("ring section lines %q", got)
 	}
 }

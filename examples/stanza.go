@@ -8,7 +8,7 @@ import (
 )
 
 // AgentAddr is the agent address written in haproxy.cfg's example.
-const AgentAddr = "unix@/run/hapilot/spoe.sock"
+const AgentAddr = "abns@hapilot-spoe"
 
 // Stanza returns the drop-in parts of haproxy.cfg: the hapilot lines of
 // the frontend (bind and default_backend left out) and the hapilot-agents

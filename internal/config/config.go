@@ -31,9 +31,13 @@ import (
 // struct only composes them, and Register binds the flags to their
 // fields.
 type Config struct {
-	SPOEListen     string
-	LuaListen      string
-	SyslogListen   string
+	SPOEListen   string
+	LuaListen    string
+	SyslogListen string
+	// PeerGroup is the group, besides the agent's own user and group and
+	// root, whose processes may send evidence to an abstract (abns@)
+	// socket: HAProxy's, since its stock config drops to it.
+	PeerGroup      string
 	HAProxySockets []string
 	// Loop is the control loop's own settings: its interval, evidence
 	// checks, state file and operator hold.
@@ -148,10 +152,16 @@ func (o *OnExit) Set(s string) (err error) {
 	return err
 }
 
+// DefaultSPOEListen is an abstract socket, so that the README's stanza
+// (server agent1 abns@hapilot-spoe) reaches it from inside the chroot
+// of Debian's and Ubuntu's stock haproxy.cfg; a unix@/run/... path would
+// resolve inside /var/lib/haproxy and find nothing.
+const DefaultSPOEListen = "abns@hapilot-spoe"
+
 // Default is the configuration with every part's defaults.
 func Default() Config {
 	return Config{
-		SPOEListen: "unix:/run/hapilot/spoe.sock", HAProxySockets: []string{"/run/haproxy/admin.sock"},
+		SPOEListen: DefaultSPOEListen, PeerGroup: "haproxy", HAProxySockets: []string{"/run/haproxy/admin.sock"},
 		Loop: agent.DefaultSettings(), Window: 60 * time.Second, Policy: PolicyRules, MaxServers: 4096,
 		MaxStatRows:  haproxy.DefaultMaxRows,
 		StatusListen: "127.0.0.1:9310", LogFormat: LogAuto, LogLevel: "info", OnExit: OnExitKeep,
@@ -184,9 +194,10 @@ func (m *multi) Set(s string) error {
 // holds the defaults (which the flags therefore show).
 func Register(fs *flag.FlagSet) *Config {
 	c := Default()
-	fs.StringVar(&c.SPOEListen, "spoe-listen", c.SPOEListen, "where HAProxy's SPOE engine connects (unix:/path, mode 0660, or host:port; \"off\" to disable)")
-	fs.StringVar(&c.LuaListen, "lua-listen", c.LuaListen, "where lua/hapilot.lua sends its batches (unix:/path, mode 0660, or host:port); empty: off")
-	fs.StringVar(&c.SyslogListen, "syslog-listen", c.SyslogListen, "HAProxy log lines in hapilot's log-format: udp://host:port, unixgram:///path, or tcp://host:port or unix:///path for an HAProxy ring's forwarder; empty: off")
+	fs.StringVar(&c.SPOEListen, "spoe-listen", c.SPOEListen, "where HAProxy's SPOE engine connects: abns@name (Linux's abstract namespace, reached from inside HAProxy's chroot; peers checked against peer-group), unix:/path (mode 0660; outside a chrooted HAProxy's reach), or host:port; \"off\" to disable")
+	fs.StringVar(&c.LuaListen, "lua-listen", c.LuaListen, "where lua/hapilot.lua sends its batches (abns@name, unix:/path, mode 0660, or host:port); empty: off")
+	fs.StringVar(&c.SyslogListen, "syslog-listen", c.SyslogListen, "HAProxy log lines in hapilot's log-format: abnsgram@name (log abns@name), udp://host:port, unixgram:///path, or abns@name, tcp://host:port or unix:///path for an HAProxy ring's forwarder; empty: off")
+	fs.StringVar(&c.PeerGroup, "peer-group", c.PeerGroup, "besides the agent's own user and group and root, the group whose processes may send evidence to an abns@ socket (HAProxy's group); empty: none")
 	fs.DurationVar(&c.Stats.Poll, "stats-poll", c.Stats.Poll, "read HAProxy's own per-server counters (show stat) this often, from every haproxy-socket: the whole telemetry with no stanza, or the retried attempts no per-response path sees (0: off)")
 	fs.Var(&c.Stats.Mode, "stats-poll-mode", "what the counters feed: counts (every answer, 5xx and retry; no per-request detail), retries (retried attempts only, beside SPOE, Lua or logs) or auto (counts when spoe-listen is off and no lua-listen or syslog-listen is set, else retries)")
 	fs.DurationVar(&c.Loop.EvidenceCheck, "evidence-check", c.Loop.EvidenceCheck, "check the windows this often between steps, and step at once when the policy's test first finds a server (rules only; 0: off)")
@@ -428,13 +439,13 @@ func (c Config) Listeners() (Listeners, error) {
 		errs = append(errs, err)
 		*dst = a
 	}
-	parse(&l.SPOE, "spoe-listen", c.SPOEListen, netx.TCP, netx.Unix)
-	parse(&l.Lua, "lua-listen", c.LuaListen, netx.TCP, netx.Unix)
+	parse(&l.SPOE, "spoe-listen", c.SPOEListen, netx.TCP, netx.Unix, netx.Abstract)
+	parse(&l.Lua, "lua-listen", c.LuaListen, netx.TCP, netx.Unix, netx.Abstract)
 	// Log lines name their transport: a bare host:port could be either.
-	if c.SyslogListen != "" && c.SyslogListen != "off" && !strings.Contains(c.SyslogListen, "://") {
-		errs = append(errs, fmt.Errorf("syslog-listen %q: want udp://host:port, unixgram:///path, tcp://host:port or unix:///path", c.SyslogListen))
+	if c.SyslogListen != "" && c.SyslogListen != "off" && !strings.Contains(c.SyslogListen, "://") && !strings.HasPrefix(c.SyslogListen, "abns") {
+		errs = append(errs, fmt.Errorf("syslog-listen %q: want abnsgram@name, udp://host:port, unixgram:///path, abns@name, tcp://host:port or unix:///path", c.SyslogListen))
 	} else {
-		parse(&l.Syslog, "syslog-listen", c.SyslogListen, netx.UDP, netx.Unixgram, netx.TCP, netx.Unix)
+		parse(&l.Syslog, "syslog-listen", c.SyslogListen, netx.UDP, netx.Unixgram, netx.AbstractGram, netx.TCP, netx.Unix, netx.Abstract)
 	}
 	parse(&l.Status, "status-listen", c.StatusListen, netx.TCP)
 	return l, errors.Join(errs...)

@@ -30,7 +30,7 @@ type pathCost struct {
 var pathCosts = []pathCost{
 	{"spoe", "SPOE (examples/haproxy.cfg)", 1.22, 1.80, 3600 * time.Millisecond},
 	{"spoe-sampled", "sampled SPOE, k=16 (examples/haproxy-sampled.cfg)", 1.08, 1.14, 4500 * time.Millisecond},
-	{"ring", "the ring (examples/haproxy-syslog-ring.cfg with --syslog-listen unix:///run/hapilot/ring.sock)", 1.12, 1.21, 4100 * time.Millisecond},
+	{"ring", "the ring (examples/haproxy-syslog-ring.cfg with --syslog-listen abns@hapilot-ring)", 1.12, 1.21, 4100 * time.Millisecond},
 	{"stats", "HAProxy's counters alone (no stanza: --spoe-listen off)", 1.00, 1.02, 4100 * time.Millisecond},
 }
 

@@ -50,6 +50,9 @@ type Daemon struct {
 	clients []*haproxy.Client
 	warning atomic.Pointer[string] // what watchTelemetry found, for /status
 	advice  atomic.Pointer[string] // what adviseTelemetry found, for /status
+	silence atomic.Pointer[string] // what watchSilence found, for /status
+	// refused are the abstract listeners' counts of peers turned away.
+	refused []refusals
 	// adviceEvery is adviseTelemetry's period; 0 is AdviceEvery.
 	adviceEvery time.Duration
 	readmit     *recovery.Readmitter // nil with --readmit off
@@ -153,6 +156,7 @@ func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
 			Log: log.With().Str("component", "stats").Logger()}
 	}
 	d.SPOE = &spoe.Server{Sink: d.Store, Log: log.With().Str("component", "spoe").Logger()}
+	d.coverage()
 	// The policy's own needs (its drain cap per fleet size, its step
 	// budget) are declared by the policy and read by the loop.
 	d.Loop = &agent.Loop{
@@ -223,10 +227,14 @@ func (d *Daemon) listen() error {
 	if err != nil {
 		return err
 	}
+	// Who may send evidence to an abstract socket, which has no file mode.
+	peers := netx.DefaultPeers(c.PeerGroup)
+	ls.SPOE.Peers, ls.Lua.Peers, ls.Syslog.Peers = peers, peers, peers
 	if !ls.SPOE.Off() {
 		if d.spoeLn, err = netx.ListenAddress(ls.SPOE); err != nil {
 			return fmt.Errorf("spoe-listen: %w", err)
 		}
+		d.watchPeers("spoe", d.spoeLn)
 		d.spoeLn = d.limit("spoe", d.spoeLn, MaxConns)
 		d.add(component{"spoe", func(ctx context.Context) error { return d.SPOE.Serve(ctx, d.spoeLn) }, closer(d.spoeLn)})
 	}
@@ -234,6 +242,7 @@ func (d *Daemon) listen() error {
 		if d.luaLn, err = netx.ListenAddress(ls.Lua); err != nil {
 			return fmt.Errorf("lua listen: %w", err)
 		}
+		d.watchPeers("lua", d.luaLn)
 		d.luaLn = d.limit("lua", d.luaLn, MaxConns)
 		d.Lua = &ingest.LineServer{Sink: d.Store, Log: log.With().Str("component", "lua").Logger()}
 		d.add(component{"lua", func(ctx context.Context) error { return d.Lua.Serve(ctx, d.luaLn) }, closer(d.luaLn)})
@@ -241,11 +250,12 @@ func (d *Daemon) listen() error {
 	if !ls.Syslog.Off() {
 		d.Syslog = &ingest.SyslogServer{Sink: d.Store, Log: log.With().Str("component", "syslog").Logger()}
 		switch ls.Syslog.Network {
-		case netx.TCP, netx.Unix: // an HAProxy ring's forwarder
+		case netx.TCP, netx.Unix, netx.Abstract: // an HAProxy ring's forwarder
 			ln, err := netx.ListenAddress(ls.Syslog)
 			if err != nil {
 				return fmt.Errorf("syslog listen: %w", err)
 			}
+			d.watchPeers("syslog", ln)
 			ln = d.limit("syslog", ln, MaxConns)
 			d.add(component{"syslog", func(ctx context.Context) error { return d.Syslog.ServeStream(ctx, ln) }, closer(ln)})
 		default:
@@ -253,6 +263,7 @@ func (d *Daemon) listen() error {
 			if err != nil {
 				return fmt.Errorf("syslog listen: %w", err)
 			}
+			d.watchPeers("syslog", pc)
 			d.add(component{"syslog", func(ctx context.Context) error { return d.Syslog.Serve(ctx, pc) }, closer(pc)})
 		}
 	}
@@ -327,6 +338,7 @@ func (d *Daemon) ingestFigures() []figure {
 			figure{"hapilot_" + l.name + "_connections_evicted_total", "Connections to the " + l.name + " listener closed at its cap to make room for a new one.", false, l.ln.Evicted.Load()},
 			figure{"hapilot_" + l.name + "_connections_open", "Connections open on the " + l.name + " listener.", true, uint64(l.ln.Open())})
 	}
+	fs = append(fs, d.silenceFigures()...)
 	return append(fs,
 		figure{"hapilot_window_series", "Backend/server series held.", true, uint64(d.Store.Len())},
 		figure{"hapilot_window_bad_names_total", "Events dropped for an empty name or one over 255 bytes.", false, d.Store.BadNames()},
@@ -446,6 +458,9 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	run("loop", d.Loop.Run)
 	run("telemetry watch", d.watchTelemetry)
 	run("telemetry advice", d.adviseTelemetry)
+	if d.Stats != nil && d.Stats.Coverage != nil {
+		run("telemetry silence", d.watchSilence)
+	}
 	d.log.Info().Str("spoe", d.SPOEAddr()).Str("lua", d.LuaAddr()).Str("syslog", d.Config.SyslogListen).Str("status", d.StatusAddr()).Strs("haproxy", d.Config.HAProxySockets).
 		Str("stats_poll", statsPoll(d.Config)).Str("fleet", d.fleetLine()).
 		Str("policy", string(d.Config.Chosen())).Dur("interval", d.Config.Loop.Interval).Msg("hapilot running")
@@ -494,7 +509,7 @@ func (d *Daemon) Reopen() {
 // Warnings lists what an operator should fix, for /status.
 func (d *Daemon) Warnings() []string {
 	var ws []string
-	for _, w := range []*string{d.warning.Load(), d.advice.Load()} {
+	for _, w := range []*string{d.silence.Load(), d.warning.Load(), d.advice.Load()} {
 		if w != nil {
 			ws = append(ws, *w)
 		}

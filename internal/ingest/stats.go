@@ -80,7 +80,7 @@ type StatCounters struct {
 	Errors  atomic.Uint64 // polls of a process that failed
 	Resets  atomic.Uint64 // counters found lower than before: `clear counters`
 	Reloads atomic.Uint64 // a process replaced by a new one (reload, restart)
-	Answers atomic.Uint64 // answers recorded (StatCounts)
+	Answers atomic.Uint64 // answers recorded (StatCounts, or a silent server's)
 	Retried atomic.Uint64 // retried attempts recorded
 	// Clamped counts counter gains above what their period could hold
 	// (MaxGainPerSecond), recorded at that bound.
@@ -125,6 +125,10 @@ type StatPoller struct {
 	Log     zerolog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Coverage, in StatRetries mode, finds the servers no per-response
+	// path reports; their answers are then recorded from the counters, as
+	// in StatCounts. Nil checks nothing.
+	Coverage *Coverage
 
 	Counters StatCounters
 
@@ -183,6 +187,16 @@ func (p *StatPoller) Poll(ctx context.Context) {
 		ev.Err(err).Str("haproxy", src.Addr()).Msg("stats path: cannot read HAProxy's counters; nothing recorded from it this period")
 		p.failing[src.Addr()] = true
 	}
+	if p.Coverage != nil {
+		p.Coverage.Forget(func(k haproxy.ServerKey) bool {
+			for _, pc := range p.procs {
+				if _, ok := pc.servers[k]; ok {
+					return true
+				}
+			}
+			return false
+		})
+	}
 }
 
 func (p *StatPoller) pollOne(ctx context.Context, src StatSource) error {
@@ -233,7 +247,15 @@ func (p *StatPoller) pollOne(ctx context.Context, src StatSource) error {
 		default:
 			continue
 		}
-		p.record(r, gain, since, now.Unix())
+		silent := false
+		if p.Coverage != nil && p.Mode == StatRetries {
+			var answers int64
+			for _, n := range gain.Hrsp[:5] { // 1xx to 5xx; "other" is no answer
+				answers += n
+			}
+			silent = p.Coverage.Observe(k, answers, now)
+		}
+		p.record(r, gain, since, now.Unix(), silent)
 	}
 	p.procs[src.Addr()] = cur
 	return nil
@@ -281,8 +303,10 @@ type recorderAt interface {
 // in one bucket would read as a burst, and leave the seconds around it
 // empty). Answers carry HAProxy's average response time (rtime), the only
 // latency the counters give: every percentile of the stats path is that
-// average.
-func (p *StatPoller) record(r haproxy.ServerStat, gain haproxy.StatCounters, since, now int64) {
+// average. In StatRetries mode only the retried attempts are recorded,
+// and the answers too where silent: no per-response path reports the
+// server (Coverage).
+func (p *StatPoller) record(r haproxy.ServerStat, gain haproxy.StatCounters, since, now int64, silent bool) {
 	at, spread := p.Sink.(recorderAt)
 	secs := max(now-since, 1)
 	if !spread {
@@ -326,15 +350,15 @@ func (p *StatPoller) record(r haproxy.ServerStat, gain haproxy.StatCounters, sin
 		}
 	}()
 	be, srv := []byte(r.Backend), []byte(r.Server)
-	if p.Mode != StatRetries {
+	if p.Mode != StatRetries || silent {
 		for i, n := range gain.Hrsp {
 			if n > 0 {
-				p.Counters.Answers.Add(uint64(emit(window.Event{Backend: be, Server: srv, Status: statuses[i], ResponseMs: r.RespTimeMs}, n)))
+				p.Counters.Answers.Add(uint64(emit(window.Event{Backend: be, Server: srv, Status: statuses[i], ResponseMs: r.RespTimeMs, Counted: true}, n)))
 			}
 		}
 	}
 	if gain.Wretr > 0 {
-		p.Counters.Retried.Add(uint64(emit(window.Event{Backend: be, Server: srv, Retried: true, ResponseMs: -1}, gain.Wretr)))
+		p.Counters.Retried.Add(uint64(emit(window.Event{Backend: be, Server: srv, Retried: true, ResponseMs: -1, Counted: true}, gain.Wretr)))
 	}
 }
 

@@ -39,6 +39,8 @@ func ListenAddress(a Address) (net.Listener, error) {
 		return ln, nil
 	case Unix:
 		return listenUnix(a.Addr)
+	case Abstract:
+		return listenAbstract(a)
 	}
 	return nil, fmt.Errorf("listen %s: not a stream address", a)
 }

@@ -52,6 +52,11 @@ type Event struct {
 	// server, counted in Stats.Retried too, with no answer time. No
 	// per-response path sees them; the stats path reads them.
 	Retried bool
+	// Counted marks events the stats path made from HAProxy's counters,
+	// as opposed to responses a per-response path (SPOE, Lua, logs)
+	// reported: Delivered counts only the latter, so that the agent can
+	// tell a telemetry path that has gone silent.
+	Counted bool
 }
 
 // Sink takes events. *Store is the sink of the agent; tests use others.
@@ -103,6 +108,9 @@ func BytesPerSeries(span time.Duration) int64 {
 type Series struct {
 	Backend, Server string
 	buckets         []bucket
+	// delivered counts the responses per-response paths reported for
+	// this server since the series was made (events not Counted).
+	delivered atomic.Uint64
 }
 
 type seriesMap map[string]map[string]*Series
@@ -165,11 +173,24 @@ func (s *Store) RecordAt(sec int64, ev Event) {
 		return
 	}
 	s.events.Add(uint64(n))
+	if !ev.Counted {
+		sr.delivered.Add(uint64(n))
+	}
 	if ev.Retried {
 		sr.recordRetried(sec, n)
 		return
 	}
 	sr.record(sec, ev.Status, ev.ResponseMs, n)
+}
+
+// Delivered is how many responses the per-response paths reported for
+// backend/server since its series was made: events recorded without
+// Counted. 0 for a server with no series.
+func (s *Store) Delivered(backend, server string) uint64 {
+	if sr, ok := (*s.series.Load())[backend][server]; ok {
+		return sr.delivered.Load()
+	}
+	return 0
 }
 
 // MaxCount bounds one event's Count: a bucket's counters are 32 bits.

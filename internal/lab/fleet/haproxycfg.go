@@ -62,6 +62,10 @@ type HAProxyOptions struct {
 	// of a dead or slow agent must read, since the client's latency also
 	// holds every stall of a loaded machine.
 	SPOETime bool
+	// StockGlobal, when set, is a distribution's haproxy.cfg whose global
+	// section is used as it is (chroot, user, group and all), but for its
+	// stats socket's path, which becomes Socket(): what operators deploy.
+	StockGlobal string
 }
 
 // SPOETimeHeader is where a config with HAProxyOptions.SPOETime puts the
@@ -81,6 +85,27 @@ func ServerName(i int) string { return fmt.Sprintf("srv%d", i+1) }
 // Socket is the runtime socket path of a generated config.
 func (o HAProxyOptions) Socket() string { return filepath.Join(o.Dir, "admin.sock") }
 
+// GlobalLines are the directives of cfg's global section, indented by
+// spaces or tabs (Debian's file uses tabs), comments left out.
+func GlobalLines(cfg string) []string {
+	var out []string
+	in := false
+	for _, line := range strings.Split(cfg, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if trimmed == "" || trimmed[0] == '#' {
+			continue
+		}
+		if line[0] != ' ' && line[0] != '\t' {
+			in = trimmed == "global"
+			continue
+		}
+		if in {
+			out = append(out, trimmed)
+		}
+	}
+	return out
+}
+
 // HAProxyConfig writes the SPOE file (when needed) and returns haproxy.cfg.
 func HAProxyConfig(o HAProxyOptions) (string, error) {
 	algo := o.Algo
@@ -93,11 +118,22 @@ func HAProxyConfig(o HAProxyOptions) (string, error) {
 	if o.SocketGroup != "" {
 		perm = "mode 660 group " + o.SocketGroup
 	}
-	fmt.Fprintf(&b, `global
+	if o.StockGlobal != "" {
+		b.WriteString("global\n")
+		for _, l := range GlobalLines(o.StockGlobal) {
+			if f := strings.Fields(l); len(f) > 2 && f[0] == "stats" && f[1] == "socket" {
+				l = "stats socket " + o.Socket() + " " + strings.Join(f[3:], " ")
+			}
+			fmt.Fprintf(&b, "    %s\n", l)
+		}
+		fmt.Fprintf(&b, "    maxconn 4096\n    nbthread %d\n", threads)
+	} else {
+		fmt.Fprintf(&b, `global
     stats socket %s %s level admin
     maxconn 4096
     nbthread %d
 `, o.Socket(), perm, threads)
+	}
 	var front []string
 	if o.LuaAgent != "" {
 		luaFile := filepath.Join(o.Dir, "hapilot.lua")
@@ -106,7 +142,7 @@ func HAProxyConfig(o HAProxyOptions) (string, error) {
 		}
 		for _, l := range examples.Lines(examples.HAProxyLuaCfg, "global") {
 			if strings.Contains(l, "HAPILOT") || strings.HasPrefix(l, "lua-load") || strings.HasPrefix(l, ".") || strings.HasPrefix(l, "tune.lua.") {
-				l = strings.Replace(l, "unix@/run/hapilot/lua.sock", o.LuaAgent, 1)
+				l = strings.Replace(l, "abns@hapilot-lua", o.LuaAgent, 1)
 				l = strings.Replace(l, "/etc/haproxy/hapilot.lua", luaFile, 1)
 				fmt.Fprintf(&b, "    %s\n", l)
 			}
@@ -115,13 +151,13 @@ func HAProxyConfig(o HAProxyOptions) (string, error) {
 	}
 	if o.SyslogAddr != "" {
 		for _, l := range examples.Lines(examples.HAProxySyslogCfg, "frontend www") {
-			front = append(front, strings.Replace(l, "/run/hapilot/syslog.sock", o.SyslogAddr, 1))
+			front = append(front, strings.Replace(l, "abns@hapilot-log", o.SyslogAddr, 1))
 		}
 	}
 	if o.SyslogRing != "" {
 		b.WriteString("\nring hapilot\n")
 		for _, l := range examples.Lines(examples.HAProxySyslogRingCfg, "ring hapilot") {
-			fmt.Fprintf(&b, "    %s\n", strings.Replace(l, "unix@/run/hapilot/ring.sock", o.SyslogRing, 1))
+			fmt.Fprintf(&b, "    %s\n", strings.Replace(l, "abns@hapilot-ring", o.SyslogRing, 1))
 		}
 		front = append(front, examples.Lines(examples.HAProxySyslogRingCfg, "frontend www")...)
 	}

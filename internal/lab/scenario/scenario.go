@@ -19,6 +19,7 @@ import (
 
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/config"
+	"github.com/hapilot/hapilot/examples"
 	"github.com/hapilot/hapilot/internal/daemon"
 	"github.com/hapilot/hapilot/internal/lab/fleet"
 	"github.com/hapilot/hapilot/internal/lab/haproxyproc"
@@ -69,6 +70,15 @@ type Scenario struct {
 	// HAProxy's own counters read every second) or "scrape15s" (the same
 	// every 15 s, the study's Prometheus lag).
 	Telemetry string
+	// StockGlobal is fleet.HAProxyOptions.StockGlobal: a distribution's
+	// haproxy.cfg whose global section (chroot, user, group) HAProxy runs
+	// with. With Telemetry "stock", the stanza is the README's word for
+	// word (abns@hapilot-spoe) and the agent runs with its defaults.
+	StockGlobal string
+	// AgentUnreachable says HAProxy is expected never to reach the
+	// agent's SPOE listener (a test of a broken path): the run does not
+	// wait for the agents' server to come up.
+	AgentUnreachable bool
 	// StatusListen is the agent's --status-listen; "" for off.
 	StatusListen string
 	// Retries gives HAProxy's backend retry-on 500 502 503 504, retries 2
@@ -158,7 +168,7 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 		return nil, err
 	}
 	opts := fleet.HAProxyOptions{Dir: s.Dir, FrontendPort: ports[0], Servers: fleet.Addrs(backends), Algo: s.Algo, Weight: s.Weight, MaxConn: s.MaxConn, Threads: s.Threads,
-		Retries: s.Retries, ServerOptions: s.ServerOptions, HTTPCheck: s.HTTPCheck, SPOETime: s.SPOETime}
+		Retries: s.Retries, ServerOptions: s.ServerOptions, HTTPCheck: s.HTTPCheck, SPOETime: s.SPOETime, StockGlobal: s.StockGlobal}
 	ingestArgs := []string{"--spoe-listen", "off"}
 	telemetry := s.Telemetry
 	if k, sampled, err := fleet.SampledPath(telemetry); err != nil {
@@ -177,6 +187,10 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 			opts.AgentAddr = fmt.Sprintf("127.0.0.1:%d", ports[1])
 			ingestArgs = []string{"--spoe-listen", opts.AgentAddr}
 		}
+	case "stock":
+		// The README's stanza as it is, and the agent's default listener.
+		opts.AgentAddr = examples.AgentAddr
+		ingestArgs = nil
 	case "spoe-unix":
 		path := filepath.Join(s.Dir, "spoe.sock")
 		opts.AgentAddr = "unix@" + path
@@ -303,6 +317,7 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 			defer func() { stopAgent(); <-agentDone }()
 		}
 		switch {
+		case s.AgentUnreachable:
 		case opts.AgentAddr != "":
 			if err := WaitAgentUp(ctx, rt); err != nil {
 				return nil, fmt.Errorf("%w\nhaproxy log:\n%s", err, hp.Log())

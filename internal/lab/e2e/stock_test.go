@@ -1,0 +1,231 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/user"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hapilot/hapilot/internal/lab/fleet"
+	"github.com/hapilot/hapilot/internal/lab/labtest"
+	"github.com/hapilot/hapilot/internal/lab/logbuf"
+	"github.com/hapilot/hapilot/internal/lab/scenario"
+	"github.com/rs/zerolog"
+)
+
+// stockGlobal is Debian's own haproxy.cfg: the installed package's when
+// there is one, else the copy in testdata (Debian 12's haproxy
+// 2.6.12-1+deb12u4, as it installs it). Its global section chroots to
+// /var/lib/haproxy and drops to user and group haproxy, which need root
+// to do; the test skips where it cannot run them.
+func stockGlobal(t *testing.T) string {
+	t.Helper()
+	labtest.RequireHAProxy(t)
+	if os.Geteuid() != 0 {
+		t.Skip("HAProxy's stock global section chroots and changes user: that needs root")
+	}
+	if _, err := user.Lookup("haproxy"); err != nil {
+		t.Skip("no user haproxy (Debian's haproxy package makes it)")
+	}
+	cfg, err := os.ReadFile("/etc/haproxy/haproxy.cfg")
+	if err != nil {
+		if cfg, err = os.ReadFile("testdata/debian-haproxy.cfg"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := strings.Join(fleet.GlobalLines(string(cfg)), "\n")
+	for _, want := range []string{"chroot /var/lib/haproxy", "user haproxy", "group haproxy"} {
+		if !strings.Contains(g, want) {
+			t.Fatalf("the stock global section lacks %q:\n%s", want, g)
+		}
+	}
+	if err := os.MkdirAll("/var/lib/haproxy", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return string(cfg)
+}
+
+// runLogged is run with the agent's log kept, for the tests that read
+// what it said.
+func runLogged(t *testing.T, s scenario.Scenario) (*scenario.Outcome, *logbuf.Buffer) {
+	t.Helper()
+	s.Dir = t.TempDir()
+	if s.Interval == 0 {
+		s.Interval = time.Second
+	}
+	log := &logbuf.Buffer{}
+	s.Log = zerolog.New(log).With().Timestamp().Logger()
+	ctx, cancel := context.WithTimeout(context.Background(), s.Duration+2*time.Minute)
+	defer cancel()
+	out, err := s.Run(ctx)
+	if err != nil {
+		t.Fatalf("scenario: %v\nagent log:\n%s", err, tail(log.String(), 4000))
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("haproxy output:\n%s", out.HAProxy.Log())
+			t.Logf("agent log:\n%s", tail(log.String(), 6000))
+		}
+	})
+	t.Logf("%d requests, %d 5xx, drained at %v, flips %v", out.Load.Scheduled, out.Load.Err5xx, out.DrainedAt, out.Flips)
+	return out, log
+}
+
+// paperFaultDrained checks that srv3 and srv6, and no other server, were
+// drained, each once.
+func paperFaultDrained(t *testing.T, out *scenario.Outcome, within time.Duration) {
+	t.Helper()
+	for _, s := range []string{"srv3", "srv6"} {
+		at, ok := out.DrainedAt[s]
+		if !ok || at > within {
+			t.Errorf("%s drained at %v (drained: %v), want within %v", s, at, ok, within)
+		}
+	}
+	for s := range out.DrainedAt {
+		if s != "srv3" && s != "srv6" {
+			t.Errorf("healthy %s drained", s)
+		}
+	}
+}
+
+// Debian's stock global section (chroot /var/lib/haproxy, user and group
+// haproxy) with the README's stanza word for word (server agent1
+// abns@hapilot-spoe) and the agent at its defaults: HAProxy reaches the
+// agent from inside its chroot, as its own user, the SPOE path carries the
+// responses, nothing is silent, and the paper fault is drained and no
+// healthy server.
+func TestStockDebianConfig(t *testing.T) {
+	t.Parallel()
+	global := stockGlobal(t)
+	var spoeEvents, silent int
+	var mu sync.Mutex
+	out, _ := runLogged(t, scenario.Scenario{
+		Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 45 * time.Second, Policy: "rules",
+		Telemetry: "stock", StockGlobal: global,
+		At: map[time.Duration]func(*scenario.Env){44 * time.Second: func(env *scenario.Env) {
+			mu.Lock()
+			defer mu.Unlock()
+			spoeEvents = int(env.Daemon.SPOE.Counters.Events.Load())
+			silent = len(env.Daemon.Silence().Silent)
+		}},
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if want := int(out.Load.Scheduled) / 2; spoeEvents < want {
+		t.Errorf("SPOE delivered %d responses of %d: HAProxy did not reach the agent from its chroot", spoeEvents, out.Load.Scheduled)
+	}
+	if silent != 0 {
+		t.Errorf("%d servers silent with the stanza in place", silent)
+	}
+	paperFaultDrained(t, out, 15*time.Second)
+	// HAProxy starts before the agent, so its first check may fail; the
+	// agent must be up once it listens.
+	if !strings.Contains(out.HAProxy.Log(), "hapilot-agents/agent1 is UP") && strings.Contains(out.HAProxy.Log(), "agent1 is DOWN") {
+		t.Errorf("HAProxy never reached the agent:\n%s", out.HAProxy.Log())
+	}
+}
+
+// The README's old stanza (a unix@ path outside the chroot) under Debian's
+// stock global section: HAProxy never reaches the agent. Within 10 s of the
+// traffic the agent says so at error level, naming SPOE and the chroot,
+// shows it on /status and /metrics, and still drains the paper fault from
+// HAProxy's counters, and no healthy server.
+func TestSilentSPOEIsNoticed(t *testing.T) {
+	t.Parallel()
+	global := stockGlobal(t)
+	type seen struct {
+		logged, status, metric bool
+		at                     time.Duration
+	}
+	var mu sync.Mutex
+	var first seen
+	logs := &logbuf.Buffer{}
+	check := func(at time.Duration) func(*scenario.Env) {
+		return func(env *scenario.Env) {
+			mu.Lock()
+			defer mu.Unlock()
+			if first.logged && first.status && first.metric {
+				return
+			}
+			st := getJSON(t, "http://"+env.Daemon.StatusAddr()+"/status")
+			ws, _ := json.Marshal(st["warnings"])
+			metrics := getText(t, "http://"+env.Daemon.StatusAddr()+"/metrics")
+			first = seen{
+				logged: strings.Contains(logs.String(), `"level":"error"`),
+				status: strings.Contains(string(ws), "telemetry silent") && strings.Contains(string(ws), "chroot"),
+				metric: strings.Contains(metrics, "hapilot_telemetry_silent_servers 6"),
+				at:     at,
+			}
+		}
+	}
+	hooks := map[time.Duration]func(*scenario.Env){}
+	for at := 2 * time.Second; at <= 10*time.Second; at += 2 * time.Second {
+		hooks[at] = check(at)
+	}
+	s := scenario.Scenario{
+		Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 45 * time.Second, Policy: "rules",
+		Telemetry: "spoe-unix", StockGlobal: global, AgentUnreachable: true, StatusListen: "127.0.0.1:0",
+		At: hooks, Dir: t.TempDir(), Interval: time.Second,
+	}
+	s.Log = zerolog.New(logs).With().Timestamp().Logger()
+	ctx, cancel := context.WithTimeout(context.Background(), s.Duration+2*time.Minute)
+	defer cancel()
+	out, err := s.Run(ctx)
+	if err != nil {
+		t.Fatalf("scenario: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("haproxy output:\n%s", tail(out.HAProxy.Log(), 3000))
+			t.Logf("agent log:\n%s", tail(logs.String(), 6000))
+		}
+	})
+	t.Logf("%d requests, %d 5xx, drained at %v; silence seen by %v: %+v", out.Load.Scheduled, out.Load.Err5xx, out.DrainedAt, first.at, first)
+	mu.Lock()
+	defer mu.Unlock()
+	if !first.logged || !first.status || !first.metric {
+		t.Errorf("within 10 s of the traffic: logged %v, on /status %v, metric %v", first.logged, first.status, first.metric)
+	}
+	var line string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, `"level":"error"`) && strings.Contains(l, "telemetry silent") {
+			line = l
+			break
+		}
+	}
+	for _, want := range []string{"SPOE at unix:", "chroot", "abns@hapilot-spoe", "app/srv1"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the error line lacks %q: %s", want, line)
+		}
+	}
+	paperFaultDrained(t, out, 20*time.Second)
+}
+
+func getText(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Errorf("GET %s: %v", url, err)
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func getJSON(t *testing.T, url string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(getText(t, url)), &m); err != nil {
+		t.Errorf("GET %s: %v", url, err)
+	}
+	return m
+}
