@@ -17,9 +17,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hapilot/hapilot/examples"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/config"
-	"github.com/hapilot/hapilot/examples"
 	"github.com/hapilot/hapilot/internal/daemon"
 	"github.com/hapilot/hapilot/internal/lab/fleet"
 	"github.com/hapilot/hapilot/internal/lab/haproxyproc"
