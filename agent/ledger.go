@@ -55,10 +55,14 @@ type Change struct {
 
 // holds reports whether s shows this change in force.
 func (c *Change) holds(s haproxy.ServerState) bool {
+	// The resolver's bits (a server-template slot whose name stopped
+	// resolving) come and go with DNS, not with anyone's word: a drained
+	// slot that also enters resolver maintenance is still the agent's.
+	admin := s.AdminState &^ (haproxy.AdminDNSMaint | haproxy.AdminHostnameMaint)
 	if c.Phase == PhaseDrained {
-		return s.AdminState == haproxy.AdminForcedDrain
+		return admin == haproxy.AdminForcedDrain
 	}
-	return s.AdminState == 0 && s.Weight == c.Weight
+	return admin == 0 && s.Weight == c.Weight
 }
 
 // Ledger owns the agent's changes: who changed each server, when, to

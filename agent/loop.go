@@ -41,6 +41,8 @@ type Loop struct {
 
 	ledgerOnce sync.Once
 	ledger     *Ledger
+	// alone: the servers the last step left alone, and why (scope.go).
+	alone alone
 	// lastRefusals: what was refused last step and why, so that a policy
 	// repeating a refused proposal is logged once at warn, then at debug;
 	// refusedServers, the same by server, for the next observation. Only

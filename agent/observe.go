@@ -39,6 +39,7 @@ type processes struct {
 	seenBy  map[Key]int
 	maxconn map[Key]int // the smallest of the processes' limits
 	rtime   map[Key]int // the slowest process's average
+	kinds   map[Key]kind
 	count   int
 }
 
@@ -61,6 +62,7 @@ func readProcesses(ctx context.Context, runtimes []Runtime) (*processes, error) 
 			return nil, fmt.Errorf("read stats from %s: %w", rt.Addr(), err)
 		}
 		p.addStats(stats)
+		p.addKinds(stats)
 		states, err := rt.ShowServersState(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("read states from %s: %w", rt.Addr(), err)
@@ -134,9 +136,14 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 	var reapply Plan
 	present := map[Key]bool{}
 	index := map[string]int{} // backend name -> its place in obs.Backends
+	leftAlone := map[Key]string{}
 	for _, s := range procs.everywhere() {
 		k := key(s.Backend, s.Server)
 		present[k] = true
+		if why := l.leftAlone(k, procs.kinds[k]); why != "" {
+			leftAlone[k] = why
+			continue
+		}
 		v := ServerView{Backend: s.Backend, Server: s.Server, State: s, MaxConn: procs.maxconn[k], RespTimeMs: procs.rtime[k]}
 		v.SetWindows(long, recent)
 		var lost bool
@@ -154,6 +161,9 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 			obs.Backends = append(obs.Backends, BackendView{Name: s.Backend})
 		}
 		obs.Backends[bi].Servers = append(obs.Backends[bi].Servers, v)
+	}
+	for k, why := range l.alone.note(leftAlone) {
+		l.Log.Info().Stringer("server", k).Str("why", why).Msg("left alone: neither judged nor acted on")
 	}
 	ledger.Keep(present, now)
 	l.retain(procs)

@@ -27,6 +27,11 @@ type Settings struct {
 	// stands (see Ledger.OperatorHold); 0: only as long as the server
 	// differs from its configured state.
 	OperatorHold time.Duration
+	// HashBackends are the hash-balanced backends (balance uri, source,
+	// hdr, url_param, rdp-cookie, hash) the operator lets the agent
+	// govern; every other hash-balanced backend is left alone, since its
+	// servers see different request mixes and the test's premise fails.
+	HashBackends []string
 }
 
 // MinInterval is the shortest interval an agent runs at.

@@ -364,9 +364,34 @@ type ServerStat struct {
 	// RespTimeMs is HAProxy's average response time over the server's last
 	// 1024 requests (rtime): service time without the queue.
 	RespTimeMs int `json:"resp_time_ms,omitempty"`
+	// Backup is a backup server (bck): it takes traffic only when every
+	// active server is down.
+	Backup bool `json:"backup,omitempty"`
+	// AgentCheck says HAProxy's agent-check runs on the server (its
+	// agent_rise is set): the check may set its state and weight.
+	AgentCheck bool `json:"agent_check,omitempty"`
+	// Algo is its backend's balance algorithm as `show stat` names it
+	// (roundrobin, leastconn, uri, source, hdr, hash, ...).
+	Algo string `json:"algo,omitempty"`
 	// Counters are the row's cumulative counters and gauges, for the
 	// stats path (internal/ingest.StatPoller).
 	Counters StatCounters `json:"-"`
+}
+
+// HashAlgos are the balance algorithms that send each server its own
+// share of the requests (by URI, source, header, parameter, cookie or
+// expression), so that servers see different request mixes.
+var HashAlgos = []string{"uri", "source", "hdr", "url_param", "rdp-cookie", "hash"}
+
+// Hashed reports whether the server's backend balances by a hash.
+func (s ServerStat) Hashed() bool { return slices.Contains(HashAlgos, s.Algo) }
+
+// setAlgos gives every server its backend's algorithm, from the BACKEND
+// rows' (algo is empty on server rows).
+func setAlgos(out []ServerStat, algos map[string]string) {
+	for i := range out {
+		out[i].Algo = algos[out[i].Backend]
+	}
 }
 
 // StatCounters are the cumulative counters (since the process started or
@@ -396,7 +421,12 @@ var hrspColumns = [6]string{"hrsp_1xx", "hrsp_2xx", "hrsp_3xx", "hrsp_4xx", "hrs
 // BACKEND and FRONTEND summaries), typed.
 func ServerStats(rows []StatRow) []ServerStat {
 	out := make([]ServerStat, 0, len(rows))
+	algos := map[string]string{}
+	defer func() { setAlgos(out, algos) }()
 	for _, r := range rows {
+		if r["svname"] == "BACKEND" {
+			algos[r["pxname"]] = r["algo"]
+		}
 		if r["svname"] == "BACKEND" || r["svname"] == "FRONTEND" {
 			continue
 		}
@@ -412,7 +442,8 @@ func ServerStats(rows []StatRow) []ServerStat {
 		if len(out) == cap(out) {
 			out = slices.Grow(out, len(out)) // doubling: append's 1.25 on a big slice copies it many times over
 		}
-		out = append(out, ServerStat{Backend: r["pxname"], Server: r["svname"], MaxConn: int(r.Int("slim")), RespTimeMs: int(r.Int("rtime")), Counters: c})
+		out = append(out, ServerStat{Backend: r["pxname"], Server: r["svname"], MaxConn: int(r.Int("slim")), RespTimeMs: int(r.Int("rtime")),
+			Backup: r["bck"] == "1", AgentCheck: r["agent_rise"] != "", Counters: c})
 	}
 	return out
 }
@@ -431,10 +462,11 @@ func (c *Client) ServerStats(ctx context.Context) ([]ServerStat, error) {
 
 // statColumns are the columns ServerStat reads.
 var statColumns = append([]string{"pxname", "svname", "slim", "rtime", "req_tot", "wretr", "wredis", "qtime", "ttime",
-	"qtime_max", "rtime_max", "ttime_max", "scur", "qcur"}, hrspColumns[:]...)
+	"qtime_max", "rtime_max", "ttime_max", "scur", "qcur", "bck", "agent_rise", "algo"}, hrspColumns[:]...)
 
 func readServerStats(ctx context.Context, r *bufio.Reader, maxRows int) ([]ServerStat, error) {
 	var out []ServerStat
+	algos := map[string]string{}
 	idx := make(map[string]int, len(statColumns))
 	err := statRows(ctx, r, maxRows, func(header []string) {
 		for _, name := range statColumns {
@@ -456,6 +488,9 @@ func readServerStats(ctx context.Context, r *bufio.Reader, maxRows int) ([]Serve
 			return v
 		}
 		sv := get("svname")
+		if sv == "BACKEND" {
+			algos[strings.Clone(get("pxname"))] = strings.Clone(get("algo"))
+		}
 		if sv == "BACKEND" || sv == "FRONTEND" {
 			return
 		}
@@ -472,11 +507,12 @@ func readServerStats(ctx context.Context, r *bufio.Reader, maxRows int) ([]Serve
 			out = slices.Grow(out, len(out)) // doubling: append's 1.25 on a big slice copies it many times over
 		}
 		out = append(out, ServerStat{Backend: strings.Clone(get("pxname")), Server: strings.Clone(sv), MaxConn: int(num("slim")),
-			RespTimeMs: int(num("rtime")), Counters: c})
+			RespTimeMs: int(num("rtime")), Backup: get("bck") == "1", AgentCheck: get("agent_rise") != "", Counters: c})
 	})
 	if err != nil {
 		return nil, err
 	}
+	setAlgos(out, algos)
 	return out, nil
 }
 

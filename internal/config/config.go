@@ -214,6 +214,7 @@ func Register(fs *flag.FlagSet) *Config {
 	fs.Var(&c.LogFormat, "log-format", "log format: "+enum.Join(LogFormats...)+" (auto: console on a terminal, else JSON)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug|info|warn|error")
 	fs.StringVar(&c.Loop.StateFile, "state-file", c.Loop.StateFile, "file keeping the agent's own changes across its restarts (\"\": memory only)")
+	fs.Var(&multi{v: &c.Loop.HashBackends}, "hash-backends", "hash-balanced backends (balance uri, source, hdr, url_param, rdp-cookie, hash) the agent may govern; repeat it for each; every other one is left alone, since its servers see different request mixes")
 	fs.DurationVar(&c.Loop.OperatorHold, "operator-hold", c.Loop.OperatorHold, "how long an operator's undo of the agent's change stands: the agent leaves that server alone until then, or until its state changes again")
 	fs.Var(&c.OnExit, "on-exit", "on SIGTERM: keep the agent's drains, or restore every server it changed: "+enum.Join(OnExits...))
 	registerGuard(fs, &c.Guard)

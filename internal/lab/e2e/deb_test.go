@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/user"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hapilot/hapilot/examples"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/fleet"
 	"github.com/hapilot/hapilot/internal/lab/haproxyproc"
@@ -98,8 +98,26 @@ func TestDebianPackage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spoe := filepath.Join(dir, "run", "spoe.sock")
-	opts := fleet.HAProxyOptions{Dir: dir, FrontendPort: ports[0], Servers: fleet.Addrs(backends), AgentAddr: "unix@" + spoe, SocketGroup: "haproxy"}
+	// HAProxy as Debian's own package sets it up beside ours: its stock
+	// haproxy.cfg's global section (chroot /var/lib/haproxy, user and group
+	// haproxy), the admin socket in a folder like Debian's /run/haproxy
+	// (tmpfiles.d: 2775 haproxy:haproxy, so the socket HAProxy makes as root
+	// is group haproxy), and the README's stanza word for word: HAProxy
+	// reaches the agent at abns@hapilot-spoe from inside its chroot, and
+	// the agent listens there with the package's settings.
+	stock, err := os.ReadFile("/etc/haproxy/haproxy.cfg")
+	if err != nil {
+		t.Fatalf("Debian's haproxy package's config: %v", err)
+	}
+	hpDir := filepath.Join(dir, "haproxy")
+	if err := os.Mkdir(hpDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(hpDir, 0, haproxyGroup); err != nil {
+		t.Fatal(err)
+	}
+	must(t, "chmod", "2775", hpDir)
+	opts := fleet.HAProxyOptions{Dir: hpDir, FrontendPort: ports[0], Servers: fleet.Addrs(backends), AgentAddr: examples.AgentAddr, StockGlobal: string(stock)}
 	cfg, err := fleet.HAProxyConfig(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +132,7 @@ func TestDebianPackage(t *testing.T) {
 
 	agentArgs := func(as string) []string {
 		return []string{"--reuid=" + as, "--regid=haproxy", "--init-groups", "/usr/bin/hapilot", "run",
-			"--config", "/etc/hapilot/hapilot.conf", "--haproxy-socket", opts.Socket(), "--spoe-listen", "unix:" + spoe,
+			"--config", "/etc/hapilot/hapilot.conf", "--haproxy-socket", opts.Socket(),
 			"--status-listen", fmt.Sprintf("127.0.0.1:%d", ports[1]), "--interval", "1s",
 			"--state-file", filepath.Join(dir, "state", "state.json"), "--audit-log", filepath.Join(dir, "log", "audit.jsonl")}
 	}
@@ -158,11 +176,13 @@ func TestDebianPackage(t *testing.T) {
 			t.Errorf("%s drained %v; only srv3 fails", s.Server, s.Drain())
 		}
 	}
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/status", ports[1]))
-	if err != nil || resp.StatusCode != 200 {
-		t.Errorf("/status: %v", err)
-	} else {
-		resp.Body.Close()
+	// The agent saw the traffic through SPOE, and no server was silent.
+	st := getJSON(t, fmt.Sprintf("http://127.0.0.1:%d/status", ports[1]))
+	if ingest, _ := st["ingest"].(map[string]any); ingest == nil || ingest["spoe_frames"] == nil || ingest["spoe_frames"].(float64) == 0 {
+		t.Errorf("SPOE carried nothing: /status ingest %v", st["ingest"])
+	}
+	if m := getText(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[1])); !strings.Contains(m, "hapilot_telemetry_silent_servers 0") {
+		t.Errorf("/metrics: silent servers:\n%s", m)
 	}
 	if fi, err := os.Stat(filepath.Join(dir, "log", "audit.jsonl")); err != nil || fi.Size() == 0 {
 		t.Errorf("audit log: %v", err)

@@ -1,0 +1,108 @@
+package agent
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/hapilot/hapilot/haproxy"
+)
+
+// Why the agent leaves a server alone: it neither judges it nor acts on
+// it, and it is nobody's peer. Each reason is one kind of server that
+// real configs hold and the test's premise does not fit (docs/server-kinds.md).
+const (
+	// AloneBackup: a backup server takes traffic only when every active
+	// server is down, so it is neither serving capacity for the floor
+	// nor a peer of the active servers, and its own few requests judge
+	// nothing.
+	AloneBackup = "backup server: neither serving capacity nor a peer of the active servers"
+	// AloneAgentCheck: HAProxy's agent-check sets the server's state and
+	// weight; the agent neither fights it nor reads its changes as an
+	// operator's.
+	AloneAgentCheck = "HAProxy's agent-check sets its state and weight"
+)
+
+// hashedReason says why a hash-balanced backend is left alone.
+func hashedReason(algo string) string {
+	return fmt.Sprintf("balance %s sends each server its own request mix, so the same-mix test does not hold: name the backend in --hash-backends to govern it", algo)
+}
+
+// kind is what `show stat` says of a server beyond its counters, merged
+// over the processes.
+type kind struct {
+	backup, agentCheck bool
+	algo               string
+}
+
+func (p *processes) addKinds(stats []haproxy.ServerStat) {
+	if p.kinds == nil {
+		p.kinds = map[Key]kind{}
+	}
+	for _, st := range stats {
+		k := key(st.Backend, st.Server)
+		cur := p.kinds[k]
+		cur.backup = cur.backup || st.Backup
+		cur.agentCheck = cur.agentCheck || st.AgentCheck
+		if st.Hashed() || cur.algo == "" {
+			cur.algo = st.Algo
+		}
+		p.kinds[k] = cur
+	}
+}
+
+// leftAlone is why the agent leaves server k alone, "" when it governs it.
+func (l *Loop) leftAlone(k Key, kd kind) string {
+	switch {
+	case kd.backup:
+		return AloneBackup
+	case kd.agentCheck:
+		return AloneAgentCheck
+	case slices.Contains(haproxy.HashAlgos, kd.algo) && !slices.Contains(l.HashBackends, k.Backend):
+		return hashedReason(kd.algo)
+	}
+	return ""
+}
+
+// alone is the servers left alone and why, as the last step found them.
+type alone struct {
+	mu     sync.Mutex // guards why and logged
+	why    map[Key]string
+	logged map[Key]string // what was logged for each, so that each is said once
+}
+
+// note records this step's servers left alone, and returns those whose
+// reason is new since it was last logged.
+func (a *alone) note(now map[Key]string) map[Key]string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.logged == nil {
+		a.logged = map[Key]string{}
+	}
+	fresh := map[Key]string{}
+	for k, why := range now {
+		if a.logged[k] != why {
+			fresh[k] = why
+			a.logged[k] = why
+		}
+	}
+	for k := range a.logged {
+		if _, ok := now[k]; !ok {
+			delete(a.logged, k)
+		}
+	}
+	a.why = now
+	return fresh
+}
+
+// LeftAlone lists the servers the agent leaves alone, with the reason for
+// each, as of the last step.
+func (l *Loop) LeftAlone() map[Key]string {
+	l.alone.mu.Lock()
+	defer l.alone.mu.Unlock()
+	out := make(map[Key]string, len(l.alone.why))
+	for k, v := range l.alone.why {
+		out[k] = v
+	}
+	return out
+}
