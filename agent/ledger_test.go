@@ -88,6 +88,10 @@ func TestLedgerReconcile(t *testing.T) {
 	maint.AdminState = haproxy.AdminForcedMaint
 	cut := ready
 	cut.Weight = 3
+	drainedDNS := drained
+	drainedDNS.AdminState |= haproxy.AdminDNSMaint
+	cutDNS := cut
+	cutDNS.AdminState = haproxy.AdminDNSMaint
 	tests := []struct {
 		name         string
 		change       func(l *Ledger)
@@ -103,6 +107,8 @@ func TestLedgerReconcile(t *testing.T) {
 		{"a reload lost our drain", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0) }, "e2", ready, OwnerAgent, true, true},
 		{"someone readied our drain: their word stands", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0) }, "e1", ready, OwnerOperator, false, false},
 		{"someone put our drain in maint", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0) }, "e1", maint, OwnerOperator, false, false},
+		{"our drain, and the resolver's maint too (0x28)", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0) }, "e1", drainedDNS, OwnerAgent, false, true},
+		{"our cut, its name no longer resolving", func(l *Ledger) { l.Cut(mustKey("app/s1"), 3, 8, t0, "", 0) }, "e1", cutDNS, OwnerAgent, false, true},
 		{"a reload, then the operator's maint", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0) }, "e2", maint, OwnerOperator, false, false},
 	}
 	for _, tc := range tests {

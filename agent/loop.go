@@ -43,6 +43,9 @@ type Loop struct {
 	ledger     *Ledger
 	// alone: the servers the last step left alone, and why (scope.go).
 	alone alone
+	// addrs: each server's address at the last step (readdress); only
+	// Step touches it.
+	addrs map[Key]string
 	// lastRefusals: what was refused last step and why, so that a policy
 	// repeating a refused proposal is logged once at warn, then at debug;
 	// refusedServers, the same by server, for the next observation. Only

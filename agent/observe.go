@@ -144,6 +144,7 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 			leftAlone[k] = why
 			continue
 		}
+		l.readdress(k, s.Addr)
 		v := ServerView{Backend: s.Backend, Server: s.Server, State: s, MaxConn: procs.maxconn[k], RespTimeMs: procs.rtime[k]}
 		v.SetWindows(long, recent)
 		var lost bool

@@ -106,3 +106,25 @@ func (l *Loop) LeftAlone() map[Key]string {
 	}
 	return out
 }
+
+// readdress notes each server's address, and empties the window of one
+// whose address changed: a server-template slot that DNS gave another
+// host is a new server, and the old host's errors must not count against
+// it. Only Step calls it.
+func (l *Loop) readdress(k Key, addr string) {
+	if addr == "" {
+		return
+	}
+	if l.addrs == nil {
+		l.addrs = map[Key]string{}
+	}
+	was, seen := l.addrs[k]
+	l.addrs[k] = addr
+	if !seen || was == addr {
+		return
+	}
+	if f, ok := l.Windows.(forgetter); ok {
+		f.Forget(k.Backend, k.Server)
+	}
+	l.Log.Info().Stringer("server", k).Str("was", was).Str("now", addr).Msg("a server's address changed: a new server, its window starts empty")
+}

@@ -179,3 +179,43 @@ func TestServerStatsCounters(t *testing.T) {
 		}
 	}
 }
+
+// The kinds of server a real HAProxy 2.6 reports (testdata: its `show
+// stat` of a config with a backup server, an agent-check and every
+// balance algorithm), read the same by both parsers: bck, agent_rise set,
+// and each server given its backend's algo from the BACKEND row.
+func TestServerStatsKinds(t *testing.T) {
+	raw, err := os.ReadFile("testdata/show-stat-2.6-kinds.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := ParseStat(string(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	streamed, err := readServerStats(context.Background(), bufio.NewReader(strings.NewReader(string(raw))), DefaultMaxRows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]struct {
+		backup, agent, hashed bool
+		algo                  string
+	}{
+		"b_rr/s1": {algo: "roundrobin"}, "b_rr/s2": {backup: true, algo: "roundrobin"},
+		"b_uri/s1": {hashed: true, algo: "uri"}, "b_src/s1": {hashed: true, algo: "source"},
+		"b_hdr/s1": {agent: true, hashed: true, algo: "hdr"}, "b_hash/s1": {hashed: true, algo: "hash"},
+		"b_urlp/s1": {hashed: true, algo: "url_param"}, "b_rdp/s1": {hashed: true, algo: "rdp-cookie"},
+		"b_lc/s1": {algo: "leastconn"}, "b_rand/s1": {algo: "unknown"}, "b_first/s1": {algo: "first"},
+	}
+	for name, stats := range map[string][]ServerStat{"ParseStat": ServerStats(rows), "streamed": streamed} {
+		if len(stats) != len(want) {
+			t.Errorf("%s: %d servers, want %d", name, len(stats), len(want))
+		}
+		for _, s := range stats {
+			w, ok := want[s.Backend+"/"+s.Server]
+			if !ok || s.Backup != w.backup || s.AgentCheck != w.agent || s.Hashed() != w.hashed || s.Algo != w.algo {
+				t.Errorf("%s: %s/%s backup %v agent %v hashed %v algo %q, want %+v", name, s.Backend, s.Server, s.Backup, s.AgentCheck, s.Hashed(), s.Algo, w)
+			}
+		}
+	}
+}
