@@ -427,6 +427,9 @@ type Status struct {
 	// StateFile is where the state file stands (saved, or unsaved since
 	// a failed write); absent without --state-file.
 	StateFile *SaveStatus `json:"state_file,omitempty"`
+	// LeftAlone are the servers the agent neither judges nor acts on, and
+	// why: backups, agent-checked servers, hash-balanced backends.
+	LeftAlone map[Key]string `json:"left_alone,omitempty"`
 }
 
 // Status is a copy of the loop's latest view, for people and scripts.
@@ -441,12 +444,13 @@ func (l *Loop) Status() Status {
 	if l.Policy.Status != nil {
 		ps = l.Policy.Status()
 	}
+	alone := l.LeftAlone()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return Status{
 		Policy: l.Policy.Name(), PolicyStatus: ps, Interval: l.Interval.String(), Cycle: l.cycle, Observed: l.last.Time,
 		Backends: l.last.Backends, Changes: changes, Decisions: append([]Decision(nil), l.recent...),
-		Candidates: append([]Key{}, l.candidates...), StateFile: saved,
+		Candidates: append([]Key{}, l.candidates...), StateFile: saved, LeftAlone: alone,
 	}
 }
 

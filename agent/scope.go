@@ -21,6 +21,9 @@ const (
 	// weight; the agent neither fights it nor reads its changes as an
 	// operator's.
 	AloneAgentCheck = "HAProxy's agent-check sets its state and weight"
+	// AloneTCP: a backend in mode tcp answers no HTTP status; nothing
+	// judges it (the SPOE agents' own backend is one).
+	AloneTCP = "mode tcp: no HTTP status to judge"
 )
 
 // hashedReason says why a hash-balanced backend is left alone.
@@ -31,8 +34,8 @@ func hashedReason(algo string) string {
 // kind is what `show stat` says of a server beyond its counters, merged
 // over the processes.
 type kind struct {
-	backup, agentCheck bool
-	algo               string
+	backup, agentCheck, tcp bool
+	algo                    string
 }
 
 func (p *processes) addKinds(stats []haproxy.ServerStat) {
@@ -44,6 +47,7 @@ func (p *processes) addKinds(stats []haproxy.ServerStat) {
 		cur := p.kinds[k]
 		cur.backup = cur.backup || st.Backup
 		cur.agentCheck = cur.agentCheck || st.AgentCheck
+		cur.tcp = cur.tcp || st.TCP
 		if st.Hashed() || cur.algo == "" {
 			cur.algo = st.Algo
 		}
@@ -52,14 +56,41 @@ func (p *processes) addKinds(stats []haproxy.ServerStat) {
 }
 
 // leftAlone is why the agent leaves server k alone, "" when it governs it.
-func (l *Loop) leftAlone(k Key, kd kind) string {
+func (l *Loop) leftAlone(k Key, kd kind) string { return leaveAlone(k, kd, l.HashBackends) }
+
+func leaveAlone(k Key, kd kind, hashBackends []string) string {
 	switch {
+	case kd.tcp:
+		return AloneTCP
 	case kd.backup:
 		return AloneBackup
 	case kd.agentCheck:
 		return AloneAgentCheck
-	case slices.Contains(haproxy.HashAlgos, kd.algo) && !slices.Contains(l.HashBackends, k.Backend):
+	case slices.Contains(haproxy.HashAlgos, kd.algo) && !slices.Contains(hashBackends, k.Backend):
 		return hashedReason(kd.algo)
+	}
+	return ""
+}
+
+// Untouched is why the agent leaves a server as it is, "" when it may act
+// on it: the kinds it leaves alone (backups, agent-checked servers,
+// hash-balanced backends not in hashBackends), and the states it never
+// changes (an operator's maint or drain, weight 0, a slot the resolver
+// holds in maintenance). `hapilot check --live` prints it per server.
+func Untouched(st haproxy.ServerStat, s haproxy.ServerState, hashBackends []string) string {
+	k := key(st.Backend, st.Server)
+	if why := leaveAlone(k, kind{backup: st.Backup, agentCheck: st.AgentCheck, tcp: st.TCP, algo: st.Algo}, hashBackends); why != "" {
+		return why
+	}
+	switch {
+	case s.AdminState&(haproxy.AdminDNSMaint|haproxy.AdminHostnameMaint) != 0:
+		return "in the resolver's maintenance (a server-template slot with no address): neither serving nor a peer"
+	case s.Maint():
+		return "in maintenance: the operator's, never changed"
+	case s.Drain():
+		return "drained by someone: the operator's unless the agent's state file says it is the agent's"
+	case s.Initial == 0:
+		return "configured weight 0: takes no traffic, never changed"
 	}
 	return ""
 }

@@ -20,6 +20,7 @@ func TestLeftAlone(t *testing.T) {
 		{"an active server, round robin", Key{"app", "s1"}, kind{algo: "roundrobin"}, ""},
 		{"leastconn", Key{"app", "s1"}, kind{algo: "leastconn"}, ""},
 		{"random", Key{"app", "s1"}, kind{algo: "unknown"}, ""},
+		{"a TCP backend", Key{"db", "s1"}, kind{tcp: true, algo: "roundrobin"}, "mode tcp"},
 		{"a backup server", Key{"app", "b1"}, kind{backup: true, algo: "roundrobin"}, "backup server"},
 		{"under agent-check", Key{"app", "s2"}, kind{agentCheck: true, algo: "roundrobin"}, "agent-check"},
 		{"balance uri", Key{"cache", "s1"}, kind{algo: "uri"}, "balance uri"},

@@ -198,13 +198,13 @@ func TestServerStatsKinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]struct {
-		backup, agent, hashed bool
-		algo                  string
+		backup, agent, hashed, tcp bool
+		algo                       string
 	}{
 		"b_rr/s1": {algo: "roundrobin"}, "b_rr/s2": {backup: true, algo: "roundrobin"},
 		"b_uri/s1": {hashed: true, algo: "uri"}, "b_src/s1": {hashed: true, algo: "source"},
 		"b_hdr/s1": {agent: true, hashed: true, algo: "hdr"}, "b_hash/s1": {hashed: true, algo: "hash"},
-		"b_urlp/s1": {hashed: true, algo: "url_param"}, "b_rdp/s1": {hashed: true, algo: "rdp-cookie"},
+		"b_urlp/s1": {hashed: true, algo: "url_param"}, "b_rdp/s1": {hashed: true, tcp: true, algo: "rdp-cookie"},
 		"b_lc/s1": {algo: "leastconn"}, "b_rand/s1": {algo: "unknown"}, "b_first/s1": {algo: "first"},
 	}
 	for name, stats := range map[string][]ServerStat{"ParseStat": ServerStats(rows), "streamed": streamed} {
@@ -213,7 +213,7 @@ func TestServerStatsKinds(t *testing.T) {
 		}
 		for _, s := range stats {
 			w, ok := want[s.Backend+"/"+s.Server]
-			if !ok || s.Backup != w.backup || s.AgentCheck != w.agent || s.Hashed() != w.hashed || s.Algo != w.algo {
+			if !ok || s.Backup != w.backup || s.AgentCheck != w.agent || s.Hashed() != w.hashed || s.TCP != w.tcp || s.Algo != w.algo {
 				t.Errorf("%s: %s/%s backup %v agent %v hashed %v algo %q, want %+v", name, s.Backend, s.Server, s.Backup, s.AgentCheck, s.Hashed(), s.Algo, w)
 			}
 		}

@@ -373,6 +373,8 @@ type ServerStat struct {
 	// Algo is its backend's balance algorithm as `show stat` names it
 	// (roundrobin, leastconn, uri, source, hdr, hash, ...).
 	Algo string `json:"algo,omitempty"`
+	// TCP says the server's backend is in mode tcp: no HTTP status.
+	TCP bool `json:"tcp,omitempty"`
 	// Counters are the row's cumulative counters and gauges, for the
 	// stats path (internal/ingest.StatPoller).
 	Counters StatCounters `json:"-"`
@@ -443,7 +445,7 @@ func ServerStats(rows []StatRow) []ServerStat {
 			out = slices.Grow(out, len(out)) // doubling: append's 1.25 on a big slice copies it many times over
 		}
 		out = append(out, ServerStat{Backend: r["pxname"], Server: r["svname"], MaxConn: int(r.Int("slim")), RespTimeMs: int(r.Int("rtime")),
-			Backup: r["bck"] == "1", AgentCheck: r["agent_rise"] != "", Counters: c})
+			Backup: r["bck"] == "1", AgentCheck: r["agent_rise"] != "", TCP: r["mode"] == "tcp", Counters: c})
 	}
 	return out
 }
@@ -462,7 +464,7 @@ func (c *Client) ServerStats(ctx context.Context) ([]ServerStat, error) {
 
 // statColumns are the columns ServerStat reads.
 var statColumns = append([]string{"pxname", "svname", "slim", "rtime", "req_tot", "wretr", "wredis", "qtime", "ttime",
-	"qtime_max", "rtime_max", "ttime_max", "scur", "qcur", "bck", "agent_rise", "algo"}, hrspColumns[:]...)
+	"qtime_max", "rtime_max", "ttime_max", "scur", "qcur", "bck", "agent_rise", "algo", "mode"}, hrspColumns[:]...)
 
 func readServerStats(ctx context.Context, r *bufio.Reader, maxRows int) ([]ServerStat, error) {
 	var out []ServerStat
@@ -507,7 +509,7 @@ func readServerStats(ctx context.Context, r *bufio.Reader, maxRows int) ([]Serve
 			out = slices.Grow(out, len(out)) // doubling: append's 1.25 on a big slice copies it many times over
 		}
 		out = append(out, ServerStat{Backend: strings.Clone(get("pxname")), Server: strings.Clone(sv), MaxConn: int(num("slim")),
-			RespTimeMs: int(num("rtime")), Backup: get("bck") == "1", AgentCheck: get("agent_rise") != "", Counters: c})
+			RespTimeMs: int(num("rtime")), Backup: get("bck") == "1", AgentCheck: get("agent_rise") != "", TCP: get("mode") == "tcp", Counters: c})
 	})
 	if err != nil {
 		return nil, err

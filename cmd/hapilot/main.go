@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -35,7 +36,8 @@ const usage = `usage: hapilot <command> [flags]
 
 commands:
   run       run the agent beside HAProxy
-  check     validate settings (flags or --config FILE) and exit
+  check     validate settings (flags or --config FILE) and exit; with --live, also
+            against the running HAProxy: what the agent would govern and see
   calibrate score a model on built-in scenarios; only a passing model may act
   defaults  print a settings file with every setting, commented, at its default
   fleet-key FILE  write a new random key for --fleet-key (mode 0600; never overwrites)
@@ -66,7 +68,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "run":
 		err = cmdRun(ctx, args[1:], stderr, hup)
 	case "check":
-		err = cmdCheck(args[1:], stdout, stderr)
+		err = cmdCheck(ctx, args[1:], stdout, stderr)
 	case "calibrate":
 		err = cmdCalibrate(ctx, args[1:], stdout, stderr)
 	case "defaults":
@@ -202,9 +204,16 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer, hup <-chan os.
 	return err
 }
 
-func cmdCheck(args []string, stdout, stderr io.Writer) error {
-	c, err := parse("check", args, stderr)
-	if err != nil {
+// cmdCheck validates the settings; with --live it also checks them
+// against the running HAProxy, and fails when the agent could not act or
+// could not see.
+func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("hapilot check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	live := fs.Bool("live", false, "also check against the running HAProxy: version and level of each socket, the servers governed and left alone, whether each telemetry path delivers the traffic HAProxy counts, and the advice per version; exits non-zero when the agent could not act or see")
+	wait := fs.Duration("live-wait", daemon.LiveWait, "with --live, how long to listen for telemetry")
+	c := config.Register(fs)
+	if err := config.Parse(fs, args); err != nil {
 		return err
 	}
 	if err := c.Validate(); err != nil {
@@ -212,5 +221,13 @@ func cmdCheck(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "ok: policy %s, interval %v, window %v, spoe %s, status %s, haproxy %v\n",
 		c.Policy, c.Loop.Interval, c.Window, c.SPOEListen, c.StatusListen, c.HAProxySockets)
+	if !*live {
+		return nil
+	}
+	r := daemon.LiveCheck(ctx, *c, *wait)
+	r.Write(stdout)
+	if len(r.Problems) > 0 {
+		return fmt.Errorf("--live: %d problem(s): %s", len(r.Problems), strings.Join(r.Problems, "; "))
+	}
 	return nil
 }

@@ -83,6 +83,12 @@ func TestSPOEPath(t *testing.T) {
 // empty reply to anything else.
 func fakeRuntime(t *testing.T, version string) string {
 	t.Helper()
+	return fakeRuntimeAt(t, version, "admin")
+}
+
+// fakeRuntimeAt is fakeRuntime with the CLI level it reports.
+func fakeRuntimeAt(t *testing.T, version, level string) string {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), "admin.sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
@@ -101,7 +107,11 @@ func fakeRuntime(t *testing.T, version string) string {
 				reply := "\n"
 				switch {
 				case strings.Contains(line, "show cli level"):
-					reply += "admin\n"
+					reply += level + "\n"
+				case strings.Contains(line, "show stat"):
+					reply += "# pxname,svname,bck,algo,mode\napp,srv1,0,,http\napp,BACKEND,0,roundrobin,http\n"
+				case strings.Contains(line, "show servers state"):
+					reply += "1\n# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight srv_iweight srv_port\n1 app 1 srv1 127.0.0.1 2 0 1 1 80\n"
 				case strings.Contains(line, "show info"):
 					reply += "Name: HAProxy\nVersion: " + version + "\nPid: 7\nStart_time_sec: 1700000000\n"
 				}

@@ -111,7 +111,7 @@ func (c *Coverage) Forget(keep func(haproxy.ServerKey) bool) {
 // Silence is what Coverage knows now.
 type Silence struct {
 	// Silent are the servers HAProxy counts answers for and no path
-	// reports, sorted; Covered, those a path reports.
+	// reports, sorted; Covered, those a path has reported.
 	Silent  []haproxy.ServerKey
 	Covered int
 	// Since is when the longest silence began; zero when none.
@@ -127,7 +127,9 @@ func (c *Coverage) Silence() Silence {
 	out := Silence{Episodes: c.episodes}
 	for k, s := range c.servers {
 		if s.silentSince.IsZero() {
-			out.Covered++
+			if s.delivered > 0 {
+				out.Covered++
+			}
 			continue
 		}
 		out.Silent = append(out.Silent, k)

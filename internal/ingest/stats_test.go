@@ -250,3 +250,43 @@ func TestStatPollerClampsImpossibleGains(t *testing.T) {
 		})
 	}
 }
+
+// In retries mode with Coverage, a server no per-response path reports
+// is judged from the counters once silent: its answers reach the windows
+// (marked Counted, so that they do not count as delivered), while a
+// server the path reports keeps its answers from the path alone.
+func TestStatPollerFallsBackForSilentServers(t *testing.T) {
+	now := time.Unix(20_000, 0)
+	store := window.New(time.Minute, 16, func() time.Time { return now })
+	src := &statSource{addr: "s", info: haproxy.Info{Pid: 1, StartTime: 10_000}}
+	p := &StatPoller{Sources: []StatSource{src}, Sink: store, Mode: StatRetries, Log: zerolog.Nop(), Now: func() time.Time { return now },
+		Coverage: &Coverage{After: DefaultSilentAfter, Delivered: store.Delivered}}
+	var okA, badA, okB int64
+	for i := 0; i <= 8; i++ {
+		okA, badA, okB = okA+100, badA+5, okB+100
+		src.rows = []haproxy.ServerStat{row("reported", okB, 0, 0, 4), row("silent", okA, badA, 0, 4)}
+		// The path reports "reported" (100 answers a second), never "silent".
+		store.Record(window.Event{Backend: []byte("app"), Server: []byte("reported"), Status: 200, Count: 100})
+		p.Poll(context.Background())
+		now = now.Add(time.Second)
+	}
+	got := map[string]window.Stats{}
+	for _, s := range store.Snapshot(time.Minute) {
+		got[s.Server] = s
+	}
+	// Poll 0 sets the baseline and poll 1 starts the watch; 5 s and 500
+	// answers later (poll 6) the server is silent, and the gains of polls
+	// 6, 7 and 8 are recorded.
+	if s := got["silent"]; s.Requests != 3*105 || s.Err5xx != 15 {
+		t.Errorf("silent: %+v, want 315 requests, 15 5xx from the counters", s)
+	}
+	if s := got["reported"]; s.Requests != 9*100 {
+		t.Errorf("reported: %d requests, want the path's 900 alone", s.Requests)
+	}
+	if d := store.Delivered("app", "silent"); d != 0 {
+		t.Errorf("the counters' answers counted as delivered: %d", d)
+	}
+	if sil := p.Coverage.Silence(); len(sil.Silent) != 1 || sil.Silent[0].Server != "silent" {
+		t.Errorf("%+v", sil)
+	}
+}

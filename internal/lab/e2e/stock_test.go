@@ -8,7 +8,9 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/user"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -228,4 +230,54 @@ func getJSON(t *testing.T, url string) map[string]any {
 		t.Errorf("GET %s: %v", url, err)
 	}
 	return m
+}
+
+// `hapilot check --live` against Debian's stock global section, with no
+// agent running: with the README's stanza and the default listener it
+// sees the traffic and passes; with the old stanza's unix@ path (out of
+// the chrooted HAProxy's reach) it names the silence and the chroot and
+// fails; on a socket at level operator it fails naming the level.
+func TestCheckLive(t *testing.T) {
+	t.Parallel()
+	global := stockGlobal(t)
+	for _, tc := range []struct {
+		name      string
+		telemetry string
+		args      func(dir string) []string
+		ok        bool
+		want      []string
+	}{
+		{"stock", "stock", func(string) []string { return nil }, true,
+			[]string{"level admin", "backend app: governs 6", "hapilot-agents: governs 0", "0 silent", "ok: the agent can act"}},
+		{"unix path in a chroot", "spoe-unix", func(dir string) []string { return []string{"--spoe-listen", "unix:" + filepath.Join(dir, "spoe.sock")} }, false,
+			[]string{"PROBLEM: telemetry silent", "app/srv1", "chroot", "abns@hapilot-spoe", "not ok"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out []byte
+			var err error
+			dir := t.TempDir()
+			s := scenario.Scenario{
+				Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 15 * time.Second,
+				Telemetry: tc.telemetry, StockGlobal: global, Dir: dir, Log: zerolog.Nop(),
+				At: map[time.Duration]func(*scenario.Env){time.Second: func(env *scenario.Env) {
+					args := append([]string{"check", "--live", "--haproxy-socket", env.HAProxy.Socket, "--status-listen", "off"}, tc.args(dir)...)
+					out, err = exec.Command(agentBinary, args...).CombinedOutput()
+				}},
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if _, rerr := s.Run(ctx); rerr != nil {
+				t.Fatal(rerr)
+			}
+			t.Logf("check --live: %v\n%s", err, out)
+			if (err == nil) != tc.ok {
+				t.Errorf("exit: %v, want ok %v", err, tc.ok)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(string(out), w) {
+					t.Errorf("output lacks %q", w)
+				}
+			}
+		})
+	}
 }
