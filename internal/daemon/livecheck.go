@@ -30,7 +30,9 @@ type LiveReport struct {
 	Problems []string
 }
 
-func (r *LiveReport) say(format string, a ...any) { r.Lines = append(r.Lines, fmt.Sprintf(format, a...)) }
+func (r *LiveReport) say(format string, a ...any) {
+	r.Lines = append(r.Lines, fmt.Sprintf(format, a...))
+}
 func (r *LiveReport) problem(format string, a ...any) {
 	p := fmt.Sprintf(format, a...)
 	r.Problems = append(r.Problems, p)
