@@ -99,39 +99,50 @@ func paperFaultDrained(t *testing.T, out *scenario.Outcome, within time.Duration
 }
 
 // Debian's stock global section (chroot /var/lib/haproxy, user and group
-// haproxy) with the README's stanza word for word (server agent1
-// abns@hapilot-spoe) and the agent at its defaults: HAProxy reaches the
-// agent from inside its chroot, as its own user, the SPOE path carries the
-// responses, nothing is silent, and the paper fault is drained and no
-// healthy server.
+// haproxy) with each example's stanza word for word: the README's SPOE
+// (server agent1 abns@hapilot-spoe, the agent at its defaults), the Lua
+// companion, the log lines and the ring, each at the abstract name its
+// example gives. HAProxy reaches the agent from inside its chroot, as its
+// own user; the path carries the responses, nothing is silent, and the
+// paper fault is drained and no healthy server.
 func TestStockDebianConfig(t *testing.T) {
 	t.Parallel()
 	global := stockGlobal(t)
-	var spoeEvents, silent int
-	var mu sync.Mutex
-	out, _ := runLogged(t, scenario.Scenario{
-		Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 45 * time.Second, Policy: "rules",
-		Telemetry: "stock", StockGlobal: global,
-		At: map[time.Duration]func(*scenario.Env){44 * time.Second: func(env *scenario.Env) {
+	for _, tc := range []struct{ telemetry, path string }{
+		{"stock", "spoe"}, {"stock-lua", "lua"}, {"stock-syslog", "syslog"}, {"stock-ring", "syslog"},
+	} {
+		t.Run(tc.telemetry, func(t *testing.T) {
+			t.Parallel()
+			var delivered uint64
+			var silent int
+			var mu sync.Mutex
+			out, _ := runLogged(t, scenario.Scenario{
+				Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 30 * time.Second, Policy: "rules",
+				Telemetry: tc.telemetry, StockGlobal: global,
+				At: map[time.Duration]func(*scenario.Env){29 * time.Second: func(env *scenario.Env) {
+					mu.Lock()
+					defer mu.Unlock()
+					switch tc.path {
+					case "spoe":
+						delivered = env.Daemon.SPOE.Counters.Events.Load()
+					case "lua":
+						delivered = env.Daemon.Lua.Counters.Events.Load()
+					case "syslog":
+						delivered = env.Daemon.Syslog.Counters.Events.Load()
+					}
+					silent = len(env.Daemon.Silence().Silent)
+				}},
+			})
 			mu.Lock()
 			defer mu.Unlock()
-			spoeEvents = int(env.Daemon.SPOE.Counters.Events.Load())
-			silent = len(env.Daemon.Silence().Silent)
-		}},
-	})
-	mu.Lock()
-	defer mu.Unlock()
-	if want := int(out.Load.Scheduled) / 2; spoeEvents < want {
-		t.Errorf("SPOE delivered %d responses of %d: HAProxy did not reach the agent from its chroot", spoeEvents, out.Load.Scheduled)
-	}
-	if silent != 0 {
-		t.Errorf("%d servers silent with the stanza in place", silent)
-	}
-	paperFaultDrained(t, out, 15*time.Second)
-	// HAProxy starts before the agent, so its first check may fail; the
-	// agent must be up once it listens.
-	if !strings.Contains(out.HAProxy.Log(), "hapilot-agents/agent1 is UP") && strings.Contains(out.HAProxy.Log(), "agent1 is DOWN") {
-		t.Errorf("HAProxy never reached the agent:\n%s", out.HAProxy.Log())
+			if want := uint64(out.Load.Scheduled) / 2; delivered < want {
+				t.Errorf("%s delivered %d responses of %d: HAProxy did not reach the agent from its chroot", tc.path, delivered, out.Load.Scheduled)
+			}
+			if silent != 0 {
+				t.Errorf("%d servers silent with the stanza in place", silent)
+			}
+			paperFaultDrained(t, out, 15*time.Second)
+		})
 	}
 }
 
@@ -279,5 +290,62 @@ func TestCheckLive(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// HAProxy as Debian's unit runs it: master-worker (haproxy -Ws) with the
+// stock global section and the README's stanza. The admin socket reaches
+// the worker, and `systemctl reload haproxy` (SIGUSR2 to the master, a new
+// worker) is a reload to the agent: the drains it lost are applied again
+// within 5 s, and no healthy server is drained.
+func TestMasterWorkerReload(t *testing.T) {
+	t.Parallel()
+	global := stockGlobal(t)
+	reloadAt := 12 * time.Second
+	var reloadErr error
+	var mu sync.Mutex
+	out, log := runLogged(t, scenario.Scenario{
+		Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 24 * time.Second, Policy: "rules",
+		Telemetry: "stock", StockGlobal: global, MasterWorker: true, AgentArgs: noTailGuard,
+		At: map[time.Duration]func(*scenario.Env){reloadAt: func(env *scenario.Env) {
+			err := env.HAProxy.Reload(context.Background())
+			mu.Lock()
+			reloadErr = err
+			mu.Unlock()
+		}},
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if reloadErr != nil {
+		t.Fatalf("reload: %v", reloadErr)
+	}
+	if !strings.Contains(out.HAProxy.Log(), "Reloading HAProxy") {
+		t.Errorf("the master did not reload:\n%s", out.HAProxy.Log())
+	}
+	for _, s := range []string{"srv3", "srv6"} {
+		tl := out.Timeline[s]
+		t.Logf("%s drained/undrained at: %v", s, tl)
+		if len(tl) == 0 || tl[0].At > reloadAt {
+			t.Fatalf("%s not drained before the reload: %v", s, tl)
+		}
+		lost := 0
+		for i, tr := range tl {
+			if tr.Drained {
+				continue
+			}
+			lost++
+			if i+1 >= len(tl) || tl[i+1].At-tr.At > 5*time.Second {
+				t.Errorf("%s: drain lost at %v not back within 5 s: %v", s, tr.At, tl)
+			}
+		}
+		if lost != 1 || !finalState(out, s).Drain() {
+			t.Errorf("%s: lost its drain %d times (want the reload's), final %+v", s, lost, finalState(out, s))
+		}
+	}
+	if len(out.DrainedAt) != 2 {
+		t.Errorf("drained %v", out.DrainedAt)
+	}
+	if !strings.Contains(log.String(), "HAProxy reloaded or restarted") {
+		t.Errorf("the agent did not see a reload")
 	}
 }

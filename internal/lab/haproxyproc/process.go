@@ -39,6 +39,10 @@ type Process struct {
 	out  *logbuf.Buffer
 	done chan error
 	cpus string // taskset's CPU list; "" unpinned
+	// masterWorker runs HAProxy as Debian's unit does (-Ws): a master
+	// process that forks the worker, and reloads on SIGUSR2 by forking a
+	// new one.
+	masterWorker bool
 }
 
 // Start writes config to dir/haproxy.cfg, checks it, starts HAProxy and
@@ -50,7 +54,17 @@ func Start(ctx context.Context, dir, config, socket string) (*Process, error) {
 // StartOn is Start with HAProxy pinned to cpus (taskset's list, "3" or
 // "2-3"); "" leaves it where the scheduler puts it.
 func StartOn(ctx context.Context, dir, config, socket, cpus string) (*Process, error) {
-	p := &Process{Dir: dir, Config: filepath.Join(dir, "haproxy.cfg"), Socket: socket, out: &logbuf.Buffer{}, cpus: cpus}
+	return start(ctx, &Process{Dir: dir, Config: filepath.Join(dir, "haproxy.cfg"), Socket: socket, out: &logbuf.Buffer{}, cpus: cpus}, config)
+}
+
+// StartMasterWorker is Start in master-worker mode, as Debian's systemd
+// unit runs HAProxy (haproxy -Ws): the runtime socket reaches the worker,
+// and Reload is the unit's `systemctl reload`, SIGUSR2 to the master.
+func StartMasterWorker(ctx context.Context, dir, config, socket string) (*Process, error) {
+	return start(ctx, &Process{Dir: dir, Config: filepath.Join(dir, "haproxy.cfg"), Socket: socket, out: &logbuf.Buffer{}, masterWorker: true}, config)
+}
+
+func start(ctx context.Context, p *Process, config string) (*Process, error) {
 	if err := os.WriteFile(p.Config, []byte(config), 0o644); err != nil {
 		return nil, err
 	}
@@ -68,7 +82,11 @@ func StartOn(ctx context.Context, dir, config, socket, cpus string) (*Process, e
 }
 
 func (p *Process) start(extra ...string) error {
-	args := append([]string{"-db", "-f", p.Config}, extra...)
+	mode := "-db"
+	if p.masterWorker {
+		mode = "-Ws" // foreground too, and the master forks the worker
+	}
+	args := append([]string{mode, "-f", p.Config}, extra...)
 	p.cmd = exec.Command(Binary(), args...)
 	if p.cpus != "" {
 		// taskset execs HAProxy in its own process: the pid stays HAProxy's.
@@ -126,6 +144,9 @@ func (p *Process) Restart(ctx context.Context) error {
 // process takes the listeners and the socket, the old one finishes its
 // connections and exits. Runtime changes are lost, as in production.
 func (p *Process) Reload(ctx context.Context) error {
+	if p.masterWorker {
+		return p.reloadMaster(ctx)
+	}
 	old, oldDone := p.cmd, p.done
 	if err := p.start("-sf", fmt.Sprint(old.Process.Pid)); err != nil {
 		return err
@@ -152,6 +173,38 @@ func (p *Process) Reload(ctx context.Context) error {
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("reloaded haproxy not answering on %s: %v", p.Socket, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// reloadMaster is `systemctl reload haproxy` under Debian's unit: SIGUSR2
+// to the master, which forks a new worker from the same config; it
+// returns once the socket answers from the new worker.
+func (p *Process) reloadMaster(ctx context.Context) error {
+	c, err := haproxy.New(p.Socket)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	before, err := c.ShowInfo(cctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("before the reload: %w", err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		info, err := c.ShowInfo(cctx)
+		cancel()
+		if err == nil && info.Pid != before.Pid {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no new worker answering on %s: %v", p.Socket, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

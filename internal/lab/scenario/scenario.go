@@ -73,8 +73,13 @@ type Scenario struct {
 	// StockGlobal is fleet.HAProxyOptions.StockGlobal: a distribution's
 	// haproxy.cfg whose global section (chroot, user, group) HAProxy runs
 	// with. With Telemetry "stock", the stanza is the README's word for
-	// word (abns@hapilot-spoe) and the agent runs with its defaults.
+	// word (abns@hapilot-spoe) and the agent runs with its defaults;
+	// "stock-lua", "stock-syslog" and "stock-ring" are the other examples'
+	// stanzas as they are (abns@hapilot-lua, -log, -ring).
 	StockGlobal string
+	// MasterWorker runs HAProxy as Debian's unit does (haproxy -Ws), so
+	// that Env.HAProxy.Reload is `systemctl reload haproxy`.
+	MasterWorker bool
 	// AgentUnreachable says HAProxy is expected never to reach the
 	// agent's SPOE listener (a test of a broken path): the run does not
 	// wait for the agents' server to come up.
@@ -191,6 +196,21 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 		// The README's stanza as it is, and the agent's default listener.
 		opts.AgentAddr = examples.AgentAddr
 		ingestArgs = nil
+	case "stock-lua", "stock-syslog", "stock-ring":
+		// The examples' stanzas as they are, with the agent listening at
+		// the addresses their comments give.
+		addr := map[string]string{"stock-lua": "abns@hapilot-lua", "stock-syslog": "abns@hapilot-log", "stock-ring": "abns@hapilot-ring"}[telemetry]
+		listen := map[string]string{"stock-lua": "--lua-listen", "stock-syslog": "--syslog-listen", "stock-ring": "--syslog-listen"}[telemetry]
+		arg := addr
+		switch telemetry {
+		case "stock-lua":
+			opts.LuaAgent = addr
+		case "stock-syslog":
+			opts.SyslogAddr, arg = addr, "abnsgram@hapilot-log"
+		case "stock-ring":
+			opts.SyslogRing = addr
+		}
+		ingestArgs = append(ingestArgs, listen, arg)
 	case "spoe-unix":
 		path := filepath.Join(s.Dir, "spoe.sock")
 		opts.AgentAddr = "unix@" + path
@@ -222,7 +242,11 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	hp, err := haproxyproc.Start(ctx, s.Dir, cfg, opts.Socket())
+	startHAProxy := haproxyproc.Start
+	if s.MasterWorker {
+		startHAProxy = haproxyproc.StartMasterWorker
+	}
+	hp, err := startHAProxy(ctx, s.Dir, cfg, opts.Socket())
 	if err != nil {
 		return nil, err
 	}
