@@ -70,12 +70,19 @@ test-deb: deps deb
 # Every HAProxy LTS an operator runs today: Debian 12's 2.6 (the system's),
 # Debian 13's 3.0 and sid's 3.2, the last two fetched from Debian's archive
 # and run with their own loader and libraries, nothing installed
-# (internal/lab/haproxyproc/fetch-haproxy.sh). The e2e subset runs against
-# each: the paper fault, the agent killed, the Lua companion, syslog and
-# the ring, reload and restart, the stats path and retries; and `haproxy -c`
-# of every example, which must pass without a warning.
-MATRIX_E2E := ^(TestFaultyServersDrained|TestAgentKilledMidLoad|TestLuaAndSyslogPathsDrainFaulty|TestAgentKilledLuaAndSyslog|TestHAProxyReloadAndRestart|TestStatsAndSampledPaths|TestRetriedFailuresAreSeen)$$
+# (internal/lab/haproxyproc/fetch-haproxy.sh, patchelf for their loader).
+# The e2e subset runs against each: the paper fault, the agent killed, the
+# Lua companion, syslog and the ring, reload and restart, the stats path
+# and retries; Debian's stock global section (chroot, user, group) with
+# every example's stanza, a silent path noticed, check --live, master-worker
+# reloads and the server kinds; and `haproxy -c` of every example, which
+# must pass without a warning.
+MATRIX_E2E := ^(TestFaultyServersDrained|TestAgentKilledMidLoad|TestLuaAndSyslogPathsDrainFaulty|TestAgentKilledLuaAndSyslog|TestHAProxyReloadAndRestart|TestStatsAndSampledPaths|TestRetriedFailuresAreSeen|TestStockDebianConfig|TestSilentSPOEIsNoticed|TestCheckLive|TestMasterWorkerReload|TestServerKinds)$$
 haproxy-matrix: deps
+	@command -v patchelf >/dev/null 2>&1 || { \
+		echo "installing patchelf (apt-get)"; \
+		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq patchelf >/dev/null; }
 	internal/lab/haproxyproc/fetch-haproxy.sh trixie bin/haproxy-3.0
 	internal/lab/haproxyproc/fetch-haproxy.sh sid bin/haproxy-3.2
 

@@ -21,9 +21,9 @@ const (
 	// weight; the agent neither fights it nor reads its changes as an
 	// operator's.
 	AloneAgentCheck = "HAProxy's agent-check sets its state and weight"
-	// AloneTCP: a backend in mode tcp answers no HTTP status; nothing
-	// judges it (the SPOE agents' own backend is one).
-	AloneTCP = "mode tcp: no HTTP status to judge"
+	// AloneTCP: a backend in mode tcp (or spop) answers no HTTP status;
+	// nothing judges it (the SPOE agents' own backend is one).
+	AloneTCP = "not mode http: no HTTP status to judge"
 )
 
 // hashedReason says why a hash-balanced backend is left alone.

@@ -17,20 +17,20 @@ func TestLeftAlone(t *testing.T) {
 		kind kind
 		want string // a part of the reason; "" governed
 	}{
-		{"an active server, round robin", Key{"app", "s1"}, kind{algo: "roundrobin"}, ""},
-		{"leastconn", Key{"app", "s1"}, kind{algo: "leastconn"}, ""},
-		{"random", Key{"app", "s1"}, kind{algo: "unknown"}, ""},
-		{"a TCP backend", Key{"db", "s1"}, kind{tcp: true, algo: "roundrobin"}, "mode tcp"},
-		{"a backup server", Key{"app", "b1"}, kind{backup: true, algo: "roundrobin"}, "backup server"},
-		{"under agent-check", Key{"app", "s2"}, kind{agentCheck: true, algo: "roundrobin"}, "agent-check"},
-		{"balance uri", Key{"cache", "s1"}, kind{algo: "uri"}, "balance uri"},
-		{"balance source", Key{"sticky", "s1"}, kind{algo: "source"}, "--hash-backends"},
-		{"balance hdr", Key{"h", "s1"}, kind{algo: "hdr"}, "balance hdr"},
-		{"balance url_param", Key{"h", "s1"}, kind{algo: "url_param"}, "balance url_param"},
-		{"balance rdp-cookie", Key{"h", "s1"}, kind{algo: "rdp-cookie"}, "balance rdp-cookie"},
-		{"balance hash", Key{"h", "s1"}, kind{algo: "hash"}, "balance hash"},
-		{"a hash backend the operator named", Key{"opted", "s1"}, kind{algo: "uri"}, ""},
-		{"a backup in a named hash backend", Key{"opted", "b1"}, kind{backup: true, algo: "uri"}, "backup server"},
+		{"an active server, round robin", Key{Backend: "app", Server: "s1"}, kind{algo: "roundrobin"}, ""},
+		{"leastconn", Key{Backend: "app", Server: "s1"}, kind{algo: "leastconn"}, ""},
+		{"random", Key{Backend: "app", Server: "s1"}, kind{algo: "unknown"}, ""},
+		{"a TCP backend", Key{Backend: "db", Server: "s1"}, kind{tcp: true, algo: "roundrobin"}, "not mode http"},
+		{"a backup server", Key{Backend: "app", Server: "b1"}, kind{backup: true, algo: "roundrobin"}, "backup server"},
+		{"under agent-check", Key{Backend: "app", Server: "s2"}, kind{agentCheck: true, algo: "roundrobin"}, "agent-check"},
+		{"balance uri", Key{Backend: "cache", Server: "s1"}, kind{algo: "uri"}, "balance uri"},
+		{"balance source", Key{Backend: "sticky", Server: "s1"}, kind{algo: "source"}, "--hash-backends"},
+		{"balance hdr", Key{Backend: "h", Server: "s1"}, kind{algo: "hdr"}, "balance hdr"},
+		{"balance url_param", Key{Backend: "h", Server: "s1"}, kind{algo: "url_param"}, "balance url_param"},
+		{"balance rdp-cookie", Key{Backend: "h", Server: "s1"}, kind{algo: "rdp-cookie"}, "balance rdp-cookie"},
+		{"balance hash", Key{Backend: "h", Server: "s1"}, kind{algo: "hash"}, "balance hash"},
+		{"a hash backend the operator named", Key{Backend: "opted", Server: "s1"}, kind{algo: "uri"}, ""},
+		{"a backup in a named hash backend", Key{Backend: "opted", Server: "b1"}, kind{backup: true, algo: "uri"}, "backup server"},
 	} {
 		got := l.leftAlone(tc.k, tc.kind)
 		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
@@ -46,10 +46,10 @@ func TestAddKinds(t *testing.T) {
 	p := &processes{}
 	p.addKinds([]haproxy.ServerStat{{Backend: "app", Server: "s1", Algo: "roundrobin"}, {Backend: "app", Server: "b1", Backup: true, Algo: "roundrobin"}})
 	p.addKinds([]haproxy.ServerStat{{Backend: "app", Server: "s1", AgentCheck: true, Algo: "roundrobin"}})
-	if k := p.kinds[Key{"app", "s1"}]; !k.agentCheck || k.backup || k.algo != "roundrobin" {
+	if k := p.kinds[Key{Backend: "app", Server: "s1"}]; !k.agentCheck || k.backup || k.algo != "roundrobin" {
 		t.Errorf("s1: %+v", k)
 	}
-	if k := p.kinds[Key{"app", "b1"}]; !k.backup {
+	if k := p.kinds[Key{Backend: "app", Server: "b1"}]; !k.backup {
 		t.Errorf("b1: %+v", k)
 	}
 }
@@ -59,7 +59,7 @@ func TestAddKinds(t *testing.T) {
 // is forgotten.
 func TestAloneSaysEachOnce(t *testing.T) {
 	var a alone
-	k := Key{"app", "b1"}
+	k := Key{Backend: "app", Server: "b1"}
 	if got := a.note(map[Key]string{k: AloneBackup}); len(got) != 1 {
 		t.Fatalf("first: %v", got)
 	}
@@ -80,7 +80,7 @@ func TestAloneSaysEachOnce(t *testing.T) {
 func TestReaddressForgetsTheWindow(t *testing.T) {
 	w := &forgetting{}
 	l := &Loop{Windows: w}
-	k := Key{"app", "slot1"}
+	k := Key{Backend: "app", Server: "slot1"}
 	l.readdress(k, "10.0.0.1")
 	l.readdress(k, "10.0.0.1")
 	if len(w.forgot) != 0 {

@@ -373,12 +373,18 @@ type ServerStat struct {
 	// Algo is its backend's balance algorithm as `show stat` names it
 	// (roundrobin, leastconn, uri, source, hdr, hash, ...).
 	Algo string `json:"algo,omitempty"`
-	// TCP says the server's backend is in mode tcp: no HTTP status.
+	// TCP says the server's backend is not in mode http (tcp, or spop:
+	// HAProxy 3.1+ turns the SPOE agents' backend into one): no HTTP
+	// status to judge.
 	TCP bool `json:"tcp,omitempty"`
 	// Counters are the row's cumulative counters and gauges, for the
 	// stats path (internal/ingest.StatPoller).
 	Counters StatCounters `json:"-"`
 }
+
+// notHTTP reads show stat's mode column: "" (an HAProxy without it)
+// counts as http.
+func notHTTP(mode string) bool { return mode != "" && mode != "http" }
 
 // HashAlgos are the balance algorithms that send each server its own
 // share of the requests (by URI, source, header, parameter, cookie or
@@ -445,7 +451,7 @@ func ServerStats(rows []StatRow) []ServerStat {
 			out = slices.Grow(out, len(out)) // doubling: append's 1.25 on a big slice copies it many times over
 		}
 		out = append(out, ServerStat{Backend: r["pxname"], Server: r["svname"], MaxConn: int(r.Int("slim")), RespTimeMs: int(r.Int("rtime")),
-			Backup: r["bck"] == "1", AgentCheck: r["agent_rise"] != "", TCP: r["mode"] == "tcp", Counters: c})
+			Backup: r["bck"] == "1", AgentCheck: r["agent_rise"] != "", TCP: notHTTP(r["mode"]), Counters: c})
 	}
 	return out
 }
@@ -509,7 +515,7 @@ func readServerStats(ctx context.Context, r *bufio.Reader, maxRows int) ([]Serve
 			out = slices.Grow(out, len(out)) // doubling: append's 1.25 on a big slice copies it many times over
 		}
 		out = append(out, ServerStat{Backend: strings.Clone(get("pxname")), Server: strings.Clone(sv), MaxConn: int(num("slim")),
-			RespTimeMs: int(num("rtime")), Backup: get("bck") == "1", AgentCheck: get("agent_rise") != "", TCP: get("mode") == "tcp", Counters: c})
+			RespTimeMs: int(num("rtime")), Backup: get("bck") == "1", AgentCheck: get("agent_rise") != "", TCP: notHTTP(get("mode")), Counters: c})
 	})
 	if err != nil {
 		return nil, err

@@ -55,6 +55,11 @@ func stockGlobal(t *testing.T) string {
 	return string(cfg)
 }
 
+// defaultName serialises the tests that listen at the README's own
+// abns@hapilot-spoe: an abstract name is one per machine (per network
+// namespace), so they take turns.
+var defaultName sync.Mutex
+
 // runLogged is run with the agent's log kept, for the tests that read
 // what it said.
 func runLogged(t *testing.T, s scenario.Scenario) (*scenario.Outcome, *logbuf.Buffer) {
@@ -113,6 +118,10 @@ func TestStockDebianConfig(t *testing.T) {
 	} {
 		t.Run(tc.telemetry, func(t *testing.T) {
 			t.Parallel()
+			if tc.telemetry == "stock" {
+				defaultName.Lock()
+				defer defaultName.Unlock()
+			}
 			var delivered uint64
 			var silent int
 			var mu sync.Mutex
@@ -264,6 +273,10 @@ func TestCheckLive(t *testing.T) {
 			[]string{"PROBLEM: telemetry silent", "app/srv1", "chroot", "abns@hapilot-spoe", "not ok"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.telemetry == "stock" {
+				defaultName.Lock()
+				defer defaultName.Unlock()
+			}
 			var out []byte
 			var err error
 			dir := t.TempDir()
@@ -301,6 +314,8 @@ func TestCheckLive(t *testing.T) {
 func TestMasterWorkerReload(t *testing.T) {
 	t.Parallel()
 	global := stockGlobal(t)
+	defaultName.Lock()
+	defer defaultName.Unlock()
 	reloadAt := 12 * time.Second
 	var reloadErr error
 	var mu sync.Mutex
