@@ -77,7 +77,7 @@ test-deb: deps deb
 # every example's stanza, a silent path noticed, check --live, master-worker
 # reloads and the server kinds; and `haproxy -c` of every example, which
 # must pass without a warning.
-MATRIX_E2E := ^(TestFaultyServersDrained|TestAgentKilledMidLoad|TestLuaAndSyslogPathsDrainFaulty|TestAgentKilledLuaAndSyslog|TestHAProxyReloadAndRestart|TestStatsAndSampledPaths|TestRetriedFailuresAreSeen|TestStockDebianConfig|TestSilentSPOEIsNoticed|TestCheckLive|TestMasterWorkerReload|TestServerKinds)$$
+MATRIX_E2E := ^(TestFaultyServersDrained|TestAgentKilledMidLoad|TestLuaAndSyslogPathsDrainFaulty|TestAgentKilledLuaAndSyslog|TestHAProxyReloadAndRestart|TestStatsAndSampledPaths|TestRetriedFailuresAreSeen|TestStockDebianConfig|TestSilentSPOEIsNoticed|TestCheckLive|TestMasterWorkerReload|TestServerKinds|TestServerTemplateSlots)$$
 haproxy-matrix: deps
 	@command -v patchelf >/dev/null 2>&1 || { \
 		echo "installing patchelf (apt-get)"; \

@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/hashicorp/memberlist v0.7.0
+	github.com/miekg/dns v1.1.73
 	github.com/negasus/haproxy-spoe-go v1.0.7
 	github.com/ollama/ollama v0.17.4
 	github.com/rs/zerolog v1.35.1
@@ -31,7 +32,6 @@ require (
 	github.com/mailru/easyjson v0.7.7 // indirect
 	github.com/mattn/go-colorable v0.1.14 // indirect
 	github.com/mattn/go-isatty v0.0.20 // indirect
-	github.com/miekg/dns v1.1.73 // indirect
 	github.com/molecule-man/go-brrr v1.3.1 // indirect
 	github.com/rogpeppe/go-internal v1.8.0 // indirect
 	github.com/sean-/seed v0.0.0-20170313163322-e2103e2c3529 // indirect

@@ -143,7 +143,7 @@ func (l *Loop) LeftAlone() map[Key]string {
 // host is a new server, and the old host's errors must not count against
 // it. Only Step calls it.
 func (l *Loop) readdress(k Key, addr string) {
-	if addr == "" {
+	if addr == "" || addr == "-" { // "-": a slot the resolver left without one
 		return
 	}
 	if l.addrs == nil {

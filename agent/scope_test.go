@@ -83,6 +83,7 @@ func TestReaddressForgetsTheWindow(t *testing.T) {
 	k := Key{Backend: "app", Server: "slot1"}
 	l.readdress(k, "10.0.0.1")
 	l.readdress(k, "10.0.0.1")
+	l.readdress(k, "-") // the resolver's maintenance: no address, no new server
 	if len(w.forgot) != 0 {
 		t.Fatalf("forgot %v", w.forgot)
 	}

@@ -21,6 +21,10 @@ type BackendConfig struct {
 	// as on a real server with a worker pool. 0 means unlimited.
 	Capacity int
 	Seed     uint64
+	// Listen is the address to listen on; "" is a free loopback port
+	// (127.0.0.1:0). A server-template test needs several hosts on one
+	// port: 127.0.0.11:P, 127.0.0.12:P, ...
+	Listen string
 }
 
 // Backend is one running server.
@@ -40,7 +44,11 @@ type Backend struct {
 
 // StartBackend listens on a free loopback port and serves until Close.
 func StartBackend(cfg BackendConfig) (*Backend, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr := cfg.Listen
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("fleet: backend listen: %w", err)
 	}
