@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/fleet"
 	"github.com/hapilot/hapilot/internal/lab/labtest"
 	"github.com/hapilot/hapilot/internal/lab/logbuf"
@@ -362,5 +363,50 @@ func TestMasterWorkerReload(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "HAProxy reloaded or restarted") {
 		t.Errorf("the agent did not see a reload")
+	}
+}
+
+// A path that goes silent later: SPOE carries the traffic, then the
+// agents' backend goes down (its server in maint: the nbsrv guard skips
+// SPOE, as when HAProxy reloads without the stanza). The agent says so
+// at error level with that cause, and a fault that starts afterwards is
+// still drained, from HAProxy's counters, and no healthy server.
+func TestSPOEGoesSilentLater(t *testing.T) {
+	t.Parallel()
+	labtest.RequireHAProxy(t)
+	silentAt, faultAt := 8*time.Second, 14*time.Second
+	out, log := runLogged(t, scenario.Scenario{
+		Servers: paperFleet(0, 0, 0, 0, 0, 0), Rate: 300, Duration: 40 * time.Second, Policy: "rules",
+		At: map[time.Duration]func(*scenario.Env){
+			silentAt: func(env *scenario.Env) {
+				rt, err := haproxy.New(env.HAProxy.Socket)
+				if err == nil {
+					err = rt.SetServerState(context.Background(), "hapilot-agents", "agent1", haproxy.StateMaint)
+				}
+				if err != nil {
+					t.Errorf("agents' server to maint: %v", err)
+				}
+			},
+			faultAt: func(env *scenario.Env) { env.Backends[2].SetErrorRate(0.05) },
+		},
+	})
+	var line string
+	for _, l := range strings.Split(log.String(), "\n") {
+		if strings.Contains(l, `"level":"error"`) && strings.Contains(l, "telemetry silent") {
+			line = l
+			break
+		}
+	}
+	if !strings.Contains(line, "SPOE delivered messages before and none now") {
+		t.Errorf("no error line with the cause: %q", line)
+	}
+	at, ok := out.DrainedAt["srv3"]
+	if !ok || at < faultAt || at > faultAt+15*time.Second {
+		t.Errorf("srv3 drained at %v (%v), want within 15 s of the fault at %v", at, ok, faultAt)
+	}
+	for s := range out.DrainedAt {
+		if s != "srv3" {
+			t.Errorf("healthy %s drained", s)
+		}
 	}
 }
