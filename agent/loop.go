@@ -47,6 +47,17 @@ type Loop struct {
 	// Step touches them.
 	lastRefusals   map[string]string
 	refusedServers map[Key]string
+	// lastWould: the would-actions of the last step, so that one held
+	// back step after step is logged once at info, then at debug.
+	lastWould map[string]string
+
+	// stepMu makes a step and an operator's command (release, restore)
+	// take turns: both read the servers and change them through the
+	// ledger.
+	stepMu sync.Mutex
+	// inventoried: the first step that read HAProxy listed every server
+	// found in drain or maint and who holds it.
+	inventoried bool
 
 	mu    sync.Mutex // guards what follows: Step writes, Status and Metrics read
 	cycle uint64
@@ -57,6 +68,9 @@ type Loop struct {
 	last       Observation
 	recent     []Decision
 	metrics    Counters
+	// inventory is what the first step found held (drain, maint, or a
+	// weight the agent set), and by whom.
+	inventory []Held
 }
 
 const recentDecisions = 64
@@ -230,6 +244,8 @@ func (l *Loop) Step(ctx context.Context) Record { return l.step(ctx, nil) }
 // it between ticks, nil for a scheduled step. A triggered step leaves
 // recovery to the ticks.
 func (l *Loop) step(ctx context.Context, triggeredBy []Key) Record {
+	l.stepMu.Lock()
+	defer l.stepMu.Unlock()
 	began := l.Clock.Now()
 	// A state file a write failed on is written again before anything
 	// else: its changes must not wait for the next one.
@@ -293,7 +309,7 @@ func (l *Loop) plan(ctx context.Context, obs Observation, reapply Plan, rec *Rec
 // act applies every accepted verdict and logs every refusal.
 func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decision {
 	decisions := make([]Decision, 0, len(rec.Verdicts))
-	refusals := map[string]string{}
+	refusals, woulds := map[string]string{}, map[string]string{}
 	for _, v := range rec.Verdicts {
 		d := Decision{Time: rec.Time, Cycle: rec.Cycle, Verdict: v}
 		if !v.Accepted {
@@ -301,6 +317,10 @@ func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decisio
 			if v.Code == RefusedNeedsProbe && l.Recovery != nil {
 				l.Recovery.RequestProbe(v.Proposed.Key())
 			}
+		} else if why := l.holdBack(v.Applied, rec.Time); why != "" {
+			d.Would, d.WouldKind = why, WouldKindOf(v.Applied)
+			d.repeat = l.would(v.Applied, why, woulds)
+			rec.Would = append(rec.Would, Would{Kind: d.WouldKind, Action: v.Applied, Why: why})
 		} else {
 			results := l.apply(ctx, obs, v.Applied)
 			rec.Commands = append(rec.Commands, results...)
@@ -308,7 +328,7 @@ func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decisio
 		}
 		decisions = append(decisions, d)
 	}
-	l.lastRefusals = refusals
+	l.lastRefusals, l.lastWould = refusals, woulds
 	l.refusedServers = map[Key]string{}
 	for _, v := range rec.Verdicts {
 		if !v.Accepted {
@@ -316,6 +336,33 @@ func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decisio
 		}
 	}
 	return decisions
+}
+
+// holdBack says why a vetted action is not sent ("" when it is): the
+// observe mode, or a pause of its backend or of every backend.
+func (l *Loop) holdBack(a Action, now time.Time) string {
+	if l.Mode.Observing() {
+		return "observe mode"
+	}
+	if p, ok := l.theLedger().PausedFor(a.Backend, now); ok {
+		return p.Why()
+	}
+	return ""
+}
+
+// would logs an action held back, with what it would have done and
+// why: at info the first time, at debug while it repeats.
+func (l *Loop) would(a Action, why string, woulds map[string]string) (repeat bool) {
+	k := string(a.Kind) + " " + a.Key().String()
+	woulds[k] = why
+	repeat = l.lastWould[k] == why
+	ev := l.Log.Info()
+	if repeat {
+		ev = l.Log.Debug()
+	}
+	ev.Str("would", string(WouldKindOf(a))).Str("server", a.Key().String()).Int("weight", a.Weight).Str("reason", a.Reason).
+		Str("held_back", why).Msg("would " + string(WouldKindOf(a)) + "; not sent")
+	return repeat
 }
 
 // refused logs a refusal with its reason: at warn the first time, at
@@ -422,6 +469,13 @@ type Status struct {
 	// StateFile is where the state file stands (saved, or unsaved since
 	// a failed write); absent without --state-file.
 	StateFile *SaveStatus `json:"state_file,omitempty"`
+	// Mode is observe or enforce; Pauses the pauses in force. While
+	// either holds an action back, it is a decision with "would" set.
+	Mode   Mode    `json:"mode"`
+	Pauses []Pause `json:"pauses"`
+	// Inventory is every server the first step found in drain or maint,
+	// or at a weight the agent set, and who holds it.
+	Inventory []Held `json:"inventory"`
 }
 
 // Status is a copy of the loop's latest view, for people and scripts.
@@ -436,12 +490,14 @@ func (l *Loop) Status() Status {
 	if l.Policy.Status != nil {
 		ps = l.Policy.Status()
 	}
+	pauses := l.theLedger().Pauses(l.Clock.Now())
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return Status{
 		Policy: l.Policy.Name(), PolicyStatus: ps, Interval: l.Interval.String(), Cycle: l.cycle, Observed: l.last.Time,
 		Backends: l.last.Backends, Changes: changes, Decisions: append([]Decision(nil), l.recent...),
 		Candidates: append([]Key{}, l.candidates...), StateFile: saved,
+		Mode: l.mode(), Pauses: append([]Pause{}, pauses...), Inventory: append([]Held{}, l.inventory...),
 	}
 }
 
@@ -451,6 +507,25 @@ func (l *Loop) Metrics() Counters {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	m := l.metrics
+	m.RefusedBy = make(map[Refusal]uint64, len(l.metrics.RefusedBy))
+	for c, n := range l.metrics.RefusedBy {
+		m.RefusedBy[c] = n
+	}
+	m.Would = make(map[WouldKind]uint64, len(l.metrics.Would))
+	for k, n := range l.metrics.Would {
+		m.Would[k] = n
+	}
 	m.StateUnsaved, m.StateFailedWrites = !saved.Saved, saved.FailedWrites
 	return m
 }
+
+// mode is the mode in force; a Loop built without one enforces.
+func (l *Loop) mode() Mode {
+	if l.Mode == "" {
+		return ModeEnforce
+	}
+	return l.Mode
+}
+
+// Pauses are the pauses in force now.
+func (l *Loop) Pauses() []Pause { return l.theLedger().Pauses(l.Clock.Now()) }
