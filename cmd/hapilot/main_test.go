@@ -56,6 +56,14 @@ func TestCommands(t *testing.T) {
 		{nil, 2, "", "usage"},
 		{[]string{"run", "--policy", "nope"}, 1, "", `policy "nope": want static|rules|llm|lua`},
 		{[]string{"demo"}, 2, "", "unknown command"},
+		{[]string{"check", "--mode", "observe"}, 0, "mode observe", ""},
+		{[]string{"check", "--mode", "dry"}, 1, "", `mode "dry": want enforce|observe`},
+		{[]string{"check", "--control-socket", "127.0.0.1:9999"}, 1, "", "control-socket"},
+		{[]string{"ctl"}, 1, "", "no command"},
+		{[]string{"ctl", "frob"}, 1, "", `unknown command "frob"`},
+		{[]string{"ctl", "release", "nonsense"}, 1, "", "release"},
+		{[]string{"ctl", "pause", "--for", "-1m"}, 1, "", "negative"},
+		{[]string{"ctl", "--socket", "unix:/nonexistent/ctl.sock", "status"}, 1, "", "is it running"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

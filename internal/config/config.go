@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -50,7 +51,11 @@ type Config struct {
 	// endpoints; it must be set when they listen beyond loopback.
 	StatusToken string
 	AuditLog    string
-	LogFormat   LogFormat
+	// ControlSocket is where `hapilot ctl` reaches the agent: a unix
+	// socket only (mode 0660), never the status port, so that nothing on
+	// the network can change what the agent does.
+	ControlSocket string
+	LogFormat     LogFormat
 	LogLevel    string
 	OnExit      OnExit
 	// Shadow is the old spelling of --policy shadow, kept for existing
@@ -152,9 +157,10 @@ func (o *OnExit) Set(s string) (err error) {
 func Default() Config {
 	return Config{
 		SPOEListen: "unix:/run/hapilot/spoe.sock", HAProxySockets: []string{"/run/haproxy/admin.sock"},
-		Loop: agent.DefaultSettings(), Window: 60 * time.Second, Policy: PolicyRules, MaxServers: 4096,
+		Loop: defaultLoop(), Window: 60 * time.Second, Policy: PolicyRules, MaxServers: 4096,
 		MaxStatRows:  haproxy.DefaultMaxRows,
 		StatusListen: "127.0.0.1:9310", LogFormat: LogAuto, LogLevel: "info", OnExit: OnExitKeep,
+		ControlSocket: DefaultControlSocket,
 		Stats: ingest.DefaultStatsConfig(),
 		Guard: agent.DefaultGuardrails(), Rules: rules.DefaultConfig(), Recovery: recovery.DefaultConfig(), LLM: llm.DefaultConfig(),
 		Fleet: peers.DefaultConfig(),
@@ -202,7 +208,9 @@ func Register(fs *flag.FlagSet) *Config {
 	fs.StringVar(&c.AuditLog, "audit-log", c.AuditLog, "file that receives one JSON line per control-loop step")
 	fs.Var(&c.LogFormat, "log-format", "log format: "+enum.Join(LogFormats...)+" (auto: console on a terminal, else JSON)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug|info|warn|error")
-	fs.StringVar(&c.Loop.StateFile, "state-file", c.Loop.StateFile, "file keeping the agent's own changes across its restarts (\"\": memory only)")
+	fs.StringVar(&c.Loop.StateFile, "state-file", c.Loop.StateFile, "file keeping the agent's own changes and pauses across its restarts, and what `hapilot restore` reads; auto: $STATE_DIRECTORY/state.json under systemd, else $XDG_STATE_HOME/hapilot/state.json (~/.local/state/hapilot/state.json); off: memory only, and a restarted agent reads its own drains as the operator's")
+	fs.Var(&c.Loop.Mode, "mode", "enforce: send vetted actions to HAProxy; observe: run everything and send nothing, recording each action as a would-action (audit log, /status, metrics)")
+	fs.StringVar(&c.ControlSocket, "control-socket", c.ControlSocket, "unix socket of `hapilot ctl` (unix:/path, mode 0660, the agent's user and group; \"off\" to disable): list, explain, release, pause, resume, restore")
 	fs.DurationVar(&c.Loop.OperatorHold, "operator-hold", c.Loop.OperatorHold, "how long an operator's undo of the agent's change stands: the agent leaves that server alone until then, or until its state changes again")
 	fs.Var(&c.OnExit, "on-exit", "on SIGTERM: keep the agent's drains, or restore every server it changed: "+enum.Join(OnExits...))
 	registerGuard(fs, &c.Guard)
@@ -387,6 +395,9 @@ func (c *Config) Validate() error {
 	if _, err := zerolog.ParseLevel(c.LogLevel); err != nil || c.LogLevel == "" {
 		errs = append(errs, fmt.Errorf("log-level %q: want debug|info|warn|error", c.LogLevel))
 	}
+	if _, err := netx.ParseAddress("control-socket", c.ControlSocket, netx.Unix); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Policy == PolicyLua && c.PolicyFile == "" {
 		errs = append(errs, errors.New("--policy lua needs --policy-file"))
 	}
@@ -507,4 +518,54 @@ func wrap(s string, width int) []string {
 		out = append(out, line)
 	}
 	return out
+}
+
+// DefaultControlSocket is where the agent listens for `hapilot ctl`,
+// beside its SPOE socket in the unit's RuntimeDirectory.
+const DefaultControlSocket = "unix:/run/hapilot/ctl.sock"
+
+// StateAuto and StateOff are --state-file's words: the default place, or
+// none.
+const (
+	StateAuto = "auto"
+	StateOff  = "off"
+)
+
+// StateFile is the state file's path, auto resolved ("" for none). The
+// default is a persistent, per-user place, as the package's
+// /var/lib/hapilot is: systemd's StateDirectory when the agent runs
+// under a unit that has one, else the XDG state directory
+// ($XDG_STATE_HOME, ~/.local/state). Not the runtime directory: it is
+// emptied at reboot, and with it the agent's record of the drains
+// HAProxy may still hold (a server-state-file keeps them). The auto
+// folder is made (0750) when missing.
+func (c Config) StateFile() (string, error) {
+	switch c.Loop.StateFile {
+	case "", StateOff:
+		return "", nil
+	case StateAuto:
+	default:
+		return c.Loop.StateFile, nil
+	}
+	dir := ""
+	if sd := os.Getenv("STATE_DIRECTORY"); sd != "" {
+		dir, _, _ = strings.Cut(sd, ":") // systemd lists each StateDirectory, colon-separated
+	} else if x := os.Getenv("XDG_STATE_HOME"); x != "" {
+		dir = filepath.Join(x, "hapilot")
+	} else if home, err := os.UserHomeDir(); err == nil && home != "" {
+		dir = filepath.Join(home, ".local", "state", "hapilot")
+	} else {
+		return "", fmt.Errorf("state-file auto: no $STATE_DIRECTORY, $XDG_STATE_HOME or home directory: name a file, or off")
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return "", fmt.Errorf("state-file auto: %w", err)
+	}
+	return filepath.Join(dir, "state.json"), nil
+}
+
+// defaultLoop is the loop's defaults with the state file auto.
+func defaultLoop() agent.Settings {
+	s := agent.DefaultSettings()
+	s.StateFile = StateAuto
+	return s
 }

@@ -56,6 +56,7 @@ type Daemon struct {
 	spoeLn      net.Listener
 	luaLn       net.Listener
 	statusLn    net.Listener
+	controlLn   net.Listener
 	// capped are the stream listeners, by the name their metrics use.
 	capped []namedListener
 	audit  *auditlog.File // nil without --audit-log
@@ -127,6 +128,22 @@ func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
+	// The first line says whether anything the agent decides reaches
+	// HAProxy.
+	mode := c.Loop.Mode
+	if mode == "" {
+		mode = agent.ModeEnforce
+	}
+	log.Info().Str("mode", string(mode)).Str("policy", string(c.Chosen())).
+		Msg("hapilot starting in " + string(mode) + " mode" + map[bool]string{true: ": no command changes HAProxy's state", false: ""}[mode.Observing()])
+	state, err := c.StateFile()
+	if err != nil {
+		return nil, err
+	}
+	c.Loop.StateFile = state
+	if state == "" {
+		log.Warn().Msg("no state file: a restarted agent reads its own drains as the operator's, and `hapilot restore` has nothing to read")
+	}
 	d := &Daemon{Config: c, log: log}
 	pol, err := NewPolicy(c, log)
 	if err != nil {
@@ -176,6 +193,10 @@ func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
 		}
 	}
 	if err := d.listen(); err != nil {
+		d.Close()
+		return nil, err
+	}
+	if err := d.listenControl(); err != nil {
 		d.Close()
 		return nil, err
 	}
@@ -263,7 +284,7 @@ func (d *Daemon) listen() error {
 		sl := d.limit("status", d.statusLn, MaxStatusConns)
 		sl.MaxLife = status.MaxConnLife
 		d.statusLn = sl
-		d.Status = &status.Server{Loop: d.Loop, Extra: []func(io.Writer){d.writeIngestMetrics}, Warnings: d.Warnings,
+		d.Status = &status.Server{Loop: d.Loop, Extra: []func(io.Writer){d.writeIngestMetrics, writeProcessMetrics}, Warnings: d.Warnings,
 			Ingest: d.ingestCounters, Series: func(n int) any { return d.Store.PerSecond(n) }, Token: c.StatusToken,
 			Log: log.With().Str("component", "status").Logger()}
 		if d.Fleet != nil {
@@ -448,7 +469,8 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	run("telemetry advice", d.adviseTelemetry)
 	d.log.Info().Str("spoe", d.SPOEAddr()).Str("lua", d.LuaAddr()).Str("syslog", d.Config.SyslogListen).Str("status", d.StatusAddr()).Strs("haproxy", d.Config.HAProxySockets).
 		Str("stats_poll", statsPoll(d.Config)).Str("fleet", d.fleetLine()).
-		Str("policy", string(d.Config.Chosen())).Dur("interval", d.Config.Loop.Interval).Msg("hapilot running")
+		Str("policy", string(d.Config.Chosen())).Dur("interval", d.Config.Loop.Interval).
+		Str("mode", string(d.Loop.Status().Mode)).Str("control", d.ControlAddr()).Str("state_file", d.Config.Loop.StateFile).Msg("hapilot running")
 	wg.Wait()
 	close(errs)
 	var all []error

@@ -257,7 +257,7 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 		}
 		args := []string{"--policy", s.Policy, "--interval", s.Interval.String(), "--haproxy-socket", opts.Socket(),
 			"--status-listen", statusListen, "--audit-log", out.AuditLog,
-			"--state-file", filepath.Join(s.Dir, "state-"+name+".json")}
+			"--state-file", filepath.Join(s.Dir, "state-"+name+".json"), "--control-socket", "unix:" + filepath.Join(s.Dir, "ctl-"+name+".sock")}
 		args = append(args, ingestArgs...)
 		args = append(args, s.AgentArgs...)
 		if s.AgentBinary != "" {
