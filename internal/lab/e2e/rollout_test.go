@@ -1,0 +1,173 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/internal/lab/fleet"
+	"github.com/hapilot/hapilot/internal/lab/scenario"
+)
+
+// auditRecords reads an audit log's step records.
+func auditRecords(t *testing.T, path string) []agent.Record {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []agent.Record
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var r agent.Record
+		if json.Unmarshal(sc.Bytes(), &r) == nil && !r.Time.IsZero() {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// The paper fault (srv3 and srv6 fail 5%) in observe mode: HAProxy's
+// server states never change, and the audit log holds would-drains of
+// exactly the faulty servers, with the rules' reason.
+func TestObserveModeOnPaperFault(t *testing.T) {
+	t.Parallel()
+	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 30 * time.Second,
+		Policy: "rules", AgentArgs: []string{"--mode", "observe"}})
+	if len(out.DrainedAt) != 0 || len(out.Flips) != 0 {
+		t.Fatalf("observe mode changed HAProxy: drained %v, flips %v", out.DrainedAt, out.Flips)
+	}
+	for _, st := range out.Final {
+		if st.AdminState != 0 || st.Weight != st.Initial {
+			t.Errorf("%s/%s ends %s at weight %d of %d", st.Backend, st.Server, st.Label(), st.Weight, st.Initial)
+		}
+	}
+	would := map[string]bool{}
+	commands := 0
+	for _, r := range auditRecords(t, out.AuditLog) {
+		commands += len(r.Commands)
+		for _, w := range r.Would {
+			if w.Kind != agent.WouldDrain || w.Why != "observe mode" || w.Action.Reason == "" {
+				t.Errorf("would-action %+v", w)
+			}
+			would[w.Action.Server] = true
+		}
+	}
+	var got []string
+	for s := range would {
+		got = append(got, s)
+	}
+	sort.Strings(got)
+	t.Logf("would-drains: %v; commands sent: %d", got, commands)
+	if !reflect.DeepEqual(got, []string{"srv3", "srv6"}) || commands != 0 {
+		t.Fatalf("would-drains of %v and %d commands, want srv3 and srv6 and none", got, commands)
+	}
+}
+
+// hapilot ctl against a `hapilot run` process on the paper fault: release
+// one drain (it stays ready, the operator's), pause for a while, SIGKILL
+// and restart (the agent still owns its other drain, and its pause), then
+// restore (the last drain undone, and not drained again).
+func TestCtlReleasePauseKillRestore(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var steps []string // what each hook saw, for the failure message
+	fail := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		steps = append(steps, "FAIL "+strings.TrimSpace(sprintf(format, args...)))
+	}
+	ctlRun := func(env *scenario.Env, args ...string) (string, error) {
+		sock := "unix:" + filepath.Join(filepath.Dir(env.AuditLog), "ctl-rules.sock")
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		b, err := exec.CommandContext(ctx, agentBinary, append([]string{"ctl", "--socket", sock}, args...)...).CombinedOutput()
+		mu.Lock()
+		steps = append(steps, strings.Join(args, " ")+": "+string(b))
+		mu.Unlock()
+		return string(b), err
+	}
+	srv3, srv6 := fleet.BackendName+"/srv3", fleet.BackendName+"/srv6"
+	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 45 * time.Second,
+		Policy: "rules", AgentBinary: agentBinary, AgentArgs: noTailGuard,
+		KillAgentAt: 23 * time.Second, RestartAgentAt: 25 * time.Second,
+		At: map[time.Duration]func(*scenario.Env){
+			18 * time.Second: func(env *scenario.Env) {
+				if o, err := ctlRun(env, "release", fleet.BackendName+"/srv1"); err == nil || !strings.Contains(o, "not the agent's change") {
+					fail("release of a healthy server: %v %s", err, o)
+				}
+				if o, err := ctlRun(env, "release", srv3); err != nil || !strings.Contains(o, "released "+srv3) {
+					fail("release: %v %s", err, o)
+				}
+			},
+			20 * time.Second: func(env *scenario.Env) {
+				if o, err := ctlRun(env, "pause", "--for", "10s"); err != nil || !strings.Contains(o, "paused (every backend") {
+					fail("pause: %v %s", err, o)
+				}
+			},
+			// After the SIGKILL at 23 s and the restart at 25 s.
+			28 * time.Second: func(env *scenario.Env) {
+				o, err := ctlRun(env, "status")
+				if err != nil || !strings.Contains(o, `"backend": "*"`) || !strings.Contains(o, `"holder": "agent"`) {
+					fail("status after restart: %v %s", err, o)
+				}
+				if o, err := ctlRun(env, "list"); err != nil || !strings.Contains(o, `"server": "`+srv6+`"`) || strings.Contains(o, srv3) {
+					fail("list after restart: %v %s", err, o)
+				}
+			},
+			// The pause ended at 30 s.
+			33 * time.Second: func(env *scenario.Env) {
+				if o, err := ctlRun(env, "status"); err != nil || strings.Contains(o, `"backend": "*"`) {
+					fail("status after the pause: %v %s", err, o)
+				}
+				if o, err := ctlRun(env, "restore"); err != nil || !strings.Contains(o, "1 server(s) brought back") {
+					fail("restore: %v %s", err, o)
+				}
+			},
+		}})
+	mu.Lock()
+	defer mu.Unlock()
+	failed := false
+	for _, s := range steps {
+		failed = failed || strings.HasPrefix(s, "FAIL")
+	}
+	for _, s := range []string{"srv3", "srv6"} {
+		if at, ok := out.DrainedAt[s]; !ok || at > 15*time.Second {
+			t.Errorf("%s drained at %v (%v): the test proves nothing", s, at, ok)
+		}
+		// Drained once, brought back once (release, restore), never again.
+		if st := finalState(out, s); st.Drain() || out.Flips[s] != 2 {
+			t.Errorf("%s ends %s after %d flips (timeline %v)", s, st.Label(), out.Flips[s], out.Timeline[s])
+		}
+	}
+	if len(out.DrainedAt) != 2 {
+		t.Errorf("drained %v", out.DrainedAt)
+	}
+	log := out.AgentLog()
+	for _, want := range []string{"released by the operator", "paused: the agent observes", "servers held at start", "pause over"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("agent log lacks %q", want)
+			failed = true
+		}
+	}
+	if failed || t.Failed() {
+		t.Errorf("ctl steps:\n%s", strings.Join(steps, "\n"))
+	}
+}
+
+func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
