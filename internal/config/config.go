@@ -56,8 +56,8 @@ type Config struct {
 	// the network can change what the agent does.
 	ControlSocket string
 	LogFormat     LogFormat
-	LogLevel    string
-	OnExit      OnExit
+	LogLevel      string
+	OnExit        OnExit
 	// Shadow is the old spelling of --policy shadow, kept for existing
 	// configs; with any --policy but rules or shadow it is refused.
 	Shadow bool
@@ -161,8 +161,8 @@ func Default() Config {
 		MaxStatRows:  haproxy.DefaultMaxRows,
 		StatusListen: "127.0.0.1:9310", LogFormat: LogAuto, LogLevel: "info", OnExit: OnExitKeep,
 		ControlSocket: DefaultControlSocket,
-		Stats: ingest.DefaultStatsConfig(),
-		Guard: agent.DefaultGuardrails(), Rules: rules.DefaultConfig(), Recovery: recovery.DefaultConfig(), LLM: llm.DefaultConfig(),
+		Stats:         ingest.DefaultStatsConfig(),
+		Guard:         agent.DefaultGuardrails(), Rules: rules.DefaultConfig(), Recovery: recovery.DefaultConfig(), LLM: llm.DefaultConfig(),
 		Fleet: peers.DefaultConfig(),
 	}
 }

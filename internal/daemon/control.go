@@ -84,7 +84,9 @@ func peer(c net.Conn) string {
 		return "ctl"
 	}
 	var cred *syscall.Ucred
-	_ = raw.Control(func(fd uintptr) { cred, err = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED) })
+	_ = raw.Control(func(fd uintptr) {
+		cred, err = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	})
 	if err != nil || cred == nil {
 		return "ctl"
 	}
