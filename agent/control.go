@@ -136,7 +136,7 @@ func sendRestore(ctx context.Context, runtimes []Runtime, s haproxy.ServerState)
 		send func(Runtime) error
 	}
 	var cmds []cmd
-	if s.Drain() {
+	if s.Drain() || s.Maint() {
 		text, err := haproxy.SetStateCommand(s.Backend, s.Server, haproxy.StateReady)
 		if err != nil {
 			return []CommandResult{{Command: "ready " + s.Backend + "/" + s.Server, Error: err.Error()}}, false

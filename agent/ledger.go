@@ -52,10 +52,16 @@ type Change struct {
 	// a new epoch lost the change to a reload or restart; under the same
 	// epoch, someone undid it.
 	Epoch string `json:"epoch"`
+	// Maint: the drain went out as maint (the backend's action), so
+	// that not even persistent sessions reach the server.
+	Maint bool `json:"maint,omitempty"`
 }
 
 // holds reports whether s shows this change in force.
 func (c *Change) holds(s haproxy.ServerState) bool {
+	if c.Phase == PhaseDrained && c.Maint {
+		return s.AdminState == haproxy.AdminForcedMaint
+	}
 	if c.Phase == PhaseDrained {
 		return s.AdminState == haproxy.AdminForcedDrain
 	}
@@ -256,10 +262,10 @@ func (l *Ledger) Reconcile(k Key, s haproxy.ServerState, now time.Time) (owner O
 }
 
 // Drain records that the agent drained k.
-func (l *Ledger) Drain(k Key, at time.Time, reason string, errorRate, baselineP99Ms float64) {
+func (l *Ledger) Drain(k Key, at time.Time, reason string, errorRate, baselineP99Ms float64, maint bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.put(k, &Change{Phase: PhaseDrained, At: at, Reason: reason, ErrorRate: errorRate, BaselineP99Ms: baselineP99Ms})
+	l.put(k, &Change{Phase: PhaseDrained, At: at, Reason: reason, ErrorRate: errorRate, BaselineP99Ms: baselineP99Ms, Maint: maint})
 }
 
 // Cut records that the agent set k's weight to weight, with the

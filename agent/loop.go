@@ -58,6 +58,9 @@ type Loop struct {
 	// inventoried: the first step that read HAProxy listed every server
 	// found in drain or maint and who holds it.
 	inventoried bool
+	// drains is each backend's drains of the last hour, for the rate
+	// cap. Only Step and the operator's commands touch it, under stepMu.
+	drains drainLog
 
 	mu    sync.Mutex // guards what follows: Step writes, Status and Metrics read
 	cycle uint64
@@ -71,6 +74,8 @@ type Loop struct {
 	// inventory is what the first step found held (drain, maint, or a
 	// weight the agent set), and by whom.
 	inventory []Held
+	// lastHour is the last step's drains of the last hour, by backend.
+	lastHour map[string]int
 }
 
 const recentDecisions = 64
@@ -265,6 +270,7 @@ func (l *Loop) step(ctx context.Context, triggeredBy []Key) Record {
 	if l.Policy.Evidence != nil {
 		l.setCandidates(l.Policy.Evidence(obs))
 	}
+	obs.DrainsLastHour = l.drainsLastHour(obs, began)
 	rec.Verdicts = l.Guard.For(l.Policy.Needs).Vet(&obs, rec.Plan)
 	decisions := l.act(ctx, &obs, &rec)
 	l.finish(&rec, &obs, began, decisions)
@@ -325,6 +331,9 @@ func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decisio
 			results := l.apply(ctx, obs, v.Applied)
 			rec.Commands = append(rec.Commands, results...)
 			d.Error = l.applied(v.Applied, results, rec)
+			if v.Applied.Kind == Drain && v.Applied.Counted() && d.Error == "" {
+				l.drains.add(v.Applied.Backend, rec.Time)
+			}
 		}
 		decisions = append(decisions, d)
 	}
@@ -336,6 +345,47 @@ func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decisio
 		}
 	}
 	return decisions
+}
+
+// drainsLastHour counts each backend's drains in the hour before now.
+func (l *Loop) drainsLastHour(obs Observation, now time.Time) map[string]int {
+	if l.drains == nil {
+		l.drains = drainLog{}
+	}
+	out := map[string]int{}
+	for _, b := range obs.Backends {
+		out[b.Name] = l.drains.within(b.Name, now)
+	}
+	return out
+}
+
+// Scopes is how each backend of the last step stands against the
+// config's backend blocks and the caps.
+func (l *Loop) Scopes() []BackendScope {
+	l.mu.Lock()
+	backends := l.last.Backends
+	hour := l.lastHour
+	l.mu.Unlock()
+	out := make([]BackendScope, 0, len(backends))
+	for _, b := range backends {
+		bs := l.Guard.Scope.For(b.Name)
+		sc := BackendScope{Backend: b.Name, InScope: bs.InScope(), Blocks: bs.Pattern, Action: ActionDrain, LeaveAlone: bs.LeaveAlone,
+			Drains: hour[b.Name]}
+		if bs.Maint() {
+			sc.Action = ActionMaint
+		}
+		if bs.MinServing != nil {
+			sc.MinServing = *bs.MinServing
+		}
+		if bs.MaxDrained != nil {
+			sc.MaxDrained = bs.MaxDrained.String()
+		}
+		if l.Guard.DrainsPerHour > 0 {
+			sc.Rates = &RateSummary{PerHour: l.Guard.DrainsPerHour, Used: hour[b.Name]}
+		}
+		out = append(out, sc)
+	}
+	return out
 }
 
 // holdBack says why a vetted action is not sent ("" when it is): the
@@ -421,6 +471,7 @@ func (l *Loop) finish(rec *Record, obs *Observation, began time.Time, decisions 
 	}
 	if obs != nil {
 		l.last = *obs
+		l.lastHour = obs.DrainsLastHour
 	}
 	l.mu.Unlock()
 	l.writeAudit(rec)
@@ -476,6 +527,9 @@ type Status struct {
 	// Inventory is every server the first step found in drain or maint,
 	// or at a weight the agent set, and who holds it.
 	Inventory []Held `json:"inventory"`
+	// Scope is how each backend stands against the config's backend
+	// blocks: in scope or not, its floor, caps and action.
+	Scope []BackendScope `json:"scope"`
 }
 
 // Status is a copy of the loop's latest view, for people and scripts.
@@ -491,13 +545,14 @@ func (l *Loop) Status() Status {
 		ps = l.Policy.Status()
 	}
 	pauses := l.theLedger().Pauses(l.Clock.Now())
+	scopes := l.Scopes()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return Status{
 		Policy: l.Policy.Name(), PolicyStatus: ps, Interval: l.Interval.String(), Cycle: l.cycle, Observed: l.last.Time,
 		Backends: l.last.Backends, Changes: changes, Decisions: append([]Decision(nil), l.recent...),
 		Candidates: append([]Key{}, l.candidates...), StateFile: saved,
-		Mode: l.mode(), Pauses: append([]Pause{}, pauses...), Inventory: append([]Held{}, l.inventory...),
+		Mode: l.mode(), Pauses: append([]Pause{}, pauses...), Inventory: append([]Held{}, l.inventory...), Scope: scopes,
 	}
 }
 

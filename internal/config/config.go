@@ -252,6 +252,9 @@ func registerFleet(fs *flag.FlagSet, f *peers.Config) {
 }
 
 func registerGuard(fs *flag.FlagSet, g *agent.Guardrails) {
+	fs.Var(&g.Scope, "backend", "a backend's own settings, PATTERN.KEY=VALUE (repeatable; in the config file also `backend.PATTERN.KEY VALUE`): PATTERN is a name or a glob, KEY one of "+strings.Join(agent.BackendKeys, ", ")+"; every block a backend matches applies, later over earlier")
+	fs.Var(capFlag{&g.MaxDrained}, "max-drained", "most servers the agent holds drained across every backend: a count, or a percentage of every server (0: no cap)")
+	fs.IntVar(&g.DrainsPerHour, "max-drains-per-hour", g.DrainsPerHour, "most drains the agent sends to one backend in any hour (0: no cap)")
 	fs.IntVar(&g.MinServing, "min-serving", g.MinServing, "fewest servers a backend is left serving (0: half, rounded up, at least one)")
 	fs.Float64Var(&g.MaxUtilization, "max-utilization", g.MaxUtilization, "capacity-aware draining: where servers have maxconn, a drain may not push the others past this share of their throughput (0: off)")
 }
@@ -321,6 +324,33 @@ func Parse(fs *flag.FlagSet, args []string) error {
 	return applyFile(fs, file, explicit)
 }
 
+// capFlag is --max-drained.
+type capFlag struct{ c *agent.Cap }
+
+func (f capFlag) String() string {
+	if f.c == nil {
+		return "0"
+	}
+	return f.c.String()
+}
+
+func (f capFlag) Set(s string) (err error) {
+	*f.c, err = agent.ParseCap(s)
+	return err
+}
+
+// backendLine turns a `backend.PATTERN.KEY VALUE` line of the config
+// file into the --backend flag's PATTERN.KEY=VALUE: the file keeps its
+// one-setting-per-line form, and the flag parses every block the same
+// way, unknown keys included.
+func backendLine(name, value string) (string, string, bool) {
+	rest, ok := strings.CutPrefix(name, "backend.")
+	if !ok {
+		return name, value, false
+	}
+	return "backend", rest + "=" + value, true
+}
+
 func applyFile(fs *flag.FlagSet, path string, skip map[string]bool) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -342,6 +372,7 @@ func applyFile(fs *flag.FlagSet, path string, skip map[string]bool) error {
 		if value == "" {
 			return fmt.Errorf("config %s:%d: %s has no value", path, n, name)
 		}
+		name, value, _ = backendLine(name, value)
 		if name == "config" || fs.Lookup(name) == nil {
 			return fmt.Errorf("config %s:%d: unknown setting %q", path, n, name)
 		}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sort"
 	"strconv"
 	"syscall"
 	"time"
@@ -101,11 +100,12 @@ type CtlStatus struct {
 	Cycle    uint64        `json:"cycle"`
 	Observed time.Time     `json:"observed"`
 	Pauses   []agent.Pause `json:"pauses"`
-	// Backends are the backends the last step saw, all in scope.
-	Backends  []string          `json:"backends"`
-	Holding   []agent.Holding   `json:"holding"`
-	Inventory []agent.Held      `json:"inventory"`
-	StateFile *agent.SaveStatus `json:"state_file,omitempty"`
+	// Backends are the backends the last step saw, each in scope or not,
+	// with its own floor, caps and action.
+	Backends  []agent.BackendScope `json:"backends"`
+	Holding   []agent.Holding      `json:"holding"`
+	Inventory []agent.Held         `json:"inventory"`
+	StateFile *agent.SaveStatus    `json:"state_file,omitempty"`
 }
 
 // control carries out one request.
@@ -118,11 +118,7 @@ func (d *Daemon) control(ctx context.Context, req ctl.Request, by string) ctl.An
 	case ctl.Status:
 		st := l.Status()
 		cs := CtlStatus{Mode: st.Mode, Policy: st.Policy, Interval: st.Interval, Cycle: st.Cycle, Observed: st.Observed,
-			Pauses: st.Pauses, Backends: []string{}, Holding: l.List(), Inventory: st.Inventory, StateFile: st.StateFile}
-		for _, b := range st.Backends {
-			cs.Backends = append(cs.Backends, b.Name)
-		}
-		sort.Strings(cs.Backends)
+			Pauses: st.Pauses, Backends: st.Scope, Holding: l.List(), Inventory: st.Inventory, StateFile: st.StateFile}
 		result = cs
 	case ctl.List:
 		result = l.List()

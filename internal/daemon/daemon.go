@@ -19,7 +19,6 @@ import (
 	"github.com/hapilot/hapilot/agent/peers"
 	"github.com/hapilot/hapilot/agent/policy"
 	"github.com/hapilot/hapilot/agent/policy/luapolicy"
-	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/agent/recovery"
 	"github.com/hapilot/hapilot/agent/status"
 	"github.com/hapilot/hapilot/haproxy"
@@ -113,7 +112,7 @@ func NewPolicy(c config.Config, log zerolog.Logger) (agent.Policy, error) {
 	case config.PolicyStatic:
 		return policy.NewStatic(), nil
 	case config.PolicyRules:
-		return rules.NewPolicy(c.Rules), nil
+		return scopedRules(c.Rules, c.Guard.Scope), nil
 	case config.PolicyLLM, config.PolicyShadow:
 		return newLLMPolicy(c, log)
 	case config.PolicyLua:

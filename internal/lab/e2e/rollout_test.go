@@ -171,3 +171,68 @@ func TestCtlReleasePauseKillRestore(t *testing.T) {
 }
 
 func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
+
+// Two backends on the same servers (srv3 and srv6 fail 5%), half the
+// traffic each: app2 is out of scope (its block says enabled false) and
+// keeps every server; app has max-drained 1, so one of its two faulty
+// servers is drained and the other refused with max_drained's reason.
+func TestScopeAndCapOnTwoBackends(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "scope.conf")
+	if err := os.WriteFile(conf, []byte("backend.app2.enabled false\nbackend.app.max-drained 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 30 * time.Second,
+		Policy: "rules", AgentArgs: append([]string{"--config", conf}, noTailGuard...),
+		EditHAProxy: func(cfg string) string {
+			i := strings.Index(cfg, "\nbackend "+fleet.BackendName+"\n")
+			be := cfg[i+1:]
+			if j := strings.Index(be, "\n\n"); j >= 0 {
+				be = be[:j+1] // up to the SPOE agents' backend
+			}
+			second := strings.Replace(be, "backend "+fleet.BackendName+"\n", "backend app2\n", 1)
+			cfg = strings.Replace(cfg, "    default_backend "+fleet.BackendName+"\n",
+				"    use_backend app2 if { rand(2) -m int 1 }\n    default_backend "+fleet.BackendName+"\n", 1)
+			return cfg + "\n" + second
+		}})
+	drained := map[string]bool{}
+	for _, st := range out.Final {
+		if st.Drain() || st.Maint() {
+			drained[st.Backend+"/"+st.Server] = true
+		}
+	}
+	var refusedCap, refusedScope []string
+	for _, r := range auditRecords(t, out.AuditLog) {
+		for _, v := range r.Verdicts {
+			switch v.Code {
+			case agent.RefusedMaxDrained:
+				refusedCap = append(refusedCap, v.Proposed.Server+": "+v.Reason)
+			case agent.RefusedOutOfScope:
+				refusedScope = append(refusedScope, v.Proposed.Key().String())
+			}
+		}
+	}
+	t.Logf("drained %v; max_drained refusals %d (first: %v); out_of_scope refusals %d", drained, len(refusedCap), first(refusedCap), len(refusedScope))
+	if len(drained) != 1 || !(drained["app/srv3"] || drained["app/srv6"]) {
+		t.Fatalf("drained %v, want one of app/srv3 and app/srv6 only", drained)
+	}
+	if len(refusedCap) == 0 || !strings.Contains(refusedCap[0], "max-drained is 1") {
+		t.Errorf("no max_drained refusal with its reason: %v", first(refusedCap))
+	}
+	if len(refusedScope) == 0 {
+		t.Errorf("app2's faulty servers were never refused as out of scope: the test proves nothing")
+	}
+	for _, k := range refusedScope {
+		if !strings.HasPrefix(k, "app2/") {
+			t.Errorf("out_of_scope refusal of %s", k)
+		}
+	}
+}
+
+func first(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return s[0]
+}

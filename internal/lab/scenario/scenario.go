@@ -90,6 +90,9 @@ type Scenario struct {
 	// Prepare runs once HAProxy is up, before the load (e.g. an operator's
 	// `set server ... state maint`).
 	Prepare func(ctx context.Context, rt *haproxy.Client) error
+	// EditHAProxy, when set, rewrites the generated haproxy.cfg (a second
+	// backend, say); Watch and the outcome still follow fleet.BackendName.
+	EditHAProxy func(cfg string) string
 	// At runs at the given offsets into the load.
 	At map[time.Duration]func(env *Env)
 
@@ -207,6 +210,9 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 	cfg, err := fleet.HAProxyConfig(opts)
 	if err != nil {
 		return nil, err
+	}
+	if s.EditHAProxy != nil {
+		cfg = s.EditHAProxy(cfg)
 	}
 	hp, err := haproxyproc.Start(ctx, s.Dir, cfg, opts.Socket())
 	if err != nil {
