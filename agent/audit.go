@@ -25,8 +25,12 @@ type ServerSummary struct {
 	P99Ms    int    `json:"p99_ms"`
 }
 
-// Record is one step's audit line.
+// Record is one step's audit line (--audit-steps): an event of type
+// step, with every server's snapshot.
 type Record struct {
+	Schema int       `json:"schema"`
+	Type   EventType `json:"type"`
+	Identity
 	Time   time.Time `json:"time"`
 	Cycle  uint64    `json:"cycle"`
 	Policy string    `json:"policy"`
@@ -163,6 +167,7 @@ func (l *Loop) writeAudit(rec *Record) {
 	if l.Audit == nil {
 		return
 	}
+	rec.Schema, rec.Type, rec.Identity = EventSchema, EventStep, l.Identity
 	b, err := json.Marshal(rec)
 	if err == nil {
 		b = append(b, '\n')

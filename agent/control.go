@@ -124,6 +124,9 @@ func (l *Loop) release(ctx context.Context, v *ServerView, by string) Released {
 	}
 	l.Log.Warn().Stringer("server", r.Server).Str("was", string(r.Was.Phase)).Str("by", by).Time("operator_until", r.Until).
 		Msg("released by the operator: back to its configured state, and theirs until then")
+	k := r.Server
+	l.emit(Event{Type: EventRelease, Server: &k, By: by, Until: r.Until, Reason: "released by the operator; the agent's change was: " + r.Was.Reason,
+		Detail: map[string]string{"was": string(r.Was.Phase)}, Evidence: evidenceOf(nil, v, "")})
 	return r
 }
 
@@ -187,6 +190,7 @@ func (l *Loop) Pause(backend string, d time.Duration, by string) Pause {
 		p.Until = now.Add(d)
 	}
 	l.theLedger().SetPause(p)
+	l.emit(Event{Type: EventPause, Backend: backend, By: by, Until: p.Until, Reason: p.Why()})
 	l.Log.Warn().Str("backend", backend).Time("until", p.Until).Str("by", by).Msg("paused: the agent observes and sends nothing there")
 	return p
 }
@@ -197,6 +201,7 @@ func (l *Loop) Resume(backend, by string) []Pause {
 	ended := l.theLedger().ClearPause(backend)
 	for _, p := range ended {
 		l.Log.Warn().Str("backend", p.Backend).Str("by", by).Msg("resumed: the agent acts again")
+		l.emit(Event{Type: EventResume, Backend: p.Backend, By: by, Reason: "resumed"})
 	}
 	return ended
 }

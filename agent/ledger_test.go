@@ -53,7 +53,10 @@ func TestLedgerTransitions(t *testing.T) {
 			l.Cut(k, 4, 8, t0.Add(time.Minute), "half way", 0)
 		}, PhaseCanary, Change{Weight: 4, At: t0.Add(time.Minute)}, time.Time{}},
 		{"lose", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20, false); l.Lose(k) }, "", Change{}, time.Time{}},
-		{"a server gone from HAProxy", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20, false); l.Keep(map[Key]bool{mustKey("app/s2"): true}, t0) }, "", Change{}, time.Time{}},
+		{"a server gone from HAProxy", func(l *Ledger) {
+			l.Drain(k, t0, "5xx", 0.05, 20, false)
+			l.Keep(map[Key]bool{mustKey("app/s2"): true}, t0)
+		}, "", Change{}, time.Time{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -36,7 +36,11 @@ type Loop struct {
 	Runtimes []Runtime
 	Windows  Windows
 	Recovery Recovery  // nil: drained servers stay drained
-	Audit    io.Writer // one JSON line per step; nil for none
+	Audit    io.Writer // one JSON line per step (--audit-steps); nil for none
+	// Events receives what happened (actions, refusals, would-actions,
+	// operator commands), each once; nil for none. Identity stamps them.
+	Events   EventSink
+	Identity Identity
 	Log      zerolog.Logger
 
 	ledgerOnce sync.Once
@@ -318,19 +322,44 @@ func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decisio
 	refusals, woulds := map[string]string{}, map[string]string{}
 	for _, v := range rec.Verdicts {
 		d := Decision{Time: rec.Time, Cycle: rec.Cycle, Verdict: v}
+		b, sv := obs.Find(v.Proposed.Backend, v.Proposed.Server)
 		if !v.Accepted {
 			d.repeat = l.refused(v, refusals)
 			if v.Code == RefusedNeedsProbe && l.Recovery != nil {
 				l.Recovery.RequestProbe(v.Proposed.Key())
 			}
+			if !d.repeat {
+				a, k := v.Proposed, v.Proposed.Key()
+				l.emit(Event{Type: EventRefused, Time: rec.Time, Cycle: rec.Cycle, Server: &k, Action: &a, Code: v.Code, Reason: v.Reason,
+					Evidence: evidenceOf(b, sv, a.Reason)})
+			}
 		} else if why := l.holdBack(v.Applied, rec.Time); why != "" {
 			d.Would, d.WouldKind = why, WouldKindOf(v.Applied)
 			d.repeat = l.would(v.Applied, why, woulds)
 			rec.Would = append(rec.Would, Would{Kind: d.WouldKind, Action: v.Applied, Why: why})
+			if !d.repeat {
+				a, k := v.Applied, v.Applied.Key()
+				l.emit(Event{Type: EventWould, Time: rec.Time, Cycle: rec.Cycle, Server: &k, Action: &a, Reason: why,
+					Detail: map[string]string{"would": string(d.WouldKind)}, Evidence: evidenceOf(b, sv, a.Reason)})
+			}
 		} else {
+			var ev *Evidence
+			typ := actionEvent(v.Applied)
+			if sv != nil {
+				ev = evidenceOf(b, sv, v.Applied.Reason) // before the command changes the view
+				if v.Applied.Kind == SetWeight && v.Applied.Weight > sv.State.Weight {
+					typ = EventRestore // a canary's ramp back up
+				}
+			}
 			results := l.apply(ctx, obs, v.Applied)
 			rec.Commands = append(rec.Commands, results...)
 			d.Error = l.applied(v.Applied, results, rec)
+			a, k := v.Applied, v.Applied.Key()
+			e := Event{Type: typ, Time: rec.Time, Cycle: rec.Cycle, Server: &k, Action: &a, Reason: a.Reason, Evidence: ev}
+			if d.Error != "" {
+				e.Detail = map[string]string{"error": d.Error}
+			}
+			l.emit(e)
 			if v.Applied.Kind == Drain && v.Applied.Counted() && d.Error == "" {
 				l.drains.add(v.Applied.Backend, rec.Time)
 			}

@@ -268,6 +268,9 @@ func (l *Loop) takeInventory(held []Held) {
 		if h.Holder == HeldByUnknown {
 			l.Log.Warn().Stringer("server", h.Server).Str("state", h.State).
 				Msg("found out of rotation with no record of who set it: left alone, as an operator's; bring it back by hand if no one meant it")
+			k := h.Server
+			l.emit(Event{Type: EventUnknownServer, Server: &k, Reason: "found " + h.State + " at start with no record of who set it: left alone",
+				Detail: map[string]string{"state": h.State}})
 		}
 	}
 	l.Log.Info().Int("agent", counts[HeldByAgent]).Int("operator", counts[HeldByOperator]).Int("unknown", counts[HeldByUnknown]).

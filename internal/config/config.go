@@ -51,6 +51,9 @@ type Config struct {
 	// endpoints; it must be set when they listen beyond loopback.
 	StatusToken string
 	AuditLog    string
+	// AuditSteps adds every step's snapshot of every server to the
+	// audit log, beside the events.
+	AuditSteps bool
 	// ControlSocket is where `hapilot ctl` reaches the agent: a unix
 	// socket only (mode 0660), never the status port, so that nothing on
 	// the network can change what the agent does.
@@ -205,7 +208,8 @@ func Register(fs *flag.FlagSet) *Config {
 	fs.IntVar(&c.MaxStatRows, "max-stat-rows", c.MaxStatRows, "most rows one reply of show stat or show servers state may hold (a row per server, backend and frontend); a longer reply is refused, and that step reads nothing")
 	fs.StringVar(&c.StatusListen, "status-listen", c.StatusListen, "address of the read-only /status and /metrics endpoints (\"off\" to disable)")
 	fs.StringVar(&c.StatusToken, "status-token", c.StatusToken, "token every request to the live page, /status, /series and /metrics must carry (Authorization: Bearer TOKEN, or ?token=TOKEN); required beyond loopback. Keep it in the config file (mode 0640), not on the command line")
-	fs.StringVar(&c.AuditLog, "audit-log", c.AuditLog, "file that receives one JSON line per control-loop step")
+	fs.StringVar(&c.AuditLog, "audit-log", c.AuditLog, "file that receives the event log: one JSON line per action, refusal, would-action, operator command (docs/events.md)")
+	fs.BoolVar(&c.AuditSteps, "audit-steps", c.AuditSteps, "also write every step's snapshot of every server to the audit log: one line per step holding every server, which grows with servers times steps")
 	fs.Var(&c.LogFormat, "log-format", "log format: "+enum.Join(LogFormats...)+" (auto: console on a terminal, else JSON)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug|info|warn|error")
 	fs.StringVar(&c.Loop.StateFile, "state-file", c.Loop.StateFile, "file keeping the agent's own changes and pauses across its restarts, and what `hapilot restore` reads; auto: $STATE_DIRECTORY/state.json under systemd, else $XDG_STATE_HOME/hapilot/state.json (~/.local/state/hapilot/state.json); off: memory only, and a restarted agent reads its own drains as the operator's")

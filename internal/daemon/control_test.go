@@ -18,9 +18,9 @@ import (
 // the state file, and the agent's status, at once.
 func TestControlSocket(t *testing.T) {
 	dir := t.TempDir()
-	sock, state := filepath.Join(dir, "run", "ctl.sock"), filepath.Join(dir, "state.json")
+	sock, state, audit := filepath.Join(dir, "run", "ctl.sock"), filepath.Join(dir, "state.json"), filepath.Join(dir, "audit.jsonl")
 	c := parseConfig(t, []string{"--spoe-listen", "off", "--status-listen", "off", "--haproxy-socket", filepath.Join(dir, "missing.sock"),
-		"--control-socket", "unix:" + sock, "--state-file", state, "--mode", "observe"})
+		"--control-socket", "unix:" + sock, "--state-file", state, "--mode", "observe", "--audit-log", audit, "--interval", "250ms"})
 	d, err := New(*c, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
@@ -66,5 +66,21 @@ func TestControlSocket(t *testing.T) {
 	b, err := os.ReadFile(state)
 	if err != nil || !strings.Contains(string(b), `"pauses"`) {
 		t.Fatalf("state file %s: %v", b, err)
+	}
+	// The audit log holds the events (the start, the pauses and resumes)
+	// and, without --audit-steps, no step's snapshot.
+	d.Loop.Step(context.Background()) // a step that cannot read HAProxy
+	b, err = os.ReadFile(audit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := string(b)
+	for _, want := range []string{`"type":"start"`, `"type":"pause"`, `"type":"resume"`, `"schema":1`, `"by":"ctl uid `} {
+		if !strings.Contains(log, want) {
+			t.Errorf("audit log lacks %s:\n%s", want, log)
+		}
+	}
+	if strings.Contains(log, `"type":"step"`) {
+		t.Errorf("a step snapshot without --audit-steps:\n%s", log)
 	}
 }

@@ -59,6 +59,8 @@ type Daemon struct {
 	// capped are the stream listeners, by the name their metrics use.
 	capped []namedListener
 	audit  *auditlog.File // nil without --audit-log
+	// sinks receive the loop's events: the audit log, the webhook.
+	sinks fanout
 	// parts are what Serve runs, each opened in New, serving until the
 	// agent stops, and released by Close.
 	parts     []component
@@ -172,7 +174,7 @@ func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
 	// The policy's own needs (its drain cap per fleet size, its step
 	// budget) are declared by the policy and read by the loop.
 	d.Loop = &agent.Loop{
-		Settings: c.Loop, Clock: agent.RealClock{}, Policy: pol, Guard: c.Guard,
+		Settings: c.Loop, Clock: agent.RealClock{}, Policy: pol, Guard: c.Guard, Identity: identity(),
 		Runtimes: runtimes, Windows: d.Store, Log: log.With().Str("component", "loop").Logger(),
 	}
 	// The state file is read now: a path that is not a regular file (a
@@ -237,7 +239,16 @@ func (d *Daemon) listen() error {
 		if err != nil {
 			return err
 		}
-		d.audit, d.Loop.Audit = f, f
+		d.audit = f
+		d.sinks = append(d.sinks, eventLog{w: f, log: d.log.With().Str("component", "audit").Logger()})
+		// The snapshot of every server at every step is opt-in: at 1,000
+		// servers and a 1 s interval it came to 10 GB a day.
+		if c.AuditSteps {
+			d.Loop.Audit = f
+		}
+	}
+	if len(d.sinks) > 0 {
+		d.Loop.Events = d.sinks
 	}
 	ls, err := c.Listeners()
 	if err != nil {
@@ -463,6 +474,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	if d.Fleet != nil {
 		run("fleet", d.Fleet.Run)
 	}
+	d.Loop.Start()
 	run("loop", d.Loop.Run)
 	run("telemetry watch", d.watchTelemetry)
 	run("telemetry advice", d.adviseTelemetry)

@@ -262,7 +262,7 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 			statusListen = "off"
 		}
 		args := []string{"--policy", s.Policy, "--interval", s.Interval.String(), "--haproxy-socket", opts.Socket(),
-			"--status-listen", statusListen, "--audit-log", out.AuditLog,
+			"--status-listen", statusListen, "--audit-log", out.AuditLog, "--audit-steps",
 			"--state-file", filepath.Join(s.Dir, "state-"+name+".json"), "--control-socket", "unix:" + filepath.Join(s.Dir, "ctl-"+name+".sock")}
 		args = append(args, ingestArgs...)
 		args = append(args, s.AgentArgs...)
