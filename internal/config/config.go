@@ -23,6 +23,7 @@ import (
 	"github.com/hapilot/hapilot/internal/enum"
 	"github.com/hapilot/hapilot/internal/ingest"
 	"github.com/hapilot/hapilot/internal/netx"
+	"github.com/hapilot/hapilot/internal/notify"
 	"github.com/hapilot/hapilot/internal/window"
 	"github.com/rs/zerolog"
 )
@@ -71,6 +72,7 @@ type Config struct {
 	Recovery recovery.Config
 	LLM      llm.Config
 	Fleet    peers.Config
+	Notify   notify.Config
 }
 
 // Bounds on the windows: one bucket a second per series, allocated when a
@@ -166,7 +168,7 @@ func Default() Config {
 		ControlSocket: DefaultControlSocket,
 		Stats:         ingest.DefaultStatsConfig(),
 		Guard:         agent.DefaultGuardrails(), Rules: rules.DefaultConfig(), Recovery: recovery.DefaultConfig(), LLM: llm.DefaultConfig(),
-		Fleet: peers.DefaultConfig(),
+		Fleet: peers.DefaultConfig(), Notify: notify.DefaultConfig(),
 	}
 }
 
@@ -223,6 +225,9 @@ func Register(fs *flag.FlagSet) *Config {
 	fs.BoolVar(&c.Shadow, "shadow", c.Shadow, "the old spelling of --policy shadow: the model decides, the rules act, disagreements are audited")
 	registerLLM(fs, &c.LLM)
 	registerFleet(fs, &c.Fleet)
+	fs.StringVar(&c.Notify.URL, "notify-webhook", c.Notify.URL, "URL that receives one JSON POST per action, refusal, release, fallback and telemetry silence (docs/notifications.md); empty: off. It never blocks the loop: a slow or failing receiver costs dropped events, counted")
+	fs.Var(&c.Notify.Format, "notify-format", "the webhook's payload: event (the event log's line), alertmanager (POST /api/v2/alerts) or slack (a chat incoming webhook's {\"text\"})")
+	fs.DurationVar(&c.Notify.Timeout, "notify-timeout", c.Notify.Timeout, "the webhook: one attempt's timeout (4 attempts, backoff 1s doubling)")
 	return &c
 }
 
@@ -439,7 +444,7 @@ func (c *Config) Validate() error {
 	if c.Shadow && c.Policy != PolicyRules && c.Policy != PolicyShadow {
 		errs = append(errs, fmt.Errorf("--shadow contradicts --policy %s: shadow mode is its own policy, --policy shadow (the model decides, the rules act)", c.Policy))
 	}
-	errs = append(errs, c.Fleet.Validate(), c.Stats.Validate(), c.Guard.Validate(), c.Rules.Validate(), c.Recovery.Validate())
+	errs = append(errs, c.Notify.Validate(), c.Fleet.Validate(), c.Stats.Validate(), c.Guard.Validate(), c.Rules.Validate(), c.Recovery.Validate())
 	if c.UsesModel() {
 		errs = append(errs, c.LLM.Validate())
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/hapilot/hapilot/internal/config"
 	"github.com/hapilot/hapilot/internal/ingest"
 	"github.com/hapilot/hapilot/internal/netx"
+	"github.com/hapilot/hapilot/internal/notify"
 	"github.com/hapilot/hapilot/internal/promtext"
 	"github.com/hapilot/hapilot/internal/window"
 	"github.com/hapilot/hapilot/spoe"
@@ -60,7 +61,8 @@ type Daemon struct {
 	capped []namedListener
 	audit  *auditlog.File // nil without --audit-log
 	// sinks receive the loop's events: the audit log, the webhook.
-	sinks fanout
+	sinks    fanout
+	notifier *notify.Notifier // nil without --notify-webhook
 	// parts are what Serve runs, each opened in New, serving until the
 	// agent stops, and released by Close.
 	parts     []component
@@ -241,11 +243,16 @@ func (d *Daemon) listen() error {
 		}
 		d.audit = f
 		d.sinks = append(d.sinks, eventLog{w: f, log: d.log.With().Str("component", "audit").Logger()})
-		// The snapshot of every server at every step is opt-in: at 1,000
-		// servers and a 1 s interval it came to 10 GB a day.
+		// The snapshot of every server at every step is opt-in: issue 36
+		// measured 17.2 MB in 150 s at 1,000 servers and a 1 s interval.
 		if c.AuditSteps {
 			d.Loop.Audit = f
 		}
+	}
+	if c.Notify.URL != "" {
+		d.notifier = notify.New(c.Notify, d.log.With().Str("component", "notify").Logger())
+		d.sinks = append(d.sinks, d.notifier)
+		d.add(component{"notify", d.notifier.Run, nil})
 	}
 	if len(d.sinks) > 0 {
 		d.Loop.Events = d.sinks
@@ -297,6 +304,9 @@ func (d *Daemon) listen() error {
 		d.Status = &status.Server{Loop: d.Loop, Extra: []func(io.Writer){d.writeIngestMetrics, writeProcessMetrics}, Warnings: d.Warnings,
 			Ingest: d.ingestCounters, Series: func(n int) any { return d.Store.PerSecond(n) }, Token: c.StatusToken,
 			Log: log.With().Str("component", "status").Logger()}
+		if d.notifier != nil {
+			d.Status.Extra = append(d.Status.Extra, d.notifier.WriteMetrics)
+		}
 		if d.Fleet != nil {
 			d.Status.Extra = append(d.Status.Extra, d.Fleet.WriteMetrics)
 			d.Status.Fleet = func() any { return d.Fleet.Status() }
