@@ -236,3 +236,43 @@ func first(s []string) string {
 	}
 	return s[0]
 }
+
+// The agent killed with SIGKILL after it drained the paper fault, and not
+// started again: `hapilot restore` (what the package's removal runs)
+// reads its state file and brings both servers back; the stale control
+// socket left by the kill does not stop it.
+func TestOfflineRestoreAfterSIGKILL(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var restoreOut string
+	var restoreErr error
+	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 30 * time.Second,
+		Policy: "rules", AgentBinary: agentBinary, AgentArgs: noTailGuard, KillAgentAt: 15 * time.Second,
+		At: map[time.Duration]func(*scenario.Env){
+			20 * time.Second: func(env *scenario.Env) {
+				dir := filepath.Dir(env.AuditLog)
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				b, err := exec.CommandContext(ctx, agentBinary, "restore", "--haproxy-socket", env.HAProxy.Socket,
+					"--state-file", filepath.Join(dir, "state-rules.json"), "--control-socket", "unix:"+filepath.Join(dir, "ctl-rules.sock"),
+					"--log-format", "json").CombinedOutput()
+				mu.Lock()
+				restoreOut, restoreErr = string(b), err
+				mu.Unlock()
+			},
+		}})
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("hapilot restore: %v\n%s", restoreErr, restoreOut)
+	if restoreErr != nil || !strings.Contains(restoreOut, "app/srv3: restored") || !strings.Contains(restoreOut, "app/srv6: restored") {
+		t.Fatalf("hapilot restore: %v\n%s", restoreErr, restoreOut)
+	}
+	for _, s := range []string{"srv3", "srv6"} {
+		if at, ok := out.DrainedAt[s]; !ok || at > 15*time.Second {
+			t.Errorf("%s drained at %v (%v): the test proves nothing", s, at, ok)
+		}
+		if st := finalState(out, s); st.Drain() || out.Flips[s] != 2 {
+			t.Errorf("%s ends %s after %d flips", s, st.Label(), out.Flips[s])
+		}
+	}
+}
