@@ -209,21 +209,49 @@ func (l *Loop) Resume(backend, by string) []Pause {
 // Explanation is what the agent knows of one server: its last view, the
 // agent's change, whether its test finds it, and the recent decisions.
 type Explanation struct {
-	Server    Key         `json:"server"`
-	Mode      Mode        `json:"mode"`
+	Server Key  `json:"server"`
+	Mode   Mode `json:"mode"`
+	// Change is the agent's change in force on it now, if any.
+	Change *Change `json:"change,omitempty"`
+	// View is the server as HAProxy showed it at the last step's start,
+	// with its windows, before that step's commands.
 	View      *ServerView `json:"view"`
 	Serving   int         `json:"backend_serving"`
 	Servers   int         `json:"backend_servers"`
 	Candidate bool        `json:"candidate"`
 	Paused    *Pause      `json:"paused,omitempty"`
 	Decisions []Decision  `json:"decisions"`
+	// Probe is recovery's word on it: the next probe burst, the last.
+	Probe *ProbeStatus `json:"probe,omitempty"`
+}
+
+// ProbeStatus is where recovery stands with a drained server.
+type ProbeStatus struct {
+	// Next is when the next probe burst may start.
+	Next         time.Time `json:"next,omitzero"`
+	LastBurst    string    `json:"last_burst,omitempty"`
+	FailedBursts int       `json:"failed_bursts"`
+	Drains       int       `json:"drains"`
+}
+
+// prober is a Recovery that can say where a server's probes stand.
+type prober interface {
+	Probe(k Key) (ProbeStatus, bool)
 }
 
 // Explain says what the agent knows of k as of its last step.
 func (l *Loop) Explain(k Key) (Explanation, error) {
 	e := Explanation{Server: k, Mode: l.mode(), Decisions: []Decision{}}
+	if p, ok := l.Recovery.(prober); ok {
+		if st, ok := p.Probe(k); ok {
+			e.Probe = &st
+		}
+	}
 	if p, ok := l.theLedger().PausedFor(k.Backend, l.Clock.Now()); ok {
 		e.Paused = &p
+	}
+	if c, ok := l.Ledger()[k]; ok {
+		e.Change = &c
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

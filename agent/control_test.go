@@ -237,3 +237,38 @@ func TestInventoryAfterRestart(t *testing.T) {
 		t.Fatalf("the restarted agent does not own its drain: %v", l2.Ledger())
 	}
 }
+
+// probing is a Recovery that knows one server's probes.
+type probing struct{ at time.Time }
+
+func (probing) Plan(context.Context, Observation) Plan { return nil }
+func (probing) RequestProbe(Key)                       {}
+func (p probing) Probe(k Key) (ProbeStatus, bool) {
+	return ProbeStatus{Next: p.at, LastBurst: "3 of 20 failed", FailedBursts: 1, Drains: 1}, k.Server == "s2"
+}
+
+// explain gives the server's last view, whether the test finds it, the
+// recent decisions on it and recovery's next probe; an unknown server is
+// refused with the reason.
+func TestExplain(t *testing.T) {
+	ctx := context.Background()
+	rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
+	l, clk, pol, _ := newLoop(rt)
+	if _, err := l.Explain(Key{Backend: "app", Server: "s2"}); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "no step has read HAProxy yet") {
+		t.Fatalf("before a step: %v", err)
+	}
+	l.Recovery = probing{at: clk.Now().Add(time.Minute)}
+	pol.plans = []Plan{{drain("s2"), drain("s1")}}
+	l.Step(ctx)
+	e, err := l.Explain(Key{Backend: "app", Server: "s2"})
+	if err != nil || e.View == nil || e.Change == nil || e.Change.Phase != PhaseDrained || e.Serving != 4 || e.Servers != 4 || len(e.Decisions) != 1 ||
+		e.Probe == nil || !e.Probe.Next.Equal(clk.Now().Add(time.Minute)) {
+		t.Fatalf("explain s2: %+v, %v", e, err)
+	}
+	if e, err := l.Explain(Key{Backend: "app", Server: "s1"}); err != nil || len(e.Decisions) != 1 || e.Decisions[0].Code != RefusedDrainCap || e.Probe != nil {
+		t.Fatalf("explain s1: %+v, %v", e, err)
+	}
+	if _, err := l.Explain(Key{Backend: "app", Server: "s9"}); !errors.Is(err, ErrRefused) {
+		t.Fatalf("explain s9: %v", err)
+	}
+}
