@@ -65,3 +65,35 @@ func TestLoopEvents(t *testing.T) {
 		})
 	}
 }
+
+// A policy whose report names a fallback: one event for a run of them,
+// another when a new run starts.
+func TestFallbackEvents(t *testing.T) {
+	rt := fakes.NewRuntime("s1", "s2", "s3")
+	l, _, _, _ := newLoop(rt)
+	var c collected
+	l.Events = &c
+	reports := []any{
+		map[string]any{"called": true},
+		map[string]any{"fallback": "the model call overran its deadline"},
+		map[string]any{"fallback": "the model call overran its deadline"},
+		map[string]any{"called": true},
+		map[string]any{"fallback": "the model server does not answer"},
+		"not an object",
+	}
+	i := 0
+	l.Policy.Report = func() any { r := reports[i]; i++; return r }
+	for range reports {
+		l.Step(context.Background())
+	}
+	var reasons []string
+	for _, e := range c {
+		if e.Type == EventFallback {
+			reasons = append(reasons, e.Reason)
+		}
+	}
+	want := []string{"the model call overran its deadline", "the model server does not answer"}
+	if !reflect.DeepEqual(reasons, want) {
+		t.Fatalf("fallback events %q, want %q", reasons, want)
+	}
+}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -51,6 +52,10 @@ type Loop struct {
 	// Step touches them.
 	lastRefusals   map[string]string
 	refusedServers map[Key]string
+	// fallingBack: the last step's report named a fallback (the model's
+	// policy left the step to the rules), so that a run of them is one
+	// event.
+	fallingBack bool
 	// lastWould: the would-actions of the last step, so that one held
 	// back step after step is logged once at info, then at debug.
 	lastWould map[string]string
@@ -308,6 +313,7 @@ func (l *Loop) plan(ctx context.Context, obs Observation, reapply Plan, rec *Rec
 	}
 	if l.Policy.Report != nil {
 		rec.PolicyReport = l.Policy.Report()
+		l.noteFallback(rec)
 	}
 	plan := reapply
 	if l.Recovery != nil && len(rec.TriggeredBy) == 0 {
@@ -415,6 +421,23 @@ func (l *Loop) Scopes() []BackendScope {
 		out = append(out, sc)
 	}
 	return out
+}
+
+// noteFallback writes a fallback event when a step's policy report
+// names one ("fallback": why, as the model's policy reports it) after a
+// step that did not: a run of fallbacks is one event.
+func (l *Loop) noteFallback(rec *Record) {
+	b, err := json.Marshal(rec.PolicyReport)
+	var r struct {
+		Fallback string `json:"fallback"`
+	}
+	if err != nil || json.Unmarshal(b, &r) != nil {
+		r.Fallback = "" // a report that is no object names no fallback
+	}
+	if r.Fallback != "" && !l.fallingBack {
+		l.emit(Event{Type: EventFallback, Time: rec.Time, Cycle: rec.Cycle, Reason: r.Fallback, Detail: map[string]string{"policy": rec.Policy}})
+	}
+	l.fallingBack = r.Fallback != ""
 }
 
 // holdBack says why a vetted action is not sent ("" when it is): the

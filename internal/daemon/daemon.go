@@ -61,8 +61,11 @@ type Daemon struct {
 	capped []namedListener
 	audit  *auditlog.File // nil without --audit-log
 	// sinks receive the loop's events: the audit log, the webhook.
-	sinks    fanout
-	notifier *notify.Notifier // nil without --notify-webhook
+	sinks fanout
+	// startEvents are written once the loop's sinks are in place: what
+	// New found (a calibration verdict).
+	startEvents []agent.Event
+	notifier    *notify.Notifier // nil without --notify-webhook
 	// parts are what Serve runs, each opened in New, serving until the
 	// agent stops, and released by Close.
 	parts     []component
@@ -112,17 +115,25 @@ const (
 
 // NewPolicy builds the policy a config names, with its hooks.
 func NewPolicy(c config.Config, log zerolog.Logger) (agent.Policy, error) {
+	p, _, err := newPolicy(c, log)
+	return p, err
+}
+
+// newPolicy is NewPolicy with the calibration verdict it read, if any,
+// as the event the agent writes once it runs.
+func newPolicy(c config.Config, log zerolog.Logger) (agent.Policy, *agent.Event, error) {
 	switch c.Chosen() {
 	case config.PolicyStatic:
-		return policy.NewStatic(), nil
+		return policy.NewStatic(), nil, nil
 	case config.PolicyRules:
-		return scopedRules(c.Rules, c.Guard.Scope), nil
+		return scopedRules(c.Rules, c.Guard.Scope), nil, nil
 	case config.PolicyLLM, config.PolicyShadow:
 		return newLLMPolicy(c, log)
 	case config.PolicyLua:
-		return luapolicy.NewPolicy(c.PolicyFile, log.With().Str("component", "lua-policy").Logger())
+		p, err := luapolicy.NewPolicy(c.PolicyFile, log.With().Str("component", "lua-policy").Logger())
+		return p, nil, err
 	}
-	return agent.Policy{}, fmt.Errorf("unknown policy %q", c.Policy)
+	return agent.Policy{}, nil, fmt.Errorf("unknown policy %q", c.Policy)
 }
 
 // New validates c, opens the listeners and the audit log, and builds
@@ -148,9 +159,12 @@ func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
 		log.Warn().Msg("no state file: a restarted agent reads its own drains as the operator's, and `hapilot restore` has nothing to read")
 	}
 	d := &Daemon{Config: c, log: log}
-	pol, err := NewPolicy(c, log)
+	pol, verdict, err := newPolicy(c, log)
 	if err != nil {
 		return nil, err
+	}
+	if verdict != nil {
+		d.startEvents = append(d.startEvents, *verdict)
 	}
 	var runtimes []agent.Runtime
 	var sources []ingest.StatSource
@@ -485,6 +499,9 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		run("fleet", d.Fleet.Run)
 	}
 	d.Loop.Start()
+	for _, ev := range d.startEvents {
+		d.Loop.Emit(ev)
+	}
 	run("loop", d.Loop.Run)
 	run("telemetry watch", d.watchTelemetry)
 	run("telemetry advice", d.adviseTelemetry)
