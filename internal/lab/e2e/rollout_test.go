@@ -7,7 +7,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +23,7 @@ import (
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/internal/lab/fleet"
+	"github.com/hapilot/hapilot/internal/lab/haproxyproc"
 	"github.com/hapilot/hapilot/internal/lab/scenario"
 )
 
@@ -47,8 +51,53 @@ func auditRecords(t *testing.T, path string) []agent.Record {
 // exactly the faulty servers, with the rules' reason.
 func TestObserveModeOnPaperFault(t *testing.T) {
 	t.Parallel()
+	ports, err := haproxyproc.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	var mu sync.Mutex
+	var status, metrics string
+	var scrapeErr error
 	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 30 * time.Second,
-		Policy: "rules", AgentArgs: []string{"--mode", "observe"}})
+		Policy: "rules", AgentArgs: []string{"--mode", "observe"}, StatusListen: addr,
+		At: map[time.Duration]func(*scenario.Env){28 * time.Second: func(*scenario.Env) {
+			st, err1 := httpText("http://" + addr + "/status")
+			m, err2 := httpText("http://" + addr + "/metrics")
+			mu.Lock()
+			status, metrics, scrapeErr = st, m, errors.Join(err1, err2)
+			mu.Unlock()
+		}}})
+	mu.Lock()
+	defer mu.Unlock()
+	if scrapeErr != nil {
+		t.Fatal(scrapeErr)
+	}
+	// /status: the mode, and the would-drains among the decisions.
+	var st agent.Status
+	if err := json.Unmarshal([]byte(status), &st); err != nil {
+		t.Fatal(err)
+	}
+	wouldSt := map[string]bool{}
+	for _, d := range st.Decisions {
+		if d.WouldKind == agent.WouldDrain {
+			wouldSt[d.Applied.Server] = true
+		}
+	}
+	if st.Mode != agent.ModeObserve || len(st.Changes) != 0 || !wouldSt["srv3"] || !wouldSt["srv6"] || len(wouldSt) != 2 {
+		t.Errorf("/status: mode %s, changes %v, would-drains %v", st.Mode, st.Changes, wouldSt)
+	}
+	for _, m := range []string{`hapilot_mode{mode="observe"} 1`, `hapilot_would_actions_total{kind="cut"} 0`, "hapilot_actions_applied_total 0"} {
+		if !strings.Contains(metrics, m+"\n") {
+			t.Errorf("/metrics lacks %q", m)
+		}
+	}
+	// Two would-drains at least (a run of them counts once; a pause in
+	// the run, a step that did not find the server, counts it again).
+	var n float64
+	if _, err := fmt.Sscanf(metrics[strings.Index(metrics, `hapilot_would_actions_total{kind="drain"} `)+len(`hapilot_would_actions_total{kind="drain"} `):], "%g", &n); err != nil || n < 2 {
+		t.Errorf("hapilot_would_actions_total{kind=\"drain\"} %v (%v), want 2 or more", n, err)
+	}
 	if len(out.DrainedAt) != 0 || len(out.Flips) != 0 {
 		t.Fatalf("observe mode changed HAProxy: drained %v, flips %v", out.DrainedAt, out.Flips)
 	}
@@ -275,4 +324,18 @@ func TestOfflineRestoreAfterSIGKILL(t *testing.T) {
 			t.Errorf("%s ends %s after %d flips", s, st.Label(), out.Flips[s])
 		}
 	}
+}
+
+// httpText GETs url and returns its body.
+func httpText(url string) (string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return string(b), err
 }
