@@ -133,7 +133,7 @@ func cmdDefaults(args []string, stdout, stderr io.Writer) error {
 	settings := flag.NewFlagSet("hapilot run", flag.ContinueOnError)
 	config.Register(settings)
 	if *packaged {
-		header := defaultsHeader + "\n\nSet by the package, for its systemd unit (/lib/systemd/system/hapilot.service):"
+		header := defaultsHeader + "\n\nSet by the package: observe first (/usr/share/doc/hapilot/docs/install.md shows the step\nto enforce), and the paths its systemd unit makes writable (/lib/systemd/system/hapilot.service):"
 		return config.WriteFile(stdout, settings, header, PackagedSettings...)
 	}
 	return config.WriteFile(stdout, settings, defaultsHeader)
