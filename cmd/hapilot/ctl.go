@@ -17,7 +17,7 @@ import (
 	"github.com/hapilot/hapilot/internal/netx"
 )
 
-const ctlUsage = `usage: hapilot ctl [--socket PATH] COMMAND [ARGS]
+const ctlUsage = `usage: hapilot ctl [--socket unix:PATH | --config FILE] COMMAND [ARGS]
 
 commands (to the running agent, over its control socket):
   status                      mode, policy, pauses, backends, what it holds
@@ -39,8 +39,16 @@ func cmdCtl(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, ctlUsage) }
 	socket := fs.String("socket", config.DefaultControlSocket, "the agent's control socket (its --control-socket)")
+	file := fs.String("config", "", "the agent's settings file: its control-socket line names the socket (--socket wins)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *file != "" && !flagSet(fs, "socket") {
+		c, err := parse("ctl", []string{"--config", *file}, stderr)
+		if err != nil {
+			return err
+		}
+		*socket = c.ControlSocket
 	}
 	req, err := ctlRequest(fs.Args(), stderr)
 	if err != nil {
@@ -177,4 +185,11 @@ func cmdRestore(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintf(stdout, "%d server(s) in the state file %s\n", len(released), file)
 	return err
+}
+
+// flagSet reports whether name was given on fs's command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

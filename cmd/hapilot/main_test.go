@@ -134,3 +134,25 @@ func TestPackagedSettingsFile(t *testing.T) {
 		t.Errorf("%d settings at their default in the file, %d flags have one", n, withDefault)
 	}
 }
+
+// ctl --config reads the socket from the agent's settings file; --socket
+// wins over it.
+func TestCtlConfig(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "hapilot.conf")
+	if err := os.WriteFile(conf, []byte("control-socket unix:"+dir+"/from-config.sock\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ctl", "--config", conf, "status"}, dir + "/from-config.sock"},
+		{[]string{"ctl", "--config", conf, "--socket", "unix:" + dir + "/flag.sock", "status"}, dir + "/flag.sock"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(tc.args, &out, &errb); code != 1 || !strings.Contains(errb.String(), "reach the agent at "+tc.want) {
+			t.Errorf("%v: code %d, stderr %q", tc.args, code, errb.String())
+		}
+	}
+}
