@@ -9,7 +9,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"time"
 )
@@ -60,6 +62,9 @@ const Timeout = 30 * time.Second
 func Do(ctx context.Context, path string, req Request) (Answer, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", path)
+	if errors.Is(err, fs.ErrPermission) {
+		return Answer{}, fmt.Errorf("reach the agent at %s: %w (the socket is the agent's user's and group's, mode 0660: run as root or as a member of its group)", path, err)
+	}
 	if err != nil {
 		return Answer{}, fmt.Errorf("reach the agent at %s: %w (is it running? `hapilot restore` works without it)", path, err)
 	}
