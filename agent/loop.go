@@ -52,6 +52,9 @@ type Loop struct {
 	// Step touches them.
 	lastRefusals   map[string]string
 	refusedServers map[Key]string
+	// reapplyLogged: the HAProxy epoch each lost change was last logged
+	// under, so that one held back step after step is logged once.
+	reapplyLogged map[Key]string
 	// fallingBack: the last step's report named a fallback (the model's
 	// policy left the step to the rules), so that a run of them is one
 	// event.
@@ -532,6 +535,8 @@ func (l *Loop) finish(rec *Record, obs *Observation, began time.Time, decisions 
 // Undo readies every server the agent drained and puts back every weight
 // it changed, on every HAProxy (`--on-exit restore`).
 func (l *Loop) Undo(ctx context.Context) []CommandResult {
+	l.stepMu.Lock() // never beside a step: both read the servers and change them
+	defer l.stepMu.Unlock()
 	l.mu.Lock()
 	cycle := l.cycle
 	l.mu.Unlock()

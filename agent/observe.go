@@ -145,7 +145,17 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 		v.NoDrainUntil = ledger.HeldUntil(k, now)
 		v.OperatorUntil = ledger.OverriddenUntil(k)
 		if lost {
-			l.Log.Warn().Stringer("server", k).Str("phase", string(v.Changed.Phase)).Msg("a reload lost the agent's change; applying it again")
+			// Once per server and HAProxy epoch: held back (observe mode,
+			// a pause), the re-application is proposed every step.
+			ev := l.Log.Warn()
+			if l.reapplyLogged[k] == procs.epoch {
+				ev = l.Log.Debug()
+			}
+			if l.reapplyLogged == nil {
+				l.reapplyLogged = map[Key]string{}
+			}
+			l.reapplyLogged[k] = procs.epoch
+			ev.Stringer("server", k).Str("phase", string(v.Changed.Phase)).Msg("a reload lost the agent's change; applying it again")
 			reapply = append(reapply, reapplyAction(v))
 		}
 		if h, ok := holder(v, ledger); ok {
