@@ -537,6 +537,13 @@ func (l *Loop) finish(rec *Record, obs *Observation, began time.Time, decisions 
 func (l *Loop) Undo(ctx context.Context) []CommandResult {
 	l.stepMu.Lock() // never beside a step: both read the servers and change them
 	defer l.stepMu.Unlock()
+	if l.mode().Observing() {
+		// Observe mode's promise is that nothing the agent decides
+		// changes HAProxy; the operator's own commands (ctl restore,
+		// hapilot restore) still do.
+		l.Log.Warn().Msg("observe mode: --on-exit restore sends nothing; `hapilot ctl restore` or `hapilot restore` brings back what an earlier run changed")
+		return nil
+	}
 	l.mu.Lock()
 	cycle := l.cycle
 	l.mu.Unlock()
