@@ -369,8 +369,8 @@ func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decisio
 				e.Detail = map[string]string{"error": d.Error}
 			}
 			l.emit(e)
-			if v.Applied.Kind == Drain && v.Applied.Counted() && d.Error == "" {
-				l.drains.add(v.Applied.Backend, rec.Time)
+			if v.Applied.Kind == Drain && v.Applied.Counted() && tookAny(results) {
+				l.drains.add(v.Applied.Backend, rec.Time) // a partial drain is one too
 			}
 		}
 		decisions = append(decisions, d)
@@ -441,6 +441,16 @@ func (l *Loop) noteFallback(rec *Record) {
 		l.emit(Event{Type: EventFallback, Time: rec.Time, Cycle: rec.Cycle, Reason: r.Fallback, Detail: map[string]string{"policy": rec.Policy}})
 	}
 	l.fallingBack = r.Fallback != ""
+}
+
+// tookAny reports whether some HAProxy took the command.
+func tookAny(results []CommandResult) bool {
+	for _, r := range results {
+		if r.Error == "" {
+			return true
+		}
+	}
+	return false
 }
 
 // holdBack says why a vetted action is not sent ("" when it is): the
