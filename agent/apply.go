@@ -27,12 +27,15 @@ type command struct {
 // commandFor turns a vetted action on server v into its runtime command;
 // the text comes from haproxy/, which builds every command. A ready of a
 // server the agent only reweighted puts its configured weight back.
-func commandFor(a Action, v *ServerView) (command, error) {
+func commandFor(a Action, v *ServerView, maint bool) (command, error) {
 	switch {
 	case a.Kind == Drain, a.Kind == Ready && (v.Changed == nil || v.Changed.Phase == PhaseDrained):
 		st := haproxy.StateDrain
-		if a.Kind == Ready {
+		switch {
+		case a.Kind == Ready:
 			st = haproxy.StateReady
+		case maint:
+			st = haproxy.StateMaint
 		}
 		text, err := haproxy.SetStateCommand(a.Backend, a.Server, st)
 		return command{text, func(ctx context.Context, rt Runtime) error { return rt.SetServerState(ctx, a.Backend, a.Server, st) }}, err
@@ -50,7 +53,8 @@ func commandFor(a Action, v *ServerView) (command, error) {
 // ledger when at least one took it.
 func (l *Loop) apply(ctx context.Context, obs *Observation, a Action) []CommandResult {
 	b, v := obs.Find(a.Backend, a.Server)
-	cmd, err := commandFor(a, v)
+	maint := l.maintFor(a, v)
+	cmd, err := commandFor(a, v, maint)
 	if err != nil {
 		return []CommandResult{{Command: string(a.Kind) + " " + a.Key().String(), Error: err.Error()}}
 	}
@@ -66,20 +70,29 @@ func (l *Loop) apply(ctx context.Context, obs *Observation, a Action) []CommandR
 		results = append(results, r)
 	}
 	if took > 0 {
-		l.record(b, v, a)
+		l.record(b, v, a, maint)
 	}
 	return results
 }
 
+// maintFor says whether a drain of v goes out as maint: its backend's
+// action, or, for a change a reload lost, the action it was made with.
+func (l *Loop) maintFor(a Action, v *ServerView) bool {
+	if a.Origin == OriginReapply && v != nil && v.Changed != nil {
+		return v.Changed.Maint
+	}
+	return a.Kind == Drain && l.Guard.Scope.For(a.Backend).Maint()
+}
+
 // record is the ledger transition an applied action makes.
-func (l *Loop) record(b *BackendView, v *ServerView, a Action) {
+func (l *Loop) record(b *BackendView, v *ServerView, a Action, maint bool) {
 	k, now, ledger := a.Key(), l.Clock.Now(), l.theLedger()
 	switch {
 	case a.Origin == OriginReapply:
 		ledger.Adopt(k)
 	case a.Kind == Drain:
 		p99, _ := b.RecentP99()
-		ledger.Drain(k, now, a.Reason, v.Window.ErrorRate(), p99)
+		ledger.Drain(k, now, a.Reason, v.Window.ErrorRate(), p99, maint)
 	case a.Kind == SetWeight:
 		p99, _ := b.RecentP99()
 		ledger.Cut(k, a.Weight, v.State.Initial, now, a.Reason, p99)

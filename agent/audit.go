@@ -25,8 +25,12 @@ type ServerSummary struct {
 	P99Ms    int    `json:"p99_ms"`
 }
 
-// Record is one step's audit line.
+// Record is one step's audit line (--audit-steps): an event of type
+// step, with every server's snapshot.
 type Record struct {
+	Schema int       `json:"schema"`
+	Type   EventType `json:"type"`
+	Identity
 	Time   time.Time `json:"time"`
 	Cycle  uint64    `json:"cycle"`
 	Policy string    `json:"policy"`
@@ -40,10 +44,21 @@ type Record struct {
 	PolicyReport any             `json:"policy_report,omitempty"`
 	Verdicts     []Verdict       `json:"verdicts"`
 	Commands     []CommandResult `json:"commands"`
+	// Would lists the vetted actions held back (observe mode, a pause),
+	// each with what it would have done and why it was not sent.
+	Would []Would `json:"would,omitempty"`
 	// Partial lists actions some HAProxy processes took and others did
 	// not: never silently half-done.
 	Partial []string `json:"partial,omitempty"`
 	Error   string   `json:"error,omitempty"`
+}
+
+// Would is a vetted action held back: what it would have done, and why
+// it was not sent.
+type Would struct {
+	Kind   WouldKind `json:"kind"`
+	Action Action    `json:"action"`
+	Why    string    `json:"why"`
 }
 
 // Decision is a verdict with its time, for /status.
@@ -52,6 +67,10 @@ type Decision struct {
 	Cycle uint64    `json:"cycle"`
 	Verdict
 	Error string `json:"error,omitempty"`
+	// Would, on an accepted verdict, says why it was held back (observe
+	// mode, a pause) instead of sent; WouldKind what it would have done.
+	Would     string    `json:"would,omitempty"`
+	WouldKind WouldKind `json:"would_kind,omitempty"`
 
 	repeat bool // the same refusal as the step before: counted, not listed again
 }
@@ -67,7 +86,21 @@ type Counters struct {
 	// StateFailedWrites counts the failed writes.
 	StateUnsaved      bool
 	StateFailedWrites uint64
+	// Would counts the actions held back by what they would have done,
+	// each once while it repeats step after step; RefusedBy the
+	// guardrails' refusals by code, each step's.
+	Would     map[WouldKind]uint64
+	RefusedBy map[Refusal]uint64
+	// LastOK is when the last step that read HAProxy ended.
+	LastOK time.Time
+	// Durations is the step durations' histogram over DurationBuckets.
+	Durations [len(DurationBuckets)]uint64
 }
+
+// DurationBuckets are the upper bounds, in seconds, of the step
+// duration histogram: from a quick rules step to a model's call at a
+// 10 s interval's budget.
+var DurationBuckets = [...]float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 
 func (m *Counters) add(rec *Record, decisions []Decision, seconds float64) {
 	m.Cycles++
@@ -77,17 +110,36 @@ func (m *Counters) add(rec *Record, decisions []Decision, seconds float64) {
 	m.DurationSum += seconds
 	m.DurationLast = seconds
 	m.DurationMax = max(m.DurationMax, seconds)
+	for i, le := range DurationBuckets {
+		if seconds <= le {
+			m.Durations[i]++
+		}
+	}
 	if rec.Error != "" {
 		m.StateErrors++
+	} else {
+		m.LastOK = rec.Time.Add(time.Duration(seconds * float64(time.Second)))
 	}
 	if rec.PolicyError != "" {
 		m.PolicyErrors++
 	}
 	for _, d := range decisions {
-		if d.Accepted {
+		switch {
+		case d.Would != "":
+			if !d.repeat {
+				if m.Would == nil {
+					m.Would = map[WouldKind]uint64{}
+				}
+				m.Would[d.WouldKind]++
+			}
+		case d.Accepted:
 			m.Applied++
-		} else {
+		default:
 			m.Refused++
+			if m.RefusedBy == nil {
+				m.RefusedBy = map[Refusal]uint64{}
+			}
+			m.RefusedBy[d.Code]++
 		}
 	}
 	for _, c := range rec.Commands {
@@ -115,6 +167,7 @@ func (l *Loop) writeAudit(rec *Record) {
 	if l.Audit == nil {
 		return
 	}
+	rec.Schema, rec.Type, rec.Identity = EventSchema, EventStep, l.Identity
 	b, err := json.Marshal(rec)
 	if err == nil {
 		b = append(b, '\n')

@@ -27,6 +27,14 @@ type Guardrails struct {
 	// past this share of its throughput (maxconn / service time)
 	// becomes the smallest weight cut that keeps it below. 0 is off.
 	MaxUtilization float64
+	// Scope is the config file's backend blocks: which backends and
+	// servers the agent acts on, and each one's floor, cap and action.
+	Scope Scope
+	// MaxDrained caps the servers the agent holds drained across every
+	// backend (a count, or a share of every server); zero: no cap.
+	MaxDrained Cap
+	// DrainsPerHour caps each backend's drains in any hour; 0: no cap.
+	DrainsPerHour int
 }
 
 // DefaultGuardrails are the study's limits plus our serving floor.
@@ -52,6 +60,9 @@ func (g Guardrails) Validate() error {
 	}
 	if !(g.MaxUtilization >= 0 && g.MaxUtilization <= 1) { // NaN fails too
 		errs = append(errs, fmt.Errorf("max-utilization %v outside [0, 1]", g.MaxUtilization))
+	}
+	if g.DrainsPerHour < 0 {
+		errs = append(errs, fmt.Errorf("max-drains-per-hour %d is negative", g.DrainsPerHour))
 	}
 	if g.MaxDrains < 1 || g.MaxActions < 1 || g.MaxWeightStep < 1 {
 		errs = append(errs, fmt.Errorf("max drains, actions and weight step must be positive"))
@@ -153,6 +164,17 @@ const (
 	RefusedNeedsProbe  Refusal = "needs_probe"
 	RefusedAboveConfig Refusal = "above_config"
 	RefusedUnknownKind Refusal = "unknown_kind"
+	// RefusedOutOfScope: the backend's block says enabled false; the
+	// agent observes it and only undoes its own changes there.
+	RefusedOutOfScope Refusal = "out_of_scope"
+	// RefusedLeftAlone: the server is one its backend's block leaves
+	// alone.
+	RefusedLeftAlone Refusal = "left_alone"
+	// RefusedMaxDrained: the backend's max-drained, or --max-drained
+	// across every backend, is reached.
+	RefusedMaxDrained Refusal = "max_drained"
+	// RefusedRateCap: --max-drains-per-hour is reached on the backend.
+	RefusedRateCap Refusal = "rate_cap"
 )
 
 // refusal is a refusal's code and its text.
@@ -184,6 +206,7 @@ func (g Guardrails) Vet(obs *Observation, plan Plan) []Verdict {
 	touched := map[Key]bool{}
 	drains := map[string]int{} // per backend, or all under "" without DrainsPer
 	actions := 0
+	held := g.heldDrains(obs)
 	for _, a := range plan {
 		v := Verdict{Proposed: a}
 		scope := ""
@@ -191,6 +214,9 @@ func (g Guardrails) Vet(obs *Observation, plan Plan) []Verdict {
 			scope = a.Backend
 		}
 		r, applied := g.check(obs, serving, touched, a, drains[scope], actions)
+		if r == nil && applied.Kind == Drain && a.Counted() {
+			r = g.checkCaps(obs, held, a.Backend)
+		}
 		if r != nil {
 			v.Code, v.Reason = r.code, r.text
 			out = append(out, v)
@@ -201,6 +227,8 @@ func (g Guardrails) Vet(obs *Observation, plan Plan) []Verdict {
 			actions++
 			if applied.Kind == Drain {
 				drains[scope]++
+				held.add(a.Backend)
+				held.step[a.Backend]++
 			}
 		}
 		touched[a.Key()] = true
@@ -223,6 +251,16 @@ func (g Guardrails) check(obs *Observation, serving map[string]map[string]bool, 
 				s.State.Label(), s.State.Weight, s.State.Initial, s.OperatorUntil.Format(time.TimeOnly)), a
 		}
 		return refuse(RefusedOperator, "held by the operator (%s, weight %d of %d): the agent never changes it", s.State.Label(), s.State.Weight, s.State.Initial), a
+	}
+	// Out of scope or left alone, the agent may only undo its own change.
+	if a.Kind != Ready {
+		bs := g.Scope.For(b.Name)
+		if !bs.InScope() {
+			return refuse(RefusedOutOfScope, "backend %s is out of scope (enabled false in the config's backend %s block): the agent observes it only", b.Name, bs.Pattern), a
+		}
+		if bs.LeftAlone(a.Server) {
+			return refuse(RefusedLeftAlone, "%s is left alone (leave-alone in the config's backend %s block)", a.Key(), bs.Pattern), a
+		}
 	}
 	if actions >= g.MaxActions && a.Counted() {
 		return refuse(RefusedActionCap, "at most %d actions per step", g.MaxActions), a
@@ -264,7 +302,7 @@ func (g Guardrails) belowFloor(b *BackendView, cur map[string]bool, server strin
 			count++
 		}
 	}
-	if floor := g.Floor(len(b.Servers)); cur[server] && count-1 < floor {
+	if floor := g.floorOf(b); cur[server] && count-1 < floor {
 		return refuse(RefusedFloor, "would leave %s with %d serving servers, below the floor of %d", b.Name, count-1, floor)
 	}
 	return nil
@@ -332,4 +370,61 @@ func (g Guardrails) checkWeight(obs *Observation, b *BackendView, s *ServerView,
 	}
 	applied.Weight = w
 	return nil, applied
+}
+
+// floorOf is b's serving floor: its block's min-serving, else the
+// global one.
+func (g Guardrails) floorOf(b *BackendView) int {
+	if bs := g.Scope.For(b.Name); bs.MinServing != nil && *bs.MinServing > 0 {
+		return *bs.MinServing
+	}
+	return g.Floor(len(b.Servers))
+}
+
+// drainsHeld counts the servers the agent holds drained, per backend and
+// in all, with this step's accepted drains added as they pass.
+type drainsHeld struct {
+	by      map[string]int
+	step    map[string]int // drains accepted this step
+	servers map[string]int // each backend's servers, for a percentage
+	total   int
+	all     int // every backend's servers
+}
+
+func (h *drainsHeld) add(backend string) { h.by[backend]++; h.total++ }
+
+func (g Guardrails) heldDrains(obs *Observation) *drainsHeld {
+	h := &drainsHeld{by: map[string]int{}, step: map[string]int{}, servers: map[string]int{}}
+	for _, b := range obs.Backends {
+		h.servers[b.Name] = len(b.Servers)
+		h.all += len(b.Servers)
+		for _, s := range b.Servers {
+			if s.Owner == OwnerAgent && s.Changed != nil && s.Changed.Phase == PhaseDrained {
+				h.add(b.Name)
+			}
+		}
+	}
+	return h
+}
+
+// checkCaps holds a drain of backend to its max-drained, to
+// --max-drained across every backend, and to --max-drains-per-hour.
+func (g Guardrails) checkCaps(obs *Observation, held *drainsHeld, backend string) *refusal {
+	bs := g.Scope.For(backend)
+	if bs.MaxDrained != nil {
+		if limit := bs.MaxDrained.Of(held.servers[backend]); limit > 0 && held.by[backend] >= limit {
+			return refuse(RefusedMaxDrained, "backend %s already has %d drained by the agent: its max-drained is %s (%d of %d servers)",
+				backend, held.by[backend], bs.MaxDrained, limit, held.servers[backend])
+		}
+	}
+	if limit := g.MaxDrained.Of(held.all); limit > 0 && held.total >= limit {
+		return refuse(RefusedMaxDrained, "the agent already holds %d servers drained: --max-drained is %s (%d of %d servers)",
+			held.total, g.MaxDrained, limit, held.all)
+	}
+	if g.DrainsPerHour > 0 {
+		if n := obs.DrainsLastHour[backend] + held.step[backend]; n >= g.DrainsPerHour {
+			return refuse(RefusedRateCap, "backend %s had %d drains in the last hour: --max-drains-per-hour is %d", backend, n, g.DrainsPerHour)
+		}
+	}
+	return nil
 }

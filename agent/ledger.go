@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"sync"
 	"syscall"
@@ -51,6 +52,9 @@ type Change struct {
 	// a new epoch lost the change to a reload or restart; under the same
 	// epoch, someone undid it.
 	Epoch string `json:"epoch"`
+	// Maint: the drain went out as maint (the backend's action), so
+	// that not even persistent sessions reach the server.
+	Maint bool `json:"maint,omitempty"`
 }
 
 // holds reports whether s shows this change in force.
@@ -59,6 +63,9 @@ func (c *Change) holds(s haproxy.ServerState) bool {
 	// resolving) come and go with DNS, not with anyone's word: a drained
 	// slot that also enters resolver maintenance is still the agent's.
 	admin := s.AdminState &^ (haproxy.AdminDNSMaint | haproxy.AdminHostnameMaint)
+	if c.Phase == PhaseDrained && c.Maint {
+		return admin == haproxy.AdminForcedMaint
+	}
 	if c.Phase == PhaseDrained {
 		return admin == haproxy.AdminForcedDrain
 	}
@@ -101,6 +108,13 @@ type Ledger struct {
 	holds map[Key]time.Time
 	// overrides are operators' undos of the agent's changes, which stand.
 	overrides map[Key]Override
+	// pauses hold the agent's actions back, by backend (AllBackends for
+	// every one); they survive restarts with the state file.
+	pauses map[string]Pause
+	// operatorSeen are the servers the agent saw held by someone else
+	// (drain or maint), with the state it saw: after a restart they read
+	// as the operator's, not as unknown.
+	operatorSeen map[Key]string
 }
 
 // Override is an operator's undo of the agent's change: the server is
@@ -109,6 +123,9 @@ type Override struct {
 	Until      time.Time `json:"until"`
 	AdminState int       `json:"admin_state"`
 	Weight     int       `json:"weight"`
+	// Released: the operator asked for it (hapilot ctl release or
+	// restore) rather than changing the server behind the agent's back.
+	Released bool `json:"released,omitempty"`
 }
 
 // MaxStateFile bounds the state file read at start: a change is a few
@@ -145,7 +162,8 @@ func NewLedger(file string, log zerolog.Logger) *Ledger {
 }
 
 func newLedger(file string, log zerolog.Logger) *Ledger {
-	return &Ledger{file: file, log: log, changes: map[Key]*Change{}, holds: map[Key]time.Time{}, overrides: map[Key]Override{}}
+	return &Ledger{file: file, log: log, changes: map[Key]*Change{}, holds: map[Key]time.Time{}, overrides: map[Key]Override{},
+		pauses: map[string]Pause{}, operatorSeen: map[Key]string{}}
 }
 
 func (l *Ledger) now() time.Time {
@@ -248,10 +266,10 @@ func (l *Ledger) Reconcile(k Key, s haproxy.ServerState, now time.Time) (owner O
 }
 
 // Drain records that the agent drained k.
-func (l *Ledger) Drain(k Key, at time.Time, reason string, errorRate, baselineP99Ms float64) {
+func (l *Ledger) Drain(k Key, at time.Time, reason string, errorRate, baselineP99Ms float64, maint bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.put(k, &Change{Phase: PhaseDrained, At: at, Reason: reason, ErrorRate: errorRate, BaselineP99Ms: baselineP99Ms})
+	l.put(k, &Change{Phase: PhaseDrained, At: at, Reason: reason, ErrorRate: errorRate, BaselineP99Ms: baselineP99Ms, Maint: maint})
 }
 
 // Cut records that the agent set k's weight to weight, with the
@@ -356,6 +374,19 @@ func (l *Ledger) Keep(present map[Key]bool, now time.Time) {
 			delete(l.overrides, k)
 		}
 	}
+	for k := range l.operatorSeen {
+		if !present[k] {
+			delete(l.operatorSeen, k)
+			l.save()
+		}
+	}
+	for b, p := range l.pauses {
+		if !p.Active(now) {
+			l.log.Info().Str("backend", b).Time("until", p.Until).Msg("pause over: the agent acts again")
+			delete(l.pauses, b)
+			l.save()
+		}
+	}
 	for k := range l.changes {
 		if !present[k] {
 			l.log.Warn().Stringer("server", k).Msg("server the agent changed is gone from HAProxy; forgetting the change")
@@ -390,6 +421,11 @@ type stateFile struct {
 	Changes   map[Key]*Change   `json:"changes"`
 	Holds     map[Key]time.Time `json:"holds,omitempty"`
 	Overrides map[Key]Override  `json:"operator_overrides,omitempty"`
+	// Pauses and OperatorSeen came after version 2 without a new
+	// version: a file without them reads as none, and an older agent
+	// ignores them.
+	Pauses       map[string]Pause `json:"pauses,omitempty"`
+	OperatorSeen map[Key]string   `json:"operator_seen,omitempty"`
 }
 
 // oldChange is what earlier files held that Change no longer does: the
@@ -456,6 +492,13 @@ func (l *Ledger) load() error {
 	for k, o := range st.Overrides {
 		l.overrides[k] = o
 	}
+	for b, p := range st.Pauses {
+		p.Backend = b
+		l.pauses[b] = p
+	}
+	for k, label := range st.OperatorSeen {
+		l.operatorSeen[k] = label
+	}
 	l.log.Info().Int("changes", len(l.changes)).Str("file", l.file).Msg("loaded the agent's earlier changes")
 	return nil
 }
@@ -470,7 +513,8 @@ func (l *Ledger) save() {
 	err := l.keepAside()
 	if err == nil {
 		var b []byte
-		b, err = json.MarshalIndent(stateFile{Version: 2, Changes: l.changes, Holds: l.holds, Overrides: l.overrides}, "", "  ")
+		b, err = json.MarshalIndent(stateFile{Version: 2, Changes: l.changes, Holds: l.holds, Overrides: l.overrides,
+			Pauses: l.pauses, OperatorSeen: l.operatorSeen}, "", "  ")
 		if err == nil {
 			err = replaceFile(l.file, append(b, '\n'))
 		}
@@ -559,4 +603,100 @@ func replaceFile(path string, data []byte) error {
 		os.Remove(tmp)
 	}
 	return err
+}
+
+// Release records that the operator had k brought back to its
+// configured state through the agent (hapilot ctl release or restore):
+// the change is over, and the server is the operator's until now+hold
+// or until its state changes, like any undo of theirs.
+func (l *Ledger) Release(k Key, initial int, now time.Time, hold time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.changes, k)
+	delete(l.holds, k)
+	l.overrides[k] = Override{Until: now.Add(hold), AdminState: 0, Weight: initial, Released: true}
+	l.save()
+}
+
+// SetPause holds the agent's actions back on p.Backend (AllBackends:
+// everywhere), replacing any pause of that scope.
+func (l *Ledger) SetPause(p Pause) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pauses[p.Backend] = p
+	l.save()
+}
+
+// ClearPause ends the pause of backend (AllBackends: the pause of every
+// backend; "": every pause) and returns those it ended.
+func (l *Ledger) ClearPause(backend string) []Pause {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var ended []Pause
+	for b, p := range l.pauses {
+		if backend == "" || b == backend {
+			ended = append(ended, p)
+			delete(l.pauses, b)
+		}
+	}
+	if len(ended) > 0 {
+		l.save()
+	}
+	return ended
+}
+
+// Pauses lists the pauses in force at now, every backend's first.
+func (l *Ledger) Pauses(now time.Time) []Pause {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []Pause
+	for b, p := range l.pauses {
+		if b != AllBackends && p.Active(now) {
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Backend < out[j].Backend })
+	if p, ok := l.pauses[AllBackends]; ok && p.Active(now) {
+		out = append([]Pause{p}, out...)
+	}
+	return out
+}
+
+// PausedFor is the pause that holds backend's actions back at now, if
+// any: every backend's first.
+func (l *Ledger) PausedFor(backend string, now time.Time) (Pause, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, b := range []string{AllBackends, backend} {
+		if p, ok := l.pauses[b]; ok && p.Active(now) {
+			return p, true
+		}
+	}
+	return Pause{}, false
+}
+
+// SeeOperator records whether k is held by someone else (drain or
+// maint, label its state) or not (label ""), so that after a restart
+// the agent can tell the operator's servers from ones it never saw
+// change.
+func (l *Ledger) SeeOperator(k Key, label string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.operatorSeen[k] == label {
+		return
+	}
+	if label == "" {
+		delete(l.operatorSeen, k)
+	} else {
+		l.operatorSeen[k] = label
+	}
+	l.save()
+}
+
+// SeenOperator reports whether k was last seen held by the operator.
+func (l *Ledger) SeenOperator(k Key) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.operatorSeen[k]
+	return ok
 }

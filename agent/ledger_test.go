@@ -22,19 +22,19 @@ func TestLedgerTransitions(t *testing.T) {
 		want  Change
 		held  time.Time // the hold on draining it leaves, if any
 	}{
-		{"drain", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20) }, PhaseDrained,
+		{"drain", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20, false) }, PhaseDrained,
 			Change{ErrorRate: 0.05, BaselineP99Ms: 20, At: t0}, time.Time{}},
 		{"drain then ready at full weight", func(l *Ledger) {
-			l.Drain(k, t0, "5xx", 0.05, 20)
+			l.Drain(k, t0, "5xx", 0.05, 20, false)
 			l.Ready(k, 8, 8, t0.Add(time.Minute), "probes clean", 0)
 		}, "", Change{}, time.Time{}},
 		{"drain, canary weight staged, ready", func(l *Ledger) {
-			l.Drain(k, t0, "5xx", 0.05, 20)
+			l.Drain(k, t0, "5xx", 0.05, 20, false)
 			l.Cut(k, 2, 8, t0.Add(time.Minute), "canary weight", 0) // staged: still drained
 			l.Ready(k, 2, 8, t0.Add(2*time.Minute), "probes clean", 10*time.Minute)
 		}, PhaseCanary, Change{Weight: 2, At: t0.Add(2 * time.Minute)}, t0.Add(12 * time.Minute)},
 		{"a weight staged on a drained server keeps the drain", func(l *Ledger) {
-			l.Drain(k, t0, "5xx", 0.05, 20)
+			l.Drain(k, t0, "5xx", 0.05, 20, false)
 			l.Cut(k, 2, 8, t0.Add(time.Minute), "canary weight", 0)
 		}, PhaseDrained, Change{ErrorRate: 0.05, BaselineP99Ms: 20, At: t0}, time.Time{}},
 		{"cut", func(l *Ledger) { l.Cut(k, 3, 8, t0, "capacity", 0) }, PhaseCut, Change{Weight: 3, At: t0}, time.Time{}},
@@ -43,17 +43,20 @@ func TestLedgerTransitions(t *testing.T) {
 			l.Cut(k, 8, 8, t0.Add(time.Minute), "clean", 0)
 		}, "", Change{}, time.Time{}},
 		{"canary promoted", func(l *Ledger) {
-			l.Drain(k, t0, "5xx", 0.05, 20)
+			l.Drain(k, t0, "5xx", 0.05, 20, false)
 			l.Ready(k, 2, 8, t0, "probes clean", 0)
 			l.Cut(k, 8, 8, t0.Add(time.Minute), "live traffic clean", 0)
 		}, "", Change{}, time.Time{}},
 		{"a canary's weight moves within its phase", func(l *Ledger) {
-			l.Drain(k, t0, "5xx", 0.05, 20)
+			l.Drain(k, t0, "5xx", 0.05, 20, false)
 			l.Ready(k, 2, 8, t0, "probes clean", 0)
 			l.Cut(k, 4, 8, t0.Add(time.Minute), "half way", 0)
 		}, PhaseCanary, Change{Weight: 4, At: t0.Add(time.Minute)}, time.Time{}},
-		{"lose", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20); l.Lose(k) }, "", Change{}, time.Time{}},
-		{"a server gone from HAProxy", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20); l.Keep(map[Key]bool{mustKey("app/s2"): true}, t0) }, "", Change{}, time.Time{}},
+		{"lose", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20, false); l.Lose(k) }, "", Change{}, time.Time{}},
+		{"a server gone from HAProxy", func(l *Ledger) {
+			l.Drain(k, t0, "5xx", 0.05, 20, false)
+			l.Keep(map[Key]bool{mustKey("app/s2"): true}, t0)
+		}, "", Change{}, time.Time{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -102,14 +105,14 @@ func TestLedgerReconcile(t *testing.T) {
 	}{
 		{"untouched", func(*Ledger) {}, "e1", ready, OwnerNone, false, false},
 		{"the operator's maint", func(*Ledger) {}, "e1", maint, OwnerOperator, false, false},
-		{"our drain in force", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0) }, "e1", drained, OwnerAgent, false, true},
+		{"our drain in force", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, false) }, "e1", drained, OwnerAgent, false, true},
 		{"our cut in force", func(l *Ledger) { l.Cut(mustKey("app/s1"), 3, 8, t0, "", 0) }, "e1", cut, OwnerAgent, false, true},
-		{"a reload lost our drain", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0) }, "e2", ready, OwnerAgent, true, true},
-		{"someone readied our drain: their word stands", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0) }, "e1", ready, OwnerOperator, false, false},
-		{"someone put our drain in maint", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0) }, "e1", maint, OwnerOperator, false, false},
-		{"our drain, and the resolver's maint too (0x28)", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0) }, "e1", drainedDNS, OwnerAgent, false, true},
+		{"a reload lost our drain", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, false) }, "e2", ready, OwnerAgent, true, true},
+		{"someone readied our drain: their word stands", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, false) }, "e1", ready, OwnerOperator, false, false},
+		{"someone put our drain in maint", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, false) }, "e1", maint, OwnerOperator, false, false},
+		{"our drain, and the resolver's maint too (0x28)", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, false) }, "e1", drainedDNS, OwnerAgent, false, true},
 		{"our cut, its name no longer resolving", func(l *Ledger) { l.Cut(mustKey("app/s1"), 3, 8, t0, "", 0) }, "e1", cutDNS, OwnerAgent, false, true},
-		{"a reload, then the operator's maint", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0) }, "e2", maint, OwnerOperator, false, false},
+		{"a reload, then the operator's maint", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, false) }, "e2", maint, OwnerOperator, false, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -143,7 +146,7 @@ func TestLedgerReadsVersion1(t *testing.T) {
 	}
 	// The next change writes version 2, which reads back the same.
 	l := NewLedger(path, zerolog.Nop())
-	l.Drain(mustKey("app/s4"), time.Unix(1000, 0).UTC(), "x", 0, 0)
+	l.Drain(mustKey("app/s4"), time.Unix(1000, 0).UTC(), "x", 0, 0, false)
 	if again := NewLedger(path, zerolog.Nop()).Changes(); len(again) != 3 || again[mustKey("app/s4")].Phase != PhaseDrained {
 		t.Fatalf("after rewrite %+v", again)
 	}
@@ -164,7 +167,7 @@ func TestStateFileFollowsNoLink(t *testing.T) {
 		}
 	}
 	l := NewLedger(state, zerolog.Nop())
-	l.Drain(mustKey("app/s1"), time.Unix(1000, 0), "x", 0, 0)
+	l.Drain(mustKey("app/s1"), time.Unix(1000, 0), "x", 0, 0, false)
 	if b, _ := os.ReadFile(victim); string(b) != "precious" {
 		t.Fatalf("the victim was overwritten: %q", b)
 	}

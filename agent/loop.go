@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -36,7 +37,11 @@ type Loop struct {
 	Runtimes []Runtime
 	Windows  Windows
 	Recovery Recovery  // nil: drained servers stay drained
-	Audit    io.Writer // one JSON line per step; nil for none
+	Audit    io.Writer // one JSON line per step (--audit-steps); nil for none
+	// Events receives what happened (actions, refusals, would-actions,
+	// operator commands), each once; nil for none. Identity stamps them.
+	Events   EventSink
+	Identity Identity
 	Log      zerolog.Logger
 
 	ledgerOnce sync.Once
@@ -52,6 +57,27 @@ type Loop struct {
 	// Step touches them.
 	lastRefusals   map[string]string
 	refusedServers map[Key]string
+	// reapplyLogged: the HAProxy epoch each lost change was last logged
+	// under, so that one held back step after step is logged once.
+	reapplyLogged map[Key]string
+	// fallingBack: the last step's report named a fallback (the model's
+	// policy left the step to the rules), so that a run of them is one
+	// event.
+	fallingBack bool
+	// lastWould: the would-actions of the last step, so that one held
+	// back step after step is logged once at info, then at debug.
+	lastWould map[string]string
+
+	// stepMu makes a step and an operator's command (release, restore)
+	// take turns: both read the servers and change them through the
+	// ledger.
+	stepMu sync.Mutex
+	// inventoried: the first step that read HAProxy listed every server
+	// found in drain or maint and who holds it.
+	inventoried bool
+	// drains is each backend's drains of the last hour, for the rate
+	// cap. Only Step and the operator's commands touch it, under stepMu.
+	drains drainLog
 
 	mu    sync.Mutex // guards what follows: Step writes, Status and Metrics read
 	cycle uint64
@@ -62,6 +88,11 @@ type Loop struct {
 	last       Observation
 	recent     []Decision
 	metrics    Counters
+	// inventory is what the first step found held (drain, maint, or a
+	// weight the agent set), and by whom.
+	inventory []Held
+	// lastHour is the last step's drains of the last hour, by backend.
+	lastHour map[string]int
 }
 
 const recentDecisions = 64
@@ -235,6 +266,8 @@ func (l *Loop) Step(ctx context.Context) Record { return l.step(ctx, nil) }
 // it between ticks, nil for a scheduled step. A triggered step leaves
 // recovery to the ticks.
 func (l *Loop) step(ctx context.Context, triggeredBy []Key) Record {
+	l.stepMu.Lock()
+	defer l.stepMu.Unlock()
 	began := l.Clock.Now()
 	// A state file a write failed on is written again before anything
 	// else: its changes must not wait for the next one.
@@ -254,6 +287,7 @@ func (l *Loop) step(ctx context.Context, triggeredBy []Key) Record {
 	if l.Policy.Evidence != nil {
 		l.setCandidates(l.Policy.Evidence(obs))
 	}
+	obs.DrainsLastHour = l.drainsLastHour(obs, began)
 	rec.Verdicts = l.Guard.For(l.Policy.Needs).Vet(&obs, rec.Plan)
 	decisions := l.act(ctx, &obs, &rec)
 	l.finish(&rec, &obs, began, decisions)
@@ -287,6 +321,7 @@ func (l *Loop) plan(ctx context.Context, obs Observation, reapply Plan, rec *Rec
 	}
 	if l.Policy.Report != nil {
 		rec.PolicyReport = l.Policy.Report()
+		l.noteFallback(rec)
 	}
 	plan := reapply
 	if l.Recovery != nil && len(rec.TriggeredBy) == 0 {
@@ -298,22 +333,54 @@ func (l *Loop) plan(ctx context.Context, obs Observation, reapply Plan, rec *Rec
 // act applies every accepted verdict and logs every refusal.
 func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decision {
 	decisions := make([]Decision, 0, len(rec.Verdicts))
-	refusals := map[string]string{}
+	refusals, woulds := map[string]string{}, map[string]string{}
 	for _, v := range rec.Verdicts {
 		d := Decision{Time: rec.Time, Cycle: rec.Cycle, Verdict: v}
+		b, sv := obs.Find(v.Proposed.Backend, v.Proposed.Server)
 		if !v.Accepted {
 			d.repeat = l.refused(v, refusals)
 			if v.Code == RefusedNeedsProbe && l.Recovery != nil {
 				l.Recovery.RequestProbe(v.Proposed.Key())
 			}
+			if !d.repeat {
+				a, k := v.Proposed, v.Proposed.Key()
+				l.emit(Event{Type: EventRefused, Time: rec.Time, Cycle: rec.Cycle, Server: &k, Action: &a, Code: v.Code, Reason: v.Reason,
+					Evidence: evidenceOf(b, sv, a.Reason)})
+			}
+		} else if why := l.holdBack(v.Applied, rec.Time); why != "" {
+			d.Would, d.WouldKind = why, WouldKindOf(v.Applied)
+			d.repeat = l.would(v.Applied, why, woulds)
+			rec.Would = append(rec.Would, Would{Kind: d.WouldKind, Action: v.Applied, Why: why})
+			if !d.repeat {
+				a, k := v.Applied, v.Applied.Key()
+				l.emit(Event{Type: EventWould, Time: rec.Time, Cycle: rec.Cycle, Server: &k, Action: &a, Reason: why,
+					Detail: map[string]string{"would": string(d.WouldKind)}, Evidence: evidenceOf(b, sv, a.Reason)})
+			}
 		} else {
+			var ev *Evidence
+			typ := actionEvent(v.Applied)
+			if sv != nil {
+				ev = evidenceOf(b, sv, v.Applied.Reason) // before the command changes the view
+				if v.Applied.Kind == SetWeight && v.Applied.Weight > sv.State.Weight {
+					typ = EventRestore // a canary's ramp back up
+				}
+			}
 			results := l.apply(ctx, obs, v.Applied)
 			rec.Commands = append(rec.Commands, results...)
 			d.Error = l.applied(v.Applied, results, rec)
+			a, k := v.Applied, v.Applied.Key()
+			e := Event{Type: typ, Time: rec.Time, Cycle: rec.Cycle, Server: &k, Action: &a, Reason: a.Reason, Evidence: ev}
+			if d.Error != "" {
+				e.Detail = map[string]string{"error": d.Error}
+			}
+			l.emit(e)
+			if v.Applied.Kind == Drain && v.Applied.Counted() && tookAny(results) {
+				l.drains.add(v.Applied.Backend, rec.Time) // a partial drain is one too
+			}
 		}
 		decisions = append(decisions, d)
 	}
-	l.lastRefusals = refusals
+	l.lastRefusals, l.lastWould = refusals, woulds
 	l.refusedServers = map[Key]string{}
 	for _, v := range rec.Verdicts {
 		if !v.Accepted {
@@ -321,6 +388,101 @@ func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decisio
 		}
 	}
 	return decisions
+}
+
+// drainsLastHour counts each backend's drains in the hour before now.
+func (l *Loop) drainsLastHour(obs Observation, now time.Time) map[string]int {
+	if l.drains == nil {
+		l.drains = drainLog{}
+	}
+	out := map[string]int{}
+	for _, b := range obs.Backends {
+		out[b.Name] = l.drains.within(b.Name, now)
+	}
+	return out
+}
+
+// Scopes is how each backend of the last step stands against the
+// config's backend blocks and the caps.
+func (l *Loop) Scopes() []BackendScope {
+	l.mu.Lock()
+	backends := l.last.Backends
+	hour := l.lastHour
+	l.mu.Unlock()
+	out := make([]BackendScope, 0, len(backends))
+	for _, b := range backends {
+		bs := l.Guard.Scope.For(b.Name)
+		sc := BackendScope{Backend: b.Name, InScope: bs.InScope(), Blocks: bs.Pattern, Action: ActionDrain, LeaveAlone: bs.LeaveAlone,
+			Drains: hour[b.Name]}
+		if bs.Maint() {
+			sc.Action = ActionMaint
+		}
+		if bs.MinServing != nil {
+			sc.MinServing = *bs.MinServing
+		}
+		if bs.MaxDrained != nil {
+			sc.MaxDrained = bs.MaxDrained.String()
+		}
+		if l.Guard.DrainsPerHour > 0 {
+			sc.Rates = &RateSummary{PerHour: l.Guard.DrainsPerHour, Used: hour[b.Name]}
+		}
+		out = append(out, sc)
+	}
+	return out
+}
+
+// noteFallback writes a fallback event when a step's policy report
+// names one ("fallback": why, as the model's policy reports it) after a
+// step that did not: a run of fallbacks is one event.
+func (l *Loop) noteFallback(rec *Record) {
+	b, err := json.Marshal(rec.PolicyReport)
+	var r struct {
+		Fallback string `json:"fallback"`
+	}
+	if err != nil || json.Unmarshal(b, &r) != nil {
+		r.Fallback = "" // a report that is no object names no fallback
+	}
+	if r.Fallback != "" && !l.fallingBack {
+		l.emit(Event{Type: EventFallback, Time: rec.Time, Cycle: rec.Cycle, Reason: r.Fallback, Detail: map[string]string{"policy": rec.Policy}})
+	}
+	l.fallingBack = r.Fallback != ""
+}
+
+// tookAny reports whether some HAProxy took the command.
+func tookAny(results []CommandResult) bool {
+	for _, r := range results {
+		if r.Error == "" {
+			return true
+		}
+	}
+	return false
+}
+
+// holdBack says why a vetted action is not sent ("" when it is): the
+// observe mode, or a pause of its backend or of every backend.
+func (l *Loop) holdBack(a Action, now time.Time) string {
+	if l.Mode.Observing() {
+		return "observe mode"
+	}
+	if p, ok := l.theLedger().PausedFor(a.Backend, now); ok {
+		return p.Why()
+	}
+	return ""
+}
+
+// would logs an action held back, with what it would have done and
+// why: at info the first time, at debug while it repeats.
+func (l *Loop) would(a Action, why string, woulds map[string]string) (repeat bool) {
+	k := string(a.Kind) + " " + a.Key().String()
+	woulds[k] = why
+	repeat = l.lastWould[k] == why
+	ev := l.Log.Info()
+	if repeat {
+		ev = l.Log.Debug()
+	}
+	ev.Str("would", string(WouldKindOf(a))).Str("server", a.Key().String()).Int("weight", a.Weight).Str("reason", a.Reason).
+		Str("held_back", why).Msg("would " + string(WouldKindOf(a)) + "; not sent")
+	return repeat
 }
 
 // refused logs a refusal with its reason: at warn the first time, at
@@ -379,6 +541,7 @@ func (l *Loop) finish(rec *Record, obs *Observation, began time.Time, decisions 
 	}
 	if obs != nil {
 		l.last = *obs
+		l.lastHour = obs.DrainsLastHour
 	}
 	l.mu.Unlock()
 	l.writeAudit(rec)
@@ -387,6 +550,15 @@ func (l *Loop) finish(rec *Record, obs *Observation, began time.Time, decisions 
 // Undo readies every server the agent drained and puts back every weight
 // it changed, on every HAProxy (`--on-exit restore`).
 func (l *Loop) Undo(ctx context.Context) []CommandResult {
+	l.stepMu.Lock() // never beside a step: both read the servers and change them
+	defer l.stepMu.Unlock()
+	if l.mode().Observing() {
+		// Observe mode's promise is that nothing the agent decides
+		// changes HAProxy; the operator's own commands (ctl restore,
+		// hapilot restore) still do.
+		l.Log.Warn().Msg("observe mode: --on-exit restore sends nothing; `hapilot ctl restore` or `hapilot restore` brings back what an earlier run changed")
+		return nil
+	}
 	l.mu.Lock()
 	cycle := l.cycle
 	l.mu.Unlock()
@@ -430,6 +602,16 @@ type Status struct {
 	// LeftAlone are the servers the agent neither judges nor acts on, and
 	// why: backups, agent-checked servers, hash-balanced backends.
 	LeftAlone map[Key]string `json:"left_alone,omitempty"`
+	// Mode is observe or enforce; Pauses the pauses in force. While
+	// either holds an action back, it is a decision with "would" set.
+	Mode   Mode    `json:"mode"`
+	Pauses []Pause `json:"pauses"`
+	// Inventory is every server the first step found in drain or maint,
+	// or at a weight the agent set, and who holds it.
+	Inventory []Held `json:"inventory"`
+	// Scope is how each backend stands against the config's backend
+	// blocks: in scope or not, its floor, caps and action.
+	Scope []BackendScope `json:"scope"`
 }
 
 // Status is a copy of the loop's latest view, for people and scripts.
@@ -445,12 +627,15 @@ func (l *Loop) Status() Status {
 		ps = l.Policy.Status()
 	}
 	alone := l.LeftAlone()
+	pauses := l.theLedger().Pauses(l.Clock.Now())
+	scopes := l.Scopes()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return Status{
 		Policy: l.Policy.Name(), PolicyStatus: ps, Interval: l.Interval.String(), Cycle: l.cycle, Observed: l.last.Time,
 		Backends: l.last.Backends, Changes: changes, Decisions: append([]Decision(nil), l.recent...),
 		Candidates: append([]Key{}, l.candidates...), StateFile: saved, LeftAlone: alone,
+		Mode: l.mode(), Pauses: append([]Pause{}, pauses...), Inventory: append([]Held{}, l.inventory...), Scope: scopes,
 	}
 }
 
@@ -460,6 +645,25 @@ func (l *Loop) Metrics() Counters {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	m := l.metrics
+	m.RefusedBy = make(map[Refusal]uint64, len(l.metrics.RefusedBy))
+	for c, n := range l.metrics.RefusedBy {
+		m.RefusedBy[c] = n
+	}
+	m.Would = make(map[WouldKind]uint64, len(l.metrics.Would))
+	for k, n := range l.metrics.Would {
+		m.Would[k] = n
+	}
 	m.StateUnsaved, m.StateFailedWrites = !saved.Saved, saved.FailedWrites
 	return m
 }
+
+// mode is the mode in force; a Loop built without one enforces.
+func (l *Loop) mode() Mode {
+	if l.Mode == "" {
+		return ModeEnforce
+	}
+	return l.Mode
+}
+
+// Pauses are the pauses in force now.
+func (l *Loop) Pauses() []Pause { return l.theLedger().Pauses(l.Clock.Now()) }

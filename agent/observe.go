@@ -134,6 +134,7 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 	long, recent := l.snapshot(l.Lookback), l.snapshot(span)
 	obs := Observation{Time: now, Cycle: cycle, Lookback: l.Lookback, RecentSpan: span}
 	var reapply Plan
+	var held []Held
 	present := map[Key]bool{}
 	index := map[string]int{} // backend name -> its place in obs.Backends
 	leftAlone := map[Key]string{}
@@ -152,9 +153,27 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 		v.NoDrainUntil = ledger.HeldUntil(k, now)
 		v.OperatorUntil = ledger.OverriddenUntil(k)
 		if lost {
-			l.Log.Warn().Stringer("server", k).Str("phase", string(v.Changed.Phase)).Msg("a reload lost the agent's change; applying it again")
+			// Once per server and HAProxy epoch: held back (observe mode,
+			// a pause), the re-application is proposed every step.
+			ev := l.Log.Warn()
+			if l.reapplyLogged[k] == procs.epoch {
+				ev = l.Log.Debug()
+			}
+			if l.reapplyLogged == nil {
+				l.reapplyLogged = map[Key]string{}
+			}
+			l.reapplyLogged[k] = procs.epoch
+			ev.Stringer("server", k).Str("phase", string(v.Changed.Phase)).Msg("a reload lost the agent's change; applying it again")
 			reapply = append(reapply, reapplyAction(v))
 		}
+		if h, ok := holder(v, ledger); ok {
+			held = append(held, h)
+		}
+		label := ""
+		if v.Owner == OwnerOperator && (s.Drain() || s.Maint()) {
+			label = s.Label()
+		}
+		ledger.SeeOperator(k, label)
 		bi, ok := index[s.Backend]
 		if !ok {
 			bi = len(obs.Backends)
@@ -168,6 +187,10 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 	}
 	ledger.Keep(present, now)
 	l.retain(procs)
+	if !l.inventoried {
+		l.inventoried = true
+		l.takeInventory(held)
+	}
 	sort.Slice(obs.Backends, func(i, j int) bool { return obs.Backends[i].Name < obs.Backends[j].Name })
 	return obs, reapply, nil
 }
@@ -208,4 +231,72 @@ func (l *Loop) retain(procs *processes) {
 	if n := r.Retain(func(b, s string) bool { _, known := procs.state[key(b, s)]; return known }); n > 0 {
 		l.Log.Warn().Int("series", n).Msg("dropped the windows of servers HAProxy does not report")
 	}
+}
+
+// Holder says who holds a server found out of its configured state.
+type Holder string
+
+const (
+	// HeldByAgent: the agent's own change, from its state file.
+	HeldByAgent Holder = "agent"
+	// HeldByOperator: the operator's: they undid or released the agent's
+	// change, or the agent saw them set it before it restarted.
+	HeldByOperator Holder = "operator"
+	// HeldByUnknown: found so at start with no record of who set it: a
+	// change made while the agent was not running, or by an agent that
+	// kept no state file. The agent never touches it, as an operator's.
+	HeldByUnknown Holder = "unknown"
+)
+
+// Held is a server found in drain or maint, or at a weight the agent
+// set, and who holds it.
+type Held struct {
+	Server Key    `json:"server"`
+	State  string `json:"state"`
+	Weight int    `json:"weight"`
+	Holder Holder `json:"holder"`
+	// Since is when the agent's change began (its own only).
+	Since time.Time `json:"since,omitzero"`
+	// Reason is the agent's reason for its change (its own only).
+	Reason string `json:"reason,omitempty"`
+}
+
+// holder classifies v for the start-up inventory: ok is false for a
+// server at its configured state that nobody holds. Called before the
+// step records what it saw of the operator's servers.
+func holder(v ServerView, ledger *Ledger) (Held, bool) {
+	h := Held{Server: v.Key(), State: v.State.Label(), Weight: v.State.Weight}
+	switch {
+	case v.Owner == OwnerAgent && v.Changed != nil:
+		h.Holder, h.Since, h.Reason = HeldByAgent, v.Changed.At, v.Changed.Reason
+	case !v.State.Drain() && !v.State.Maint():
+		return h, false
+	case !v.OperatorUntil.IsZero() || ledger.SeenOperator(v.Key()):
+		h.Holder = HeldByOperator
+	default:
+		h.Holder = HeldByUnknown
+	}
+	return h, true
+}
+
+// takeInventory logs what the first step found held, and keeps it for
+// /status: every unknown server once, at warn, since nothing says who
+// drained it or whether it should come back.
+func (l *Loop) takeInventory(held []Held) {
+	counts := map[Holder]int{}
+	for _, h := range held {
+		counts[h.Holder]++
+		if h.Holder == HeldByUnknown {
+			l.Log.Warn().Stringer("server", h.Server).Str("state", h.State).
+				Msg("found out of rotation with no record of who set it: left alone, as an operator's; bring it back by hand if no one meant it")
+			k := h.Server
+			l.emit(Event{Type: EventUnknownServer, Server: &k, Reason: "found " + h.State + " at start with no record of who set it: left alone",
+				Detail: map[string]string{"state": h.State}})
+		}
+	}
+	l.Log.Info().Int("agent", counts[HeldByAgent]).Int("operator", counts[HeldByOperator]).Int("unknown", counts[HeldByUnknown]).
+		Msg("servers held at start")
+	l.mu.Lock()
+	l.inventory = held
+	l.mu.Unlock()
 }

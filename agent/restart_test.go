@@ -123,3 +123,17 @@ func TestUndoRestoresEverything(t *testing.T) {
 		t.Fatalf("operator's maint %+v, ledger %v", st[3], l.Ledger())
 	}
 }
+
+// In observe mode --on-exit restore sends nothing either: the drains an
+// earlier enforce run left stay, for the operator's own restore.
+func TestUndoInObserveModeSendsNothing(t *testing.T) {
+	rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
+	l, _, pol, _ := newLoop(rt)
+	pol.plans = []Plan{{drain("s2")}}
+	l.Step(context.Background())
+	rt.TakeCommands()
+	l.Mode = ModeObserve
+	if res := l.Undo(context.Background()); res != nil || rt.TakeCommands() != nil || len(l.Ledger()) != 1 {
+		t.Fatalf("undo in observe mode: %v, ledger %v", res, l.Ledger())
+	}
+}

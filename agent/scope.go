@@ -1,161 +1,256 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
-	"slices"
-	"sync"
-
-	"github.com/hapilot/hapilot/haproxy"
+	"path"
+	"strconv"
+	"strings"
+	"time"
 )
 
-// Why the agent leaves a server alone: it neither judges it nor acts on
-// it, and it is nobody's peer. Each reason is one kind of server that
-// real configs hold and the test's premise does not fit (docs/server-kinds.md).
+// Cap bounds how many of a backend's servers the agent may hold drained
+// at once: a count, or a percentage of the backend's servers (rounded
+// down, at least one). The zero Cap is no cap.
+type Cap struct {
+	N       int  `json:"n"`
+	Percent bool `json:"percent,omitempty"`
+}
+
+// ParseCap reads "3" or "25%".
+func ParseCap(s string) (Cap, error) {
+	pct := strings.HasSuffix(s, "%")
+	n, err := strconv.Atoi(strings.TrimSuffix(s, "%"))
+	if err != nil || n < 0 || (pct && n > 100) {
+		return Cap{}, fmt.Errorf("max-drained %q: want a count (3) or a percentage (25%%)", s)
+	}
+	return Cap{N: n, Percent: pct}, nil
+}
+
+func (c Cap) String() string {
+	if c.Percent {
+		return strconv.Itoa(c.N) + "%"
+	}
+	return strconv.Itoa(c.N)
+}
+
+// Of is the cap for a backend of n servers; 0 when there is none.
+func (c Cap) Of(n int) int {
+	if !c.Percent {
+		return c.N
+	}
+	if c.N == 0 {
+		return 0
+	}
+	return max(1, n*c.N/100)
+}
+
+// DrainAction is what a drain sends: HAProxy's drain (persistent
+// sessions still reach the server) or maint (nothing does).
+type DrainAction string
+
 const (
-	// AloneBackup: a backup server takes traffic only when every active
-	// server is down, so it is neither serving capacity for the floor
-	// nor a peer of the active servers, and its own few requests judge
-	// nothing.
-	AloneBackup = "backup server: neither serving capacity nor a peer of the active servers"
-	// AloneAgentCheck: HAProxy's agent-check sets the server's state and
-	// weight; the agent neither fights it nor reads its changes as an
-	// operator's.
-	AloneAgentCheck = "HAProxy's agent-check sets its state and weight"
-	// AloneTCP: a backend in mode tcp (or spop) answers no HTTP status;
-	// nothing judges it (the SPOE agents' own backend is one).
-	AloneTCP = "not mode http: no HTTP status to judge"
+	ActionDrain DrainAction = "drain"
+	ActionMaint DrainAction = "maint"
 )
 
-// hashedReason says why a hash-balanced backend is left alone.
-func hashedReason(algo string) string {
-	return fmt.Sprintf("balance %s sends each server its own request mix, so the same-mix test does not hold: name the backend in --hash-backends to govern it", algo)
+// BackendSettings are the settings one block of the config file gives
+// the backends its pattern matches. A nil field leaves the global
+// setting (the flag's) in force.
+type BackendSettings struct {
+	// Pattern is a backend name or a glob (path.Match: *, ?, [a-z]).
+	Pattern    string       `json:"pattern"`
+	Enabled    *bool        `json:"enabled,omitempty"`
+	MinServing *int         `json:"min_serving,omitempty"`
+	MaxDrained *Cap         `json:"max_drained,omitempty"`
+	Alpha      *float64     `json:"rules_alpha,omitempty"`
+	MinRatio   *float64     `json:"rules_min_ratio,omitempty"`
+	Action     *DrainAction `json:"action,omitempty"`
+	// LeaveAlone are server names or globs the agent never acts on.
+	LeaveAlone []string `json:"leave_alone,omitempty"`
 }
 
-// kind is what `show stat` says of a server beyond its counters, merged
-// over the processes.
-type kind struct {
-	backup, agentCheck, tcp bool
-	algo                    string
-}
+// BackendKeys are the keys a backend block may set.
+var BackendKeys = []string{"enabled", "min-serving", "max-drained", "rules-alpha", "rules-min-ratio", "action", "leave-alone"}
 
-func (p *processes) addKinds(stats []haproxy.ServerStat) {
-	if p.kinds == nil {
-		p.kinds = map[Key]kind{}
+// Scope is every backend block, in the config file's order: a backend
+// takes each block its name matches, later blocks over earlier ones.
+type Scope []BackendSettings
+
+// Set applies one "PATTERN.KEY=VALUE" (the --backend flag's form; the
+// config file's `backend.PATTERN.KEY VALUE` lines arrive so). The key is
+// after the last dot: a backend name may hold dots, a key never does.
+func (s *Scope) Set(v string) error {
+	lhs, value, ok := strings.Cut(v, "=")
+	i := strings.LastIndexByte(lhs, '.')
+	if !ok || i <= 0 || i == len(lhs)-1 {
+		return fmt.Errorf("backend %q: want PATTERN.KEY=VALUE (keys: %s)", v, strings.Join(BackendKeys, ", "))
 	}
-	for _, st := range stats {
-		k := key(st.Backend, st.Server)
-		cur := p.kinds[k]
-		cur.backup = cur.backup || st.Backup
-		cur.agentCheck = cur.agentCheck || st.AgentCheck
-		cur.tcp = cur.tcp || st.TCP
-		if st.Hashed() || cur.algo == "" {
-			cur.algo = st.Algo
+	pattern, key := lhs[:i], lhs[i+1:]
+	value = strings.TrimSpace(value)
+	if _, err := path.Match(pattern, ""); err != nil {
+		return fmt.Errorf("backend %q: pattern: %w", pattern, err)
+	}
+	b := s.block(pattern)
+	var err error
+	switch key {
+	case "enabled":
+		var on bool
+		on, err = strconv.ParseBool(value)
+		b.Enabled = &on
+	case "min-serving":
+		var n int
+		if n, err = strconv.Atoi(value); err == nil && n < 0 {
+			err = errors.New("negative")
 		}
-		p.kinds[k] = cur
+		b.MinServing = &n
+	case "max-drained":
+		var c Cap
+		c, err = ParseCap(value)
+		b.MaxDrained = &c
+	case "rules-alpha":
+		var f float64
+		if f, err = strconv.ParseFloat(value, 64); err == nil && !(f > 0 && f < 1) {
+			err = errors.New("want a probability in (0, 1)")
+		}
+		b.Alpha = &f
+	case "rules-min-ratio":
+		var f float64
+		if f, err = strconv.ParseFloat(value, 64); err == nil && !(f >= 1) {
+			err = errors.New("want at least 1")
+		}
+		b.MinRatio = &f
+	case "action":
+		a := DrainAction(value)
+		if a != ActionDrain && a != ActionMaint {
+			err = errors.New("want drain or maint")
+		}
+		b.Action = &a
+	case "leave-alone":
+		for _, p := range strings.Split(value, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				if _, perr := path.Match(p, ""); perr != nil {
+					err = perr
+				}
+				b.LeaveAlone = append(b.LeaveAlone, p)
+			}
+		}
+	default:
+		return fmt.Errorf("backend %s: unknown key %q (keys: %s)", pattern, key, strings.Join(BackendKeys, ", "))
 	}
+	if err != nil {
+		return fmt.Errorf("backend %s.%s %q: %w", pattern, key, value, err)
+	}
+	return nil
 }
 
-// leftAlone is why the agent leaves server k alone, "" when it governs it.
-func (l *Loop) leftAlone(k Key, kd kind) string { return leaveAlone(k, kd, l.HashBackends) }
-
-func leaveAlone(k Key, kd kind, hashBackends []string) string {
-	switch {
-	case kd.tcp:
-		return AloneTCP
-	case kd.backup:
-		return AloneBackup
-	case kd.agentCheck:
-		return AloneAgentCheck
-	case slices.Contains(haproxy.HashAlgos, kd.algo) && !slices.Contains(hashBackends, k.Backend):
-		return hashedReason(kd.algo)
+func (s *Scope) String() string {
+	if s == nil {
+		return ""
 	}
-	return ""
+	var parts []string
+	for _, b := range *s {
+		parts = append(parts, b.Pattern)
+	}
+	return strings.Join(parts, ",")
 }
 
-// Untouched is why the agent leaves a server as it is, "" when it may act
-// on it: the kinds it leaves alone (backups, agent-checked servers,
-// hash-balanced backends not in hashBackends), and the states it never
-// changes (an operator's maint or drain, weight 0, a slot the resolver
-// holds in maintenance). `hapilot check --live` prints it per server.
-func Untouched(st haproxy.ServerStat, s haproxy.ServerState, hashBackends []string) string {
-	k := key(st.Backend, st.Server)
-	if why := leaveAlone(k, kind{backup: st.Backup, agentCheck: st.AgentCheck, tcp: st.TCP, algo: st.Algo}, hashBackends); why != "" {
-		return why
-	}
-	switch {
-	case s.AdminState&(haproxy.AdminDNSMaint|haproxy.AdminHostnameMaint) != 0:
-		return "in the resolver's maintenance (a server-template slot with no address): neither serving nor a peer"
-	case s.Maint():
-		return "in maintenance: the operator's, never changed"
-	case s.Drain():
-		return "drained by someone: the operator's unless the agent's state file says it is the agent's"
-	case s.Initial == 0:
-		return "configured weight 0: takes no traffic, never changed"
-	}
-	return ""
-}
-
-// alone is the servers left alone and why, as the last step found them.
-type alone struct {
-	mu     sync.Mutex // guards why and logged
-	why    map[Key]string
-	logged map[Key]string // what was logged for each, so that each is said once
-}
-
-// note records this step's servers left alone, and returns those whose
-// reason is new since it was last logged.
-func (a *alone) note(now map[Key]string) map[Key]string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.logged == nil {
-		a.logged = map[Key]string{}
-	}
-	fresh := map[Key]string{}
-	for k, why := range now {
-		if a.logged[k] != why {
-			fresh[k] = why
-			a.logged[k] = why
+// block is the block of pattern, added at the end if new.
+func (s *Scope) block(pattern string) *BackendSettings {
+	for i := range *s {
+		if (*s)[i].Pattern == pattern {
+			return &(*s)[i]
 		}
 	}
-	for k := range a.logged {
-		if _, ok := now[k]; !ok {
-			delete(a.logged, k)
-		}
-	}
-	a.why = now
-	return fresh
+	*s = append(*s, BackendSettings{Pattern: pattern})
+	return &(*s)[len(*s)-1]
 }
 
-// LeftAlone lists the servers the agent leaves alone, with the reason for
-// each, as of the last step.
-func (l *Loop) LeftAlone() map[Key]string {
-	l.alone.mu.Lock()
-	defer l.alone.mu.Unlock()
-	out := make(map[Key]string, len(l.alone.why))
-	for k, v := range l.alone.why {
-		out[k] = v
+// For is the settings of backend: every matching block merged, later
+// over earlier; Pattern lists the blocks that matched.
+func (s Scope) For(backend string) BackendSettings {
+	var out BackendSettings
+	var matched []string
+	for _, b := range s {
+		if ok, _ := path.Match(b.Pattern, backend); !ok {
+			continue
+		}
+		matched = append(matched, b.Pattern)
+		if b.Enabled != nil {
+			out.Enabled = b.Enabled
+		}
+		if b.MinServing != nil {
+			out.MinServing = b.MinServing
+		}
+		if b.MaxDrained != nil {
+			out.MaxDrained = b.MaxDrained
+		}
+		if b.Alpha != nil {
+			out.Alpha = b.Alpha
+		}
+		if b.MinRatio != nil {
+			out.MinRatio = b.MinRatio
+		}
+		if b.Action != nil {
+			out.Action = b.Action
+		}
+		out.LeaveAlone = append(out.LeaveAlone, b.LeaveAlone...)
 	}
+	out.Pattern = strings.Join(matched, ",")
 	return out
 }
 
-// readdress notes each server's address, and empties the window of one
-// whose address changed: a server-template slot that DNS gave another
-// host is a new server, and the old host's errors must not count against
-// it. Only Step calls it.
-func (l *Loop) readdress(k Key, addr string) {
-	if addr == "" || addr == "-" { // "-": a slot the resolver left without one
-		return
+// InScope reports whether the agent acts on backend.
+func (b BackendSettings) InScope() bool { return b.Enabled == nil || *b.Enabled }
+
+// LeftAlone reports whether server is one of the block's servers to
+// leave alone.
+func (b BackendSettings) LeftAlone(server string) bool {
+	for _, p := range b.LeaveAlone {
+		if ok, _ := path.Match(p, server); ok {
+			return true
+		}
 	}
-	if l.addrs == nil {
-		l.addrs = map[Key]string{}
+	return false
+}
+
+// Maint reports whether a drain of the backend is sent as maint.
+func (b BackendSettings) Maint() bool { return b.Action != nil && *b.Action == ActionMaint }
+
+// BackendScope is how a backend stands, for /status and the live page.
+type BackendScope struct {
+	Backend string `json:"backend"`
+	InScope bool   `json:"in_scope"`
+	// Blocks are the config blocks that matched it.
+	Blocks     string       `json:"blocks,omitempty"`
+	MinServing int          `json:"min_serving,omitempty"`
+	MaxDrained string       `json:"max_drained,omitempty"`
+	Action     DrainAction  `json:"action"`
+	LeaveAlone []string     `json:"leave_alone,omitempty"`
+	Drains     int          `json:"drains_last_hour"`
+	Rates      *RateSummary `json:"rate,omitempty"`
+}
+
+// RateSummary is the rate cap's standing on a backend.
+type RateSummary struct {
+	PerHour int `json:"per_hour"`
+	Used    int `json:"used"`
+}
+
+// drainLog keeps each backend's drains of the last hour, for the rate
+// cap. It lives in memory: a restart forgets it, which errs toward
+// letting a drain through, never toward holding one the floor allows.
+type drainLog map[string][]time.Time
+
+func (d drainLog) add(backend string, at time.Time) { d[backend] = append(d[backend], at) }
+
+// within counts backend's drains in the hour before now, dropping older.
+func (d drainLog) within(backend string, now time.Time) int {
+	ts := d[backend]
+	i := 0
+	for i < len(ts) && !ts[i].After(now.Add(-time.Hour)) {
+		i++
 	}
-	was, seen := l.addrs[k]
-	l.addrs[k] = addr
-	if !seen || was == addr {
-		return
-	}
-	if f, ok := l.Windows.(forgetter); ok {
-		f.Forget(k.Backend, k.Server)
-	}
-	l.Log.Info().Stringer("server", k).Str("was", was).Str("now", addr).Msg("a server's address changed: a new server, its window starts empty")
+	d[backend] = ts[i:]
+	return len(ts) - i
 }

@@ -1,101 +1,156 @@
 package agent
 
 import (
+	"context"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/internal/lab/fakes"
 )
 
-// Each kind of server real configs hold is governed or left alone, with
-// the reason.
-func TestLeftAlone(t *testing.T) {
-	l := &Loop{Settings: Settings{HashBackends: []string{"opted"}}}
-	for _, tc := range []struct {
-		name string
-		k    Key
-		kind kind
-		want string // a part of the reason; "" governed
-	}{
-		{"an active server, round robin", Key{Backend: "app", Server: "s1"}, kind{algo: "roundrobin"}, ""},
-		{"leastconn", Key{Backend: "app", Server: "s1"}, kind{algo: "leastconn"}, ""},
-		{"random", Key{Backend: "app", Server: "s1"}, kind{algo: "unknown"}, ""},
-		{"a TCP backend", Key{Backend: "db", Server: "s1"}, kind{tcp: true, algo: "roundrobin"}, "not mode http"},
-		{"a backup server", Key{Backend: "app", Server: "b1"}, kind{backup: true, algo: "roundrobin"}, "backup server"},
-		{"under agent-check", Key{Backend: "app", Server: "s2"}, kind{agentCheck: true, algo: "roundrobin"}, "agent-check"},
-		{"balance uri", Key{Backend: "cache", Server: "s1"}, kind{algo: "uri"}, "balance uri"},
-		{"balance source", Key{Backend: "sticky", Server: "s1"}, kind{algo: "source"}, "--hash-backends"},
-		{"balance hdr", Key{Backend: "h", Server: "s1"}, kind{algo: "hdr"}, "balance hdr"},
-		{"balance url_param", Key{Backend: "h", Server: "s1"}, kind{algo: "url_param"}, "balance url_param"},
-		{"balance rdp-cookie", Key{Backend: "h", Server: "s1"}, kind{algo: "rdp-cookie"}, "balance rdp-cookie"},
-		{"balance hash", Key{Backend: "h", Server: "s1"}, kind{algo: "hash"}, "balance hash"},
-		{"a hash backend the operator named", Key{Backend: "opted", Server: "s1"}, kind{algo: "uri"}, ""},
-		{"a backup in a named hash backend", Key{Backend: "opted", Server: "b1"}, kind{backup: true, algo: "uri"}, "backup server"},
-	} {
-		got := l.leftAlone(tc.k, tc.kind)
-		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
-			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+func scopeOf(t *testing.T, lines ...string) Scope {
+	t.Helper()
+	var s Scope
+	for _, l := range lines {
+		if err := s.Set(l); err != nil {
+			t.Fatal(err)
 		}
 	}
+	return s
 }
 
-// show stat's rows give each server its kind, merged over processes: a
-// server is a backup or under agent-check if any process says so, and
-// has its backend's algorithm.
-func TestAddKinds(t *testing.T) {
-	p := &processes{}
-	p.addKinds([]haproxy.ServerStat{{Backend: "app", Server: "s1", Algo: "roundrobin"}, {Backend: "app", Server: "b1", Backup: true, Algo: "roundrobin"}})
-	p.addKinds([]haproxy.ServerStat{{Backend: "app", Server: "s1", AgentCheck: true, Algo: "roundrobin"}})
-	if k := p.kinds[Key{Backend: "app", Server: "s1"}]; !k.agentCheck || k.backup || k.algo != "roundrobin" {
-		t.Errorf("s1: %+v", k)
+func TestScopeSet(t *testing.T) {
+	tests := []struct {
+		in  string
+		err string // "" for none
+	}{
+		{"app.enabled=false", ""},
+		{"api.v2.max-drained=25%", ""}, // a name with dots: the key is after the last
+		{"api-*.leave-alone=srv1,db*", ""},
+		{"app.action=maint", ""},
+		{"app.rules-alpha=1e-7", ""},
+		{"app.frobnicate=1", `unknown key "frobnicate"`},
+		{"app.enabled", "want PATTERN.KEY=VALUE"},
+		{"enabled=true", "want PATTERN.KEY=VALUE"},
+		{"app.max-drained=150%", "want a count"},
+		{"app.action=kill", "want drain or maint"},
+		{"app.rules-alpha=2", "probability"},
+		{"app.min-serving=-1", "negative"},
+		{"[.enabled=true", "pattern"},
 	}
-	if k := p.kinds[Key{Backend: "app", Server: "b1"}]; !k.backup {
-		t.Errorf("b1: %+v", k)
+	for _, tc := range tests {
+		var s Scope
+		err := s.Set(tc.in)
+		if (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("Set(%q) = %v, want %q", tc.in, err, tc.err)
+		}
 	}
-}
-
-// Each server left alone is logged once per reason: the same reason at
-// the next step says nothing, a new one is said, and one that goes away
-// is forgotten.
-func TestAloneSaysEachOnce(t *testing.T) {
-	var a alone
-	k := Key{Backend: "app", Server: "b1"}
-	if got := a.note(map[Key]string{k: AloneBackup}); len(got) != 1 {
-		t.Fatalf("first: %v", got)
+	s := scopeOf(t, "api-*.max-drained=2", "api-*.action=maint", "api-eu.max-drained=1", "api.v2.enabled=false")
+	eu := s.For("api-eu")
+	if *eu.MaxDrained != (Cap{N: 1}) || !eu.Maint() || eu.Pattern != "api-*,api-eu" || !eu.InScope() {
+		t.Errorf("api-eu: %+v", eu)
 	}
-	if got := a.note(map[Key]string{k: AloneBackup}); len(got) != 0 {
-		t.Fatalf("again: %v", got)
-	}
-	if got := a.note(map[Key]string{k: AloneAgentCheck}); len(got) != 1 {
-		t.Fatalf("a new reason: %v", got)
-	}
-	a.note(nil)
-	if got := a.note(map[Key]string{k: AloneAgentCheck}); len(got) != 1 {
-		t.Fatalf("back after going: %v", got)
-	}
-}
-
-// A server whose address changed is a new server: its window is emptied;
-// the first sight and an unchanged address leave it.
-func TestReaddressForgetsTheWindow(t *testing.T) {
-	w := &forgetting{}
-	l := &Loop{Windows: w}
-	k := Key{Backend: "app", Server: "slot1"}
-	l.readdress(k, "10.0.0.1")
-	l.readdress(k, "10.0.0.1")
-	l.readdress(k, "-") // the resolver's maintenance: no address, no new server
-	if len(w.forgot) != 0 {
-		t.Fatalf("forgot %v", w.forgot)
-	}
-	l.readdress(k, "10.0.0.2")
-	if len(w.forgot) != 1 || w.forgot[0] != "app/slot1" {
-		t.Fatalf("forgot %v", w.forgot)
+	if s.For("api.v2").InScope() || !s.For("web").InScope() {
+		t.Error("scope of api.v2 or web")
 	}
 }
 
-type forgetting struct {
-	Windows
-	forgot []string
+// The scope's guards, each refusal with its code and reason.
+func TestScopeGuards(t *testing.T) {
+	two := func() *Observation {
+		return &Observation{Backends: []BackendView{
+			{Name: "app", Servers: []ServerView{sv("s1"), sv("s2"), sv("s3"), sv("s4"), sv("s5", drainedByAgent), sv("s6")}},
+			{Name: "web", Servers: []ServerView{{Backend: "web", Server: "w1", Owner: OwnerNone, State: haproxy.ServerState{Backend: "web", Server: "w1", OpState: haproxy.OpRunning, Weight: 1, Initial: 1}},
+				{Backend: "web", Server: "w2", Owner: OwnerNone, State: haproxy.ServerState{Backend: "web", Server: "w2", OpState: haproxy.OpRunning, Weight: 1, Initial: 1}}}},
+		}}
+	}
+	tests := []struct {
+		name   string
+		scope  []string
+		global Cap
+		perH   int
+		hour   map[string]int
+		plan   Plan
+		accept []bool
+		code   Refusal // of the last refusal
+	}{
+		{"in scope", nil, Cap{}, 0, nil, Plan{drain("s2")}, []bool{true}, ""},
+		{"out of scope", []string{"app.enabled=false"}, Cap{}, 0, nil, Plan{drain("s2")}, []bool{false}, RefusedOutOfScope},
+		{"out of scope by glob", []string{"a*.enabled=false"}, Cap{}, 0, nil, Plan{drain("s2")}, []bool{false}, RefusedOutOfScope},
+		{"out of scope: recovery's ready still passes", []string{"app.enabled=false"}, Cap{}, 0, nil,
+			Plan{{Kind: Ready, Backend: "app", Server: "s5", Origin: OriginRecovery}}, []bool{true}, ""},
+		{"left alone", []string{"app.leave-alone=s1,s2"}, Cap{}, 0, nil, Plan{drain("s2")}, []bool{false}, RefusedLeftAlone},
+		{"left alone: others not", []string{"app.leave-alone=s1"}, Cap{}, 0, nil, Plan{drain("s2")}, []bool{true}, ""},
+		{"max-drained 1 with one held", []string{"app.max-drained=1"}, Cap{}, 0, nil, Plan{drain("s2")}, []bool{false}, RefusedMaxDrained},
+		{"max-drained 2", []string{"app.max-drained=2"}, Cap{}, 0, nil, Plan{drain("s2")}, []bool{true}, ""},
+		{"max-drained 34% of 6 is 2", []string{"app.max-drained=34%"}, Cap{}, 0, nil, Plan{drain("s2")}, []bool{true}, ""},
+		{"max-drained 20% of 6 is 1", []string{"app.max-drained=20%"}, Cap{}, 0, nil, Plan{drain("s2")}, []bool{false}, RefusedMaxDrained},
+		{"global max-drained 1", nil, Cap{N: 1}, 0, nil, Plan{drain("s2")}, []bool{false}, RefusedMaxDrained},
+		{"rate cap reached", nil, Cap{}, 2, map[string]int{"app": 2}, Plan{drain("s2")}, []bool{false}, RefusedRateCap},
+		{"rate cap not reached", nil, Cap{}, 2, map[string]int{"app": 1}, Plan{drain("s2")}, []bool{true}, ""},
+		{"per-backend floor", []string{"app.min-serving=5"}, Cap{}, 0, nil, Plan{drain("s2")}, []bool{false}, RefusedFloor},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g := DefaultGuardrails()
+			g.Scope, g.MaxDrained, g.DrainsPerHour = scopeOf(t, tc.scope...), tc.global, tc.perH
+			obs := two()
+			obs.DrainsLastHour = tc.hour
+			vs := g.Vet(obs, tc.plan)
+			var got []bool
+			var code Refusal
+			for _, v := range vs {
+				got = append(got, v.Accepted)
+				if !v.Accepted {
+					code = v.Code
+					if v.Reason == "" {
+						t.Errorf("refusal without a reason: %+v", v)
+					}
+				}
+			}
+			if !reflect.DeepEqual(got, tc.accept) || code != tc.code {
+				t.Fatalf("accepted %v code %q, want %v %q (%+v)", got, code, tc.accept, tc.code, vs)
+			}
+		})
+	}
 }
 
-func (f *forgetting) Forget(backend, server string) { f.forgot = append(f.forgot, backend+"/"+server) }
+// A backend whose action is maint is drained with maint, its change
+// still the agent's the next step, and readied back; the rate cap
+// counts the loop's own drains over the hour.
+func TestMaintActionAndRateCap(t *testing.T) {
+	ctx := context.Background()
+	rt := fakes.NewRuntime("s1", "s2", "s3", "s4", "s5", "s6")
+	l, clk, pol, _ := newLoop(rt)
+	l.Guard.Scope = scopeOf(t, "app.action=maint")
+	l.Guard.DrainsPerHour = 1
+	l.Guard.MinServing = 1
+	pol.plans = []Plan{{drain("s2")}, {drain("s3")}, nil, {drain("s3")}}
+	l.Step(ctx)
+	if got := rt.TakeCommands(); !reflect.DeepEqual(got, []string{"set server app/s2 state maint"}) {
+		t.Fatalf("commands %q", got)
+	}
+	rec := l.Step(ctx)
+	if got := rt.TakeCommands(); got != nil || rec.Verdicts[0].Code != RefusedRateCap {
+		t.Fatalf("second drain within the hour: %q %+v", got, rec.Verdicts)
+	}
+	if c := l.Ledger()[Key{Backend: "app", Server: "s2"}]; c.Phase != PhaseDrained || !c.Maint {
+		t.Fatalf("the maint is not the agent's: %v", l.Ledger())
+	}
+	clk.Advance(time.Hour)
+	l.Step(ctx)
+	if _, err := l.Release(ctx, Key{Backend: "app", Server: "s2"}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	l.Step(ctx)
+	if got := rt.TakeCommands(); !reflect.DeepEqual(got, []string{"set server app/s2 state ready", "set server app/s3 state maint"}) {
+		t.Fatalf("after the hour: %q", got)
+	}
+	sc := l.Status().Scope
+	if len(sc) != 1 || sc[0].Action != ActionMaint || sc[0].Rates == nil || sc[0].Rates.Used != 0 {
+		t.Fatalf("scope %+v", sc)
+	}
+}

@@ -32,6 +32,9 @@ type Settings struct {
 	// govern; every other hash-balanced backend is left alone, since its
 	// servers see different request mixes and the test's premise fails.
 	HashBackends []string
+	// Mode is enforce (the zero value reads so) or observe: in observe,
+	// every vetted action is recorded as a would-action and none is sent.
+	Mode Mode
 }
 
 // MinInterval is the shortest interval an agent runs at.
@@ -39,7 +42,7 @@ const MinInterval = 250 * time.Millisecond
 
 // DefaultSettings are `hapilot run`'s.
 func DefaultSettings() Settings {
-	return Settings{Interval: 10 * time.Second, EvidenceCheck: time.Second, OperatorHold: DefaultOperatorHold}
+	return Settings{Interval: 10 * time.Second, EvidenceCheck: time.Second, OperatorHold: DefaultOperatorHold, Mode: ModeEnforce}
 }
 
 // Validate checks the settings an operator may give.
@@ -50,6 +53,9 @@ func (s Settings) Validate() error {
 	}
 	if s.EvidenceCheck != 0 && s.EvidenceCheck < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("evidence-check %v: want 0 (off) or at least 100ms", s.EvidenceCheck))
+	}
+	if s.Mode != "" && s.Mode != ModeEnforce && s.Mode != ModeObserve {
+		errs = append(errs, fmt.Errorf("mode %q: want enforce or observe", s.Mode))
 	}
 	if s.OperatorHold < 0 {
 		errs = append(errs, fmt.Errorf("operator-hold %v is negative", s.OperatorHold))

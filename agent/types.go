@@ -111,6 +111,9 @@ type Observation struct {
 	// Refused: why the guardrails refused an action on a server last
 	// step, so that a policy can see its word was not enough.
 	Refused map[Key]string `json:"refused,omitempty"`
+	// DrainsLastHour is each backend's drains the agent sent in the last
+	// hour, for the rate cap; not a policy's business.
+	DrainsLastHour map[string]int `json:"-"`
 }
 
 // Find returns the view of backend/server.

@@ -392,3 +392,14 @@ func (n *Node) traffic() map[string]uint64 {
 		"streams_refused": c.StreamsRefused.Load(), "streams_evicted": c.StreamsEvicted.Load(),
 	}
 }
+
+// Probe passes hapilot ctl explain's question on to the recovery it
+// wraps, when that one can answer it.
+func (r Recovery) Probe(k agent.Key) (agent.ProbeStatus, bool) {
+	if p, ok := r.Inner.(interface {
+		Probe(agent.Key) (agent.ProbeStatus, bool)
+	}); ok {
+		return p.Probe(k)
+	}
+	return agent.ProbeStatus{}, false
+}

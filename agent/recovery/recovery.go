@@ -510,3 +510,17 @@ func (r *Readmitter) burst(ctx context.Context, s agent.ServerView, n int) (res 
 	}
 	return res
 }
+
+// Probe says where k's re-admission stands, for hapilot ctl explain:
+// when its next probe burst may start, how the last went, how many of
+// this drain's bursts failed. ok is false for a server recovery does not
+// follow.
+func (r *Readmitter) Probe(k agent.Key) (p agent.ProbeStatus, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.servers[k]
+	if st == nil {
+		return p, false
+	}
+	return agent.ProbeStatus{Next: st.next, LastBurst: st.lastBurst, FailedBursts: st.failed, Drains: st.drains}, true
+}

@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"sort"
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
@@ -74,9 +75,64 @@ func WriteLoopMetrics(w io.Writer, l *agent.Loop) {
 	promtext.Gauge(w, "hapilot_state_unsaved", "1 while the last write of the state file failed: the agent's changes since are in memory only, and it tries again every step.", unsaved)
 	promtext.Counter(w, "hapilot_state_failed_writes_total", "Writes of the state file that failed.", m.StateFailedWrites)
 	promtext.Gauge(w, "hapilot_goroutines", "Goroutines running in the agent.", runtime.NumGoroutine())
+	writeControlMetrics(w, l, m)
 	if l.Policy.Metrics != nil {
 		l.Policy.Metrics(w)
 	}
+}
+
+// writeControlMetrics writes what an operator alerts on: the mode, the
+// pauses, what the agent holds, its refusals and would-actions, and
+// whether it still steps.
+func writeControlMetrics(w io.Writer, l *agent.Loop, m agent.Counters) {
+	st := l.Status()
+	var modes []promtext.Sample
+	for _, md := range agent.Modes {
+		modes = append(modes, promtext.Sample{Labels: []string{"mode", string(md)}, Value: b2f(st.Mode == md)})
+	}
+	promtext.Family(w, "hapilot_mode", "gauge", "1 for the mode in force: observe sends nothing to HAProxy.", modes)
+	var pauses []promtext.Sample
+	for _, p := range st.Pauses {
+		pauses = append(pauses, promtext.Sample{Labels: []string{"backend", p.Backend}, Value: 1})
+	}
+	promtext.Family(w, "hapilot_paused", "gauge", "1 for each pause in force (backend \"*\": every backend): the agent observes there.", pauses)
+	var held []promtext.Sample
+	for _, h := range l.List() {
+		held = append(held, promtext.Sample{Labels: []string{"backend", h.Server.Backend, "server", h.Server.Server, "phase", string(h.Phase)}, Value: 1})
+	}
+	promtext.Family(w, "hapilot_held", "gauge", "1 for each server the agent holds out of its configured state, by phase (drained, cut, canary).", held)
+	var would []promtext.Sample
+	for _, k := range agent.WouldKinds {
+		would = append(would, promtext.Sample{Labels: []string{"kind", string(k)}, Value: float64(m.Would[k])})
+	}
+	promtext.Family(w, "hapilot_would_actions_total", "counter", "Vetted actions held back (observe mode, a pause), by what they would have done; one held back step after step counts once.", would)
+	var refused []promtext.Sample
+	for _, code := range sortedCodes(m.RefusedBy) {
+		refused = append(refused, promtext.Sample{Labels: []string{"code", string(code)}, Value: float64(m.RefusedBy[code])})
+	}
+	promtext.Family(w, "hapilot_refusals_total", "counter", "Actions the guardrails refused, by refusal code (agent/guard.go).", refused)
+	var last float64
+	if !m.LastOK.IsZero() {
+		last = float64(m.LastOK.UnixNano()) / 1e9
+	}
+	promtext.Gauge(w, "hapilot_last_step_success_timestamp_seconds", "When the last step that read HAProxy ended (Unix time; 0: none yet).", last)
+	promtext.Histogram(w, "hapilot_step_duration_seconds", "Time one step took.", agent.DurationBuckets[:], m.Durations[:], m.DurationSum, m.Cycles)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func sortedCodes(m map[agent.Refusal]uint64) []agent.Refusal {
+	out := make([]agent.Refusal, 0, len(m))
+	for c := range m {
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
 }
 
 //go:embed page.html

@@ -52,6 +52,13 @@ func TestStatusAndMetricsEndpoints(t *testing.T) {
 			t.Fatalf("metrics lack %q:\n%s", m, body)
 		}
 	}
+	for _, m := range []string{`hapilot_mode{mode="enforce"} 1`, `hapilot_mode{mode="observe"} 0`,
+		`hapilot_held{backend="app",server="s2",phase="drained"} 1`, `hapilot_would_actions_total{kind="drain"} 0`,
+		`hapilot_step_duration_seconds_bucket{le="+Inf"} 1`, "hapilot_last_step_success_timestamp_seconds 1000"} {
+		if !strings.Contains(body, m+"\n") {
+			t.Fatalf("metrics lack %q:\n%s", m, body)
+		}
+	}
 	if code, _ := do("POST", "/status"); code != fasthttp.StatusMethodNotAllowed {
 		t.Fatalf("POST answered %d", code)
 	}
@@ -336,4 +343,25 @@ func TestConnectionLifeIsBounded(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatal("a connection making a request every 50 ms was still open after 3 s (life 300ms)")
+}
+
+// In observe mode and while paused, /metrics says so, counts the
+// would-actions by kind and the refusals by code.
+func TestObserveAndPauseMetrics(t *testing.T) {
+	rt := fakes.NewRuntime("s1", "s2", "s3")
+	l := &agent.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second, Mode: agent.ModeObserve},
+		Policy: agent.PolicyOf(drainOnce{"s2"}), Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
+	l.Pause("app", time.Minute, "test")
+	l.Step(context.Background())
+	var b strings.Builder
+	WriteLoopMetrics(&b, l)
+	for _, m := range []string{`hapilot_mode{mode="observe"} 1`, `hapilot_paused{backend="app"} 1`, `hapilot_would_actions_total{kind="drain"} 1`,
+		"hapilot_actions_applied_total 0"} {
+		if !strings.Contains(b.String(), m+"\n") {
+			t.Fatalf("metrics lack %q:\n%s", m, b.String())
+		}
+	}
+	if strings.Contains(b.String(), "hapilot_held{") {
+		t.Fatalf("observe mode holds a server:\n%s", b.String())
+	}
 }

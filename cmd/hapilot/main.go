@@ -5,6 +5,8 @@
 //	hapilot calibrate  score an Ollama model; only a passing one may act
 //	hapilot defaults   print every setting, commented, at its default
 //	hapilot fleet-key  write a new shared key for --fleet-key
+//	hapilot ctl        ask or overrule the running agent (list, explain, release, pause, resume, restore)
+//	hapilot restore    bring back every server the agent changed, with the agent stopped
 //	hapilot version    print the version
 //
 // The demo and the benchmark are the lab's, in cmd/hapilot-bench: this
@@ -41,12 +43,15 @@ commands:
   calibrate score a model on built-in scenarios; only a passing model may act
   defaults  print a settings file with every setting, commented, at its default
   fleet-key FILE  write a new random key for --fleet-key (mode 0600; never overwrites)
+  ctl       ask or overrule the running agent: status, list, explain, release, pause, resume, restore
+  restore   with the agent stopped: bring back every server it changed (reads its state file)
   version   print the version
 
 Run 'hapilot <command> -h' for a command's flags.
 `
 
 func main() {
+	daemon.Version = version
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -75,6 +80,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdDefaults(args[1:], stdout, stderr)
 	case "fleet-key":
 		err = cmdFleetKey(args[1:], stdout)
+	case "ctl":
+		err = cmdCtl(ctx, args[1:], stdout, stderr)
+	case "restore":
+		err = cmdRestore(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, versionString())
 	case "help", "-h", "--help":
@@ -126,7 +135,7 @@ func cmdDefaults(args []string, stdout, stderr io.Writer) error {
 	settings := flag.NewFlagSet("hapilot run", flag.ContinueOnError)
 	config.Register(settings)
 	if *packaged {
-		header := defaultsHeader + "\n\nSet by the package, for its systemd unit (/lib/systemd/system/hapilot.service):"
+		header := defaultsHeader + "\n\nSet by the package: observe first (/usr/share/doc/hapilot/docs/install.md shows the step\nto enforce), and the paths its systemd unit makes writable (/lib/systemd/system/hapilot.service):"
 		return config.WriteFile(stdout, settings, header, PackagedSettings...)
 	}
 	return config.WriteFile(stdout, settings, defaultsHeader)
@@ -135,6 +144,9 @@ func cmdDefaults(args []string, stdout, stderr io.Writer) error {
 // PackagedSettings are the lines the Debian package sets in
 // /etc/hapilot/hapilot.conf: paths its unit makes writable.
 var PackagedSettings = []string{
+	// Observe first: the package installs an agent that watches and
+	// says what it would do; docs/install.md shows the step to enforce.
+	"mode observe",
 	"state-file /var/lib/hapilot/state.json",
 	"audit-log /var/log/hapilot/audit.jsonl",
 }
@@ -219,8 +231,8 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "ok: policy %s, interval %v, window %v, spoe %s, status %s, haproxy %v\n",
-		c.Policy, c.Loop.Interval, c.Window, c.SPOEListen, c.StatusListen, c.HAProxySockets)
+	fmt.Fprintf(stdout, "ok: policy %s, interval %v, window %v, spoe %s, status %s, haproxy %v, mode %s\n",
+		c.Policy, c.Loop.Interval, c.Window, c.SPOEListen, c.StatusListen, c.HAProxySockets, c.Loop.Mode)
 	if !*live {
 		return nil
 	}

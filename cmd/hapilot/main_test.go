@@ -56,6 +56,17 @@ func TestCommands(t *testing.T) {
 		{nil, 2, "", "usage"},
 		{[]string{"run", "--policy", "nope"}, 1, "", `policy "nope": want static|rules|llm|lua`},
 		{[]string{"demo"}, 2, "", "unknown command"},
+		{[]string{"check", "--mode", "observe"}, 0, "mode observe", ""},
+		{[]string{"check", "--config", "../../examples/notify.conf"}, 0, "ok:", ""},
+		{[]string{"check", "--notify-webhook", "ftp://x"}, 1, "", "want an http:// or https:// URL"},
+		{[]string{"check", "--notify-format", "xml"}, 1, "", `notify-format "xml"`},
+		{[]string{"check", "--mode", "dry"}, 1, "", `mode "dry": want enforce|observe`},
+		{[]string{"check", "--control-socket", "127.0.0.1:9999"}, 1, "", "control-socket"},
+		{[]string{"ctl"}, 1, "", "no command"},
+		{[]string{"ctl", "frob"}, 1, "", `unknown command "frob"`},
+		{[]string{"ctl", "release", "nonsense"}, 1, "", "release"},
+		{[]string{"ctl", "pause", "--for", "-1m"}, 1, "", "negative"},
+		{[]string{"ctl", "--socket", "unix:/nonexistent/ctl.sock", "status"}, 1, "", "is it running"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -121,5 +132,27 @@ func TestPackagedSettingsFile(t *testing.T) {
 	})
 	if n != withDefault {
 		t.Errorf("%d settings at their default in the file, %d flags have one", n, withDefault)
+	}
+}
+
+// ctl --config reads the socket from the agent's settings file; --socket
+// wins over it.
+func TestCtlConfig(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "hapilot.conf")
+	if err := os.WriteFile(conf, []byte("control-socket unix:"+dir+"/from-config.sock\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ctl", "--config", conf, "status"}, dir + "/from-config.sock"},
+		{[]string{"ctl", "--config", conf, "--socket", "unix:" + dir + "/flag.sock", "status"}, dir + "/flag.sock"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(tc.args, &out, &errb); code != 1 || !strings.Contains(errb.String(), "reach the agent at "+tc.want) {
+			t.Errorf("%v: code %d, stderr %q", tc.args, code, errb.String())
+		}
 	}
 }

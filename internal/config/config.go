@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/hapilot/hapilot/internal/enum"
 	"github.com/hapilot/hapilot/internal/ingest"
 	"github.com/hapilot/hapilot/internal/netx"
+	"github.com/hapilot/hapilot/internal/notify"
 	"github.com/hapilot/hapilot/internal/window"
 	"github.com/rs/zerolog"
 )
@@ -54,9 +56,16 @@ type Config struct {
 	// endpoints; it must be set when they listen beyond loopback.
 	StatusToken string
 	AuditLog    string
-	LogFormat   LogFormat
-	LogLevel    string
-	OnExit      OnExit
+	// AuditSteps adds every step's snapshot of every server to the
+	// audit log, beside the events.
+	AuditSteps bool
+	// ControlSocket is where `hapilot ctl` reaches the agent: a unix
+	// socket only (mode 0660), never the status port, so that nothing on
+	// the network can change what the agent does.
+	ControlSocket string
+	LogFormat     LogFormat
+	LogLevel      string
+	OnExit        OnExit
 	// Shadow is the old spelling of --policy shadow, kept for existing
 	// configs; with any --policy but rules or shadow it is refused.
 	Shadow bool
@@ -67,6 +76,7 @@ type Config struct {
 	Recovery recovery.Config
 	LLM      llm.Config
 	Fleet    peers.Config
+	Notify   notify.Config
 }
 
 // Bounds on the windows: one bucket a second per series, allocated when a
@@ -162,12 +172,13 @@ const DefaultSPOEListen = "abns@hapilot-spoe"
 func Default() Config {
 	return Config{
 		SPOEListen: DefaultSPOEListen, PeerGroup: "haproxy", HAProxySockets: []string{"/run/haproxy/admin.sock"},
-		Loop: agent.DefaultSettings(), Window: 60 * time.Second, Policy: PolicyRules, MaxServers: 4096,
+		Loop: defaultLoop(), Window: 60 * time.Second, Policy: PolicyRules, MaxServers: 4096,
 		MaxStatRows:  haproxy.DefaultMaxRows,
 		StatusListen: "127.0.0.1:9310", LogFormat: LogAuto, LogLevel: "info", OnExit: OnExitKeep,
-		Stats: ingest.DefaultStatsConfig(),
-		Guard: agent.DefaultGuardrails(), Rules: rules.DefaultConfig(), Recovery: recovery.DefaultConfig(), LLM: llm.DefaultConfig(),
-		Fleet: peers.DefaultConfig(),
+		ControlSocket: DefaultControlSocket,
+		Stats:         ingest.DefaultStatsConfig(),
+		Guard:         agent.DefaultGuardrails(), Rules: rules.DefaultConfig(), Recovery: recovery.DefaultConfig(), LLM: llm.DefaultConfig(),
+		Fleet: peers.DefaultConfig(), Notify: notify.DefaultConfig(),
 	}
 }
 
@@ -210,10 +221,13 @@ func Register(fs *flag.FlagSet) *Config {
 	fs.IntVar(&c.MaxStatRows, "max-stat-rows", c.MaxStatRows, "most rows one reply of show stat or show servers state may hold (a row per server, backend and frontend); a longer reply is refused, and that step reads nothing")
 	fs.StringVar(&c.StatusListen, "status-listen", c.StatusListen, "address of the read-only /status and /metrics endpoints (\"off\" to disable)")
 	fs.StringVar(&c.StatusToken, "status-token", c.StatusToken, "token every request to the live page, /status, /series and /metrics must carry (Authorization: Bearer TOKEN, or ?token=TOKEN); required beyond loopback. Keep it in the config file (mode 0640), not on the command line")
-	fs.StringVar(&c.AuditLog, "audit-log", c.AuditLog, "file that receives one JSON line per control-loop step")
+	fs.StringVar(&c.AuditLog, "audit-log", c.AuditLog, "file that receives the event log: one JSON line per action, refusal, would-action, operator command (docs/events.md)")
+	fs.BoolVar(&c.AuditSteps, "audit-steps", c.AuditSteps, "also write every step's snapshot of every server to the audit log: one line per step holding every server, which grows with servers times steps")
 	fs.Var(&c.LogFormat, "log-format", "log format: "+enum.Join(LogFormats...)+" (auto: console on a terminal, else JSON)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug|info|warn|error")
-	fs.StringVar(&c.Loop.StateFile, "state-file", c.Loop.StateFile, "file keeping the agent's own changes across its restarts (\"\": memory only)")
+	fs.StringVar(&c.Loop.StateFile, "state-file", c.Loop.StateFile, "file keeping the agent's own changes and pauses across its restarts, and what `hapilot restore` reads; auto: $STATE_DIRECTORY/state.json under systemd, else $XDG_STATE_HOME/hapilot/state.json (~/.local/state/hapilot/state.json); off: memory only, and a restarted agent reads its own drains as the operator's")
+	fs.Var(&c.Loop.Mode, "mode", "enforce: send vetted actions to HAProxy; observe: run everything and send nothing, recording each action as a would-action (audit log, /status, metrics)")
+	fs.StringVar(&c.ControlSocket, "control-socket", c.ControlSocket, "unix socket of `hapilot ctl` (unix:/path, mode 0660, the agent's user and group; \"off\" to disable): list, explain, release, pause, resume, restore")
 	fs.Var(&multi{v: &c.Loop.HashBackends}, "hash-backends", "hash-balanced backends (balance uri, source, hdr, url_param, rdp-cookie, hash) the agent may govern; repeat it for each; every other one is left alone, since its servers see different request mixes")
 	fs.DurationVar(&c.Loop.OperatorHold, "operator-hold", c.Loop.OperatorHold, "how long an operator's undo of the agent's change stands: the agent leaves that server alone until then, or until its state changes again")
 	fs.Var(&c.OnExit, "on-exit", "on SIGTERM: keep the agent's drains, or restore every server it changed: "+enum.Join(OnExits...))
@@ -223,6 +237,9 @@ func Register(fs *flag.FlagSet) *Config {
 	fs.BoolVar(&c.Shadow, "shadow", c.Shadow, "the old spelling of --policy shadow: the model decides, the rules act, disagreements are audited")
 	registerLLM(fs, &c.LLM)
 	registerFleet(fs, &c.Fleet)
+	fs.StringVar(&c.Notify.URL, "notify-webhook", c.Notify.URL, "URL that receives one JSON POST per action, refusal, release, fallback and telemetry silence (docs/notifications.md); empty: off. It never blocks the loop: a slow or failing receiver costs dropped events, counted")
+	fs.Var(&c.Notify.Format, "notify-format", "the webhook's payload: event (the event log's line), alertmanager (POST /api/v2/alerts) or slack (a chat incoming webhook's {\"text\"})")
+	fs.DurationVar(&c.Notify.Timeout, "notify-timeout", c.Notify.Timeout, "the webhook: one attempt's timeout (4 attempts, backoff 1s doubling)")
 	return &c
 }
 
@@ -256,6 +273,9 @@ func registerFleet(fs *flag.FlagSet, f *peers.Config) {
 }
 
 func registerGuard(fs *flag.FlagSet, g *agent.Guardrails) {
+	fs.Var(&g.Scope, "backend", "a backend's own settings, PATTERN.KEY=VALUE (repeatable; in the config file also `backend.PATTERN.KEY VALUE`): PATTERN is a name or a glob, KEY one of "+strings.Join(agent.BackendKeys, ", ")+"; every block a backend matches applies, later over earlier")
+	fs.Var(capFlag{&g.MaxDrained}, "max-drained", "most servers the agent holds drained across every backend: a count, or a percentage of every server (0: no cap)")
+	fs.IntVar(&g.DrainsPerHour, "max-drains-per-hour", g.DrainsPerHour, "most drains the agent sends to one backend in any hour (0: no cap)")
 	fs.IntVar(&g.MinServing, "min-serving", g.MinServing, "fewest servers a backend is left serving (0: half, rounded up, at least one)")
 	fs.Float64Var(&g.MaxUtilization, "max-utilization", g.MaxUtilization, "capacity-aware draining: where servers have maxconn, a drain may not push the others past this share of their throughput (0: off)")
 }
@@ -325,6 +345,33 @@ func Parse(fs *flag.FlagSet, args []string) error {
 	return applyFile(fs, file, explicit)
 }
 
+// capFlag is --max-drained.
+type capFlag struct{ c *agent.Cap }
+
+func (f capFlag) String() string {
+	if f.c == nil {
+		return "0"
+	}
+	return f.c.String()
+}
+
+func (f capFlag) Set(s string) (err error) {
+	*f.c, err = agent.ParseCap(s)
+	return err
+}
+
+// backendLine turns a `backend.PATTERN.KEY VALUE` line of the config
+// file into the --backend flag's PATTERN.KEY=VALUE: the file keeps its
+// one-setting-per-line form, and the flag parses every block the same
+// way, unknown keys included.
+func backendLine(name, value string) (string, string, bool) {
+	rest, ok := strings.CutPrefix(name, "backend.")
+	if !ok {
+		return name, value, false
+	}
+	return "backend", rest + "=" + value, true
+}
+
 func applyFile(fs *flag.FlagSet, path string, skip map[string]bool) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -346,6 +393,7 @@ func applyFile(fs *flag.FlagSet, path string, skip map[string]bool) error {
 		if value == "" {
 			return fmt.Errorf("config %s:%d: %s has no value", path, n, name)
 		}
+		name, value, _ = backendLine(name, value)
 		if name == "config" || fs.Lookup(name) == nil {
 			return fmt.Errorf("config %s:%d: unknown setting %q", path, n, name)
 		}
@@ -399,13 +447,16 @@ func (c *Config) Validate() error {
 	if _, err := zerolog.ParseLevel(c.LogLevel); err != nil || c.LogLevel == "" {
 		errs = append(errs, fmt.Errorf("log-level %q: want debug|info|warn|error", c.LogLevel))
 	}
+	if _, err := netx.ParseAddress("control-socket", c.ControlSocket, netx.Unix); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Policy == PolicyLua && c.PolicyFile == "" {
 		errs = append(errs, errors.New("--policy lua needs --policy-file"))
 	}
 	if c.Shadow && c.Policy != PolicyRules && c.Policy != PolicyShadow {
 		errs = append(errs, fmt.Errorf("--shadow contradicts --policy %s: shadow mode is its own policy, --policy shadow (the model decides, the rules act)", c.Policy))
 	}
-	errs = append(errs, c.Fleet.Validate(), c.Stats.Validate(), c.Guard.Validate(), c.Rules.Validate(), c.Recovery.Validate())
+	errs = append(errs, c.Notify.Validate(), c.Fleet.Validate(), c.Stats.Validate(), c.Guard.Validate(), c.Rules.Validate(), c.Recovery.Validate())
 	if c.UsesModel() {
 		errs = append(errs, c.LLM.Validate())
 	}
@@ -519,4 +570,54 @@ func wrap(s string, width int) []string {
 		out = append(out, line)
 	}
 	return out
+}
+
+// DefaultControlSocket is where the agent listens for `hapilot ctl`,
+// beside its SPOE socket in the unit's RuntimeDirectory.
+const DefaultControlSocket = "unix:/run/hapilot/ctl.sock"
+
+// StateAuto and StateOff are --state-file's words: the default place, or
+// none.
+const (
+	StateAuto = "auto"
+	StateOff  = "off"
+)
+
+// StateFile is the state file's path, auto resolved ("" for none). The
+// default is a persistent, per-user place, as the package's
+// /var/lib/hapilot is: systemd's StateDirectory when the agent runs
+// under a unit that has one, else the XDG state directory
+// ($XDG_STATE_HOME, ~/.local/state). Not the runtime directory: it is
+// emptied at reboot, and with it the agent's record of the drains
+// HAProxy may still hold (a server-state-file keeps them). The auto
+// folder is made (0750) when missing.
+func (c Config) StateFile() (string, error) {
+	switch c.Loop.StateFile {
+	case "", StateOff:
+		return "", nil
+	case StateAuto:
+	default:
+		return c.Loop.StateFile, nil
+	}
+	dir := ""
+	if sd := os.Getenv("STATE_DIRECTORY"); sd != "" {
+		dir, _, _ = strings.Cut(sd, ":") // systemd lists each StateDirectory, colon-separated
+	} else if x := os.Getenv("XDG_STATE_HOME"); x != "" {
+		dir = filepath.Join(x, "hapilot")
+	} else if home, err := os.UserHomeDir(); err == nil && home != "" {
+		dir = filepath.Join(home, ".local", "state", "hapilot")
+	} else {
+		return "", fmt.Errorf("state-file auto: no $STATE_DIRECTORY, $XDG_STATE_HOME or home directory: name a file, or off")
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return "", fmt.Errorf("state-file auto: %w", err)
+	}
+	return filepath.Join(dir, "state.json"), nil
+}
+
+// defaultLoop is the loop's defaults with the state file auto.
+func defaultLoop() agent.Settings {
+	s := agent.DefaultSettings()
+	s.StateFile = StateAuto
+	return s
 }

@@ -159,3 +159,29 @@ func TestStatsModeAuto(t *testing.T) {
 		}
 	}
 }
+
+// Backend blocks in the config file, as `backend.PATTERN.KEY VALUE`
+// lines or --backend; an unknown key is an error, with the file's line.
+func TestBackendBlocks(t *testing.T) {
+	c, err := parse(t, "backend.api-*.max-drained 25%\nbackend.api-eu.action maint\nbackend cart.enabled=false\nmax-drained 3\nmax-drains-per-hour 4\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eu := c.Guard.Scope.For("api-eu")
+	if eu.MaxDrained == nil || eu.MaxDrained.String() != "25%" || !eu.Maint() || c.Guard.Scope.For("cart").InScope() {
+		t.Fatalf("scope %+v", c.Guard.Scope)
+	}
+	if c.Guard.MaxDrained.N != 3 || c.Guard.DrainsPerHour != 4 {
+		t.Fatalf("caps %+v %d", c.Guard.MaxDrained, c.Guard.DrainsPerHour)
+	}
+	for file, want := range map[string]string{
+		"backend.app.frob 1\n":      `:1: backend: backend app: unknown key "frob"`,
+		"backend.app 1\n":           "want PATTERN.KEY=VALUE",
+		"max-drained lots\n":        "max-drained",
+		"backend.app.enabled yes\n": "enabled",
+	} {
+		if _, err := parse(t, file); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", file, err, want)
+		}
+	}
+}

@@ -221,7 +221,12 @@ func parseConfig(t *testing.T, args []string) *config.Config {
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	c := config.Register(fs)
-	if err := config.Parse(fs, args); err != nil {
+	// The test's own state file and control socket: the defaults are the
+	// user's state directory and /run/hapilot, shared with anything else
+	// on the machine. The test's args come after, and win.
+	dir := t.TempDir()
+	own := []string{"--state-file", filepath.Join(dir, "state.json"), "--control-socket", "unix:" + filepath.Join(dir, "ctl.sock")}
+	if err := config.Parse(fs, append(own, args...)); err != nil {
 		t.Fatal(err)
 	}
 	return c

@@ -16,11 +16,18 @@ import (
 // newLLMPolicy builds --policy llm (or --policy shadow). A model without
 // a passing calibration record for its digest does not act: the rules
 // do, and the log says why.
-func newLLMPolicy(c config.Config, log zerolog.Logger) (agent.Policy, error) {
+//
+// verdict, when the agent read a calibration verdict at start, is the
+// event that records it.
+func newLLMPolicy(c config.Config, log zerolog.Logger) (pol agent.Policy, verdict *agent.Event, err error) {
 	cfg := c.LLM.Resolved()
 	model, err := llm.NewModel(cfg)
 	if err != nil {
-		return agent.Policy{}, err
+		return agent.Policy{}, nil, err
+	}
+	calibration := func(mayAct bool, why string, detail map[string]string) *agent.Event {
+		detail["model"], detail["may_act"] = cfg.Model, fmt.Sprint(mayAct)
+		return &agent.Event{Type: agent.EventCalibration, Time: time.Now(), Reason: why, Detail: detail}
 	}
 	// The rules are the model's floor: their drains apply whatever the
 	// model says. --fallback none (and --unprotected) leaves the model
@@ -32,28 +39,28 @@ func newLLMPolicy(c config.Config, log zerolog.Logger) (agent.Policy, error) {
 	if cfg.Unprotected {
 		log.Warn().Msg("--unprotected: the model acts without hapilot's protections (research runs only)")
 	}
-	pol := llm.New(model, floor, cfg, log.With().Str("component", "llm").Logger())
+	llmPol := llm.New(model, floor, cfg, log.With().Str("component", "llm").Logger())
 	if c.Chosen() == config.PolicyShadow {
-		return llm.NewShadow(pol, rules.NewPolicy(c.Rules)), nil
+		return llm.NewShadow(llmPol, rules.NewPolicy(c.Rules)), nil, nil
 	}
 	if cfg.SkipCalibration || cfg.Unprotected {
 		log.Warn().Str("model", cfg.Model).Msg("--skip-calibration: the model acts without a calibration record")
-		return pol.Hooks(), nil
+		return llmPol.Hooks(), calibration(true, "--skip-calibration: the model acts without a calibration record", map[string]string{}), nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	refuse := func(why string) (agent.Policy, error) {
+	refuse := func(why string) (agent.Policy, *agent.Event, error) {
 		log.Error().Str("model", cfg.Model).Str("why", why).
 			Msg("the model may not act: the rules policy acts instead (run `hapilot calibrate --model " + cfg.Model + "`, or --skip-calibration)")
-		return rules.NewPolicy(c.Rules), nil
+		return rules.NewPolicy(c.Rules), calibration(false, why, map[string]string{}), nil
 	}
 	digest, err := model.Digest(ctx)
 	if err != nil {
 		// The model server does not answer yet: the policy starts with the rules
 		// alone, and checks the record once it answers.
 		log.Warn().Err(err).Str("model", cfg.Model).Msg("the model server does not answer: the rules act alone until it does and the model's calibration record is checked")
-		pol.Admit = func(ctx context.Context) error { return admit(ctx, model, cfg.CalibrationDir) }
-		return pol.Hooks(), nil
+		llmPol.Admit = func(ctx context.Context) error { return admit(ctx, model, cfg.CalibrationDir) }
+		return llmPol.Hooks(), nil, nil
 	}
 	if err := checkRecord(model, cfg.CalibrationDir, digest); err != nil {
 		return refuse(err.Error())
@@ -61,7 +68,8 @@ func newLLMPolicy(c config.Config, log zerolog.Logger) (agent.Policy, error) {
 	sc, _ := llm.Load(cfg.CalibrationDir, digest)
 	log.Info().Str("model", cfg.Model).Str("digest", digest).Float64("precision", sc.Precision).Float64("recall", sc.Recall).
 		Msg("calibrated model may act")
-	return pol.Hooks(), nil
+	return llmPol.Hooks(), calibration(true, "calibrated model may act", map[string]string{"digest": digest,
+		"precision": fmt.Sprintf("%.2f", sc.Precision), "recall": fmt.Sprintf("%.2f", sc.Recall)}), nil
 }
 
 // admit checks the model's calibration record once the model server answers.

@@ -88,6 +88,8 @@ func (d *Daemon) watchSilence(ctx context.Context) error {
 			d.silence.Store(&w)
 			if !sameServers(s.Silent, was) {
 				d.log.Error().Strs("servers", keyNames(s.Silent, 20)).Int("silent", len(s.Silent)).Int("reported", s.Covered).Msg(w)
+				// The event log and the webhook get it too (docs/events.md).
+				d.Loop.TelemetrySilent(time.Since(s.Since)+ingest.DefaultSilentAfter, w)
 			}
 		}
 		was = s.Silent

@@ -6,6 +6,7 @@ package promtext
 import (
 	"fmt"
 	"io"
+	"strings"
 )
 
 // Number is what a sample may hold.
@@ -27,3 +28,51 @@ func Summary(w io.Writer, name, help string, sum float64, count uint64) {
 func write[T Number](w io.Writer, name, typ, help string, v T) {
 	fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %v\n", name, help, name, typ, name, v)
 }
+
+// Sample is one labelled sample: Labels are name, value pairs.
+type Sample struct {
+	Labels []string
+	Value  float64
+}
+
+// Family writes a metric of labelled samples under one HELP and TYPE
+// (typ: counter or gauge). With no sample, the family is still declared,
+// so that a scraper knows it exists.
+func Family(w io.Writer, name, typ, help string, samples []Sample) {
+	fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
+	for _, s := range samples {
+		fmt.Fprintf(w, "%s%s %v\n", name, labels(s.Labels), s.Value)
+	}
+}
+
+// Histogram writes a histogram: bounds are the buckets' upper bounds,
+// cumulative the count at or below each.
+func Histogram(w io.Writer, name, help string, bounds []float64, cumulative []uint64, sum float64, count uint64) {
+	fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name)
+	for i, le := range bounds {
+		fmt.Fprintf(w, "%s_bucket{le=\"%v\"} %d\n", name, le, cumulative[i])
+	}
+	fmt.Fprintf(w, "%s_bucket{le=\"+Inf\"} %d\n%s_sum %g\n%s_count %d\n", name, count, name, sum, name, count)
+}
+
+// labels formats name="value" pairs, values escaped as the format asks.
+func labels(kv []string) string {
+	if len(kv) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteByte('{')
+	for i := 0; i+1 < len(kv); i += 2 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(kv[i])
+		b.WriteString(`="`)
+		b.WriteString(escaper.Replace(kv[i+1]))
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+var escaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)

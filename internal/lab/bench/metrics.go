@@ -240,6 +240,9 @@ type Agent struct {
 
 // auditRecord is the part of an audit line the metrics read.
 type auditRecord struct {
+	// Type is the line's event type: the metrics read the steps only
+	// (the agent's --audit-steps; the other events share the file).
+	Type         string                     `json:"type"`
 	Time         time.Time                  `json:"time"`
 	Commands     []struct{ Command string } `json:"commands"`
 	PolicyReport struct {
@@ -265,6 +268,9 @@ func AgentView(audit io.Reader, start time.Time, steps int, interval time.Durati
 		var r auditRecord
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			return a, nil, fmt.Errorf("audit line %d: %w", n, err)
+		}
+		if r.Type != "" && r.Type != "step" {
+			continue
 		}
 		if r.Time.Before(start) || !r.Time.Before(end) {
 			continue

@@ -189,3 +189,21 @@ func TestAgentView(t *testing.T) {
 		t.Error("a garbled audit line must be an error")
 	}
 }
+
+// The agent's events share the audit log with its steps: only the steps
+// count as steps, and only their commands as marks.
+func TestAgentViewSkipsEvents(t *testing.T) {
+	start := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
+	log := `{"schema":1,"type":"start","time":"2026-12-03T00:00:00.5Z"}
+{"schema":1,"type":"step","time":"2026-12-03T00:00:01Z","commands":[{"command":"set server app/srv3 state drain"}]}
+{"schema":1,"type":"drain","time":"2026-12-03T00:00:01Z","server":"app/srv3"}
+{"time":"2026-12-03T00:00:02Z","commands":[]}
+`
+	a, marks, err := AgentView(strings.NewReader(log), start, 10, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.StepsCompleted != 2 || a.Commands != 1 || len(marks) != 1 {
+		t.Fatalf("steps %d, commands %d, marks %v", a.StepsCompleted, a.Commands, marks)
+	}
+}

@@ -234,7 +234,8 @@ func startVariant(ctx context.Context, name string, servers []string, root, cpus
 		return nil, err
 	}
 	opts := fleet.HAProxyOptions{Dir: dir, FrontendPort: ports[0], Servers: servers}
-	args := []string{"--policy", "static", "--interval", "10s", "--status-listen", "off", "--haproxy-socket", opts.Socket(), "--spoe-listen", "off"}
+	args := []string{"--policy", "static", "--interval", "10s", "--status-listen", "off", "--haproxy-socket", opts.Socket(), "--spoe-listen", "off",
+		"--state-file", filepath.Join(dir, "state.json"), "--control-socket", "unix:" + filepath.Join(dir, "ctl.sock")}
 	agentAddr := fmt.Sprintf("127.0.0.1:%d", ports[1])
 	// A "-noagent" path is its base path's config with nobody on the other end.
 	base, noAgent := strings.CutSuffix(name, "-noagent")

@@ -134,13 +134,16 @@ func TestDebianPackage(t *testing.T) {
 		return []string{"--reuid=" + as, "--regid=haproxy", "--init-groups", "/usr/bin/hapilot", "run",
 			"--config", "/etc/hapilot/hapilot.conf", "--haproxy-socket", opts.Socket(),
 			"--status-listen", fmt.Sprintf("127.0.0.1:%d", ports[1]), "--interval", "1s",
-			"--state-file", filepath.Join(dir, "state", "state.json"), "--audit-log", filepath.Join(dir, "log", "audit.jsonl")}
+			"--state-file", filepath.Join(dir, "state", "state.json"), "--audit-log", filepath.Join(dir, "log", "audit.jsonl"),
+			// The package ships observe; this is the step docs/install.md
+			// shows after a week of watching.
+			"--mode", "enforce", "--control-socket", "unix:" + filepath.Join(dir, "run", "ctl.sock")}
 	}
 
 	// As a user outside group haproxy: stopped, with the fix.
 	out, err := exec.CommandContext(ctx, "setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/hapilot", "run",
 		"--config", "/etc/hapilot/hapilot.conf", "--haproxy-socket", opts.Socket(), "--spoe-listen", "off", "--status-listen", "off",
-		"--state-file=", "--audit-log=").CombinedOutput()
+		"--state-file=", "--audit-log=", "--control-socket", "off").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "permission denied on HAProxy's socket") || !strings.Contains(string(out), "run hapilot in group haproxy") {
 		t.Errorf("as nobody: %v\n%s", err, out)
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +32,8 @@ func TestConnectionFloodCannotStopTheAgent(t *testing.T) {
 	}
 	status, spoe, syslog := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1]), fmt.Sprintf("127.0.0.1:%d", ports[2])
 	cmd := exec.Command("prlimit", "--nofile=200:200", agentBinary, "run", "--haproxy-socket", "/nonexistent.sock", "--interval", "1s",
-		"--status-listen", status, "--spoe-listen", spoe, "--syslog-listen", "tcp://"+syslog, "--log-format", "json")
+		"--status-listen", status, "--spoe-listen", spoe, "--syslog-listen", "tcp://"+syslog, "--log-format", "json",
+		"--state-file", "off", "--control-socket", "unix:"+filepath.Join(t.TempDir(), "ctl.sock"))
 	logs := &strings.Builder{}
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {

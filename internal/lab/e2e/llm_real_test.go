@@ -146,6 +146,9 @@ func summarize(t *testing.T, audit []byte) auditSummary {
 		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
 			t.Fatal(err)
 		}
+		if rec.Type != agent.EventStep {
+			continue // an event: the steps are the --audit-steps lines
+		}
 		sum.steps++
 		sum.maxStepMs = max(sum.maxStepMs, rec.DurationMs)
 		r := rec.PolicyReport
@@ -433,7 +436,8 @@ func TestRealOllamaShadow(t *testing.T) {
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
 		var rec struct {
-			Policy       string `json:"policy"`
+			Type         agent.EventType `json:"type"`
+			Policy       string          `json:"policy"`
 			PolicyReport struct {
 				Model *struct {
 					Called bool `json:"called"`
@@ -443,6 +447,9 @@ func TestRealOllamaShadow(t *testing.T) {
 		}
 		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
 			t.Fatal(err)
+		}
+		if rec.Type != agent.EventStep {
+			continue
 		}
 		steps++
 		if r := rec.PolicyReport; r.Model != nil && (r.Model.Called || r.ModelError != "") {

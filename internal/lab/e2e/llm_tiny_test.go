@@ -115,6 +115,9 @@ func TestRealOllamaHapilotTiny(t *testing.T) {
 		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
 			t.Fatal(err)
 		}
+		if rec.Type != agent.EventStep {
+			continue // an event: the steps are the --audit-steps lines
+		}
 		steps++
 		if pr := rec.PolicyReport; pr.Called {
 			calls++

@@ -119,8 +119,8 @@ func Start(ctx context.Context, s Setup) (_ *Cluster, err error) {
 			return nil, err
 		}
 		n.args = []string{"run", "--log-format", "json", "--policy", "rules", "--interval", s.Interval.String(), "--haproxy-socket", opts.Socket(),
-			"--spoe-listen", spoe, "--status-listen", n.StatusAddr, "--audit-log", filepath.Join(n.Dir, "audit.jsonl"),
-			"--state-file", filepath.Join(n.Dir, "state.json")}
+			"--spoe-listen", spoe, "--status-listen", n.StatusAddr, "--audit-log", filepath.Join(n.Dir, "audit.jsonl"), "--audit-steps",
+			"--state-file", filepath.Join(n.Dir, "state.json"), "--control-socket", "unix:" + filepath.Join(n.Dir, "ctl.sock")}
 		if s.Fleet {
 			var others []string
 			for j, a := range fleetAddrs {

@@ -105,6 +105,9 @@ type Scenario struct {
 	// Prepare runs once HAProxy is up, before the load (e.g. an operator's
 	// `set server ... state maint`).
 	Prepare func(ctx context.Context, rt *haproxy.Client) error
+	// EditHAProxy, when set, rewrites the generated haproxy.cfg (a second
+	// backend, say); Watch and the outcome still follow fleet.BackendName.
+	EditHAProxy func(cfg string) string
 	// At runs at the given offsets into the load.
 	At map[time.Duration]func(env *Env)
 
@@ -242,6 +245,9 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.EditHAProxy != nil {
+		cfg = s.EditHAProxy(cfg)
+	}
 	startHAProxy := haproxyproc.Start
 	if s.MasterWorker {
 		startHAProxy = haproxyproc.StartMasterWorker
@@ -294,8 +300,8 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 			statusListen = "off"
 		}
 		args := []string{"--policy", s.Policy, "--interval", s.Interval.String(), "--haproxy-socket", opts.Socket(),
-			"--status-listen", statusListen, "--audit-log", out.AuditLog,
-			"--state-file", filepath.Join(s.Dir, "state-"+name+".json")}
+			"--status-listen", statusListen, "--audit-log", out.AuditLog, "--audit-steps",
+			"--state-file", filepath.Join(s.Dir, "state-"+name+".json"), "--control-socket", "unix:" + filepath.Join(s.Dir, "ctl-"+name+".sock")}
 		args = append(args, ingestArgs...)
 		args = append(args, s.AgentArgs...)
 		if s.AgentBinary != "" {

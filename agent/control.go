@@ -1,0 +1,344 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/hapilot/hapilot/haproxy"
+	"github.com/rs/zerolog"
+)
+
+// ErrRefused marks an operator's command the agent will not carry out;
+// the error's text says why.
+var ErrRefused = errors.New("refused")
+
+// Released is one server an operator's command brought back.
+type Released struct {
+	Server Key `json:"server"`
+	// Was is the agent's change it ended.
+	Was      Change          `json:"was"`
+	Commands []CommandResult `json:"commands"`
+	// Until is when the server stops being the operator's: the agent
+	// does not act on it before, unless its state changes.
+	Until time.Time `json:"until"`
+	Error string    `json:"error,omitempty"`
+}
+
+// releaseHold is how long a released server stays the operator's: the
+// operator hold, or its default where the hold is off (a release is the
+// operator's word, and a word that lasts no time would be overridden at
+// the next step).
+func (l *Loop) releaseHold() time.Duration {
+	if l.OperatorHold > 0 {
+		return l.OperatorHold
+	}
+	return DefaultOperatorHold
+}
+
+// Release brings server k back to its configured state now, and leaves
+// it to the operator for the hold time: the agent's own change only.
+// It acts in observe mode and while paused too: it is the operator's
+// command, not the agent's decision.
+func (l *Loop) Release(ctx context.Context, k Key, by string) (Released, error) {
+	l.stepMu.Lock()
+	defer l.stepMu.Unlock()
+	obs, err := l.observeNow(ctx)
+	if err != nil {
+		return Released{Server: k}, err
+	}
+	_, v := obs.Find(k.Backend, k.Server)
+	if v == nil {
+		return Released{Server: k}, fmt.Errorf("%w: no server %s in HAProxy", ErrRefused, k)
+	}
+	if v.Owner != OwnerAgent || v.Changed == nil {
+		return Released{Server: k}, fmt.Errorf("%w: %s is not the agent's change (owner %s, %s, weight %d of %d): the agent only releases its own",
+			ErrRefused, k, v.Owner, v.State.Label(), v.State.Weight, v.State.Initial)
+	}
+	r := l.release(ctx, v, by)
+	if r.Error != "" {
+		return r, errors.New(r.Error)
+	}
+	return r, nil
+}
+
+// Restore releases every server the agent changed.
+func (l *Loop) Restore(ctx context.Context, by string) ([]Released, error) {
+	l.stepMu.Lock()
+	defer l.stepMu.Unlock()
+	obs, err := l.observeNow(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []Released{}
+	var errs []error
+	for _, b := range obs.Backends {
+		for i := range b.Servers {
+			if v := &b.Servers[i]; v.Owner == OwnerAgent && v.Changed != nil {
+				r := l.release(ctx, v, by)
+				if r.Error != "" {
+					errs = append(errs, fmt.Errorf("%s: %s", r.Server, r.Error))
+				}
+				out = append(out, r)
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// observeNow reads the servers for an operator's command.
+func (l *Loop) observeNow(ctx context.Context) (Observation, error) {
+	l.mu.Lock()
+	cycle := l.cycle
+	l.mu.Unlock()
+	obs, _, err := l.observe(ctx, l.Clock.Now(), cycle)
+	if err != nil {
+		return obs, fmt.Errorf("read server states: %w", err)
+	}
+	return obs, nil
+}
+
+// release sends v back to its configured state and records it in the
+// ledger. Called with stepMu held.
+func (l *Loop) release(ctx context.Context, v *ServerView, by string) Released {
+	now := l.Clock.Now()
+	r := Released{Server: v.Key(), Was: *v.Changed}
+	var took bool
+	r.Commands, took = sendRestore(ctx, l.Runtimes, v.State)
+	if !took {
+		r.Error = "no HAProxy took the commands: " + commandErrors(r.Commands)
+		l.Log.Error().Stringer("server", r.Server).Str("by", by).Str("error", r.Error).Msg("release failed")
+		return r
+	}
+	r.Until = now.Add(l.releaseHold())
+	l.theLedger().Release(r.Server, v.State.Initial, now, l.releaseHold())
+	if v.Changed.Phase == PhaseDrained {
+		if f, ok := l.Windows.(forgetter); ok {
+			f.Forget(v.Backend, v.Server) // its errors before the drain are history
+		}
+	}
+	if errs := commandErrors(r.Commands); errs != "" {
+		r.Error = "partial: " + errs
+	}
+	l.Log.Warn().Stringer("server", r.Server).Str("was", string(r.Was.Phase)).Str("by", by).Time("operator_until", r.Until).
+		Msg("released by the operator: back to its configured state, and theirs until then")
+	k := r.Server
+	l.emit(Event{Type: EventRelease, Server: &k, By: by, Until: r.Until, Reason: "released by the operator; the agent's change was: " + r.Was.Reason,
+		Detail: map[string]string{"was": string(r.Was.Phase)}, Evidence: evidenceOf(nil, v, "")})
+	return r
+}
+
+// sendRestore sends the commands that bring a server at state s back to
+// its configured state (ready, configured weight) to every runtime; took
+// is true when at least one took all of them.
+func sendRestore(ctx context.Context, runtimes []Runtime, s haproxy.ServerState) (results []CommandResult, took bool) {
+	type cmd struct {
+		text string
+		send func(Runtime) error
+	}
+	var cmds []cmd
+	if s.Drain() || s.Maint() {
+		text, err := haproxy.SetStateCommand(s.Backend, s.Server, haproxy.StateReady)
+		if err != nil {
+			return []CommandResult{{Command: "ready " + s.Backend + "/" + s.Server, Error: err.Error()}}, false
+		}
+		cmds = append(cmds, cmd{text, func(rt Runtime) error { return rt.SetServerState(ctx, s.Backend, s.Server, haproxy.StateReady) }})
+	}
+	if s.Weight != s.Initial {
+		text, err := haproxy.SetWeightCommand(s.Backend, s.Server, s.Initial)
+		if err != nil {
+			return []CommandResult{{Command: "weight " + s.Backend + "/" + s.Server, Error: err.Error()}}, false
+		}
+		cmds = append(cmds, cmd{text, func(rt Runtime) error { return rt.SetWeight(ctx, s.Backend, s.Server, s.Initial) }})
+	}
+	for _, rt := range runtimes {
+		all := true
+		for _, c := range cmds {
+			r := CommandResult{Socket: rt.Addr(), Command: c.text}
+			if err := c.send(rt); err != nil {
+				r.Error, all = err.Error(), false
+			}
+			results = append(results, r)
+		}
+		took = took || all
+	}
+	return results, took
+}
+
+func commandErrors(results []CommandResult) string {
+	var errs []string
+	for _, r := range results {
+		if r.Error != "" {
+			errs = append(errs, r.Socket+": "+r.Error)
+		}
+	}
+	if len(errs) == 0 {
+		return ""
+	}
+	return fmt.Sprint(errs)
+}
+
+// Pause holds the agent's actions back on backend (AllBackends:
+// everywhere) for d (0: until resumed). While paused it observes: every
+// vetted action is a would-action.
+func (l *Loop) Pause(backend string, d time.Duration, by string) Pause {
+	now := l.Clock.Now()
+	p := Pause{Backend: backend, Since: now, By: by}
+	if d > 0 {
+		p.Until = now.Add(d)
+	}
+	l.theLedger().SetPause(p)
+	l.emit(Event{Type: EventPause, Backend: backend, By: by, Until: p.Until, Reason: p.Why()})
+	l.Log.Warn().Str("backend", backend).Time("until", p.Until).Str("by", by).Msg("paused: the agent observes and sends nothing there")
+	return p
+}
+
+// Resume ends the pause of backend (AllBackends: the pause of every
+// backend; "": every pause), and returns those it ended.
+func (l *Loop) Resume(backend, by string) []Pause {
+	ended := l.theLedger().ClearPause(backend)
+	for _, p := range ended {
+		l.Log.Warn().Str("backend", p.Backend).Str("by", by).Msg("resumed: the agent acts again")
+		l.emit(Event{Type: EventResume, Backend: p.Backend, By: by, Reason: "resumed"})
+	}
+	return ended
+}
+
+// Explanation is what the agent knows of one server: its last view, the
+// agent's change, whether its test finds it, and the recent decisions.
+type Explanation struct {
+	Server Key  `json:"server"`
+	Mode   Mode `json:"mode"`
+	// Change is the agent's change in force on it now, if any.
+	Change *Change `json:"change,omitempty"`
+	// View is the server as HAProxy showed it at the last step's start,
+	// with its windows, before that step's commands.
+	View      *ServerView `json:"view"`
+	Serving   int         `json:"backend_serving"`
+	Servers   int         `json:"backend_servers"`
+	Candidate bool        `json:"candidate"`
+	Paused    *Pause      `json:"paused,omitempty"`
+	Decisions []Decision  `json:"decisions"`
+	// Probe is recovery's word on it: the next probe burst, the last.
+	Probe *ProbeStatus `json:"probe,omitempty"`
+}
+
+// ProbeStatus is where recovery stands with a drained server.
+type ProbeStatus struct {
+	// Next is when the next probe burst may start.
+	Next         time.Time `json:"next,omitzero"`
+	LastBurst    string    `json:"last_burst,omitempty"`
+	FailedBursts int       `json:"failed_bursts"`
+	Drains       int       `json:"drains"`
+}
+
+// prober is a Recovery that can say where a server's probes stand.
+type prober interface {
+	Probe(k Key) (ProbeStatus, bool)
+}
+
+// Explain says what the agent knows of k as of its last step.
+func (l *Loop) Explain(k Key) (Explanation, error) {
+	e := Explanation{Server: k, Mode: l.mode(), Decisions: []Decision{}}
+	if p, ok := l.Recovery.(prober); ok {
+		if st, ok := p.Probe(k); ok {
+			e.Probe = &st
+		}
+	}
+	if p, ok := l.theLedger().PausedFor(k.Backend, l.Clock.Now()); ok {
+		e.Paused = &p
+	}
+	if c, ok := l.Ledger()[k]; ok {
+		e.Change = &c
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, v := l.last.Find(k.Backend, k.Server)
+	if v == nil {
+		if l.last.Time.IsZero() {
+			return e, fmt.Errorf("%w: no step has read HAProxy yet", ErrRefused)
+		}
+		return e, fmt.Errorf("%w: no server %s in the last step's view", ErrRefused, k)
+	}
+	cp := *v
+	e.View, e.Serving, e.Servers = &cp, b.ServingCount(), len(b.Servers)
+	for _, c := range l.candidates {
+		e.Candidate = e.Candidate || c == k
+	}
+	for _, d := range l.recent {
+		if d.Proposed.Key() == k {
+			e.Decisions = append(e.Decisions, d)
+		}
+	}
+	return e, nil
+}
+
+// Holding is one change the agent holds, for `hapilot ctl list`.
+type Holding struct {
+	Server Key `json:"server"`
+	Change
+}
+
+// List is every change the agent holds, by server.
+func (l *Loop) List() []Holding { return listChanges(l.Ledger()) }
+
+func listChanges(changes map[Key]Change) []Holding {
+	out := make([]Holding, 0, len(changes))
+	for k, c := range changes {
+		out = append(out, Holding{Server: k, Change: c})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Server.String() < out[j].Server.String() })
+	return out
+}
+
+// RestoreFromState is `hapilot restore`, for when the agent is not
+// running: it reads the agent's changes from its state file and brings
+// back each server that still shows the change, leaving it to the
+// operator for hold like a release. A server someone changed since is
+// left as it is, and said so.
+func RestoreFromState(ctx context.Context, file string, runtimes []Runtime, hold time.Duration, now time.Time, log zerolog.Logger) ([]Released, error) {
+	if file == "" {
+		return nil, fmt.Errorf("%w: no state file: nothing records the agent's changes", ErrRefused)
+	}
+	ledger, err := OpenLedger(file, log)
+	if err != nil {
+		return nil, err
+	}
+	if st := ledger.Saved(); st.KeptAside != "" {
+		return nil, fmt.Errorf("%w: the state file could not be read (kept as %s): nothing records the agent's changes", ErrRefused, st.KeptAside)
+	}
+	procs, err := readProcesses(ctx, runtimes)
+	if err != nil {
+		return nil, fmt.Errorf("read server states: %w", err)
+	}
+	out := []Released{}
+	var errs []error
+	for _, h := range listChanges(ledger.Changes()) {
+		r := Released{Server: h.Server, Was: h.Change}
+		s, ok := procs.state[h.Server]
+		switch {
+		case !ok || procs.seenBy[h.Server] != procs.count:
+			r.Error = "not in every HAProxy: left as it is"
+			ledger.Lose(h.Server)
+		case !h.Change.holds(*s):
+			r.Error = fmt.Sprintf("no longer the agent's change (%s, weight %d of %d): left as it is", s.Label(), s.Weight, s.Initial)
+			ledger.Lose(h.Server)
+		default:
+			var took bool
+			if r.Commands, took = sendRestore(ctx, runtimes, *s); !took {
+				r.Error = "no HAProxy took the commands: " + commandErrors(r.Commands)
+				errs = append(errs, fmt.Errorf("%s: %s", h.Server, r.Error))
+				break
+			}
+			r.Until = now.Add(hold)
+			ledger.Release(h.Server, s.Initial, now, hold)
+		}
+		out = append(out, r)
+	}
+	if st := ledger.Flush(); !st.Saved {
+		errs = append(errs, fmt.Errorf("state file %s unsaved: %s", st.File, st.Error))
+	}
+	return out, errors.Join(errs...)
+}

@@ -1,0 +1,124 @@
+// Package ctl is the protocol of `hapilot ctl`: one JSON request line
+// from the client, one JSON answer line from the agent, over the agent's
+// unix control socket. It is shared by the agent's server
+// (internal/daemon) and the client (cmd/hapilot), so that both read the
+// same names.
+package ctl
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"time"
+)
+
+// Command names what the client asks.
+type Command string
+
+const (
+	Status  Command = "status"
+	List    Command = "list"
+	Explain Command = "explain"
+	Release Command = "release"
+	Pause   Command = "pause"
+	Resume  Command = "resume"
+	Restore Command = "restore"
+)
+
+// Commands lists them, in the order the help shows.
+var Commands = []Command{Status, List, Explain, Release, Pause, Resume, Restore}
+
+// Request is one command. Server is "backend/server" (explain,
+// release); Backend scopes pause and resume ("" for every backend); For
+// bounds a pause ("" or 0: until resumed).
+type Request struct {
+	Command Command `json:"command"`
+	Server  string  `json:"server,omitempty"`
+	Backend string  `json:"backend,omitempty"`
+	For     string  `json:"for,omitempty"`
+}
+
+// Answer is the agent's reply: OK with a Result, or an Error that says
+// why (a refusal's reason).
+type Answer struct {
+	OK      bool            `json:"ok"`
+	Error   string          `json:"error,omitempty"`
+	Message string          `json:"message,omitempty"`
+	Result  json.RawMessage `json:"result,omitempty"`
+}
+
+// MaxLine bounds a request or an answer line.
+const MaxLine = 4 << 20
+
+// Timeout bounds a command: a release reads HAProxy and sends commands,
+// which a stuck socket could hold.
+const Timeout = 30 * time.Second
+
+// Do sends req to the agent at path and reads its answer.
+func Do(ctx context.Context, path string, req Request) (Answer, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", path)
+	if errors.Is(err, fs.ErrPermission) {
+		return Answer{}, fmt.Errorf("reach the agent at %s: %w (the socket is the agent's user's and group's, mode 0660: run as root or as a member of its group)", path, err)
+	}
+	if err != nil {
+		return Answer{}, fmt.Errorf("reach the agent at %s: %w (is it running? `hapilot restore` works without it)", path, err)
+	}
+	defer conn.Close()
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(Timeout)
+	}
+	_ = conn.SetDeadline(deadline)
+	b, err := json.Marshal(req)
+	if err != nil {
+		return Answer{}, err
+	}
+	if _, err := conn.Write(append(b, '\n')); err != nil {
+		return Answer{}, fmt.Errorf("send to the agent: %w", err)
+	}
+	r := bufio.NewReaderSize(conn, 64<<10)
+	line, err := readLine(r)
+	if err != nil {
+		return Answer{}, fmt.Errorf("read the agent's answer: %w", err)
+	}
+	var a Answer
+	if err := json.Unmarshal(line, &a); err != nil {
+		return Answer{}, fmt.Errorf("the agent's answer: %w", err)
+	}
+	return a, nil
+}
+
+// ReadRequest reads one request line.
+func ReadRequest(r *bufio.Reader) (Request, error) {
+	line, err := readLine(r)
+	if err != nil {
+		return Request{}, err
+	}
+	var req Request
+	if err := json.Unmarshal(line, &req); err != nil {
+		return Request{}, fmt.Errorf("request: %w", err)
+	}
+	return req, nil
+}
+
+func readLine(r *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, isPrefix, err := r.ReadLine()
+		if err != nil {
+			return nil, err
+		}
+		line = append(line, chunk...)
+		if len(line) > MaxLine {
+			return nil, fmt.Errorf("line over %d bytes", MaxLine)
+		}
+		if !isPrefix {
+			return line, nil
+		}
+	}
+}

@@ -1,0 +1,111 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/rules"
+)
+
+// scopedRules is the rules policy with each backend's own alpha and
+// minimum ratio from the config's backend blocks: one rules policy per
+// distinct setting, each deciding the backends that take it. A backend
+// always goes to the same one, so any state a policy keeps per backend
+// stays whole. Without such a block it is the rules policy itself.
+func scopedRules(base rules.Config, scope agent.Scope) agent.Policy {
+	type key struct{ alpha, ratio float64 }
+	cfgOf := func(backend string) (key, rules.Config) {
+		c := base
+		bs := scope.For(backend)
+		if bs.Alpha != nil {
+			c.Alpha = *bs.Alpha
+		}
+		if bs.MinRatio != nil {
+			c.MinRatio = *bs.MinRatio
+		}
+		return key{c.Alpha, c.MinRatio}, c
+	}
+	own := false
+	for _, b := range scope {
+		own = own || b.Alpha != nil || b.MinRatio != nil
+	}
+	root := rules.NewPolicy(base)
+	if !own {
+		return root
+	}
+	baseKey := key{base.Alpha, base.MinRatio}
+	// Filled as backends appear, by the loop's goroutine only: Decide
+	// and Evidence both run on it (agent.Loop.Run).
+	byKey := map[key]agent.Policy{baseKey: root}
+	split := func(obs agent.Observation) ([]agent.Policy, []agent.Observation) {
+		groups := map[key]int{}
+		var pols []agent.Policy
+		var parts []agent.Observation
+		for _, b := range obs.Backends {
+			k, cfg := cfgOf(b.Name)
+			i, ok := groups[k]
+			if !ok {
+				p, ok := byKey[k]
+				if !ok {
+					p = rules.NewPolicy(cfg)
+					byKey[k] = p
+				}
+				i = len(pols)
+				groups[k] = i
+				pols = append(pols, p)
+				part := obs
+				part.Backends = nil
+				parts = append(parts, part)
+			}
+			parts[i].Backends = append(parts[i].Backends, b)
+		}
+		return pols, parts
+	}
+	p := root
+	p.Decider = scopedDecider{split: split}
+	if root.Evidence != nil {
+		p.Evidence = func(obs agent.Observation) []agent.Key {
+			var out []agent.Key
+			pols, parts := split(obs)
+			for i, pol := range pols {
+				out = append(out, pol.Evidence(parts[i])...)
+			}
+			return out
+		}
+	}
+	return p
+}
+
+// scopedDecider asks each backend's rules policy about its backends.
+type scopedDecider struct {
+	split func(agent.Observation) ([]agent.Policy, []agent.Observation)
+}
+
+func (scopedDecider) Name() string { return "rules" }
+
+func (d scopedDecider) Decide(ctx context.Context, obs agent.Observation) (agent.Plan, error) {
+	var plan agent.Plan
+	var errs []error
+	pols, parts := d.split(obs)
+	for i, pol := range pols {
+		p, err := pol.Decide(ctx, parts[i])
+		if err != nil {
+			errs = append(errs, fmt.Errorf("backends %s: %w", names(parts[i]), err))
+		}
+		plan = append(plan, p...)
+	}
+	return plan, errors.Join(errs...)
+}
+
+func names(obs agent.Observation) string {
+	s := ""
+	for i, b := range obs.Backends {
+		if i > 0 {
+			s += ","
+		}
+		s += b.Name
+	}
+	return s
+}
