@@ -32,7 +32,7 @@ func newLLMPolicy(c config.Config, log zerolog.Logger) (agent.Policy, error) {
 	if cfg.Unprotected {
 		log.Warn().Msg("--unprotected: the model acts without hapilot's protections (research runs only)")
 	}
-	pol := llm.New(model, floor, cfg, log.With().Str("component", "llm").Logger())
+	pol := llm.New(model, floor, c.Rules, cfg, log.With().Str("component", "llm").Logger())
 	if c.Chosen() == config.PolicyShadow {
 		return llm.NewShadow(pol, rules.NewPolicy(c.Rules)), nil
 	}

@@ -44,11 +44,11 @@ func TestFleetWide(t *testing.T) {
 		{"nobody with traffic to compare with", []srv{{name: "q1", req: 100, e5: 5}, {name: "q2"}}, "q1", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := New(nil, nil, DefaultConfig(), zerolog.Nop())
+			p := New(nil, nil, rules.DefaultConfig(), DefaultConfig(), zerolog.Nop())
 			defer p.Close()
 			b := backend(now, "app", tc.servers)
 			_, s := (&agent.Observation{Backends: []agent.BackendView{b}}).Find("app", tc.server)
-			why := p.fleetWide(&b, s, looseFlags(p, b))
+			why := p.rules.FleetWide(&b, s, looseFlags(p, b))
 			if (why != "") != tc.refused {
 				t.Fatalf("fleetWide(%s) = %q, want refused %v", tc.server, why, tc.refused)
 			}
@@ -60,7 +60,7 @@ func TestFleetWide(t *testing.T) {
 // the servers the loose test flags.
 func looseFlags(p *Policy, b agent.BackendView) map[agent.Key]bool {
 	out := map[agent.Key]bool{}
-	for _, f := range p.gate.Test(b) {
+	for _, f := range rules.New(p.rules.Loose()).Test(b) {
 		if f.Outlier {
 			out[agent.Key{Backend: b.Name, Server: f.Server}] = true
 		}
@@ -81,8 +81,8 @@ func TestSupported(t *testing.T) {
 	now := time.Unix(1000, 0)
 	obs := agent.Observation{Time: now, Backends: []agent.BackendView{backend(now, "app", fleetWideSeed3())}}
 	srv2 := agent.Key{Backend: "app", Server: "srv2"}
-	errs := Candidate{Why: "errors", Signals: []Signal{SignalErrors}}
-	slowToo := Candidate{Why: "errors", Signals: []Signal{SignalErrors, SignalLatency}}
+	errs := rules.Suspect{Why: "errors", Signals: []rules.Signal{rules.SignalErrors}}
+	slowToo := rules.Suspect{Why: "errors", Signals: []rules.Signal{rules.SignalErrors, rules.SignalLatency}}
 	drain := agent.Action{Kind: agent.Drain, Backend: "app", Server: "srv2"}
 	cut := agent.Action{Kind: agent.SetWeight, Backend: "app", Server: "srv2", Weight: 0}
 	raise := agent.Action{Kind: agent.SetWeight, Backend: "app", Server: "srv2", Weight: 1}
@@ -90,21 +90,21 @@ func TestSupported(t *testing.T) {
 	floorDrainsSrv3 := agent.Plan{{Kind: agent.Drain, Backend: "app", Server: "srv3"}}
 	for _, tc := range []struct {
 		name   string
-		cands  map[agent.Key]Candidate
+		cands  map[agent.Key]rules.Suspect
 		floor  agent.Plan
 		action agent.Action
 		kept   bool
 		why    string
 	}{
 		{"not flagged", nil, nil, drain, false, "the windows do not flag it"},
-		{"flagged for errors alike the rest", map[agent.Key]Candidate{srv2: errs}, nil, drain, false, "the backend fails alike"},
-		{"a cut is a drain's kin", map[agent.Key]Candidate{srv2: errs}, nil, cut, false, "the backend fails alike"},
-		{"a peer the floor drains is not a peer", map[agent.Key]Candidate{srv2: errs}, floorDrainsSrv3, drain, true, ""},
-		{"slow as well: latency is not the errors' to judge", map[agent.Key]Candidate{srv2: slowToo}, nil, drain, true, ""},
+		{"flagged for errors alike the rest", map[agent.Key]rules.Suspect{srv2: errs}, nil, drain, false, "the backend fails alike"},
+		{"a cut is a drain's kin", map[agent.Key]rules.Suspect{srv2: errs}, nil, cut, false, "the backend fails alike"},
+		{"a peer the floor drains is not a peer", map[agent.Key]rules.Suspect{srv2: errs}, floorDrainsSrv3, drain, true, ""},
+		{"slow as well: latency is not the errors' to judge", map[agent.Key]rules.Suspect{srv2: slowToo}, nil, drain, true, ""},
 		{"no cut: nothing to support", nil, nil, raise, true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := New(nil, nil, DefaultConfig(), zerolog.Nop())
+			p := New(nil, nil, rules.DefaultConfig(), DefaultConfig(), zerolog.Nop())
 			defer p.Close()
 			got := p.supported(obs, agent.Plan{tc.action}, tc.cands, tc.floor)
 			if (len(got) == 1) != tc.kept {
@@ -154,7 +154,7 @@ func TestFleetWideDrainRefused(t *testing.T) {
 // at the same step as without it.
 func TestFleetWideOnSimulatedWindows(t *testing.T) {
 	const runs, steps = 300, 30
-	p := New(nil, nil, DefaultConfig(), zerolog.Nop())
+	p := New(nil, nil, rules.DefaultConfig(), DefaultConfig(), zerolog.Nop())
 	defer p.Close()
 	type scenario struct {
 		name   string
@@ -203,7 +203,7 @@ func TestFleetWideOnSimulatedWindows(t *testing.T) {
 					for k := range apart {
 						loose[k.Server] = true
 						_, s := (&agent.Observation{Backends: []agent.BackendView{b}}).Find("app", k.Server)
-						checked[k.Server] = p.fleetWide(&b, s, apart) == ""
+						checked[k.Server] = p.rules.FleetWide(&b, s, apart) == ""
 					}
 					for v, set := range []map[string]bool{loose, checked} {
 						for _, s := range servers {
@@ -259,7 +259,7 @@ func TestFleetWideOnSimulatedWindows(t *testing.T) {
 // The check leaves calibration alone: it judges what the model proposes,
 // before any check, and every sequence's expected drain passes the check.
 func TestCalibrationsDrainsPassTheFleetWideCheck(t *testing.T) {
-	p := New(nil, rules.New(rules.DefaultConfig()), DefaultConfig(), zerolog.Nop())
+	p := New(nil, rules.New(rules.DefaultConfig()), rules.DefaultConfig(), DefaultConfig(), zerolog.Nop())
 	defer p.Close()
 	for _, seq := range Sequences(time.Unix(1000, 0)) {
 		for i, st := range seq.Steps {

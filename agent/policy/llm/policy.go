@@ -65,8 +65,10 @@ type Policy struct {
 	history  []string         // the model's decisions and their outcomes
 	judge    []agent.Action   // last step's model actions, to judge now
 	report   Report
-	gate     *rules.Policy
-	evidence *rules.Policy
+	// rules is the operator's rule config: the suspects, the fleet-wide
+	// check and evidence are judged by it.
+	rules    rules.Config
+	evidence *rules.Policy // the operator's own test, for mayUndo
 
 	ctx    context.Context // the policy's life: Close ends it
 	cancel context.CancelFunc
@@ -136,18 +138,15 @@ type callResult struct {
 
 // New returns the LLM policy; cfg is resolved (Config.Resolved) by the
 // caller. Start warms the model; Close ends every call and the warm-up.
-func New(m *Model, floor agent.Decider, cfg Config, log zerolog.Logger) *Policy {
+func New(m *Model, floor agent.Decider, rc rules.Config, cfg Config, log zerolog.Logger) *Policy {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Policy{
 		Model: m, Floor: floor, Config: cfg, Log: log, Now: time.Now, WatchEvery: 30 * time.Second,
 		pending: map[proposal]int{}, think: cfg.Think, shown: cfg.MaxShown,
-		// A loose version of the rule test finds the grey zone: suspicious,
-		// not yet significant at the rules' alpha.
-		gate: rules.New(rules.Config{Alpha: 0.05, MinRequests: 50, MinErrors: 3, MinRatio: 1.5}),
-		// The default rule test decides whether a drained server's own
-		// window still condemns it.
-		evidence: rules.New(rules.DefaultConfig()),
-		ctx:      ctx, cancel: cancel, life: lifeState{state: LifeUnknown},
+		// The operator's rules find the suspects (their loose test) and
+		// decide whether a drained server's own window still condemns it.
+		rules: rc, evidence: rules.New(rc),
+		ctx: ctx, cancel: cancel, life: lifeState{state: LifeUnknown},
 	}
 }
 
@@ -345,15 +344,16 @@ func (p *Policy) costOfThinking(think Think, call Call, overran bool) {
 // supported drops drains and weight cuts of servers the windows do not
 // flag: the model proposes, the data must agree. A model that drains
 // healthy servers therefore cannot do worse than the rules. A server
-// flagged for its errors alone must also pass fleetWide, against the
-// peers the floor and the loose test have not set apart this step.
-func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[agent.Key]Candidate, floor agent.Plan) agent.Plan {
+// flagged for its errors alone must also pass the operator's rules'
+// FleetWide check, against the peers the floor and the loose test have
+// not set apart this step.
+func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[agent.Key]rules.Suspect, floor agent.Plan) agent.Plan {
 	apart := map[agent.Key]bool{}
 	for _, a := range floor {
 		apart[a.Key()] = true
 	}
 	for k, c := range cands {
-		if slices.Contains(c.Signals, SignalErrors) {
+		if slices.Contains(c.Signals, rules.SignalErrors) {
 			apart[k] = true
 		}
 	}
@@ -370,8 +370,8 @@ func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[age
 			switch {
 			case !flagged:
 				why = "the windows do not flag it"
-			case c.only(SignalErrors):
-				why = p.fleetWide(b, s, apart)
+			case c.Only(rules.SignalErrors):
+				why = p.rules.FleetWide(b, s, apart)
 			}
 			if why != "" {
 				p.report.Unsupported = append(p.report.Unsupported, proposalOf(a).String()+": "+why)
@@ -381,40 +381,6 @@ func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[age
 		out = append(out, a)
 	}
 	return out
-}
-
-// fleetWide says why s's errors do not set it apart from its backend, or
-// "" when they do. The loose test that flags a server compares it with
-// the better half of its peers, so that a second fault does not mask the
-// first; but where every server fails alike, the better half of a few
-// peers is a low draw, and any server looks worse than it. Against all
-// its serving peers together but those set apart too (another fault,
-// which would mask it), a faulty server must still fail MinRatio times as
-// often (the rules' own ratio), as a fault among healthy peers does by
-// far. One that fails like the rest is not the fault, and draining it
-// cannot help.
-func (p *Policy) fleetWide(b *agent.BackendView, s *agent.ServerView, apart map[agent.Key]bool) string {
-	if b == nil || s == nil {
-		return "" // the guardrails refuse an unknown server
-	}
-	var peerN, peerX uint64
-	for _, v := range b.Servers {
-		if v.Server != s.Server && v.Serving() && !apart[v.Key()] {
-			peerN += v.Window.Requests
-			peerX += v.Window.Err5xx
-		}
-	}
-	if peerN == 0 || s.Window.Requests == 0 {
-		return "" // no peer left with traffic: the loose test's comparison stands
-	}
-	rate := s.Window.ErrorRate()
-	peers := float64(peerX) / float64(peerN)
-	ratio := p.evidence.Config.MinRatio
-	if rate >= ratio*peers {
-		return ""
-	}
-	return fmt.Sprintf("errors %.2f%% (%d/%d) against %.2f%% (%d/%d) for its unflagged serving peers together, under %gx theirs: the backend fails alike",
-		100*rate, s.Window.Err5xx, s.Window.Requests, 100*peers, peerX, peerN, ratio)
 }
 
 // proposal names an action across steps: the same verb, server and
@@ -492,27 +458,8 @@ func (p *Policy) mayUndo(obs agent.Observation, a agent.Action) bool {
 	return false
 }
 
-// Signal is what makes the windows flag a server to the model.
-type Signal string
-
-const (
-	SignalErrors   Signal = "errors"   // the loose rule test, short of the strict one
-	SignalLatency  Signal = "latency"  // p95 over twice the serving servers' median
-	SignalOverload Signal = "overload" // most of its maxconn busy
-)
-
-// Candidate is why the windows flag a server: every signal that does,
-// and the first one's figures, which the prompt shows.
-type Candidate struct {
-	Why     string
-	Signals []Signal
-}
-
-// only says whether sig is the one signal that flags the server.
-func (c Candidate) only(sig Signal) bool { return len(c.Signals) == 1 && c.Signals[0] == sig }
-
 // whys is the candidates as the prompt shows them.
-func whys(cands map[agent.Key]Candidate) map[agent.Key]string {
+func whys(cands map[agent.Key]rules.Suspect) map[agent.Key]string {
 	out := make(map[agent.Key]string, len(cands))
 	for k, c := range cands {
 		out[k] = c.Why
@@ -520,57 +467,15 @@ func whys(cands map[agent.Key]Candidate) map[agent.Key]string {
 	return out
 }
 
-// candidates maps a server to why the model should look at it:
-// errors in the grey zone (the loose rule test flags it, the strict one
-// does not), latency (p95 over twice the serving servers' median plus
-// 5 ms), or overload (80% of its maxconn busy). Servers the floor acts on
-// are the rules' already.
-func (p *Policy) candidates(obs agent.Observation, floor agent.Plan) map[agent.Key]Candidate {
+// candidates are the operator's rules' suspects this step: the servers
+// the model should look at. Servers the floor acts on are the rules'
+// already.
+func (p *Policy) candidates(obs agent.Observation, floor agent.Plan) map[agent.Key]rules.Suspect {
 	decided := map[agent.Key]bool{}
 	for _, a := range floor {
 		decided[a.Key()] = true
 	}
-	out := map[agent.Key]Candidate{}
-	add := func(k agent.Key, sig Signal, why string) {
-		if decided[k] {
-			return
-		}
-		c, seen := out[k]
-		if !seen {
-			c.Why = why
-		}
-		c.Signals = append(c.Signals, sig)
-		out[k] = c
-	}
-	for _, b := range obs.Backends {
-		for _, f := range p.gate.Test(b) {
-			if f.Outlier {
-				add(agent.Key{Backend: b.Name, Server: f.Server}, SignalErrors, fmt.Sprintf("errors %.2f%% vs peers %.2f%%, p=%.2g", 100*f.Rate, 100*f.PeerRate, f.P))
-			}
-		}
-		var p95 []int
-		for _, s := range b.Servers {
-			if s.Serving() && s.Window.Requests >= 50 {
-				p95 = append(p95, s.Window.P95Ms)
-			}
-		}
-		for _, s := range b.Servers {
-			k := s.Key()
-			if len(p95) >= 2 && s.Serving() && s.Window.Requests >= 50 && s.Window.P95Ms > 2*median(p95)+5 {
-				add(k, SignalLatency, fmt.Sprintf("latency: p95 %d ms vs the median %d ms", s.Window.P95Ms, median(p95)))
-			}
-			if u := s.Busy(s.Recent.RatePerSec); u >= 0.8 && s.Serving() {
-				add(k, SignalOverload, fmt.Sprintf("overload: %.0f%% of maxconn %d busy", 100*u, s.MaxConn))
-			}
-		}
-	}
-	return out
-}
-
-func median(v []int) int {
-	c := append([]int(nil), v...)
-	sort.Ints(c)
-	return c[len(c)/2]
+	return p.rules.Suspects(obs, decided)
 }
 
 // judgeOutcomes writes how last step's model actions turned out into the
@@ -599,7 +504,7 @@ func (p *Policy) judgeOutcomes(obs agent.Observation) {
 // promptInput assembles what this call shows, shrunk to fit the model's
 // context: fewer servers in full, then only the backend with the most
 // candidates (the others get their turn on later steps).
-func (p *Policy) promptInput(obs agent.Observation, cands map[agent.Key]Candidate, floor agent.Plan, think Think) (PromptInput, string) {
+func (p *Policy) promptInput(obs agent.Observation, cands map[agent.Key]rules.Suspect, floor agent.Plan, think Think) (PromptInput, string) {
 	pending := map[agent.Key]int{}
 	for k, n := range p.pending {
 		pending[k.server] = n
