@@ -16,6 +16,7 @@ import (
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/peers"
 	"github.com/hapilot/hapilot/agent/policy/llm"
+	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/agent/recovery"
 	"github.com/hapilot/hapilot/haproxy"
@@ -273,7 +274,7 @@ func registerLLM(fs *flag.FlagSet, l *llm.Config) {
 	fs.StringVar(&l.URL, "llm-url", l.URL, "llm: the model server's base URL, required with --llm-api openai (default for ollama: $OLLAMA_HOST, as Ollama's client reads it)")
 	fs.StringVar(&l.Host, "ollama-host", l.Host, "llm: Ollama's address, the native API's alias of --llm-url")
 	fs.StringVar(&l.KeyFile, "llm-key-file", l.KeyFile, "llm: file holding the model server's API key (one line; mode 0600), sent as \"Authorization: Bearer\"")
-	fs.Var(&l.Think, "think", "llm: thinking, always sent explicitly: "+enum.Join(llm.Thinks...))
+	fs.Var(&l.Think, "think", "llm: thinking, always sent explicitly: "+enum.Join(modelapi.Thinks...))
 	fs.IntVar(&l.NumPredict, "num-predict", l.NumPredict, "llm: the answer's token cap per call")
 	fs.IntVar(&l.ThinkBudget, "think-budget", l.ThinkBudget, "llm: thinking's own tokens, added to num-predict when thinking is on")
 	fs.IntVar(&l.NumCtx, "num-ctx", l.NumCtx, "llm: the model's context in tokens (0: sized from the prompt, grown after an overflow, capped by the model's own); with --llm-api openai, the server's own context where it does not say it (llama-server's /props does)")

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"io"
 	"math"
 	"os"
@@ -213,11 +214,11 @@ type StepResult struct {
 // it is called with. A record whose key differs from the running
 // configuration's is stale.
 type Key struct {
-	Digest      string `json:"digest"`
-	Think       Think  `json:"think"`
-	PromptHash  string `json:"prompt_hash"`
-	SchemaHash  string `json:"schema_hash"`
-	OptionsHash string `json:"options_hash"`
+	Digest      string         `json:"digest"`
+	Think       modelapi.Think `json:"think"`
+	PromptHash  string         `json:"prompt_hash"`
+	SchemaHash  string         `json:"schema_hash"`
+	OptionsHash string         `json:"options_hash"`
 }
 
 // PromptVersion changes whenever the prompt's form changes.

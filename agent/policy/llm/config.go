@@ -3,35 +3,12 @@ package llm
 import (
 	"errors"
 	"fmt"
-	"net/url"
+	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/hapilot/hapilot/internal/enum"
-	"github.com/ollama/ollama/api"
-	"github.com/ollama/ollama/envconfig"
 )
-
-// Think is how the model is asked to think; it is sent explicitly on
-// every call, since Ollama turns thinking on when the field is omitted.
-type Think string
-
-const (
-	ThinkOff    Think = "off"
-	ThinkOn     Think = "on"
-	ThinkLow    Think = "low"
-	ThinkMedium Think = "medium"
-	ThinkHigh   Think = "high"
-)
-
-// Thinks lists the think modes.
-var Thinks = []Think{ThinkOff, ThinkOn, ThinkLow, ThinkMedium, ThinkHigh}
-
-func (t *Think) String() string { return string(*t) }
-
-// Set implements flag.Value.
-func (t *Think) Set(s string) (err error) { *t, err = enum.Parse("think", s, Thinks...); return err }
 
 // Gate is when the model is asked.
 type Gate string
@@ -110,7 +87,7 @@ type Config struct {
 	// API is the model server's: Ollama's native API, or the
 	// OpenAI-compatible one that llama-server, vLLM, SGLang, LM Studio and
 	// Ollama's /v1 serve.
-	API API
+	API modelapi.API
 	// URL is the server's base URL; an OpenAI server's may end in /v1.
 	// The OpenAI API needs it; the native API reads Host, then
 	// $OLLAMA_HOST, without it.
@@ -121,7 +98,7 @@ type Config struct {
 	// KeyFile holds an API key, sent as "Authorization: Bearer" with
 	// every request; a file others may read is refused.
 	KeyFile    string
-	Think      Think
+	Think      modelapi.Think
 	NumPredict int // the answer's token cap per call
 	// ThinkBudget is thinking's own token budget, added to NumPredict when
 	// thinking is on: Ollama's num_predict bounds both together.
@@ -181,7 +158,7 @@ type Config struct {
 
 // DefaultConfig has the defaults of `hapilot run --policy llm`.
 func DefaultConfig() Config {
-	return Config{API: APIOllama, Think: ThinkOff, NumPredict: 256, ThinkBudget: 1024, Seed: 42, KeepAlive: -1, LoadTimeout: 5 * time.Minute,
+	return Config{API: modelapi.APIOllama, Think: modelapi.ThinkOff, NumPredict: 256, ThinkBudget: 1024, Seed: 42, KeepAlive: -1, LoadTimeout: 5 * time.Minute,
 		TokenBudget: 768, ThinkRetry: 30,
 		MaxShown: 12, Prompt: PromptFull, Confirm: 2, MinHold: time.Minute, Gate: GateAnomaly, Fallback: FallbackRules,
 		CalibrationDir: "/var/lib/hapilot"}
@@ -203,7 +180,7 @@ func (c Config) Validate() error {
 	if c.Model == "" {
 		errs = append(errs, errors.New("llm: --model is required"))
 	}
-	if _, err := enum.Parse("think", string(c.Think), Thinks...); err != nil {
+	if _, err := enum.Parse("think", string(c.Think), modelapi.Thinks...); err != nil {
 		errs = append(errs, err)
 	}
 	if _, err := enum.Parse("llm-gate", string(c.Gate), Gates...); err != nil {
@@ -227,7 +204,7 @@ func (c Config) Validate() error {
 	if c.NumThread < 0 || c.NumThread > 1024 {
 		errs = append(errs, fmt.Errorf("num-thread %d: 0 (the server's default) to 1024", c.NumThread))
 	}
-	if c.NumThread > 0 && c.API == APIOpenAI {
+	if c.NumThread > 0 && c.API == modelapi.APIOpenAI {
 		errs = append(errs, errors.New("--num-thread is Ollama's num_thread, sent with the native API: an OpenAI-compatible server sets its threads when it starts (llama-server -t)"))
 	}
 	if c.LoadTimeout < time.Second {
@@ -236,80 +213,36 @@ func (c Config) Validate() error {
 	if c.Deadline < 0 || c.MinHold < 0 {
 		errs = append(errs, errors.New("llm-deadline and min-hold must not be negative"))
 	}
-	if _, err := enum.Parse("llm-api", string(c.API), APIs...); err != nil && c.API != "" { // "": ollama
+	if _, err := enum.Parse("llm-api", string(c.API), modelapi.APIs...); err != nil && c.API != "" { // "": ollama
 		errs = append(errs, err)
 	}
 	switch {
-	case c.API == APIOpenAI && c.Host != "":
+	case c.API == modelapi.APIOpenAI && c.Host != "":
 		errs = append(errs, errors.New("--ollama-host is the native API's address: give --llm-url with --llm-api openai"))
-	case c.API == APIOpenAI && c.URL == "":
+	case c.API == modelapi.APIOpenAI && c.URL == "":
 		errs = append(errs, errors.New("--llm-api openai needs --llm-url, the server's base URL (http://127.0.0.1:8080 for llama-server)"))
 	case c.URL != "" && c.Host != "" && c.URL != c.Host:
 		errs = append(errs, fmt.Errorf("--llm-url %q and its alias --ollama-host %q differ: give one", c.URL, c.Host))
 	}
 	for _, a := range []struct{ flag, v string }{{"llm-url", c.URL}, {"ollama-host", c.Host}} {
 		if a.v != "" {
-			if _, err := serverURL(a.flag, a.v); err != nil {
+			if _, err := modelapi.ParseURL(a.flag, a.v); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
 	if c.KeyFile != "" {
-		if _, err := ReadAPIKey(c.KeyFile); err != nil {
+		if _, err := modelapi.ReadAPIKey(c.KeyFile); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// serverURL parses a server's address; a bare host:port is http.
-func serverURL(flag, host string) (*url.URL, error) {
-	if !strings.Contains(host, "://") {
-		host = "http://" + host
-	}
-	u, err := url.Parse(host)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, fmt.Errorf("%s %q: not an http(s) URL", flag, host)
-	}
-	return u, nil
-}
-
-// Server returns the client of the model server c names. Its HTTP client
-// has no timeout of its own: every call carries a deadline.
-func (c Config) Server() (Server, error) {
-	key := ""
-	if c.KeyFile != "" {
-		var err error
-		if key, err = ReadAPIKey(c.KeyFile); err != nil {
-			return nil, err
-		}
-	}
-	addr, flag := c.URL, "llm-url"
-	if addr == "" {
-		addr, flag = c.Host, "ollama-host"
-	}
-	if c.API == APIOpenAI {
-		u, err := serverURL(flag, addr)
-		if err != nil {
-			return nil, err
-		}
-		return NewOpenAI(u.String(), httpClient(key)), nil
-	}
-	if addr == "" {
-		// $OLLAMA_HOST, as Ollama's own client reads it.
-		return &Ollama{Client: api.NewClient(envconfig.Host(), httpClient(key))}, nil
-	}
-	u, err := serverURL(flag, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &Ollama{Client: api.NewClient(u, httpClient(key))}, nil
-}
-
 // NewModel builds the model client from c, with the system prompt from
 // SystemPromptFile or the embedded one.
 func NewModel(c Config) (*Model, error) {
-	server, err := c.Server()
+	server, err := modelapi.Dial(c.API, c.URL, c.Host, c.KeyFile)
 	if err != nil {
 		return nil, err
 	}

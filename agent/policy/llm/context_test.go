@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"regexp"
 	"strings"
 	"testing"
@@ -17,24 +18,24 @@ import (
 // scripted is a Server whose prompt has need tokens: a call whose num_ctx
 // does not hold them and the completion overflows, as Ollama's 400 does.
 type scripted struct {
-	info  Info
+	info  modelapi.Info
 	need  int
 	sizes bool
 	ctxs  []int // num_ctx of each call
 }
 
-func (s *scripted) Inspect(context.Context, string) (Info, error)        { return s.info, nil }
-func (s *scripted) Loaded(context.Context, string) (bool, error)         { return true, nil }
-func (s *scripted) Warm(context.Context, Request) (time.Duration, error) { return 0, nil }
-func (s *scripted) Digest(context.Context, string) (string, error)       { return "sha256:1", nil }
-func (s *scripted) SizesContext() bool                                   { return s.sizes }
+func (s *scripted) Inspect(context.Context, string) (modelapi.Info, error)        { return s.info, nil }
+func (s *scripted) Loaded(context.Context, string) (bool, error)                  { return true, nil }
+func (s *scripted) Warm(context.Context, modelapi.Request) (time.Duration, error) { return 0, nil }
+func (s *scripted) Digest(context.Context, string) (string, error)                { return "sha256:1", nil }
+func (s *scripted) SizesContext() bool                                            { return s.sizes }
 
-func (s *scripted) Chat(_ context.Context, req Request) (Reply, error) {
+func (s *scripted) Chat(_ context.Context, req modelapi.Request) (modelapi.Reply, error) {
 	s.ctxs = append(s.ctxs, req.NumCtx)
 	if req.NumCtx < s.need+req.NumPredict {
-		return Reply{}, &classed{kind: ErrContextOverflow, err: errors.New("400 the input length exceeds the context length")}
+		return modelapi.Reply{}, &modelapi.ServerError{Kind: modelapi.ErrContextOverflow, Err: errors.New("400 the input length exceeds the context length")}
 	}
-	return Reply{Content: `{"actions":[]}`, DoneReason: "stop", PromptTokens: s.need}, nil
+	return modelapi.Reply{Content: `{"actions":[]}`, DoneReason: "stop", PromptTokens: s.need}, nil
 }
 
 // num_ctx grows after an overflow, which returns no prompt_eval_count:
@@ -49,11 +50,11 @@ func TestContextGrowsAfterOverflow(t *testing.T) {
 		numCtx int
 		want   []int
 	}{
-		{"grows until it fits", &scripted{info: Info{ContextLength: 32768}, need: 9000, sizes: true}, 0, []int{2048, 4096, 8192, 16384, 16384}},
-		{"capped by the model's own", &scripted{info: Info{ContextLength: 6000}, need: 9000, sizes: true}, 0, []int{2048, 4096, 6000, 6000, 6000}},
+		{"grows until it fits", &scripted{info: modelapi.Info{ContextLength: 32768}, need: 9000, sizes: true}, 0, []int{2048, 4096, 8192, 16384, 16384}},
+		{"capped by the model's own", &scripted{info: modelapi.Info{ContextLength: 6000}, need: 9000, sizes: true}, 0, []int{2048, 4096, 6000, 6000, 6000}},
 		{"the model's own unknown", &scripted{need: 9000, sizes: true}, 0, []int{2048, 4096, 8192, 16384, 16384}},
-		{"fixed by --num-ctx", &scripted{info: Info{ContextLength: 32768}, need: 9000, sizes: true}, 4096, []int{4096, 4096, 4096, 4096, 4096}},
-		{"the server's own", &scripted{info: Info{ContextLength: 8192}, need: 9000}, 0, []int{8192, 8192, 8192, 8192, 8192}},
+		{"fixed by --num-ctx", &scripted{info: modelapi.Info{ContextLength: 32768}, need: 9000, sizes: true}, 4096, []int{4096, 4096, 4096, 4096, 4096}},
+		{"the server's own", &scripted{info: modelapi.Info{ContextLength: 8192}, need: 9000}, 0, []int{8192, 8192, 8192, 8192, 8192}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -64,8 +65,8 @@ func TestContextGrowsAfterOverflow(t *testing.T) {
 				t.Fatal(err)
 			}
 			for range tc.want {
-				_, call, err := m.Ask(context.Background(), prompt, Schema(nil, nil, 1, 256), ThinkOff)
-				if err != nil && (!errors.Is(err, ErrContextOverflow) || !strings.Contains(call.Error, fmt.Sprintf("(num_ctx %d)", call.NumCtx))) {
+				_, call, err := m.Ask(context.Background(), prompt, Schema(nil, nil, 1, 256), modelapi.ThinkOff)
+				if err != nil && (!errors.Is(err, modelapi.ErrContextOverflow) || !strings.Contains(call.Error, fmt.Sprintf("(num_ctx %d)", call.NumCtx))) {
 					t.Fatalf("error %v, call %+v", err, call)
 				}
 			}
@@ -81,10 +82,10 @@ func TestContextGrowsAfterOverflow(t *testing.T) {
 func TestOverflowRaisesTheEstimate(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Model = "m"
-	m := &Model{Server: &scripted{info: Info{ContextLength: 32768}, need: 9000, sizes: true}, Config: cfg}
+	m := &Model{Server: &scripted{info: modelapi.Info{ContextLength: 32768}, need: 9000, sizes: true}, Config: cfg}
 	prompt := strings.Repeat("x", 3000)
 	before := m.EstimatePrompt(prompt)
-	_, _, _ = m.Ask(context.Background(), prompt, Schema(nil, nil, 1, 256), ThinkOff)
+	_, _, _ = m.Ask(context.Background(), prompt, Schema(nil, nil, 1, 256), modelapi.ThinkOff)
 	if after := m.EstimatePrompt(prompt); after < 2048-256 || after <= before {
 		t.Fatalf("estimate %d, then %d after an overflow at num_ctx 2048", before, after)
 	}
@@ -247,14 +248,14 @@ type bytewise struct {
 	overflows int
 }
 
-func (s *bytewise) Chat(_ context.Context, req Request) (Reply, error) {
+func (s *bytewise) Chat(_ context.Context, req modelapi.Request) (modelapi.Reply, error) {
 	s.ctxs = append(s.ctxs, req.NumCtx)
 	need := len(req.System) + len(req.User) + 30
 	if req.NumCtx < need+req.NumPredict {
 		s.overflows++
-		return Reply{}, &classed{kind: ErrContextOverflow, err: errors.New("400 the input length exceeds the context length")}
+		return modelapi.Reply{}, &modelapi.ServerError{Kind: modelapi.ErrContextOverflow, Err: errors.New("400 the input length exceeds the context length")}
 	}
-	return Reply{Content: `{"actions":[]}`, DoneReason: "stop", PromptTokens: need}, nil
+	return modelapi.Reply{Content: `{"actions":[]}`, DoneReason: "stop", PromptTokens: need}, nil
 }
 
 // Measure learns the tokenizer after the load, so that the first large
@@ -277,7 +278,7 @@ func TestMeasureSizesTheFirstPrompt(t *testing.T) {
 		t.Fatalf("sample of %d bytes is not the start of a calibration prompt", len(sample))
 	}
 	firstCall := func(prompt string, measure bool) (Call, error) {
-		srv := &bytewise{scripted: scripted{info: Info{ContextLength: 32768}, sizes: true}}
+		srv := &bytewise{scripted: scripted{info: modelapi.Info{ContextLength: 32768}, sizes: true}}
 		cfg := DefaultConfig()
 		cfg.Model = "m"
 		m := &Model{Server: srv, Config: cfg, SystemPrompt: DefaultSystemPrompt}
@@ -292,7 +293,7 @@ func TestMeasureSizesTheFirstPrompt(t *testing.T) {
 				t.Fatalf("measure: %v, num_ctx %v", err, srv.ctxs)
 			}
 		}
-		_, call, err := m.Ask(context.Background(), prompt, Schema(nil, nil, 1, 256), ThinkOff)
+		_, call, err := m.Ask(context.Background(), prompt, Schema(nil, nil, 1, 256), modelapi.ThinkOff)
 		return call, err
 	}
 	lost := 0
@@ -309,7 +310,7 @@ func TestMeasureSizesTheFirstPrompt(t *testing.T) {
 		if call, err := firstCall(prompt, true); err != nil {
 			t.Errorf("%d servers, measured: the first prompt of %d bytes: %v (num_ctx %d)", servers, len(prompt), err, call.NumCtx)
 		}
-		if _, err := firstCall(prompt, false); errors.Is(err, ErrContextOverflow) {
+		if _, err := firstCall(prompt, false); errors.Is(err, modelapi.ErrContextOverflow) {
 			lost++
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"strings"
 	"time"
 
@@ -46,7 +47,7 @@ func (p *Policy) run(ctx context.Context) {
 func (p *Policy) bringUp(ctx context.Context) error {
 	p.setLife(LifeInspecting, nil)
 	info, err := p.inspect(ctx)
-	if errors.Is(err, ErrLoading) {
+	if errors.Is(err, modelapi.ErrLoading) {
 		// The server answers and loads the model (llama-server's /health
 		// 503): wait for it as for a load, then ask again.
 		p.setLife(LifeLoading, nil)
@@ -79,16 +80,16 @@ func (p *Policy) bringUp(ctx context.Context) error {
 		p.life.admitted = true
 		p.lmu.Unlock()
 	}
-	if p.Config.Think != ThinkOff && !info.CanThink() {
+	if p.Config.Think != modelapi.ThinkOff && !info.CanThink() {
 		p.mu.Lock()
-		p.think = ThinkOff
+		p.think = modelapi.ThinkOff
 		p.mu.Unlock()
 		p.Log.Warn().Str("model", p.Config.Model).Msg("the model cannot think (no \"thinking\" capability): thinking off")
 	}
 	return p.load(ctx)
 }
 
-func (p *Policy) inspect(ctx context.Context) (Info, error) {
+func (p *Policy) inspect(ctx context.Context) (modelapi.Info, error) {
 	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	return p.Model.Inspect(ictx)
@@ -185,14 +186,14 @@ func (p *Policy) unusable() string {
 
 // Status is what /status shows of the model.
 type Status struct {
-	Model     string  `json:"model"`
-	State     Life    `json:"state"`
-	For       string  `json:"for"` // how long in that state, "loading 14s"
-	Error     string  `json:"error,omitempty"`
-	Info      Info    `json:"info"`
-	NumCtx    int     `json:"num_ctx,omitempty"`
-	Think     Think   `json:"think"`
-	InFlightS float64 `json:"call_in_flight_s,omitempty"`
+	Model     string         `json:"model"`
+	State     Life           `json:"state"`
+	For       string         `json:"for"` // how long in that state, "loading 14s"
+	Error     string         `json:"error,omitempty"`
+	Info      modelapi.Info  `json:"info"`
+	NumCtx    int            `json:"num_ctx,omitempty"`
+	Think     modelapi.Think `json:"think"`
+	InFlightS float64        `json:"call_in_flight_s,omitempty"`
 	// Calibration is the gate's verdict: "passed", "refused" (the reason
 	// in Error), "pending" until Ollama answers, or "not required"
 	// (--skip-calibration, the study's unprotected loop).

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"net/url"
 	"strings"
 	"testing"
@@ -65,7 +66,7 @@ func newPolicy(t *testing.T, respond ollamafake.Responder, mod func(*Config)) (*
 	if mod != nil {
 		mod(&cfg)
 	}
-	m := &Model{Server: &Ollama{Client: api.NewClient(u, fake.Client())}, Config: cfg, SystemPrompt: DefaultSystemPrompt}
+	m := &Model{Server: &modelapi.Ollama{Client: api.NewClient(u, fake.Client())}, Config: cfg, SystemPrompt: DefaultSystemPrompt}
 	p := New(m, rules.New(rules.DefaultConfig()), rules.DefaultConfig(), cfg, zerolog.Nop())
 	t.Cleanup(p.Close)
 	return p, fake
@@ -215,7 +216,7 @@ func TestAdversarialReplies(t *testing.T) {
 			return ollamafake.Reply{Status: 500, Error: "llama runner process has terminated"}
 		}, nil, true},
 		{"empty body", func(ollamafake.Request) ollamafake.Reply { return ollamafake.Reply{RawBody: &empty} }, nil, true},
-		{"think unsupported", ollamafake.Capable, func(c *Config) { c.Think = ThinkOn }, true},
+		{"think unsupported", ollamafake.Capable, func(c *Config) { c.Think = modelapi.ThinkOn }, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -402,14 +403,14 @@ func TestThinkingBudget(t *testing.T) {
 		r.ThinkingTokens = 700
 		return r
 	}
-	p, fake := newPolicy(t, thinker, func(c *Config) { c.Think = ThinkOn })
+	p, fake := newPolicy(t, thinker, func(c *Config) { c.Think = modelapi.ThinkOn })
 	fake.Thinking = true
 	steps(t, p, grey(time.Unix(1000, 0)), 1)
 	r := p.Report().(Report)
 	if !r.Called || r.Call.Error != "" || r.Call.NumPredict != 256+1024 || r.Call.DoneReason != "stop" || len(r.Call.Thinking) > MaxThinking+3 || r.Call.Thinking == "" {
 		t.Fatalf("with a thinking budget: %+v", r.Call)
 	}
-	p2, fake2 := newPolicy(t, thinker, func(c *Config) { c.Think = ThinkOn; c.ThinkBudget = 0 })
+	p2, fake2 := newPolicy(t, thinker, func(c *Config) { c.Think = modelapi.ThinkOn; c.ThinkBudget = 0 })
 	fake2.Thinking = true
 	steps(t, p2, grey(time.Unix(1000, 0)), 2)
 	reqs := fake2.Requests()
@@ -422,7 +423,7 @@ func TestThinkingBudget(t *testing.T) {
 // A think level goes only where the model takes it: after Ollama's 400 the
 // same call is sent again with thinking on, and the choice is kept.
 func TestThinkLevelFallsBackToOn(t *testing.T) {
-	p, fake := newPolicy(t, ollamafake.Capable, func(c *Config) { c.Think = ThinkLow })
+	p, fake := newPolicy(t, ollamafake.Capable, func(c *Config) { c.Think = modelapi.ThinkLow })
 	fake.Thinking = true
 	steps(t, p, grey(time.Unix(1000, 0)), 2)
 	reqs := fake.Requests()
@@ -433,7 +434,7 @@ func TestThinkLevelFallsBackToOn(t *testing.T) {
 		t.Fatalf("report %+v", r)
 	}
 	fake.ThinkLevels = true // gpt-oss takes levels
-	p2, fake2 := newPolicy(t, ollamafake.Capable, func(c *Config) { c.Think = ThinkHigh })
+	p2, fake2 := newPolicy(t, ollamafake.Capable, func(c *Config) { c.Think = modelapi.ThinkHigh })
 	fake2.Thinking, fake2.ThinkLevels = true, true
 	steps(t, p2, grey(time.Unix(1000, 0)), 1)
 	if reqs := fake2.Requests(); len(reqs) != 1 || string(reqs[0].Think) != `"high"` {
@@ -448,7 +449,7 @@ func TestThinkingSwitchedOffWhenOverBudget(t *testing.T) {
 		r := ollamafake.Capable(req)
 		r.ThinkingTokens = 900
 		return r
-	}, func(c *Config) { c.Think = ThinkOn })
+	}, func(c *Config) { c.Think = modelapi.ThinkOn })
 	fake.Thinking = true
 	steps(t, p, grey(time.Unix(1000, 0)), 3)
 	reqs := fake.Requests()
@@ -618,7 +619,7 @@ func TestCalibrationKey(t *testing.T) {
 		f(m)
 		return m
 	}
-	if s := k.Stale(KeyFor("sha256:1", other(func(m *Model) { m.Config.Think = ThinkOn }))); !strings.Contains(s, "think mode (off, now on)") {
+	if s := k.Stale(KeyFor("sha256:1", other(func(m *Model) { m.Config.Think = modelapi.ThinkOn }))); !strings.Contains(s, "think mode (off, now on)") {
 		t.Fatalf("think: %q", s)
 	}
 	if s := k.Stale(KeyFor("sha256:1", other(func(m *Model) { m.SystemPrompt += "\nBe bold." }))); !strings.Contains(s, "the prompt") {

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"math"
 	"strings"
 	"sync"
@@ -43,15 +44,15 @@ func (s PromptStyle) SystemPrompt() string {
 
 // Call is what one model call cost and returned, for the audit log.
 type Call struct {
-	Think            Think   `json:"think"`
-	NumCtx           int     `json:"num_ctx"`
-	NumPredict       int     `json:"num_predict"`
-	PromptTokens     int     `json:"prompt_tokens"`
-	CompletionTokens int     `json:"completion_tokens"`
-	DoneReason       string  `json:"done_reason,omitempty"`
-	TotalMs          float64 `json:"total_ms"`
-	LoadMs           float64 `json:"load_ms"`
-	WallMs           float64 `json:"wall_ms"`
+	Think            modelapi.Think `json:"think"`
+	NumCtx           int            `json:"num_ctx"`
+	NumPredict       int            `json:"num_predict"`
+	PromptTokens     int            `json:"prompt_tokens"`
+	CompletionTokens int            `json:"completion_tokens"`
+	DoneReason       string         `json:"done_reason,omitempty"`
+	TotalMs          float64        `json:"total_ms"`
+	LoadMs           float64        `json:"load_ms"`
+	WallMs           float64        `json:"wall_ms"`
 	// Thinking is the model's reasoning, cut to MaxThinking bytes.
 	Thinking string `json:"thinking,omitempty"`
 	Raw      string `json:"raw,omitempty"` // kept when the reply was invalid
@@ -66,34 +67,9 @@ type Call struct {
 // MaxThinking bounds the reasoning kept in an audit record.
 const MaxThinking = 2000
 
-// Info is what the agent learned of the model and its server at start.
-type Info struct {
-	API     API    `json:"api,omitempty"`
-	Version string `json:"ollama_version,omitempty"`
-	// Server is what an OpenAI-compatible server says it is, as far as it
-	// says ("llama-server b11669", or the model's owner as /v1/models
-	// lists it).
-	Server        string   `json:"server,omitempty"`
-	Capabilities  []string `json:"capabilities,omitempty"`
-	ContextLength int      `json:"context_length,omitempty"` // the model's own
-	ParameterSize string   `json:"parameter_size,omitempty"`
-	Quantization  string   `json:"quantization,omitempty"`
-	Size          int64    `json:"size_bytes,omitempty"`
-}
-
-// CanThink reports the "thinking" capability.
-func (i Info) CanThink() bool {
-	for _, c := range i.Capabilities {
-		if c == "thinking" {
-			return true
-		}
-	}
-	return false
-}
-
 // Model calls one model on its server.
 type Model struct {
-	Server       Server
+	Server       modelapi.Server
 	Config       Config
 	SystemPrompt string
 
@@ -112,21 +88,12 @@ type Model struct {
 	// noThinkLevels: the model answered 400 to a think level, so "on" is
 	// sent instead from now on.
 	noThinkLevels bool
-	info          Info
+	info          modelapi.Info
 }
-
-// Errors a call can end with; each is an invalid or failed call, never
-// an action.
-var (
-	ErrThinkUnsupported = errors.New("model does not support thinking")
-	ErrContextOverflow  = errors.New("the prompt does not fit the model's context")
-	ErrCutShort         = errors.New("the reply was cut at num_predict")
-	ErrUnfinished       = errors.New("the server ended the reply unfinished")
-)
 
 // Inspect asks the server about the model: capabilities, the model's
 // own context length and size (Server.Inspect).
-func (m *Model) Inspect(ctx context.Context) (Info, error) {
+func (m *Model) Inspect(ctx context.Context) (modelapi.Info, error) {
 	info, err := m.Server.Inspect(ctx, m.Config.Model)
 	if err != nil {
 		return info, err
@@ -142,8 +109,8 @@ func (m *Model) Inspect(ctx context.Context) (Info, error) {
 // resident. ctx must not be a step's: a load cancelled half way is
 // aborted by Ollama.
 func (m *Model) Warm(ctx context.Context, promptTokens int) (time.Duration, error) {
-	return m.Server.Warm(ctx, Request{Model: m.Config.Model, KeepAlive: m.Config.KeepAlive, NumThread: m.Config.NumThread,
-		NumCtx: m.contextFor(promptTokens, m.numPredict(ThinkOff))})
+	return m.Server.Warm(ctx, modelapi.Request{Model: m.Config.Model, KeepAlive: m.Config.KeepAlive, NumThread: m.Config.NumThread,
+		NumCtx: m.contextFor(promptTokens, m.numPredict(modelapi.ThinkOff))})
 }
 
 // MaxSample bounds Measure's sample: at one token a byte, the finest a
@@ -169,15 +136,11 @@ func (m *Model) Measure(ctx context.Context, sample string) error {
 		return nil
 	}
 	raw := EstimateTokens(m.SystemPrompt) + EstimateTokens(sample)
-	resp, err := m.Server.Chat(ctx, Request{Model: m.Config.Model, System: m.SystemPrompt, User: sample,
+	resp, err := m.Server.Chat(ctx, modelapi.Request{Model: m.Config.Model, System: m.SystemPrompt, User: sample,
 		NumPredict: 1, NumCtx: numCtx, NumThread: m.Config.NumThread, Seed: m.Config.Seed, KeepAlive: m.Config.KeepAlive})
 	if err != nil {
-		if errors.Is(err, ErrContextOverflow) {
-			reported := 0
-			if ce := (*classed)(nil); errors.As(err, &ce) {
-				reported = ce.promptTokens
-			}
-			m.overflowed(raw, numCtx, 1, reported)
+		if errors.Is(err, modelapi.ErrContextOverflow) {
+			m.overflowed(raw, numCtx, 1, modelapi.ReportedPromptTokens(err))
 		}
 		return fmt.Errorf("llm: measure %s's tokenizer: %w", m.Config.Model, err)
 	}
@@ -207,8 +170,8 @@ func (m *Model) Loaded(ctx context.Context) (bool, error) {
 // numPredict is the completion cap for a call: the answer's budget, plus
 // thinking's own when thinking is on, since Ollama bounds both together.
 // Config does not change after the model is built: no lock.
-func (m *Model) numPredict(think Think) int {
-	if think == ThinkOff {
+func (m *Model) numPredict(think modelapi.Think) int {
+	if think == modelapi.ThinkOff {
 		return m.Config.NumPredict
 	}
 	return m.Config.NumPredict + m.Config.ThinkBudget
@@ -240,7 +203,7 @@ func (m *Model) contextFor(promptTokens, numPredict int) int {
 
 // Room is how many prompt tokens fit the largest context the model has,
 // with its completion; 0 when the model's context is unknown.
-func (m *Model) Room(think Think) int {
+func (m *Model) Room(think modelapi.Think) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	limit := m.info.ContextLength
@@ -344,13 +307,13 @@ func (m *Model) overflowed(raw, numCtx, numPredict, reported int) {
 
 // sendThink is the think mode to send: a level the model refused goes as
 // plain thinking.
-func (m *Model) sendThink(mode Think) Think {
+func (m *Model) sendThink(mode modelapi.Think) modelapi.Think {
 	switch mode {
-	case ThinkLow, ThinkMedium, ThinkHigh:
+	case modelapi.ThinkLow, modelapi.ThinkMedium, modelapi.ThinkHigh:
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if m.noThinkLevels {
-			return ThinkOn
+			return modelapi.ThinkOn
 		}
 	}
 	return mode
@@ -361,9 +324,9 @@ func (m *Model) sendThink(mode Think) Think {
 // retried at once as plain thinking, and remembered. Every way a reply
 // can be unusable is an error: the Call then says why and keeps the raw
 // text.
-func (m *Model) Ask(ctx context.Context, prompt string, schema json.RawMessage, think Think) (agent.Plan, Call, error) {
+func (m *Model) Ask(ctx context.Context, prompt string, schema json.RawMessage, think modelapi.Think) (agent.Plan, Call, error) {
 	plan, call, err := m.ask(ctx, prompt, schema, think)
-	if errors.Is(err, errThinkLevel) {
+	if errors.Is(err, modelapi.ErrThinkLevel) {
 		m.mu.Lock()
 		m.noThinkLevels = true
 		m.mu.Unlock()
@@ -373,12 +336,12 @@ func (m *Model) Ask(ctx context.Context, prompt string, schema json.RawMessage, 
 	return plan, call, err
 }
 
-func (m *Model) ask(ctx context.Context, prompt string, schema json.RawMessage, think Think) (agent.Plan, Call, error) {
+func (m *Model) ask(ctx context.Context, prompt string, schema json.RawMessage, think modelapi.Think) (agent.Plan, Call, error) {
 	c := m.Config
 	call := Call{Think: think, NumPredict: m.numPredict(think)}
 	raw := EstimateTokens(m.SystemPrompt) + EstimateTokens(prompt)
 	call.NumCtx = m.contextFor(m.EstimatePrompt(prompt), call.NumPredict)
-	req := Request{Model: c.Model, System: m.SystemPrompt, User: prompt, Schema: schema, Think: m.sendThink(think),
+	req := modelapi.Request{Model: c.Model, System: m.SystemPrompt, User: prompt, Schema: schema, Think: m.sendThink(think),
 		NumPredict: call.NumPredict, NumCtx: call.NumCtx, NumThread: c.NumThread, Seed: c.Seed, KeepAlive: c.KeepAlive}
 	start := time.Now()
 	resp, err := m.Server.Chat(ctx, req)
@@ -386,15 +349,11 @@ func (m *Model) ask(ctx context.Context, prompt string, schema json.RawMessage, 
 	call.Schema, call.SchemaNote = resp.Schema, resp.Stepped
 	if err != nil {
 		switch {
-		case errors.Is(err, ErrThinkUnsupported):
-			err = fmt.Errorf("%w: %v", ErrThinkUnsupported, err)
-		case errors.Is(err, ErrContextOverflow):
-			reported := 0
-			if ce := (*classed)(nil); errors.As(err, &ce) {
-				reported = ce.promptTokens
-			}
-			m.overflowed(raw, call.NumCtx, call.NumPredict, reported)
-			err = fmt.Errorf("%w (num_ctx %d): %v", ErrContextOverflow, call.NumCtx, err)
+		case errors.Is(err, modelapi.ErrThinkUnsupported):
+			err = fmt.Errorf("%w: %v", modelapi.ErrThinkUnsupported, err)
+		case errors.Is(err, modelapi.ErrContextOverflow):
+			m.overflowed(raw, call.NumCtx, call.NumPredict, modelapi.ReportedPromptTokens(err))
+			err = fmt.Errorf("%w (num_ctx %d): %v", modelapi.ErrContextOverflow, call.NumCtx, err)
 		}
 		call.Error = err.Error()
 		return nil, call, fmt.Errorf("llm: chat with %s: %w", c.Model, err)
@@ -408,13 +367,13 @@ func (m *Model) ask(ctx context.Context, prompt string, schema json.RawMessage, 
 		if resp.Content == "" {
 			where = "while thinking"
 		}
-		call.Raw, call.Error = truncate(resp.Content, 2000), fmt.Sprintf("%v %s (%d tokens)", ErrCutShort, where, resp.CompletionTokens)
-		return nil, call, fmt.Errorf("llm: %w %s: %d tokens", ErrCutShort, where, resp.CompletionTokens)
+		call.Raw, call.Error = truncate(resp.Content, 2000), fmt.Sprintf("%v %s (%d tokens)", modelapi.ErrCutShort, where, resp.CompletionTokens)
+		return nil, call, fmt.Errorf("llm: %w %s: %d tokens", modelapi.ErrCutShort, where, resp.CompletionTokens)
 	}
 	if resp.Unfinished {
 		// Ollama's token repeat limit: 200, done false, no counts.
-		call.Raw, call.Error = truncate(resp.Content, 2000), fmt.Sprintf("%v, with no done reason, after %d bytes", ErrUnfinished, len(resp.Content))
-		return nil, call, fmt.Errorf("llm: %w, with no done reason", ErrUnfinished)
+		call.Raw, call.Error = truncate(resp.Content, 2000), fmt.Sprintf("%v, with no done reason, after %d bytes", modelapi.ErrUnfinished, len(resp.Content))
+		return nil, call, fmt.Errorf("llm: %w, with no done reason", modelapi.ErrUnfinished)
 	}
 	plan, err := ParseReply(resp.Content)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -194,7 +195,7 @@ func newOpenAIPolicy(t *testing.T, respond ollamafake.Responder, setup func(*oai
 		}
 	})
 	cfg := DefaultConfig()
-	cfg.Model, cfg.API, cfg.URL, cfg.KeyFile = "tiny", APIOpenAI, f.URL+"/v1", keyFile(t, "sk-test", 0o600)
+	cfg.Model, cfg.API, cfg.URL, cfg.KeyFile = "tiny", modelapi.APIOpenAI, f.URL+"/v1", keyFile(t, "sk-test", 0o600)
 	cfg.Deadline, cfg.LoadTimeout = 2*time.Second, 10*time.Second
 	if mod != nil {
 		mod(&cfg)
@@ -206,7 +207,7 @@ func newOpenAIPolicy(t *testing.T, respond ollamafake.Responder, setup func(*oai
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Server.(*OpenAI).PollEvery = time.Millisecond
+	m.Server.(*modelapi.OpenAI).PollEvery = time.Millisecond
 	p := New(m, rules.New(rules.DefaultConfig()), rules.DefaultConfig(), cfg, zerolog.Nop())
 	t.Cleanup(p.Close)
 	return p, f
@@ -270,7 +271,7 @@ func TestOpenAIReadinessFromHealth(t *testing.T) {
 	f.loading.Store(false)
 	waitFor(t, func() bool { return p.PolicyStatus().(Status).State == LifeReady })
 	st := p.PolicyStatus().(Status)
-	if st.Info.ContextLength != 8192 || st.Info.API != APIOpenAI || st.Info.Server != "llama-server b11669-0000000" {
+	if st.Info.ContextLength != 8192 || st.Info.API != modelapi.APIOpenAI || st.Info.Server != "llama-server b11669-0000000" {
 		t.Fatalf("status %+v", st)
 	}
 	steps(t, p, grey(time.Unix(1001, 0)), 1)
@@ -313,11 +314,11 @@ func TestOpenAIInspect(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newOAIFake(t, ollamafake.Capable, tc.setup)
-			info, err := NewOpenAI(f.URL, &http.Client{}).Inspect(context.Background(), tc.model)
-			if (err != nil) != (tc.err != "") || (err != nil && !strings.Contains(err.Error(), tc.err)) || errors.Is(err, ErrLoading) != tc.loading {
+			info, err := modelapi.NewOpenAI(f.URL, &http.Client{}).Inspect(context.Background(), tc.model)
+			if (err != nil) != (tc.err != "") || (err != nil && !strings.Contains(err.Error(), tc.err)) || errors.Is(err, modelapi.ErrLoading) != tc.loading {
 				t.Fatalf("error %v, want %q", err, tc.err)
 			}
-			if err == nil && (info.ContextLength != tc.ctxLen || info.Server != tc.server || info.API != APIOpenAI) {
+			if err == nil && (info.ContextLength != tc.ctxLen || info.Server != tc.server || info.API != modelapi.APIOpenAI) {
 				t.Fatalf("info %+v", info)
 			}
 		})
@@ -375,20 +376,6 @@ func TestOpenAISchemaFallback(t *testing.T) {
 
 func asMap(v any) map[string]any { m, _ := v.(map[string]any); return m }
 
-// A form down the ladder keeps the schema's property names, even one
-// named like a keyword it drops.
-func TestSchemaFormsDropKeywordsOnly(t *testing.T) {
-	schema := json.RawMessage(`{"type":"object","properties":{"enum":{"type":"string","enum":["a"]},"required":{"type":"integer","maximum":3}},"required":["enum"]}`)
-	rf, err := schemaLadder[2].responseFormat(schema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := json.Marshal(rf)
-	if got := string(b); got != `{"json_schema":{"name":"plan","schema":{"properties":{"enum":{"type":"string"},"required":{"type":"integer"}},"type":"object"},"strict":true},"type":"json_schema"}` {
-		t.Fatalf("%s", got)
-	}
-}
-
 // Every way a server says a reply is unusable, or a prompt too large,
 // becomes the same error as through Ollama.
 func TestOpenAIErrors(t *testing.T) {
@@ -402,19 +389,19 @@ func TestOpenAIErrors(t *testing.T) {
 	}{
 		{"finish_reason length", func(ollamafake.Request) ollamafake.Reply {
 			return ollamafake.Reply{Content: `{"actions":[{"reason":"` + strings.Repeat("x", 2000) + `"}]}`}
-		}, nil, ErrCutShort, "cut at num_predict in the answer (256 tokens)", -1},
+		}, nil, modelapi.ErrCutShort, "cut at num_predict in the answer (256 tokens)", -1},
 		{"no finish_reason (a repeat limit)", func(ollamafake.Request) ollamafake.Reply {
 			return ollamafake.Reply{Content: `{"actions":[{"reason":"lllllll`, RepeatLimit: true}
-		}, nil, ErrUnfinished, "with no done reason", 0},
+		}, nil, modelapi.ErrUnfinished, "with no done reason", 0},
 		{"llama-server overflow", ollamafake.Capable, func(int) (int, string) {
 			return 400, `{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5000,"n_ctx":4096}}`
-		}, ErrContextOverflow, "exceed_context_size_error", 5000},
+		}, modelapi.ErrContextOverflow, "exceed_context_size_error", 5000},
 		{"Ollama /v1 overflow", ollamafake.Capable, func(int) (int, string) {
 			return 400, `{"error":{"message":"the input length exceeds the context length","type":"api_error","param":null,"code":null}}`
-		}, ErrContextOverflow, "exceeds the context length", 0},
+		}, modelapi.ErrContextOverflow, "exceeds the context length", 0},
 		{"vLLM overflow", ollamafake.Capable, func(int) (int, string) {
 			return 400, `{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.","type":"BadRequestError","param":null,"code":400}`
-		}, ErrContextOverflow, "maximum context length", 0},
+		}, modelapi.ErrContextOverflow, "maximum context length", 0},
 		{"a server error", ollamafake.Capable, func(int) (int, string) { return 500, `{"error":"boom"}` }, nil, "500 boom", 0},
 		{"not JSON", ollamafake.Capable, func(int) (int, string) { return 200, `<html>` }, nil, "not the reply expected", 0},
 		{"no choices", ollamafake.Capable, func(int) (int, string) { return 200, `{"choices":[]}` }, nil, "no choices", 0},
@@ -425,7 +412,7 @@ func TestOpenAIErrors(t *testing.T) {
 			if _, err := p.Model.Inspect(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			_, call, err := p.Model.Ask(context.Background(), "prompt", Schema(nil, nil, 1, 256), ThinkOff)
+			_, call, err := p.Model.Ask(context.Background(), "prompt", Schema(nil, nil, 1, 256), modelapi.ThinkOff)
 			if err == nil || (tc.want != nil && !errors.Is(err, tc.want)) || !strings.Contains(call.Error, tc.text) {
 				t.Fatalf("error %v, call %+v", err, call)
 			}
@@ -442,7 +429,7 @@ func TestOpenAIErrors(t *testing.T) {
 func TestOpenAIDigest(t *testing.T) {
 	digest := func(setup func(*oaiFake), model string) (string, error) {
 		f := newOAIFake(t, ollamafake.Capable, setup)
-		return NewOpenAI(f.URL, &http.Client{}).Digest(context.Background(), model)
+		return modelapi.NewOpenAI(f.URL, &http.Client{}).Digest(context.Background(), model)
 	}
 	a, err := digest(llamaServer(4096), "tiny")
 	b, err2 := digest(llamaServer(4096), "tiny")
@@ -469,13 +456,13 @@ func TestOpenAISettings(t *testing.T) {
 		mod  func(*Config)
 		err  string
 	}{
-		{"openai with a URL and a key", func(c *Config) { c.API, c.URL, c.KeyFile = APIOpenAI, "http://127.0.0.1:8080", good }, ""},
+		{"openai with a URL and a key", func(c *Config) { c.API, c.URL, c.KeyFile = modelapi.APIOpenAI, "http://127.0.0.1:8080", good }, ""},
 		{"ollama by --llm-url", func(c *Config) { c.URL = "127.0.0.1:11434" }, ""},
 		{"ollama by both, alike", func(c *Config) { c.URL, c.Host = "127.0.0.1:11434", "127.0.0.1:11434" }, ""},
-		{"openai without a URL", func(c *Config) { c.API = APIOpenAI }, "needs --llm-url"},
-		{"openai with --ollama-host", func(c *Config) { c.API, c.Host = APIOpenAI, "127.0.0.1:8080" }, "native API's address"},
+		{"openai without a URL", func(c *Config) { c.API = modelapi.APIOpenAI }, "needs --llm-url"},
+		{"openai with --ollama-host", func(c *Config) { c.API, c.Host = modelapi.APIOpenAI, "127.0.0.1:8080" }, "native API's address"},
 		{"both, unlike", func(c *Config) { c.URL, c.Host = "a:1", "b:2" }, "differ"},
-		{"not a URL", func(c *Config) { c.API, c.URL = APIOpenAI, "ftp://x" }, "not an http(s) URL"},
+		{"not a URL", func(c *Config) { c.API, c.URL = modelapi.APIOpenAI, "ftp://x" }, "not an http(s) URL"},
 		{"an unknown API", func(c *Config) { c.API = "grpc" }, "llm-api"},
 		{"a key others may read", func(c *Config) { c.KeyFile = keyFile(t, "sk-1", 0o640) }, "mode 0640"},
 		{"an empty key", func(c *Config) { c.KeyFile = keyFile(t, "", 0o600) }, "one line"},
@@ -496,7 +483,7 @@ func TestOpenAISettings(t *testing.T) {
 	f := newOAIFake(t, ollamafake.Capable, func(f *oaiFake) { f.key = "sk-1" })
 	c := DefaultConfig()
 	c.Model, c.URL, c.KeyFile = "m", f.URL, good
-	s, err := c.Server()
+	s, err := modelapi.Dial(c.API, c.URL, c.Host, c.KeyFile)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"io"
 	"slices"
 	"sort"
@@ -59,7 +60,7 @@ type Policy struct {
 
 	mu       sync.Mutex       // one step at a time
 	pending  map[proposal]int // consecutive proposals of each action
-	think    Think            // the mode in force
+	think    modelapi.Think   // the mode in force
 	thinkOff int              // steps left with thinking forced off
 	shown    int              // servers per backend the prompt lists in full
 	history  []string         // the model's decisions and their outcomes
@@ -106,7 +107,7 @@ type lifeState struct {
 	state Life
 	since time.Time
 	err   string
-	info  Info
+	info  modelapi.Info
 	// admitted: Admit passed the model (its calibration record).
 	admitted bool
 	// history is the last MaxLifeHistory changes of state, oldest
@@ -289,15 +290,15 @@ func (p *Policy) fallback(floor agent.Plan, why string, overran bool) agent.Plan
 // failed counts a call that came back unusable, and learns from it.
 func (p *Policy) failed(res callResult) {
 	switch {
-	case errors.Is(res.err, ErrThinkUnsupported):
-		p.think = ThinkOff
+	case errors.Is(res.err, modelapi.ErrThinkUnsupported):
+		p.think = modelapi.ThinkOff
 		p.report.ThinkNote = "the model does not support thinking: off from now on"
-	case errors.Is(res.err, ErrContextOverflow):
+	case errors.Is(res.err, modelapi.ErrContextOverflow):
 		p.shown = max(2, p.shown/2)
 		p.report.PromptNote = fmt.Sprintf("the prompt did not fit the model's context: %d servers a backend in full from now on", p.shown)
 	}
 	p.count(func(c *counters) {
-		if res.call.Raw != "" || errors.Is(res.err, ErrCutShort) || errors.Is(res.err, ErrUnfinished) || errors.Is(res.err, ErrContextOverflow) {
+		if res.call.Raw != "" || errors.Is(res.err, modelapi.ErrCutShort) || errors.Is(res.err, modelapi.ErrUnfinished) || errors.Is(res.err, modelapi.ErrContextOverflow) {
 			c.invalid++
 		} else {
 			c.httpErrors++
@@ -306,13 +307,13 @@ func (p *Policy) failed(res callResult) {
 }
 
 // thinkFor is the think mode of this step's call.
-func (p *Policy) thinkFor() Think {
+func (p *Policy) thinkFor() modelapi.Think {
 	if p.thinkOff > 0 {
 		p.thinkOff--
 		if p.thinkOff == 0 {
 			p.report.ThinkNote = "thinking allowed again from the next step"
 		}
-		return ThinkOff
+		return modelapi.ThinkOff
 	}
 	return p.think
 }
@@ -321,8 +322,8 @@ func (p *Policy) thinkFor() Think {
 // that showed it costs too much, by what can be observed: the call
 // overran its deadline, was cut at num_predict, or spent more completion
 // tokens than TokenBudget.
-func (p *Policy) costOfThinking(think Think, call Call, overran bool) {
-	if think == ThinkOff || p.Config.ThinkRetry <= 0 {
+func (p *Policy) costOfThinking(think modelapi.Think, call Call, overran bool) {
+	if think == modelapi.ThinkOff || p.Config.ThinkRetry <= 0 {
 		return
 	}
 	var why string
@@ -504,7 +505,7 @@ func (p *Policy) judgeOutcomes(obs agent.Observation) {
 // promptInput assembles what this call shows, shrunk to fit the model's
 // context: fewer servers in full, then only the backend with the most
 // candidates (the others get their turn on later steps).
-func (p *Policy) promptInput(obs agent.Observation, cands map[agent.Key]rules.Suspect, floor agent.Plan, think Think) (PromptInput, string) {
+func (p *Policy) promptInput(obs agent.Observation, cands map[agent.Key]rules.Suspect, floor agent.Plan, think modelapi.Think) (PromptInput, string) {
 	pending := map[agent.Key]int{}
 	for k, n := range p.pending {
 		pending[k.server] = n
@@ -590,7 +591,7 @@ var errStopping = errors.New("the agent is stopping")
 // under the policy's life and LoadTimeout, because Ollama aborts a load
 // whose request ends. Its late answer keeps the model warm and is
 // discarded. The error is an overran past the deadline.
-func (p *Policy) call(ctx context.Context, prompt string, schema []byte, think Think) (callResult, error) {
+func (p *Policy) call(ctx context.Context, prompt string, schema []byte, think modelapi.Think) (callResult, error) {
 	if p.Config.Deadline > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.Config.Deadline)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/policy/llm"
+	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/rs/zerolog"
 )
@@ -140,15 +141,15 @@ type recorder struct {
 	last   Example
 }
 
-func (r *recorder) Inspect(context.Context, string) (llm.Info, error) {
-	return llm.Info{API: llm.APIOllama}, nil
+func (r *recorder) Inspect(context.Context, string) (modelapi.Info, error) {
+	return modelapi.Info{API: modelapi.APIOllama}, nil
 }
-func (r *recorder) Loaded(context.Context, string) (bool, error)             { return true, nil }
-func (r *recorder) Warm(context.Context, llm.Request) (time.Duration, error) { return 0, nil }
-func (r *recorder) Digest(context.Context, string) (string, error)           { return "dataset", nil }
-func (r *recorder) SizesContext() bool                                       { return true }
+func (r *recorder) Loaded(context.Context, string) (bool, error)                  { return true, nil }
+func (r *recorder) Warm(context.Context, modelapi.Request) (time.Duration, error) { return 0, nil }
+func (r *recorder) Digest(context.Context, string) (string, error)                { return "dataset", nil }
+func (r *recorder) SizesContext() bool                                            { return true }
 
-func (r *recorder) Chat(_ context.Context, req llm.Request) (llm.Reply, error) {
+func (r *recorder) Chat(_ context.Context, req modelapi.Request) (modelapi.Reply, error) {
 	ans, suspicious := Label(r.sit, req.User)
 	r.called = true
 	truth := map[agent.Key]Truth{}
@@ -158,7 +159,7 @@ func (r *recorder) Chat(_ context.Context, req llm.Request) (llm.Reply, error) {
 		}
 	}
 	r.last = Example{Kind: r.sit.kind, System: req.System, User: req.User, Answer: ans, Suspicious: suspicious, Truth: truth}
-	return llm.Reply{Content: ans, DoneReason: "stop"}, nil
+	return modelapi.Reply{Content: ans, DoneReason: "stop"}, nil
 }
 
 // row is one server row of a prompt, as the prompt builder writes it

@@ -1,4 +1,9 @@
-package llm
+// Package modelapi is hapilot's client of a model server: Ollama's
+// native API and the OpenAI-compatible one, behind one Server interface,
+// with the errors every server's own are mapped onto. It knows nothing of
+// the agent: a Request is a system prompt, a user prompt and a JSON
+// schema, a Reply is text and counts.
+package modelapi
 
 import (
 	"context"
@@ -6,11 +11,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/hapilot/hapilot/internal/enum"
+	"github.com/ollama/ollama/api"
+	"github.com/ollama/ollama/envconfig"
 )
 
 // Server is a model server's API as Model uses it. Ollama speaks
@@ -74,22 +82,31 @@ type Reply struct {
 // (llama-server's /health 503).
 var ErrLoading = errors.New("the server is loading the model")
 
-// errThinkLevel: the model refused a think level (Ollama's 400 "think
-// value ... is not supported"); Model retries with thinking on.
-var errThinkLevel = errors.New("think level refused")
+// ErrThinkLevel: the model refused a think level (Ollama's 400 "think
+// value ... is not supported"); the caller retries with thinking on.
+var ErrThinkLevel = errors.New("think level refused")
 
-// classed is a server's error marked with the kind Model treats it as:
-// errors.Is finds both the kind and the server's own error, and its text
-// is the server's.
-type classed struct {
-	kind, err error
-	// promptTokens is the prompt's size when the server says it
+// ServerError is a server's error marked with the kind its caller treats
+// it as: errors.Is finds both the Kind and the server's own Err, and its
+// text is the server's.
+type ServerError struct {
+	Kind, Err error
+	// PromptTokens is the prompt's size when the server says it
 	// (llama-server's n_prompt_tokens), 0 otherwise.
-	promptTokens int
+	PromptTokens int
 }
 
-func (c *classed) Error() string   { return c.err.Error() }
-func (c *classed) Unwrap() []error { return []error{c.kind, c.err} }
+func (c *ServerError) Error() string   { return c.Err.Error() }
+func (c *ServerError) Unwrap() []error { return []error{c.Kind, c.Err} }
+
+// ReportedPromptTokens is the prompt's size a server's error reports, 0
+// when it says none.
+func ReportedPromptTokens(err error) int {
+	if se := (*ServerError)(nil); errors.As(err, &se) {
+		return se.PromptTokens
+	}
+	return 0
+}
 
 // API is the model server's API.
 type API string
@@ -147,4 +164,105 @@ func httpClient(key string) *http.Client {
 		return &http.Client{}
 	}
 	return &http.Client{Transport: bearer{key: key, next: http.DefaultTransport}}
+}
+
+// Errors a call can end with; each is an invalid or failed call, never
+// an action. A Server maps its own onto the first two; the caller's
+// checks of a reply end with the last two.
+var (
+	ErrThinkUnsupported = errors.New("model does not support thinking")
+	ErrContextOverflow  = errors.New("the prompt does not fit the model's context")
+	ErrCutShort         = errors.New("the reply was cut at num_predict")
+	ErrUnfinished       = errors.New("the server ended the reply unfinished")
+)
+
+// Info is what the agent learned of the model and its server at start.
+type Info struct {
+	API     API    `json:"api,omitempty"`
+	Version string `json:"ollama_version,omitempty"`
+	// Server is what an OpenAI-compatible server says it is, as far as it
+	// says ("llama-server b11669", or the model's owner as /v1/models
+	// lists it).
+	Server        string   `json:"server,omitempty"`
+	Capabilities  []string `json:"capabilities,omitempty"`
+	ContextLength int      `json:"context_length,omitempty"` // the model's own
+	ParameterSize string   `json:"parameter_size,omitempty"`
+	Quantization  string   `json:"quantization,omitempty"`
+	Size          int64    `json:"size_bytes,omitempty"`
+}
+
+// CanThink reports the "thinking" capability.
+func (i Info) CanThink() bool {
+	for _, c := range i.Capabilities {
+		if c == "thinking" {
+			return true
+		}
+	}
+	return false
+}
+
+// Think is how the model is asked to think; it is sent explicitly on
+// every call, since Ollama turns thinking on when the field is omitted.
+type Think string
+
+const (
+	ThinkOff    Think = "off"
+	ThinkOn     Think = "on"
+	ThinkLow    Think = "low"
+	ThinkMedium Think = "medium"
+	ThinkHigh   Think = "high"
+)
+
+// Thinks lists the think modes.
+var Thinks = []Think{ThinkOff, ThinkOn, ThinkLow, ThinkMedium, ThinkHigh}
+
+func (t *Think) String() string { return string(*t) }
+
+// Set implements flag.Value.
+func (t *Think) Set(s string) (err error) { *t, err = enum.Parse("think", s, Thinks...); return err }
+
+// serverURL parses a server's address; a bare host:port is http.
+func ParseURL(flag, host string) (*url.URL, error) {
+	if !strings.Contains(host, "://") {
+		host = "http://" + host
+	}
+	u, err := url.Parse(host)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("%s %q: not an http(s) URL", flag, host)
+	}
+	return u, nil
+}
+
+// Dial returns the client of the model server that speaks a at base
+// (--llm-url) or host (--ollama-host, the native API's alias; neither:
+// $OLLAMA_HOST), with the API key in keyFile if any. Its HTTP client has
+// no timeout of its own: every call carries a deadline.
+func Dial(a API, base, host, keyFile string) (Server, error) {
+	key := ""
+	if keyFile != "" {
+		var err error
+		if key, err = ReadAPIKey(keyFile); err != nil {
+			return nil, err
+		}
+	}
+	addr, flag := base, "llm-url"
+	if addr == "" {
+		addr, flag = host, "ollama-host"
+	}
+	if a == APIOpenAI {
+		u, err := ParseURL(flag, addr)
+		if err != nil {
+			return nil, err
+		}
+		return NewOpenAI(u.String(), httpClient(key)), nil
+	}
+	if addr == "" {
+		// $OLLAMA_HOST, as Ollama's own client reads it.
+		return &Ollama{Client: api.NewClient(envconfig.Host(), httpClient(key))}, nil
+	}
+	u, err := ParseURL(flag, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &Ollama{Client: api.NewClient(u, httpClient(key))}, nil
 }

@@ -1,8 +1,10 @@
-package llm
+package modelapi
 
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -511,7 +513,7 @@ func (o *OpenAI) Chat(ctx context.Context, req Request) (Reply, error) {
 			e := parseError(status, raw)
 			switch {
 			case e.overflow():
-				return reply, &classed{kind: ErrContextOverflow, err: e, promptTokens: e.PromptTokens}
+				return reply, &ServerError{Kind: ErrContextOverflow, Err: e, PromptTokens: e.PromptTokens}
 			case e.schemaRefused() && rung+1 < len(schemaLadder):
 				rung++
 				o.mu.Lock()
@@ -586,4 +588,32 @@ func (o *OpenAI) Digest(ctx context.Context, model string) (string, error) {
 	}
 	sort.Strings(parts[1:])
 	return "openai:" + hash(parts...), nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return strings.ToValidUTF8(s[:n], "") + "..."
+	}
+	return s
+}
+
+// hash is the digest's hash of its parts, as the calibration record's key
+// hashes its own: a changed part changes it.
+func hash(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		fmt.Fprintf(h, "%d:%s;", len(p), p)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

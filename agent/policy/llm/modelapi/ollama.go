@@ -1,4 +1,4 @@
-package llm
+package modelapi
 
 import (
 	"context"
@@ -124,11 +124,11 @@ func (o *Ollama) Chat(ctx context.Context, req Request) (Reply, error) {
 		if errors.As(err, &se) && se.StatusCode == 400 {
 			switch msg := se.ErrorMessage; {
 			case strings.Contains(msg, "does not support thinking"):
-				err = &classed{kind: ErrThinkUnsupported, err: err}
+				err = &ServerError{Kind: ErrThinkUnsupported, Err: err}
 			case strings.Contains(msg, "think value"):
-				err = &classed{kind: errThinkLevel, err: err}
+				err = &ServerError{Kind: ErrThinkLevel, Err: err}
 			case strings.Contains(msg, "exceeds") && strings.Contains(msg, "context length"):
-				err = &classed{kind: ErrContextOverflow, err: err}
+				err = &ServerError{Kind: ErrContextOverflow, Err: err}
 			}
 		}
 		return Reply{}, err
