@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/window"
@@ -237,20 +238,20 @@ func KeyFor(digest string, m *Model) Key {
 	c := m.Config
 	return Key{Digest: digest, Think: c.Think,
 		PromptHash:  promptHash(c.Prompt, m.SystemPrompt),
-		SchemaHash:  hash(string(Schema([]string{"b"}, []string{"s"}, 1, c.NumPredict))),
+		SchemaHash:  hash(string(prompt.Schema([]string{"b"}, []string{"s"}, 1, c.NumPredict))),
 		OptionsHash: hash(options(c))}
 }
 
 // promptHash names the prompt's form. The full form hashes as it did
 // before styles existed, so that records written then stay valid.
-func promptHash(style PromptStyle, system string) string {
+func promptHash(style prompt.Style, system string) string {
 	switch style {
-	case PromptCompact:
-		return hash(PromptVersion, "compact", CompactHeader, system)
-	case PromptNumbered:
-		return hash(PromptVersion, "numbered", NumberedHeader, system)
+	case prompt.Compact:
+		return hash(PromptVersion, "compact", prompt.CompactHeader, system)
+	case prompt.Numbered:
+		return hash(PromptVersion, "numbered", prompt.NumberedHeader, system)
 	}
-	return hash(PromptVersion, Header, system)
+	return hash(PromptVersion, prompt.Header, system)
 }
 
 // options is what of c a call's timing and answers depend on. NumThread

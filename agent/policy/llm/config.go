@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/internal/enum"
 )
 
@@ -28,38 +29,6 @@ func (g *Gate) String() string { return string(*g) }
 
 // Set implements flag.Value.
 func (g *Gate) Set(s string) (err error) { *g, err = enum.Parse("llm-gate", s, Gates...); return err }
-
-// PromptStyle is the form of the prompt the model reads.
-type PromptStyle string
-
-const (
-	// PromptFull: the system prompt's rules in prose, and every column
-	// of a server row (Header).
-	PromptFull PromptStyle = "full"
-	// PromptCompact: for small models, hapilot's own among them: a
-	// system prompt of a few lines, the columns that decide (CompactHeader),
-	// notes in a few words, and the servers that need no look summed
-	// beyond CompactShown. With its system prompt it is under half the
-	// full form's bytes (45% over calibration's prompts), so that a model
-	// trained here sees whole examples in its context.
-	PromptCompact PromptStyle = "compact"
-	// PromptNumbered: the compact form with a reference on every row
-	// and backend (s1, b1; see Refs), which the reply names instead of
-	// the server: for a small model trained here, which points at a row
-	// more surely than it copies a name it never saw.
-	PromptNumbered PromptStyle = "numbered"
-)
-
-// PromptStyles lists the styles.
-var PromptStyles = []PromptStyle{PromptFull, PromptCompact, PromptNumbered}
-
-func (s *PromptStyle) String() string { return string(*s) }
-
-// Set implements flag.Value.
-func (s *PromptStyle) Set(v string) (err error) {
-	*s, err = enum.Parse("llm-prompt", v, PromptStyles...)
-	return err
-}
 
 // Fallback is the policy of a step whose call failed or overran.
 type Fallback string
@@ -128,7 +97,7 @@ type Config struct {
 	SystemPromptFile string
 	// Prompt is the prompt's form: full, or compact for small models
 	// (with its own embedded system prompt).
-	Prompt PromptStyle
+	Prompt prompt.Style
 	// MaxShown is how many servers per backend the prompt lists in full;
 	// the rest are summed in one line.
 	MaxShown int
@@ -160,7 +129,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{API: modelapi.APIOllama, Think: modelapi.ThinkOff, NumPredict: 256, ThinkBudget: 1024, Seed: 42, KeepAlive: -1, LoadTimeout: 5 * time.Minute,
 		TokenBudget: 768, ThinkRetry: 30,
-		MaxShown: 12, Prompt: PromptFull, Confirm: 2, MinHold: time.Minute, Gate: GateAnomaly, Fallback: FallbackRules,
+		MaxShown: 12, Prompt: prompt.Full, Confirm: 2, MinHold: time.Minute, Gate: GateAnomaly, Fallback: FallbackRules,
 		CalibrationDir: "/var/lib/hapilot"}
 }
 
@@ -189,7 +158,7 @@ func (c Config) Validate() error {
 	if _, err := enum.Parse("fallback", string(c.Fallback), Fallbacks...); err != nil {
 		errs = append(errs, err)
 	}
-	if _, err := enum.Parse("llm-prompt", string(c.Prompt), PromptStyles...); err != nil {
+	if _, err := enum.Parse("llm-prompt", string(c.Prompt), prompt.Styles...); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Confirm < 1 {
@@ -246,15 +215,15 @@ func NewModel(c Config) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	prompt := c.Prompt.SystemPrompt()
+	text := c.Prompt.SystemPrompt()
 	if c.SystemPromptFile != "" {
 		b, err := os.ReadFile(c.SystemPromptFile)
 		if err != nil {
 			return nil, fmt.Errorf("system prompt: %w", err)
 		}
-		prompt = string(b)
+		text = string(b)
 	}
-	return &Model{Server: server, Config: c, SystemPrompt: prompt}, nil
+	return &Model{Server: server, Config: c, SystemPrompt: text}, nil
 }
 
 // CallBudget is how long a call may take in a step whose policy budget

@@ -2,7 +2,6 @@ package llm
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
@@ -13,6 +12,7 @@ import (
 	"unicode"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 )
 
 // scripted is a Server whose prompt has need tokens: a call whose num_ctx
@@ -43,7 +43,7 @@ func (s *scripted) Chat(_ context.Context, req modelapi.Request) (modelapi.Reply
 // never shrinks; a context fixed by --num-ctx or by the server does not
 // move.
 func TestContextGrowsAfterOverflow(t *testing.T) {
-	prompt := strings.Repeat("x", 3000) // estimated 1000 tokens
+	text := strings.Repeat("x", 3000) // estimated 1000 tokens
 	tests := []struct {
 		name   string
 		server *scripted
@@ -65,7 +65,7 @@ func TestContextGrowsAfterOverflow(t *testing.T) {
 				t.Fatal(err)
 			}
 			for range tc.want {
-				_, call, err := m.Ask(context.Background(), prompt, Schema(nil, nil, 1, 256), modelapi.ThinkOff)
+				_, call, err := m.Ask(context.Background(), text, prompt.Schema(nil, nil, 1, 256), modelapi.ThinkOff)
 				if err != nil && (!errors.Is(err, modelapi.ErrContextOverflow) || !strings.Contains(call.Error, fmt.Sprintf("(num_ctx %d)", call.NumCtx))) {
 					t.Fatalf("error %v, call %+v", err, call)
 				}
@@ -83,10 +83,10 @@ func TestOverflowRaisesTheEstimate(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Model = "m"
 	m := &Model{Server: &scripted{info: modelapi.Info{ContextLength: 32768}, need: 9000, sizes: true}, Config: cfg}
-	prompt := strings.Repeat("x", 3000)
-	before := m.EstimatePrompt(prompt)
-	_, _, _ = m.Ask(context.Background(), prompt, Schema(nil, nil, 1, 256), modelapi.ThinkOff)
-	if after := m.EstimatePrompt(prompt); after < 2048-256 || after <= before {
+	text := strings.Repeat("x", 3000)
+	before := m.EstimatePrompt(text)
+	_, _, _ = m.Ask(context.Background(), text, prompt.Schema(nil, nil, 1, 256), modelapi.ThinkOff)
+	if after := m.EstimatePrompt(text); after < 2048-256 || after <= before {
 		t.Fatalf("estimate %d, then %d after an overflow at num_ctx 2048", before, after)
 	}
 }
@@ -152,13 +152,13 @@ func TestEstimateHoldsForDigitTables(t *testing.T) {
 	largest, big := 0, ""
 	for _, seq := range Sequences(time.Unix(5000, 0)) {
 		for i, st := range seq.Steps {
-			in := PromptInput{Obs: st.Obs, MaxShown: 12, Confirm: 2, DrainsPer: 3, Candidates: map[agent.Key]string{}}
+			in := prompt.Input{Obs: st.Obs, MaxShown: 12, Confirm: 2, DrainsPer: 3, Candidates: map[agent.Key]string{}}
 			for _, b := range st.Obs.Backends {
 				for _, s := range b.Servers {
 					in.Candidates[s.Key()] = "errors 1.00% vs peers 0.10%, p=2e-04"
 				}
 			}
-			p := Prompt(in)
+			p := prompt.Render(in)
 			if fine := fineTokens(p); fine > largest {
 				largest, big = fine, p
 			}
@@ -167,7 +167,7 @@ func TestEstimateHoldsForDigitTables(t *testing.T) {
 			}
 		}
 	}
-	if est, fine := EstimateTokens(DefaultSystemPrompt), fineTokens(DefaultSystemPrompt); est < fine {
+	if est, fine := EstimateTokens(prompt.DefaultSystemPrompt), fineTokens(prompt.DefaultSystemPrompt); est < fine {
 		t.Errorf("the system prompt: estimated %d, counted %d", est, fine)
 	}
 	if largest > 0 {
@@ -175,68 +175,6 @@ func TestEstimateHoldsForDigitTables(t *testing.T) {
 	}
 	if (len(big)+2)/3 >= largest {
 		t.Errorf("three bytes a token holds here too: the reference tokenizer is not fine enough to test the estimate")
-	}
-}
-
-// The schema leaves no room for unbounded output: its longest reply
-// (every action with a full reason, the longest verb, names and weight)
-// fits num_predict at guardCharsPerToken, with at least one action and at
-// most one a server, and still parses.
-func TestSchemaBoundsTheReply(t *testing.T) {
-	names := func(prefix string, n int) []string {
-		var out []string
-		for i := 1; i <= n; i++ {
-			out = append(out, fmt.Sprintf("%s%d", prefix, i))
-		}
-		return out
-	}
-	for _, numPredict := range []int{16, 64, 128, 256, 512, 1024, 4096} {
-		for _, n := range []int{0, 1, 3, 6, 14} {
-			backends, servers := []string{"origin-eu-west"}, names("web-backend-", n)
-			var s struct {
-				Properties struct {
-					Actions struct {
-						MaxItems int `json:"maxItems"`
-						Items    struct {
-							Properties struct {
-								Reason struct {
-									MaxLength int `json:"maxLength"`
-								} `json:"reason"`
-							} `json:"properties"`
-						} `json:"items"`
-					} `json:"actions"`
-				} `json:"properties"`
-			}
-			if err := json.Unmarshal(Schema(backends, servers, 100, numPredict), &s); err != nil {
-				t.Fatal(err)
-			}
-			items, reason := s.Properties.Actions.MaxItems, s.Properties.Actions.Items.Properties.Reason.MaxLength
-			if reason != SchemaReason || reason > agent.MaxReason || items < 1 || items > max(1, n) || items > MaxActions {
-				t.Fatalf("num_predict %d, %d servers: maxItems %d, reason maxLength %d", numPredict, n, items, reason)
-			}
-			server := "-"
-			if n > 0 {
-				server = servers[n-1]
-			}
-			var acts []string
-			for i := 0; i < items; i++ {
-				acts = append(acts, fmt.Sprintf(`{"reason":%q,"action":"set_weight","backend":%q,"server":%q,"weight":100}`, strings.Repeat("x", reason), backends[0], server))
-			}
-			worst := `{"actions":[` + strings.Join(acts, ",") + `]}`
-			if items > 1 && len(worst) > numPredict*guardCharsPerToken {
-				t.Errorf("num_predict %d, %d servers: %d actions take %d characters, over %d", numPredict, n, items, len(worst), numPredict*guardCharsPerToken)
-			}
-			if n > 0 {
-				if _, err := ParseReply(worst); err != nil {
-					t.Errorf("the longest reply does not parse: %v", err)
-				}
-			}
-		}
-	}
-	// At the default num_predict the calibration's backends of 14 servers
-	// get several actions a reply.
-	if got := MaxItems([]string{"edge", "origin"}, names("a", 14), 37, 256); got < 2 {
-		t.Fatalf("maxItems %d at num_predict 256", got)
 	}
 }
 
@@ -271,17 +209,17 @@ func TestMeasureSizesTheFirstPrompt(t *testing.T) {
 			for _, b := range st.Obs.Backends {
 				only[b.Name] = true
 			}
-			sampled = sampled || strings.HasPrefix(Prompt(PromptInput{Obs: st.Obs, Only: only, MaxShown: 12}), sample)
+			sampled = sampled || strings.HasPrefix(prompt.Render(prompt.Input{Obs: st.Obs, Only: only, MaxShown: 12}), sample)
 		}
 	}
 	if len(sample) == 0 || len(sample) > MaxSample || !sampled {
 		t.Fatalf("sample of %d bytes is not the start of a calibration prompt", len(sample))
 	}
-	firstCall := func(prompt string, measure bool) (Call, error) {
+	firstCall := func(text string, measure bool) (Call, error) {
 		srv := &bytewise{scripted: scripted{info: modelapi.Info{ContextLength: 32768}, sizes: true}}
 		cfg := DefaultConfig()
 		cfg.Model = "m"
-		m := &Model{Server: srv, Config: cfg, SystemPrompt: DefaultSystemPrompt}
+		m := &Model{Server: srv, Config: cfg, SystemPrompt: prompt.DefaultSystemPrompt}
 		if _, err := m.Inspect(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -293,7 +231,7 @@ func TestMeasureSizesTheFirstPrompt(t *testing.T) {
 				t.Fatalf("measure: %v, num_ctx %v", err, srv.ctxs)
 			}
 		}
-		_, call, err := m.Ask(context.Background(), prompt, Schema(nil, nil, 1, 256), modelapi.ThinkOff)
+		_, call, err := m.Ask(context.Background(), text, prompt.Schema(nil, nil, 1, 256), modelapi.ThinkOff)
 		return call, err
 	}
 	lost := 0
@@ -306,11 +244,11 @@ func TestMeasureSizesTheFirstPrompt(t *testing.T) {
 			obs.Backends = append(obs.Backends, backend(now, name, healthy(fmt.Sprintf("e%d-", i), min(14, servers-i*14), 1+i*17)))
 			only[name] = true
 		}
-		prompt := Prompt(PromptInput{Obs: obs, Only: only, MaxShown: 14})
-		if call, err := firstCall(prompt, true); err != nil {
-			t.Errorf("%d servers, measured: the first prompt of %d bytes: %v (num_ctx %d)", servers, len(prompt), err, call.NumCtx)
+		text := prompt.Render(prompt.Input{Obs: obs, Only: only, MaxShown: 14})
+		if call, err := firstCall(text, true); err != nil {
+			t.Errorf("%d servers, measured: the first prompt of %d bytes: %v (num_ctx %d)", servers, len(text), err, call.NumCtx)
 		}
-		if _, err := firstCall(prompt, false); errors.Is(err, modelapi.ErrContextOverflow) {
+		if _, err := firstCall(text, false); errors.Is(err, modelapi.ErrContextOverflow) {
 			lost++
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 )
 
 // Start inspects the model and loads it in the background, in requests
@@ -266,7 +267,7 @@ func TokenSample(now time.Time) string {
 	for _, b := range largest.Backends {
 		only[b.Name] = true
 	}
-	text := Prompt(PromptInput{Obs: largest, Only: only, MaxShown: 12})
+	text := prompt.Render(prompt.Input{Obs: largest, Only: only, MaxShown: 12})
 	if len(text) > MaxSample {
 		text = text[:strings.LastIndexByte(text[:MaxSample], '\n')+1]
 	}

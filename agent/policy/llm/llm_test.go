@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
@@ -66,7 +67,7 @@ func newPolicy(t *testing.T, respond ollamafake.Responder, mod func(*Config)) (*
 	if mod != nil {
 		mod(&cfg)
 	}
-	m := &Model{Server: &modelapi.Ollama{Client: api.NewClient(u, fake.Client())}, Config: cfg, SystemPrompt: DefaultSystemPrompt}
+	m := &Model{Server: &modelapi.Ollama{Client: api.NewClient(u, fake.Client())}, Config: cfg, SystemPrompt: prompt.DefaultSystemPrompt}
 	p := New(m, rules.New(rules.DefaultConfig()), rules.DefaultConfig(), cfg, zerolog.Nop())
 	t.Cleanup(p.Close)
 	return p, fake
@@ -486,17 +487,17 @@ func TestMetricsAndStatusDoNotWaitForACall(t *testing.T) {
 }
 
 func TestParseReply(t *testing.T) {
-	plan, err := ParseReply(`{"actions":[{"action":"set_weight","backend":"app","server":"s1","weight":10,"reason":"r"},{"action":"no_op","backend":"-","server":"-","reason":"r"}]}`)
+	plan, err := prompt.ParseReply(`{"actions":[{"action":"set_weight","backend":"app","server":"s1","weight":10,"reason":"r"},{"action":"no_op","backend":"-","server":"-","reason":"r"}]}`)
 	if err != nil || len(plan) != 1 || plan[0].Weight != 10 {
 		t.Fatalf("%+v %v", plan, err)
 	}
 	// The schema allows a weight with drain or ready: it is ignored.
-	plan, err = ParseReply(`{"actions":[{"reason":"r","action":"drain","backend":"app","server":"s1","weight":3}]}`)
+	plan, err = prompt.ParseReply(`{"actions":[{"reason":"r","action":"drain","backend":"app","server":"s1","weight":3}]}`)
 	if err != nil || len(plan) != 1 || plan[0].Kind != agent.Drain || plan[0].Weight != 0 {
 		t.Fatalf("weight with drain: %+v %v", plan, err)
 	}
 	for _, bad := range []string{`{}`, `[]`, `{"actions":[]} {"actions":[]}`, `{"actions":[{"action":"set_weight","backend":"app","server":"s1","reason":"r"}]}`} {
-		if _, err := ParseReply(bad); err == nil {
+		if _, err := prompt.ParseReply(bad); err == nil {
 			t.Errorf("accepted %s", bad)
 		}
 	}
@@ -504,7 +505,7 @@ func TestParseReply(t *testing.T) {
 
 // rowsInput is a prompt's input with a candidate awaiting confirmation,
 // the agent's drained server refused last step, maxconn, and history.
-func rowsInput() PromptInput {
+func rowsInput() prompt.Input {
 	now := time.Unix(1000, 0)
 	obs := grey(now)
 	for i := range obs.Backends[0].Servers {
@@ -516,7 +517,7 @@ func rowsInput() PromptInput {
 	d.State.AdminState, d.Owner = haproxy.AdminForcedDrain, agent.OwnerAgent
 	d.Changed = &agent.Change{Phase: agent.PhaseDrained, At: now.Add(-25 * time.Second)}
 	obs.Refused = map[agent.Key]string{{Backend: "app", Server: "srv1"}: "a drained server comes back only after a clean probe burst"}
-	return PromptInput{Obs: obs, Candidates: map[agent.Key]string{{Backend: "app", Server: "srv4"}: "errors 1.17% vs peers 0.00%"}, Confirm: 2,
+	return prompt.Input{Obs: obs, Candidates: map[agent.Key]string{{Backend: "app", Server: "srv4"}: "errors 1.17% vs peers 0.00%"}, Confirm: 2,
 		Pending: map[agent.Key]int{{Backend: "app", Server: "srv4"}: 1}, History: []string{"step 3: drain app/srv2: refused: floor"}, DrainsPer: 3, MaxShown: 12}
 }
 
@@ -524,9 +525,9 @@ func rowsInput() PromptInput {
 // candidate, a recent figure, its load against maxconn and its configured
 // weight, the agent's state, and the model's recent decisions.
 func TestPromptRows(t *testing.T) {
-	got := Prompt(rowsInput())
+	got := prompt.Render(rowsInput())
 	for _, want := range []string{
-		Header,
+		prompt.Header,
 		"backend app: 6 servers, 5 serving (keep at least 3), at most 2 drains a step, 3600 requests, 5xx 0.19%",
 		"srv4 ready none 1 1 10.0 2 600 7 1.17 0.00 inf 100 0.00 9 12 candidate: errors 1.17% vs peers 0.00%; your proposal awaits confirmation (1 of 2)",
 		"srv1 drain agent 1 1 10.0 2 600 0 0.00 0.23 0.0 100 0.00 9 12 drained by the agent 25s ago; no traffic while drained: a ready only asks for probes; refused last step:",
@@ -546,13 +547,13 @@ func TestPromptRows(t *testing.T) {
 // in full; the rest are summed.
 func TestPromptSumsQuietServers(t *testing.T) {
 	obs := fleet(time.Unix(1000, 0), 9)
-	in := PromptInput{Obs: obs, Candidates: map[agent.Key]string{{Backend: "app", Server: "srv5"}: "latency"}, MaxShown: 4}
-	p := Prompt(in)
+	in := prompt.Input{Obs: obs, Candidates: map[agent.Key]string{{Backend: "app", Server: "srv5"}: "latency"}, MaxShown: 4}
+	p := prompt.Render(in)
 	if !strings.Contains(p, "srv5 ready") || !strings.Contains(p, "(5 more servers, none flagged") {
 		t.Fatalf("prompt:\n%s", p)
 	}
 	in.Candidates = nil
-	if p := Prompt(in); strings.Contains(p, "backend app") {
+	if p := prompt.Render(in); strings.Contains(p, "backend app") {
 		t.Fatalf("a backend with nothing flagged was sent:\n%s", p)
 	}
 }

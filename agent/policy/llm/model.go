@@ -9,7 +9,6 @@ package llm
 
 import (
 	"context"
-	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,27 +19,8 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 )
-
-//go:embed system-prompt.txt
-var DefaultSystemPrompt string
-
-//go:embed system-prompt-compact.txt
-var CompactSystemPrompt string
-
-//go:embed system-prompt-numbered.txt
-var NumberedSystemPrompt string
-
-// SystemPrompt is the embedded system prompt of the style.
-func (s PromptStyle) SystemPrompt() string {
-	switch s {
-	case PromptCompact:
-		return CompactSystemPrompt
-	case PromptNumbered:
-		return NumberedSystemPrompt
-	}
-	return DefaultSystemPrompt
-}
 
 // Call is what one model call cost and returned, for the audit log.
 type Call struct {
@@ -255,8 +235,8 @@ const maxGrownCtx = 1 << 17
 // EstimatePrompt is the system prompt's and prompt's tokens on the high
 // side: EstimateTokens, scaled by the finest tokenizer this model has
 // shown (measured counts, and prompts that overflowed).
-func (m *Model) EstimatePrompt(prompt string) int {
-	raw := EstimateTokens(m.SystemPrompt) + EstimateTokens(prompt)
+func (m *Model) EstimatePrompt(text string) int {
+	raw := EstimateTokens(m.SystemPrompt) + EstimateTokens(text)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return int(math.Ceil(float64(raw) * max(m.scale, 1)))
@@ -324,24 +304,24 @@ func (m *Model) sendThink(mode modelapi.Think) modelapi.Think {
 // retried at once as plain thinking, and remembered. Every way a reply
 // can be unusable is an error: the Call then says why and keeps the raw
 // text.
-func (m *Model) Ask(ctx context.Context, prompt string, schema json.RawMessage, think modelapi.Think) (agent.Plan, Call, error) {
-	plan, call, err := m.ask(ctx, prompt, schema, think)
+func (m *Model) Ask(ctx context.Context, text string, schema json.RawMessage, think modelapi.Think) (agent.Plan, Call, error) {
+	plan, call, err := m.ask(ctx, text, schema, think)
 	if errors.Is(err, modelapi.ErrThinkLevel) {
 		m.mu.Lock()
 		m.noThinkLevels = true
 		m.mu.Unlock()
-		plan, call, err = m.ask(ctx, prompt, schema, think)
+		plan, call, err = m.ask(ctx, text, schema, think)
 		call.Error = strings.TrimPrefix(call.Error+"; ", "; ") + "think level refused: sent as on"
 	}
 	return plan, call, err
 }
 
-func (m *Model) ask(ctx context.Context, prompt string, schema json.RawMessage, think modelapi.Think) (agent.Plan, Call, error) {
+func (m *Model) ask(ctx context.Context, text string, schema json.RawMessage, think modelapi.Think) (agent.Plan, Call, error) {
 	c := m.Config
 	call := Call{Think: think, NumPredict: m.numPredict(think)}
-	raw := EstimateTokens(m.SystemPrompt) + EstimateTokens(prompt)
-	call.NumCtx = m.contextFor(m.EstimatePrompt(prompt), call.NumPredict)
-	req := modelapi.Request{Model: c.Model, System: m.SystemPrompt, User: prompt, Schema: schema, Think: m.sendThink(think),
+	raw := EstimateTokens(m.SystemPrompt) + EstimateTokens(text)
+	call.NumCtx = m.contextFor(m.EstimatePrompt(text), call.NumPredict)
+	req := modelapi.Request{Model: c.Model, System: m.SystemPrompt, User: text, Schema: schema, Think: m.sendThink(think),
 		NumPredict: call.NumPredict, NumCtx: call.NumCtx, NumThread: c.NumThread, Seed: c.Seed, KeepAlive: c.KeepAlive}
 	start := time.Now()
 	resp, err := m.Server.Chat(ctx, req)
@@ -375,55 +355,12 @@ func (m *Model) ask(ctx context.Context, prompt string, schema json.RawMessage, 
 		call.Raw, call.Error = truncate(resp.Content, 2000), fmt.Sprintf("%v, with no done reason, after %d bytes", modelapi.ErrUnfinished, len(resp.Content))
 		return nil, call, fmt.Errorf("llm: %w, with no done reason", modelapi.ErrUnfinished)
 	}
-	plan, err := ParseReply(resp.Content)
+	plan, err := prompt.ParseReply(resp.Content)
 	if err != nil {
 		call.Raw, call.Error = truncate(resp.Content, 2000), err.Error()
 		return nil, call, fmt.Errorf("llm: invalid reply from %s: %w", c.Model, err)
 	}
 	return plan, call, nil
-}
-
-type replyAction struct {
-	Reason  string `json:"reason"`
-	Action  string `json:"action"`
-	Backend string `json:"backend"`
-	Server  string `json:"server"`
-	Weight  *int   `json:"weight"`
-}
-
-// ParseReply validates a reply strictly: one JSON object with an
-// "actions" list, every action well formed, nothing else. Any fault
-// rejects the whole reply. A weight given with drain or ready, which the
-// schema allows, is ignored.
-func ParseReply(content string) (agent.Plan, error) {
-	dec := json.NewDecoder(strings.NewReader(content))
-	dec.DisallowUnknownFields()
-	var r struct {
-		Actions *[]replyAction `json:"actions"`
-	}
-	if err := dec.Decode(&r); err != nil {
-		return nil, fmt.Errorf("not the reply schema: %w", err)
-	}
-	if dec.More() {
-		return nil, errors.New("text after the JSON object")
-	}
-	if r.Actions == nil {
-		return nil, errors.New(`no "actions" list`)
-	}
-	if len(*r.Actions) > MaxActions {
-		return nil, fmt.Errorf("%d actions, at most %d", len(*r.Actions), MaxActions)
-	}
-	plan := agent.Plan{}
-	for i, a := range *r.Actions {
-		act, ok, err := agent.ParseAction(a.Action, a.Backend, a.Server, a.Weight, "model", a.Reason)
-		if err != nil {
-			return nil, fmt.Errorf("action %d: %w", i, err)
-		}
-		if ok {
-			plan = append(plan, act)
-		}
-	}
-	return plan, nil
 }
 
 func truncate(s string, n int) string {

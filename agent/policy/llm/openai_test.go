@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/internal/lab/ollamafake"
 	"github.com/rs/zerolog"
@@ -138,12 +139,12 @@ func (f *oaiFake) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := ollamafake.Request{Model: body["model"].(string)}
-	prompt := 0
+	promptTokens := 0
 	msgs, _ := body["messages"].([]any)
 	for _, m := range msgs {
 		mm := m.(map[string]any)
 		req.Messages = append(req.Messages, ollamafake.Message{Role: mm["role"].(string), Content: mm["content"].(string)})
-		prompt += ollamafake.Tokens(mm["content"].(string)) + 4
+		promptTokens += ollamafake.Tokens(mm["content"].(string)) + 4
 	}
 	rep := f.respond(req)
 	if rep.Status != 0 && rep.Status != 200 {
@@ -161,7 +162,7 @@ func (f *oaiFake) chat(w http.ResponseWriter, r *http.Request) {
 	if max, _ := body["max_tokens"].(float64); max > 0 && tokens > int(max) {
 		rep.Content, tokens, finish = rep.Content[:int(max)*4], int(max), "length"
 	}
-	usage := map[string]any{"prompt_tokens": prompt, "completion_tokens": tokens, "total_tokens": prompt + tokens}
+	usage := map[string]any{"prompt_tokens": promptTokens, "completion_tokens": tokens, "total_tokens": promptTokens + tokens}
 	if rep.RepeatLimit {
 		finish, usage = nil, map[string]any{"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
 	}
@@ -412,7 +413,7 @@ func TestOpenAIErrors(t *testing.T) {
 			if _, err := p.Model.Inspect(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			_, call, err := p.Model.Ask(context.Background(), "prompt", Schema(nil, nil, 1, 256), modelapi.ThinkOff)
+			_, call, err := p.Model.Ask(context.Background(), "prompt", prompt.Schema(nil, nil, 1, 256), modelapi.ThinkOff)
 			if err == nil || (tc.want != nil && !errors.Is(err, tc.want)) || !strings.Contains(call.Error, tc.text) {
 				t.Fatalf("error %v, call %+v", err, call)
 			}

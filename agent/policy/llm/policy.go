@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/internal/promtext"
 	"github.com/rs/zerolog"
@@ -208,8 +209,8 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 	think := p.thinkFor()
 	in, note := p.promptInput(obs, cands, floor, think)
 	p.report.PromptNote = note
-	prompt := Prompt(in)
-	res, err := p.call(ctx, prompt, p.schema(in), think)
+	text := prompt.Render(in)
+	res, err := p.call(ctx, text, p.schema(in), think)
 	if err != nil {
 		var late overran
 		isLate := errors.As(err, &late)
@@ -218,9 +219,9 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 	}
 	p.report.Called, p.report.Call = true, &res.call
 	p.costOfThinking(think, res.call, false)
-	if res.err == nil && in.Style == PromptNumbered {
+	if res.err == nil && in.Style == prompt.Numbered {
 		var named agent.Plan
-		if named, res.err = in.refs().Resolve(res.plan); res.err != nil {
+		if named, res.err = in.Refs().Resolve(res.plan); res.err != nil {
 			res.err = fmt.Errorf("llm: invalid reply from %s: %w", p.Config.Model, res.err)
 			// The reply parsed, so its text is not kept: the plan as
 			// parsed, references and all, stands for it.
@@ -505,7 +506,7 @@ func (p *Policy) judgeOutcomes(obs agent.Observation) {
 // promptInput assembles what this call shows, shrunk to fit the model's
 // context: fewer servers in full, then only the backend with the most
 // candidates (the others get their turn on later steps).
-func (p *Policy) promptInput(obs agent.Observation, cands map[agent.Key]rules.Suspect, floor agent.Plan, think modelapi.Think) (PromptInput, string) {
+func (p *Policy) promptInput(obs agent.Observation, cands map[agent.Key]rules.Suspect, floor agent.Plan, think modelapi.Think) (prompt.Input, string) {
 	pending := map[agent.Key]int{}
 	for k, n := range p.pending {
 		pending[k.server] = n
@@ -514,11 +515,11 @@ func (p *Policy) promptInput(obs agent.Observation, cands map[agent.Key]rules.Su
 	for _, a := range floor {
 		fl[a.Key()] = string(a.Kind)
 	}
-	in := PromptInput{Obs: obs, Candidates: whys(cands), Floor: fl, Pending: pending, Confirm: p.Config.Confirm,
+	in := prompt.Input{Obs: obs, Candidates: whys(cands), Floor: fl, Pending: pending, Confirm: p.Config.Confirm,
 		History: p.history, DrainsPer: p.Needs().DrainsPer, MaxShown: p.shown, Style: p.Config.Prompt}
 	room := p.Model.Room(think)
 	fits := func() bool {
-		return room <= 0 || p.Model.EstimatePrompt(Prompt(in)) <= room
+		return room <= 0 || p.Model.EstimatePrompt(prompt.Render(in)) <= room
 	}
 	note := ""
 	for !fits() && in.MaxShown > 2 {
@@ -546,10 +547,10 @@ func (p *Policy) promptInput(obs agent.Observation, cands map[agent.Key]rules.Su
 
 // schema is the reply schema for the servers this prompt shows and the
 // agent may act on.
-func (p *Policy) schema(in PromptInput) []byte {
-	if in.Style == PromptNumbered {
-		r := in.refs()
-		return Schema(r.Backends, r.Servers, r.MaxWeight, p.Config.NumPredict)
+func (p *Policy) schema(in prompt.Input) []byte {
+	if in.Style == prompt.Numbered {
+		r := in.Refs()
+		return prompt.Schema(r.Backends, r.Servers, r.MaxWeight, p.Config.NumPredict)
 	}
 	var backends, servers []string
 	maxWeight := 1
@@ -571,7 +572,7 @@ func (p *Policy) schema(in PromptInput) []byte {
 			}
 		}
 	}
-	return Schema(backends, servers, maxWeight, p.Config.NumPredict)
+	return prompt.Schema(backends, servers, maxWeight, p.Config.NumPredict)
 }
 
 // overran is a call the step's deadline came before: budget is what the
@@ -591,7 +592,7 @@ var errStopping = errors.New("the agent is stopping")
 // under the policy's life and LoadTimeout, because Ollama aborts a load
 // whose request ends. Its late answer keeps the model warm and is
 // discarded. The error is an overran past the deadline.
-func (p *Policy) call(ctx context.Context, prompt string, schema []byte, think modelapi.Think) (callResult, error) {
+func (p *Policy) call(ctx context.Context, text string, schema []byte, think modelapi.Think) (callResult, error) {
 	if p.Config.Deadline > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.Config.Deadline)
@@ -622,7 +623,7 @@ func (p *Policy) call(ctx context.Context, prompt string, schema []byte, think m
 		defer p.wg.Done()
 		cctx, cancel := context.WithTimeout(p.ctx, p.Config.LoadTimeout)
 		defer cancel()
-		plan, call, err := p.Model.Ask(cctx, prompt, schema, think)
+		plan, call, err := p.Model.Ask(cctx, text, schema, think)
 		f.done <- callResult{plan, call, err}
 	}()
 	select {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
@@ -17,11 +18,11 @@ var update = flag.Bool("update", false, "rewrite testdata/*.golden")
 // golden files: the rows that decide, notes in a few words, the history,
 // and in the numbered form each row's and backend's reference.
 func TestCompactPromptGolden(t *testing.T) {
-	for _, style := range []PromptStyle{PromptCompact, PromptNumbered} {
+	for _, style := range []prompt.Style{prompt.Compact, prompt.Numbered} {
 		t.Run(string(style), func(t *testing.T) {
 			in := rowsInput()
 			in.Style = style
-			got := Prompt(in)
+			got := prompt.Render(in)
 			path := filepath.Join("testdata", "prompt-"+string(style)+".golden")
 			if *update {
 				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
@@ -55,15 +56,15 @@ func TestCompactPromptKeepsWhatDecides(t *testing.T) {
 					}
 				}
 			}
-			in := PromptInput{Obs: st.Obs, Candidates: cands, MaxShown: 12, Only: map[string]bool{}}
+			in := prompt.Input{Obs: st.Obs, Candidates: cands, MaxShown: 12, Only: map[string]bool{}}
 			for _, b := range st.Obs.Backends {
 				in.Only[b.Name] = true
 			}
-			f := Prompt(in)
-			in.Style = PromptCompact
-			c := Prompt(in)
-			full += len(DefaultSystemPrompt) + len(f)
-			compact += len(CompactSystemPrompt) + len(c)
+			f := prompt.Render(in)
+			in.Style = prompt.Compact
+			c := prompt.Render(in)
+			full += len(prompt.DefaultSystemPrompt) + len(f)
+			compact += len(prompt.CompactSystemPrompt) + len(c)
 			for _, b := range st.Obs.Backends {
 				rows := 0
 				for _, s := range b.Servers {
@@ -76,7 +77,7 @@ func TestCompactPromptKeepsWhatDecides(t *testing.T) {
 						rows++
 					}
 				}
-				if rows > CompactShown {
+				if rows > prompt.CompactShown {
 					t.Errorf("%s, step %d: %d unflagged rows of %s shown", seq.Name, i+1, rows, b.Name)
 				}
 			}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/internal/lab/ollamafake"
 )
 
@@ -26,31 +28,31 @@ func TestNumberedRefsNameTheirRows(t *testing.T) {
 					}
 				}
 			}
-			in := PromptInput{Obs: st.Obs, Candidates: cands, Style: PromptNumbered}
-			r := in.refs()
+			in := prompt.Input{Obs: st.Obs, Candidates: cands, Style: prompt.Numbered}
+			r := in.Refs()
 			backend, rows := "", 0
-			for _, line := range strings.Split(Prompt(in), "\n") {
+			for _, line := range strings.Split(prompt.Render(in), "\n") {
 				if rest, ok := strings.CutPrefix(line, "backend "); ok {
 					ref, name, _ := strings.Cut(rest, " = ")
 					name, _, _ = strings.Cut(name, ":")
-					if r.backend[ref] != name {
-						t.Fatalf("%s step %d: %q: %s is %q in Refs", seq.Name, i+1, line, ref, r.backend[ref])
+					if r.Backend(ref) != name {
+						t.Fatalf("%s step %d: %q: %s is %q in Refs", seq.Name, i+1, line, ref, r.Backend(ref))
 					}
 					backend = ref
 					continue
 				}
 				body, ref, ok := strings.Cut(line, " = s")
-				if !ok || line == NumberedHeader {
+				if !ok || line == prompt.NumberedHeader {
 					continue
 				}
 				rows++
-				k := r.server["s"+ref]
-				if name, _, _ := strings.Cut(body, " "); k.Server != name || k.Backend != r.backend[backend] {
+				k, _ := r.Server("s" + ref)
+				if name, _, _ := strings.Cut(body, " "); k.Server != name || k.Backend != r.Backend(backend) {
 					t.Fatalf("%s step %d: row %q: s%s names %v", seq.Name, i+1, line, ref, k)
 				}
 			}
-			if rows != len(r.server) || rows == 0 && len(r.Backends) > 0 {
-				t.Fatalf("%s step %d: %d rows numbered, Refs has %d", seq.Name, i+1, rows, len(r.server))
+			if _, more := r.Server("s" + strconv.Itoa(rows+1)); more || rows == 0 && len(r.Backends) > 0 {
+				t.Fatalf("%s step %d: %d rows numbered, Refs has more", seq.Name, i+1, rows)
 			}
 			var schema struct {
 				Properties struct {
@@ -69,7 +71,7 @@ func TestNumberedRefsNameTheirRows(t *testing.T) {
 			}
 			item := schema.Properties.Actions.Items.Properties
 			for _, s := range item.Server.Enum {
-				if k, ok := r.server[s]; s != "-" && (!ok || operators(st.Obs)[k]) {
+				if k, ok := r.Server(s); s != "-" && (!ok || operators(st.Obs)[k]) {
 					t.Fatalf("%s step %d: the schema offers %s (%v)", seq.Name, i+1, s, k)
 				}
 			}
@@ -94,8 +96,8 @@ func operators(obs agent.Observation) map[agent.Key]bool {
 
 func TestRefsResolve(t *testing.T) {
 	in := rowsInput()
-	in.Style = PromptNumbered
-	r := in.refs() // s1 srv4 (the candidate), s2 srv1 (the agent's), then s3, s4
+	in.Style = prompt.Numbered
+	r := in.Refs() // s1 srv4 (the candidate), s2 srv1 (the agent's), then s3, s4
 	tests := []struct {
 		name     string
 		backend  string
@@ -114,7 +116,7 @@ func TestRefsResolve(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := r.Resolve(agent.Plan{{Kind: agent.Drain, Backend: tc.backend, Server: tc.server, Reason: "model: r"}})
 			if tc.rejected {
-				if !errors.Is(err, ErrUnknownRef) || got != nil {
+				if !errors.Is(err, prompt.ErrUnknownRef) || got != nil {
 					t.Fatalf("resolved to %v, %v", got, err)
 				}
 				return
@@ -130,7 +132,7 @@ func TestRefsResolve(t *testing.T) {
 // names, and one naming a row the prompt did not give is an invalid
 // reply, audited with what the model said, and the rules' plan stands.
 func TestNumberedReplyActsOnItsRow(t *testing.T) {
-	numbered := func(c *Config) { c.Prompt, c.Confirm, c.Gate = PromptNumbered, 1, GateAlways }
+	numbered := func(c *Config) { c.Prompt, c.Confirm, c.Gate = prompt.Numbered, 1, GateAlways }
 	drain := func(b, s string) string {
 		return `{"actions":[{"reason":"s1: 5xx far above its peers","action":"drain","backend":"` + b + `","server":"` + s + `"}]}`
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
+	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/internal/lab/ollamafake"
 	"github.com/ollama/ollama/api"
@@ -47,7 +48,7 @@ func TestThePolicyJudgesByTheOperatorsRules(t *testing.T) {
 			cfg.Model, cfg.Deadline, cfg.LoadTimeout = model, 2*time.Second, 10*time.Second
 			rc := rules.DefaultConfig()
 			rc.MinRatio = tc.minRatio
-			m := &Model{Server: &modelapi.Ollama{Client: api.NewClient(u, fake.Client())}, Config: cfg, SystemPrompt: DefaultSystemPrompt}
+			m := &Model{Server: &modelapi.Ollama{Client: api.NewClient(u, fake.Client())}, Config: cfg, SystemPrompt: prompt.DefaultSystemPrompt}
 			p := New(m, rules.New(rc), rc, cfg, zerolog.Nop())
 			defer p.Close()
 			obs := agent.Observation{Time: now, Cycle: 1, Backends: []agent.BackendView{backend(now, "app", servers)}}

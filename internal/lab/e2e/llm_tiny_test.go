@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
-	"github.com/hapilot/hapilot/agent/policy/llm"
+	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/internal/lab/dataset"
 	"github.com/hapilot/hapilot/internal/lab/modelserver"
 	"github.com/hapilot/hapilot/internal/lab/scenario"
@@ -134,7 +134,7 @@ func TestRealOllamaHapilotTiny(t *testing.T) {
 
 // recipePrompt is the prompt form internal/lab/models/recipe.env trained
 // the committed models on (its PROMPT=).
-func recipePrompt(t *testing.T) llm.PromptStyle {
+func recipePrompt(t *testing.T) prompt.Style {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "models", "recipe.env"))
 	if err != nil {
@@ -142,7 +142,7 @@ func recipePrompt(t *testing.T) llm.PromptStyle {
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, "PROMPT="); ok {
-			var style llm.PromptStyle
+			var style prompt.Style
 			if err := style.Set(strings.TrimSpace(v)); err != nil {
 				t.Fatalf("recipe.env: %v", err)
 			}

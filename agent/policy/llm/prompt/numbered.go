@@ -1,4 +1,4 @@
-package llm
+package prompt
 
 import (
 	"errors"
@@ -36,9 +36,9 @@ type Refs struct {
 	MaxWeight int
 }
 
-// refs numbers what compactPrompt lists for in, in the order it lists
+// Refs numbers what compactPrompt lists for in, in the order it lists
 // it: the one numbering the prompt, the schema and Resolve share.
-func (in PromptInput) refs() Refs {
+func (in Input) Refs() Refs {
 	r := Refs{backend: map[string]string{}, server: map[string]agent.Key{},
 		ofBackend: map[string]string{}, ofServer: map[agent.Key]string{}, MaxWeight: 1}
 	n := 0
@@ -82,4 +82,13 @@ func (r Refs) Resolve(plan agent.Plan) (agent.Plan, error) {
 		out = append(out, a)
 	}
 	return out, nil
+}
+
+// Backend is the backend ref names, "" if the prompt gave no such ref.
+func (r Refs) Backend(ref string) string { return r.backend[ref] }
+
+// Server is the server ref names, false if the prompt gave no such ref.
+func (r Refs) Server(ref string) (agent.Key, bool) {
+	k, ok := r.server[ref]
+	return k, ok
 }

@@ -1,4 +1,4 @@
-package llm
+package prompt
 
 import (
 	"fmt"
@@ -23,17 +23,17 @@ const CompactShown = 4
 // rest), with notes in a few words. A small model reads it faster, and a
 // model trained here sees each example whole in its context.
 //
-// The numbered form (PromptNumbered) writes the same rows, each ended by
+// The numbered form (Numbered) writes the same rows, each ended by
 // its reference (" = s3"), and each backend's line begins with its own
 // ("backend b1 = app: ..."), as Refs numbers them.
-func compactPrompt(in PromptInput) string {
+func compactPrompt(in Input) string {
 	var b strings.Builder
 	obs := in.Obs
-	numbered := in.Style == PromptNumbered
+	numbered := in.Style == Numbered
 	header := CompactHeader
 	var refs Refs
 	if numbered {
-		header, refs = NumberedHeader, in.refs()
+		header, refs = NumberedHeader, in.Refs()
 	}
 	fmt.Fprintf(&b, "step %d, window %s, recent %s\n", obs.Cycle, lookback(obs.Lookback), lookback(obs.RecentSpan))
 	shown := in.compactShown()
@@ -78,14 +78,14 @@ func compactPrompt(in PromptInput) string {
 
 // compactShown is how many servers a backend a compact prompt lists in
 // full, besides its candidates and the agent's own.
-func (in PromptInput) compactShown() int {
+func (in Input) compactShown() int {
 	if in.MaxShown <= 0 || in.MaxShown > CompactShown {
 		return CompactShown
 	}
 	return in.MaxShown
 }
 
-func writeCompactRow(b *strings.Builder, in PromptInput, be agent.BackendView, s agent.ServerView) {
+func writeCompactRow(b *strings.Builder, in Input, be agent.BackendView, s agent.ServerView) {
 	f := rowFigures(be, s)
 	fmt.Fprintf(b, "%s %s %s %d/%d %d %d %.2f %.2f %s %d %.2f %d %s %s",
 		s.Server, s.State.Label(), s.Owner, s.State.Weight, s.State.Initial,
@@ -105,7 +105,7 @@ func compactWhy(why string) string {
 }
 
 // compactNote is note in a few words each.
-func compactNote(in PromptInput, be agent.BackendView, s agent.ServerView) string {
+func compactNote(in Input, be agent.BackendView, s agent.ServerView) string {
 	k := agent.Key{Backend: be.Name, Server: s.Server}
 	var n []string
 	if why, ok := in.Candidates[k]; ok {

@@ -1,16 +1,25 @@
-package llm
+// Package prompt is what the LLM policy shows a model and what it takes
+// back: the prompt's three forms (full, compact, numbered) and their
+// system prompts, the reply's JSON schema, and the strict parser of a
+// reply. A model trained on one form (hapilot's own read the numbered
+// one) must be called with it.
+package prompt
 
 import (
+	_ "embed"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/internal/enum"
 )
 
-// PromptInput is what one call shows the model.
-type PromptInput struct {
+// Input is what one call shows the model.
+type Input struct {
 	Obs agent.Observation
 	// Candidates: why the windows flag a server (errors in
 	// the grey zone, latency, overload). Backends with one are shown.
@@ -31,7 +40,7 @@ type PromptInput struct {
 	// Only, when set, limits the prompt to these backends.
 	Only map[string]bool
 	// Style is the prompt's form ("" is full).
-	Style PromptStyle
+	Style Style
 }
 
 // Header names the columns of a server row; an emulated model reads rows
@@ -39,7 +48,7 @@ type PromptInput struct {
 const Header = "server state owner weight cfg_weight req_s util_pct requests 5xx err_pct peer_err_pct ratio recent_requests recent_err_pct p50_ms p95_ms note"
 
 // Shown lists the backends a prompt of in would show.
-func (in PromptInput) Shown() []string {
+func (in Input) Shown() []string {
 	var out []string
 	for _, b := range in.Obs.Backends {
 		if in.shows(b) {
@@ -49,7 +58,7 @@ func (in PromptInput) Shown() []string {
 	return out
 }
 
-func (in PromptInput) shows(b agent.BackendView) bool {
+func (in Input) shows(b agent.BackendView) bool {
 	if in.Only != nil {
 		return in.Only[b.Name]
 	}
@@ -70,8 +79,8 @@ func (in PromptInput) shows(b agent.BackendView) bool {
 // the full window, its load against maxconn, its configured weight, and
 // the agent's hold, pending and refusal state; then the model's recent
 // decisions and how they turned out.
-func Prompt(in PromptInput) string {
-	if in.Style == PromptCompact || in.Style == PromptNumbered {
+func Render(in Input) string {
+	if in.Style == Compact || in.Style == Numbered {
 		return compactPrompt(in)
 	}
 	var b strings.Builder
@@ -91,7 +100,7 @@ func Prompt(in PromptInput) string {
 	return b.String()
 }
 
-func writeBackend(b *strings.Builder, in PromptInput, be agent.BackendView) {
+func writeBackend(b *strings.Builder, in Input, be agent.BackendView) {
 	var req, e5 uint64
 	for _, s := range be.Servers {
 		req += s.Window.Requests
@@ -117,7 +126,7 @@ func writeBackend(b *strings.Builder, in PromptInput, be agent.BackendView) {
 // listed orders be's servers for a prompt, the candidates and the
 // agent's own first, then by error rate, and keeps the first shown of
 // the rest (0: all); the others are counted and summed.
-func (in PromptInput) listed(be agent.BackendView, shown int) (rows []agent.ServerView, hidden int, hReq, hErr uint64) {
+func (in Input) listed(be agent.BackendView, shown int) (rows []agent.ServerView, hidden int, hReq, hErr uint64) {
 	servers := append([]agent.ServerView(nil), be.Servers...)
 	rank := func(s agent.ServerView) int {
 		if _, ok := in.Candidates[s.Key()]; ok {
@@ -177,7 +186,7 @@ func rowFigures(be agent.BackendView, s agent.ServerView) figures {
 	return f
 }
 
-func writeRow(b *strings.Builder, in PromptInput, be agent.BackendView, s agent.ServerView) {
+func writeRow(b *strings.Builder, in Input, be agent.BackendView, s agent.ServerView) {
 	f := rowFigures(be, s)
 	fmt.Fprintf(b, "%s %s %s %d %d %.1f %s %d %d %.2f %.2f %s %d %.2f %d %d %s\n",
 		s.Server, s.State.Label(), s.Owner, s.State.Weight, s.State.Initial, f.rps, utilization(s, f.rps),
@@ -194,7 +203,7 @@ func utilization(s agent.ServerView, rps float64) string {
 	return fmt.Sprintf("%.0f", 100*s.Busy(rps))
 }
 
-func note(in PromptInput, be agent.BackendView, s agent.ServerView) string {
+func note(in Input, be agent.BackendView, s agent.ServerView) string {
 	k := agent.Key{Backend: be.Name, Server: s.Server}
 	var n []string
 	if why, ok := in.Candidates[k]; ok {
@@ -239,4 +248,99 @@ func pct(x, n uint64) float64 {
 		return 0
 	}
 	return 100 * float64(x) / float64(n)
+}
+
+//go:embed system-prompt.txt
+var DefaultSystemPrompt string
+
+//go:embed system-prompt-compact.txt
+var CompactSystemPrompt string
+
+//go:embed system-prompt-numbered.txt
+var NumberedSystemPrompt string
+
+// SystemPrompt is the embedded system prompt of the style.
+func (s Style) SystemPrompt() string {
+	switch s {
+	case Compact:
+		return CompactSystemPrompt
+	case Numbered:
+		return NumberedSystemPrompt
+	}
+	return DefaultSystemPrompt
+}
+
+// Style is the form of the prompt the model reads.
+type Style string
+
+const (
+	// Full: the system prompt's rules in prose, and every column
+	// of a server row (Header).
+	Full Style = "full"
+	// Compact: for small models, hapilot's own among them: a
+	// system prompt of a few lines, the columns that decide (CompactHeader),
+	// notes in a few words, and the servers that need no look summed
+	// beyond CompactShown. With its system prompt it is under half the
+	// full form's bytes (45% over calibration's prompts), so that a model
+	// trained here sees whole examples in its context.
+	Compact Style = "compact"
+	// Numbered: the compact form with a reference on every row
+	// and backend (s1, b1; see Refs), which the reply names instead of
+	// the server: for a small model trained here, which points at a row
+	// more surely than it copies a name it never saw.
+	Numbered Style = "numbered"
+)
+
+// Styles lists the styles.
+var Styles = []Style{Full, Compact, Numbered}
+
+func (s *Style) String() string { return string(*s) }
+
+// Set implements flag.Value.
+func (s *Style) Set(v string) (err error) {
+	*s, err = enum.Parse("llm-prompt", v, Styles...)
+	return err
+}
+
+type replyAction struct {
+	Reason  string `json:"reason"`
+	Action  string `json:"action"`
+	Backend string `json:"backend"`
+	Server  string `json:"server"`
+	Weight  *int   `json:"weight"`
+}
+
+// ParseReply validates a reply strictly: one JSON object with an
+// "actions" list, every action well formed, nothing else. Any fault
+// rejects the whole reply. A weight given with drain or ready, which the
+// schema allows, is ignored.
+func ParseReply(content string) (agent.Plan, error) {
+	dec := json.NewDecoder(strings.NewReader(content))
+	dec.DisallowUnknownFields()
+	var r struct {
+		Actions *[]replyAction `json:"actions"`
+	}
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("not the reply schema: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("text after the JSON object")
+	}
+	if r.Actions == nil {
+		return nil, errors.New(`no "actions" list`)
+	}
+	if len(*r.Actions) > MaxActions {
+		return nil, fmt.Errorf("%d actions, at most %d", len(*r.Actions), MaxActions)
+	}
+	plan := agent.Plan{}
+	for i, a := range *r.Actions {
+		act, ok, err := agent.ParseAction(a.Action, a.Backend, a.Server, a.Weight, "model", a.Reason)
+		if err != nil {
+			return nil, fmt.Errorf("action %d: %w", i, err)
+		}
+		if ok {
+			plan = append(plan, act)
+		}
+	}
+	return plan, nil
 }

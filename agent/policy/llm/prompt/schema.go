@@ -1,4 +1,4 @@
-package llm
+package prompt
 
 import (
 	"encoding/json"
