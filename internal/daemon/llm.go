@@ -2,20 +2,22 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/policy/llm"
+	"github.com/hapilot/hapilot/agent/policy/llm/calibrate"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/internal/config"
 	"github.com/rs/zerolog"
 )
 
-// newLLMPolicy builds --policy llm (or --policy shadow). A model without
-// a passing calibration record for its digest does not act: the rules
-// do, and the log says why.
+// newLLMPolicy builds --policy llm (or --policy shadow). It makes no
+// network call: a model without a passing calibration record for its
+// digest is found out when the policy starts and the model server
+// answers (llm.Policy.Admit); until the record passes, and for good if
+// it does not, the rules' floor acts alone, and /status and the log say
+// why.
 func newLLMPolicy(c config.Config, log zerolog.Logger) (agent.Policy, error) {
 	cfg := c.LLM.Resolved()
 	model, err := llm.NewModel(cfg)
@@ -40,51 +42,14 @@ func newLLMPolicy(c config.Config, log zerolog.Logger) (agent.Policy, error) {
 		log.Warn().Str("model", cfg.Model).Msg("--skip-calibration: the model acts without a calibration record")
 		return pol.Hooks(), nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	refuse := func(why string) (agent.Policy, error) {
-		log.Error().Str("model", cfg.Model).Str("why", why).
-			Msg("the model may not act: the rules policy acts instead (run `hapilot calibrate --model " + cfg.Model + "`, or --skip-calibration)")
-		return rules.NewPolicy(c.Rules), nil
+	pol.Admit = func(ctx context.Context) error {
+		sc, err := calibrate.Admit(ctx, model, cfg.CalibrationDir)
+		if err != nil {
+			return fmt.Errorf("%w (run `hapilot calibrate --model %s`, or --skip-calibration)", err, cfg.Model)
+		}
+		log.Info().Str("model", cfg.Model).Str("digest", sc.Key.Digest).Float64("precision", sc.Precision).Float64("recall", sc.Recall).
+			Msg("calibrated model may act")
+		return nil
 	}
-	digest, err := model.Digest(ctx)
-	if err != nil {
-		// The model server does not answer yet: the policy starts with the rules
-		// alone, and checks the record once it answers.
-		log.Warn().Err(err).Str("model", cfg.Model).Msg("the model server does not answer: the rules act alone until it does and the model's calibration record is checked")
-		pol.Admit = func(ctx context.Context) error { return admit(ctx, model, cfg.CalibrationDir) }
-		return pol.Hooks(), nil
-	}
-	if err := checkRecord(model, cfg.CalibrationDir, digest); err != nil {
-		return refuse(err.Error())
-	}
-	sc, _ := llm.Load(cfg.CalibrationDir, digest)
-	log.Info().Str("model", cfg.Model).Str("digest", digest).Float64("precision", sc.Precision).Float64("recall", sc.Recall).
-		Msg("calibrated model may act")
 	return pol.Hooks(), nil
-}
-
-// admit checks the model's calibration record once the model server answers.
-func admit(ctx context.Context, model *llm.Model, dir string) error {
-	digest, err := model.Digest(ctx)
-	if err != nil {
-		return err
-	}
-	return checkRecord(model, dir, digest)
-}
-
-// checkRecord says why the model may not act, nil when its record for
-// digest passed and holds for the running settings.
-func checkRecord(model *llm.Model, dir, digest string) error {
-	sc, err := llm.Load(dir, digest)
-	if err != nil {
-		return fmt.Errorf("no calibration record for digest %s: %v", digest, err)
-	}
-	if stale := sc.Key.Stale(llm.KeyFor(digest, model)); stale != "" {
-		return errors.New("stale calibration record: " + stale)
-	}
-	if !sc.Passed {
-		return errors.New("failed calibration: " + sc.Why)
-	}
-	return nil
 }

@@ -3,10 +3,10 @@ package llm
 import (
 	"errors"
 	"fmt"
-	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"os"
 	"time"
 
+	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/internal/enum"
 )

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"regexp"
 	"strings"
 	"testing"
@@ -12,6 +11,8 @@ import (
 	"unicode"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm/calibrate/fixtures"
+	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 )
 
@@ -150,7 +151,7 @@ func TestEstimateTokens(t *testing.T) {
 // overflowed a num_ctx sized from it).
 func TestEstimateHoldsForDigitTables(t *testing.T) {
 	largest, big := 0, ""
-	for _, seq := range Sequences(time.Unix(5000, 0)) {
+	for _, seq := range fixtures.Sequences(time.Unix(5000, 0)) {
 		for i, st := range seq.Steps {
 			in := prompt.Input{Obs: st.Obs, MaxShown: 12, Confirm: 2, DrainsPer: 3, Candidates: map[agent.Key]string{}}
 			for _, b := range st.Obs.Backends {
@@ -203,7 +204,7 @@ func (s *bytewise) Chat(_ context.Context, req modelapi.Request) (modelapi.Reply
 func TestMeasureSizesTheFirstPrompt(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	sample, sampled := TokenSample(now), false
-	for _, seq := range Sequences(now) {
+	for _, seq := range fixtures.Sequences(now) {
 		for _, st := range seq.Steps {
 			only := map[string]bool{}
 			for _, b := range st.Obs.Backends {
@@ -241,7 +242,7 @@ func TestMeasureSizesTheFirstPrompt(t *testing.T) {
 		only := map[string]bool{}
 		for i := 0; i*14 < servers; i++ {
 			name := fmt.Sprintf("edge-%d", i)
-			obs.Backends = append(obs.Backends, backend(now, name, healthy(fmt.Sprintf("e%d-", i), min(14, servers-i*14), 1+i*17)))
+			obs.Backends = append(obs.Backends, fixtures.Backend(now, name, fixtures.Healthy(fmt.Sprintf("e%d-", i), min(14, servers-i*14), 1+i*17)))
 			only[name] = true
 		}
 		text := prompt.Render(prompt.Input{Obs: obs, Only: only, MaxShown: 14})

@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"strings"
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm/calibrate/fixtures"
+	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 )
 
@@ -256,7 +257,7 @@ func TokenSample(now time.Time) string {
 		}
 		return n
 	}
-	for _, seq := range Sequences(now) {
+	for _, seq := range fixtures.Sequences(now) {
 		for _, st := range seq.Steps {
 			if size(st.Obs) > size(largest) {
 				largest = st.Obs

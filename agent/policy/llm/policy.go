@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"io"
 	"slices"
 	"sort"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/internal/promtext"
@@ -169,12 +169,16 @@ func (p *Policy) Needs() agent.Needs {
 	return agent.Needs{DrainsPer: 3, NoStepBudget: p.Config.Unprotected}
 }
 
-// Report returns the last step's report.
-func (p *Policy) Report() any {
+// LastReport is the last step's report: what calibration scores and
+// shadow mode compares.
+func (p *Policy) LastReport() Report {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.report
 }
+
+// Report is LastReport as the loop's audit hook takes it.
+func (p *Policy) Report() any { return p.LastReport() }
 
 // Close stops the warm-up and every call in flight, and waits for them.
 func (p *Policy) Close() {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm/calibrate/fixtures"
 	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 )
 
@@ -46,7 +47,7 @@ func TestCompactPromptGolden(t *testing.T) {
 // system prompt.
 func TestCompactPromptKeepsWhatDecides(t *testing.T) {
 	var full, compact int
-	for _, seq := range Sequences(time.Unix(5000, 0)) {
+	for _, seq := range fixtures.Sequences(time.Unix(5000, 0)) {
 		for i, st := range seq.Steps {
 			cands := map[agent.Key]string{}
 			for key := range st.Expected {

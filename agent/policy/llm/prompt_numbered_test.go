@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm/calibrate/fixtures"
 	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/internal/lab/ollamafake"
 )
@@ -18,7 +19,7 @@ import (
 // names the row it ends and the backend it stands under, and the reply
 // schema offers exactly the references of the rows the agent may act on.
 func TestNumberedRefsNameTheirRows(t *testing.T) {
-	for _, seq := range Sequences(time.Unix(5000, 0)) {
+	for _, seq := range fixtures.Sequences(time.Unix(5000, 0)) {
 		for i, st := range seq.Steps {
 			cands := map[agent.Key]string{}
 			for _, b := range st.Obs.Backends {

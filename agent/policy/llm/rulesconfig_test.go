@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm/calibrate/fixtures"
 	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/agent/policy/rules"
@@ -26,8 +27,8 @@ func TestThePolicyJudgesByTheOperatorsRules(t *testing.T) {
 	// Five servers of 1000 requests: four fail 1%, s3 3%. The rules'
 	// strict test does not drain s3 (p about 1e-4 against its better
 	// peers, above 1e-6/5), so whether it goes is the model's call.
-	servers := []srv{{name: "s1", req: 1000, e5: 10}, {name: "s2", req: 1000, e5: 10}, {name: "s3", req: 1000, e5: 30},
-		{name: "s4", req: 1000, e5: 10}, {name: "s5", req: 1000, e5: 10}}
+	servers := []fixtures.Server{{Name: "s1", Req: 1000, E5: 10}, {Name: "s2", Req: 1000, E5: 10}, {Name: "s3", Req: 1000, E5: 30},
+		{Name: "s4", Req: 1000, E5: 10}, {Name: "s5", Req: 1000, E5: 10}}
 	for _, tc := range []struct {
 		name     string
 		minRatio float64
@@ -51,7 +52,7 @@ func TestThePolicyJudgesByTheOperatorsRules(t *testing.T) {
 			m := &Model{Server: &modelapi.Ollama{Client: api.NewClient(u, fake.Client())}, Config: cfg, SystemPrompt: prompt.DefaultSystemPrompt}
 			p := New(m, rules.New(rc), rc, cfg, zerolog.Nop())
 			defer p.Close()
-			obs := agent.Observation{Time: now, Cycle: 1, Backends: []agent.BackendView{backend(now, "app", servers)}}
+			obs := agent.Observation{Time: now, Cycle: 1, Backends: []agent.BackendView{fixtures.Backend(now, "app", servers)}}
 			got := steps(t, p, obs, cfg.Confirm+1)
 			r := p.Report().(Report)
 			if len(r.Floor) != 0 {

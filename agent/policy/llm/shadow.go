@@ -47,7 +47,7 @@ func (s *Shadow) Report() any { return s.last }
 func (s *Shadow) Decide(ctx context.Context, obs agent.Observation) (agent.Plan, error) {
 	modelPlan, merr := s.Model.Decide(ctx, obs)
 	plan, err := s.Acting.Decide(ctx, obs)
-	r := ShadowReport{Model: s.Model.Report().(Report), ModelPlan: modelPlan}
+	r := ShadowReport{Model: s.Model.LastReport(), ModelPlan: modelPlan}
 	switch {
 	case merr != nil:
 		r.ModelError = merr.Error()

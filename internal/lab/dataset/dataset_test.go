@@ -21,7 +21,7 @@ import (
 func TestCalibrationIsHeldOut(t *testing.T) {
 	h := CalibrationHoldout()
 	if len(h.Names) < 20 || len(h.Sizes) < 5 {
-		t.Fatalf("hold-out read %d names and %d sizes from llm.Sequences: too few", len(h.Names), len(h.Sizes))
+		t.Fatalf("hold-out read %d names and %d sizes from fixtures.Sequences: too few", len(h.Names), len(h.Sizes))
 	}
 	g := &gen{r: rand.New(rand.NewPCG(3, 3)), hold: h}
 	now := time.Unix(0, 0)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/policy/llm"
+	"github.com/hapilot/hapilot/agent/policy/llm/calibrate"
 	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"github.com/hapilot/hapilot/internal/lab/haproxyproc"
 	"github.com/hapilot/hapilot/internal/lab/modelserver"
@@ -74,7 +75,7 @@ func TestRealOllamaCalibrateRefusesARandomModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sc llm.Scorecard
+	var sc calibrate.Scorecard
 	if err := json.Unmarshal(b, &sc); err != nil {
 		t.Fatal(err)
 	}

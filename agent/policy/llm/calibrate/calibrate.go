@@ -1,12 +1,17 @@
-package llm
+// Package calibrate is the gate a model passes before it may act: the
+// calibration's situations (fixtures) run through the LLM policy as
+// production builds it, each step's proposals scored, the scorecard
+// saved as the record of the model's digest and settings, and the check
+// of that record when the agent starts.
+package calibrate
 
 import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"io"
 	"math"
 	"os"
@@ -16,205 +21,32 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm"
+	"github.com/hapilot/hapilot/agent/policy/llm/calibrate/fixtures"
+	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/agent/policy/rules"
-	"github.com/hapilot/hapilot/haproxy"
-	"github.com/hapilot/hapilot/internal/window"
 	"github.com/rs/zerolog"
 )
 
-// A Sequence is a few steps of one situation, run through Policy.Decide
-// as production runs them (the rules' floor, the prompt, the schema,
-// the checks), each step with the answers a sound model gives.
-type Sequence struct {
-	Name  string
-	Steps []SeqStep
-}
-
-// SeqStep is one observation and what the model should propose, as
-// "kind backend/server" keys. Expected actions count as found or missed;
-// Optional ones are neither right nor wrong; anything else is wrong, and
-// a drain, cut or ready of a server in Harmless is also harm.
-type SeqStep struct {
-	Obs      agent.Observation
-	Expected map[string]bool
-	AnyOf    bool // one of Expected is enough
-	Optional map[string]bool
-}
-
-// srv describes one server of a calibration observation.
-type srv struct {
-	name          string
-	weight        int
-	req, e5       uint64
-	p50, p95      int
-	maxconn, rt   int     // maxconn and HAProxy's rtime, for overload
-	rps           float64 // recent requests per second
-	drainedAgo    time.Duration
-	operatorMaint bool
-}
-
-func backend(now time.Time, name string, servers []srv) agent.BackendView {
-	b := agent.BackendView{Name: name}
-	for _, s := range servers {
-		w := max(s.weight, 1)
-		p50, p95 := max(s.p50, 9), max(s.p95, 13)
-		v := agent.ServerView{Backend: name, Server: s.name, Owner: agent.OwnerNone, MaxConn: s.maxconn, RespTimeMs: s.rt,
-			State:  haproxy.ServerState{Backend: name, Server: s.name, OpState: haproxy.OpRunning, Weight: w, Initial: w},
-			Window: window.Stats{Backend: name, Server: s.name, Requests: s.req, Err5xx: s.e5, P50Ms: p50, P95Ms: p95, P99Ms: p95 + p95/5},
-			Recent: window.Stats{Backend: name, Server: s.name, Requests: s.req / 6, Err5xx: s.e5 / 6, P50Ms: p50, P95Ms: p95, P99Ms: p95 + p95/5,
-				Seconds: 10, RatePerSec: max(s.rps, float64(s.req)/60)}}
-		switch {
-		case s.operatorMaint:
-			v.State.AdminState, v.Owner = haproxy.AdminForcedMaint, agent.OwnerOperator
-		case s.drainedAgo > 0:
-			v.State.AdminState, v.Owner = haproxy.AdminForcedDrain, agent.OwnerAgent
-			v.Changed = &agent.Change{Phase: agent.PhaseDrained, At: now.Add(-s.drainedAgo), ErrorRate: 0.05}
-			v.Window.Requests, v.Window.Err5xx, v.Recent = 0, 0, window.Stats{Backend: name, Server: s.name}
-		}
-		b.Servers = append(b.Servers, v)
-	}
-	return b
-}
-
-// healthy is n servers named prefix+i, weight w, 3000 requests with a
-// background of 0.1% errors.
-func healthy(prefix string, n, w int) []srv {
-	out := make([]srv, n)
-	for i := range out {
-		out[i] = srv{name: fmt.Sprintf("%s%d", prefix, i+1), weight: w, req: 3000, e5: 3}
-	}
-	return out
-}
-
-func keys(k ...string) map[string]bool {
-	m := map[string]bool{}
-	for _, s := range k {
-		m[s] = true
-	}
-	return m
-}
-
-// Sequences are the calibration cases. Names, row orders and weights
-// vary (1, 100, mixed), some have several backends and more than 12
-// servers, and several steps each, so that a model that answers by rote
-// ("drain the top row") fails.
-func Sequences(now time.Time) []Sequence {
-	at := func(d time.Duration) time.Time { return now.Add(d) }
-	obs := func(t time.Time, cycle uint64, bs ...agent.BackendView) agent.Observation {
-		return agent.Observation{Time: t, Cycle: cycle, Lookback: time.Minute, RecentSpan: 10 * time.Second, Backends: bs}
-	}
-	var seqs []Sequence
-
-	// A fault in the grey zone, among weight-100 servers, in the middle
-	// of the rows: suspicious, not significant at the rules' alpha.
-	grey := healthy("web-", 7, 100)
-	grey[4] = srv{name: "web-5", weight: 100, req: 600, e5: 6} // 1% against 0.1%: p about 2e-4
-	seqs = append(seqs, Sequence{Name: "grey-zone fault among weight-100 servers", Steps: []SeqStep{
-		{Obs: obs(at(0), 1, backend(at(0), "shop", grey)), Expected: keys("drain shop/web-5", "set_weight shop/web-5"), AnyOf: true},
-		{Obs: obs(at(10*time.Second), 2, backend(at(10*time.Second), "shop", grey)), Expected: keys("drain shop/web-5", "set_weight shop/web-5"), AnyOf: true},
-	}})
-
-	// Noise: a little more error on one server, within chance.
-	noise := healthy("api", 6, 1)
-	noise[0].e5 = 9
-	seqs = append(seqs, Sequence{Name: "noise: 0.3% against 0.2%", Steps: []SeqStep{
-		{Obs: obs(at(0), 1, backend(at(0), "api", noise)), Expected: keys()},
-		{Obs: obs(at(10*time.Second), 2, backend(at(10*time.Second), "api", noise)), Expected: keys()},
-	}})
-
-	// Every server fails alike: the fault is not one server's.
-	wide := healthy("n", 6, 1)
-	for i := range wide {
-		wide[i].e5 = uint64(85 + 5*(i%3))
-	}
-	seqs = append(seqs, Sequence{Name: "fleet-wide 3%", Steps: []SeqStep{
-		{Obs: obs(at(0), 1, backend(at(0), "pool", wide)), Expected: keys()},
-	}})
-
-	// Moderately slow: below the rules' 5x median test.
-	slow := healthy("s", 5, 100)
-	slow[2].p50, slow[2].p95 = 24, 60
-	seqs = append(seqs, Sequence{Name: "latency below the rules' test: p95 4x its peers", Steps: []SeqStep{
-		{Obs: obs(at(0), 1, backend(at(0), "img", slow)), Expected: keys("drain img/s3", "set_weight img/s3"), AnyOf: true},
-		{Obs: obs(at(10*time.Second), 2, backend(at(10*time.Second), "img", slow)), Expected: keys("drain img/s3", "set_weight img/s3"), AnyOf: true},
-	}})
-
-	// Overload: one server near its maxconn while its peers are not. A
-	// drain would pile its load on the others; a cut or waiting is right.
-	over := healthy("db", 4, 10)
-	for i := range over {
-		over[i].maxconn, over[i].rt, over[i].rps = 20, 40, 250
-	}
-	over[1].rps = 480
-	seqs = append(seqs, Sequence{Name: "overload: one server at 96% of its maxconn", Steps: []SeqStep{
-		{Obs: obs(at(0), 1, backend(at(0), "rw", over)), Expected: keys("set_weight rw/db2")},
-		{Obs: obs(at(10*time.Second), 2, backend(at(10*time.Second), "rw", over)), Expected: keys("set_weight rw/db2")},
-	}})
-
-	// A server drained 20-60 s ago has no traffic, so its "0 requests,
-	// 0.00%" looks healthy: the right answer is to wait for the probes.
-	drained := healthy("cache-", 5, 1)
-	var waits []SeqStep
-	for i, age := range []time.Duration{20, 40, 60} {
-		d := append([]srv(nil), drained...)
-		t := at(time.Duration(i) * 20 * time.Second)
-		d[3].drainedAgo = age * time.Second
-		waits = append(waits, SeqStep{Obs: obs(t, uint64(i+1), backend(t, "kv", d)), Expected: keys()})
-	}
-	seqs = append(seqs, Sequence{Name: "a server drained 20-60 s ago, no traffic: wait", Steps: waits})
-
-	// Two faults, one after the other, in two backends of 14 servers with
-	// mixed weights: the second is found while the first stays drained.
-	fleetA, fleetB := healthy("a", 14, 1), healthy("b", 14, 37)
-	fleetA[12] = srv{name: "a13", weight: 1, req: 700, e5: 7}
-	first := backend(at(0), "edge", fleetA)
-	fleetA[12].drainedAgo = 10 * time.Second
-	fleetB[0] = srv{name: "b1", weight: 37, req: 700, e5: 7}
-	seqs = append(seqs, Sequence{Name: "two grey-zone faults over two steps, 2 backends x 14 servers", Steps: []SeqStep{
-		{Obs: obs(at(0), 1, first, backend(at(0), "origin", healthy("b", 14, 37))), Expected: keys("drain edge/a13", "set_weight edge/a13"), AnyOf: true},
-		{Obs: obs(at(10*time.Second), 2, backend(at(10*time.Second), "edge", fleetA), backend(at(10*time.Second), "origin", fleetB)),
-			Expected: keys("drain origin/b1", "set_weight origin/b1"), AnyOf: true},
-	}})
-
-	// A clear fault (the rules drain it themselves) beside an operator's
-	// maint: the model may agree, and must never name the operator's.
-	op := healthy("m", 5, 100)
-	op[1] = srv{name: "m2", weight: 100, req: 3000, e5: 300, operatorMaint: true}
-	op[3].e5 = 150
-	seqs = append(seqs, Sequence{Name: "a clear fault beside an operator's maint", Steps: []SeqStep{
-		{Obs: obs(at(0), 1, backend(at(0), "app", op)), Expected: keys(), Optional: keys("drain app/m4", "set_weight app/m4")},
-	}})
-
-	// No traffic yet.
-	quiet := []srv{{name: "q1"}, {name: "q2"}, {name: "q3"}}
-	for i := range quiet {
-		quiet[i].req = 0
-	}
-	seqs = append(seqs, Sequence{Name: "no traffic yet", Steps: []SeqStep{
-		{Obs: obs(at(0), 1, backend(at(0), "idle", quiet)), Expected: keys()},
-	}})
-	return seqs
-}
-
 // StepResult is one step of the scorecard.
 type StepResult struct {
-	Sequence   string   `json:"sequence"`
-	Step       int      `json:"step"`
-	Valid      bool     `json:"valid"`
-	Actions    []string `json:"actions"`
-	TP         int      `json:"tp"`
-	FP         int      `json:"fp"`
-	FN         int      `json:"fn"`
-	Collateral int      `json:"collateral"` // drains, cuts or readies that do harm
-	Call       *Call    `json:"call,omitempty"`
+	Sequence   string    `json:"sequence"`
+	Step       int       `json:"step"`
+	Valid      bool      `json:"valid"`
+	Actions    []string  `json:"actions"`
+	TP         int       `json:"tp"`
+	FP         int       `json:"fp"`
+	FN         int       `json:"fn"`
+	Collateral int       `json:"collateral"` // drains, cuts or readies that do harm
+	Call       *llm.Call `json:"call,omitempty"`
 }
 
-// Key is what a calibration record holds for: the model's digest, its
+// RecordKey is what a calibration record holds for: the model's digest, its
 // think mode, and a hash of the prompt's form, the schema and the options
 // it is called with. A record whose key differs from the running
 // configuration's is stale.
-type Key struct {
+type RecordKey struct {
 	Digest      string         `json:"digest"`
 	Think       modelapi.Think `json:"think"`
 	PromptHash  string         `json:"prompt_hash"`
@@ -234,9 +66,9 @@ func hash(parts ...string) string {
 }
 
 // KeyFor is the record key of model m as configured.
-func KeyFor(digest string, m *Model) Key {
+func KeyFor(digest string, m *llm.Model) RecordKey {
 	c := m.Config
-	return Key{Digest: digest, Think: c.Think,
+	return RecordKey{Digest: digest, Think: c.Think,
 		PromptHash:  promptHash(c.Prompt, m.SystemPrompt),
 		SchemaHash:  hash(string(prompt.Schema([]string{"b"}, []string{"s"}, 1, c.NumPredict))),
 		OptionsHash: hash(options(c))}
@@ -256,7 +88,7 @@ func promptHash(style prompt.Style, system string) string {
 
 // options is what of c a call's timing and answers depend on. NumThread
 // joins only when set, so that records written before it stay valid.
-func options(c Config) string {
+func options(c llm.Config) string {
 	o := fmt.Sprint(c.NumPredict, c.ThinkBudget, c.NumCtx, c.Seed, c.MaxShown)
 	if c.NumThread > 0 {
 		o += fmt.Sprintf(" threads %d", c.NumThread)
@@ -266,7 +98,7 @@ func options(c Config) string {
 
 // Stale says what differs between a record's key and the running one,
 // "" when nothing does.
-func (k Key) Stale(now Key) string {
+func (k RecordKey) Stale(now RecordKey) string {
 	var d []string
 	if k.Digest != now.Digest {
 		d = append(d, fmt.Sprintf("the model's digest (%s, now %s)", k.Digest, now.Digest))
@@ -292,7 +124,7 @@ func (k Key) Stale(now Key) string {
 // Scorecard is a model's calibration result.
 type Scorecard struct {
 	Model      string       `json:"model"`
-	Key        Key          `json:"key"`
+	Key        RecordKey    `json:"key"`
 	Time       time.Time    `json:"time"`
 	Steps      []StepResult `json:"steps"`
 	ValidRate  float64      `json:"valid_rate"`
@@ -315,25 +147,26 @@ const (
 	MinRecall    = 0.8
 )
 
-// CalibrateAs scores the model cfg names as `hapilot run` with the
-// loop's settings would call it: the same options, and its calls' p95
-// against the same deadline.
-func CalibrateAs(ctx context.Context, cfg Config, loop agent.Settings, now time.Time) (*Scorecard, error) {
+// Run scores the model cfg names as `hapilot run` with the loop's
+// settings and the operator's rules would call it: the same options, the
+// same floor and candidate tests, and its calls' p95 against the same
+// deadline.
+func Run(ctx context.Context, cfg llm.Config, rc rules.Config, loop agent.Settings, now time.Time) (*Scorecard, error) {
 	cfg = cfg.Resolved()
-	m, err := NewModel(cfg)
+	m, err := llm.NewModel(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return Calibrate(ctx, m, cfg.CallBudget(loop.PolicyBudget()), now)
+	return RunModel(ctx, m, rc, cfg.CallBudget(loop.PolicyBudget()), now)
 }
 
-// Calibrate runs every sequence through a policy built as production
-// builds it (the rules' floor, the prompt, the schema), with the model
+// RunModel runs every sequence through a policy built as production
+// builds it (the rules rc as its floor, the prompt, the schema), with the model
 // asked at every step, one confirmation, and no call cut short: each
 // call's time is measured and its 95th percentile must fit budget, the
 // deadline the loop would give each call (Config.CallBudget of the
 // loop's agent.Settings.PolicyBudget).
-func Calibrate(ctx context.Context, m *Model, budget time.Duration, now time.Time) (*Scorecard, error) {
+func RunModel(ctx context.Context, m *llm.Model, rc rules.Config, budget time.Duration, now time.Time) (*Scorecard, error) {
 	digest, err := m.Digest(ctx)
 	if err != nil {
 		return nil, err
@@ -348,7 +181,7 @@ func Calibrate(ctx context.Context, m *Model, budget time.Duration, now time.Tim
 	if err == nil {
 		// As the agent does after a load: a failed measure leaves the
 		// estimate, and the scorecard shows what that costs.
-		_ = m.Measure(wctx, TokenSample(now))
+		_ = m.Measure(wctx, llm.TokenSample(now))
 	}
 	cancel()
 	if err != nil {
@@ -358,16 +191,16 @@ func Calibrate(ctx context.Context, m *Model, budget time.Duration, now time.Tim
 	var tp, fp, fn, valid, calls int
 	var lat []float64
 	var toks []int
-	for _, seq := range Sequences(now) {
+	for _, seq := range fixtures.Sequences(now) {
 		cfg := m.Config
-		cfg.Confirm, cfg.Gate, cfg.Deadline, cfg.MinHold = 1, GateAlways, 0, 0
-		p := New(m, rules.New(rules.DefaultConfig()), rules.DefaultConfig(), cfg, zerolog.Nop())
+		cfg.Confirm, cfg.Gate, cfg.Deadline, cfg.MinHold = 1, llm.GateAlways, 0, 0
+		p := llm.New(m, rules.New(rc), rc, cfg, zerolog.Nop())
 		for i, st := range seq.Steps {
 			if _, err := p.Decide(ctx, st.Obs); err != nil {
 				p.Close()
 				return nil, fmt.Errorf("calibrate %s: %w", seq.Name, err)
 			}
-			rep := p.report
+			rep := p.LastReport()
 			r := score(seq.Name, i+1, st, rep)
 			if rep.Call != nil {
 				calls++
@@ -422,7 +255,7 @@ func (sc *Scorecard) judge(calls, valid, tp, fp, fn int, lat []float64, toks []i
 // score judges one step's proposals: the model's own plan before the
 // confirmation and evidence checks, so that what it says is judged, not
 // what the checks let through.
-func score(seq string, step int, st SeqStep, rep Report) StepResult {
+func score(seq string, step int, st fixtures.Step, rep llm.Report) StepResult {
 	r := StepResult{Sequence: seq, Step: step, Valid: rep.Call != nil && rep.Call.Error == "" && rep.Fallback == "", Call: rep.Call, Actions: []string{}}
 	floor := map[agent.Key]bool{}
 	for _, a := range rep.Floor {
@@ -530,4 +363,39 @@ func Load(dir, digest string) (*Scorecard, error) {
 		return nil, fmt.Errorf("calibration record: %w", err)
 	}
 	return &sc, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return strings.ToValidUTF8(s[:n], "") + "..."
+	}
+	return s
+}
+
+// Check says why model may not act, nil when its record for digest in
+// dir passed and holds for the running settings; the record comes back
+// either way when it could be read.
+func Check(model *llm.Model, dir, digest string) (*Scorecard, error) {
+	sc, err := Load(dir, digest)
+	if err != nil {
+		return nil, fmt.Errorf("no calibration record for digest %s: %w", digest, err)
+	}
+	if stale := sc.Key.Stale(KeyFor(digest, model)); stale != "" {
+		return sc, errors.New("stale calibration record: " + stale)
+	}
+	if !sc.Passed {
+		return sc, errors.New("failed calibration: " + sc.Why)
+	}
+	return sc, nil
+}
+
+// Admit is the gate the agent runs once the model server answers (the
+// daemon's llm.Policy.Admit): the model's digest is read, and its record
+// in dir checked.
+func Admit(ctx context.Context, model *llm.Model, dir string) (*Scorecard, error) {
+	digest, err := model.Digest(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return Check(model, dir, digest)
 }
