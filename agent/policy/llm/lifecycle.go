@@ -221,9 +221,7 @@ func (p *Policy) PolicyStatus() any {
 	if !life.since.IsZero() {
 		st.For = fmt.Sprintf("%s %v", life.state, p.Now().Sub(life.since).Round(time.Second))
 	}
-	p.Model.mu.Lock()
-	st.NumCtx = p.Model.numCtx
-	p.Model.mu.Unlock()
+	st.NumCtx = p.Model.contextInForce()
 	p.fmu.Lock()
 	if p.inflight != nil {
 		st.InFlightS = p.Now().Sub(p.inflight.started).Seconds()

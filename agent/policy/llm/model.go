@@ -47,13 +47,15 @@ type Call struct {
 // MaxThinking bounds the reasoning kept in an audit record.
 const MaxThinking = 2000
 
-// Model calls one model on its server.
+// Model calls one model on its server. Its exported fields are set
+// before its first call and not changed after; the policy's step, its
+// life cycle, a call running past its step and /status use it at once.
 type Model struct {
 	Server       modelapi.Server
 	Config       Config
 	SystemPrompt string
 
-	mu sync.Mutex
+	mu sync.Mutex // guards numCtx, promptTokens, scale, sampled, noThinkLevels, info; taken last
 	// numCtx is the context in force. It only grows, and in powers of
 	// two: Ollama reloads the model whenever num_ctx changes.
 	numCtx int
@@ -134,12 +136,12 @@ func (m *Model) Measure(ctx context.Context, sample string) error {
 	return nil
 }
 
-// Scale is the estimate's scale in force: measured prompt tokens over
-// EstimateTokens' guess, at least 1.
-func (m *Model) Scale() float64 {
+// contextInForce is num_ctx as the last call or load sent it (0 before
+// any).
+func (m *Model) contextInForce() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return max(m.scale, 1)
+	return m.numCtx
 }
 
 // Loaded asks the server whether the model is resident and ready.

@@ -42,6 +42,12 @@ type Report struct {
 // their drains always apply, and the model decides what they cannot
 // decide well (the grey zone, latency below their test, overload, when a
 // drained server should be probed, several faults at once).
+//
+// The exported fields are set before Start and not changed after. Four
+// mutexes split the rest, so that /metrics and /status never wait for a
+// step, nor a step for the life cycle. Lock order: mu before lmu and fmu,
+// fmu before cmu; Model's own mutex is taken under any of them and takes
+// none.
 type Policy struct {
 	Model *Model
 	// Floor is the policy whose plan always applies (the rules); nil for
@@ -59,7 +65,16 @@ type Policy struct {
 	// charge, with the reason in /status.
 	Admit func(ctx context.Context) error
 
-	mu       sync.Mutex       // one step at a time
+	// Set by New, never changed.
+	rules    rules.Config    // the operator's: the suspects, FleetWide and evidence are judged by it
+	evidence *rules.Policy   // the operator's own test, for mayUndo
+	ctx      context.Context // the policy's life: Close ends it
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup // the life-cycle goroutine and calls in flight
+
+	// mu is held by Decide for its whole step (one step at a time), and
+	// by the life cycle to switch thinking off.
+	mu       sync.Mutex       // guards pending, think, thinkOff, shown, history, judge, report
 	pending  map[proposal]int // consecutive proposals of each action
 	think    modelapi.Think   // the mode in force
 	thinkOff int              // steps left with thinking forced off
@@ -67,22 +82,14 @@ type Policy struct {
 	history  []string         // the model's decisions and their outcomes
 	judge    []agent.Action   // last step's model actions, to judge now
 	report   Report
-	// rules is the operator's rule config: the suspects, the fleet-wide
-	// check and evidence are judged by it.
-	rules    rules.Config
-	evidence *rules.Policy // the operator's own test, for mayUndo
 
-	ctx    context.Context // the policy's life: Close ends it
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // the life-cycle goroutine and calls in flight
-
-	lmu  sync.Mutex // the model's life cycle
+	lmu  sync.Mutex // guards life: the life cycle writes it, steps and /status read it
 	life lifeState
 
-	fmu      sync.Mutex // the call in flight
+	fmu      sync.Mutex // guards inflight: the call in flight, which may outlive its step
 	inflight *flight
 
-	cmu      sync.Mutex // counters, read by /metrics while a step waits
+	cmu      sync.Mutex // guards counters, read by /metrics and /status while a step waits
 	counters counters
 }
 

@@ -14,6 +14,8 @@ type Shadow struct {
 	Model  *Policy
 	Acting agent.Policy
 
+	// last is the loop goroutine's alone: the loop calls Decide and then
+	// Report, never at once, so it needs no mutex.
 	last ShadowReport
 }
 

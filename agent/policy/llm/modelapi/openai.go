@@ -31,7 +31,7 @@ type OpenAI struct {
 	// PollEvery is how often Warm asks /health while the server loads.
 	PollEvery time.Duration
 
-	mu sync.Mutex
+	mu sync.Mutex // guards rung
 	// rung is the schema form in force for each model, an index into
 	// schemaLadder: it only moves down, when the server refuses a form.
 	rung map[string]int
