@@ -283,7 +283,7 @@ func registerLLM(fs *flag.FlagSet, l *llm.Config) {
 	fs.DurationVar(&l.LoadTimeout, "llm-load-timeout", l.LoadTimeout, "llm: the longest a load or a call may run in the background")
 	fs.IntVar(&l.TokenBudget, "token-budget", l.TokenBudget, "llm: a thinking call over this many completion tokens, cut at its cap, or over the deadline switches thinking off for a while")
 	fs.StringVar(&l.SystemPromptFile, "system-prompt", l.SystemPromptFile, "llm: file replacing the embedded system prompt")
-	fs.Var(&l.Prompt, "llm-prompt", "llm: the prompt's form: full | compact (for small models: a short system prompt and the columns that decide) | numbered (compact, with a reference on every row that the reply names instead of the server: hapilot's own model reads it)")
+	fs.Var(&l.Prompt, "llm-prompt", "llm: the prompt's form: full | compact (for small models: a short system prompt and the columns that decide) | numbered (compact, with a reference on every row that the reply names instead of the server: hapilot's own model reads it) (default: the form the model names in its GGUF metadata, general.hapilot.prompt_form, as hapilot's own models do; else full)")
 	fs.IntVar(&l.Confirm, "confirm", l.Confirm, "llm: consecutive steps that must propose an action before it runs")
 	fs.DurationVar(&l.MinHold, "min-hold", l.MinHold, "llm: readying a server drained less than this long ago needs evidence from the windows")
 	fs.Var(&l.Gate, "llm-gate", "llm: anomaly (call the model only when the windows show a candidate) | always")

@@ -95,8 +95,9 @@ type Config struct {
 	ThinkRetry  int
 	// SystemPromptFile replaces the embedded system prompt.
 	SystemPromptFile string
-	// Prompt is the prompt's form: full, or compact for small models
-	// (with its own embedded system prompt).
+	// Prompt is the prompt's form: full, or compact or numbered for small
+	// models (each with its own embedded system prompt); "" is the form
+	// the model names (Model.Form), else full.
 	Prompt prompt.Style
 	// MaxShown is how many servers per backend the prompt lists in full;
 	// the rest are summed in one line.
@@ -129,7 +130,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{API: modelapi.APIOllama, Think: modelapi.ThinkOff, NumPredict: 256, ThinkBudget: 1024, Seed: 42, KeepAlive: -1, LoadTimeout: 5 * time.Minute,
 		TokenBudget: 768, ThinkRetry: 30,
-		MaxShown: 12, Prompt: prompt.Full, Confirm: 2, MinHold: time.Minute, Gate: GateAnomaly, Fallback: FallbackRules,
+		MaxShown: 12, Confirm: 2, MinHold: time.Minute, Gate: GateAnomaly, Fallback: FallbackRules,
 		CalibrationDir: "/var/lib/hapilot"}
 }
 
@@ -158,7 +159,7 @@ func (c Config) Validate() error {
 	if _, err := enum.Parse("fallback", string(c.Fallback), Fallbacks...); err != nil {
 		errs = append(errs, err)
 	}
-	if _, err := enum.Parse("llm-prompt", string(c.Prompt), prompt.Styles...); err != nil {
+	if _, err := enum.Parse("llm-prompt", string(c.Prompt), prompt.Styles...); err != nil && c.Prompt != "" { // "": the model's
 		errs = append(errs, err)
 	}
 	if c.Confirm < 1 {
@@ -209,21 +210,21 @@ func (c Config) Validate() error {
 }
 
 // NewModel builds the model client from c, with the system prompt from
-// SystemPromptFile or the embedded one.
+// SystemPromptFile, or else the embedded one of the model's form.
 func NewModel(c Config) (*Model, error) {
 	server, err := modelapi.Dial(c.API, c.URL, c.Host, c.KeyFile)
 	if err != nil {
 		return nil, err
 	}
-	text := c.Prompt.SystemPrompt()
+	m := &Model{Server: server, Config: c}
 	if c.SystemPromptFile != "" {
 		b, err := os.ReadFile(c.SystemPromptFile)
 		if err != nil {
 			return nil, fmt.Errorf("system prompt: %w", err)
 		}
-		text = string(b)
+		m.SystemPrompt = string(b)
 	}
-	return &Model{Server: server, Config: c, SystemPrompt: text}, nil
+	return m, nil
 }
 
 // CallBudget is how long a call may take in a step whose policy budget

@@ -68,6 +68,10 @@ func (p *Policy) bringUp(ctx context.Context) error {
 	p.lmu.Lock()
 	p.life.info = info
 	p.lmu.Unlock()
+	if p.Config.Prompt == "" && info.PromptForm != "" {
+		p.Log.Info().Str("model", p.Config.Model).Str("named", info.PromptForm).Str("prompt", string(p.Model.Form())).
+			Msg("the model names its prompt form: calls use it (--llm-prompt overrides)")
+	}
 	if p.Admit != nil {
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := p.Admit(actx)
@@ -188,14 +192,16 @@ func (p *Policy) unusable() string {
 
 // Status is what /status shows of the model.
 type Status struct {
-	Model     string         `json:"model"`
-	State     Life           `json:"state"`
-	For       string         `json:"for"` // how long in that state, "loading 14s"
-	Error     string         `json:"error,omitempty"`
-	Info      modelapi.Info  `json:"info"`
-	NumCtx    int            `json:"num_ctx,omitempty"`
-	Think     modelapi.Think `json:"think"`
-	InFlightS float64        `json:"call_in_flight_s,omitempty"`
+	Model  string         `json:"model"`
+	State  Life           `json:"state"`
+	For    string         `json:"for"` // how long in that state, "loading 14s"
+	Error  string         `json:"error,omitempty"`
+	Info   modelapi.Info  `json:"info"`
+	NumCtx int            `json:"num_ctx,omitempty"`
+	Think  modelapi.Think `json:"think"`
+	// Prompt is the prompt form in force (Model.Form).
+	Prompt    prompt.Style `json:"prompt"`
+	InFlightS float64      `json:"call_in_flight_s,omitempty"`
 	// Calibration is the gate's verdict: "passed", "refused" (the reason
 	// in Error), "pending" until Ollama answers, or "not required"
 	// (--skip-calibration, the study's unprotected loop).
@@ -216,7 +222,7 @@ func (p *Policy) PolicyStatus() any {
 	life := p.life
 	life.history = append([]LifeChange{}, life.history...) // setLife shifts it in place
 	p.lmu.Unlock()
-	st := Status{Model: p.Config.Model, State: life.state, Error: life.err, Info: life.info, Think: p.Config.Think,
+	st := Status{Model: p.Config.Model, State: life.state, Error: life.err, Info: life.info, Think: p.Config.Think, Prompt: p.Model.Form(),
 		History: life.history}
 	if !life.since.IsZero() {
 		st.For = fmt.Sprintf("%s %v", life.state, p.Now().Sub(life.since).Round(time.Second))

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -51,8 +52,10 @@ const MaxThinking = 2000
 // before its first call and not changed after; the policy's step, its
 // life cycle, a call running past its step and /status use it at once.
 type Model struct {
-	Server       modelapi.Server
-	Config       Config
+	Server modelapi.Server
+	Config Config
+	// SystemPrompt, when set, replaces the embedded system prompt of the
+	// model's form (System).
 	SystemPrompt string
 
 	mu sync.Mutex // guards numCtx, promptTokens, scale, sampled, noThinkLevels, info; taken last
@@ -86,6 +89,32 @@ func (m *Model) Inspect(ctx context.Context) (modelapi.Info, error) {
 	return info, nil
 }
 
+// Form is the prompt form the model is called with: Config.Prompt when
+// given (--llm-prompt), else the form the model names in its metadata
+// (Info.PromptForm, known once Inspect has run), else full. A model
+// trained on one form thus travels with it.
+func (m *Model) Form() prompt.Style {
+	if m.Config.Prompt != "" {
+		return m.Config.Prompt
+	}
+	m.mu.Lock()
+	named := prompt.Style(m.info.PromptForm)
+	m.mu.Unlock()
+	if slices.Contains(prompt.Styles, named) {
+		return named
+	}
+	return prompt.Full
+}
+
+// System is the system prompt calls send: SystemPrompt, or the embedded
+// one of the model's Form.
+func (m *Model) System() string {
+	if m.SystemPrompt != "" {
+		return m.SystemPrompt
+	}
+	return m.Form().SystemPrompt()
+}
+
 // Warm loads the model without asking it anything, with the context and
 // keep_alive the calls will use, so the first real call finds it
 // resident. ctx must not be a step's: a load cancelled half way is
@@ -117,8 +146,8 @@ func (m *Model) Measure(ctx context.Context, sample string) error {
 	if done {
 		return nil
 	}
-	raw := EstimateTokens(m.SystemPrompt) + EstimateTokens(sample)
-	resp, err := m.Server.Chat(ctx, modelapi.Request{Model: m.Config.Model, System: m.SystemPrompt, User: sample,
+	raw := EstimateTokens(m.System()) + EstimateTokens(sample)
+	resp, err := m.Server.Chat(ctx, modelapi.Request{Model: m.Config.Model, System: m.System(), User: sample,
 		NumPredict: 1, NumCtx: numCtx, NumThread: m.Config.NumThread, Seed: m.Config.Seed, KeepAlive: m.Config.KeepAlive})
 	if err != nil {
 		if errors.Is(err, modelapi.ErrContextOverflow) {
@@ -238,7 +267,7 @@ const maxGrownCtx = 1 << 17
 // side: EstimateTokens, scaled by the finest tokenizer this model has
 // shown (measured counts, and prompts that overflowed).
 func (m *Model) EstimatePrompt(text string) int {
-	raw := EstimateTokens(m.SystemPrompt) + EstimateTokens(text)
+	raw := EstimateTokens(m.System()) + EstimateTokens(text)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return int(math.Ceil(float64(raw) * max(m.scale, 1)))
@@ -321,9 +350,9 @@ func (m *Model) Ask(ctx context.Context, text string, schema json.RawMessage, th
 func (m *Model) ask(ctx context.Context, text string, schema json.RawMessage, think modelapi.Think) (agent.Plan, Call, error) {
 	c := m.Config
 	call := Call{Think: think, NumPredict: m.numPredict(think)}
-	raw := EstimateTokens(m.SystemPrompt) + EstimateTokens(text)
+	raw := EstimateTokens(m.System()) + EstimateTokens(text)
 	call.NumCtx = m.contextFor(m.EstimatePrompt(text), call.NumPredict)
-	req := modelapi.Request{Model: c.Model, System: m.SystemPrompt, User: text, Schema: schema, Think: m.sendThink(think),
+	req := modelapi.Request{Model: c.Model, System: m.System(), User: text, Schema: schema, Think: m.sendThink(think),
 		NumPredict: call.NumPredict, NumCtx: call.NumCtx, NumThread: c.NumThread, Seed: c.Seed, KeepAlive: c.KeepAlive}
 	start := time.Now()
 	resp, err := m.Server.Chat(ctx, req)

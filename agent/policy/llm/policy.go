@@ -527,7 +527,7 @@ func (p *Policy) promptInput(obs agent.Observation, cands map[agent.Key]rules.Su
 		fl[a.Key()] = string(a.Kind)
 	}
 	in := prompt.Input{Obs: obs, Candidates: whys(cands), Floor: fl, Pending: pending, Confirm: p.Config.Confirm,
-		History: p.history, DrainsPer: p.Needs().DrainsPer, MaxShown: p.shown, Style: p.Config.Prompt}
+		History: p.history, DrainsPer: p.Needs().DrainsPer, MaxShown: p.shown, Style: p.Model.Form()}
 	room := p.Model.Room(think)
 	fits := func() bool {
 		return room <= 0 || p.Model.EstimatePrompt(prompt.Render(in)) <= room

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/internal/lab/modelserver"
 	"github.com/ollama/ollama/tokenizer"
@@ -298,9 +299,9 @@ func (p *packer) close(b *strings.Builder) {
 }
 
 // Finish writes the servable GGUF out from trained, the GGUF train.py
-// or llama-finetune trained from dir's dataset: the recipe's keys and
-// vocabulary (dir's stats.json and vocab.json) with the trained weights
-// (modelserver.WriteTrained says why).
+// or llama-finetune trained from dir's dataset: the recipe's keys,
+// prompt form and vocabulary (dir's stats.json and vocab.json) with the
+// trained weights (modelserver.WriteTrained says why).
 func Finish(dir, trained, out string) error {
 	var st Stats
 	var v Vocab
@@ -315,6 +316,9 @@ func Finish(dir, trained, out string) error {
 	}
 	spec := st.Recipe.Spec
 	spec.Vocabulary = &modelserver.Vocabulary{Tokens: v.Tokens, Types: v.Types, Scores: v.Scores}
+	// The model names the prompt form it is trained on, so that the
+	// agent calls it with that form without --llm-prompt.
+	spec.Meta = map[string]string{modelapi.PromptFormKey: string(st.Recipe.Prompt)}
 	return modelserver.WriteTrained(out, spec, trained)
 }
 

@@ -69,7 +69,7 @@ func hash(parts ...string) string {
 func KeyFor(digest string, m *llm.Model) RecordKey {
 	c := m.Config
 	return RecordKey{Digest: digest, Think: c.Think,
-		PromptHash:  promptHash(c.Prompt, m.SystemPrompt),
+		PromptHash:  promptHash(m.Form(), m.System()),
 		SchemaHash:  hash(string(prompt.Schema([]string{"b"}, []string{"s"}, 1, c.NumPredict))),
 		OptionsHash: hash(options(c))}
 }
@@ -123,7 +123,10 @@ func (k RecordKey) Stale(now RecordKey) string {
 
 // Scorecard is a model's calibration result.
 type Scorecard struct {
-	Model      string       `json:"model"`
+	Model string `json:"model"`
+	// Form is the prompt form the model was called with: --llm-prompt's,
+	// or the one the model names.
+	Form       prompt.Style `json:"prompt_form,omitempty"`
 	Key        RecordKey    `json:"key"`
 	Time       time.Time    `json:"time"`
 	Steps      []StepResult `json:"steps"`
@@ -187,7 +190,7 @@ func RunModel(ctx context.Context, m *llm.Model, rc rules.Config, budget time.Du
 	if err != nil {
 		return nil, err
 	}
-	sc := &Scorecard{Model: m.Config.Model, Key: KeyFor(digest, m), Time: now, DeadlineMs: float64(budget) / 1e6}
+	sc := &Scorecard{Model: m.Config.Model, Form: m.Form(), Key: KeyFor(digest, m), Time: now, DeadlineMs: float64(budget) / 1e6}
 	var tp, fp, fn, valid, calls int
 	var lat []float64
 	var toks []int
@@ -308,7 +311,7 @@ func ratio(a, b int) float64 {
 
 // Print writes the scorecard as a table.
 func (sc *Scorecard) Print(w io.Writer) {
-	fmt.Fprintf(w, "calibration of %s (%s), think %s\n", sc.Model, sc.Key.Digest, sc.Key.Think)
+	fmt.Fprintf(w, "calibration of %s (%s), think %s, prompt %s\n", sc.Model, sc.Key.Digest, sc.Key.Think, sc.Form)
 	fmt.Fprintf(w, "%-60s %-5s %-34s %3s %3s %3s %4s %8s %6s\n", "sequence, step", "valid", "proposed", "tp", "fp", "fn", "harm", "ms", "tokens")
 	for _, r := range sc.Steps {
 		acts := strings.Join(r.Actions, ",")

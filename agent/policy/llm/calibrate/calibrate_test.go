@@ -8,6 +8,7 @@ import (
 
 	"github.com/hapilot/hapilot/agent/policy/llm"
 	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
+	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/internal/lab/ollamafake"
 )
@@ -101,5 +102,45 @@ func TestCalibrationKey(t *testing.T) {
 	}
 	if s := k.Stale(KeyFor("sha256:2", other(func(m *llm.Model) { m.Config.NumPredict = 64 }))); !strings.Contains(s, "digest") || !strings.Contains(s, "call options") {
 		t.Fatalf("digest and options: %q", s)
+	}
+}
+
+// A model that names its prompt form in its metadata is calibrated with
+// it without --llm-prompt, and its record holds for a run given the same
+// form explicitly, and not for one given another.
+func TestCalibrationUsesTheModelsForm(t *testing.T) {
+	fake := ollamafake.New(map[string]string{"fake-capable:latest": "sha256:fa4e"}, ollamafake.Capable)
+	defer fake.Close()
+	fake.ModelInfo = map[string]any{modelapi.PromptFormKey: "numbered"}
+	build := func(form prompt.Style) *llm.Model {
+		cfg := llm.DefaultConfig()
+		cfg.Model, cfg.Host, cfg.Prompt = "fake-capable:latest", fake.URL, form
+		cfg.Deadline, cfg.LoadTimeout = 2*time.Second, 10*time.Second
+		m, err := llm.NewModel(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Inspect(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	m := build("")
+	sc, err := RunModel(context.Background(), m, rules.DefaultConfig(), m.Config.CallBudget(8*time.Second), time.Unix(5000, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stand-in's capable model answers with names, not the numbered
+	// form's references, so it fails: what it was called with is the test.
+	if sc.Form != prompt.Numbered {
+		t.Fatalf("calibrated with prompt %q", sc.Form)
+	}
+	for _, tc := range []struct {
+		form  prompt.Style
+		stale bool
+	}{{"", false}, {prompt.Numbered, false}, {prompt.Full, true}, {prompt.Compact, true}} {
+		if s := sc.Key.Stale(KeyFor(sc.Key.Digest, build(tc.form))); (s != "") != tc.stale {
+			t.Errorf("--llm-prompt %q: stale %q, want stale %v", tc.form, s, tc.stale)
+		}
 	}
 }

@@ -22,7 +22,7 @@ type Ollama struct {
 func (*Ollama) SizesContext() bool { return true }
 
 // Inspect asks /api/version and /api/show: capabilities, the model's own
-// context length and size.
+// context length and size, and the prompt form it names (PromptFormKey).
 func (o *Ollama) Inspect(ctx context.Context, model string) (Info, error) {
 	info := Info{API: APIOllama}
 	v, err := o.Client.Version(ctx)
@@ -37,6 +37,7 @@ func (o *Ollama) Inspect(ctx context.Context, model string) (Info, error) {
 	for _, c := range show.Capabilities {
 		info.Capabilities = append(info.Capabilities, string(c))
 	}
+	info.PromptForm, _ = show.ModelInfo[PromptFormKey].(string)
 	for k, v := range show.ModelInfo {
 		if strings.HasSuffix(k, ".context_length") {
 			if f, ok := v.(float64); ok {

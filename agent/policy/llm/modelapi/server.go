@@ -189,7 +189,17 @@ type Info struct {
 	ParameterSize string   `json:"parameter_size,omitempty"`
 	Quantization  string   `json:"quantization,omitempty"`
 	Size          int64    `json:"size_bytes,omitempty"`
+	// PromptForm is the prompt form the model names in its GGUF metadata
+	// (PromptFormKey), as a model trained on one form does; "" when it
+	// names none.
+	PromptForm string `json:"prompt_form,omitempty"`
 }
+
+// PromptFormKey is the GGUF metadata key in which a model trained on one
+// prompt form names it; Ollama's /api/show lists it in model_info. Under
+// general., because Ollama's GGUF writer puts any key outside general.,
+// tokenizer. and adapter. under the architecture's name.
+const PromptFormKey = "general.hapilot.prompt_form"
 
 // CanThink reports the "thinking" capability.
 func (i Info) CanThink() bool {
