@@ -138,8 +138,8 @@ func TestEstimateTokens(t *testing.T) {
 		{"srv4 ready 600 7 1.17\n", 1 + 1 + 2 + 1 + 3 + 1 + 1 + 1 + 4 + 1},
 	}
 	for _, tc := range tests {
-		if got := EstimateTokens(tc.text); got != tc.want {
-			t.Errorf("EstimateTokens(%q) = %d, want %d", tc.text, got, tc.want)
+		if got := estimateTokens(tc.text); got != tc.want {
+			t.Errorf("estimateTokens(%q) = %d, want %d", tc.text, got, tc.want)
 		}
 	}
 }
@@ -163,16 +163,16 @@ func TestEstimateHoldsForDigitTables(t *testing.T) {
 			if fine := fineTokens(p); fine > largest {
 				largest, big = fine, p
 			}
-			if est, fine := EstimateTokens(p), fineTokens(p); est < fine {
+			if est, fine := estimateTokens(p), fineTokens(p); est < fine {
 				t.Errorf("%s, step %d: estimated %d tokens, a digit-splitting tokenizer counts %d (%d bytes)", seq.Name, i+1, est, fine, len(p))
 			}
 		}
 	}
-	if est, fine := EstimateTokens(prompt.DefaultSystemPrompt), fineTokens(prompt.DefaultSystemPrompt); est < fine {
+	if est, fine := estimateTokens(prompt.DefaultSystemPrompt), fineTokens(prompt.DefaultSystemPrompt); est < fine {
 		t.Errorf("the system prompt: estimated %d, counted %d", est, fine)
 	}
 	if largest > 0 {
-		t.Logf("the largest prompt: %d bytes, %d tokens counted, estimated %d (three bytes a token: %d)", len(big), largest, EstimateTokens(big), (len(big)+2)/3)
+		t.Logf("the largest prompt: %d bytes, %d tokens counted, estimated %d (three bytes a token: %d)", len(big), largest, estimateTokens(big), (len(big)+2)/3)
 	}
 	if (len(big)+2)/3 >= largest {
 		t.Errorf("three bytes a token holds here too: the reference tokenizer is not fine enough to test the estimate")
@@ -213,7 +213,7 @@ func TestMeasureSizesTheFirstPrompt(t *testing.T) {
 			sampled = sampled || strings.HasPrefix(prompt.Render(prompt.Input{Obs: st.Obs, Only: only, MaxShown: 12}), sample)
 		}
 	}
-	if len(sample) == 0 || len(sample) > MaxSample || !sampled {
+	if len(sample) == 0 || len(sample) > maxSample || !sampled {
 		t.Fatalf("sample of %d bytes is not the start of a calibration prompt", len(sample))
 	}
 	firstCall := func(text string, measure bool) (Call, error) {

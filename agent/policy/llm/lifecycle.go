@@ -160,7 +160,7 @@ func (p *Policy) setLife(state Life, err error) {
 	}
 	if p.life.state != state {
 		p.life.since = p.Now()
-		if len(p.life.history) == MaxLifeHistory {
+		if len(p.life.history) == maxLifeHistory {
 			p.life.history = append(p.life.history[:0], p.life.history[1:]...)
 		}
 		p.life.history = append(p.life.history, LifeChange{State: state, At: p.life.since, Error: p.life.err})
@@ -250,7 +250,7 @@ func (p *Policy) PolicyStatus() any {
 }
 
 // TokenSample is the start of a prompt as the policy writes one, about
-// the calibration's largest fleet, cut at a row to Model.MaxSample bytes:
+// the calibration's largest fleet, cut at a row to maxSample bytes:
 // Measure's sample, with names and numbers as the real prompts have
 // them.
 func TokenSample(now time.Time) string {
@@ -273,8 +273,8 @@ func TokenSample(now time.Time) string {
 		only[b.Name] = true
 	}
 	text := prompt.Render(prompt.Input{Obs: largest, Only: only, MaxShown: 12})
-	if len(text) > MaxSample {
-		text = text[:strings.LastIndexByte(text[:MaxSample], '\n')+1]
+	if len(text) > maxSample {
+		text = text[:strings.LastIndexByte(text[:maxSample], '\n')+1]
 	}
 	return text
 }

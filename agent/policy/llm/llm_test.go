@@ -408,7 +408,7 @@ func TestThinkingBudget(t *testing.T) {
 	fake.Thinking = true
 	steps(t, p, grey(time.Unix(1000, 0)), 1)
 	r := p.Report().(Report)
-	if !r.Called || r.Call.Error != "" || r.Call.NumPredict != 256+1024 || r.Call.DoneReason != "stop" || len(r.Call.Thinking) > MaxThinking+3 || r.Call.Thinking == "" {
+	if !r.Called || r.Call.Error != "" || r.Call.NumPredict != 256+1024 || r.Call.DoneReason != "stop" || len(r.Call.Thinking) > maxThinking+3 || r.Call.Thinking == "" {
 		t.Fatalf("with a thinking budget: %+v", r.Call)
 	}
 	p2, fake2 := newPolicy(t, thinker, func(c *Config) { c.Think = modelapi.ThinkOn; c.ThinkBudget = 0 })
@@ -560,7 +560,7 @@ func TestPromptSumsQuietServers(t *testing.T) {
 
 func TestShadowAuditsDisagreement(t *testing.T) {
 	p, _ := newPolicy(t, ollamafake.TriggerHappy, func(c *Config) { c.Confirm = 1 })
-	s := &Shadow{Model: p, Acting: rules.NewPolicy(rules.DefaultConfig())}
+	s := &shadow{Model: p, Acting: rules.NewPolicy(rules.DefaultConfig())}
 	obs := fleet(time.Unix(1000, 0), 6)
 	obs.Backends[0].Servers[0].Window.Err5xx = 4 // a few errors: enough for the loose gate, not for the rules
 	plan, err := s.Decide(context.Background(), obs)
@@ -570,7 +570,7 @@ func TestShadowAuditsDisagreement(t *testing.T) {
 	if len(plan) != 0 {
 		t.Fatalf("acting plan %v", plan)
 	}
-	r := s.Report().(ShadowReport)
+	r := s.Report().(shadowReport)
 	if !r.Compared || !r.Disagreement || len(r.OnlyModel) != 1 || r.OnlyModel[0] != "drain app/srv1 0" || len(r.OnlyActing) != 0 {
 		t.Fatalf("report %+v", r)
 	}
@@ -580,11 +580,11 @@ func TestShadowAuditsDisagreement(t *testing.T) {
 // decide, and compares nothing.
 func TestShadowDoesNotCountAFailureAsAgreement(t *testing.T) {
 	p, _ := newPolicy(t, func(ollamafake.Request) ollamafake.Reply { return ollamafake.Reply{Status: 500, Error: "boom"} }, nil)
-	s := &Shadow{Model: p, Acting: rules.NewPolicy(rules.DefaultConfig())}
+	s := &shadow{Model: p, Acting: rules.NewPolicy(rules.DefaultConfig())}
 	if _, err := s.Decide(context.Background(), grey(time.Unix(1000, 0))); err != nil {
 		t.Fatal(err)
 	}
-	r := s.Report().(ShadowReport)
+	r := s.Report().(shadowReport)
 	if r.Compared || r.Disagreement || !strings.Contains(r.ModelError, "did not decide") {
 		t.Fatalf("report %+v", r)
 	}
@@ -682,11 +682,11 @@ func TestNumThreadOnEveryRequest(t *testing.T) {
 // model's plan is then the floor's, the acting rules' own.
 func TestShadowDoesNotCountAGatedStepAsAgreement(t *testing.T) {
 	p, fake := newPolicy(t, ollamafake.Capable, nil)
-	s := &Shadow{Model: p, Acting: rules.NewPolicy(rules.DefaultConfig())}
+	s := &shadow{Model: p, Acting: rules.NewPolicy(rules.DefaultConfig())}
 	if _, err := s.Decide(context.Background(), fleet(time.Unix(1000, 0), 6)); err != nil { // all healthy: nothing to ask
 		t.Fatal(err)
 	}
-	r := s.Report().(ShadowReport)
+	r := s.Report().(shadowReport)
 	if r.Model.Called || r.Model.Gated == "" || len(fake.Requests()) != 0 {
 		t.Fatalf("the model was asked about a healthy fleet: %+v", r.Model)
 	}

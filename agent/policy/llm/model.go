@@ -1,10 +1,16 @@
-// Package llm is the policy that asks a language model, through Ollama
-// or an OpenAI-compatible server, what to do above the rules; and the protections a real model needs:
-// its life cycle (inspected, warmed in the background, kept resident),
-// a context sized to the prompt with truncation refused, thinking given
-// its own budget, a deadline that never aborts a load, two-step
-// confirmation, calls only when the windows show something the rules
-// cannot decide, and a calibration gate.
+// Package llm is the policy that asks a language model what to do above
+// the rules, and the protections a real model needs: its life cycle
+// (inspected, warmed in the background, kept resident), a context sized
+// to the prompt with truncation refused, thinking given its own budget, a
+// deadline that never aborts a load, two-step confirmation, calls only
+// when the windows show something the rules cannot decide (the rules'
+// suspects), drains only where the windows agree, and a gate (Admit)
+// that keeps an uncalibrated model from acting; shadow mode beside it.
+//
+// Its parts of their own: modelapi (the Ollama and OpenAI-compatible
+// clients), prompt (the prompt's forms, the reply's schema and parser),
+// calibrate (the calibration, its record and the gate's check) and
+// calibrate/fixtures (the calibration's situations).
 package llm
 
 import (
@@ -34,7 +40,7 @@ type Call struct {
 	TotalMs          float64        `json:"total_ms"`
 	LoadMs           float64        `json:"load_ms"`
 	WallMs           float64        `json:"wall_ms"`
-	// Thinking is the model's reasoning, cut to MaxThinking bytes.
+	// Thinking is the model's reasoning, cut to maxThinking bytes.
 	Thinking string `json:"thinking,omitempty"`
 	Raw      string `json:"raw,omitempty"` // kept when the reply was invalid
 	Error    string `json:"error,omitempty"`
@@ -45,8 +51,8 @@ type Call struct {
 	SchemaNote string `json:"schema_note,omitempty"`
 }
 
-// MaxThinking bounds the reasoning kept in an audit record.
-const MaxThinking = 2000
+// maxThinking bounds the reasoning kept in an audit record.
+const maxThinking = 2000
 
 // Model calls one model on its server. Its exported fields are set
 // before its first call and not changed after; the policy's step, its
@@ -65,7 +71,7 @@ type Model struct {
 	// promptTokens is the largest prompt measured (prompt_eval_count).
 	promptTokens int
 	// scale is the largest ratio yet of a prompt's measured tokens to
-	// EstimateTokens' guess (1 until a tokenizer proves finer): every
+	// estimateTokens' guess (1 until a tokenizer proves finer): every
 	// later estimate is scaled by it.
 	scale float64
 	// sampled: Measure has measured the tokenizer.
@@ -124,21 +130,21 @@ func (m *Model) Warm(ctx context.Context, promptTokens int) (time.Duration, erro
 		NumCtx: m.contextFor(promptTokens, m.numPredict(modelapi.ThinkOff))})
 }
 
-// MaxSample bounds Measure's sample: at one token a byte, the finest a
+// maxSample bounds Measure's sample: at one token a byte, the finest a
 // tokenizer of ASCII text gets, it and the system prompt fit the 2048
 // tokens every context has, with the chat template's own.
-const MaxSample = 1000
+const maxSample = 1000
 
 // Measure asks the model for one token about sample (the system prompt
 // and a slice of a real prompt) right after a load, so that the
 // estimate's scale is this model's tokenizer's before the first step.
-// Without it, a tokenizer finer than EstimateTokens' guess (a byte a
+// Without it, a tokenizer finer than estimateTokens' guess (a byte a
 // token, say) overflows the first large prompt, and that step is lost to
 // the floor. It measures once per Model; its tokens and time are no
 // step's. It is sent at the context in force, so Ollama does not reload.
 func (m *Model) Measure(ctx context.Context, sample string) error {
-	if len(sample) > MaxSample {
-		sample = sample[:MaxSample]
+	if len(sample) > maxSample {
+		sample = sample[:maxSample]
 	}
 	m.mu.Lock()
 	done, numCtx := m.sampled, m.numCtx
@@ -146,7 +152,7 @@ func (m *Model) Measure(ctx context.Context, sample string) error {
 	if done {
 		return nil
 	}
-	raw := EstimateTokens(m.System()) + EstimateTokens(sample)
+	raw := estimateTokens(m.System()) + estimateTokens(sample)
 	resp, err := m.Server.Chat(ctx, modelapi.Request{Model: m.Config.Model, System: m.System(), User: sample,
 		NumPredict: 1, NumCtx: numCtx, NumThread: m.Config.NumThread, Seed: m.Config.Seed, KeepAlive: m.Config.KeepAlive})
 	if err != nil {
@@ -227,7 +233,7 @@ func (m *Model) Room(think modelapi.Think) int {
 	return limit - m.numPredict(think)
 }
 
-// EstimateTokens guesses a text's tokens on the high side, before any
+// estimateTokens guesses a text's tokens on the high side, before any
 // measurement, splitting it as the pre-tokenizers of Qwen and Llama 3 do:
 // a token per digit, since they split numbers into single digits (Llama
 // 3 into runs of three) and the prompt's tables are mostly numbers; a
@@ -235,7 +241,7 @@ func (m *Model) Room(think modelapi.Think) int {
 // before it; and a token per other byte (a space before a number, the
 // dot in 1.17, a newline, non-ASCII). Prose comes out near three bytes a
 // token, a table of numbers near one and a half.
-func EstimateTokens(text string) int {
+func estimateTokens(text string) int {
 	isLetter := func(c byte) bool { c |= 0x20; return c >= 'a' && c <= 'z' }
 	n, letters := 0, 0
 	for i := 0; i < len(text); i++ {
@@ -255,7 +261,7 @@ func EstimateTokens(text string) int {
 }
 
 // maxScale bounds how far measurements may raise the estimate: a
-// tokenizer of single bytes is three times EstimateTokens' guess of
+// tokenizer of single bytes is three times estimateTokens' guess of
 // prose, plus the chat template's own tokens.
 const maxScale = 4.0
 
@@ -264,10 +270,10 @@ const maxScale = 4.0
 const maxGrownCtx = 1 << 17
 
 // EstimatePrompt is the system prompt's and prompt's tokens on the high
-// side: EstimateTokens, scaled by the finest tokenizer this model has
+// side: estimateTokens, scaled by the finest tokenizer this model has
 // shown (measured counts, and prompts that overflowed).
 func (m *Model) EstimatePrompt(text string) int {
-	raw := EstimateTokens(m.System()) + EstimateTokens(text)
+	raw := estimateTokens(m.System()) + estimateTokens(text)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return int(math.Ceil(float64(raw) * max(m.scale, 1)))
@@ -350,7 +356,7 @@ func (m *Model) Ask(ctx context.Context, text string, schema json.RawMessage, th
 func (m *Model) ask(ctx context.Context, text string, schema json.RawMessage, think modelapi.Think) (agent.Plan, Call, error) {
 	c := m.Config
 	call := Call{Think: think, NumPredict: m.numPredict(think)}
-	raw := EstimateTokens(m.System()) + EstimateTokens(text)
+	raw := estimateTokens(m.System()) + estimateTokens(text)
 	call.NumCtx = m.contextFor(m.EstimatePrompt(text), call.NumPredict)
 	req := modelapi.Request{Model: c.Model, System: m.System(), User: text, Schema: schema, Think: m.sendThink(think),
 		NumPredict: call.NumPredict, NumCtx: call.NumCtx, NumThread: c.NumThread, Seed: c.Seed, KeepAlive: c.KeepAlive}
@@ -371,7 +377,7 @@ func (m *Model) ask(ctx context.Context, text string, schema json.RawMessage, th
 	}
 	call.PromptTokens, call.CompletionTokens, call.DoneReason = resp.PromptTokens, resp.CompletionTokens, resp.DoneReason
 	call.TotalMs, call.LoadMs = float64(resp.Total)/1e6, float64(resp.Load)/1e6
-	call.Thinking = truncate(resp.Thinking, MaxThinking)
+	call.Thinking = truncate(resp.Thinking, maxThinking)
 	m.measured(raw, resp.PromptTokens)
 	if resp.DoneReason == "length" {
 		where := "in the answer"

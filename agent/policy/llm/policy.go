@@ -118,7 +118,7 @@ type lifeState struct {
 	info  modelapi.Info
 	// admitted: Admit passed the model (its calibration record).
 	admitted bool
-	// history is the last MaxLifeHistory changes of state, oldest
+	// history is the last maxLifeHistory changes of state, oldest
 	// first: /status shows how the model got where it is (unloaded from
 	// outside and loaded again, say).
 	history []LifeChange
@@ -131,8 +131,8 @@ type LifeChange struct {
 	Error string    `json:"error,omitempty"`
 }
 
-// MaxLifeHistory bounds lifeState.history.
-const MaxLifeHistory = 16
+// maxLifeHistory bounds lifeState.history.
+const maxLifeHistory = 16
 
 type flight struct {
 	started time.Time
