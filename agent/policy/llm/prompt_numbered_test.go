@@ -3,7 +3,6 @@ package llm
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -93,40 +92,6 @@ func operators(obs agent.Observation) map[agent.Key]bool {
 		}
 	}
 	return out
-}
-
-func TestRefsResolve(t *testing.T) {
-	in := rowsInput()
-	in.Style = prompt.Numbered
-	r := in.Refs() // s1 srv4 (the candidate), s2 srv1 (the agent's), then s3, s4
-	tests := []struct {
-		name     string
-		backend  string
-		server   string
-		want     agent.Key
-		rejected bool
-	}{
-		{name: "the candidate", backend: "b1", server: "s1", want: agent.Key{Backend: "app", Server: "srv4"}},
-		{name: "the agent's", backend: "b1", server: "s2", want: agent.Key{Backend: "app", Server: "srv1"}},
-		{name: "a row the prompt did not list", backend: "b1", server: "s5", rejected: true},
-		{name: "a backend the prompt did not show", backend: "b2", server: "s1", rejected: true},
-		{name: "a server's own name", backend: "app", server: "srv4", rejected: true},
-		{name: "the placeholder", backend: "-", server: "-", rejected: true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := r.Resolve(agent.Plan{{Kind: agent.Drain, Backend: tc.backend, Server: tc.server, Reason: "model: r"}})
-			if tc.rejected {
-				if !errors.Is(err, prompt.ErrUnknownRef) || got != nil {
-					t.Fatalf("resolved to %v, %v", got, err)
-				}
-				return
-			}
-			if err != nil || len(got) != 1 || got[0].Key() != tc.want || got[0].Kind != agent.Drain || got[0].Reason != "model: r" {
-				t.Fatalf("resolved to %v, %v", got, err)
-			}
-		})
-	}
 }
 
 // Through the policy: a numbered reply acts on the server its reference
