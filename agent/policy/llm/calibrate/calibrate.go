@@ -54,8 +54,8 @@ type RecordKey struct {
 	OptionsHash string         `json:"options_hash"`
 }
 
-// PromptVersion changes whenever the prompt's form changes.
-const PromptVersion = "2"
+// promptVersion changes whenever the prompt's form changes.
+const promptVersion = "2"
 
 func hash(parts ...string) string {
 	h := sha256.New()
@@ -65,8 +65,8 @@ func hash(parts ...string) string {
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
-// KeyFor is the record key of model m as configured.
-func KeyFor(digest string, m *llm.Model) RecordKey {
+// keyFor is the record key of model m as configured.
+func keyFor(digest string, m *llm.Model) RecordKey {
 	c := m.Config
 	return RecordKey{Digest: digest, Think: c.Think,
 		PromptHash:  promptHash(m.Form(), m.System()),
@@ -79,11 +79,11 @@ func KeyFor(digest string, m *llm.Model) RecordKey {
 func promptHash(style prompt.Style, system string) string {
 	switch style {
 	case prompt.Compact:
-		return hash(PromptVersion, "compact", prompt.CompactHeader, system)
+		return hash(promptVersion, "compact", prompt.CompactHeader, system)
 	case prompt.Numbered:
-		return hash(PromptVersion, "numbered", prompt.NumberedHeader, system)
+		return hash(promptVersion, "numbered", prompt.NumberedHeader, system)
 	}
-	return hash(PromptVersion, prompt.Header, system)
+	return hash(promptVersion, prompt.Header, system)
 }
 
 // options is what of c a call's timing and answers depend on. NumThread
@@ -190,7 +190,7 @@ func RunModel(ctx context.Context, m *llm.Model, rc rules.Config, budget time.Du
 	if err != nil {
 		return nil, err
 	}
-	sc := &Scorecard{Model: m.Config.Model, Form: m.Form(), Key: KeyFor(digest, m), Time: now, DeadlineMs: float64(budget) / 1e6}
+	sc := &Scorecard{Model: m.Config.Model, Form: m.Form(), Key: keyFor(digest, m), Time: now, DeadlineMs: float64(budget) / 1e6}
 	var tp, fp, fn, valid, calls int
 	var lat []float64
 	var toks []int
@@ -375,15 +375,15 @@ func truncate(s string, n int) string {
 	return s
 }
 
-// Check says why model may not act, nil when its record for digest in
+// check says why model may not act, nil when its record for digest in
 // dir passed and holds for the running settings; the record comes back
 // either way when it could be read.
-func Check(model *llm.Model, dir, digest string) (*Scorecard, error) {
+func check(model *llm.Model, dir, digest string) (*Scorecard, error) {
 	sc, err := Load(dir, digest)
 	if err != nil {
 		return nil, fmt.Errorf("no calibration record for digest %s: %w", digest, err)
 	}
-	if stale := sc.Key.Stale(KeyFor(digest, model)); stale != "" {
+	if stale := sc.Key.Stale(keyFor(digest, model)); stale != "" {
 		return sc, errors.New("stale calibration record: " + stale)
 	}
 	if !sc.Passed {
@@ -400,5 +400,5 @@ func Admit(ctx context.Context, model *llm.Model, dir string) (*Scorecard, error
 	if err != nil {
 		return nil, err
 	}
-	return Check(model, dir, digest)
+	return check(model, dir, digest)
 }

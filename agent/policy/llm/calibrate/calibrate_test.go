@@ -85,8 +85,8 @@ func TestCalibration(t *testing.T) {
 // schema and options; a stale one says what changed.
 func TestCalibrationKey(t *testing.T) {
 	m := fakeModel(t, ollamafake.Capable, nil)
-	k := KeyFor("sha256:1", m)
-	if k.Stale(KeyFor("sha256:1", m)) != "" {
+	k := keyFor("sha256:1", m)
+	if k.Stale(keyFor("sha256:1", m)) != "" {
 		t.Fatal("a key is stale against itself")
 	}
 	other := func(f func(*llm.Model)) *llm.Model {
@@ -94,13 +94,13 @@ func TestCalibrationKey(t *testing.T) {
 		f(o)
 		return o
 	}
-	if s := k.Stale(KeyFor("sha256:1", other(func(m *llm.Model) { m.Config.Think = modelapi.ThinkOn }))); !strings.Contains(s, "think mode (off, now on)") {
+	if s := k.Stale(keyFor("sha256:1", other(func(m *llm.Model) { m.Config.Think = modelapi.ThinkOn }))); !strings.Contains(s, "think mode (off, now on)") {
 		t.Fatalf("think: %q", s)
 	}
-	if s := k.Stale(KeyFor("sha256:1", other(func(m *llm.Model) { m.SystemPrompt += "\nBe bold." }))); !strings.Contains(s, "the prompt") {
+	if s := k.Stale(keyFor("sha256:1", other(func(m *llm.Model) { m.SystemPrompt += "\nBe bold." }))); !strings.Contains(s, "the prompt") {
 		t.Fatalf("prompt: %q", s)
 	}
-	if s := k.Stale(KeyFor("sha256:2", other(func(m *llm.Model) { m.Config.NumPredict = 64 }))); !strings.Contains(s, "digest") || !strings.Contains(s, "call options") {
+	if s := k.Stale(keyFor("sha256:2", other(func(m *llm.Model) { m.Config.NumPredict = 64 }))); !strings.Contains(s, "digest") || !strings.Contains(s, "call options") {
 		t.Fatalf("digest and options: %q", s)
 	}
 }
@@ -139,7 +139,7 @@ func TestCalibrationUsesTheModelsForm(t *testing.T) {
 		form  prompt.Style
 		stale bool
 	}{{"", false}, {prompt.Numbered, false}, {prompt.Full, true}, {prompt.Compact, true}} {
-		if s := sc.Key.Stale(KeyFor(sc.Key.Digest, build(tc.form))); (s != "") != tc.stale {
+		if s := sc.Key.Stale(keyFor(sc.Key.Digest, build(tc.form))); (s != "") != tc.stale {
 			t.Errorf("--llm-prompt %q: stale %q, want stale %v", tc.form, s, tc.stale)
 		}
 	}
