@@ -349,35 +349,9 @@ func (c *Client) SetWeight(ctx context.Context, backend, server string, weight i
 	return c.runSet(ctx, cmd)
 }
 
-// Weight is a server's current and initial weight.
-type Weight struct{ Current, Initial int }
-
-// GetWeight reads a server's weight.
-func (c *Client) GetWeight(ctx context.Context, backend, server string) (Weight, error) {
-	t, err := target(backend, server)
-	if err != nil {
-		return Weight{}, err
-	}
-	cmd := "get weight " + t
-	reply, err := c.runShow(ctx, cmd)
-	if err != nil {
-		return Weight{}, err
-	}
-	var w Weight
-	line := strings.TrimSpace(reply)
-	if _, err := fmt.Sscanf(line, "%d (initial %d)", &w.Current, &w.Initial); err != nil {
-		return Weight{}, &CommandError{Command: cmd, Severity: -1, Reply: line}
-	}
-	return w, nil
-}
-
 func truncate(s string) string {
 	if len(s) > 200 {
 		return s[:200] + "..."
 	}
 	return s
 }
-
-// Check runs a command whose success prints nothing, turning any reply
-// into an error.
-func (c *Client) Check(ctx context.Context, cmd string) error { return c.runSet(ctx, cmd) }

@@ -241,19 +241,9 @@ func (r StatRow) Int(col string) int64 {
 	return v
 }
 
-// ShowStat reads `show stat` and parses it by its header row, since
+// ParseStat parses the CSV of `show stat` by its header row, since
 // column positions move between HAProxy releases. Each row is a map of
-// every column: for tools; the agent reads ServerStats.
-func (c *Client) ShowStat(ctx context.Context) ([]StatRow, error) {
-	var rows []StatRow
-	err := c.streamShow(ctx, "show stat", func(r *bufio.Reader) (err error) {
-		rows, err = readStat(ctx, r, c.maxRows())
-		return err
-	})
-	return rows, err
-}
-
-// ParseStat parses the CSV of `show stat`.
+// every column: for tools (the lab); the agent reads ServerStats.
 func ParseStat(reply string) ([]StatRow, error) {
 	return readStat(context.Background(), bufio.NewReader(strings.NewReader(reply)), DefaultMaxRows)
 }

@@ -8,7 +8,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/hapilot/hapilot/agent/policy/llm"
+	"github.com/hapilot/hapilot/agent/policy/llm/calibrate"
 	"github.com/hapilot/hapilot/internal/config"
 )
 
@@ -28,7 +28,7 @@ func cmdCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	// The model is judged as `hapilot run` will call it: the same
 	// options, and its calls' p95 against the same step deadline.
-	sc, err := llm.CalibrateAs(ctx, c.LLM, c.Loop, time.Now())
+	sc, err := calibrate.Run(ctx, c.LLM, c.Rules, c.Loop, time.Now())
 	if err != nil {
 		return err
 	}

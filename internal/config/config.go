@@ -17,6 +17,7 @@ import (
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/peers"
 	"github.com/hapilot/hapilot/agent/policy/llm"
+	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/agent/recovery"
 	"github.com/hapilot/hapilot/haproxy"
@@ -305,7 +306,7 @@ func registerLLM(fs *flag.FlagSet, l *llm.Config) {
 	fs.StringVar(&l.URL, "llm-url", l.URL, "llm: the model server's base URL, required with --llm-api openai (default for ollama: $OLLAMA_HOST, as Ollama's client reads it)")
 	fs.StringVar(&l.Host, "ollama-host", l.Host, "llm: Ollama's address, the native API's alias of --llm-url")
 	fs.StringVar(&l.KeyFile, "llm-key-file", l.KeyFile, "llm: file holding the model server's API key (one line; mode 0600), sent as \"Authorization: Bearer\"")
-	fs.Var(&l.Think, "think", "llm: thinking, always sent explicitly: "+enum.Join(llm.Thinks...))
+	fs.Var(&l.Think, "think", "llm: thinking, always sent explicitly: "+enum.Join(modelapi.Thinks...))
 	fs.IntVar(&l.NumPredict, "num-predict", l.NumPredict, "llm: the answer's token cap per call")
 	fs.IntVar(&l.ThinkBudget, "think-budget", l.ThinkBudget, "llm: thinking's own tokens, added to num-predict when thinking is on")
 	fs.IntVar(&l.NumCtx, "num-ctx", l.NumCtx, "llm: the model's context in tokens (0: sized from the prompt, grown after an overflow, capped by the model's own); with --llm-api openai, the server's own context where it does not say it (llama-server's /props does)")
@@ -314,7 +315,7 @@ func registerLLM(fs *flag.FlagSet, l *llm.Config) {
 	fs.DurationVar(&l.LoadTimeout, "llm-load-timeout", l.LoadTimeout, "llm: the longest a load or a call may run in the background")
 	fs.IntVar(&l.TokenBudget, "token-budget", l.TokenBudget, "llm: a thinking call over this many completion tokens, cut at its cap, or over the deadline switches thinking off for a while")
 	fs.StringVar(&l.SystemPromptFile, "system-prompt", l.SystemPromptFile, "llm: file replacing the embedded system prompt")
-	fs.Var(&l.Prompt, "llm-prompt", "llm: the prompt's form: full | compact (for small models: a short system prompt and the columns that decide) | numbered (compact, with a reference on every row that the reply names instead of the server: hapilot's own model reads it)")
+	fs.Var(&l.Prompt, "llm-prompt", "llm: the prompt's form: full | compact (for small models: a short system prompt and the columns that decide) | numbered (compact, with a reference on every row that the reply names instead of the server: hapilot's own model reads it) (default: the form the model names in its GGUF metadata, general.hapilot.prompt_form, as hapilot's own models do; else full)")
 	fs.IntVar(&l.Confirm, "confirm", l.Confirm, "llm: consecutive steps that must propose an action before it runs")
 	fs.DurationVar(&l.MinHold, "min-hold", l.MinHold, "llm: readying a server drained less than this long ago needs evidence from the windows")
 	fs.Var(&l.Gate, "llm-gate", "llm: anomaly (call the model only when the windows show a candidate) | always")

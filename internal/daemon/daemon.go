@@ -118,20 +118,21 @@ const (
 
 // NewPolicy builds the policy a config names, with its hooks.
 func NewPolicy(c config.Config, log zerolog.Logger) (agent.Policy, error) {
-	p, _, err := newPolicy(c, log)
+	p, _, err := newPolicy(c, log, func(agent.Event) {})
 	return p, err
 }
 
 // newPolicy is NewPolicy with the calibration verdict it read, if any,
-// as the event the agent writes once it runs.
-func newPolicy(c config.Config, log zerolog.Logger) (agent.Policy, *agent.Event, error) {
+// as the event the agent writes once it runs; a verdict read later (when
+// the LLM policy starts) goes to emit.
+func newPolicy(c config.Config, log zerolog.Logger, emit func(agent.Event)) (agent.Policy, *agent.Event, error) {
 	switch c.Chosen() {
 	case config.PolicyStatic:
 		return policy.NewStatic(), nil, nil
 	case config.PolicyRules:
 		return scopedRules(c.Rules, c.Guard.Scope), nil, nil
 	case config.PolicyLLM, config.PolicyShadow:
-		return newLLMPolicy(c, log)
+		return newLLMPolicy(c, log, emit)
 	case config.PolicyLua:
 		p, err := luapolicy.NewPolicy(c.PolicyFile, log.With().Str("component", "lua-policy").Logger())
 		return p, nil, err
@@ -162,7 +163,13 @@ func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
 		log.Warn().Msg("no state file: a restarted agent reads its own drains as the operator's, and `hapilot restore` has nothing to read")
 	}
 	d := &Daemon{Config: c, log: log}
-	pol, verdict, err := newPolicy(c, log)
+	// A verdict read once the policy starts goes into the loop's events:
+	// the loop is built below, and the policy starts only in Serve.
+	pol, verdict, err := newPolicy(c, log, func(ev agent.Event) {
+		if d.Loop != nil {
+			d.Loop.Emit(ev)
+		}
+	})
 	if err != nil {
 		return nil, err
 	}

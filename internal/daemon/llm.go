@@ -2,24 +2,28 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/policy/llm"
+	"github.com/hapilot/hapilot/agent/policy/llm/calibrate"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/internal/config"
 	"github.com/rs/zerolog"
 )
 
-// newLLMPolicy builds --policy llm (or --policy shadow). A model without
-// a passing calibration record for its digest does not act: the rules
-// do, and the log says why.
+// newLLMPolicy builds --policy llm (or --policy shadow). It makes no
+// network call: a model without a passing calibration record for its
+// digest is found out when the policy starts and the model server
+// answers (llm.Policy.Admit); until the record passes, and for good if
+// it does not, the rules' floor acts alone, and /status and the log say
+// why.
 //
-// verdict, when the agent read a calibration verdict at start, is the
-// event that records it.
-func newLLMPolicy(c config.Config, log zerolog.Logger) (pol agent.Policy, verdict *agent.Event, err error) {
+// The calibration verdict is an event: returned at once for
+// --skip-calibration, else given to emit when the policy's start reads
+// the record.
+func newLLMPolicy(c config.Config, log zerolog.Logger, emit func(agent.Event)) (pol agent.Policy, verdict *agent.Event, err error) {
 	cfg := c.LLM.Resolved()
 	model, err := llm.NewModel(cfg)
 	if err != nil {
@@ -39,7 +43,7 @@ func newLLMPolicy(c config.Config, log zerolog.Logger) (pol agent.Policy, verdic
 	if cfg.Unprotected {
 		log.Warn().Msg("--unprotected: the model acts without hapilot's protections (research runs only)")
 	}
-	llmPol := llm.New(model, floor, cfg, log.With().Str("component", "llm").Logger())
+	llmPol := llm.New(model, floor, c.Rules, cfg, log.With().Str("component", "llm").Logger())
 	if c.Chosen() == config.PolicyShadow {
 		return llm.NewShadow(llmPol, rules.NewPolicy(c.Rules)), nil, nil
 	}
@@ -47,52 +51,18 @@ func newLLMPolicy(c config.Config, log zerolog.Logger) (pol agent.Policy, verdic
 		log.Warn().Str("model", cfg.Model).Msg("--skip-calibration: the model acts without a calibration record")
 		return llmPol.Hooks(), calibration(true, "--skip-calibration: the model acts without a calibration record", map[string]string{}), nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	refuse := func(why string) (agent.Policy, *agent.Event, error) {
-		log.Error().Str("model", cfg.Model).Str("why", why).
-			Msg("the model may not act: the rules policy acts instead (run `hapilot calibrate --model " + cfg.Model + "`, or --skip-calibration)")
-		return rules.NewPolicy(c.Rules), calibration(false, why, map[string]string{}), nil
+	llmPol.Admit = func(ctx context.Context) error {
+		sc, err := calibrate.Admit(ctx, model, cfg.CalibrationDir)
+		if err != nil {
+			err = fmt.Errorf("%w (run `hapilot calibrate --model %s`, or --skip-calibration)", err, cfg.Model)
+			emit(*calibration(false, err.Error(), map[string]string{}))
+			return err
+		}
+		log.Info().Str("model", cfg.Model).Str("digest", sc.Key.Digest).Float64("precision", sc.Precision).Float64("recall", sc.Recall).
+			Msg("calibrated model may act")
+		emit(*calibration(true, "calibrated model may act", map[string]string{"digest": sc.Key.Digest,
+			"precision": fmt.Sprintf("%.2f", sc.Precision), "recall": fmt.Sprintf("%.2f", sc.Recall)}))
+		return nil
 	}
-	digest, err := model.Digest(ctx)
-	if err != nil {
-		// The model server does not answer yet: the policy starts with the rules
-		// alone, and checks the record once it answers.
-		log.Warn().Err(err).Str("model", cfg.Model).Msg("the model server does not answer: the rules act alone until it does and the model's calibration record is checked")
-		llmPol.Admit = func(ctx context.Context) error { return admit(ctx, model, cfg.CalibrationDir) }
-		return llmPol.Hooks(), nil, nil
-	}
-	if err := checkRecord(model, cfg.CalibrationDir, digest); err != nil {
-		return refuse(err.Error())
-	}
-	sc, _ := llm.Load(cfg.CalibrationDir, digest)
-	log.Info().Str("model", cfg.Model).Str("digest", digest).Float64("precision", sc.Precision).Float64("recall", sc.Recall).
-		Msg("calibrated model may act")
-	return llmPol.Hooks(), calibration(true, "calibrated model may act", map[string]string{"digest": digest,
-		"precision": fmt.Sprintf("%.2f", sc.Precision), "recall": fmt.Sprintf("%.2f", sc.Recall)}), nil
-}
-
-// admit checks the model's calibration record once the model server answers.
-func admit(ctx context.Context, model *llm.Model, dir string) error {
-	digest, err := model.Digest(ctx)
-	if err != nil {
-		return err
-	}
-	return checkRecord(model, dir, digest)
-}
-
-// checkRecord says why the model may not act, nil when its record for
-// digest passed and holds for the running settings.
-func checkRecord(model *llm.Model, dir, digest string) error {
-	sc, err := llm.Load(dir, digest)
-	if err != nil {
-		return fmt.Errorf("no calibration record for digest %s: %v", digest, err)
-	}
-	if stale := sc.Key.Stale(llm.KeyFor(digest, model)); stale != "" {
-		return errors.New("stale calibration record: " + stale)
-	}
-	if !sc.Passed {
-		return errors.New("failed calibration: " + sc.Why)
-	}
-	return nil
+	return llmPol.Hooks(), nil, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/policy/llm"
+	"github.com/hapilot/hapilot/agent/policy/llm/calibrate"
 	"github.com/hapilot/hapilot/agent/status"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/ollamafake"
@@ -21,11 +22,15 @@ import (
 
 // The capability gate: a model acts only with a passing calibration
 // record for its digest, unless --skip-calibration; --shadow never lets it.
+// daemon.New makes no network call: the gate is the policy's Admit, run
+// once the model server answers; a refusal leaves the rules' floor alone.
 func TestCapabilityGate(t *testing.T) {
 	fake := ollamafake.New(map[string]string{"m": "sha256:m1"}, ollamafake.Capable)
 	defer fake.Close()
 	dir := t.TempDir()
-	policy := func(extra ...string) string {
+	// gate builds the daemon and says what its policy's gate says:
+	// "none" without one, "admitted", or why it refuses.
+	gate := func(extra ...string) (name, verdict string) {
 		args := append([]string{"--policy", "llm", "--model", "m", "--ollama-host", fake.URL, "--calibration-dir", dir,
 			"--spoe-listen", "127.0.0.1:0", "--status-listen", "off", "--haproxy-socket", "/nonexistent.sock"}, extra...)
 		c := parseConfig(t, args)
@@ -34,16 +39,28 @@ func TestCapabilityGate(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer d.Close()
-		return d.Loop.Policy.Name()
+		p, ok := d.Loop.Policy.Decider.(*llm.Policy)
+		if !ok || p.Admit == nil {
+			return d.Loop.Policy.Name(), "none"
+		}
+		if err := p.Admit(context.Background()); err != nil {
+			return d.Loop.Policy.Name(), err.Error()
+		}
+		return d.Loop.Policy.Name(), "admitted"
 	}
-	if got := policy(); got != "rules" {
-		t.Fatalf("uncalibrated model: policy %s", got)
-	}
-	if got := policy("--skip-calibration"); got != "llm" {
-		t.Fatalf("--skip-calibration: policy %s", got)
-	}
-	if got := policy("--policy", "shadow"); got != "shadow:rules" {
-		t.Fatalf("--policy shadow: policy %s", got)
+	for _, tc := range []struct {
+		name        string
+		args        []string
+		policy      string
+		wantVerdict string
+	}{
+		{"uncalibrated", nil, "llm", "no calibration record"},
+		{"--skip-calibration", []string{"--skip-calibration"}, "llm", "none"},
+		{"--policy shadow", []string{"--policy", "shadow"}, "shadow:rules", "none"},
+	} {
+		if name, verdict := gate(tc.args...); name != tc.policy || !strings.Contains(verdict, tc.wantVerdict) {
+			t.Fatalf("%s: policy %s, gate %q; want %s, %q", tc.name, name, verdict, tc.policy, tc.wantVerdict)
+		}
 	}
 	c := parseConfig(t, []string{"--model", "m", "--ollama-host", fake.URL})
 	m, err := llm.NewModel(c.LLM)
@@ -51,34 +68,34 @@ func TestCapabilityGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	fake.SetResponder(ollamafake.TriggerHappy)
-	sc, err := llm.Calibrate(context.Background(), m, c.Loop.PolicyBudget(), time.Now())
+	sc, err := calibrate.RunModel(context.Background(), m, c.Rules, c.Loop.PolicyBudget(), time.Now())
 	if err != nil || sc.Passed {
 		t.Fatalf("trigger-happy passed: %v", err)
 	}
 	if _, err := sc.Save(dir); err != nil {
 		t.Fatal(err)
 	}
-	if got := policy(); got != "rules" {
-		t.Fatalf("failing model: policy %s", got)
+	if _, verdict := gate(); !strings.Contains(verdict, "failed calibration") || !strings.Contains(verdict, "hapilot calibrate --model m") {
+		t.Fatalf("failing model: gate %q", verdict)
 	}
 	fake.SetResponder(ollamafake.Capable)
-	if sc, err = llm.Calibrate(context.Background(), m, c.Loop.PolicyBudget(), time.Now()); err != nil || !sc.Passed {
+	if sc, err = calibrate.RunModel(context.Background(), m, c.Rules, c.Loop.PolicyBudget(), time.Now()); err != nil || !sc.Passed {
 		t.Fatalf("capable failed: %v %+v", err, sc)
 	}
 	if _, err := sc.Save(dir); err != nil {
 		t.Fatal(err)
 	}
-	if got := policy(); got != "llm" {
-		t.Fatalf("calibrated model: policy %s", got)
+	if _, verdict := gate(); verdict != "admitted" {
+		t.Fatalf("calibrated model: gate %q", verdict)
 	}
 	// The record holds for the settings it was made with: another think
-	// mode, prompt or options make it stale, and the rules act.
+	// mode, prompt or options make it stale, and the gate refuses.
 	fake.Thinking = true
-	if got := policy("--think", "on"); got != "rules" {
-		t.Fatalf("stale record (think on): policy %s", got)
+	if _, verdict := gate("--think", "on"); !strings.Contains(verdict, "stale calibration record") {
+		t.Fatalf("stale record (think on): gate %q", verdict)
 	}
-	if got := policy("--num-predict", "128"); got != "rules" {
-		t.Fatalf("stale record (num-predict): policy %s", got)
+	if _, verdict := gate("--num-predict", "128"); !strings.Contains(verdict, "stale calibration record") {
+		t.Fatalf("stale record (num-predict): gate %q", verdict)
 	}
 }
 

@@ -3,35 +3,13 @@ package llm
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
-	"strings"
 	"time"
 
+	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
+	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/internal/enum"
-	"github.com/ollama/ollama/api"
-	"github.com/ollama/ollama/envconfig"
 )
-
-// Think is how the model is asked to think; it is sent explicitly on
-// every call, since Ollama turns thinking on when the field is omitted.
-type Think string
-
-const (
-	ThinkOff    Think = "off"
-	ThinkOn     Think = "on"
-	ThinkLow    Think = "low"
-	ThinkMedium Think = "medium"
-	ThinkHigh   Think = "high"
-)
-
-// Thinks lists the think modes.
-var Thinks = []Think{ThinkOff, ThinkOn, ThinkLow, ThinkMedium, ThinkHigh}
-
-func (t *Think) String() string { return string(*t) }
-
-// Set implements flag.Value.
-func (t *Think) Set(s string) (err error) { *t, err = enum.Parse("think", s, Thinks...); return err }
 
 // Gate is when the model is asked.
 type Gate string
@@ -51,38 +29,6 @@ func (g *Gate) String() string { return string(*g) }
 
 // Set implements flag.Value.
 func (g *Gate) Set(s string) (err error) { *g, err = enum.Parse("llm-gate", s, Gates...); return err }
-
-// PromptStyle is the form of the prompt the model reads.
-type PromptStyle string
-
-const (
-	// PromptFull: the system prompt's rules in prose, and every column
-	// of a server row (Header).
-	PromptFull PromptStyle = "full"
-	// PromptCompact: for small models, hapilot's own among them: a
-	// system prompt of a few lines, the columns that decide (CompactHeader),
-	// notes in a few words, and the servers that need no look summed
-	// beyond CompactShown. With its system prompt it is under half the
-	// full form's bytes (45% over calibration's prompts), so that a model
-	// trained here sees whole examples in its context.
-	PromptCompact PromptStyle = "compact"
-	// PromptNumbered: the compact form with a reference on every row
-	// and backend (s1, b1; see Refs), which the reply names instead of
-	// the server: for a small model trained here, which points at a row
-	// more surely than it copies a name it never saw.
-	PromptNumbered PromptStyle = "numbered"
-)
-
-// PromptStyles lists the styles.
-var PromptStyles = []PromptStyle{PromptFull, PromptCompact, PromptNumbered}
-
-func (s *PromptStyle) String() string { return string(*s) }
-
-// Set implements flag.Value.
-func (s *PromptStyle) Set(v string) (err error) {
-	*s, err = enum.Parse("llm-prompt", v, PromptStyles...)
-	return err
-}
 
 // Fallback is the policy of a step whose call failed or overran.
 type Fallback string
@@ -110,7 +56,7 @@ type Config struct {
 	// API is the model server's: Ollama's native API, or the
 	// OpenAI-compatible one that llama-server, vLLM, SGLang, LM Studio and
 	// Ollama's /v1 serve.
-	API API
+	API modelapi.API
 	// URL is the server's base URL; an OpenAI server's may end in /v1.
 	// The OpenAI API needs it; the native API reads Host, then
 	// $OLLAMA_HOST, without it.
@@ -121,7 +67,7 @@ type Config struct {
 	// KeyFile holds an API key, sent as "Authorization: Bearer" with
 	// every request; a file others may read is refused.
 	KeyFile    string
-	Think      Think
+	Think      modelapi.Think
 	NumPredict int // the answer's token cap per call
 	// ThinkBudget is thinking's own token budget, added to NumPredict when
 	// thinking is on: Ollama's num_predict bounds both together.
@@ -149,9 +95,10 @@ type Config struct {
 	ThinkRetry  int
 	// SystemPromptFile replaces the embedded system prompt.
 	SystemPromptFile string
-	// Prompt is the prompt's form: full, or compact for small models
-	// (with its own embedded system prompt).
-	Prompt PromptStyle
+	// Prompt is the prompt's form: full, or compact or numbered for small
+	// models (each with its own embedded system prompt); "" is the form
+	// the model names (Model.Form), else full.
+	Prompt prompt.Style
 	// MaxShown is how many servers per backend the prompt lists in full;
 	// the rest are summed in one line.
 	MaxShown int
@@ -181,9 +128,9 @@ type Config struct {
 
 // DefaultConfig has the defaults of `hapilot run --policy llm`.
 func DefaultConfig() Config {
-	return Config{API: APIOllama, Think: ThinkOff, NumPredict: 256, ThinkBudget: 1024, Seed: 42, KeepAlive: -1, LoadTimeout: 5 * time.Minute,
+	return Config{API: modelapi.APIOllama, Think: modelapi.ThinkOff, NumPredict: 256, ThinkBudget: 1024, Seed: 42, KeepAlive: -1, LoadTimeout: 5 * time.Minute,
 		TokenBudget: 768, ThinkRetry: 30,
-		MaxShown: 12, Prompt: PromptFull, Confirm: 2, MinHold: time.Minute, Gate: GateAnomaly, Fallback: FallbackRules,
+		MaxShown: 12, Confirm: 2, MinHold: time.Minute, Gate: GateAnomaly, Fallback: FallbackRules,
 		CalibrationDir: "/var/lib/hapilot"}
 }
 
@@ -203,7 +150,7 @@ func (c Config) Validate() error {
 	if c.Model == "" {
 		errs = append(errs, errors.New("llm: --model is required"))
 	}
-	if _, err := enum.Parse("think", string(c.Think), Thinks...); err != nil {
+	if _, err := enum.Parse("think", string(c.Think), modelapi.Thinks...); err != nil {
 		errs = append(errs, err)
 	}
 	if _, err := enum.Parse("llm-gate", string(c.Gate), Gates...); err != nil {
@@ -212,7 +159,7 @@ func (c Config) Validate() error {
 	if _, err := enum.Parse("fallback", string(c.Fallback), Fallbacks...); err != nil {
 		errs = append(errs, err)
 	}
-	if _, err := enum.Parse("llm-prompt", string(c.Prompt), PromptStyles...); err != nil {
+	if _, err := enum.Parse("llm-prompt", string(c.Prompt), prompt.Styles...); err != nil && c.Prompt != "" { // "": the model's
 		errs = append(errs, err)
 	}
 	if c.Confirm < 1 {
@@ -227,7 +174,7 @@ func (c Config) Validate() error {
 	if c.NumThread < 0 || c.NumThread > 1024 {
 		errs = append(errs, fmt.Errorf("num-thread %d: 0 (the server's default) to 1024", c.NumThread))
 	}
-	if c.NumThread > 0 && c.API == APIOpenAI {
+	if c.NumThread > 0 && c.API == modelapi.APIOpenAI {
 		errs = append(errs, errors.New("--num-thread is Ollama's num_thread, sent with the native API: an OpenAI-compatible server sets its threads when it starts (llama-server -t)"))
 	}
 	if c.LoadTimeout < time.Second {
@@ -236,92 +183,48 @@ func (c Config) Validate() error {
 	if c.Deadline < 0 || c.MinHold < 0 {
 		errs = append(errs, errors.New("llm-deadline and min-hold must not be negative"))
 	}
-	if _, err := enum.Parse("llm-api", string(c.API), APIs...); err != nil && c.API != "" { // "": ollama
+	if _, err := enum.Parse("llm-api", string(c.API), modelapi.APIs...); err != nil && c.API != "" { // "": ollama
 		errs = append(errs, err)
 	}
 	switch {
-	case c.API == APIOpenAI && c.Host != "":
+	case c.API == modelapi.APIOpenAI && c.Host != "":
 		errs = append(errs, errors.New("--ollama-host is the native API's address: give --llm-url with --llm-api openai"))
-	case c.API == APIOpenAI && c.URL == "":
+	case c.API == modelapi.APIOpenAI && c.URL == "":
 		errs = append(errs, errors.New("--llm-api openai needs --llm-url, the server's base URL (http://127.0.0.1:8080 for llama-server)"))
 	case c.URL != "" && c.Host != "" && c.URL != c.Host:
 		errs = append(errs, fmt.Errorf("--llm-url %q and its alias --ollama-host %q differ: give one", c.URL, c.Host))
 	}
 	for _, a := range []struct{ flag, v string }{{"llm-url", c.URL}, {"ollama-host", c.Host}} {
 		if a.v != "" {
-			if _, err := serverURL(a.flag, a.v); err != nil {
+			if _, err := modelapi.ParseURL(a.flag, a.v); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
 	if c.KeyFile != "" {
-		if _, err := ReadAPIKey(c.KeyFile); err != nil {
+		if _, err := modelapi.ReadAPIKey(c.KeyFile); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// serverURL parses a server's address; a bare host:port is http.
-func serverURL(flag, host string) (*url.URL, error) {
-	if !strings.Contains(host, "://") {
-		host = "http://" + host
-	}
-	u, err := url.Parse(host)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, fmt.Errorf("%s %q: not an http(s) URL", flag, host)
-	}
-	return u, nil
-}
-
-// Server returns the client of the model server c names. Its HTTP client
-// has no timeout of its own: every call carries a deadline.
-func (c Config) Server() (Server, error) {
-	key := ""
-	if c.KeyFile != "" {
-		var err error
-		if key, err = ReadAPIKey(c.KeyFile); err != nil {
-			return nil, err
-		}
-	}
-	addr, flag := c.URL, "llm-url"
-	if addr == "" {
-		addr, flag = c.Host, "ollama-host"
-	}
-	if c.API == APIOpenAI {
-		u, err := serverURL(flag, addr)
-		if err != nil {
-			return nil, err
-		}
-		return NewOpenAI(u.String(), httpClient(key)), nil
-	}
-	if addr == "" {
-		// $OLLAMA_HOST, as Ollama's own client reads it.
-		return &Ollama{Client: api.NewClient(envconfig.Host(), httpClient(key))}, nil
-	}
-	u, err := serverURL(flag, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &Ollama{Client: api.NewClient(u, httpClient(key))}, nil
-}
-
 // NewModel builds the model client from c, with the system prompt from
-// SystemPromptFile or the embedded one.
+// SystemPromptFile, or else the embedded one of the model's form.
 func NewModel(c Config) (*Model, error) {
-	server, err := c.Server()
+	server, err := modelapi.Dial(c.API, c.URL, c.Host, c.KeyFile)
 	if err != nil {
 		return nil, err
 	}
-	prompt := c.Prompt.SystemPrompt()
+	m := &Model{Server: server, Config: c}
 	if c.SystemPromptFile != "" {
 		b, err := os.ReadFile(c.SystemPromptFile)
 		if err != nil {
 			return nil, fmt.Errorf("system prompt: %w", err)
 		}
-		prompt = string(b)
+		m.SystemPrompt = string(b)
 	}
-	return &Model{Server: server, Config: c, SystemPrompt: prompt}, nil
+	return m, nil
 }
 
 // CallBudget is how long a call may take in a step whose policy budget

@@ -2,7 +2,6 @@ package llm
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -12,29 +11,32 @@ import (
 	"unicode"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm/calibrate/fixtures"
+	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
+	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 )
 
 // scripted is a Server whose prompt has need tokens: a call whose num_ctx
 // does not hold them and the completion overflows, as Ollama's 400 does.
 type scripted struct {
-	info  Info
+	info  modelapi.Info
 	need  int
 	sizes bool
 	ctxs  []int // num_ctx of each call
 }
 
-func (s *scripted) Inspect(context.Context, string) (Info, error)        { return s.info, nil }
-func (s *scripted) Loaded(context.Context, string) (bool, error)         { return true, nil }
-func (s *scripted) Warm(context.Context, Request) (time.Duration, error) { return 0, nil }
-func (s *scripted) Digest(context.Context, string) (string, error)       { return "sha256:1", nil }
-func (s *scripted) SizesContext() bool                                   { return s.sizes }
+func (s *scripted) Inspect(context.Context, string) (modelapi.Info, error)        { return s.info, nil }
+func (s *scripted) Loaded(context.Context, string) (bool, error)                  { return true, nil }
+func (s *scripted) Warm(context.Context, modelapi.Request) (time.Duration, error) { return 0, nil }
+func (s *scripted) Digest(context.Context, string) (string, error)                { return "sha256:1", nil }
+func (s *scripted) SizesContext() bool                                            { return s.sizes }
 
-func (s *scripted) Chat(_ context.Context, req Request) (Reply, error) {
+func (s *scripted) Chat(_ context.Context, req modelapi.Request) (modelapi.Reply, error) {
 	s.ctxs = append(s.ctxs, req.NumCtx)
 	if req.NumCtx < s.need+req.NumPredict {
-		return Reply{}, &classed{kind: ErrContextOverflow, err: errors.New("400 the input length exceeds the context length")}
+		return modelapi.Reply{}, &modelapi.ServerError{Kind: modelapi.ErrContextOverflow, Err: errors.New("400 the input length exceeds the context length")}
 	}
-	return Reply{Content: `{"actions":[]}`, DoneReason: "stop", PromptTokens: s.need}, nil
+	return modelapi.Reply{Content: `{"actions":[]}`, DoneReason: "stop", PromptTokens: s.need}, nil
 }
 
 // num_ctx grows after an overflow, which returns no prompt_eval_count:
@@ -42,18 +44,18 @@ func (s *scripted) Chat(_ context.Context, req Request) (Reply, error) {
 // never shrinks; a context fixed by --num-ctx or by the server does not
 // move.
 func TestContextGrowsAfterOverflow(t *testing.T) {
-	prompt := strings.Repeat("x", 3000) // estimated 1000 tokens
+	text := strings.Repeat("x", 3000) // estimated 1000 tokens
 	tests := []struct {
 		name   string
 		server *scripted
 		numCtx int
 		want   []int
 	}{
-		{"grows until it fits", &scripted{info: Info{ContextLength: 32768}, need: 9000, sizes: true}, 0, []int{2048, 4096, 8192, 16384, 16384}},
-		{"capped by the model's own", &scripted{info: Info{ContextLength: 6000}, need: 9000, sizes: true}, 0, []int{2048, 4096, 6000, 6000, 6000}},
+		{"grows until it fits", &scripted{info: modelapi.Info{ContextLength: 32768}, need: 9000, sizes: true}, 0, []int{2048, 4096, 8192, 16384, 16384}},
+		{"capped by the model's own", &scripted{info: modelapi.Info{ContextLength: 6000}, need: 9000, sizes: true}, 0, []int{2048, 4096, 6000, 6000, 6000}},
 		{"the model's own unknown", &scripted{need: 9000, sizes: true}, 0, []int{2048, 4096, 8192, 16384, 16384}},
-		{"fixed by --num-ctx", &scripted{info: Info{ContextLength: 32768}, need: 9000, sizes: true}, 4096, []int{4096, 4096, 4096, 4096, 4096}},
-		{"the server's own", &scripted{info: Info{ContextLength: 8192}, need: 9000}, 0, []int{8192, 8192, 8192, 8192, 8192}},
+		{"fixed by --num-ctx", &scripted{info: modelapi.Info{ContextLength: 32768}, need: 9000, sizes: true}, 4096, []int{4096, 4096, 4096, 4096, 4096}},
+		{"the server's own", &scripted{info: modelapi.Info{ContextLength: 8192}, need: 9000}, 0, []int{8192, 8192, 8192, 8192, 8192}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -64,8 +66,8 @@ func TestContextGrowsAfterOverflow(t *testing.T) {
 				t.Fatal(err)
 			}
 			for range tc.want {
-				_, call, err := m.Ask(context.Background(), prompt, Schema(nil, nil, 1, 256), ThinkOff)
-				if err != nil && (!errors.Is(err, ErrContextOverflow) || !strings.Contains(call.Error, fmt.Sprintf("(num_ctx %d)", call.NumCtx))) {
+				_, call, err := m.Ask(context.Background(), text, prompt.Schema(nil, nil, 1, 256), modelapi.ThinkOff)
+				if err != nil && (!errors.Is(err, modelapi.ErrContextOverflow) || !strings.Contains(call.Error, fmt.Sprintf("(num_ctx %d)", call.NumCtx))) {
 					t.Fatalf("error %v, call %+v", err, call)
 				}
 			}
@@ -81,11 +83,11 @@ func TestContextGrowsAfterOverflow(t *testing.T) {
 func TestOverflowRaisesTheEstimate(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Model = "m"
-	m := &Model{Server: &scripted{info: Info{ContextLength: 32768}, need: 9000, sizes: true}, Config: cfg}
-	prompt := strings.Repeat("x", 3000)
-	before := m.EstimatePrompt(prompt)
-	_, _, _ = m.Ask(context.Background(), prompt, Schema(nil, nil, 1, 256), ThinkOff)
-	if after := m.EstimatePrompt(prompt); after < 2048-256 || after <= before {
+	m := &Model{Server: &scripted{info: modelapi.Info{ContextLength: 32768}, need: 9000, sizes: true}, Config: cfg}
+	text := strings.Repeat("x", 3000)
+	before := m.EstimatePrompt(text)
+	_, _, _ = m.Ask(context.Background(), text, prompt.Schema(nil, nil, 1, 256), modelapi.ThinkOff)
+	if after := m.EstimatePrompt(text); after < 2048-256 || after <= before {
 		t.Fatalf("estimate %d, then %d after an overflow at num_ctx 2048", before, after)
 	}
 }
@@ -136,8 +138,8 @@ func TestEstimateTokens(t *testing.T) {
 		{"srv4 ready 600 7 1.17\n", 1 + 1 + 2 + 1 + 3 + 1 + 1 + 1 + 4 + 1},
 	}
 	for _, tc := range tests {
-		if got := EstimateTokens(tc.text); got != tc.want {
-			t.Errorf("EstimateTokens(%q) = %d, want %d", tc.text, got, tc.want)
+		if got := estimateTokens(tc.text); got != tc.want {
+			t.Errorf("estimateTokens(%q) = %d, want %d", tc.text, got, tc.want)
 		}
 	}
 }
@@ -149,93 +151,31 @@ func TestEstimateTokens(t *testing.T) {
 // overflowed a num_ctx sized from it).
 func TestEstimateHoldsForDigitTables(t *testing.T) {
 	largest, big := 0, ""
-	for _, seq := range Sequences(time.Unix(5000, 0)) {
+	for _, seq := range fixtures.Sequences(time.Unix(5000, 0)) {
 		for i, st := range seq.Steps {
-			in := PromptInput{Obs: st.Obs, MaxShown: 12, Confirm: 2, DrainsPer: 3, Candidates: map[agent.Key]string{}}
+			in := prompt.Input{Obs: st.Obs, MaxShown: 12, Confirm: 2, DrainsPer: 3, Candidates: map[agent.Key]string{}}
 			for _, b := range st.Obs.Backends {
 				for _, s := range b.Servers {
 					in.Candidates[s.Key()] = "errors 1.00% vs peers 0.10%, p=2e-04"
 				}
 			}
-			p := Prompt(in)
+			p := prompt.Render(in)
 			if fine := fineTokens(p); fine > largest {
 				largest, big = fine, p
 			}
-			if est, fine := EstimateTokens(p), fineTokens(p); est < fine {
+			if est, fine := estimateTokens(p), fineTokens(p); est < fine {
 				t.Errorf("%s, step %d: estimated %d tokens, a digit-splitting tokenizer counts %d (%d bytes)", seq.Name, i+1, est, fine, len(p))
 			}
 		}
 	}
-	if est, fine := EstimateTokens(DefaultSystemPrompt), fineTokens(DefaultSystemPrompt); est < fine {
+	if est, fine := estimateTokens(prompt.DefaultSystemPrompt), fineTokens(prompt.DefaultSystemPrompt); est < fine {
 		t.Errorf("the system prompt: estimated %d, counted %d", est, fine)
 	}
 	if largest > 0 {
-		t.Logf("the largest prompt: %d bytes, %d tokens counted, estimated %d (three bytes a token: %d)", len(big), largest, EstimateTokens(big), (len(big)+2)/3)
+		t.Logf("the largest prompt: %d bytes, %d tokens counted, estimated %d (three bytes a token: %d)", len(big), largest, estimateTokens(big), (len(big)+2)/3)
 	}
 	if (len(big)+2)/3 >= largest {
 		t.Errorf("three bytes a token holds here too: the reference tokenizer is not fine enough to test the estimate")
-	}
-}
-
-// The schema leaves no room for unbounded output: its longest reply
-// (every action with a full reason, the longest verb, names and weight)
-// fits num_predict at guardCharsPerToken, with at least one action and at
-// most one a server, and still parses.
-func TestSchemaBoundsTheReply(t *testing.T) {
-	names := func(prefix string, n int) []string {
-		var out []string
-		for i := 1; i <= n; i++ {
-			out = append(out, fmt.Sprintf("%s%d", prefix, i))
-		}
-		return out
-	}
-	for _, numPredict := range []int{16, 64, 128, 256, 512, 1024, 4096} {
-		for _, n := range []int{0, 1, 3, 6, 14} {
-			backends, servers := []string{"origin-eu-west"}, names("web-backend-", n)
-			var s struct {
-				Properties struct {
-					Actions struct {
-						MaxItems int `json:"maxItems"`
-						Items    struct {
-							Properties struct {
-								Reason struct {
-									MaxLength int `json:"maxLength"`
-								} `json:"reason"`
-							} `json:"properties"`
-						} `json:"items"`
-					} `json:"actions"`
-				} `json:"properties"`
-			}
-			if err := json.Unmarshal(Schema(backends, servers, 100, numPredict), &s); err != nil {
-				t.Fatal(err)
-			}
-			items, reason := s.Properties.Actions.MaxItems, s.Properties.Actions.Items.Properties.Reason.MaxLength
-			if reason != SchemaReason || reason > agent.MaxReason || items < 1 || items > max(1, n) || items > MaxActions {
-				t.Fatalf("num_predict %d, %d servers: maxItems %d, reason maxLength %d", numPredict, n, items, reason)
-			}
-			server := "-"
-			if n > 0 {
-				server = servers[n-1]
-			}
-			var acts []string
-			for i := 0; i < items; i++ {
-				acts = append(acts, fmt.Sprintf(`{"reason":%q,"action":"set_weight","backend":%q,"server":%q,"weight":100}`, strings.Repeat("x", reason), backends[0], server))
-			}
-			worst := `{"actions":[` + strings.Join(acts, ",") + `]}`
-			if items > 1 && len(worst) > numPredict*guardCharsPerToken {
-				t.Errorf("num_predict %d, %d servers: %d actions take %d characters, over %d", numPredict, n, items, len(worst), numPredict*guardCharsPerToken)
-			}
-			if n > 0 {
-				if _, err := ParseReply(worst); err != nil {
-					t.Errorf("the longest reply does not parse: %v", err)
-				}
-			}
-		}
-	}
-	// At the default num_predict the calibration's backends of 14 servers
-	// get several actions a reply.
-	if got := MaxItems([]string{"edge", "origin"}, names("a", 14), 37, 256); got < 2 {
-		t.Fatalf("maxItems %d at num_predict 256", got)
 	}
 }
 
@@ -247,14 +187,14 @@ type bytewise struct {
 	overflows int
 }
 
-func (s *bytewise) Chat(_ context.Context, req Request) (Reply, error) {
+func (s *bytewise) Chat(_ context.Context, req modelapi.Request) (modelapi.Reply, error) {
 	s.ctxs = append(s.ctxs, req.NumCtx)
 	need := len(req.System) + len(req.User) + 30
 	if req.NumCtx < need+req.NumPredict {
 		s.overflows++
-		return Reply{}, &classed{kind: ErrContextOverflow, err: errors.New("400 the input length exceeds the context length")}
+		return modelapi.Reply{}, &modelapi.ServerError{Kind: modelapi.ErrContextOverflow, Err: errors.New("400 the input length exceeds the context length")}
 	}
-	return Reply{Content: `{"actions":[]}`, DoneReason: "stop", PromptTokens: need}, nil
+	return modelapi.Reply{Content: `{"actions":[]}`, DoneReason: "stop", PromptTokens: need}, nil
 }
 
 // Measure learns the tokenizer after the load, so that the first large
@@ -264,23 +204,23 @@ func (s *bytewise) Chat(_ context.Context, req Request) (Reply, error) {
 func TestMeasureSizesTheFirstPrompt(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	sample, sampled := TokenSample(now), false
-	for _, seq := range Sequences(now) {
+	for _, seq := range fixtures.Sequences(now) {
 		for _, st := range seq.Steps {
 			only := map[string]bool{}
 			for _, b := range st.Obs.Backends {
 				only[b.Name] = true
 			}
-			sampled = sampled || strings.HasPrefix(Prompt(PromptInput{Obs: st.Obs, Only: only, MaxShown: 12}), sample)
+			sampled = sampled || strings.HasPrefix(prompt.Render(prompt.Input{Obs: st.Obs, Only: only, MaxShown: 12}), sample)
 		}
 	}
-	if len(sample) == 0 || len(sample) > MaxSample || !sampled {
+	if len(sample) == 0 || len(sample) > maxSample || !sampled {
 		t.Fatalf("sample of %d bytes is not the start of a calibration prompt", len(sample))
 	}
-	firstCall := func(prompt string, measure bool) (Call, error) {
-		srv := &bytewise{scripted: scripted{info: Info{ContextLength: 32768}, sizes: true}}
+	firstCall := func(text string, measure bool) (Call, error) {
+		srv := &bytewise{scripted: scripted{info: modelapi.Info{ContextLength: 32768}, sizes: true}}
 		cfg := DefaultConfig()
 		cfg.Model = "m"
-		m := &Model{Server: srv, Config: cfg, SystemPrompt: DefaultSystemPrompt}
+		m := &Model{Server: srv, Config: cfg, SystemPrompt: prompt.DefaultSystemPrompt}
 		if _, err := m.Inspect(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -292,7 +232,7 @@ func TestMeasureSizesTheFirstPrompt(t *testing.T) {
 				t.Fatalf("measure: %v, num_ctx %v", err, srv.ctxs)
 			}
 		}
-		_, call, err := m.Ask(context.Background(), prompt, Schema(nil, nil, 1, 256), ThinkOff)
+		_, call, err := m.Ask(context.Background(), text, prompt.Schema(nil, nil, 1, 256), modelapi.ThinkOff)
 		return call, err
 	}
 	lost := 0
@@ -302,14 +242,14 @@ func TestMeasureSizesTheFirstPrompt(t *testing.T) {
 		only := map[string]bool{}
 		for i := 0; i*14 < servers; i++ {
 			name := fmt.Sprintf("edge-%d", i)
-			obs.Backends = append(obs.Backends, backend(now, name, healthy(fmt.Sprintf("e%d-", i), min(14, servers-i*14), 1+i*17)))
+			obs.Backends = append(obs.Backends, fixtures.Backend(now, name, fixtures.Healthy(fmt.Sprintf("e%d-", i), min(14, servers-i*14), 1+i*17)))
 			only[name] = true
 		}
-		prompt := Prompt(PromptInput{Obs: obs, Only: only, MaxShown: 14})
-		if call, err := firstCall(prompt, true); err != nil {
-			t.Errorf("%d servers, measured: the first prompt of %d bytes: %v (num_ctx %d)", servers, len(prompt), err, call.NumCtx)
+		text := prompt.Render(prompt.Input{Obs: obs, Only: only, MaxShown: 14})
+		if call, err := firstCall(text, true); err != nil {
+			t.Errorf("%d servers, measured: the first prompt of %d bytes: %v (num_ctx %d)", servers, len(text), err, call.NumCtx)
 		}
-		if _, err := firstCall(prompt, false); errors.Is(err, ErrContextOverflow) {
+		if _, err := firstCall(text, false); errors.Is(err, modelapi.ErrContextOverflow) {
 			lost++
 		}
 	}

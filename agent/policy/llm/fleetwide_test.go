@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm/calibrate/fixtures"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/internal/lab/ollamafake"
 	"github.com/rs/zerolog"
@@ -18,19 +19,19 @@ import (
 // srv2 48 errors to its peers' 24 and 36, and the loose test, which
 // compares srv2 with its better peer alone, flags it (p=0.0032). The
 // seventh attempt's model drained srv2 there.
-func fleetWideSeed3() []srv {
-	return []srv{{name: "srv1", req: 1350, e5: 24}, {name: "srv2", req: 1350, e5: 48}, {name: "srv3", req: 1350, e5: 36}}
+func fleetWideSeed3() []fixtures.Server {
+	return []fixtures.Server{{Name: "srv1", Req: 1350, E5: 24}, {Name: "srv2", Req: 1350, E5: 48}, {Name: "srv3", Req: 1350, E5: 36}}
 }
 
 func TestFleetWide(t *testing.T) {
 	now := time.Unix(1000, 0)
-	twoOfFive := []srv{{name: "s1", req: 1000}, {name: "s2", req: 1000, e5: 30}, {name: "s3", req: 1000}, {name: "s4", req: 1000, e5: 30}, {name: "s5", req: 1000}}
-	drainedPeer := []srv{{name: "d1", req: 1350, e5: 30}, {name: "d2", req: 1350, e5: 48}, {name: "d3", drainedAgo: 20 * time.Second}}
-	secondFault := []srv{{name: "x1", req: 1000, e5: 1}, {name: "x2", req: 1000, e5: 25}, {name: "x3", req: 1000, e5: 40}}
-	onBackground := []srv{{name: "b1", req: 1000, e5: 30}, {name: "b2", req: 1000, e5: 100}, {name: "b3", req: 1000, e5: 30}}
+	twoOfFive := []fixtures.Server{{Name: "s1", Req: 1000}, {Name: "s2", Req: 1000, E5: 30}, {Name: "s3", Req: 1000}, {Name: "s4", Req: 1000, E5: 30}, {Name: "s5", Req: 1000}}
+	drainedPeer := []fixtures.Server{{Name: "d1", Req: 1350, E5: 30}, {Name: "d2", Req: 1350, E5: 48}, {Name: "d3", DrainedAgo: 20 * time.Second}}
+	secondFault := []fixtures.Server{{Name: "x1", Req: 1000, E5: 1}, {Name: "x2", Req: 1000, E5: 25}, {Name: "x3", Req: 1000, E5: 40}}
+	onBackground := []fixtures.Server{{Name: "b1", Req: 1000, E5: 30}, {Name: "b2", Req: 1000, E5: 100}, {Name: "b3", Req: 1000, E5: 30}}
 	for _, tc := range []struct {
 		name    string
-		servers []srv
+		servers []fixtures.Server
 		server  string
 		refused bool
 	}{
@@ -41,14 +42,14 @@ func TestFleetWide(t *testing.T) {
 		{"a fault on top of a fleet-wide 3%", onBackground, "b2", false},
 		{"a second fault the loose test flags is set aside, not pooled", secondFault, "x2", false},
 		{"a drained peer's empty window is not a peer", drainedPeer, "d2", true},
-		{"nobody with traffic to compare with", []srv{{name: "q1", req: 100, e5: 5}, {name: "q2"}}, "q1", false},
+		{"nobody with traffic to compare with", []fixtures.Server{{Name: "q1", Req: 100, E5: 5}, {Name: "q2"}}, "q1", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := New(nil, nil, DefaultConfig(), zerolog.Nop())
+			p := New(nil, nil, rules.DefaultConfig(), DefaultConfig(), zerolog.Nop())
 			defer p.Close()
-			b := backend(now, "app", tc.servers)
+			b := fixtures.Backend(now, "app", tc.servers)
 			_, s := (&agent.Observation{Backends: []agent.BackendView{b}}).Find("app", tc.server)
-			why := p.fleetWide(&b, s, looseFlags(p, b))
+			why := p.rules.FleetWide(&b, s, looseFlags(p, b))
 			if (why != "") != tc.refused {
 				t.Fatalf("fleetWide(%s) = %q, want refused %v", tc.server, why, tc.refused)
 			}
@@ -60,7 +61,7 @@ func TestFleetWide(t *testing.T) {
 // the servers the loose test flags.
 func looseFlags(p *Policy, b agent.BackendView) map[agent.Key]bool {
 	out := map[agent.Key]bool{}
-	for _, f := range p.gate.Test(b) {
+	for _, f := range rules.New(p.rules.Loose()).Test(b) {
 		if f.Outlier {
 			out[agent.Key{Backend: b.Name, Server: f.Server}] = true
 		}
@@ -68,9 +69,9 @@ func looseFlags(p *Policy, b agent.BackendView) map[agent.Key]bool {
 	return out
 }
 
-func greyZone() []srv {
-	s := healthy("web-", 7, 100)
-	s[4] = srv{name: "web-5", weight: 100, req: 600, e5: 6}
+func greyZone() []fixtures.Server {
+	s := fixtures.Healthy("web-", 7, 100)
+	s[4] = fixtures.Server{Name: "web-5", Weight: 100, Req: 600, E5: 6}
 	return s
 }
 
@@ -79,10 +80,10 @@ func greyZone() []srv {
 // unflagged server is never drained on the model's word.
 func TestSupported(t *testing.T) {
 	now := time.Unix(1000, 0)
-	obs := agent.Observation{Time: now, Backends: []agent.BackendView{backend(now, "app", fleetWideSeed3())}}
+	obs := agent.Observation{Time: now, Backends: []agent.BackendView{fixtures.Backend(now, "app", fleetWideSeed3())}}
 	srv2 := agent.Key{Backend: "app", Server: "srv2"}
-	errs := Candidate{Why: "errors", Signals: []Signal{SignalErrors}}
-	slowToo := Candidate{Why: "errors", Signals: []Signal{SignalErrors, SignalLatency}}
+	errs := rules.Suspect{Why: "errors", Signals: []rules.Signal{rules.SignalErrors}}
+	slowToo := rules.Suspect{Why: "errors", Signals: []rules.Signal{rules.SignalErrors, rules.SignalLatency}}
 	drain := agent.Action{Kind: agent.Drain, Backend: "app", Server: "srv2"}
 	cut := agent.Action{Kind: agent.SetWeight, Backend: "app", Server: "srv2", Weight: 0}
 	raise := agent.Action{Kind: agent.SetWeight, Backend: "app", Server: "srv2", Weight: 1}
@@ -90,21 +91,21 @@ func TestSupported(t *testing.T) {
 	floorDrainsSrv3 := agent.Plan{{Kind: agent.Drain, Backend: "app", Server: "srv3"}}
 	for _, tc := range []struct {
 		name   string
-		cands  map[agent.Key]Candidate
+		cands  map[agent.Key]rules.Suspect
 		floor  agent.Plan
 		action agent.Action
 		kept   bool
 		why    string
 	}{
 		{"not flagged", nil, nil, drain, false, "the windows do not flag it"},
-		{"flagged for errors alike the rest", map[agent.Key]Candidate{srv2: errs}, nil, drain, false, "the backend fails alike"},
-		{"a cut is a drain's kin", map[agent.Key]Candidate{srv2: errs}, nil, cut, false, "the backend fails alike"},
-		{"a peer the floor drains is not a peer", map[agent.Key]Candidate{srv2: errs}, floorDrainsSrv3, drain, true, ""},
-		{"slow as well: latency is not the errors' to judge", map[agent.Key]Candidate{srv2: slowToo}, nil, drain, true, ""},
+		{"flagged for errors alike the rest", map[agent.Key]rules.Suspect{srv2: errs}, nil, drain, false, "the backend fails alike"},
+		{"a cut is a drain's kin", map[agent.Key]rules.Suspect{srv2: errs}, nil, cut, false, "the backend fails alike"},
+		{"a peer the floor drains is not a peer", map[agent.Key]rules.Suspect{srv2: errs}, floorDrainsSrv3, drain, true, ""},
+		{"slow as well: latency is not the errors' to judge", map[agent.Key]rules.Suspect{srv2: slowToo}, nil, drain, true, ""},
 		{"no cut: nothing to support", nil, nil, raise, true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := New(nil, nil, DefaultConfig(), zerolog.Nop())
+			p := New(nil, nil, rules.DefaultConfig(), DefaultConfig(), zerolog.Nop())
 			defer p.Close()
 			got := p.supported(obs, agent.Plan{tc.action}, tc.cands, tc.floor)
 			if (len(got) == 1) != tc.kept {
@@ -127,7 +128,7 @@ func TestFleetWideDrainRefused(t *testing.T) {
 	}
 	p, _ := newPolicy(t, respond, nil)
 	now := time.Unix(1000, 0)
-	obs := agent.Observation{Time: now, Cycle: 1, Backends: []agent.BackendView{backend(now, "app", fleetWideSeed3())}}
+	obs := agent.Observation{Time: now, Cycle: 1, Backends: []agent.BackendView{fixtures.Backend(now, "app", fleetWideSeed3())}}
 	if got := steps(t, p, obs, 3); len(got) != 0 {
 		t.Fatalf("drained on a fleet-wide failure: %v", got)
 	}
@@ -154,7 +155,7 @@ func TestFleetWideDrainRefused(t *testing.T) {
 // at the same step as without it.
 func TestFleetWideOnSimulatedWindows(t *testing.T) {
 	const runs, steps = 300, 30
-	p := New(nil, nil, DefaultConfig(), zerolog.Nop())
+	p := New(nil, nil, rules.DefaultConfig(), DefaultConfig(), zerolog.Nop())
 	defer p.Close()
 	type scenario struct {
 		name   string
@@ -181,38 +182,38 @@ func TestFleetWideOnSimulatedWindows(t *testing.T) {
 			var healthyLoose, healthyChecked, faultyLater, faultyFound, delay int
 			for r := range runs {
 				rng := rand.New(rand.NewPCG(uint64(r), 23))
-				servers := make([]srv, sc.n)
+				servers := make([]fixtures.Server, sc.n)
 				for i := range servers {
-					servers[i].name = fmt.Sprintf("srv%d", i+1)
+					servers[i].Name = fmt.Sprintf("srv%d", i+1)
 				}
 				flagged := [2]map[string]int{{}, {}} // consecutive flags: loose, checked
 				first := [2]map[string]int{{}, {}}   // step of the second flag running
 				for step := 1; step <= steps; step++ {
 					for i := range servers {
 						for range sc.perSec {
-							servers[i].req++
+							servers[i].Req++
 							if rng.Float64() < sc.rate(i) {
-								servers[i].e5++
+								servers[i].E5++
 							}
 						}
 					}
-					b := backend(time.Unix(0, 0), "app", servers)
+					b := fixtures.Backend(time.Unix(0, 0), "app", servers)
 					apart := looseFlags(p, b)
 					loose := map[string]bool{}
 					checked := map[string]bool{}
 					for k := range apart {
 						loose[k.Server] = true
 						_, s := (&agent.Observation{Backends: []agent.BackendView{b}}).Find("app", k.Server)
-						checked[k.Server] = p.fleetWide(&b, s, apart) == ""
+						checked[k.Server] = p.rules.FleetWide(&b, s, apart) == ""
 					}
 					for v, set := range []map[string]bool{loose, checked} {
 						for _, s := range servers {
-							if !set[s.name] {
-								flagged[v][s.name] = 0
+							if !set[s.Name] {
+								flagged[v][s.Name] = 0
 								continue
 							}
-							if flagged[v][s.name]++; flagged[v][s.name] == 2 && first[v][s.name] == 0 {
-								first[v][s.name] = step
+							if flagged[v][s.Name]++; flagged[v][s.Name] == 2 && first[v][s.Name] == 0 {
+								first[v][s.Name] = step
 							}
 						}
 					}
@@ -225,19 +226,19 @@ func TestFleetWideOnSimulatedWindows(t *testing.T) {
 					faulty := sc.rate(i) > least
 					switch {
 					case !faulty:
-						if first[0][s.name] > 0 {
+						if first[0][s.Name] > 0 {
 							healthyLoose++
 						}
-						if first[1][s.name] > 0 {
+						if first[1][s.Name] > 0 {
 							healthyChecked++
 						}
-					case first[0][s.name] > 0:
+					case first[0][s.Name] > 0:
 						faultyFound++
-						if first[1][s.name] != first[0][s.name] {
+						if first[1][s.Name] != first[0][s.Name] {
 							faultyLater++
-							d := first[1][s.name] - first[0][s.name]
-							if first[1][s.name] == 0 {
-								d = steps + 1 - first[0][s.name]
+							d := first[1][s.Name] - first[0][s.Name]
+							if first[1][s.Name] == 0 {
+								d = steps + 1 - first[0][s.Name]
 							}
 							delay += d
 						}
@@ -259,9 +260,9 @@ func TestFleetWideOnSimulatedWindows(t *testing.T) {
 // The check leaves calibration alone: it judges what the model proposes,
 // before any check, and every sequence's expected drain passes the check.
 func TestCalibrationsDrainsPassTheFleetWideCheck(t *testing.T) {
-	p := New(nil, rules.New(rules.DefaultConfig()), DefaultConfig(), zerolog.Nop())
+	p := New(nil, rules.New(rules.DefaultConfig()), rules.DefaultConfig(), DefaultConfig(), zerolog.Nop())
 	defer p.Close()
-	for _, seq := range Sequences(time.Unix(1000, 0)) {
+	for _, seq := range fixtures.Sequences(time.Unix(1000, 0)) {
 		for i, st := range seq.Steps {
 			cands := p.candidates(st.Obs, nil)
 			for k := range st.Expected {

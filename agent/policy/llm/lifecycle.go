@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm/calibrate/fixtures"
+	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
+	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 )
 
 // Start inspects the model and loads it in the background, in requests
@@ -46,7 +49,7 @@ func (p *Policy) run(ctx context.Context) {
 func (p *Policy) bringUp(ctx context.Context) error {
 	p.setLife(LifeInspecting, nil)
 	info, err := p.inspect(ctx)
-	if errors.Is(err, ErrLoading) {
+	if errors.Is(err, modelapi.ErrLoading) {
 		// The server answers and loads the model (llama-server's /health
 		// 503): wait for it as for a load, then ask again.
 		p.setLife(LifeLoading, nil)
@@ -65,6 +68,10 @@ func (p *Policy) bringUp(ctx context.Context) error {
 	p.lmu.Lock()
 	p.life.info = info
 	p.lmu.Unlock()
+	if p.Config.Prompt == "" && info.PromptForm != "" {
+		p.Log.Info().Str("model", p.Config.Model).Str("named", info.PromptForm).Str("prompt", string(p.Model.Form())).
+			Msg("the model names its prompt form: calls use it (--llm-prompt overrides)")
+	}
 	if p.Admit != nil {
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := p.Admit(actx)
@@ -79,16 +86,16 @@ func (p *Policy) bringUp(ctx context.Context) error {
 		p.life.admitted = true
 		p.lmu.Unlock()
 	}
-	if p.Config.Think != ThinkOff && !info.CanThink() {
+	if p.Config.Think != modelapi.ThinkOff && !info.CanThink() {
 		p.mu.Lock()
-		p.think = ThinkOff
+		p.think = modelapi.ThinkOff
 		p.mu.Unlock()
 		p.Log.Warn().Str("model", p.Config.Model).Msg("the model cannot think (no \"thinking\" capability): thinking off")
 	}
 	return p.load(ctx)
 }
 
-func (p *Policy) inspect(ctx context.Context) (Info, error) {
+func (p *Policy) inspect(ctx context.Context) (modelapi.Info, error) {
 	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	return p.Model.Inspect(ictx)
@@ -153,7 +160,7 @@ func (p *Policy) setLife(state Life, err error) {
 	}
 	if p.life.state != state {
 		p.life.since = p.Now()
-		if len(p.life.history) == MaxLifeHistory {
+		if len(p.life.history) == maxLifeHistory {
 			p.life.history = append(p.life.history[:0], p.life.history[1:]...)
 		}
 		p.life.history = append(p.life.history, LifeChange{State: state, At: p.life.since, Error: p.life.err})
@@ -185,14 +192,16 @@ func (p *Policy) unusable() string {
 
 // Status is what /status shows of the model.
 type Status struct {
-	Model     string  `json:"model"`
-	State     Life    `json:"state"`
-	For       string  `json:"for"` // how long in that state, "loading 14s"
-	Error     string  `json:"error,omitempty"`
-	Info      Info    `json:"info"`
-	NumCtx    int     `json:"num_ctx,omitempty"`
-	Think     Think   `json:"think"`
-	InFlightS float64 `json:"call_in_flight_s,omitempty"`
+	Model  string         `json:"model"`
+	State  Life           `json:"state"`
+	For    string         `json:"for"` // how long in that state, "loading 14s"
+	Error  string         `json:"error,omitempty"`
+	Info   modelapi.Info  `json:"info"`
+	NumCtx int            `json:"num_ctx,omitempty"`
+	Think  modelapi.Think `json:"think"`
+	// Prompt is the prompt form in force (Model.Form).
+	Prompt    prompt.Style `json:"prompt"`
+	InFlightS float64      `json:"call_in_flight_s,omitempty"`
 	// Calibration is the gate's verdict: "passed", "refused" (the reason
 	// in Error), "pending" until Ollama answers, or "not required"
 	// (--skip-calibration, the study's unprotected loop).
@@ -213,14 +222,12 @@ func (p *Policy) PolicyStatus() any {
 	life := p.life
 	life.history = append([]LifeChange{}, life.history...) // setLife shifts it in place
 	p.lmu.Unlock()
-	st := Status{Model: p.Config.Model, State: life.state, Error: life.err, Info: life.info, Think: p.Config.Think,
+	st := Status{Model: p.Config.Model, State: life.state, Error: life.err, Info: life.info, Think: p.Config.Think, Prompt: p.Model.Form(),
 		History: life.history}
 	if !life.since.IsZero() {
 		st.For = fmt.Sprintf("%s %v", life.state, p.Now().Sub(life.since).Round(time.Second))
 	}
-	p.Model.mu.Lock()
-	st.NumCtx = p.Model.numCtx
-	p.Model.mu.Unlock()
+	st.NumCtx = p.Model.contextInForce()
 	p.fmu.Lock()
 	if p.inflight != nil {
 		st.InFlightS = p.Now().Sub(p.inflight.started).Seconds()
@@ -243,7 +250,7 @@ func (p *Policy) PolicyStatus() any {
 }
 
 // TokenSample is the start of a prompt as the policy writes one, about
-// the calibration's largest fleet, cut at a row to Model.MaxSample bytes:
+// the calibration's largest fleet, cut at a row to maxSample bytes:
 // Measure's sample, with names and numbers as the real prompts have
 // them.
 func TokenSample(now time.Time) string {
@@ -254,7 +261,7 @@ func TokenSample(now time.Time) string {
 		}
 		return n
 	}
-	for _, seq := range Sequences(now) {
+	for _, seq := range fixtures.Sequences(now) {
 		for _, st := range seq.Steps {
 			if size(st.Obs) > size(largest) {
 				largest = st.Obs
@@ -265,9 +272,9 @@ func TokenSample(now time.Time) string {
 	for _, b := range largest.Backends {
 		only[b.Name] = true
 	}
-	text := Prompt(PromptInput{Obs: largest, Only: only, MaxShown: 12})
-	if len(text) > MaxSample {
-		text = text[:strings.LastIndexByte(text[:MaxSample], '\n')+1]
+	text := prompt.Render(prompt.Input{Obs: largest, Only: only, MaxShown: 12})
+	if len(text) > maxSample {
+		text = text[:strings.LastIndexByte(text[:maxSample], '\n')+1]
 	}
 	return text
 }

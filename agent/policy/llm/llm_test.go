@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
+	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
@@ -65,8 +67,8 @@ func newPolicy(t *testing.T, respond ollamafake.Responder, mod func(*Config)) (*
 	if mod != nil {
 		mod(&cfg)
 	}
-	m := &Model{Server: &Ollama{Client: api.NewClient(u, fake.Client())}, Config: cfg, SystemPrompt: DefaultSystemPrompt}
-	p := New(m, rules.New(rules.DefaultConfig()), cfg, zerolog.Nop())
+	m := &Model{Server: &modelapi.Ollama{Client: api.NewClient(u, fake.Client())}, Config: cfg, SystemPrompt: prompt.DefaultSystemPrompt}
+	p := New(m, rules.New(rules.DefaultConfig()), rules.DefaultConfig(), cfg, zerolog.Nop())
 	t.Cleanup(p.Close)
 	return p, fake
 }
@@ -215,7 +217,7 @@ func TestAdversarialReplies(t *testing.T) {
 			return ollamafake.Reply{Status: 500, Error: "llama runner process has terminated"}
 		}, nil, true},
 		{"empty body", func(ollamafake.Request) ollamafake.Reply { return ollamafake.Reply{RawBody: &empty} }, nil, true},
-		{"think unsupported", ollamafake.Capable, func(c *Config) { c.Think = ThinkOn }, true},
+		{"think unsupported", ollamafake.Capable, func(c *Config) { c.Think = modelapi.ThinkOn }, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -402,14 +404,14 @@ func TestThinkingBudget(t *testing.T) {
 		r.ThinkingTokens = 700
 		return r
 	}
-	p, fake := newPolicy(t, thinker, func(c *Config) { c.Think = ThinkOn })
+	p, fake := newPolicy(t, thinker, func(c *Config) { c.Think = modelapi.ThinkOn })
 	fake.Thinking = true
 	steps(t, p, grey(time.Unix(1000, 0)), 1)
 	r := p.Report().(Report)
-	if !r.Called || r.Call.Error != "" || r.Call.NumPredict != 256+1024 || r.Call.DoneReason != "stop" || len(r.Call.Thinking) > MaxThinking+3 || r.Call.Thinking == "" {
+	if !r.Called || r.Call.Error != "" || r.Call.NumPredict != 256+1024 || r.Call.DoneReason != "stop" || len(r.Call.Thinking) > maxThinking+3 || r.Call.Thinking == "" {
 		t.Fatalf("with a thinking budget: %+v", r.Call)
 	}
-	p2, fake2 := newPolicy(t, thinker, func(c *Config) { c.Think = ThinkOn; c.ThinkBudget = 0 })
+	p2, fake2 := newPolicy(t, thinker, func(c *Config) { c.Think = modelapi.ThinkOn; c.ThinkBudget = 0 })
 	fake2.Thinking = true
 	steps(t, p2, grey(time.Unix(1000, 0)), 2)
 	reqs := fake2.Requests()
@@ -422,7 +424,7 @@ func TestThinkingBudget(t *testing.T) {
 // A think level goes only where the model takes it: after Ollama's 400 the
 // same call is sent again with thinking on, and the choice is kept.
 func TestThinkLevelFallsBackToOn(t *testing.T) {
-	p, fake := newPolicy(t, ollamafake.Capable, func(c *Config) { c.Think = ThinkLow })
+	p, fake := newPolicy(t, ollamafake.Capable, func(c *Config) { c.Think = modelapi.ThinkLow })
 	fake.Thinking = true
 	steps(t, p, grey(time.Unix(1000, 0)), 2)
 	reqs := fake.Requests()
@@ -433,7 +435,7 @@ func TestThinkLevelFallsBackToOn(t *testing.T) {
 		t.Fatalf("report %+v", r)
 	}
 	fake.ThinkLevels = true // gpt-oss takes levels
-	p2, fake2 := newPolicy(t, ollamafake.Capable, func(c *Config) { c.Think = ThinkHigh })
+	p2, fake2 := newPolicy(t, ollamafake.Capable, func(c *Config) { c.Think = modelapi.ThinkHigh })
 	fake2.Thinking, fake2.ThinkLevels = true, true
 	steps(t, p2, grey(time.Unix(1000, 0)), 1)
 	if reqs := fake2.Requests(); len(reqs) != 1 || string(reqs[0].Think) != `"high"` {
@@ -448,7 +450,7 @@ func TestThinkingSwitchedOffWhenOverBudget(t *testing.T) {
 		r := ollamafake.Capable(req)
 		r.ThinkingTokens = 900
 		return r
-	}, func(c *Config) { c.Think = ThinkOn })
+	}, func(c *Config) { c.Think = modelapi.ThinkOn })
 	fake.Thinking = true
 	steps(t, p, grey(time.Unix(1000, 0)), 3)
 	reqs := fake.Requests()
@@ -484,154 +486,9 @@ func TestMetricsAndStatusDoNotWaitForACall(t *testing.T) {
 	}
 }
 
-func TestParseReply(t *testing.T) {
-	plan, err := ParseReply(`{"actions":[{"action":"set_weight","backend":"app","server":"s1","weight":10,"reason":"r"},{"action":"no_op","backend":"-","server":"-","reason":"r"}]}`)
-	if err != nil || len(plan) != 1 || plan[0].Weight != 10 {
-		t.Fatalf("%+v %v", plan, err)
-	}
-	// The schema allows a weight with drain or ready: it is ignored.
-	plan, err = ParseReply(`{"actions":[{"reason":"r","action":"drain","backend":"app","server":"s1","weight":3}]}`)
-	if err != nil || len(plan) != 1 || plan[0].Kind != agent.Drain || plan[0].Weight != 0 {
-		t.Fatalf("weight with drain: %+v %v", plan, err)
-	}
-	for _, bad := range []string{`{}`, `[]`, `{"actions":[]} {"actions":[]}`, `{"actions":[{"action":"set_weight","backend":"app","server":"s1","reason":"r"}]}`} {
-		if _, err := ParseReply(bad); err == nil {
-			t.Errorf("accepted %s", bad)
-		}
-	}
-}
-
-// rowsInput is a prompt's input with a candidate awaiting confirmation,
-// the agent's drained server refused last step, maxconn, and history.
-func rowsInput() PromptInput {
-	now := time.Unix(1000, 0)
-	obs := grey(now)
-	for i := range obs.Backends[0].Servers {
-		s := &obs.Backends[0].Servers[i]
-		s.MaxConn, s.RespTimeMs = 20, 40
-		s.Recent = window.Stats{Requests: 100, Err5xx: 0, Seconds: 10, RatePerSec: 10, P50Ms: 9}
-	}
-	d := &obs.Backends[0].Servers[0]
-	d.State.AdminState, d.Owner = haproxy.AdminForcedDrain, agent.OwnerAgent
-	d.Changed = &agent.Change{Phase: agent.PhaseDrained, At: now.Add(-25 * time.Second)}
-	obs.Refused = map[agent.Key]string{{Backend: "app", Server: "srv1"}: "a drained server comes back only after a clean probe burst"}
-	return PromptInput{Obs: obs, Candidates: map[agent.Key]string{{Backend: "app", Server: "srv4"}: "errors 1.17% vs peers 0.00%"}, Confirm: 2,
-		Pending: map[agent.Key]int{{Backend: "app", Server: "srv4"}: 1}, History: []string{"step 3: drain app/srv2: refused: floor"}, DrainsPer: 3, MaxShown: 12}
-}
-
-// The prompt gives each server its peers' rate and its ratio, why it is a
-// candidate, a recent figure, its load against maxconn and its configured
-// weight, the agent's state, and the model's recent decisions.
-func TestPromptRows(t *testing.T) {
-	got := Prompt(rowsInput())
-	for _, want := range []string{
-		Header,
-		"backend app: 6 servers, 5 serving (keep at least 3), at most 2 drains a step, 3600 requests, 5xx 0.19%",
-		"srv4 ready none 1 1 10.0 2 600 7 1.17 0.00 inf 100 0.00 9 12 candidate: errors 1.17% vs peers 0.00%; your proposal awaits confirmation (1 of 2)",
-		"srv1 drain agent 1 1 10.0 2 600 0 0.00 0.23 0.0 100 0.00 9 12 drained by the agent 25s ago; no traffic while drained: a ready only asks for probes; refused last step:",
-		"your recent decisions, oldest first:\n- step 3: drain app/srv2: refused: floor",
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("prompt lacks %q:\n%s", want, got)
-		}
-	}
-	rows := ollamafake.ParsePrompt(ollamafake.Request{Messages: []ollamafake.Message{{Role: "user", Content: got}}})
-	if len(rows) != 6 || rows[0].Server != "srv4" || rows[0].Candidate == "" || rows[1].Owner != "agent" {
-		t.Fatalf("an emulated model reads %+v", rows)
-	}
-}
-
-// In a large backend, only the flagged servers and the agent's are listed
-// in full; the rest are summed.
-func TestPromptSumsQuietServers(t *testing.T) {
-	obs := fleet(time.Unix(1000, 0), 9)
-	in := PromptInput{Obs: obs, Candidates: map[agent.Key]string{{Backend: "app", Server: "srv5"}: "latency"}, MaxShown: 4}
-	p := Prompt(in)
-	if !strings.Contains(p, "srv5 ready") || !strings.Contains(p, "(5 more servers, none flagged") {
-		t.Fatalf("prompt:\n%s", p)
-	}
-	in.Candidates = nil
-	if p := Prompt(in); strings.Contains(p, "backend app") {
-		t.Fatalf("a backend with nothing flagged was sent:\n%s", p)
-	}
-}
-
-func TestCalibration(t *testing.T) {
-	tests := []struct {
-		name    string
-		respond ollamafake.Responder
-		mod     func(*Config)
-		pass    bool
-		why     string
-	}{
-		{"capable", ollamafake.Capable, nil, true, ""},
-		{"trigger-happy", ollamafake.TriggerHappy, nil, false, "harmful"},
-		{"garbage", ollamafake.Fixed("no"), nil, false, "valid replies"},
-		{"always drains the top row", func(req ollamafake.Request) ollamafake.Reply {
-			rows := ollamafake.ParsePrompt(req)
-			if len(rows) == 0 {
-				return ollamafake.Reply{Content: ollamafake.Answer()}
-			}
-			return ollamafake.Reply{Content: ollamafake.Answer(ollamafake.Action{Action: "drain", Backend: rows[0].Backend, Server: rows[0].Server, Reason: "top"})}
-		}, nil, false, "harmful"},
-		{"too slow for the deadline", func(req ollamafake.Request) ollamafake.Reply {
-			r := ollamafake.Capable(req)
-			r.Delay = 60 * time.Millisecond
-			return r
-		}, func(c *Config) { c.Deadline = 30 * time.Millisecond }, false, "step deadline"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			p, _ := newPolicy(t, tc.respond, tc.mod)
-			sc, err := Calibrate(context.Background(), p.Model, p.Model.Config.CallBudget(8*time.Second), time.Unix(5000, 0))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var out strings.Builder
-			sc.Print(&out)
-			t.Logf("\n%s", out.String())
-			if len(sc.Steps) < 12 || sc.Passed != tc.pass || !strings.Contains(sc.Why, tc.why) || sc.Key.Digest != "sha256:fa4e" {
-				t.Fatalf("passed %v (%s), %d steps", sc.Passed, sc.Why, len(sc.Steps))
-			}
-			dir := t.TempDir()
-			if _, err := sc.Save(dir); err != nil {
-				t.Fatal(err)
-			}
-			back, err := Load(dir, sc.Key.Digest)
-			if err != nil || back.Passed != sc.Passed || back.Key != sc.Key {
-				t.Fatalf("record %+v %v", back, err)
-			}
-		})
-	}
-}
-
-// A record is keyed by digest, think mode and a hash of the prompt,
-// schema and options; a stale one says what changed.
-func TestCalibrationKey(t *testing.T) {
-	p, _ := newPolicy(t, ollamafake.Capable, nil)
-	k := KeyFor("sha256:1", p.Model)
-	if k.Stale(KeyFor("sha256:1", p.Model)) != "" {
-		t.Fatal("a key is stale against itself")
-	}
-	other := func(f func(*Model)) *Model {
-		m := &Model{Config: p.Model.Config, SystemPrompt: p.Model.SystemPrompt}
-		f(m)
-		return m
-	}
-	if s := k.Stale(KeyFor("sha256:1", other(func(m *Model) { m.Config.Think = ThinkOn }))); !strings.Contains(s, "think mode (off, now on)") {
-		t.Fatalf("think: %q", s)
-	}
-	if s := k.Stale(KeyFor("sha256:1", other(func(m *Model) { m.SystemPrompt += "\nBe bold." }))); !strings.Contains(s, "the prompt") {
-		t.Fatalf("prompt: %q", s)
-	}
-	if s := k.Stale(KeyFor("sha256:2", other(func(m *Model) { m.Config.NumPredict = 64 }))); !strings.Contains(s, "digest") || !strings.Contains(s, "call options") {
-		t.Fatalf("digest and options: %q", s)
-	}
-}
-
 func TestShadowAuditsDisagreement(t *testing.T) {
 	p, _ := newPolicy(t, ollamafake.TriggerHappy, func(c *Config) { c.Confirm = 1 })
-	s := &Shadow{Model: p, Acting: rules.NewPolicy(rules.DefaultConfig())}
+	s := &shadow{Model: p, Acting: rules.NewPolicy(rules.DefaultConfig())}
 	obs := fleet(time.Unix(1000, 0), 6)
 	obs.Backends[0].Servers[0].Window.Err5xx = 4 // a few errors: enough for the loose gate, not for the rules
 	plan, err := s.Decide(context.Background(), obs)
@@ -641,7 +498,7 @@ func TestShadowAuditsDisagreement(t *testing.T) {
 	if len(plan) != 0 {
 		t.Fatalf("acting plan %v", plan)
 	}
-	r := s.Report().(ShadowReport)
+	r := s.Report().(shadowReport)
 	if !r.Compared || !r.Disagreement || len(r.OnlyModel) != 1 || r.OnlyModel[0] != "drain app/srv1 0" || len(r.OnlyActing) != 0 {
 		t.Fatalf("report %+v", r)
 	}
@@ -651,11 +508,11 @@ func TestShadowAuditsDisagreement(t *testing.T) {
 // decide, and compares nothing.
 func TestShadowDoesNotCountAFailureAsAgreement(t *testing.T) {
 	p, _ := newPolicy(t, func(ollamafake.Request) ollamafake.Reply { return ollamafake.Reply{Status: 500, Error: "boom"} }, nil)
-	s := &Shadow{Model: p, Acting: rules.NewPolicy(rules.DefaultConfig())}
+	s := &shadow{Model: p, Acting: rules.NewPolicy(rules.DefaultConfig())}
 	if _, err := s.Decide(context.Background(), grey(time.Unix(1000, 0))); err != nil {
 		t.Fatal(err)
 	}
-	r := s.Report().(ShadowReport)
+	r := s.Report().(shadowReport)
 	if r.Compared || r.Disagreement || !strings.Contains(r.ModelError, "did not decide") {
 		t.Fatalf("report %+v", r)
 	}
@@ -753,11 +610,11 @@ func TestNumThreadOnEveryRequest(t *testing.T) {
 // model's plan is then the floor's, the acting rules' own.
 func TestShadowDoesNotCountAGatedStepAsAgreement(t *testing.T) {
 	p, fake := newPolicy(t, ollamafake.Capable, nil)
-	s := &Shadow{Model: p, Acting: rules.NewPolicy(rules.DefaultConfig())}
+	s := &shadow{Model: p, Acting: rules.NewPolicy(rules.DefaultConfig())}
 	if _, err := s.Decide(context.Background(), fleet(time.Unix(1000, 0), 6)); err != nil { // all healthy: nothing to ask
 		t.Fatal(err)
 	}
-	r := s.Report().(ShadowReport)
+	r := s.Report().(shadowReport)
 	if r.Model.Called || r.Model.Gated == "" || len(fake.Requests()) != 0 {
 		t.Fatalf("the model was asked about a healthy fleet: %+v", r.Model)
 	}

@@ -1,58 +1,46 @@
-// Package llm is the policy that asks a language model, through Ollama
-// or an OpenAI-compatible server, what to do above the rules; and the protections a real model needs:
-// its life cycle (inspected, warmed in the background, kept resident),
-// a context sized to the prompt with truncation refused, thinking given
-// its own budget, a deadline that never aborts a load, two-step
-// confirmation, calls only when the windows show something the rules
-// cannot decide, and a calibration gate.
+// Package llm is the policy that asks a language model what to do above
+// the rules, and the protections a real model needs: its life cycle
+// (inspected, warmed in the background, kept resident), a context sized
+// to the prompt with truncation refused, thinking given its own budget, a
+// deadline that never aborts a load, two-step confirmation, calls only
+// when the windows show something the rules cannot decide (the rules'
+// suspects), drains only where the windows agree, and a gate (Admit)
+// that keeps an uncalibrated model from acting; shadow mode beside it.
+//
+// Its parts of their own: modelapi (the Ollama and OpenAI-compatible
+// clients), prompt (the prompt's forms, the reply's schema and parser),
+// calibrate (the calibration, its record and the gate's check) and
+// calibrate/fixtures (the calibration's situations).
 package llm
 
 import (
 	"context"
-	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
+	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 )
-
-//go:embed system-prompt.txt
-var DefaultSystemPrompt string
-
-//go:embed system-prompt-compact.txt
-var CompactSystemPrompt string
-
-//go:embed system-prompt-numbered.txt
-var NumberedSystemPrompt string
-
-// SystemPrompt is the embedded system prompt of the style.
-func (s PromptStyle) SystemPrompt() string {
-	switch s {
-	case PromptCompact:
-		return CompactSystemPrompt
-	case PromptNumbered:
-		return NumberedSystemPrompt
-	}
-	return DefaultSystemPrompt
-}
 
 // Call is what one model call cost and returned, for the audit log.
 type Call struct {
-	Think            Think   `json:"think"`
-	NumCtx           int     `json:"num_ctx"`
-	NumPredict       int     `json:"num_predict"`
-	PromptTokens     int     `json:"prompt_tokens"`
-	CompletionTokens int     `json:"completion_tokens"`
-	DoneReason       string  `json:"done_reason,omitempty"`
-	TotalMs          float64 `json:"total_ms"`
-	LoadMs           float64 `json:"load_ms"`
-	WallMs           float64 `json:"wall_ms"`
-	// Thinking is the model's reasoning, cut to MaxThinking bytes.
+	Think            modelapi.Think `json:"think"`
+	NumCtx           int            `json:"num_ctx"`
+	NumPredict       int            `json:"num_predict"`
+	PromptTokens     int            `json:"prompt_tokens"`
+	CompletionTokens int            `json:"completion_tokens"`
+	DoneReason       string         `json:"done_reason,omitempty"`
+	TotalMs          float64        `json:"total_ms"`
+	LoadMs           float64        `json:"load_ms"`
+	WallMs           float64        `json:"wall_ms"`
+	// Thinking is the model's reasoning, cut to maxThinking bytes.
 	Thinking string `json:"thinking,omitempty"`
 	Raw      string `json:"raw,omitempty"` // kept when the reply was invalid
 	Error    string `json:"error,omitempty"`
@@ -63,48 +51,27 @@ type Call struct {
 	SchemaNote string `json:"schema_note,omitempty"`
 }
 
-// MaxThinking bounds the reasoning kept in an audit record.
-const MaxThinking = 2000
+// maxThinking bounds the reasoning kept in an audit record.
+const maxThinking = 2000
 
-// Info is what the agent learned of the model and its server at start.
-type Info struct {
-	API     API    `json:"api,omitempty"`
-	Version string `json:"ollama_version,omitempty"`
-	// Server is what an OpenAI-compatible server says it is, as far as it
-	// says ("llama-server b11669", or the model's owner as /v1/models
-	// lists it).
-	Server        string   `json:"server,omitempty"`
-	Capabilities  []string `json:"capabilities,omitempty"`
-	ContextLength int      `json:"context_length,omitempty"` // the model's own
-	ParameterSize string   `json:"parameter_size,omitempty"`
-	Quantization  string   `json:"quantization,omitempty"`
-	Size          int64    `json:"size_bytes,omitempty"`
-}
-
-// CanThink reports the "thinking" capability.
-func (i Info) CanThink() bool {
-	for _, c := range i.Capabilities {
-		if c == "thinking" {
-			return true
-		}
-	}
-	return false
-}
-
-// Model calls one model on its server.
+// Model calls one model on its server. Its exported fields are set
+// before its first call and not changed after; the policy's step, its
+// life cycle, a call running past its step and /status use it at once.
 type Model struct {
-	Server       Server
-	Config       Config
+	Server modelapi.Server
+	Config Config
+	// SystemPrompt, when set, replaces the embedded system prompt of the
+	// model's form (System).
 	SystemPrompt string
 
-	mu sync.Mutex
+	mu sync.Mutex // guards numCtx, promptTokens, scale, sampled, noThinkLevels, info; taken last
 	// numCtx is the context in force. It only grows, and in powers of
 	// two: Ollama reloads the model whenever num_ctx changes.
 	numCtx int
 	// promptTokens is the largest prompt measured (prompt_eval_count).
 	promptTokens int
 	// scale is the largest ratio yet of a prompt's measured tokens to
-	// EstimateTokens' guess (1 until a tokenizer proves finer): every
+	// estimateTokens' guess (1 until a tokenizer proves finer): every
 	// later estimate is scaled by it.
 	scale float64
 	// sampled: Measure has measured the tokenizer.
@@ -112,21 +79,12 @@ type Model struct {
 	// noThinkLevels: the model answered 400 to a think level, so "on" is
 	// sent instead from now on.
 	noThinkLevels bool
-	info          Info
+	info          modelapi.Info
 }
-
-// Errors a call can end with; each is an invalid or failed call, never
-// an action.
-var (
-	ErrThinkUnsupported = errors.New("model does not support thinking")
-	ErrContextOverflow  = errors.New("the prompt does not fit the model's context")
-	ErrCutShort         = errors.New("the reply was cut at num_predict")
-	ErrUnfinished       = errors.New("the server ended the reply unfinished")
-)
 
 // Inspect asks the server about the model: capabilities, the model's
 // own context length and size (Server.Inspect).
-func (m *Model) Inspect(ctx context.Context) (Info, error) {
+func (m *Model) Inspect(ctx context.Context) (modelapi.Info, error) {
 	info, err := m.Server.Inspect(ctx, m.Config.Model)
 	if err != nil {
 		return info, err
@@ -137,30 +95,56 @@ func (m *Model) Inspect(ctx context.Context) (Info, error) {
 	return info, nil
 }
 
+// Form is the prompt form the model is called with: Config.Prompt when
+// given (--llm-prompt), else the form the model names in its metadata
+// (Info.PromptForm, known once Inspect has run), else full. A model
+// trained on one form thus travels with it.
+func (m *Model) Form() prompt.Style {
+	if m.Config.Prompt != "" {
+		return m.Config.Prompt
+	}
+	m.mu.Lock()
+	named := prompt.Style(m.info.PromptForm)
+	m.mu.Unlock()
+	if slices.Contains(prompt.Styles, named) {
+		return named
+	}
+	return prompt.Full
+}
+
+// System is the system prompt calls send: SystemPrompt, or the embedded
+// one of the model's Form.
+func (m *Model) System() string {
+	if m.SystemPrompt != "" {
+		return m.SystemPrompt
+	}
+	return m.Form().SystemPrompt()
+}
+
 // Warm loads the model without asking it anything, with the context and
 // keep_alive the calls will use, so the first real call finds it
 // resident. ctx must not be a step's: a load cancelled half way is
 // aborted by Ollama.
 func (m *Model) Warm(ctx context.Context, promptTokens int) (time.Duration, error) {
-	return m.Server.Warm(ctx, Request{Model: m.Config.Model, KeepAlive: m.Config.KeepAlive, NumThread: m.Config.NumThread,
-		NumCtx: m.contextFor(promptTokens, m.numPredict(ThinkOff))})
+	return m.Server.Warm(ctx, modelapi.Request{Model: m.Config.Model, KeepAlive: m.Config.KeepAlive, NumThread: m.Config.NumThread,
+		NumCtx: m.contextFor(promptTokens, m.numPredict(modelapi.ThinkOff))})
 }
 
-// MaxSample bounds Measure's sample: at one token a byte, the finest a
+// maxSample bounds Measure's sample: at one token a byte, the finest a
 // tokenizer of ASCII text gets, it and the system prompt fit the 2048
 // tokens every context has, with the chat template's own.
-const MaxSample = 1000
+const maxSample = 1000
 
 // Measure asks the model for one token about sample (the system prompt
 // and a slice of a real prompt) right after a load, so that the
 // estimate's scale is this model's tokenizer's before the first step.
-// Without it, a tokenizer finer than EstimateTokens' guess (a byte a
+// Without it, a tokenizer finer than estimateTokens' guess (a byte a
 // token, say) overflows the first large prompt, and that step is lost to
 // the floor. It measures once per Model; its tokens and time are no
 // step's. It is sent at the context in force, so Ollama does not reload.
 func (m *Model) Measure(ctx context.Context, sample string) error {
-	if len(sample) > MaxSample {
-		sample = sample[:MaxSample]
+	if len(sample) > maxSample {
+		sample = sample[:maxSample]
 	}
 	m.mu.Lock()
 	done, numCtx := m.sampled, m.numCtx
@@ -168,16 +152,12 @@ func (m *Model) Measure(ctx context.Context, sample string) error {
 	if done {
 		return nil
 	}
-	raw := EstimateTokens(m.SystemPrompt) + EstimateTokens(sample)
-	resp, err := m.Server.Chat(ctx, Request{Model: m.Config.Model, System: m.SystemPrompt, User: sample,
+	raw := estimateTokens(m.System()) + estimateTokens(sample)
+	resp, err := m.Server.Chat(ctx, modelapi.Request{Model: m.Config.Model, System: m.System(), User: sample,
 		NumPredict: 1, NumCtx: numCtx, NumThread: m.Config.NumThread, Seed: m.Config.Seed, KeepAlive: m.Config.KeepAlive})
 	if err != nil {
-		if errors.Is(err, ErrContextOverflow) {
-			reported := 0
-			if ce := (*classed)(nil); errors.As(err, &ce) {
-				reported = ce.promptTokens
-			}
-			m.overflowed(raw, numCtx, 1, reported)
+		if errors.Is(err, modelapi.ErrContextOverflow) {
+			m.overflowed(raw, numCtx, 1, modelapi.ReportedPromptTokens(err))
 		}
 		return fmt.Errorf("llm: measure %s's tokenizer: %w", m.Config.Model, err)
 	}
@@ -191,12 +171,12 @@ func (m *Model) Measure(ctx context.Context, sample string) error {
 	return nil
 }
 
-// Scale is the estimate's scale in force: measured prompt tokens over
-// EstimateTokens' guess, at least 1.
-func (m *Model) Scale() float64 {
+// contextInForce is num_ctx as the last call or load sent it (0 before
+// any).
+func (m *Model) contextInForce() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return max(m.scale, 1)
+	return m.numCtx
 }
 
 // Loaded asks the server whether the model is resident and ready.
@@ -207,8 +187,8 @@ func (m *Model) Loaded(ctx context.Context) (bool, error) {
 // numPredict is the completion cap for a call: the answer's budget, plus
 // thinking's own when thinking is on, since Ollama bounds both together.
 // Config does not change after the model is built: no lock.
-func (m *Model) numPredict(think Think) int {
-	if think == ThinkOff {
+func (m *Model) numPredict(think modelapi.Think) int {
+	if think == modelapi.ThinkOff {
 		return m.Config.NumPredict
 	}
 	return m.Config.NumPredict + m.Config.ThinkBudget
@@ -240,7 +220,7 @@ func (m *Model) contextFor(promptTokens, numPredict int) int {
 
 // Room is how many prompt tokens fit the largest context the model has,
 // with its completion; 0 when the model's context is unknown.
-func (m *Model) Room(think Think) int {
+func (m *Model) Room(think modelapi.Think) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	limit := m.info.ContextLength
@@ -253,7 +233,7 @@ func (m *Model) Room(think Think) int {
 	return limit - m.numPredict(think)
 }
 
-// EstimateTokens guesses a text's tokens on the high side, before any
+// estimateTokens guesses a text's tokens on the high side, before any
 // measurement, splitting it as the pre-tokenizers of Qwen and Llama 3 do:
 // a token per digit, since they split numbers into single digits (Llama
 // 3 into runs of three) and the prompt's tables are mostly numbers; a
@@ -261,7 +241,7 @@ func (m *Model) Room(think Think) int {
 // before it; and a token per other byte (a space before a number, the
 // dot in 1.17, a newline, non-ASCII). Prose comes out near three bytes a
 // token, a table of numbers near one and a half.
-func EstimateTokens(text string) int {
+func estimateTokens(text string) int {
 	isLetter := func(c byte) bool { c |= 0x20; return c >= 'a' && c <= 'z' }
 	n, letters := 0, 0
 	for i := 0; i < len(text); i++ {
@@ -281,7 +261,7 @@ func EstimateTokens(text string) int {
 }
 
 // maxScale bounds how far measurements may raise the estimate: a
-// tokenizer of single bytes is three times EstimateTokens' guess of
+// tokenizer of single bytes is three times estimateTokens' guess of
 // prose, plus the chat template's own tokens.
 const maxScale = 4.0
 
@@ -290,10 +270,10 @@ const maxScale = 4.0
 const maxGrownCtx = 1 << 17
 
 // EstimatePrompt is the system prompt's and prompt's tokens on the high
-// side: EstimateTokens, scaled by the finest tokenizer this model has
+// side: estimateTokens, scaled by the finest tokenizer this model has
 // shown (measured counts, and prompts that overflowed).
-func (m *Model) EstimatePrompt(prompt string) int {
-	raw := EstimateTokens(m.SystemPrompt) + EstimateTokens(prompt)
+func (m *Model) EstimatePrompt(text string) int {
+	raw := estimateTokens(m.System()) + estimateTokens(text)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return int(math.Ceil(float64(raw) * max(m.scale, 1)))
@@ -344,13 +324,13 @@ func (m *Model) overflowed(raw, numCtx, numPredict, reported int) {
 
 // sendThink is the think mode to send: a level the model refused goes as
 // plain thinking.
-func (m *Model) sendThink(mode Think) Think {
+func (m *Model) sendThink(mode modelapi.Think) modelapi.Think {
 	switch mode {
-	case ThinkLow, ThinkMedium, ThinkHigh:
+	case modelapi.ThinkLow, modelapi.ThinkMedium, modelapi.ThinkHigh:
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if m.noThinkLevels {
-			return ThinkOn
+			return modelapi.ThinkOn
 		}
 	}
 	return mode
@@ -361,24 +341,24 @@ func (m *Model) sendThink(mode Think) Think {
 // retried at once as plain thinking, and remembered. Every way a reply
 // can be unusable is an error: the Call then says why and keeps the raw
 // text.
-func (m *Model) Ask(ctx context.Context, prompt string, schema json.RawMessage, think Think) (agent.Plan, Call, error) {
-	plan, call, err := m.ask(ctx, prompt, schema, think)
-	if errors.Is(err, errThinkLevel) {
+func (m *Model) Ask(ctx context.Context, text string, schema json.RawMessage, think modelapi.Think) (agent.Plan, Call, error) {
+	plan, call, err := m.ask(ctx, text, schema, think)
+	if errors.Is(err, modelapi.ErrThinkLevel) {
 		m.mu.Lock()
 		m.noThinkLevels = true
 		m.mu.Unlock()
-		plan, call, err = m.ask(ctx, prompt, schema, think)
+		plan, call, err = m.ask(ctx, text, schema, think)
 		call.Error = strings.TrimPrefix(call.Error+"; ", "; ") + "think level refused: sent as on"
 	}
 	return plan, call, err
 }
 
-func (m *Model) ask(ctx context.Context, prompt string, schema json.RawMessage, think Think) (agent.Plan, Call, error) {
+func (m *Model) ask(ctx context.Context, text string, schema json.RawMessage, think modelapi.Think) (agent.Plan, Call, error) {
 	c := m.Config
 	call := Call{Think: think, NumPredict: m.numPredict(think)}
-	raw := EstimateTokens(m.SystemPrompt) + EstimateTokens(prompt)
-	call.NumCtx = m.contextFor(m.EstimatePrompt(prompt), call.NumPredict)
-	req := Request{Model: c.Model, System: m.SystemPrompt, User: prompt, Schema: schema, Think: m.sendThink(think),
+	raw := estimateTokens(m.System()) + estimateTokens(text)
+	call.NumCtx = m.contextFor(m.EstimatePrompt(text), call.NumPredict)
+	req := modelapi.Request{Model: c.Model, System: m.System(), User: text, Schema: schema, Think: m.sendThink(think),
 		NumPredict: call.NumPredict, NumCtx: call.NumCtx, NumThread: c.NumThread, Seed: c.Seed, KeepAlive: c.KeepAlive}
 	start := time.Now()
 	resp, err := m.Server.Chat(ctx, req)
@@ -386,85 +366,38 @@ func (m *Model) ask(ctx context.Context, prompt string, schema json.RawMessage, 
 	call.Schema, call.SchemaNote = resp.Schema, resp.Stepped
 	if err != nil {
 		switch {
-		case errors.Is(err, ErrThinkUnsupported):
-			err = fmt.Errorf("%w: %v", ErrThinkUnsupported, err)
-		case errors.Is(err, ErrContextOverflow):
-			reported := 0
-			if ce := (*classed)(nil); errors.As(err, &ce) {
-				reported = ce.promptTokens
-			}
-			m.overflowed(raw, call.NumCtx, call.NumPredict, reported)
-			err = fmt.Errorf("%w (num_ctx %d): %v", ErrContextOverflow, call.NumCtx, err)
+		case errors.Is(err, modelapi.ErrThinkUnsupported):
+			err = fmt.Errorf("%w: %v", modelapi.ErrThinkUnsupported, err)
+		case errors.Is(err, modelapi.ErrContextOverflow):
+			m.overflowed(raw, call.NumCtx, call.NumPredict, modelapi.ReportedPromptTokens(err))
+			err = fmt.Errorf("%w (num_ctx %d): %v", modelapi.ErrContextOverflow, call.NumCtx, err)
 		}
 		call.Error = err.Error()
 		return nil, call, fmt.Errorf("llm: chat with %s: %w", c.Model, err)
 	}
 	call.PromptTokens, call.CompletionTokens, call.DoneReason = resp.PromptTokens, resp.CompletionTokens, resp.DoneReason
 	call.TotalMs, call.LoadMs = float64(resp.Total)/1e6, float64(resp.Load)/1e6
-	call.Thinking = truncate(resp.Thinking, MaxThinking)
+	call.Thinking = truncate(resp.Thinking, maxThinking)
 	m.measured(raw, resp.PromptTokens)
 	if resp.DoneReason == "length" {
 		where := "in the answer"
 		if resp.Content == "" {
 			where = "while thinking"
 		}
-		call.Raw, call.Error = truncate(resp.Content, 2000), fmt.Sprintf("%v %s (%d tokens)", ErrCutShort, where, resp.CompletionTokens)
-		return nil, call, fmt.Errorf("llm: %w %s: %d tokens", ErrCutShort, where, resp.CompletionTokens)
+		call.Raw, call.Error = truncate(resp.Content, 2000), fmt.Sprintf("%v %s (%d tokens)", modelapi.ErrCutShort, where, resp.CompletionTokens)
+		return nil, call, fmt.Errorf("llm: %w %s: %d tokens", modelapi.ErrCutShort, where, resp.CompletionTokens)
 	}
 	if resp.Unfinished {
 		// Ollama's token repeat limit: 200, done false, no counts.
-		call.Raw, call.Error = truncate(resp.Content, 2000), fmt.Sprintf("%v, with no done reason, after %d bytes", ErrUnfinished, len(resp.Content))
-		return nil, call, fmt.Errorf("llm: %w, with no done reason", ErrUnfinished)
+		call.Raw, call.Error = truncate(resp.Content, 2000), fmt.Sprintf("%v, with no done reason, after %d bytes", modelapi.ErrUnfinished, len(resp.Content))
+		return nil, call, fmt.Errorf("llm: %w, with no done reason", modelapi.ErrUnfinished)
 	}
-	plan, err := ParseReply(resp.Content)
+	plan, err := prompt.ParseReply(resp.Content)
 	if err != nil {
 		call.Raw, call.Error = truncate(resp.Content, 2000), err.Error()
 		return nil, call, fmt.Errorf("llm: invalid reply from %s: %w", c.Model, err)
 	}
 	return plan, call, nil
-}
-
-type replyAction struct {
-	Reason  string `json:"reason"`
-	Action  string `json:"action"`
-	Backend string `json:"backend"`
-	Server  string `json:"server"`
-	Weight  *int   `json:"weight"`
-}
-
-// ParseReply validates a reply strictly: one JSON object with an
-// "actions" list, every action well formed, nothing else. Any fault
-// rejects the whole reply. A weight given with drain or ready, which the
-// schema allows, is ignored.
-func ParseReply(content string) (agent.Plan, error) {
-	dec := json.NewDecoder(strings.NewReader(content))
-	dec.DisallowUnknownFields()
-	var r struct {
-		Actions *[]replyAction `json:"actions"`
-	}
-	if err := dec.Decode(&r); err != nil {
-		return nil, fmt.Errorf("not the reply schema: %w", err)
-	}
-	if dec.More() {
-		return nil, errors.New("text after the JSON object")
-	}
-	if r.Actions == nil {
-		return nil, errors.New(`no "actions" list`)
-	}
-	if len(*r.Actions) > MaxActions {
-		return nil, fmt.Errorf("%d actions, at most %d", len(*r.Actions), MaxActions)
-	}
-	plan := agent.Plan{}
-	for i, a := range *r.Actions {
-		act, ok, err := agent.ParseAction(a.Action, a.Backend, a.Server, a.Weight, "model", a.Reason)
-		if err != nil {
-			return nil, fmt.Errorf("action %d: %w", i, err)
-		}
-		if ok {
-			plan = append(plan, act)
-		}
-	}
-	return plan, nil
 }
 
 func truncate(s string, n int) string {

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
+	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/internal/lab/ollamafake"
 	"github.com/rs/zerolog"
@@ -137,12 +139,12 @@ func (f *oaiFake) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := ollamafake.Request{Model: body["model"].(string)}
-	prompt := 0
+	promptTokens := 0
 	msgs, _ := body["messages"].([]any)
 	for _, m := range msgs {
 		mm := m.(map[string]any)
 		req.Messages = append(req.Messages, ollamafake.Message{Role: mm["role"].(string), Content: mm["content"].(string)})
-		prompt += ollamafake.Tokens(mm["content"].(string)) + 4
+		promptTokens += ollamafake.Tokens(mm["content"].(string)) + 4
 	}
 	rep := f.respond(req)
 	if rep.Status != 0 && rep.Status != 200 {
@@ -160,7 +162,7 @@ func (f *oaiFake) chat(w http.ResponseWriter, r *http.Request) {
 	if max, _ := body["max_tokens"].(float64); max > 0 && tokens > int(max) {
 		rep.Content, tokens, finish = rep.Content[:int(max)*4], int(max), "length"
 	}
-	usage := map[string]any{"prompt_tokens": prompt, "completion_tokens": tokens, "total_tokens": prompt + tokens}
+	usage := map[string]any{"prompt_tokens": promptTokens, "completion_tokens": tokens, "total_tokens": promptTokens + tokens}
 	if rep.RepeatLimit {
 		finish, usage = nil, map[string]any{"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
 	}
@@ -194,7 +196,7 @@ func newOpenAIPolicy(t *testing.T, respond ollamafake.Responder, setup func(*oai
 		}
 	})
 	cfg := DefaultConfig()
-	cfg.Model, cfg.API, cfg.URL, cfg.KeyFile = "tiny", APIOpenAI, f.URL+"/v1", keyFile(t, "sk-test", 0o600)
+	cfg.Model, cfg.API, cfg.URL, cfg.KeyFile = "tiny", modelapi.APIOpenAI, f.URL+"/v1", keyFile(t, "sk-test", 0o600)
 	cfg.Deadline, cfg.LoadTimeout = 2*time.Second, 10*time.Second
 	if mod != nil {
 		mod(&cfg)
@@ -206,8 +208,8 @@ func newOpenAIPolicy(t *testing.T, respond ollamafake.Responder, setup func(*oai
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Server.(*OpenAI).PollEvery = time.Millisecond
-	p := New(m, rules.New(rules.DefaultConfig()), cfg, zerolog.Nop())
+	m.Server.(*modelapi.OpenAI).PollEvery = time.Millisecond
+	p := New(m, rules.New(rules.DefaultConfig()), rules.DefaultConfig(), cfg, zerolog.Nop())
 	t.Cleanup(p.Close)
 	return p, f
 }
@@ -270,7 +272,7 @@ func TestOpenAIReadinessFromHealth(t *testing.T) {
 	f.loading.Store(false)
 	waitFor(t, func() bool { return p.PolicyStatus().(Status).State == LifeReady })
 	st := p.PolicyStatus().(Status)
-	if st.Info.ContextLength != 8192 || st.Info.API != APIOpenAI || st.Info.Server != "llama-server b11669-0000000" {
+	if st.Info.ContextLength != 8192 || st.Info.API != modelapi.APIOpenAI || st.Info.Server != "llama-server b11669-0000000" {
 		t.Fatalf("status %+v", st)
 	}
 	steps(t, p, grey(time.Unix(1001, 0)), 1)
@@ -313,11 +315,11 @@ func TestOpenAIInspect(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newOAIFake(t, ollamafake.Capable, tc.setup)
-			info, err := NewOpenAI(f.URL, &http.Client{}).Inspect(context.Background(), tc.model)
-			if (err != nil) != (tc.err != "") || (err != nil && !strings.Contains(err.Error(), tc.err)) || errors.Is(err, ErrLoading) != tc.loading {
+			info, err := modelapi.NewOpenAI(f.URL, &http.Client{}).Inspect(context.Background(), tc.model)
+			if (err != nil) != (tc.err != "") || (err != nil && !strings.Contains(err.Error(), tc.err)) || errors.Is(err, modelapi.ErrLoading) != tc.loading {
 				t.Fatalf("error %v, want %q", err, tc.err)
 			}
-			if err == nil && (info.ContextLength != tc.ctxLen || info.Server != tc.server || info.API != APIOpenAI) {
+			if err == nil && (info.ContextLength != tc.ctxLen || info.Server != tc.server || info.API != modelapi.APIOpenAI) {
 				t.Fatalf("info %+v", info)
 			}
 		})
@@ -375,20 +377,6 @@ func TestOpenAISchemaFallback(t *testing.T) {
 
 func asMap(v any) map[string]any { m, _ := v.(map[string]any); return m }
 
-// A form down the ladder keeps the schema's property names, even one
-// named like a keyword it drops.
-func TestSchemaFormsDropKeywordsOnly(t *testing.T) {
-	schema := json.RawMessage(`{"type":"object","properties":{"enum":{"type":"string","enum":["a"]},"required":{"type":"integer","maximum":3}},"required":["enum"]}`)
-	rf, err := schemaLadder[2].responseFormat(schema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := json.Marshal(rf)
-	if got := string(b); got != `{"json_schema":{"name":"plan","schema":{"properties":{"enum":{"type":"string"},"required":{"type":"integer"}},"type":"object"},"strict":true},"type":"json_schema"}` {
-		t.Fatalf("%s", got)
-	}
-}
-
 // Every way a server says a reply is unusable, or a prompt too large,
 // becomes the same error as through Ollama.
 func TestOpenAIErrors(t *testing.T) {
@@ -402,19 +390,19 @@ func TestOpenAIErrors(t *testing.T) {
 	}{
 		{"finish_reason length", func(ollamafake.Request) ollamafake.Reply {
 			return ollamafake.Reply{Content: `{"actions":[{"reason":"` + strings.Repeat("x", 2000) + `"}]}`}
-		}, nil, ErrCutShort, "cut at num_predict in the answer (256 tokens)", -1},
+		}, nil, modelapi.ErrCutShort, "cut at num_predict in the answer (256 tokens)", -1},
 		{"no finish_reason (a repeat limit)", func(ollamafake.Request) ollamafake.Reply {
 			return ollamafake.Reply{Content: `{"actions":[{"reason":"lllllll`, RepeatLimit: true}
-		}, nil, ErrUnfinished, "with no done reason", 0},
+		}, nil, modelapi.ErrUnfinished, "with no done reason", 0},
 		{"llama-server overflow", ollamafake.Capable, func(int) (int, string) {
 			return 400, `{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5000,"n_ctx":4096}}`
-		}, ErrContextOverflow, "exceed_context_size_error", 5000},
+		}, modelapi.ErrContextOverflow, "exceed_context_size_error", 5000},
 		{"Ollama /v1 overflow", ollamafake.Capable, func(int) (int, string) {
 			return 400, `{"error":{"message":"the input length exceeds the context length","type":"api_error","param":null,"code":null}}`
-		}, ErrContextOverflow, "exceeds the context length", 0},
+		}, modelapi.ErrContextOverflow, "exceeds the context length", 0},
 		{"vLLM overflow", ollamafake.Capable, func(int) (int, string) {
 			return 400, `{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.","type":"BadRequestError","param":null,"code":400}`
-		}, ErrContextOverflow, "maximum context length", 0},
+		}, modelapi.ErrContextOverflow, "maximum context length", 0},
 		{"a server error", ollamafake.Capable, func(int) (int, string) { return 500, `{"error":"boom"}` }, nil, "500 boom", 0},
 		{"not JSON", ollamafake.Capable, func(int) (int, string) { return 200, `<html>` }, nil, "not the reply expected", 0},
 		{"no choices", ollamafake.Capable, func(int) (int, string) { return 200, `{"choices":[]}` }, nil, "no choices", 0},
@@ -425,7 +413,7 @@ func TestOpenAIErrors(t *testing.T) {
 			if _, err := p.Model.Inspect(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			_, call, err := p.Model.Ask(context.Background(), "prompt", Schema(nil, nil, 1, 256), ThinkOff)
+			_, call, err := p.Model.Ask(context.Background(), "prompt", prompt.Schema(nil, nil, 1, 256), modelapi.ThinkOff)
 			if err == nil || (tc.want != nil && !errors.Is(err, tc.want)) || !strings.Contains(call.Error, tc.text) {
 				t.Fatalf("error %v, call %+v", err, call)
 			}
@@ -442,7 +430,7 @@ func TestOpenAIErrors(t *testing.T) {
 func TestOpenAIDigest(t *testing.T) {
 	digest := func(setup func(*oaiFake), model string) (string, error) {
 		f := newOAIFake(t, ollamafake.Capable, setup)
-		return NewOpenAI(f.URL, &http.Client{}).Digest(context.Background(), model)
+		return modelapi.NewOpenAI(f.URL, &http.Client{}).Digest(context.Background(), model)
 	}
 	a, err := digest(llamaServer(4096), "tiny")
 	b, err2 := digest(llamaServer(4096), "tiny")
@@ -469,13 +457,13 @@ func TestOpenAISettings(t *testing.T) {
 		mod  func(*Config)
 		err  string
 	}{
-		{"openai with a URL and a key", func(c *Config) { c.API, c.URL, c.KeyFile = APIOpenAI, "http://127.0.0.1:8080", good }, ""},
+		{"openai with a URL and a key", func(c *Config) { c.API, c.URL, c.KeyFile = modelapi.APIOpenAI, "http://127.0.0.1:8080", good }, ""},
 		{"ollama by --llm-url", func(c *Config) { c.URL = "127.0.0.1:11434" }, ""},
 		{"ollama by both, alike", func(c *Config) { c.URL, c.Host = "127.0.0.1:11434", "127.0.0.1:11434" }, ""},
-		{"openai without a URL", func(c *Config) { c.API = APIOpenAI }, "needs --llm-url"},
-		{"openai with --ollama-host", func(c *Config) { c.API, c.Host = APIOpenAI, "127.0.0.1:8080" }, "native API's address"},
+		{"openai without a URL", func(c *Config) { c.API = modelapi.APIOpenAI }, "needs --llm-url"},
+		{"openai with --ollama-host", func(c *Config) { c.API, c.Host = modelapi.APIOpenAI, "127.0.0.1:8080" }, "native API's address"},
 		{"both, unlike", func(c *Config) { c.URL, c.Host = "a:1", "b:2" }, "differ"},
-		{"not a URL", func(c *Config) { c.API, c.URL = APIOpenAI, "ftp://x" }, "not an http(s) URL"},
+		{"not a URL", func(c *Config) { c.API, c.URL = modelapi.APIOpenAI, "ftp://x" }, "not an http(s) URL"},
 		{"an unknown API", func(c *Config) { c.API = "grpc" }, "llm-api"},
 		{"a key others may read", func(c *Config) { c.KeyFile = keyFile(t, "sk-1", 0o640) }, "mode 0640"},
 		{"an empty key", func(c *Config) { c.KeyFile = keyFile(t, "", 0o600) }, "one line"},
@@ -496,7 +484,7 @@ func TestOpenAISettings(t *testing.T) {
 	f := newOAIFake(t, ollamafake.Capable, func(f *oaiFake) { f.key = "sk-1" })
 	c := DefaultConfig()
 	c.Model, c.URL, c.KeyFile = "m", f.URL, good
-	s, err := c.Server()
+	s, err := modelapi.Dial(c.API, c.URL, c.Host, c.KeyFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -542,31 +530,15 @@ func TestOpenAIGuards(t *testing.T) {
 }
 
 // Calibration and shadow mode run unchanged through the OpenAI API.
-func TestOpenAICalibrationAndShadow(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		respond ollamafake.Responder
-		pass    bool
-	}{{"capable", ollamafake.Capable, true}, {"trigger-happy", ollamafake.TriggerHappy, false}} {
-		t.Run(tc.name, func(t *testing.T) {
-			p, _ := newOpenAIPolicy(t, tc.respond, nil, nil)
-			sc, err := Calibrate(context.Background(), p.Model, p.Model.Config.CallBudget(8*time.Second), time.Unix(5000, 0))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if sc.Passed != tc.pass || !strings.HasPrefix(sc.Key.Digest, "openai:") || sc.ValidRate != 1 {
-				t.Fatalf("passed %v (%s), digest %s, valid %.2f", sc.Passed, sc.Why, sc.Key.Digest, sc.ValidRate)
-			}
-		})
-	}
+func TestOpenAIShadow(t *testing.T) {
 	p, _ := newOpenAIPolicy(t, ollamafake.TriggerHappy, nil, func(c *Config) { c.Confirm = 1 })
-	s := &Shadow{Model: p, Acting: rules.NewPolicy(rules.DefaultConfig())}
+	s := &shadow{Model: p, Acting: rules.NewPolicy(rules.DefaultConfig())}
 	obs := fleet(time.Unix(1000, 0), 6)
 	obs.Backends[0].Servers[0].Window.Err5xx = 4
 	if plan, err := s.Decide(context.Background(), obs); err != nil || len(plan) != 0 {
 		t.Fatalf("acting plan %v %v", plan, err)
 	}
-	if r := s.Report().(ShadowReport); !r.Compared || !r.Disagreement || len(r.OnlyModel) != 1 {
+	if r := s.Report().(shadowReport); !r.Compared || !r.Disagreement || len(r.OnlyModel) != 1 {
 		t.Fatalf("report %+v", r)
 	}
 }

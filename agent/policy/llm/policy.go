@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
+	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/internal/promtext"
 	"github.com/rs/zerolog"
@@ -40,6 +42,12 @@ type Report struct {
 // their drains always apply, and the model decides what they cannot
 // decide well (the grey zone, latency below their test, overload, when a
 // drained server should be probed, several faults at once).
+//
+// The exported fields are set before Start and not changed after. Four
+// mutexes split the rest, so that /metrics and /status never wait for a
+// step, nor a step for the life cycle. Lock order: mu before lmu and fmu,
+// fmu before cmu; Model's own mutex is taken under any of them and takes
+// none.
 type Policy struct {
 	Model *Model
 	// Floor is the policy whose plan always applies (the rules); nil for
@@ -57,28 +65,31 @@ type Policy struct {
 	// charge, with the reason in /status.
 	Admit func(ctx context.Context) error
 
-	mu       sync.Mutex       // one step at a time
+	// Set by New, never changed.
+	rules    rules.Config    // the operator's: the suspects, FleetWide and evidence are judged by it
+	evidence *rules.Policy   // the operator's own test, for mayUndo
+	ctx      context.Context // the policy's life: Close ends it
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup // the life-cycle goroutine and calls in flight
+
+	// mu is held by Decide for its whole step (one step at a time), and
+	// by the life cycle to switch thinking off.
+	mu       sync.Mutex       // guards pending, think, thinkOff, shown, history, judge, report
 	pending  map[proposal]int // consecutive proposals of each action
-	think    Think            // the mode in force
+	think    modelapi.Think   // the mode in force
 	thinkOff int              // steps left with thinking forced off
 	shown    int              // servers per backend the prompt lists in full
 	history  []string         // the model's decisions and their outcomes
 	judge    []agent.Action   // last step's model actions, to judge now
 	report   Report
-	gate     *rules.Policy
-	evidence *rules.Policy
 
-	ctx    context.Context // the policy's life: Close ends it
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // the life-cycle goroutine and calls in flight
-
-	lmu  sync.Mutex // the model's life cycle
+	lmu  sync.Mutex // guards life: the life cycle writes it, steps and /status read it
 	life lifeState
 
-	fmu      sync.Mutex // the call in flight
+	fmu      sync.Mutex // guards inflight: the call in flight, which may outlive its step
 	inflight *flight
 
-	cmu      sync.Mutex // counters, read by /metrics while a step waits
+	cmu      sync.Mutex // guards counters, read by /metrics and /status while a step waits
 	counters counters
 }
 
@@ -104,10 +115,10 @@ type lifeState struct {
 	state Life
 	since time.Time
 	err   string
-	info  Info
+	info  modelapi.Info
 	// admitted: Admit passed the model (its calibration record).
 	admitted bool
-	// history is the last MaxLifeHistory changes of state, oldest
+	// history is the last maxLifeHistory changes of state, oldest
 	// first: /status shows how the model got where it is (unloaded from
 	// outside and loaded again, say).
 	history []LifeChange
@@ -120,8 +131,8 @@ type LifeChange struct {
 	Error string    `json:"error,omitempty"`
 }
 
-// MaxLifeHistory bounds lifeState.history.
-const MaxLifeHistory = 16
+// maxLifeHistory bounds lifeState.history.
+const maxLifeHistory = 16
 
 type flight struct {
 	started time.Time
@@ -136,18 +147,15 @@ type callResult struct {
 
 // New returns the LLM policy; cfg is resolved (Config.Resolved) by the
 // caller. Start warms the model; Close ends every call and the warm-up.
-func New(m *Model, floor agent.Decider, cfg Config, log zerolog.Logger) *Policy {
+func New(m *Model, floor agent.Decider, rc rules.Config, cfg Config, log zerolog.Logger) *Policy {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Policy{
 		Model: m, Floor: floor, Config: cfg, Log: log, Now: time.Now, WatchEvery: 30 * time.Second,
 		pending: map[proposal]int{}, think: cfg.Think, shown: cfg.MaxShown,
-		// A loose version of the rule test finds the grey zone: suspicious,
-		// not yet significant at the rules' alpha.
-		gate: rules.New(rules.Config{Alpha: 0.05, MinRequests: 50, MinErrors: 3, MinRatio: 1.5}),
-		// The default rule test decides whether a drained server's own
-		// window still condemns it.
-		evidence: rules.New(rules.DefaultConfig()),
-		ctx:      ctx, cancel: cancel, life: lifeState{state: LifeUnknown},
+		// The operator's rules find the suspects (their loose test) and
+		// decide whether a drained server's own window still condemns it.
+		rules: rc, evidence: rules.New(rc),
+		ctx: ctx, cancel: cancel, life: lifeState{state: LifeUnknown},
 	}
 }
 
@@ -168,12 +176,16 @@ func (p *Policy) Needs() agent.Needs {
 	return agent.Needs{DrainsPer: 3, NoStepBudget: p.Config.Unprotected}
 }
 
-// Report returns the last step's report.
-func (p *Policy) Report() any {
+// LastReport is the last step's report: what calibration scores and
+// shadow mode compares.
+func (p *Policy) LastReport() Report {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.report
 }
+
+// Report is LastReport as the loop's audit hook takes it.
+func (p *Policy) Report() any { return p.LastReport() }
 
 // Close stops the warm-up and every call in flight, and waits for them.
 func (p *Policy) Close() {
@@ -208,8 +220,8 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 	think := p.thinkFor()
 	in, note := p.promptInput(obs, cands, floor, think)
 	p.report.PromptNote = note
-	prompt := Prompt(in)
-	res, err := p.call(ctx, prompt, p.schema(in), think)
+	text := prompt.Render(in)
+	res, err := p.call(ctx, text, p.schema(in), think)
 	if err != nil {
 		var late overran
 		isLate := errors.As(err, &late)
@@ -218,9 +230,9 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 	}
 	p.report.Called, p.report.Call = true, &res.call
 	p.costOfThinking(think, res.call, false)
-	if res.err == nil && in.Style == PromptNumbered {
+	if res.err == nil && in.Style == prompt.Numbered {
 		var named agent.Plan
-		if named, res.err = in.refs().Resolve(res.plan); res.err != nil {
+		if named, res.err = in.Refs().Resolve(res.plan); res.err != nil {
 			res.err = fmt.Errorf("llm: invalid reply from %s: %w", p.Config.Model, res.err)
 			// The reply parsed, so its text is not kept: the plan as
 			// parsed, references and all, stands for it.
@@ -290,15 +302,15 @@ func (p *Policy) fallback(floor agent.Plan, why string, overran bool) agent.Plan
 // failed counts a call that came back unusable, and learns from it.
 func (p *Policy) failed(res callResult) {
 	switch {
-	case errors.Is(res.err, ErrThinkUnsupported):
-		p.think = ThinkOff
+	case errors.Is(res.err, modelapi.ErrThinkUnsupported):
+		p.think = modelapi.ThinkOff
 		p.report.ThinkNote = "the model does not support thinking: off from now on"
-	case errors.Is(res.err, ErrContextOverflow):
+	case errors.Is(res.err, modelapi.ErrContextOverflow):
 		p.shown = max(2, p.shown/2)
 		p.report.PromptNote = fmt.Sprintf("the prompt did not fit the model's context: %d servers a backend in full from now on", p.shown)
 	}
 	p.count(func(c *counters) {
-		if res.call.Raw != "" || errors.Is(res.err, ErrCutShort) || errors.Is(res.err, ErrUnfinished) || errors.Is(res.err, ErrContextOverflow) {
+		if res.call.Raw != "" || errors.Is(res.err, modelapi.ErrCutShort) || errors.Is(res.err, modelapi.ErrUnfinished) || errors.Is(res.err, modelapi.ErrContextOverflow) {
 			c.invalid++
 		} else {
 			c.httpErrors++
@@ -307,13 +319,13 @@ func (p *Policy) failed(res callResult) {
 }
 
 // thinkFor is the think mode of this step's call.
-func (p *Policy) thinkFor() Think {
+func (p *Policy) thinkFor() modelapi.Think {
 	if p.thinkOff > 0 {
 		p.thinkOff--
 		if p.thinkOff == 0 {
 			p.report.ThinkNote = "thinking allowed again from the next step"
 		}
-		return ThinkOff
+		return modelapi.ThinkOff
 	}
 	return p.think
 }
@@ -322,8 +334,8 @@ func (p *Policy) thinkFor() Think {
 // that showed it costs too much, by what can be observed: the call
 // overran its deadline, was cut at num_predict, or spent more completion
 // tokens than TokenBudget.
-func (p *Policy) costOfThinking(think Think, call Call, overran bool) {
-	if think == ThinkOff || p.Config.ThinkRetry <= 0 {
+func (p *Policy) costOfThinking(think modelapi.Think, call Call, overran bool) {
+	if think == modelapi.ThinkOff || p.Config.ThinkRetry <= 0 {
 		return
 	}
 	var why string
@@ -345,15 +357,16 @@ func (p *Policy) costOfThinking(think Think, call Call, overran bool) {
 // supported drops drains and weight cuts of servers the windows do not
 // flag: the model proposes, the data must agree. A model that drains
 // healthy servers therefore cannot do worse than the rules. A server
-// flagged for its errors alone must also pass fleetWide, against the
-// peers the floor and the loose test have not set apart this step.
-func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[agent.Key]Candidate, floor agent.Plan) agent.Plan {
+// flagged for its errors alone must also pass the operator's rules'
+// FleetWide check, against the peers the floor and the loose test have
+// not set apart this step.
+func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[agent.Key]rules.Suspect, floor agent.Plan) agent.Plan {
 	apart := map[agent.Key]bool{}
 	for _, a := range floor {
 		apart[a.Key()] = true
 	}
 	for k, c := range cands {
-		if slices.Contains(c.Signals, SignalErrors) {
+		if slices.Contains(c.Signals, rules.SignalErrors) {
 			apart[k] = true
 		}
 	}
@@ -370,8 +383,8 @@ func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[age
 			switch {
 			case !flagged:
 				why = "the windows do not flag it"
-			case c.only(SignalErrors):
-				why = p.fleetWide(b, s, apart)
+			case c.Only(rules.SignalErrors):
+				why = p.rules.FleetWide(b, s, apart)
 			}
 			if why != "" {
 				p.report.Unsupported = append(p.report.Unsupported, proposalOf(a).String()+": "+why)
@@ -381,40 +394,6 @@ func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[age
 		out = append(out, a)
 	}
 	return out
-}
-
-// fleetWide says why s's errors do not set it apart from its backend, or
-// "" when they do. The loose test that flags a server compares it with
-// the better half of its peers, so that a second fault does not mask the
-// first; but where every server fails alike, the better half of a few
-// peers is a low draw, and any server looks worse than it. Against all
-// its serving peers together but those set apart too (another fault,
-// which would mask it), a faulty server must still fail MinRatio times as
-// often (the rules' own ratio), as a fault among healthy peers does by
-// far. One that fails like the rest is not the fault, and draining it
-// cannot help.
-func (p *Policy) fleetWide(b *agent.BackendView, s *agent.ServerView, apart map[agent.Key]bool) string {
-	if b == nil || s == nil {
-		return "" // the guardrails refuse an unknown server
-	}
-	var peerN, peerX uint64
-	for _, v := range b.Servers {
-		if v.Server != s.Server && v.Serving() && !apart[v.Key()] {
-			peerN += v.Window.Requests
-			peerX += v.Window.Err5xx
-		}
-	}
-	if peerN == 0 || s.Window.Requests == 0 {
-		return "" // no peer left with traffic: the loose test's comparison stands
-	}
-	rate := s.Window.ErrorRate()
-	peers := float64(peerX) / float64(peerN)
-	ratio := p.evidence.Config.MinRatio
-	if rate >= ratio*peers {
-		return ""
-	}
-	return fmt.Sprintf("errors %.2f%% (%d/%d) against %.2f%% (%d/%d) for its unflagged serving peers together, under %gx theirs: the backend fails alike",
-		100*rate, s.Window.Err5xx, s.Window.Requests, 100*peers, peerX, peerN, ratio)
 }
 
 // proposal names an action across steps: the same verb, server and
@@ -492,27 +471,8 @@ func (p *Policy) mayUndo(obs agent.Observation, a agent.Action) bool {
 	return false
 }
 
-// Signal is what makes the windows flag a server to the model.
-type Signal string
-
-const (
-	SignalErrors   Signal = "errors"   // the loose rule test, short of the strict one
-	SignalLatency  Signal = "latency"  // p95 over twice the serving servers' median
-	SignalOverload Signal = "overload" // most of its maxconn busy
-)
-
-// Candidate is why the windows flag a server: every signal that does,
-// and the first one's figures, which the prompt shows.
-type Candidate struct {
-	Why     string
-	Signals []Signal
-}
-
-// only says whether sig is the one signal that flags the server.
-func (c Candidate) only(sig Signal) bool { return len(c.Signals) == 1 && c.Signals[0] == sig }
-
 // whys is the candidates as the prompt shows them.
-func whys(cands map[agent.Key]Candidate) map[agent.Key]string {
+func whys(cands map[agent.Key]rules.Suspect) map[agent.Key]string {
 	out := make(map[agent.Key]string, len(cands))
 	for k, c := range cands {
 		out[k] = c.Why
@@ -520,57 +480,15 @@ func whys(cands map[agent.Key]Candidate) map[agent.Key]string {
 	return out
 }
 
-// candidates maps a server to why the model should look at it:
-// errors in the grey zone (the loose rule test flags it, the strict one
-// does not), latency (p95 over twice the serving servers' median plus
-// 5 ms), or overload (80% of its maxconn busy). Servers the floor acts on
-// are the rules' already.
-func (p *Policy) candidates(obs agent.Observation, floor agent.Plan) map[agent.Key]Candidate {
+// candidates are the operator's rules' suspects this step: the servers
+// the model should look at. Servers the floor acts on are the rules'
+// already.
+func (p *Policy) candidates(obs agent.Observation, floor agent.Plan) map[agent.Key]rules.Suspect {
 	decided := map[agent.Key]bool{}
 	for _, a := range floor {
 		decided[a.Key()] = true
 	}
-	out := map[agent.Key]Candidate{}
-	add := func(k agent.Key, sig Signal, why string) {
-		if decided[k] {
-			return
-		}
-		c, seen := out[k]
-		if !seen {
-			c.Why = why
-		}
-		c.Signals = append(c.Signals, sig)
-		out[k] = c
-	}
-	for _, b := range obs.Backends {
-		for _, f := range p.gate.Test(b) {
-			if f.Outlier {
-				add(agent.Key{Backend: b.Name, Server: f.Server}, SignalErrors, fmt.Sprintf("errors %.2f%% vs peers %.2f%%, p=%.2g", 100*f.Rate, 100*f.PeerRate, f.P))
-			}
-		}
-		var p95 []int
-		for _, s := range b.Servers {
-			if s.Serving() && s.Window.Requests >= 50 {
-				p95 = append(p95, s.Window.P95Ms)
-			}
-		}
-		for _, s := range b.Servers {
-			k := s.Key()
-			if len(p95) >= 2 && s.Serving() && s.Window.Requests >= 50 && s.Window.P95Ms > 2*median(p95)+5 {
-				add(k, SignalLatency, fmt.Sprintf("latency: p95 %d ms vs the median %d ms", s.Window.P95Ms, median(p95)))
-			}
-			if u := s.Busy(s.Recent.RatePerSec); u >= 0.8 && s.Serving() {
-				add(k, SignalOverload, fmt.Sprintf("overload: %.0f%% of maxconn %d busy", 100*u, s.MaxConn))
-			}
-		}
-	}
-	return out
-}
-
-func median(v []int) int {
-	c := append([]int(nil), v...)
-	sort.Ints(c)
-	return c[len(c)/2]
+	return p.rules.Suspects(obs, decided)
 }
 
 // judgeOutcomes writes how last step's model actions turned out into the
@@ -599,7 +517,7 @@ func (p *Policy) judgeOutcomes(obs agent.Observation) {
 // promptInput assembles what this call shows, shrunk to fit the model's
 // context: fewer servers in full, then only the backend with the most
 // candidates (the others get their turn on later steps).
-func (p *Policy) promptInput(obs agent.Observation, cands map[agent.Key]Candidate, floor agent.Plan, think Think) (PromptInput, string) {
+func (p *Policy) promptInput(obs agent.Observation, cands map[agent.Key]rules.Suspect, floor agent.Plan, think modelapi.Think) (prompt.Input, string) {
 	pending := map[agent.Key]int{}
 	for k, n := range p.pending {
 		pending[k.server] = n
@@ -608,11 +526,11 @@ func (p *Policy) promptInput(obs agent.Observation, cands map[agent.Key]Candidat
 	for _, a := range floor {
 		fl[a.Key()] = string(a.Kind)
 	}
-	in := PromptInput{Obs: obs, Candidates: whys(cands), Floor: fl, Pending: pending, Confirm: p.Config.Confirm,
-		History: p.history, DrainsPer: p.Needs().DrainsPer, MaxShown: p.shown, Style: p.Config.Prompt}
+	in := prompt.Input{Obs: obs, Candidates: whys(cands), Floor: fl, Pending: pending, Confirm: p.Config.Confirm,
+		History: p.history, DrainsPer: p.Needs().DrainsPer, MaxShown: p.shown, Style: p.Model.Form()}
 	room := p.Model.Room(think)
 	fits := func() bool {
-		return room <= 0 || p.Model.EstimatePrompt(Prompt(in)) <= room
+		return room <= 0 || p.Model.EstimatePrompt(prompt.Render(in)) <= room
 	}
 	note := ""
 	for !fits() && in.MaxShown > 2 {
@@ -640,10 +558,10 @@ func (p *Policy) promptInput(obs agent.Observation, cands map[agent.Key]Candidat
 
 // schema is the reply schema for the servers this prompt shows and the
 // agent may act on.
-func (p *Policy) schema(in PromptInput) []byte {
-	if in.Style == PromptNumbered {
-		r := in.refs()
-		return Schema(r.Backends, r.Servers, r.MaxWeight, p.Config.NumPredict)
+func (p *Policy) schema(in prompt.Input) []byte {
+	if in.Style == prompt.Numbered {
+		r := in.Refs()
+		return prompt.Schema(r.Backends, r.Servers, r.MaxWeight, p.Config.NumPredict)
 	}
 	var backends, servers []string
 	maxWeight := 1
@@ -665,7 +583,7 @@ func (p *Policy) schema(in PromptInput) []byte {
 			}
 		}
 	}
-	return Schema(backends, servers, maxWeight, p.Config.NumPredict)
+	return prompt.Schema(backends, servers, maxWeight, p.Config.NumPredict)
 }
 
 // overran is a call the step's deadline came before: budget is what the
@@ -685,7 +603,7 @@ var errStopping = errors.New("the agent is stopping")
 // under the policy's life and LoadTimeout, because Ollama aborts a load
 // whose request ends. Its late answer keeps the model warm and is
 // discarded. The error is an overran past the deadline.
-func (p *Policy) call(ctx context.Context, prompt string, schema []byte, think Think) (callResult, error) {
+func (p *Policy) call(ctx context.Context, text string, schema []byte, think modelapi.Think) (callResult, error) {
 	if p.Config.Deadline > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.Config.Deadline)
@@ -716,7 +634,7 @@ func (p *Policy) call(ctx context.Context, prompt string, schema []byte, think T
 		defer p.wg.Done()
 		cctx, cancel := context.WithTimeout(p.ctx, p.Config.LoadTimeout)
 		defer cancel()
-		plan, call, err := p.Model.Ask(cctx, prompt, schema, think)
+		plan, call, err := p.Model.Ask(cctx, text, schema, think)
 		f.done <- callResult{plan, call, err}
 	}()
 	select {

@@ -3,12 +3,14 @@ package llm
 import (
 	"context"
 	"encoding/json"
-	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm/calibrate/fixtures"
+	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/internal/lab/ollamafake"
 )
 
@@ -16,7 +18,7 @@ import (
 // names the row it ends and the backend it stands under, and the reply
 // schema offers exactly the references of the rows the agent may act on.
 func TestNumberedRefsNameTheirRows(t *testing.T) {
-	for _, seq := range Sequences(time.Unix(5000, 0)) {
+	for _, seq := range fixtures.Sequences(time.Unix(5000, 0)) {
 		for i, st := range seq.Steps {
 			cands := map[agent.Key]string{}
 			for _, b := range st.Obs.Backends {
@@ -26,31 +28,31 @@ func TestNumberedRefsNameTheirRows(t *testing.T) {
 					}
 				}
 			}
-			in := PromptInput{Obs: st.Obs, Candidates: cands, Style: PromptNumbered}
-			r := in.refs()
+			in := prompt.Input{Obs: st.Obs, Candidates: cands, Style: prompt.Numbered}
+			r := in.Refs()
 			backend, rows := "", 0
-			for _, line := range strings.Split(Prompt(in), "\n") {
+			for _, line := range strings.Split(prompt.Render(in), "\n") {
 				if rest, ok := strings.CutPrefix(line, "backend "); ok {
 					ref, name, _ := strings.Cut(rest, " = ")
 					name, _, _ = strings.Cut(name, ":")
-					if r.backend[ref] != name {
-						t.Fatalf("%s step %d: %q: %s is %q in Refs", seq.Name, i+1, line, ref, r.backend[ref])
+					if r.Backend(ref) != name {
+						t.Fatalf("%s step %d: %q: %s is %q in Refs", seq.Name, i+1, line, ref, r.Backend(ref))
 					}
 					backend = ref
 					continue
 				}
 				body, ref, ok := strings.Cut(line, " = s")
-				if !ok || line == NumberedHeader {
+				if !ok || line == prompt.NumberedHeader {
 					continue
 				}
 				rows++
-				k := r.server["s"+ref]
-				if name, _, _ := strings.Cut(body, " "); k.Server != name || k.Backend != r.backend[backend] {
+				k, _ := r.Server("s" + ref)
+				if name, _, _ := strings.Cut(body, " "); k.Server != name || k.Backend != r.Backend(backend) {
 					t.Fatalf("%s step %d: row %q: s%s names %v", seq.Name, i+1, line, ref, k)
 				}
 			}
-			if rows != len(r.server) || rows == 0 && len(r.Backends) > 0 {
-				t.Fatalf("%s step %d: %d rows numbered, Refs has %d", seq.Name, i+1, rows, len(r.server))
+			if _, more := r.Server("s" + strconv.Itoa(rows+1)); more || rows == 0 && len(r.Backends) > 0 {
+				t.Fatalf("%s step %d: %d rows numbered, Refs has more", seq.Name, i+1, rows)
 			}
 			var schema struct {
 				Properties struct {
@@ -69,7 +71,7 @@ func TestNumberedRefsNameTheirRows(t *testing.T) {
 			}
 			item := schema.Properties.Actions.Items.Properties
 			for _, s := range item.Server.Enum {
-				if k, ok := r.server[s]; s != "-" && (!ok || operators(st.Obs)[k]) {
+				if k, ok := r.Server(s); s != "-" && (!ok || operators(st.Obs)[k]) {
 					t.Fatalf("%s step %d: the schema offers %s (%v)", seq.Name, i+1, s, k)
 				}
 			}
@@ -92,45 +94,11 @@ func operators(obs agent.Observation) map[agent.Key]bool {
 	return out
 }
 
-func TestRefsResolve(t *testing.T) {
-	in := rowsInput()
-	in.Style = PromptNumbered
-	r := in.refs() // s1 srv4 (the candidate), s2 srv1 (the agent's), then s3, s4
-	tests := []struct {
-		name     string
-		backend  string
-		server   string
-		want     agent.Key
-		rejected bool
-	}{
-		{name: "the candidate", backend: "b1", server: "s1", want: agent.Key{Backend: "app", Server: "srv4"}},
-		{name: "the agent's", backend: "b1", server: "s2", want: agent.Key{Backend: "app", Server: "srv1"}},
-		{name: "a row the prompt did not list", backend: "b1", server: "s5", rejected: true},
-		{name: "a backend the prompt did not show", backend: "b2", server: "s1", rejected: true},
-		{name: "a server's own name", backend: "app", server: "srv4", rejected: true},
-		{name: "the placeholder", backend: "-", server: "-", rejected: true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := r.Resolve(agent.Plan{{Kind: agent.Drain, Backend: tc.backend, Server: tc.server, Reason: "model: r"}})
-			if tc.rejected {
-				if !errors.Is(err, ErrUnknownRef) || got != nil {
-					t.Fatalf("resolved to %v, %v", got, err)
-				}
-				return
-			}
-			if err != nil || len(got) != 1 || got[0].Key() != tc.want || got[0].Kind != agent.Drain || got[0].Reason != "model: r" {
-				t.Fatalf("resolved to %v, %v", got, err)
-			}
-		})
-	}
-}
-
 // Through the policy: a numbered reply acts on the server its reference
 // names, and one naming a row the prompt did not give is an invalid
 // reply, audited with what the model said, and the rules' plan stands.
 func TestNumberedReplyActsOnItsRow(t *testing.T) {
-	numbered := func(c *Config) { c.Prompt, c.Confirm, c.Gate = PromptNumbered, 1, GateAlways }
+	numbered := func(c *Config) { c.Prompt, c.Confirm, c.Gate = prompt.Numbered, 1, GateAlways }
 	drain := func(b, s string) string {
 		return `{"actions":[{"reason":"s1: 5xx far above its peers","action":"drain","backend":"` + b + `","server":"` + s + `"}]}`
 	}

@@ -7,30 +7,32 @@ import (
 	"github.com/hapilot/hapilot/agent"
 )
 
-// Shadow lets the model decide and the acting policy (rules) act; every
+// shadow lets the model decide and the acting policy (rules) act; every
 // step's disagreement goes into the audit record. This is how an operator
 // trials a model without letting it touch traffic (`--policy shadow`).
-type Shadow struct {
+type shadow struct {
 	Model  *Policy
 	Acting agent.Policy
 
-	last ShadowReport
+	// last is the loop goroutine's alone: the loop calls Decide and then
+	// Report, never at once, so it needs no mutex.
+	last shadowReport
 }
 
 // NewShadow is shadow mode as the loop runs it: the acting policy's
 // needs and evidence test (its plan is the one that runs), the model's
 // status, metrics and life cycle, and the comparison as the report.
 func NewShadow(model *Policy, acting agent.Policy) agent.Policy {
-	s := &Shadow{Model: model, Acting: acting}
+	s := &shadow{Model: model, Acting: acting}
 	return agent.Policy{Decider: s, Needs: acting.Needs, Evidence: acting.Evidence, Report: s.Report,
 		Status: model.PolicyStatus, Metrics: model.WriteMetrics, Start: model.Start, Close: model.Close}
 }
 
-// ShadowReport is one shadow step. Compared is false when the model gave
+// shadowReport is one shadow step. Compared is false when the model gave
 // no answer of its own (a failed or overrunning call, a model still
 // loading, a step the gate left to the floor): the plans are then not
 // compared, and no agreement is claimed.
-type ShadowReport struct {
+type shadowReport struct {
 	Model        Report     `json:"model"`
 	ModelPlan    agent.Plan `json:"model_plan"`
 	ModelError   string     `json:"model_error,omitempty"`
@@ -40,14 +42,14 @@ type ShadowReport struct {
 	Disagreement bool       `json:"disagreement"`
 }
 
-func (s *Shadow) Name() string { return "shadow:" + s.Acting.Name() }
+func (s *shadow) Name() string { return "shadow:" + s.Acting.Name() }
 
-func (s *Shadow) Report() any { return s.last }
+func (s *shadow) Report() any { return s.last }
 
-func (s *Shadow) Decide(ctx context.Context, obs agent.Observation) (agent.Plan, error) {
+func (s *shadow) Decide(ctx context.Context, obs agent.Observation) (agent.Plan, error) {
 	modelPlan, merr := s.Model.Decide(ctx, obs)
 	plan, err := s.Acting.Decide(ctx, obs)
-	r := ShadowReport{Model: s.Model.Report().(Report), ModelPlan: modelPlan}
+	r := shadowReport{Model: s.Model.LastReport(), ModelPlan: modelPlan}
 	switch {
 	case merr != nil:
 		r.ModelError = merr.Error()

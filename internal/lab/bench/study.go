@@ -13,7 +13,7 @@ import (
 
 	"net"
 
-	"github.com/hapilot/hapilot/agent/policy/llm"
+	llmcalibrate "github.com/hapilot/hapilot/agent/policy/llm/calibrate"
 	"github.com/hapilot/hapilot/examples"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/config"
@@ -548,7 +548,7 @@ func calibrate(ctx context.Context, args []string, dir string) (*GateVerdict, er
 	if err := config.Parse(fs, args); err != nil {
 		return nil, err
 	}
-	sc, err := llm.CalibrateAs(ctx, cfg.LLM, cfg.Loop, time.Now())
+	sc, err := llmcalibrate.Run(ctx, cfg.LLM, cfg.Rules, cfg.Loop, time.Now())
 	if err != nil {
 		return nil, fmt.Errorf("calibrate %s: %w", cfg.LLM.Model, err)
 	}

@@ -12,7 +12,8 @@ import (
 	"strings"
 
 	"github.com/hapilot/hapilot/agent"
-	"github.com/hapilot/hapilot/agent/policy/llm"
+	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
+	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/internal/lab/modelserver"
 	"github.com/ollama/ollama/tokenizer"
 )
@@ -29,7 +30,7 @@ type Recipe struct {
 	Vocab int
 	Spec  modelserver.Spec
 	// Prompt is the prompt's style the examples are rendered in.
-	Prompt llm.PromptStyle
+	Prompt prompt.Style
 	// Pack, when set, is llama-finetune's -c: the training text is laid
 	// out in units of Pack/2 tokens (its stride), each of whole examples
 	// and filled out with newlines, so that no chunk it trains on cuts an
@@ -61,7 +62,7 @@ type Draw struct {
 // DefaultRecipe is hapilot-bench dataset's defaults, small and quick to
 // draw; internal/lab/models/recipe.env sets hapilot-tiny's.
 func DefaultRecipe() Recipe {
-	return Recipe{Seed: 1, Examples: 3000, VocabFit: 300, Vocab: 768, Penalty: 3, Draw: Draw{Frozen: 8}, Prompt: llm.PromptCompact, Pack: 1024,
+	return Recipe{Seed: 1, Examples: 3000, VocabFit: 300, Vocab: 768, Penalty: 3, Draw: Draw{Frozen: 8}, Prompt: prompt.Compact, Pack: 1024,
 		Spec: modelserver.Spec{Layers: 2, Width: 64, Heads: 4, FF: 192, ContextLength: 3072, Train: true}}
 }
 
@@ -298,9 +299,9 @@ func (p *packer) close(b *strings.Builder) {
 }
 
 // Finish writes the servable GGUF out from trained, the GGUF train.py
-// or llama-finetune trained from dir's dataset: the recipe's keys and
-// vocabulary (dir's stats.json and vocab.json) with the trained weights
-// (modelserver.WriteTrained says why).
+// or llama-finetune trained from dir's dataset: the recipe's keys,
+// prompt form and vocabulary (dir's stats.json and vocab.json) with the
+// trained weights (modelserver.WriteTrained says why).
 func Finish(dir, trained, out string) error {
 	var st Stats
 	var v Vocab
@@ -315,6 +316,9 @@ func Finish(dir, trained, out string) error {
 	}
 	spec := st.Recipe.Spec
 	spec.Vocabulary = &modelserver.Vocabulary{Tokens: v.Tokens, Types: v.Types, Scores: v.Scores}
+	// The model names the prompt form it is trained on, so that the
+	// agent calls it with that form without --llm-prompt.
+	spec.Meta = map[string]string{modelapi.PromptFormKey: string(st.Recipe.Prompt)}
 	return modelserver.WriteTrained(out, spec, trained)
 }
 

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
-	"github.com/hapilot/hapilot/agent/policy/llm"
+	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/internal/lab/modelserver"
 )
 
@@ -21,7 +21,7 @@ import (
 func TestCalibrationIsHeldOut(t *testing.T) {
 	h := CalibrationHoldout()
 	if len(h.Names) < 20 || len(h.Sizes) < 5 {
-		t.Fatalf("hold-out read %d names and %d sizes from llm.Sequences: too few", len(h.Names), len(h.Sizes))
+		t.Fatalf("hold-out read %d names and %d sizes from fixtures.Sequences: too few", len(h.Names), len(h.Sizes))
 	}
 	g := &gen{r: rand.New(rand.NewPCG(3, 3)), hold: h}
 	now := time.Unix(0, 0)
@@ -42,7 +42,7 @@ func TestCalibrationIsHeldOut(t *testing.T) {
 			}
 		}
 	}
-	ex, err := Generate(3, 400, llm.PromptCompact, DefaultRecipe().Draw)
+	ex, err := Generate(3, 400, prompt.Compact, DefaultRecipe().Draw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,12 +61,12 @@ func TestCalibrationIsHeldOut(t *testing.T) {
 // the rules leave (the grey zone), which a label copied from the rules
 // would not.
 func TestLabelsFollowGroundTruth(t *testing.T) {
-	for _, style := range llm.PromptStyles {
+	for _, style := range prompt.Styles {
 		t.Run(string(style), func(t *testing.T) { labelsFollowGroundTruth(t, style) })
 	}
 }
 
-func labelsFollowGroundTruth(t *testing.T, style llm.PromptStyle) {
+func labelsFollowGroundTruth(t *testing.T, style prompt.Style) {
 	// 800 examples a form: each form's run is about as long as one
 	// form's 1,500 was, under -race beside the other packages.
 	ex, err := Generate(5, 800, style, DefaultRecipe().Draw)
@@ -78,7 +78,7 @@ func labelsFollowGroundTruth(t *testing.T, style llm.PromptStyle) {
 		if !strings.HasPrefix(e.System, style.SystemPrompt()[:40]) || !strings.HasPrefix(e.User, "step ") {
 			t.Fatalf("not the policy's prompt:\n%s", e.User)
 		}
-		plan, err := llm.ParseReply(e.Answer)
+		plan, err := prompt.ParseReply(e.Answer)
 		if err != nil {
 			t.Fatalf("label %s: %v", e.Answer, err)
 		}
@@ -88,7 +88,7 @@ func labelsFollowGroundTruth(t *testing.T, style llm.PromptStyle) {
 		flagged := map[agent.Key]row{}
 		refs := map[agent.Key]agent.Key{} // the numbered form's b1/s3 → the server
 		for _, rw := range rows(e.User) {
-			if (rw.sref == "") != (style != llm.PromptNumbered) {
+			if (rw.sref == "") != (style != prompt.Numbered) {
 				t.Fatalf("row %+v of a %s prompt:\n%s", rw, style, e.User)
 			}
 			refs[agent.Key{Backend: rw.bref, Server: rw.sref}] = agent.Key{Backend: rw.backend, Server: rw.server}
@@ -96,7 +96,7 @@ func labelsFollowGroundTruth(t *testing.T, style llm.PromptStyle) {
 				flagged[agent.Key{Backend: rw.backend, Server: rw.server}] = rw
 			}
 		}
-		if style == llm.PromptNumbered && len(plan) == 1 {
+		if style == prompt.Numbered && len(plan) == 1 {
 			k, ok := refs[plan[0].Key()]
 			if !ok {
 				t.Fatalf("label %s names no row:\n%s", e.Answer, e.User)
@@ -230,7 +230,7 @@ func TestPackedBlocksHoldWholeExamples(t *testing.T) {
 // token spans the prompt's end and its answer), and has no
 // token llama.cpp would take for a control one.
 func TestVocabulary(t *testing.T) {
-	ex, err := Generate(7, 60, llm.PromptFull, DefaultRecipe().Draw)
+	ex, err := Generate(7, 60, prompt.Full, DefaultRecipe().Draw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +355,7 @@ func TestActs(t *testing.T) {
 // mid-situation). In the fourth attempt's data 25 of 828 examples with
 // a history line had an action for answer, and its model stopped at one.
 func TestHistoryDoesNotGiveTheAnswerAway(t *testing.T) {
-	ex, err := Generate(9, 2000, llm.PromptNumbered, DefaultRecipe().Draw)
+	ex, err := Generate(9, 2000, prompt.Numbered, DefaultRecipe().Draw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +389,7 @@ func TestHistoryDoesNotGiveTheAnswerAway(t *testing.T) {
 // Now most prompts that show one answer something else, drains among
 // them, and each answer's share holds near its share over all prompts.
 func TestUtilDoesNotMeanOverload(t *testing.T) {
-	ex, err := Generate(11, 2000, llm.PromptNumbered, Draw{Frozen: 8, Unlimited: 3})
+	ex, err := Generate(11, 2000, prompt.Numbered, Draw{Frozen: 8, Unlimited: 3})
 	if err != nil {
 		t.Fatal(err)
 	}

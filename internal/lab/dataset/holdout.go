@@ -3,7 +3,7 @@ package dataset
 import (
 	"time"
 
-	"github.com/hapilot/hapilot/agent/policy/llm"
+	"github.com/hapilot/hapilot/agent/policy/llm/calibrate/fixtures"
 )
 
 // Holdout is what training must not show: every backend and server name
@@ -15,11 +15,11 @@ type Holdout struct {
 	Sizes map[[2]int]bool // {servers, weight}
 }
 
-// CalibrationHoldout reads the hold-out from llm.Sequences, so that a
+// CalibrationHoldout reads the hold-out from fixtures.Sequences, so that a
 // new calibration case is held out without a change here.
 func CalibrationHoldout() Holdout {
 	h := Holdout{Names: map[string]bool{}, Sizes: map[[2]int]bool{}}
-	for _, seq := range llm.Sequences(time.Unix(0, 0)) {
+	for _, seq := range fixtures.Sequences(time.Unix(0, 0)) {
 		for _, st := range seq.Steps {
 			for _, b := range st.Obs.Backends {
 				h.Names[b.Name] = true

@@ -11,6 +11,8 @@ import (
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/policy/llm"
+	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
+	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/rs/zerolog"
 )
@@ -52,7 +54,7 @@ func (e Example) Prompt() string {
 // through the LLM policy as production (or calibration) runs it, with a
 // model server that records each prompt and answers with the label, the
 // situations drawn as d says.
-func Generate(seed uint64, n int, style llm.PromptStyle, d Draw) ([]Example, error) {
+func Generate(seed uint64, n int, style prompt.Style, d Draw) ([]Example, error) {
 	g := &gen{r: rand.New(rand.NewPCG(seed, 0x64617461736574)), hold: CalibrationHoldout(), draw: d}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var out []Example
@@ -78,7 +80,7 @@ func Generate(seed uint64, n int, style llm.PromptStyle, d Draw) ([]Example, err
 
 // run steps one situation through a policy of its own, applying each
 // step's plan to the simulation as the guardrails would let it through.
-func run(g *gen, sit *situation, style llm.PromptStyle) ([]Example, error) {
+func run(g *gen, sit *situation, style prompt.Style) ([]Example, error) {
 	rec := &recorder{sit: sit}
 	cfg := llm.DefaultConfig()
 	cfg.Model = "dataset"
@@ -89,7 +91,7 @@ func run(g *gen, sit *situation, style llm.PromptStyle) ([]Example, error) {
 		cfg.Confirm, cfg.Gate, cfg.Deadline, cfg.MinHold = 1, llm.GateAlways, 0, 0
 	}
 	m := &llm.Model{Server: rec, Config: cfg, SystemPrompt: cfg.Prompt.SystemPrompt()}
-	p := llm.New(m, rules.New(rules.DefaultConfig()), cfg, zerolog.Nop())
+	p := llm.New(m, rules.New(rules.DefaultConfig()), rules.DefaultConfig(), cfg, zerolog.Nop())
 	defer p.Close()
 	var out []Example
 	for step := range sit.steps {
@@ -140,15 +142,15 @@ type recorder struct {
 	last   Example
 }
 
-func (r *recorder) Inspect(context.Context, string) (llm.Info, error) {
-	return llm.Info{API: llm.APIOllama}, nil
+func (r *recorder) Inspect(context.Context, string) (modelapi.Info, error) {
+	return modelapi.Info{API: modelapi.APIOllama}, nil
 }
-func (r *recorder) Loaded(context.Context, string) (bool, error)             { return true, nil }
-func (r *recorder) Warm(context.Context, llm.Request) (time.Duration, error) { return 0, nil }
-func (r *recorder) Digest(context.Context, string) (string, error)           { return "dataset", nil }
-func (r *recorder) SizesContext() bool                                       { return true }
+func (r *recorder) Loaded(context.Context, string) (bool, error)                  { return true, nil }
+func (r *recorder) Warm(context.Context, modelapi.Request) (time.Duration, error) { return 0, nil }
+func (r *recorder) Digest(context.Context, string) (string, error)                { return "dataset", nil }
+func (r *recorder) SizesContext() bool                                            { return true }
 
-func (r *recorder) Chat(_ context.Context, req llm.Request) (llm.Reply, error) {
+func (r *recorder) Chat(_ context.Context, req modelapi.Request) (modelapi.Reply, error) {
 	ans, suspicious := Label(r.sit, req.User)
 	r.called = true
 	truth := map[agent.Key]Truth{}
@@ -158,11 +160,11 @@ func (r *recorder) Chat(_ context.Context, req llm.Request) (llm.Reply, error) {
 		}
 	}
 	r.last = Example{Kind: r.sit.kind, System: req.System, User: req.User, Answer: ans, Suspicious: suspicious, Truth: truth}
-	return llm.Reply{Content: ans, DoneReason: "stop"}, nil
+	return modelapi.Reply{Content: ans, DoneReason: "stop"}, nil
 }
 
 // row is one server row of a prompt, as the prompt builder writes it
-// (llm.Header's columns, then the note).
+// (prompt.Header's columns, then the note).
 type row struct {
 	backend, server string
 	// bref and sref are the numbered form's references (b1, s3), ""
@@ -176,13 +178,13 @@ type row struct {
 }
 
 // rows reads a prompt's server rows back, in any style: the header line
-// (llm.Header, llm.CompactHeader or llm.NumberedHeader) says where the
+// (prompt.Header, prompt.CompactHeader or prompt.NumberedHeader) says where the
 // note starts, and a numbered row ends with its reference.
-func rows(prompt string) []row {
+func rows(text string) []row {
 	var out []row
 	backend, bref := "", ""
 	noteAt, utilAt, numbered := 16, 6, false
-	for _, line := range strings.Split(prompt, "\n") {
+	for _, line := range strings.Split(text, "\n") {
 		if rest, ok := strings.CutPrefix(line, "backend "); ok {
 			bref = ""
 			if ref, named, ok := strings.Cut(rest, " = "); ok && !strings.Contains(ref, ":") {
@@ -192,13 +194,13 @@ func rows(prompt string) []row {
 			continue
 		}
 		switch line {
-		case llm.Header:
+		case prompt.Header:
 			noteAt, utilAt, numbered = 16, 6, false
 			continue
-		case llm.CompactHeader:
+		case prompt.CompactHeader:
 			noteAt, utilAt, numbered = 13, 12, false
 			continue
-		case llm.NumberedHeader:
+		case prompt.NumberedHeader:
 			noteAt, utilAt, numbered = 13, 12, true
 			continue
 		}
@@ -243,7 +245,7 @@ type answer struct {
 // as the system prompt asks. A numbered prompt's answer (and its reason)
 // names the rows' references, not the servers. suspicious: the prompt
 // flags a server that is healthy (draining it would be collateral damage).
-func Label(sit *situation, prompt string) (ans string, suspicious bool) {
+func Label(sit *situation, text string) (ans string, suspicious bool) {
 	truth := map[agent.Key]*sserver{}
 	for _, b := range sit.backends {
 		for _, s := range b.servers {
@@ -253,7 +255,7 @@ func Label(sit *situation, prompt string) (ans string, suspicious bool) {
 	var act *answer
 	var noop string
 	var floor, healthyCand string
-	for _, rw := range rows(prompt) {
+	for _, rw := range rows(text) {
 		s := truth[agent.Key{Backend: rw.backend, Server: rw.server}]
 		if s == nil || rw.owner == string(agent.OwnerOperator) {
 			continue
@@ -309,8 +311,8 @@ func Label(sit *situation, prompt string) (ans string, suspicious bool) {
 		}
 		act = &answer{Reason: noop, Action: agent.VerbNoOp, Backend: "-", Server: "-"}
 	}
-	if len(act.Reason) > llm.SchemaReason {
-		act.Reason = act.Reason[:llm.SchemaReason]
+	if len(act.Reason) > prompt.SchemaReason {
+		act.Reason = act.Reason[:prompt.SchemaReason]
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

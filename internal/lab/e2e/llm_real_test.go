@@ -23,6 +23,8 @@ import (
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/policy/llm"
+	"github.com/hapilot/hapilot/agent/policy/llm/calibrate"
+	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"github.com/hapilot/hapilot/internal/lab/haproxyproc"
 	"github.com/hapilot/hapilot/internal/lab/modelserver"
 	"github.com/hapilot/hapilot/internal/lab/scenario"
@@ -73,7 +75,7 @@ func TestRealOllamaCalibrateRefusesARandomModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sc llm.Scorecard
+	var sc calibrate.Scorecard
 	if err := json.Unmarshal(b, &sc); err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +85,7 @@ func TestRealOllamaCalibrateRefusesARandomModel(t *testing.T) {
 			continue
 		}
 		largest = max(largest, st.Call.PromptTokens)
-		if strings.Contains(st.Call.Error, llm.ErrContextOverflow.Error()) {
+		if strings.Contains(st.Call.Error, modelapi.ErrContextOverflow.Error()) {
 			t.Errorf("%s, step %d: %s", st.Sequence, st.Step, st.Call.Error)
 		}
 	}
@@ -167,7 +169,7 @@ func summarize(t *testing.T, audit []byte) auditSummary {
 			why := regexp.MustCompile(`[0-9.]+(ms|s)?`).ReplaceAllString(r.Fallback, "N")
 			sum.why[why[:min(len(why), 100)]]++
 		}
-		if r.Call != nil && strings.Contains(r.Call.Error, llm.ErrContextOverflow.Error()) {
+		if r.Call != nil && strings.Contains(r.Call.Error, modelapi.ErrContextOverflow.Error()) {
 			sum.overflows++
 		}
 		for _, v := range rec.Verdicts {

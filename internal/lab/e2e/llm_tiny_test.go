@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
-	"github.com/hapilot/hapilot/agent/policy/llm"
+	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/internal/lab/dataset"
 	"github.com/hapilot/hapilot/internal/lab/modelserver"
 	"github.com/hapilot/hapilot/internal/lab/scenario"
@@ -23,8 +23,8 @@ import (
 )
 
 // hapilot's own model (internal/lab/models/hapilot-tiny, trained here on
-// simulated scenarios in the prompt form its recipe names, which the run
-// asks for), imported into the real Ollama from its committed
+// simulated scenarios in the prompt form its recipe names, which its
+// GGUF names in turn, so that calibrate and run use it untold), imported into the real Ollama from its committed
 // GGUF and Modelfile as a user would, which tokenizes prompts as the
 // training text did, and run with `hapilot run --policy
 // llm` in front of a real HAProxy. It passes calibration (docs/llm.md has
@@ -74,14 +74,19 @@ func TestRealOllamaHapilotTiny(t *testing.T) {
 	}
 	const interval = 5 * time.Second
 	calDir := t.TempDir()
-	cal := exec.CommandContext(ctx, agentBinary, "calibrate", "--model", model, "--llm-prompt", string(prompt), "--ollama-host", o.URL.String(),
+	// No --llm-prompt: the model's GGUF names its form, and calibrate and
+	// run use it.
+	cal := exec.CommandContext(ctx, agentBinary, "calibrate", "--model", model, "--ollama-host", o.URL.String(),
 		"--calibration-dir", calDir, "--interval", interval.String())
 	out, err := cal.CombinedOutput()
 	t.Logf("hapilot calibrate --interval %v against %s:\n%s", interval, o, out)
 	if err != nil || !bytes.Contains(out, []byte("PASSED: ")) {
 		t.Fatalf("calibrate: %v: the committed model passed calibration here (if it does not now, this test and docs/llm.md are out of date)", err)
 	}
-	s := scenario.Scenario{Policy: "llm", Name: model, AgentArgs: []string{"--model", model, "--llm-prompt", string(prompt), "--ollama-host", o.URL.String(), "--calibration-dir", calDir, "--llm-gate", "always"},
+	if !bytes.Contains(out, []byte(", prompt "+string(prompt)+"\n")) {
+		t.Fatalf("calibrate did not call the model with the %s form its GGUF names", prompt)
+	}
+	s := scenario.Scenario{Policy: "llm", Name: model, AgentArgs: []string{"--model", model, "--ollama-host", o.URL.String(), "--calibration-dir", calDir, "--llm-gate", "always"},
 		Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 40 * time.Second, Interval: interval}
 	outs, audits := sideBySide(t, map[string]scenario.Scenario{model: s})
 	tiny, ok := outs[model]
@@ -137,7 +142,7 @@ func TestRealOllamaHapilotTiny(t *testing.T) {
 
 // recipePrompt is the prompt form internal/lab/models/recipe.env trained
 // the committed models on (its PROMPT=).
-func recipePrompt(t *testing.T) llm.PromptStyle {
+func recipePrompt(t *testing.T) prompt.Style {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "models", "recipe.env"))
 	if err != nil {
@@ -145,7 +150,7 @@ func recipePrompt(t *testing.T) llm.PromptStyle {
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, "PROMPT="); ok {
-			var style llm.PromptStyle
+			var style prompt.Style
 			if err := style.Set(strings.TrimSpace(v)); err != nil {
 				t.Fatalf("recipe.env: %v", err)
 			}

@@ -45,6 +45,12 @@ type Spec struct {
 	// nonsense: small output logits, and the residual projections scaled
 	// down by depth, so that the first steps of training are stable.
 	Train bool
+	// Meta is more string keys for the GGUF's metadata: the prompt form
+	// the model is trained on (modelapi.PromptFormKey), which the agent
+	// reads through Ollama's /api/show. Keys outside general., tokenizer.
+	// and adapter. go under the architecture's name (Ollama's writer). Not
+	// in stats.json: Finish sets it from the recipe.
+	Meta map[string]string `json:"-"`
 }
 
 // Vocabulary is a SentencePiece vocabulary: its tokens, their GGUF types
@@ -172,6 +178,9 @@ func writeGGUF(path string, spec Spec, values func(*ggml.Tensor) error) error {
 		// For llama-server, which reads the template from the GGUF;
 		// Ollama takes the Modelfile's TEMPLATE instead.
 		"tokenizer.chat_template": ChatMLJinja,
+	}
+	for k, v := range s.Meta {
+		kv[k] = v
 	}
 	seed := s.Seed
 	next := func() uint64 { seed++; return seed }
@@ -357,4 +366,63 @@ func WriteModelfile(path, from string, thinking bool) error {
 	}
 	mf := fmt.Sprintf("FROM %s\nTEMPLATE \"\"\"%s\"\"\"\nPARAMETER stop \"<|im_end|>\"\n", from, tmpl)
 	return os.WriteFile(path, []byte(mf), 0o644)
+}
+
+// SetMeta writes meta's keys into the metadata of the GGUF at path, in
+// place: every other key and every tensor's bytes stay as they are (the
+// file is decoded with Ollama's reader and written again with its
+// writer, which orders keys and tensors as it did; TestSetMeta checks the
+// result is the file written with the key in the first place). It stamps a trained
+// model's prompt form without training it again.
+func SetMeta(path string, meta map[string]string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	g, err := ggml.Decode(f, -1)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	// Ollama's decoder adds keys it derives (general.parameter_count):
+	// the file's own are what its raw reader lists.
+	raw, err := gguf.Open(path)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	own := map[string]bool{}
+	for _, kv := range raw.KeyValues() {
+		own[kv.Key] = true
+	}
+	raw.Close()
+	kv := g.KV()
+	for k := range kv {
+		if !own[k] {
+			delete(kv, k)
+		}
+	}
+	for k, v := range meta {
+		kv[k] = v
+	}
+	ts := g.Tensors()
+	var out []*ggml.Tensor
+	for _, t := range ts.Items() {
+		r := io.NewSectionReader(f, int64(ts.Offset+t.Offset), int64(t.Size()))
+		out = append(out, &ggml.Tensor{Name: t.Name, Kind: t.Kind, Shape: t.Shape, WriterTo: readerTo{r}})
+	}
+	tmp := path + ".tmp"
+	w, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if err := ggml.WriteGGUF(w, kv, out); err != nil {
+		w.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := w.Close(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
 }

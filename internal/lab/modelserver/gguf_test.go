@@ -81,3 +81,44 @@ func TestMissingServers(t *testing.T) {
 		t.Errorf("llama: %v", err)
 	}
 }
+
+// SetMeta stamps a written model as writing it with the key would have:
+// the same bytes, and every other key and tensor as they were. Ollama's
+// decoder, which /api/show reads model_info with, finds the key.
+func TestSetMeta(t *testing.T) {
+	dir := t.TempDir()
+	spec := Spec{Width: 16, FF: 32, Seed: 5}
+	stamped, direct := filepath.Join(dir, "stamped.gguf"), filepath.Join(dir, "direct.gguf")
+	if err := WriteGGUF(stamped, spec); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(stamped)
+	meta := map[string]string{"general.hapilot.prompt_form": "numbered"}
+	if err := SetMeta(stamped, meta); err != nil {
+		t.Fatal(err)
+	}
+	spec.Meta = meta
+	if err := WriteGGUF(direct, spec); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := os.ReadFile(stamped)
+	b, _ := os.ReadFile(direct)
+	if !bytes.Equal(a, b) {
+		t.Fatalf("stamped (%d bytes) differs from written with the key (%d bytes)", len(a), len(b))
+	}
+	if bytes.Equal(a, before) || !bytes.Equal(a[len(a)-1000:], before[len(before)-1000:]) {
+		t.Fatal("the stamp changed nothing, or changed the weights")
+	}
+	f, err := os.Open(stamped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	g, err := ggml.Decode(f, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := g.KV().String("general.hapilot.prompt_form"); got != "numbered" {
+		t.Fatalf("the decoder reads %q", got)
+	}
+}

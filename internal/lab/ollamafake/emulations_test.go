@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
-	"github.com/hapilot/hapilot/agent/policy/llm"
+	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/ollamafake"
 	"github.com/hapilot/hapilot/internal/window"
@@ -40,9 +40,9 @@ func request(n, faulty, drained int, noisy bool, think string) ollamafake.Reques
 		}
 		b.Servers = append(b.Servers, v)
 	}
-	in := llm.PromptInput{Obs: agent.Observation{Time: now, Backends: []agent.BackendView{b}}, Candidates: cands, MaxShown: 12,
+	in := prompt.Input{Obs: agent.Observation{Time: now, Backends: []agent.BackendView{b}}, Candidates: cands, MaxShown: 12,
 		Only: map[string]bool{"app": true}}
-	return ollamafake.Request{Messages: []ollamafake.Message{{Role: "user", Content: llm.Prompt(in)}}, Think: json.RawMessage(think)}
+	return ollamafake.Request{Messages: []ollamafake.Message{{Role: "user", Content: prompt.Render(in)}}, Think: json.RawMessage(think)}
 }
 
 func drains(content string) []string {

@@ -127,6 +127,9 @@ type Server struct {
 	Thinking      bool // capability "thinking"
 	ThinkLevels   bool // accepts "low"/"medium"/"high" (gpt-oss's harmony parser)
 	ContextLength int  // the model's own context (model_info), default 32768
+	// ModelInfo is more of model_info: a model's own GGUF metadata, such
+	// as the prompt form it names (modelapi.PromptFormKey).
+	ModelInfo map[string]any
 	// The server's settings.
 	DefaultNumCtx int           // num_ctx when a request sets none, default 4096
 	LoadTime      time.Duration // a cold load
@@ -255,9 +258,13 @@ func (s *Server) show(w http.ResponseWriter, r *http.Request) {
 	if s.Thinking {
 		caps = append(caps, "thinking")
 	}
+	info := map[string]any{"general.architecture": "qwen3", "general.parameter_count": 4_022_468_096, "qwen3.context_length": s.ContextLength}
+	for k, v := range s.ModelInfo {
+		info[k] = v
+	}
 	writeJSON(w, 200, map[string]any{
 		"details":      s.details(),
-		"model_info":   map[string]any{"general.architecture": "qwen3", "general.parameter_count": 4_022_468_096, "qwen3.context_length": s.ContextLength},
+		"model_info":   info,
 		"capabilities": caps,
 		"modified_at":  time.Unix(1700000000, 0).UTC(),
 	})

@@ -517,7 +517,7 @@ func wretr(ctx context.Context, rt *haproxy.Client) int64 {
 func WaitAgentUp(ctx context.Context, rt *haproxy.Client) error {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		rows, err := rt.ShowStat(ctx)
+		rows, err := showStat(ctx, rt)
 		if err == nil {
 			for _, r := range rows {
 				if r["pxname"] == "hapilot-agents" && r["svname"] == "agent1" && r["status"] == "UP" {
@@ -562,4 +562,13 @@ func Faulty(cfgs []fleet.BackendConfig, above float64) map[string]bool {
 		}
 	}
 	return out
+}
+
+// showStat reads `show stat` as rows of every column.
+func showStat(ctx context.Context, rt *haproxy.Client) ([]haproxy.StatRow, error) {
+	reply, err := rt.Run(ctx, "show stat")
+	if err != nil {
+		return nil, err
+	}
+	return haproxy.ParseStat(reply)
 }
