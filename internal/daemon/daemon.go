@@ -51,6 +51,9 @@ type Daemon struct {
 	warning atomic.Pointer[string] // what watchTelemetry found, for /status
 	advice  atomic.Pointer[string] // what adviseTelemetry found, for /status
 	silence atomic.Pointer[string] // what watchSilence found, for /status
+	// spoeSeen: when SPOE last received frames; only watchSilence
+	// touches it.
+	spoeSeen pathActivity
 	// refused are the abstract listeners' counts of peers turned away.
 	refused []refusals
 	// adviceEvery is adviseTelemetry's period; 0 is AdviceEvery.

@@ -72,27 +72,50 @@ func (d *Daemon) watchSilence(ctx context.Context) error {
 	t := time.NewTicker(SilenceCheck)
 	defer t.Stop()
 	var was []haproxy.ServerKey
+	var said string // the cause last logged, this silence
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case now := <-t.C:
+			d.notePathActivity(now)
 		}
 		s := d.Silence()
 		switch {
 		case len(s.Silent) == 0 && len(was) > 0:
 			d.silence.Store(nil)
+			said = ""
 			d.log.Info().Int("servers", len(was)).Msg("telemetry: every server HAProxy counts answers for is reported again; judged from its responses")
 		case len(s.Silent) > 0:
 			w := d.silenceWarning(s)
 			d.silence.Store(&w)
-			if !sameServers(s.Silent, was) {
+			// Once per silence, and again only if its likely cause
+			// changes: servers going silent one poll after another do not
+			// each make a line.
+			if cause := d.silenceCause(s); cause != said {
+				said = cause
 				d.log.Error().Strs("servers", keyNames(s.Silent, 20)).Int("silent", len(s.Silent)).Int("reported", s.Covered).Msg(w)
 				// The event log and the webhook get it too (docs/events.md).
 				d.Loop.TelemetrySilent(time.Since(s.Since)+ingest.DefaultSilentAfter, w)
 			}
 		}
 		was = s.Silent
+	}
+}
+
+// pathActivity is when each per-response path last received anything,
+// for the silence's cause: a path that still receives messages for other
+// servers is not the one that broke.
+type pathActivity struct {
+	frames   uint64
+	lastGrew time.Time
+}
+
+// notePathActivity records whether SPOE received frames since the last
+// look.
+func (d *Daemon) notePathActivity(now time.Time) {
+	if f := d.SPOE.Counters.Frames.Load(); f != d.spoeSeen.frames || d.spoeSeen.lastGrew.IsZero() {
+		d.spoeSeen = pathActivity{frames: f, lastGrew: now}
 	}
 }
 
@@ -139,7 +162,7 @@ func (d *Daemon) silenceCause(s ingest.Silence) string {
 			why = append(why, "HAProxy never connected to SPOE at "+ls.SPOE.String()+": the stanza's agents' backend does not name this address, or its server is down, so the nbsrv guard skips SPOE (show servers state of the agents' backend)")
 		case c.Frames.Load() == 0:
 			why = append(why, "HAProxy connects to SPOE but sends no message: the frontend serving these backends lacks `filter spoe` and `http-response send-spoe-group`, or the nbsrv guard skips them")
-		case s.Covered > 0:
+		case time.Since(d.spoeSeen.lastGrew) < ingest.DefaultSilentAfter && s.Covered > 0:
 			why = append(why, "SPOE reports other servers: the frontend that serves these lacks the stanza")
 		default:
 			why = append(why, "SPOE delivered messages before and none now: the agents' backend went down (nbsrv guard), or HAProxy reloaded without the stanza")

@@ -234,8 +234,8 @@ func startVariant(ctx context.Context, name string, servers []string, root, cpus
 		return nil, err
 	}
 	opts := fleet.HAProxyOptions{Dir: dir, FrontendPort: ports[0], Servers: servers}
-	args := []string{"--policy", "static", "--interval", "10s", "--status-listen", "off", "--haproxy-socket", opts.Socket(), "--spoe-listen", "off",
-		"--state-file", filepath.Join(dir, "state.json"), "--control-socket", "unix:" + filepath.Join(dir, "ctl.sock")}
+	args := []string{"--policy", "static", "--interval", "10s", "--status-listen", "off", "--haproxy-socket", opts.Socket(),
+		"--state-file", filepath.Join(dir, "state.json"), "--control-socket", "unix:" + filepath.Join(dir, "ctl.sock"), "--spoe-listen", "off"}
 	agentAddr := fmt.Sprintf("127.0.0.1:%d", ports[1])
 	// A "-noagent" path is its base path's config with nobody on the other end.
 	base, noAgent := strings.CutSuffix(name, "-noagent")
@@ -247,7 +247,7 @@ func startVariant(ctx context.Context, name string, servers []string, root, cpus
 		args = append(args, "--stats-poll-mode", "counts") // at the default period
 	case "spoe":
 		opts.AgentAddr = agentAddr
-		args[len(args)-1] = agentAddr
+		args[len(args)-1] = agentAddr // --spoe-listen's value, last
 	case "lua":
 		opts.LuaAgent = agentAddr
 		args = append(args, "--lua-listen", agentAddr)
