@@ -202,18 +202,6 @@ func keyNames(ks []haproxy.ServerKey, most int) []string {
 	return out
 }
 
-func sameServers(a, b []haproxy.ServerKey) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // silenceFigures are the silent-path check's and the abstract sockets'
 // figures, for /metrics and /status.
 func (d *Daemon) silenceFigures() []figure {
