@@ -103,6 +103,11 @@ func BytesPerSeries(span time.Duration) int64 {
 type Series struct {
 	Backend, Server string
 	buckets         []bucket
+	// totalReq and total5xx count every request and 5xx since the series
+	// was made, never cleared: a sequential test reads the difference
+	// between two reads as the new evidence, each request exactly once,
+	// however the reads fall against the one-second buckets.
+	totalReq, total5xx atomic.Uint64
 }
 
 type seriesMap map[string]map[string]*Series
@@ -252,6 +257,8 @@ func (b *bucket) clear() {
 }
 
 func (sr *Series) recordRetried(sec int64, count uint32) {
+	sr.totalReq.Add(uint64(count))
+	sr.total5xx.Add(uint64(count))
 	if b := sr.bucketAt(sec); b != nil {
 		b.requests.Add(count)
 		b.err5xx.Add(count)
@@ -260,13 +267,18 @@ func (sr *Series) recordRetried(sec int64, count uint32) {
 }
 
 func (sr *Series) record(sec int64, status, ms int, count uint32) {
+	sr.totalReq.Add(uint64(count))
+	is5xx := status >= 500 && status <= 599
+	if is5xx {
+		sr.total5xx.Add(uint64(count))
+	}
 	b := sr.bucketAt(sec)
 	if b == nil {
 		return
 	}
 	b.requests.Add(count)
 	switch {
-	case status >= 500 && status <= 599:
+	case is5xx:
 		b.err5xx.Add(count)
 	case status >= 400 && status <= 499:
 		b.err4xx.Add(count)
@@ -319,6 +331,11 @@ type Stats struct {
 	// begun mid-second): the series' rate even when it is younger than
 	// the window. 0 until three seconds hold data.
 	RatePerSec float64 `json:"rate_per_sec"`
+	// TotalRequests and TotalErr5xx are the series' counts since it was
+	// made (summed over the merged stores), whatever the window: the
+	// rules' sequential test takes the difference between two reads.
+	TotalRequests uint64 `json:"total_requests,omitempty"`
+	TotalErr5xx   uint64 `json:"total_err_5xx,omitempty"`
 }
 
 // ErrorRate is the share of requests that ended in 5xx.
@@ -427,6 +444,8 @@ func (a *accumulator) reset(backend, server string) {
 }
 
 func (a *accumulator) add(sr *Series, now int64) {
+	a.st.TotalRequests += sr.totalReq.Load()
+	a.st.TotalErr5xx += sr.total5xx.Load()
 	for i := range sr.buckets {
 		b := &sr.buckets[i]
 		sec := b.sec.Load()

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hapilot/hapilot/agent/policy/rules"
+	"github.com/hapilot/hapilot/internal/lab/soak"
+)
+
+// cmdSoak runs simulated server-days through the rules' sequential test,
+// one cell per combination of the listed values, and prints one table.
+func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("hapilot-bench soak", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	servers := fs.String("servers", "9", "servers per backend, comma-separated (one cell each)")
+	rate := fs.String("rate", "33", "requests per second per server, comma-separated")
+	noise := fs.Float64("noise", 0.002, "healthy 5xx rate (the fleet's median)")
+	hetero := fs.String("hetero", "0", "lognormal sigma of the healthy servers' rates, comma-separated (a new fleet each day)")
+	bursts := fs.String("bursts", "", "HOURS:MIN-MAX: one burst of MIN to MAX errors within a second, every HOURS per server on average")
+	diurnal := fs.Float64("diurnal", 0, "the traffic's swing over a day: rate x (1 + D sin(2 pi t/day)), D in [0, 1)")
+	uneven := fs.Float64("uneven", 0, "lognormal sigma of each server's share of the traffic")
+	fault := fs.String("fault", "", "faulty server's 5xx rates, comma-separated: one server from a random time after the warm-up")
+	serverDays := fs.Float64("server-days", 1000, "healthy server-days per cell, all seeds together")
+	seeds := fs.String("seeds", "1-2", "seeds, a range or a list (1-5, 1,3,7)")
+	trials := fs.Int("trials", 100, "fault onsets per seed")
+	warmup := fs.Duration("warmup", 2*time.Hour, "steady healthy traffic before a fault may start")
+	drainFor := fs.Duration("drain-for", 30*time.Second, "how long a condemned healthy server stays out (the probe cooldown)")
+	windowed := fs.Bool("windowed", false, "run the windowed test the rules ran before (60 s window, every second) instead of the sequential one")
+	workers := fs.Int("workers", 0, "seeds run at once (0: GOMAXPROCS)")
+	jsonOut := fs.String("json", "", "write the results to this JSON file")
+	cfg := rules.DefaultConfig()
+	fs.Float64Var(&cfg.Floor, "rules-floor", cfg.Floor, "rules: the 5xx rate under which no server is degraded")
+	fs.Float64Var(&cfg.DegradedRatio, "rules-degraded-ratio", cfg.DegradedRatio, "rules: times the backend's healthy median a degraded server's 5xx rate reaches")
+	fs.Float64Var(&cfg.ARLDays, "rules-arl-days", cfg.ARLDays, "rules: mean days between false drains a server's threshold is set for")
+	fs.Float64Var(&cfg.BurstCap, "rules-burst-cap", cfg.BurstCap, "rules: the most one chunk adds to the evidence, as a share of the threshold")
+	fs.DurationVar(&cfg.BaselineSpan, "rules-baseline-span", cfg.BaselineSpan, "rules: time constant of each server's long baseline")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	base := soak.Cell{Noise: *noise, Diurnal: *diurnal, Uneven: *uneven, ServerDays: *serverDays, Trials: *trials,
+		Warmup: *warmup, DrainFor: *drainFor, Config: cfg, Windowed: *windowed}
+	var err error
+	if base.Seeds, err = parseSeeds(*seeds); err != nil {
+		return err
+	}
+	if *bursts != "" {
+		if base.Bursts, err = parseBursts(*bursts); err != nil {
+			return err
+		}
+	}
+	ns, err := floats("servers", *servers)
+	if err != nil {
+		return err
+	}
+	rates, err := floats("rate", *rate)
+	if err != nil {
+		return err
+	}
+	sigmas, err := floats("hetero", *hetero)
+	if err != nil {
+		return err
+	}
+	faults := []float64{0}
+	if *fault != "" {
+		if faults, err = floats("fault", *fault); err != nil {
+			return err
+		}
+	}
+	var results []soak.Result
+	for _, n := range ns {
+		for _, r := range rates {
+			for _, s := range sigmas {
+				for i, f := range faults {
+					c := base
+					c.Servers, c.Rate, c.Hetero, c.Fault = int(n), r, s, f
+					if i > 0 {
+						c.ServerDays = 0 // the healthy days once per cell
+					}
+					if err := ctx.Err(); err != nil {
+						return fmt.Errorf("soak: stopped: %w", err)
+					}
+					fmt.Fprintf(stderr, "soak: N=%d %g req/s sigma %g fault %g...\n", c.Servers, r, s, f)
+					res, err := soak.Run(c, *workers)
+					if err != nil {
+						return fmt.Errorf("soak: N=%d rate %g: %w", c.Servers, r, err)
+					}
+					results = append(results, res)
+				}
+			}
+		}
+	}
+	test := "sequential (CUSUM)"
+	if *windowed {
+		test = "windowed (rules.Test, 60 s, every second)"
+	}
+	fmt.Fprintf(stdout, "soak: the rules' %s test, every second of simulated traffic; seeds %s\n", test, *seeds)
+	WriteSoakTable(stdout, results)
+	if *jsonOut != "" {
+		raw, err := json.MarshalIndent(results, "", "  ")
+		if err != nil {
+			return fmt.Errorf("soak: %w", err)
+		}
+		if err := os.WriteFile(*jsonOut, append(raw, '\n'), 0o644); err != nil {
+			return fmt.Errorf("soak: writing %s: %w", *jsonOut, err)
+		}
+	}
+	return nil
+}
+
+// WriteSoakTable prints one row per result.
+func WriteSoakTable(w io.Writer, results []soak.Result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "cell\tserver-days\tfalse drains\tper 1,000 server-days [95%]\tfault\tfound\tmedian s\tp90 s\tbound s\tmedian/bound\t")
+	for _, r := range results {
+		days := "-"
+		if r.ServerDays > 0 {
+			days = fmt.Sprintf("%.0f\t%d\t%.2f [%.2f, %.2f]", r.ServerDays, r.FalseDrains, r.FalseDrainsPer1000, r.Low95, r.High95)
+		} else {
+			days = "-\t-\t-"
+		}
+		flt := "-\t-\t-\t-\t-\t-"
+		if r.Fault > 0 {
+			flt = fmt.Sprintf("%.3g%%\t%d/%d\t%.1f\t%.1f\t%.1f\t%.2f", 100*r.Fault, r.Trials-r.Missed, r.Trials, r.DetectMedian, r.DetectP90, r.Bound, r.DetectMedian/r.Bound)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", r.Cell, days, flt)
+	}
+	tw.Flush()
+}
+
+func floats(name, s string) ([]float64, error) {
+	var out []float64
+	for _, part := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(part), 64)
+		if err != nil {
+			return nil, fmt.Errorf("--%s %q: want numbers, comma-separated", name, s)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// parseBursts reads HOURS:MIN-MAX.
+func parseBursts(s string) (soak.Bursts, error) {
+	bad := fmt.Errorf("--bursts %q: want HOURS:MIN-MAX, such as 6:3-10", s)
+	h, r, ok := strings.Cut(s, ":")
+	lo, hi, ok2 := strings.Cut(r, "-")
+	if !ok || !ok2 {
+		return soak.Bursts{}, bad
+	}
+	var b soak.Bursts
+	var err error
+	if b.EveryHours, err = strconv.ParseFloat(h, 64); err != nil || b.EveryHours <= 0 {
+		return soak.Bursts{}, bad
+	}
+	if b.Min, err = strconv.Atoi(lo); err != nil {
+		return soak.Bursts{}, bad
+	}
+	if b.Max, err = strconv.Atoi(hi); err != nil || b.Max < b.Min || b.Min < 1 {
+		return soak.Bursts{}, bad
+	}
+	return b, nil
+}
