@@ -72,7 +72,7 @@ type Config struct {
 // DefaultConfig is what `hapilot run` uses unless told otherwise.
 func DefaultConfig() Config {
 	return Config{Alpha: 1e-6, MinRequests: 100, MinErrors: 5, MinRatio: 2, LatencyRatio: 5, LatencyMinMs: 50,
-		Floor: 0.01, DegradedRatio: 3, ARLDays: 1000, BurstCap: 0.3, BaselineSpan: 6 * time.Hour}
+		Floor: 0.01, DegradedRatio: 3, ARLDays: 1000, BurstCap: 0.25, BaselineSpan: 6 * time.Hour}
 }
 
 // Policy is the rule policy. Its sequential test keeps state between
