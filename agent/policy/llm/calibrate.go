@@ -359,7 +359,7 @@ func Calibrate(ctx context.Context, m *Model, budget time.Duration, now time.Tim
 	for _, seq := range Sequences(now) {
 		cfg := m.Config
 		cfg.Confirm, cfg.Gate, cfg.Deadline, cfg.MinHold = 1, GateAlways, 0, 0
-		p := New(m, rules.New(rules.DefaultConfig()), cfg, zerolog.Nop())
+		p := New(m, rules.NewWindowed(rules.DefaultConfig()), cfg, zerolog.Nop())
 		for i, st := range seq.Steps {
 			if _, err := p.Decide(ctx, st.Obs); err != nil {
 				p.Close()

@@ -66,7 +66,7 @@ func newPolicy(t *testing.T, respond ollamafake.Responder, mod func(*Config)) (*
 		mod(&cfg)
 	}
 	m := &Model{Server: &Ollama{Client: api.NewClient(u, fake.Client())}, Config: cfg, SystemPrompt: DefaultSystemPrompt}
-	p := New(m, rules.New(rules.DefaultConfig()), cfg, zerolog.Nop())
+	p := New(m, rules.NewWindowed(rules.DefaultConfig()), cfg, zerolog.Nop())
 	t.Cleanup(p.Close)
 	return p, fake
 }

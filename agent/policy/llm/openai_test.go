@@ -207,7 +207,7 @@ func newOpenAIPolicy(t *testing.T, respond ollamafake.Responder, setup func(*oai
 		t.Fatal(err)
 	}
 	m.Server.(*OpenAI).PollEvery = time.Millisecond
-	p := New(m, rules.New(rules.DefaultConfig()), cfg, zerolog.Nop())
+	p := New(m, rules.NewWindowed(rules.DefaultConfig()), cfg, zerolog.Nop())
 	t.Cleanup(p.Close)
 	return p, f
 }

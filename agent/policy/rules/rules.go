@@ -209,6 +209,47 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 	return plan, nil
 }
 
+// Windowed is the rules as they decided before the sequential test: the
+// windowed test (Test) on each observation, no state. The LLM policy's
+// floor decides with it, so that its decisions, its calibration and the
+// training text rendered from them stay what they were.
+type Windowed struct{ *Policy }
+
+// NewWindowed returns the windowed rules under cfg.
+func NewWindowed(cfg Config) *Windowed { return &Windowed{New(cfg)} }
+
+// Decide proposes a drain for every outlier of the windowed test, most
+// significant first, then every latency outlier.
+func (w *Windowed) Decide(ctx context.Context, obs agent.Observation) (agent.Plan, error) {
+	p := w.Policy
+	var plan agent.Plan
+	for _, b := range obs.Backends {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("rules: stopped at backend %s: %w", b.Name, err)
+		}
+		findings := p.Test(b)
+		sort.SliceStable(findings, func(i, j int) bool { return findings[i].P < findings[j].P })
+		planned := map[string]bool{}
+		for _, f := range findings {
+			if !f.Outlier {
+				continue
+			}
+			planned[f.Server] = true
+			plan = append(plan, agent.Action{
+				Kind: agent.Drain, Backend: b.Name, Server: f.Server,
+				Reason: fmt.Sprintf("5xx %.2f%% (%d/%d) vs peers %.2f%% (%d/%d), p=%.2g",
+					100*f.Rate, f.X, f.N, 100*f.PeerRate, f.PeerX, f.PeerN, f.P),
+			})
+		}
+		for _, s := range p.Slow(b) {
+			if !planned[s.Server] {
+				plan = append(plan, agent.Action{Kind: agent.Drain, Backend: b.Name, Server: s.Server, Reason: s.Reason})
+			}
+		}
+	}
+	return plan, nil
+}
+
 // Evidence lists the servers Decide would drain now: the same test,
 // without the plan. The loop calls it between steps, about every second,
 // and each call feeds the sequential test the requests since the last.
@@ -369,22 +410,31 @@ func (p *Policy) Slow(b agent.BackendView) []SlowServer {
 		return nil
 	}
 	enough := func(s agent.ServerView) bool { return s.Serving() && s.Window.Requests >= max(c.MinRequests/2, 1) }
+	// Every judged server's median, sorted once: a server's peers are
+	// all of them but itself, whose median is read off this list (not a
+	// sort per server: that was quadratic in the backend's size).
+	var all []int
+	for _, s := range b.Servers {
+		if enough(s) {
+			all = append(all, s.Window.P50Ms)
+		}
+	}
+	if len(all) < 2 {
+		return nil
+	}
+	sort.Ints(all)
 	var out []SlowServer
 	for _, s := range b.Servers {
 		if !enough(s) {
 			continue
 		}
-		var peers []int
-		for _, q := range b.Servers {
-			if q.Server != s.Server && enough(q) {
-				peers = append(peers, q.Window.P50Ms)
-			}
+		// The others are all without one copy of s's value, at index
+		// self; their median is at (len(all)-1)/2 of them.
+		self, mid := sort.SearchInts(all, s.Window.P50Ms), (len(all)-1)/2
+		med := all[mid]
+		if self <= mid {
+			med = all[mid+1]
 		}
-		if len(peers) == 0 {
-			continue
-		}
-		sort.Ints(peers)
-		med := peers[len(peers)/2]
 		if float64(s.Window.P50Ms) >= c.LatencyRatio*float64(max(med, 1)) && s.Window.P50Ms-med >= c.LatencyMinMs {
 			out = append(out, SlowServer{Server: s.Server,
 				Reason: fmt.Sprintf("median answer %d ms vs peers' %d ms (%d answers)", s.Window.P50Ms, med, s.Window.Requests)})
