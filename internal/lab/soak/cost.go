@@ -85,14 +85,24 @@ type rig struct {
 	audit *countingWriter
 	feed  func(sec int64)
 	sec   int64
+	start int64 // the clock's first second
 }
 
 func newRig(servers, backends int, rate float64) (*rig, error) {
+	return newRigWith(servers, backends, rate, func(int, int64) float64 { return 0.002 })
+}
+
+// newRigWith is newRig with each server's 5xx rate by server index and
+// second since the rig's start.
+func newRigWith(servers, backends int, rate float64, errRate func(i int, sec int64) float64) (*rig, error) {
 	if backends < 1 || servers < 2*backends {
 		return nil, fmt.Errorf("cost: %d servers over %d backends: want at least 2 a backend", servers, backends)
 	}
-	start := time.Unix(1_000_000, 0)
-	r := &rig{clk: fakes.NewClock(start), audit: &countingWriter{}, sec: start.Unix()}
+	// The clock starts now and runs ahead of the wall clock: the loop's
+	// step and policy deadlines, taken on it, stay in the future (a clock
+	// in the past would expire every context and skip every decision).
+	start := time.Now().Truncate(time.Second)
+	r := &rig{clk: fakes.NewClock(start), audit: &countingWriter{}, sec: start.Unix(), start: start.Unix()}
 	r.store = window.New(60*time.Second, servers+16, r.clk.Now)
 	type series struct{ b, s []byte }
 	var states []haproxy.ServerState
@@ -104,9 +114,9 @@ func newRig(servers, backends int, rate float64) (*rig, error) {
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	r.feed = func(sec int64) {
-		for _, n := range names {
+		for i, n := range names {
 			req := poisson(rng, rate)
-			x := binomial(rng, req, 0.002)
+			x := binomial(rng, req, errRate(i, sec-r.start))
 			if req > x {
 				r.store.RecordAt(sec, window.Event{Backend: n.b, Server: n.s, Status: 200, ResponseMs: 10, Count: int(req - x)})
 			}
