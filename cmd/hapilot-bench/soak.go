@@ -40,6 +40,8 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	windowed := fs.Bool("windowed", false, "run the windowed test the rules ran before (60 s window, every second) instead of the sequential one")
 	workers := fs.Int("workers", 0, "seeds run at once (0: GOMAXPROCS)")
 	jsonOut := fs.String("json", "", "write the results to this JSON file")
+	maxRate := fs.Float64("max-per-1000", 0, "fail when a cell's false drains per 1,000 server-days exceed this (0: never)")
+	maxHigh := fs.Float64("max-upper", 0, "fail when a cell's 95% upper end reaches this (0: never)")
 	cfg := rules.DefaultConfig()
 	fs.Float64Var(&cfg.Floor, "rules-floor", cfg.Floor, "rules: the 5xx rate under which no server is degraded")
 	fs.Float64Var(&cfg.DegradedRatio, "rules-degraded-ratio", cfg.DegradedRatio, "rules: times the backend's healthy median a degraded server's 5xx rate reaches")
@@ -114,6 +116,22 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		if err := os.WriteFile(*jsonOut, append(raw, '\n'), 0o644); err != nil {
 			return fmt.Errorf("soak: writing %s: %w", *jsonOut, err)
+		}
+	}
+	return checkPromise(results, *maxRate, *maxHigh)
+}
+
+// checkPromise fails when a cell's false drains break the given bounds.
+func checkPromise(results []soak.Result, maxRate, maxHigh float64) error {
+	for _, r := range results {
+		if r.ServerDays == 0 {
+			continue
+		}
+		if maxRate > 0 && r.FalseDrainsPer1000 > maxRate {
+			return fmt.Errorf("soak: %s: %.2f false drains per 1,000 server-days, over %g", r.Cell, r.FalseDrainsPer1000, maxRate)
+		}
+		if maxHigh > 0 && r.High95 >= maxHigh {
+			return fmt.Errorf("soak: %s: 95%% upper end %.2f, not under %g", r.Cell, r.High95, maxHigh)
 		}
 	}
 	return nil
