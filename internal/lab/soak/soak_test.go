@@ -16,7 +16,7 @@ func cell(servers int, rate float64) Cell {
 
 // TestShortSoak: a few hundred server-days of the issue's noise models
 // through the sequential test, and a fault found near the bound; the
-// windowed test, on the same bursts, drains healthy servers (so the soak
+// windowed test, on the same heterogeneous fleet, drains healthy servers (so the soak
 // can tell a bad test from a good one).
 func TestShortSoak(t *testing.T) {
 	if testing.Short() {
@@ -30,8 +30,11 @@ func TestShortSoak(t *testing.T) {
 	large.ServerDays = 200 * scale
 	fault := cell(9, 33)
 	fault.Fault, fault.Warmup, fault.Trials = 0.05, 2*time.Hour, 40
-	windowed := bursts
-	windowed.Windowed, windowed.ServerDays = true, 18*scale
+	// The windowed test on the heterogeneous fleet at 300 req/s (issue
+	// 37: about 50 false drains a server-day): one seed, one day of nine
+	// servers, for the windowed test is the slow one.
+	windowed := hetero
+	windowed.Windowed, windowed.ServerDays, windowed.Seeds = true, 9, []uint64{1}
 	tests := []struct {
 		name      string
 		c         Cell
@@ -43,7 +46,7 @@ func TestShortSoak(t *testing.T) {
 		{"heterogeneous, sigma 0.3, 300 req/s", hetero, 0, 0, 0},
 		{"N=100 at 5 req/s", large, 0, 0, 0},
 		{"a 5% fault after two steady hours", fault, 0, 0, 1.5},
-		{"the windowed test on the same bursts", windowed, 1 << 30, 1, 0},
+		{"the windowed test on the same heterogeneous fleet", windowed, 1 << 30, 10, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
