@@ -15,7 +15,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # anywhere); under make, a missing HAProxy fails them instead.
 export HAPILOT_REQUIRE_HAPROXY := 1
 
-.PHONY: all build demo test unit e2e soak lint vet fmt tidy fuzz bench bench-quick bench-study bench-overhead-matrix deps clean deb test-deb haproxy-matrix test-matrix test-browser test-fleet modelservers test-llm model torch
+.PHONY: all build demo test unit e2e soak soak-long lint vet fmt tidy fuzz bench bench-quick bench-study bench-overhead-matrix deps clean deb test-deb haproxy-matrix test-matrix test-browser test-fleet modelservers test-llm model torch
 
 all: build
 
@@ -178,6 +178,24 @@ e2e: deps
 SOAK ?= 30m
 soak: deps
 	HAPILOT_SOAK=$(SOAK) $(GO) test -tags e2e,soak -count=1 -v -timeout 0 -run '^TestSoak$$' ./internal/lab/e2e/
+
+# The detection figures of docs/detection.md: simulated server-days through
+# the rules' sequential test (hapilot-bench soak), SOAK_DAYS server-days in
+# each healthy-noise model of issue 37's table, then the fault table. It
+# fails if a model passes 1 false drain per 1,000 server-days or its 95%
+# upper end reaches 2. About 9 minutes of 2 cores.
+SOAK_DAYS ?= 10000
+SOAK_OUT  ?= bench-out/soak
+soak-long: build
+	mkdir -p $(SOAK_OUT)
+	./$(LAB) soak --servers 9 --rate 5,33,300 --server-days $(SOAK_DAYS) --seeds 1-4 --max-per-1000 1 --max-upper 2 --json $(SOAK_OUT)/n9.json
+	./$(LAB) soak --servers 3 --rate 33 --server-days $(SOAK_DAYS) --seeds 1-4 --max-per-1000 1 --max-upper 2 --json $(SOAK_OUT)/n3.json
+	./$(LAB) soak --servers 30,100 --rate 5 --server-days $(SOAK_DAYS) --seeds 1-4 --max-per-1000 1 --max-upper 2 --json $(SOAK_OUT)/large5.json
+	./$(LAB) soak --servers 100 --rate 33 --server-days $(SOAK_DAYS) --seeds 1-4 --max-per-1000 1 --max-upper 2 --json $(SOAK_OUT)/large33.json
+	./$(LAB) soak --servers 9 --rate 33 --bursts 6:3-10 --server-days $(SOAK_DAYS) --seeds 1-4 --max-per-1000 1 --max-upper 2 --json $(SOAK_OUT)/bursts.json
+	./$(LAB) soak --servers 9 --rate 33 --hetero 0.2,0.3 --server-days $(SOAK_DAYS) --seeds 1-4 --max-per-1000 1 --max-upper 2 --json $(SOAK_OUT)/hetero33.json
+	./$(LAB) soak --servers 9 --rate 300 --hetero 0.3 --server-days $(SOAK_DAYS) --seeds 1-4 --max-per-1000 1 --max-upper 2 --json $(SOAK_OUT)/hetero300.json
+	./$(LAB) soak --servers 3,9 --rate 5,33,300 --server-days 0 --fault 0.02,0.05,0.2 --trials 50 --seeds 1-4 --json $(SOAK_OUT)/detect.json
 
 lint: vet tidy
 	$(GO) run $(STATICCHECK) -tags e2e,soak,deb,browser,fleet,modelserver ./...

@@ -196,8 +196,9 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 }
 
 func (l *Loop) snapshot(last time.Duration) map[Key]window.Stats {
-	out := map[Key]window.Stats{}
-	for _, st := range l.Windows.Snapshot(last) {
+	stats := l.Windows.Snapshot(last)
+	out := make(map[Key]window.Stats, len(stats))
+	for _, st := range stats {
 		out[key(st.Backend, st.Server)] = st
 	}
 	return out

@@ -63,15 +63,19 @@ type BackendSettings struct {
 	Enabled    *bool        `json:"enabled,omitempty"`
 	MinServing *int         `json:"min_serving,omitempty"`
 	MaxDrained *Cap         `json:"max_drained,omitempty"`
-	Alpha      *float64     `json:"rules_alpha,omitempty"`
-	MinRatio   *float64     `json:"rules_min_ratio,omitempty"`
+	// Floor, DegradedRatio and ARLDays are the rules' sequential test's
+	// (rules.Config): what error rate is degraded here, and how rarely a
+	// healthy server may be drained.
+	Floor         *float64 `json:"rules_floor,omitempty"`
+	DegradedRatio *float64 `json:"rules_degraded_ratio,omitempty"`
+	ARLDays       *float64 `json:"rules_arl_days,omitempty"`
 	Action     *DrainAction `json:"action,omitempty"`
 	// LeaveAlone are server names or globs the agent never acts on.
 	LeaveAlone []string `json:"leave_alone,omitempty"`
 }
 
 // BackendKeys are the keys a backend block may set.
-var BackendKeys = []string{"enabled", "min-serving", "max-drained", "rules-alpha", "rules-min-ratio", "action", "leave-alone"}
+var BackendKeys = []string{"enabled", "min-serving", "max-drained", "rules-floor", "rules-degraded-ratio", "rules-arl-days", "action", "leave-alone"}
 
 // Scope is every backend block, in the config file's order: a backend
 // takes each block its name matches, later blocks over earlier ones.
@@ -108,18 +112,24 @@ func (s *Scope) Set(v string) error {
 		var c Cap
 		c, err = ParseCap(value)
 		b.MaxDrained = &c
-	case "rules-alpha":
+	case "rules-floor":
 		var f float64
 		if f, err = strconv.ParseFloat(value, 64); err == nil && !(f > 0 && f < 1) {
-			err = errors.New("want a probability in (0, 1)")
+			err = errors.New("want an error rate in (0, 1)")
 		}
-		b.Alpha = &f
-	case "rules-min-ratio":
+		b.Floor = &f
+	case "rules-degraded-ratio":
 		var f float64
-		if f, err = strconv.ParseFloat(value, 64); err == nil && !(f >= 1) {
-			err = errors.New("want at least 1")
+		if f, err = strconv.ParseFloat(value, 64); err == nil && !(f > 1 && f <= 1000) {
+			err = errors.New("want a ratio above 1, at most 1000")
 		}
-		b.MinRatio = &f
+		b.DegradedRatio = &f
+	case "rules-arl-days":
+		var f float64
+		if f, err = strconv.ParseFloat(value, 64); err == nil && !(f >= 1 && f <= 1e9) {
+			err = errors.New("want 1 to 1e9 days")
+		}
+		b.ARLDays = &f
 	case "action":
 		a := DrainAction(value)
 		if a != ActionDrain && a != ActionMaint {
@@ -185,11 +195,14 @@ func (s Scope) For(backend string) BackendSettings {
 		if b.MaxDrained != nil {
 			out.MaxDrained = b.MaxDrained
 		}
-		if b.Alpha != nil {
-			out.Alpha = b.Alpha
+		if b.Floor != nil {
+			out.Floor = b.Floor
 		}
-		if b.MinRatio != nil {
-			out.MinRatio = b.MinRatio
+		if b.DegradedRatio != nil {
+			out.DegradedRatio = b.DegradedRatio
+		}
+		if b.ARLDays != nil {
+			out.ARLDays = b.ARLDays
 		}
 		if b.Action != nil {
 			out.Action = b.Action

@@ -5,6 +5,7 @@
 //	hapilot-bench bench           the study's benchmark, and harder scenarios
 //	hapilot-bench bench overhead  what each telemetry path costs HAProxy
 //	hapilot-bench fleet-sim       fleet mode at scale, in process over loopback
+//	hapilot-bench soak            simulated server-days through the rules' test
 //	hapilot-bench dataset         the training text of hapilot's own policy model
 //
 // It links the lab (fleets, scenarios, the Ollama stand-in, the HAProxy
@@ -33,6 +34,7 @@ commands:
   bench           the study's benchmark and harder scenarios against a real HAProxy
   bench overhead  what each telemetry path costs HAProxy
   fleet-sim       fleet mode at 100 nodes x 1,000 servers, in one process over loopback
+  soak            simulated server-days through the rules' test: false drains, time to detect
   dataset         the training text and initial weights of hapilot's own policy model
   version         print the version
 
@@ -58,6 +60,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdBench(ctx, args[1:], stdout, stderr)
 	case "fleet-sim":
 		err = cmdFleetSim(ctx, args[1:], stdout, stderr)
+	case "soak":
+		err = cmdSoak(ctx, args[1:], stdout, stderr)
 	case "dataset":
 		err = cmdDataset(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-v":

@@ -292,12 +292,17 @@ func registerRecovery(fs *flag.FlagSet, r *recovery.Config) {
 }
 
 func registerRules(fs *flag.FlagSet, r *rules.Config) {
-	fs.Float64Var(&r.Alpha, "rules-alpha", r.Alpha, "rules: false-drain probability per backend per step")
-	fs.Uint64Var(&r.MinRequests, "rules-min-requests", r.MinRequests, "rules: fewest requests in the window before a server is judged")
-	fs.Uint64Var(&r.MinErrors, "rules-min-errors", r.MinErrors, "rules: fewest 5xx before a server may be drained")
-	fs.Float64Var(&r.MinRatio, "rules-min-ratio", r.MinRatio, "rules: a server's 5xx rate must be at least this many times its peers'")
+	fs.Float64Var(&r.Alpha, "rules-alpha", r.Alpha, "rules: the windowed test's false-drain probability per backend per step (the LLM policy's checks; the rules drain on the sequential test)")
+	fs.Uint64Var(&r.MinRequests, "rules-min-requests", r.MinRequests, "rules: fewest requests in the window before the windowed test judges a server")
+	fs.Uint64Var(&r.MinErrors, "rules-min-errors", r.MinErrors, "rules: fewest 5xx before the windowed test finds a server")
+	fs.Float64Var(&r.MinRatio, "rules-min-ratio", r.MinRatio, "rules: the windowed test's ratio: a server's 5xx rate must be at least this many times its peers'")
 	fs.Float64Var(&r.LatencyRatio, "rules-latency-ratio", r.LatencyRatio, "rules: drain a server whose median answer time is this many times its peers' (0: judge 5xx only)")
 	fs.IntVar(&r.LatencyMinMs, "rules-latency-min-ms", r.LatencyMinMs, "rules: ... and at least this many milliseconds above it")
+	fs.Float64Var(&r.Floor, "rules-floor", r.Floor, "rules: a server is degraded only above this 5xx rate (and --rules-degraded-ratio times its backend's healthy median)")
+	fs.Float64Var(&r.DegradedRatio, "rules-degraded-ratio", r.DegradedRatio, "rules: a server is degraded only at this many times its backend's healthy median 5xx rate (and above --rules-floor)")
+	fs.Float64Var(&r.ARLDays, "rules-arl-days", r.ARLDays, "rules: mean days between false drains of one server the sequential test's threshold is set for")
+	fs.Float64Var(&r.BurstCap, "rules-burst-cap", r.BurstCap, "rules: the most one evidence check may add to a server's evidence, as a share of the threshold, so that one burst of errors cannot drain it")
+	fs.DurationVar(&r.BaselineSpan, "rules-baseline-span", r.BaselineSpan, "rules: time constant of each server's own long 5xx baseline")
 }
 
 func registerLLM(fs *flag.FlagSet, l *llm.Config) {

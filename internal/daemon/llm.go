@@ -36,7 +36,7 @@ func newLLMPolicy(c config.Config, log zerolog.Logger, emit func(agent.Event)) (
 	// The rules are the model's floor: their drains apply whatever the
 	// model says. --fallback none (and --unprotected) leaves the model
 	// alone, for research.
-	var floor agent.Decider = rules.New(c.Rules)
+	var floor agent.Decider = rules.NewWindowed(c.Rules)
 	if cfg.Fallback == llm.FallbackNone {
 		floor = nil
 	}

@@ -132,10 +132,20 @@ func TestShadowActsWithTheRulesNeeds(t *testing.T) {
 			if got := d.Loop.Policy.Name(); got != tc.policy {
 				t.Fatalf("policy %s, want %s", got, tc.policy)
 			}
+			// The rules' sequential test reads the requests between
+			// calls: the window comes in over ten checks.
 			obs := nineWithThreeFaulty()
-			plan, err := d.Loop.Policy.Decide(context.Background(), obs)
-			if err != nil {
-				t.Fatal(err)
+			var plan agent.Plan
+			for k := range uint64(11) {
+				obs.Time = obs.Time.Add(time.Second)
+				for i := range obs.Backends[0].Servers {
+					w := &obs.Backends[0].Servers[i].Window
+					w.TotalRequests, w.TotalErr5xx = k*w.Requests/10, k*w.Err5xx/10
+				}
+				var err error
+				if plan, err = d.Loop.Policy.Decide(context.Background(), obs); err != nil {
+					t.Fatal(err)
+				}
 			}
 			accepted := 0
 			for _, v := range d.Loop.Guard.For(d.Loop.Policy.Needs).Vet(&obs, plan) {

@@ -9,33 +9,36 @@ import (
 	"github.com/hapilot/hapilot/agent/policy/rules"
 )
 
-// scopedRules is the rules policy with each backend's own alpha and
-// minimum ratio from the config's backend blocks: one rules policy per
+// scopedRules is the rules policy with each backend's own sequential-test
+// settings (floor, degraded ratio, ARL) from the config's backend blocks: one rules policy per
 // distinct setting, each deciding the backends that take it. A backend
 // always goes to the same one, so any state a policy keeps per backend
 // stays whole. Without such a block it is the rules policy itself.
 func scopedRules(base rules.Config, scope agent.Scope) agent.Policy {
-	type key struct{ alpha, ratio float64 }
+	type key struct{ floor, ratio, arl float64 }
 	cfgOf := func(backend string) (key, rules.Config) {
 		c := base
 		bs := scope.For(backend)
-		if bs.Alpha != nil {
-			c.Alpha = *bs.Alpha
+		if bs.Floor != nil {
+			c.Floor = *bs.Floor
 		}
-		if bs.MinRatio != nil {
-			c.MinRatio = *bs.MinRatio
+		if bs.DegradedRatio != nil {
+			c.DegradedRatio = *bs.DegradedRatio
 		}
-		return key{c.Alpha, c.MinRatio}, c
+		if bs.ARLDays != nil {
+			c.ARLDays = *bs.ARLDays
+		}
+		return key{c.Floor, c.DegradedRatio, c.ARLDays}, c
 	}
 	own := false
 	for _, b := range scope {
-		own = own || b.Alpha != nil || b.MinRatio != nil
+		own = own || b.Floor != nil || b.DegradedRatio != nil || b.ARLDays != nil
 	}
 	root := rules.NewPolicy(base)
 	if !own {
 		return root
 	}
-	baseKey := key{base.Alpha, base.MinRatio}
+	baseKey := key{base.Floor, base.DegradedRatio, base.ARLDays}
 	// Filled as backends appear, by the loop's goroutine only: Decide
 	// and Evidence both run on it (agent.Loop.Run).
 	byKey := map[key]agent.Policy{baseKey: root}

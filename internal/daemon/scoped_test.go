@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/policy/rules"
@@ -10,27 +11,32 @@ import (
 	"github.com/hapilot/hapilot/internal/window"
 )
 
-// One server of four failing 6% against peers at 1%: a ratio of 6. A
-// backend whose block asks a minimum ratio of 8 keeps it; the same
-// figures under the global ratio drain it.
+// One server of four failing 4% against peers at 1%, 1,000 requests a
+// second each, for a minute. Under the global degraded ratio (3: 3%
+// against a 1% median) the sequential test drains it; a backend whose
+// block sets rules-degraded-ratio 20 (degraded only from 20%) keeps it.
+// Each backend keeps its own test's state across the steps.
 func TestScopedRulesRatio(t *testing.T) {
-	backend := func(name string) agent.BackendView {
-		b := agent.BackendView{Name: name}
-		for i, errs := range []uint64{60, 10, 10, 10} {
-			s := string(rune('a' + i))
-			st := window.Stats{Backend: name, Server: s, Requests: 1000, Err5xx: errs}
-			b.Servers = append(b.Servers, agent.ServerView{Backend: name, Server: s, Owner: agent.OwnerNone, Window: st, Recent: st,
-				State: haproxy.ServerState{Backend: name, Server: s, OpState: haproxy.OpRunning, Weight: 1, Initial: 1}})
+	at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	obsAt := func(sec uint64) agent.Observation {
+		obs := agent.Observation{Time: at.Add(time.Duration(sec) * time.Second)}
+		for _, name := range []string{"loose", "strict"} {
+			b := agent.BackendView{Name: name}
+			for i, perMille := range []uint64{40, 10, 10, 10} {
+				s := string(rune('a' + i))
+				st := window.Stats{Backend: name, Server: s, Requests: 60_000, Err5xx: 60 * perMille,
+					TotalRequests: 1000 * sec, TotalErr5xx: perMille * sec}
+				b.Servers = append(b.Servers, agent.ServerView{Backend: name, Server: s, Owner: agent.OwnerNone, Window: st, Recent: st,
+					State: haproxy.ServerState{Backend: name, Server: s, OpState: haproxy.OpRunning, Weight: 1, Initial: 1}})
+			}
+			obs.Backends = append(obs.Backends, b)
 		}
-		return b
+		return obs
 	}
-	obs := agent.Observation{Backends: []agent.BackendView{backend("loose"), backend("strict")}}
 	var scope agent.Scope
-	if err := scope.Set("strict.rules-min-ratio=8"); err != nil {
+	if err := scope.Set("strict.rules-degraded-ratio=20"); err != nil {
 		t.Fatal(err)
 	}
-	base := rules.DefaultConfig()
-	base.MinErrors, base.MinRequests = 5, 100
 	for _, tc := range []struct {
 		name  string
 		scope agent.Scope
@@ -39,23 +45,24 @@ func TestScopedRulesRatio(t *testing.T) {
 		{"no block: both", nil, map[string]bool{"loose": true, "strict": true}},
 		{"strict's own ratio", scope, map[string]bool{"loose": true}},
 	} {
-		pol := scopedRules(base, tc.scope)
-		plan, err := pol.Decide(context.Background(), obs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := map[string]bool{}
-		for _, a := range plan {
-			if a.Kind == agent.Drain && a.Server == "a" {
-				got[a.Backend] = true
+		pol := scopedRules(rules.DefaultConfig(), tc.scope)
+		got, ev := map[string]bool{}, map[string]bool{}
+		for sec := uint64(0); sec <= 60; sec++ {
+			plan, err := pol.Decide(context.Background(), obsAt(sec))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range plan {
+				if a.Kind == agent.Drain && a.Server == "a" {
+					got[a.Backend] = true
+				}
+			}
+			for _, k := range pol.Evidence(obsAt(sec)) {
+				ev[k.Backend] = true
 			}
 		}
-		ev := map[string]bool{}
-		for _, k := range pol.Evidence(obs) {
-			ev[k.Backend] = true
-		}
 		if len(got) != len(tc.want) || len(ev) != len(tc.want) {
-			t.Fatalf("%s: drains %v, evidence %v, want %v (plan %+v)", tc.name, got, ev, tc.want, plan)
+			t.Fatalf("%s: drains %v, evidence %v, want %v", tc.name, got, ev, tc.want)
 		}
 		for b := range tc.want {
 			if !got[b] || !ev[b] {

@@ -178,6 +178,9 @@ func (s *Store) Add(backend, server string, sec Second) error {
 		s.dropped.Add(uint64(sec.Requests))
 		return nil
 	}
+	// A peer's requests are new evidence for the sequential test too.
+	sr.totalReq.Add(uint64(sec.Requests))
+	sr.total5xx.Add(uint64(sec.Err5xx))
 	b := sr.bucketAt(s.now().Unix() - int64(sec.Ago))
 	if b == nil {
 		return nil

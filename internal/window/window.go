@@ -111,6 +111,11 @@ type Series struct {
 	// delivered counts the responses per-response paths reported for
 	// this server since the series was made (events not Counted).
 	delivered atomic.Uint64
+	// totalReq and total5xx count every request and 5xx since the series
+	// was made, never cleared: a sequential test reads the difference
+	// between two reads as the new evidence, each request exactly once,
+	// however the reads fall against the one-second buckets.
+	totalReq, total5xx atomic.Uint64
 }
 
 type seriesMap map[string]map[string]*Series
@@ -273,6 +278,8 @@ func (b *bucket) clear() {
 }
 
 func (sr *Series) recordRetried(sec int64, count uint32) {
+	sr.totalReq.Add(uint64(count))
+	sr.total5xx.Add(uint64(count))
 	if b := sr.bucketAt(sec); b != nil {
 		b.requests.Add(count)
 		b.err5xx.Add(count)
@@ -281,13 +288,18 @@ func (sr *Series) recordRetried(sec int64, count uint32) {
 }
 
 func (sr *Series) record(sec int64, status, ms int, count uint32) {
+	sr.totalReq.Add(uint64(count))
+	is5xx := status >= 500 && status <= 599
+	if is5xx {
+		sr.total5xx.Add(uint64(count))
+	}
 	b := sr.bucketAt(sec)
 	if b == nil {
 		return
 	}
 	b.requests.Add(count)
 	switch {
-	case status >= 500 && status <= 599:
+	case is5xx:
 		b.err5xx.Add(count)
 	case status >= 400 && status <= 499:
 		b.err4xx.Add(count)
@@ -340,6 +352,11 @@ type Stats struct {
 	// begun mid-second): the series' rate even when it is younger than
 	// the window. 0 until three seconds hold data.
 	RatePerSec float64 `json:"rate_per_sec"`
+	// TotalRequests and TotalErr5xx are the series' counts since it was
+	// made (summed over the merged stores), whatever the window: the
+	// rules' sequential test takes the difference between two reads.
+	TotalRequests uint64 `json:"total_requests,omitempty"`
+	TotalErr5xx   uint64 `json:"total_err_5xx,omitempty"`
 }
 
 // ErrorRate is the share of requests that ended in 5xx.
@@ -383,7 +400,15 @@ func (ms Merged) SnapshotOf(last time.Duration, only map[string]bool) []Stats {
 	for i, s := range ms {
 		maps[i] = *s.series.Load()
 	}
-	var out []Stats
+	count := 0
+	for _, m := range maps {
+		for backend, srv := range m {
+			if only == nil || only[backend] {
+				count += len(srv)
+			}
+		}
+	}
+	out := make([]Stats, 0, count)
 	acc := newAccumulator(secs) // reused: one series at a time
 	for i, m := range maps {
 		for backend, srv := range m {
@@ -434,6 +459,9 @@ type accumulator struct {
 	// store has a bucket for it.
 	perSec []uint64
 	held   []bool
+	// touched marks the histogram's bins written since the last reset,
+	// which clears those only (a series fills a few of 112).
+	touched [usedWords]uint64
 }
 
 func newAccumulator(secs int64) *accumulator {
@@ -442,21 +470,32 @@ func newAccumulator(secs int64) *accumulator {
 
 func (a *accumulator) reset(backend, server string) {
 	a.st = Stats{Backend: backend, Server: server}
-	a.hist, a.timed = [latencyBins]uint64{}, 0
+	for w := range a.touched {
+		for set := a.touched[w]; set != 0; set &= set - 1 {
+			a.hist[w<<6|bits.TrailingZeros64(set)] = 0
+		}
+		a.touched[w] = 0
+	}
+	a.timed = 0
 	clear(a.perSec)
 	clear(a.held)
 }
 
 func (a *accumulator) add(sr *Series, now int64) {
-	for i := range sr.buckets {
-		b := &sr.buckets[i]
-		sec := b.sec.Load()
-		if sec <= now-a.secs || sec > now {
+	a.st.TotalRequests += sr.totalReq.Load()
+	a.st.TotalErr5xx += sr.total5xx.Load()
+	// Visit only the window's buckets, each at its second's slot: a 10 s
+	// read of a 60 s ring touches 10 buckets, not 60 (the loop reads both
+	// spans of every series every second).
+	n := uint64(len(sr.buckets))
+	for sec := now - min(a.secs, int64(n)) + 1; sec <= now; sec++ {
+		b := &sr.buckets[uint64(sec)%n]
+		if b.sec.Load() != sec {
 			continue
 		}
-		n := uint64(b.requests.Load())
-		a.st.Requests += n
-		a.perSec[now-sec] += n
+		c := uint64(b.requests.Load())
+		a.st.Requests += c
+		a.perSec[now-sec] += c
 		a.held[now-sec] = true
 		a.st.Err5xx += uint64(b.err5xx.Load())
 		a.st.Err4xx += uint64(b.err4xx.Load())
@@ -464,6 +503,7 @@ func (a *accumulator) add(sr *Series, now int64) {
 		b.eachLatency(func(j int, c uint32) {
 			a.hist[j] += uint64(c)
 			a.timed += uint64(c)
+			a.touched[j>>6] |= 1 << (j & 63)
 		})
 	}
 }
@@ -480,10 +520,37 @@ func (a *accumulator) stats() Stats {
 	if st.Seconds >= 3 {
 		st.RatePerSec = float64(st.Requests-a.perSec[0]-a.perSec[oldest]) / float64(st.Seconds-2)
 	}
-	st.P50Ms = quantile(&a.hist, a.timed, 0.50)
-	st.P95Ms = quantile(&a.hist, a.timed, 0.95)
-	st.P99Ms = quantile(&a.hist, a.timed, 0.99)
+	st.P50Ms, st.P95Ms, st.P99Ms = quantiles(&a.hist, a.timed)
 	return st
+}
+
+// quantiles is quantile at 0.50, 0.95 and 0.99 in one pass over the
+// histogram.
+func quantiles(hist *[latencyBins]uint64, total uint64) (p50, p95, p99 int) {
+	if total == 0 {
+		return 0, 0, 0
+	}
+	var ranks [3]uint64
+	for k, q := range [3]float64{0.50, 0.95, 0.99} {
+		ranks[k] = max(uint64(q*float64(total)+0.5), 1)
+	}
+	var out [3]int
+	k := 0
+	var seen uint64
+	for i, c := range hist {
+		seen += c
+		for k < 3 && seen >= ranks[k] {
+			out[k] = binUpper(i)
+			k++
+		}
+		if k == 3 {
+			break
+		}
+	}
+	for ; k < 3; k++ {
+		out[k] = binUpper(latencyBins - 1)
+	}
+	return out[0], out[1], out[2]
 }
 
 // quantile returns the upper bound of the bin holding the q-th sample, so a

@@ -260,7 +260,7 @@ func TestFleetWideOnSimulatedWindows(t *testing.T) {
 // The check leaves calibration alone: it judges what the model proposes,
 // before any check, and every sequence's expected drain passes the check.
 func TestCalibrationsDrainsPassTheFleetWideCheck(t *testing.T) {
-	p := New(nil, rules.New(rules.DefaultConfig()), rules.DefaultConfig(), DefaultConfig(), zerolog.Nop())
+	p := New(nil, rules.NewWindowed(rules.DefaultConfig()), rules.DefaultConfig(), DefaultConfig(), zerolog.Nop())
 	defer p.Close()
 	for _, seq := range fixtures.Sequences(time.Unix(1000, 0)) {
 		for i, st := range seq.Steps {

@@ -68,7 +68,7 @@ func newPolicy(t *testing.T, respond ollamafake.Responder, mod func(*Config)) (*
 		mod(&cfg)
 	}
 	m := &Model{Server: &modelapi.Ollama{Client: api.NewClient(u, fake.Client())}, Config: cfg, SystemPrompt: prompt.DefaultSystemPrompt}
-	p := New(m, rules.New(rules.DefaultConfig()), rules.DefaultConfig(), cfg, zerolog.Nop())
+	p := New(m, rules.NewWindowed(rules.DefaultConfig()), rules.DefaultConfig(), cfg, zerolog.Nop())
 	t.Cleanup(p.Close)
 	return p, fake
 }

@@ -1,7 +1,13 @@
 // Package rules is hapilot's default policy: drain a server whose 5xx rate
-// is significantly above its peers' in the same backend.
+// has risen above what its backend calls degraded, on the evidence of a
+// sequential test (sequential.go): a CUSUM of each server's errors against
+// its own and its backend's healthy rate, run on every chunk of requests
+// the loop reads, with a threshold set by the mean time between false
+// drains an operator accepts (ARLDays).
 //
-// The test is conditional on the errors seen: if a server and its peers
+// Test, the windowed test below, is what the policy ran before; the LLM
+// policy's checks still use it on one window (they need no state).
+// It is conditional on the errors seen: if a server and its peers
 // (the better half of the other serving servers, by error rate) failed at
 // the same rate, each of their x+y errors would have landed on the server
 // with probability n/(n+m), its share of the requests. The server is an outlier when P(X >= x) under that binomial is
@@ -19,6 +25,8 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"sync"
+	"time"
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/internal/stats"
@@ -43,15 +51,55 @@ type Config struct {
 	// not tails, so that a few slow answers are never enough.
 	LatencyRatio float64
 	LatencyMinMs int
+
+	// The sequential test's settings (sequential.go). A server is
+	// degraded when its error rate is above both Floor and DegradedRatio
+	// times its backend's healthy median: a 5% server among 0.2% peers
+	// is, a healthy server at 2x the median is not.
+	Floor         float64
+	DegradedRatio float64
+	// ARLDays is the mean time between false drains the threshold is set
+	// for, per server, in days of one-second chunks: h = ln(ARLDays·86400)
+	// + ln(4).
+	ARLDays float64
+	// BurstCap is the most one chunk may add to a CUSUM, as a share of h:
+	// one burst of errors cannot convict, persistent ones do.
+	BurstCap float64
+	// BaselineSpan is the time constant of each server's long baseline.
+	BaselineSpan time.Duration
 }
 
 // DefaultConfig is what `hapilot run` uses unless told otherwise.
 func DefaultConfig() Config {
-	return Config{Alpha: 1e-6, MinRequests: 100, MinErrors: 5, MinRatio: 2, LatencyRatio: 5, LatencyMinMs: 50}
+	return Config{Alpha: 1e-6, MinRequests: 100, MinErrors: 5, MinRatio: 2, LatencyRatio: 5, LatencyMinMs: 50,
+		Floor: 0.01, DegradedRatio: 3, ARLDays: 1000, BurstCap: 0.25, BaselineSpan: 6 * time.Hour}
 }
 
-// Policy is the rule policy.
-type Policy struct{ Config Config }
+// Policy is the rule policy. Its sequential test keeps state between
+// calls: Decide and Evidence feed it the requests each server answered
+// since the last call.
+type Policy struct {
+	Config Config
+
+	mu  sync.Mutex
+	seq map[string]*seqBackend // by backend name
+}
+
+// seqBackend is the sequential test's state for one backend.
+type seqBackend struct {
+	q       *Sequential
+	servers map[string]*SeqServer
+	// last: each server's total counts at the last read, whose
+	// difference with the next read is the next chunk.
+	last  map[string]Counts
+	at    time.Time
+	found map[string]bool // what the last chunk condemned
+	// per-call scratch, kept to spare the allocations
+	srv     []*SeqServer
+	in      []Counts
+	serving []bool
+	idx     []int
+}
 
 // New returns a rule policy with cfg.
 func New(cfg Config) *Policy { return &Policy{Config: cfg} }
@@ -90,6 +138,21 @@ func (c Config) Validate() error {
 	if c.LatencyRatio < 0 || c.LatencyMinMs < 0 {
 		errs = append(errs, fmt.Errorf("rules-latency-ratio and rules-latency-min-ms must not be negative"))
 	}
+	if !(c.Floor > 0 && c.Floor < maxP1) {
+		errs = append(errs, fmt.Errorf("rules-floor %v outside (0, %v)", c.Floor, maxP1))
+	}
+	if !(c.DegradedRatio >= 1 && !math.IsInf(c.DegradedRatio, 0)) {
+		errs = append(errs, fmt.Errorf("rules-degraded-ratio %v below 1 or not finite", c.DegradedRatio))
+	}
+	if !(c.ARLDays >= 1.0/24 && c.ARLDays <= 1e9) {
+		errs = append(errs, fmt.Errorf("rules-arl-days %v outside [1/24, 1e9]", c.ARLDays))
+	}
+	if !(c.BurstCap > 0 && c.BurstCap <= 1) {
+		errs = append(errs, fmt.Errorf("rules-burst-cap %v outside (0, 1]", c.BurstCap))
+	}
+	if c.BaselineSpan < time.Minute {
+		errs = append(errs, fmt.Errorf("rules-baseline-span %v under a minute", c.BaselineSpan))
+	}
 	return errors.Join(errs...)
 }
 
@@ -103,9 +166,62 @@ type Finding struct {
 	Outlier        bool
 }
 
-// Decide proposes a drain for every outlier, most significant first; the
-// guardrails decide how many run. It stops at the step's deadline.
+// Decide proposes a drain for every server the sequential test condemns,
+// strongest evidence first, then every latency outlier; the guardrails
+// decide how many run. It stops at the step's deadline.
 func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("rules: stopped before deciding: %w", err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.advance(obs)
+	var plan agent.Plan
+	for _, b := range obs.Backends {
+		sb := p.seq[b.Name]
+		type cand struct {
+			name string
+			s    *SeqServer
+		}
+		var cands []cand
+		for _, s := range b.Servers {
+			if sb != nil && sb.found[s.Server] {
+				cands = append(cands, cand{s.Server, sb.servers[s.Server]})
+			}
+		}
+		sort.SliceStable(cands, func(i, j int) bool { return cands[i].s.Max() > cands[j].s.Max() })
+		planned := map[string]bool{}
+		for _, c := range cands {
+			planned[c.name] = true
+			n, x := c.s.recentSum()
+			plan = append(plan, agent.Action{
+				Kind: agent.Drain, Backend: b.Name, Server: c.name,
+				Reason: fmt.Sprintf("5xx CUSUM %.1f over h %.1f: %.2f%% (%d/%d) in the last %d checks, judged against %.3f%%, degraded from %.2f%%",
+					c.s.Max(), sb.q.H(), 100*float64(x)/float64(max(n, 1)), x, n, recentChunks, 100*c.s.P0(), 100*sb.q.P1Min()),
+			})
+		}
+		for _, s := range p.Slow(b) {
+			if !planned[s.Server] {
+				plan = append(plan, agent.Action{Kind: agent.Drain, Backend: b.Name, Server: s.Server, Reason: s.Reason})
+			}
+		}
+	}
+	return plan, nil
+}
+
+// Windowed is the rules as they decided before the sequential test: the
+// windowed test (Test) on each observation, no state. The LLM policy's
+// floor decides with it, so that its decisions, its calibration and the
+// training text rendered from them stay what they were.
+type Windowed struct{ *Policy }
+
+// NewWindowed returns the windowed rules under cfg.
+func NewWindowed(cfg Config) *Windowed { return &Windowed{New(cfg)} }
+
+// Decide proposes a drain for every outlier of the windowed test, most
+// significant first, then every latency outlier.
+func (w *Windowed) Decide(ctx context.Context, obs agent.Observation) (agent.Plan, error) {
+	p := w.Policy
 	var plan agent.Plan
 	for _, b := range obs.Backends {
 		if err := ctx.Err(); err != nil {
@@ -134,22 +250,22 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 	return plan, nil
 }
 
-// Evidence lists the servers Decide would drain now:
-// the same test, without the plan. The loop calls it between steps.
+// Evidence lists the servers Decide would drain now: the same test,
+// without the plan. The loop calls it between steps, about every second,
+// and each call feeds the sequential test the requests since the last.
 func (p *Policy) Evidence(obs agent.Observation) []agent.Key {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.advance(obs)
 	var out []agent.Key
 	for _, b := range obs.Backends {
+		sb := p.seq[b.Name]
 		found := map[string]bool{}
-		for _, f := range p.Test(b) {
-			if f.Outlier {
-				found[f.Server] = true
-			}
-		}
 		for _, s := range p.Slow(b) {
 			found[s.Server] = true
 		}
 		for _, s := range b.Servers {
-			if found[s.Server] {
+			if found[s.Server] || (sb != nil && sb.found[s.Server]) {
 				out = append(out, s.Key())
 			}
 		}
@@ -157,7 +273,75 @@ func (p *Policy) Evidence(obs agent.Observation) []agent.Key {
 	return out
 }
 
-// Test runs the outlier test on every serving server of a backend. A
+// advance feeds every backend's sequential test the chunk of requests
+// since the last call: the difference of the windows' running totals.
+// Two calls on an observation of the same time (a step's Decide and its
+// Evidence) feed one chunk. p.mu is held.
+func (p *Policy) advance(obs agent.Observation) {
+	if p.seq == nil {
+		p.seq = map[string]*seqBackend{}
+	}
+	present := make(map[string]bool, len(obs.Backends))
+	for _, b := range obs.Backends {
+		present[b.Name] = true
+		sb := p.seq[b.Name]
+		if sb == nil {
+			sb = &seqBackend{q: NewSequential(p.Config), servers: map[string]*SeqServer{}, last: map[string]Counts{}}
+			p.seq[b.Name] = sb
+		}
+		if !obs.Time.IsZero() && obs.Time.Equal(sb.at) {
+			continue // this observation's chunk is in already
+		}
+		dt := 1.0
+		if !sb.at.IsZero() && obs.Time.After(sb.at) {
+			dt = obs.Time.Sub(sb.at).Seconds()
+		}
+		sb.at = obs.Time
+		sb.srv, sb.in, sb.serving = sb.srv[:0], sb.in[:0], sb.serving[:0]
+		seen := make(map[string]bool, len(b.Servers))
+		for _, s := range b.Servers {
+			seen[s.Server] = true
+			st := sb.servers[s.Server]
+			if st == nil {
+				st = &SeqServer{}
+				sb.servers[s.Server] = st
+			}
+			tot := Counts{N: s.Window.TotalRequests, X: s.Window.TotalErr5xx}
+			var chunk Counts
+			// The first read of a server only sets its mark: the totals
+			// before it may span any time. A total that went back (the
+			// series was forgotten and made again) does the same.
+			if last, ok := sb.last[s.Server]; ok && tot.N >= last.N && tot.X >= last.X {
+				chunk = Counts{N: tot.N - last.N, X: tot.X - last.X}
+				chunk.X = min(chunk.X, chunk.N)
+			}
+			sb.last[s.Server] = tot
+			sb.srv = append(sb.srv, st)
+			sb.in = append(sb.in, chunk)
+			sb.serving = append(sb.serving, s.Serving())
+		}
+		for name := range sb.servers {
+			if !seen[name] {
+				delete(sb.servers, name)
+				delete(sb.last, name)
+			}
+		}
+		sb.idx = sb.q.Step(dt, sb.srv, sb.in, sb.serving, sb.idx)
+		sb.found = make(map[string]bool, len(sb.idx))
+		for _, i := range sb.idx {
+			sb.found[b.Servers[i].Server] = true
+		}
+	}
+	for name := range p.seq {
+		if !present[name] {
+			delete(p.seq, name)
+		}
+	}
+}
+
+// Test runs the windowed outlier test on every serving server of a
+// backend, on its window alone (no state): what the policy ran before the
+// sequential test, and what the LLM policy's checks run still. A
 // server is compared with the better half of the others (those with the
 // lowest error rates, ties included), so that a second faulty server among its peers
 // does not mask the first.
@@ -226,22 +410,31 @@ func (p *Policy) Slow(b agent.BackendView) []SlowServer {
 		return nil
 	}
 	enough := func(s agent.ServerView) bool { return s.Serving() && s.Window.Requests >= max(c.MinRequests/2, 1) }
+	// Every judged server's median, sorted once: a server's peers are
+	// all of them but itself, whose median is read off this list (not a
+	// sort per server: that was quadratic in the backend's size).
+	var all []int
+	for _, s := range b.Servers {
+		if enough(s) {
+			all = append(all, s.Window.P50Ms)
+		}
+	}
+	if len(all) < 2 {
+		return nil
+	}
+	sort.Ints(all)
 	var out []SlowServer
 	for _, s := range b.Servers {
 		if !enough(s) {
 			continue
 		}
-		var peers []int
-		for _, q := range b.Servers {
-			if q.Server != s.Server && enough(q) {
-				peers = append(peers, q.Window.P50Ms)
-			}
+		// The others are all without one copy of s's value, at index
+		// self; their median is at (len(all)-1)/2 of them.
+		self, mid := sort.SearchInts(all, s.Window.P50Ms), (len(all)-1)/2
+		med := all[mid]
+		if self <= mid {
+			med = all[mid+1]
 		}
-		if len(peers) == 0 {
-			continue
-		}
-		sort.Ints(peers)
-		med := peers[len(peers)/2]
 		if float64(s.Window.P50Ms) >= c.LatencyRatio*float64(max(med, 1)) && s.Window.P50Ms-med >= c.LatencyMinMs {
 			out = append(out, SlowServer{Server: s.Server,
 				Reason: fmt.Sprintf("median answer %d ms vs peers' %d ms (%d answers)", s.Window.P50Ms, med, s.Window.Requests)})

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/haproxy"
@@ -43,6 +44,17 @@ func simulate(rng *rand.Rand, n uint64, rates []float64) agent.BackendView {
 	return b
 }
 
+// outliers is what the windowed test finds on one window.
+func outliers(p *Policy, b agent.BackendView) map[string]bool {
+	out := map[string]bool{}
+	for _, f := range p.Test(b) {
+		if f.Outlier {
+			out[f.Server] = true
+		}
+	}
+	return out
+}
+
 func drained(t *testing.T, p *Policy, b agent.BackendView) map[string]bool {
 	plan, err := p.Decide(context.Background(), agent.Observation{Backends: []agent.BackendView{b}})
 	if err != nil {
@@ -58,8 +70,8 @@ func drained(t *testing.T, p *Policy, b agent.BackendView) map[string]bool {
 	return out
 }
 
-// TestScenarios draws many random windows per scenario: detection must be
-// near certain where a server fails 5%, and false drains absent where no
+// TestScenarios draws many random windows per scenario for the windowed
+// test (the LLM policy's checks run it): detection must be near certain where a server fails 5%, and false drains absent where no
 // server differs from its peers.
 func TestScenarios(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -92,7 +104,7 @@ func TestScenarios(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			found, falseDrains := 0, 0
 			for i := 0; i < tc.trials; i++ {
-				got := drained(t, p, simulate(rng, tc.perServer, tc.rates))
+				got := outliers(p, simulate(rng, tc.perServer, tc.rates))
 				for s := range got {
 					if tc.faulty[s] {
 						found++
@@ -114,11 +126,11 @@ func TestScenarios(t *testing.T) {
 func TestMinimumVolume(t *testing.T) {
 	p := New(DefaultConfig())
 	b := agent.BackendView{Name: "app", Servers: []agent.ServerView{server("a", 50, 10), server("b", 5000, 0)}}
-	if got := drained(t, p, b); len(got) != 0 {
+	if got := outliers(p, b); len(got) != 0 {
 		t.Fatalf("drained on 50 requests: %v", got)
 	}
 	b = agent.BackendView{Name: "app", Servers: []agent.ServerView{server("a", 1000, 4), server("b", 5000, 0)}}
-	if got := drained(t, p, b); len(got) != 0 {
+	if got := outliers(p, b); len(got) != 0 {
 		t.Fatalf("drained on 4 errors: %v", got)
 	}
 }
@@ -130,19 +142,20 @@ func TestOnlyServingServersCount(t *testing.T) {
 	// c is already drained: it is neither judged nor a peer, so b (5%)
 	// stands out against a alone.
 	b := agent.BackendView{Name: "app", Servers: []agent.ServerView{server("a", 2000, 0), server("b", 2000, 100), drainedFaulty}}
-	got := drained(t, p, b)
+	got := outliers(p, b)
 	if !got["b"] || got["c"] || len(got) != 1 {
 		t.Fatalf("drained %v", got)
 	}
 }
 
-// TestGolden: testdata/*.json hold an observation; *.golden the plan.
+// TestGolden: testdata/*.json hold an observation; *.golden the plan
+// once its windows have come in: ten chunks of a tenth of each, as ten
+// seconds of the evidence check bring them to the sequential test.
 func TestGolden(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.json")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no golden inputs: %v", err)
 	}
-	p := New(DefaultConfig())
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			raw, err := os.ReadFile(f)
@@ -155,9 +168,19 @@ func TestGolden(t *testing.T) {
 			if err := dec.Decode(&obs); err != nil {
 				t.Fatal(err)
 			}
-			plan, err := p.Decide(context.Background(), obs)
-			if err != nil {
-				t.Fatal(err)
+			p := New(DefaultConfig())
+			var plan agent.Plan
+			for k := range uint64(11) {
+				obs.Time = obs.Time.Add(time.Second)
+				for _, b := range obs.Backends {
+					for i := range b.Servers {
+						w := &b.Servers[i].Window
+						w.TotalRequests, w.TotalErr5xx = k*w.Requests/10, k*w.Err5xx/10
+					}
+				}
+				if plan, err = p.Decide(context.Background(), obs); err != nil {
+					t.Fatal(err)
+				}
 			}
 			// The loop's check between steps finds what Decide drains.
 			var targets, found []string

@@ -51,9 +51,10 @@ type Localisation struct {
 	// ReadmitS: seconds from the heal until every healed server that was
 	// drained serves again (nil: no heal, or not back by the end).
 	ReadmitS *float64 `json:"readmitted_after_heal_s"`
-	// DetectS: seconds from the load's start to the first change of a
-	// faulty server's state or weight in HAProxy, whoever made it (nil:
-	// none, or no faulty server).
+	// DetectS: seconds from the fault's onset (the load's start, or the
+	// scenario's OnsetStep) to the first change after it of a faulty
+	// server's state or weight in HAProxy, whoever made it (nil: none, or
+	// no faulty server).
 	DetectS *float64 `json:"time_to_detect_s"`
 	// DrainedAtEnd lists the servers out of rotation when the run ended.
 	DrainedAtEnd []string `json:"drained_at_end"`

@@ -36,6 +36,9 @@ type Spec struct {
 	// HealStep is the step at which the faults heal (transient), 0 if
 	// they never do: re-admission is timed from it.
 	HealStep func(steps int) int
+	// OnsetStep is the step at which the faults begin (paper-late), nil
+	// for the first: the time to detect is timed from it.
+	OnsetStep func(steps int) int
 }
 
 // Event sets a server's error rate from a step on.
@@ -102,6 +105,24 @@ var Scenarios = []Spec{
 			return fleetWith(n, paperServer, rates(everyThird(n), 0.05), 0)
 		},
 		Faulty: paperFaulty,
+	},
+	{
+		Name: "paper-late",
+		About: "the paper scenario's faults begin half way through the run, after a steady state: " +
+			"the agent's windows are full of healthy traffic when srv3, srv6, srv9 start failing 5%",
+		Expect: "drain exactly the faulty servers soon after the onset (the time to detect is timed from it)",
+		Backends: func(n int) []fleet.BackendConfig {
+			return fleetWith(n, paperServer, nil, 0)
+		},
+		Events: func(n, steps int) []Event {
+			var ev []Event
+			for _, i := range everyThird(n) {
+				ev = append(ev, Event{Step: steps / 2, Server: i, ErrorRate: 0.05})
+			}
+			return ev
+		},
+		Faulty:    paperFaulty,
+		OnsetStep: func(steps int) int { return steps / 2 },
 	},
 	{
 		Name:   "noise",

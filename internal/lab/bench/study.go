@@ -401,7 +401,11 @@ func runOne(ctx context.Context, c StudyConfig, spec Spec, cell Cell, v Variant,
 	}
 	res.Series = Series{PerSecond: out.Load.PerSecond, States: out.Changes, Actions: []ActionMark{}}
 	res.Loc = Localise(out.Timeline, truth)
-	res.Loc.DetectS = firstChange(out.Changes, faulty)
+	var onset time.Duration
+	if spec.OnsetStep != nil {
+		onset = time.Duration(spec.OnsetStep(c.Steps)) * c.Interval
+	}
+	res.Loc.DetectS = firstChange(out.Changes, faulty, onset)
 	if static != nil {
 		res.Static = static.Client
 		res.Client.Against(static.Client)
@@ -459,13 +463,13 @@ type EnvoySweep struct {
 // firstChange is the time to detect: seconds from the load's start to
 // the first change HAProxy reported (state or weight) of a faulty server,
 // whoever made it (nil: none, or no faulty server).
-func firstChange(changes map[string][]scenario.StateChange, faulty []string) *float64 {
+func firstChange(changes map[string][]scenario.StateChange, faulty []string, onset time.Duration) *float64 {
 	var first *float64
 	for _, s := range faulty {
 		for _, ch := range changes[s] {
-			if ch.At > 0 {
-				if first == nil || ch.At.Seconds() < *first {
-					first = ptr(ch.At.Seconds())
+			if ch.At > 0 && ch.At >= onset {
+				if d := (ch.At - onset).Seconds(); first == nil || d < *first {
+					first = ptr(d)
 				}
 				break
 			}

@@ -91,7 +91,7 @@ func run(g *gen, sit *situation, style prompt.Style) ([]Example, error) {
 		cfg.Confirm, cfg.Gate, cfg.Deadline, cfg.MinHold = 1, llm.GateAlways, 0, 0
 	}
 	m := &llm.Model{Server: rec, Config: cfg, SystemPrompt: cfg.Prompt.SystemPrompt()}
-	p := llm.New(m, rules.New(rules.DefaultConfig()), rules.DefaultConfig(), cfg, zerolog.Nop())
+	p := llm.New(m, rules.NewWindowed(rules.DefaultConfig()), rules.DefaultConfig(), cfg, zerolog.Nop())
 	defer p.Close()
 	var out []Example
 	for step := range sit.steps {

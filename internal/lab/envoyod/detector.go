@@ -52,6 +52,10 @@ type Config struct {
 	EnforcingFailurePercentage         int
 	FailurePercentageMinimumHosts      int
 	FailurePercentageRequestVolume     int
+	// AlwaysEjectOneHost (Envoy 1.31, default false) lets one host be
+	// ejected whatever max_ejection_percent. Without it, since Envoy 1.28,
+	// max_ejection_percent is always respected: at 10%, no host of 9.
+	AlwaysEjectOneHost bool
 }
 
 // Defaults are outlier_detection.proto's.
@@ -95,6 +99,7 @@ func (c *Config) fields() map[string]any {
 		"enforcing_failure_percentage":          &c.EnforcingFailurePercentage,
 		"failure_percentage_minimum_hosts":      &c.FailurePercentageMinimumHosts,
 		"failure_percentage_request_volume":     &c.FailurePercentageRequestVolume,
+		"always_eject_one_host":                 &c.AlwaysEjectOneHost,
 	}
 }
 
@@ -130,6 +135,12 @@ func ParseConfig(s string) (Config, error) {
 				return c, fmt.Errorf("envoy setting %s: %q is not a count", k, v)
 			}
 			*p = n
+		case *bool:
+			b, err := strconv.ParseBool(strings.TrimSpace(v))
+			if err != nil {
+				return c, fmt.Errorf("envoy setting %s: %q is not true or false", k, v)
+			}
+			*p = b
 		case *time.Duration:
 			d, err := time.ParseDuration(strings.TrimSpace(v))
 			if err != nil || d <= 0 {
@@ -205,6 +216,9 @@ type Detector struct {
 	Roll func() int
 	// Last is what the latest sweep computed.
 	Last SweepStats
+	// Detected counts the consecutive-error detections by type, enforced
+	// or not (Envoy's ejections_detected_* statistics).
+	Detected map[Reason]int
 }
 
 // SweepStats is one sweep's success-rate arithmetic, for the record.
@@ -268,6 +282,13 @@ func (d *Detector) enforce(pct int) bool {
 // no answer, a local-origin failure, which Envoy by default counts as a
 // 5xx and a gateway failure). Consecutive-error ejections happen here,
 // inline, as in Envoy; it returns the ejection, if any.
+//
+// As Envoy's host monitor does: a counter fires when it reaches its
+// threshold exactly; the gateway failure is checked first, so when both
+// fire on one response the gateway failure is the one recorded (and
+// ejects, if enforced); only the counter that fired is reset, and not
+// when the host is already ejected (Envoy's main thread ignores the
+// event then).
 func (d *Detector) Record(now time.Time, h string, status int) *Action {
 	x := d.hosts[h]
 	if x == nil {
@@ -281,34 +302,51 @@ func (d *Detector) Record(now time.Time, h string, status int) *Action {
 		return nil
 	}
 	x.failed++
-	x.consec5xx++
+	var out *Action
 	if gateway {
 		x.consecGateway++
+		if d.cfg.ConsecutiveGatewayFailure > 0 && x.consecGateway == d.cfg.ConsecutiveGatewayFailure {
+			out = d.consecutive(now, h, ConsecutiveGatewayFailure, d.cfg.EnforcingConsecutiveGatewayFailure)
+		}
 	} else {
 		x.consecGateway = 0
 	}
+	x.consec5xx++
+	if d.cfg.Consecutive5xx > 0 && x.consec5xx == d.cfg.Consecutive5xx {
+		if a := d.consecutive(now, h, Consecutive5xx, d.cfg.EnforcingConsecutive5xx); a != nil {
+			out = a
+		}
+	}
+	return out
+}
+
+// consecutive is Envoy's onConsecutiveErrorWorker: a detection on a host
+// not yet ejected is recorded, its counter reset, and the host ejected
+// if the enforcing coin says so.
+func (d *Detector) consecutive(now time.Time, h string, why Reason, enforcing int) *Action {
+	x := d.hosts[h]
 	if x.ejected {
 		return nil
 	}
-	if d.cfg.Consecutive5xx > 0 && x.consec5xx >= d.cfg.Consecutive5xx {
-		x.consec5xx, x.consecGateway = 0, 0
-		if d.enforce(d.cfg.EnforcingConsecutive5xx) {
-			return d.eject(now, h, Consecutive5xx, 0, 0)
-		}
+	if d.Detected == nil {
+		d.Detected = map[Reason]int{}
+	}
+	d.Detected[why]++
+	if why == Consecutive5xx {
+		x.consec5xx = 0
+	} else {
+		x.consecGateway = 0
+	}
+	if !d.enforce(enforcing) {
 		return nil
 	}
-	if d.cfg.ConsecutiveGatewayFailure > 0 && x.consecGateway >= d.cfg.ConsecutiveGatewayFailure {
-		x.consecGateway = 0
-		if d.enforce(d.cfg.EnforcingConsecutiveGatewayFailure) {
-			return d.eject(now, h, ConsecutiveGatewayFailure, 0, 0)
-		}
-	}
-	return nil
+	return d.eject(now, h, why, 0, 0)
 }
 
-// ejectable is max_ejection_percent's test: the ejection keeps the share
-// of ejected hosts at or below it, or no host is ejected yet (Envoy
-// ejects at least one host whatever the value).
+// ejectable is max_ejection_percent's test as Envoy runs it since 1.28:
+// the ejection keeps the share of ejected hosts at or below it; only
+// always_eject_one_host lets the first ejection through regardless.
+// (Before 1.28 the first was always let through.)
 func (d *Detector) ejectable() bool {
 	active := 0
 	for _, x := range d.hosts {
@@ -316,7 +354,7 @@ func (d *Detector) ejectable() bool {
 			active++
 		}
 	}
-	if active == 0 {
+	if active == 0 && d.cfg.AlwaysEjectOneHost {
 		return true
 	}
 	return 100*float64(active+1)/float64(len(d.hosts)) <= float64(d.cfg.MaxEjectionPercent)
@@ -329,9 +367,11 @@ func (d *Detector) eject(now time.Time, h string, why Reason, rate, threshold fl
 	}
 	x.ejected, x.ejectedAt = true, now
 	x.ejections++
-	// The multiplier stops growing once the time it gives reaches
-	// max_ejection_time.
-	if d.cfg.MaxEjectionTime <= 0 || time.Duration(x.multiplier)*d.cfg.BaseEjectionTime < d.cfg.MaxEjectionTime {
+	// Envoy's ejectHost grows the backoff while backoff·base < max +
+	// base: with 30 s and 300 s it stops at 11, not 10 (the time is
+	// still capped at max_ejection_time; the extra step is one more
+	// healthy interval before the time shrinks).
+	if d.cfg.MaxEjectionTime <= 0 || time.Duration(x.multiplier)*d.cfg.BaseEjectionTime < d.cfg.MaxEjectionTime+d.cfg.BaseEjectionTime {
 		x.multiplier++
 	}
 	return &Action{At: now, Host: h, Eject: true, Reason: why, Rate: rate, Threshold: threshold}
@@ -377,23 +417,33 @@ func SuccessRateThreshold(rates []float64, factor int) (mean, stdev, threshold f
 	return mean, stdev, mean - stdev*float64(factor)/1000
 }
 
-// Sweep is the interval timer's work: return hosts whose ejection time has
-// passed, decrement the multiplier of hosts healthy through the interval,
-// then run the success-rate and failure-percentage detections over the
-// interval's counts, and start a new interval. Actions come in host order.
+// Sweep is the interval timer's work (Envoy's onIntervalTimer): return
+// hosts whose ejection time has passed, run the success-rate and
+// failure-percentage detections over the interval's counts, then
+// decrement the multiplier of every host that was in service through the
+// interval and still is, and start a new interval. The decrement comes
+// after the detections: a host this sweep ejects is not decremented
+// first, so its multiplier grows by one (decremented before, it kept its
+// value). Actions come in host order.
 func (d *Detector) Sweep(now time.Time) []Action {
 	var out []Action
+	returned := map[string]bool{}
 	for _, h := range d.order {
 		x := d.hosts[h]
-		switch {
-		case x.ejected && now.Sub(x.ejectedAt) >= d.EjectionTime(h):
+		if x.ejected && now.Sub(x.ejectedAt) >= d.EjectionTime(h) {
 			x.ejected = false
 			x.consec5xx, x.consecGateway = 0, 0
+			returned[h] = true
 			out = append(out, Action{At: now, Host: h})
-		case !x.ejected && x.multiplier > 0:
-			x.multiplier--
 		}
 	}
+	defer func() {
+		for h, x := range d.hosts {
+			if !x.ejected && !returned[h] && x.multiplier > 0 {
+				x.multiplier--
+			}
+		}
+	}()
 	// Success rate: hosts with success_rate_request_volume in the
 	// interval, and at least success_rate_minimum_hosts of them.
 	var srHosts []string

@@ -3,6 +3,7 @@ package envoyod
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -136,6 +137,7 @@ func TestSuccessRateSweep(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Defaults()
+			cfg.AlwaysEjectOneHost = true // one host of a few: the mechanism under test, not the cap
 			if tc.cfg != nil {
 				tc.cfg(&cfg)
 			}
@@ -171,6 +173,7 @@ func TestFailurePercentage(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Defaults()
+			cfg.AlwaysEjectOneHost = true // one host of a few: the mechanism under test, not the cap
 			cfg.EnforcingFailurePercentage = tc.enforce
 			cfg.EnforcingSuccessRate = 0
 			cfg.Consecutive5xx = 0
@@ -226,6 +229,7 @@ func TestConsecutiveErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Defaults()
+			cfg.AlwaysEjectOneHost = true // one host of a few: the mechanism under test, not the cap
 			if tc.cfg != nil {
 				tc.cfg(&cfg)
 			}
@@ -249,6 +253,7 @@ func TestConsecutiveErrors(t *testing.T) {
 
 func TestEnforcingCoin(t *testing.T) {
 	cfg := Defaults()
+	cfg.AlwaysEjectOneHost = true // one host of a few: the mechanism under test, not the cap
 	cfg.EnforcingConsecutive5xx = 30
 	for _, tc := range []struct {
 		roll  int
@@ -273,6 +278,7 @@ func TestEnforcingCoin(t *testing.T) {
 // × 10 s = 100 s) to come down to base_ejection_time.
 func TestEjectionTimeGrowsAndDecays(t *testing.T) {
 	cfg := Defaults()
+	cfg.AlwaysEjectOneHost = true // one host of a few: the mechanism under test, not the cap
 	d := New(cfg, hosts(3))
 	now := t0
 	ejectNow := func() {
@@ -301,31 +307,41 @@ func TestEjectionTimeGrowsAndDecays(t *testing.T) {
 			t.Errorf("ejection %d lasted %v, want %v", i+1, outFor[i], want[i]*time.Second)
 		}
 	}
-	if m := d.Multiplier("srv1"); m != 10 {
-		t.Fatalf("multiplier at the cap %d, want 10", m)
+	// Envoy's ejectHost grows the backoff while backoff·base < max +
+	// base: 11·30 s = 330 s is not under 330 s, so it stops at 11.
+	if m := d.Multiplier("srv1"); m != 11 {
+		t.Fatalf("multiplier at the cap %d, want 11", m)
 	}
-	// Healthy from now on: ten sweeps, 100 s, bring it back to 0.
-	for i := 1; i <= 10; i++ {
+	// Healthy from now on: eleven sweeps, 110 s, bring it back to 0.
+	for i := 1; i <= 11; i++ {
 		now = now.Add(cfg.Interval)
 		d.Sweep(now)
-		if m := d.Multiplier("srv1"); m != 10-i {
-			t.Fatalf("after %d healthy sweeps multiplier %d, want %d", i, m, 10-i)
+		if m := d.Multiplier("srv1"); m != 11-i {
+			t.Fatalf("after %d healthy sweeps multiplier %d, want %d", i, m, 11-i)
 		}
 	}
 	ejectNow()
 	if got := d.EjectionTime("srv1"); got != cfg.BaseEjectionTime {
-		t.Errorf("after 100 s healthy, ejection time %v, want base %v", got, cfg.BaseEjectionTime)
+		t.Errorf("after 110 s healthy, ejection time %v, want base %v", got, cfg.BaseEjectionTime)
 	}
 }
 
-// max_ejection_percent: "Defaults to 10% but will eject at least one host
-// regardless of the value."
+// max_ejection_percent as Envoy respects it since 1.28: an ejection only
+// if 100·(ejected+1)/hosts <= max, unless always_eject_one_host (1.31,
+// default false) lets the first through. Envoy's
+// OutlierDetectorImplTest cases on max_ejection_percent, translated.
 func TestMaxEjectionPercent(t *testing.T) {
 	for _, tc := range []struct {
-		n, pct, want int
-	}{{3, 10, 1}, {9, 10, 1}, {10, 10, 1}, {20, 10, 2}, {9, 50, 4}, {4, 100, 4}, {5, 0, 1}} {
+		n, pct int
+		always bool
+		want   int
+	}{
+		{3, 10, false, 0}, {9, 10, false, 0}, {10, 10, false, 1}, {20, 10, false, 2}, {9, 50, false, 4}, {4, 100, false, 4}, {5, 0, false, 0},
+		// always_eject_one_host: the first whatever the value, then the cap.
+		{3, 10, true, 1}, {9, 10, true, 1}, {5, 0, true, 1}, {20, 10, true, 2}, {9, 50, true, 4},
+	} {
 		cfg := Defaults()
-		cfg.MaxEjectionPercent = tc.pct
+		cfg.MaxEjectionPercent, cfg.AlwaysEjectOneHost = tc.pct, tc.always
 		d := New(cfg, hosts(tc.n))
 		got := 0
 		for _, h := range hosts(tc.n) {
@@ -336,7 +352,97 @@ func TestMaxEjectionPercent(t *testing.T) {
 			}
 		}
 		if got != tc.want {
-			t.Errorf("n=%d max %d%%: %d ejected, want %d", tc.n, tc.pct, got, tc.want)
+			t.Errorf("n=%d max %d%% always_eject_one_host %v: %d ejected, want %d", tc.n, tc.pct, tc.always, got, tc.want)
 		}
+	}
+}
+
+// Only the consecutive counter that fired is reset: an unenforced
+// consecutive-5xx detection leaves the gateway-failure count running.
+// Where both fire on one response, the gateway failure is recorded first
+// (and ejects when enforced); the 5xx detection finds the host out.
+func TestConsecutiveCountersResetApart(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		cfg      func(*Config)
+		statuses []int
+		want     Reason
+		at       int
+		detected map[Reason]int
+	}{
+		{"an unenforced 5xx detection does not reset the gateway count", func(c *Config) {
+			c.Consecutive5xx, c.EnforcingConsecutive5xx = 3, 0
+			c.ConsecutiveGatewayFailure, c.EnforcingConsecutiveGatewayFailure = 5, 100
+		}, []int{503, 503, 503, 503, 503}, ConsecutiveGatewayFailure, 4, map[Reason]int{Consecutive5xx: 1, ConsecutiveGatewayFailure: 1}},
+		{"both fire on one response, both enforced: the gateway failure", func(c *Config) {
+			c.EnforcingConsecutiveGatewayFailure = 100
+		}, []int{503, 503, 503, 503, 503}, ConsecutiveGatewayFailure, 4, map[Reason]int{ConsecutiveGatewayFailure: 1}},
+		{"both fire, gateway unenforced (the default): both recorded, 5xx ejects", nil,
+			[]int{503, 503, 503, 503, 503}, Consecutive5xx, 4, map[Reason]int{Consecutive5xx: 1, ConsecutiveGatewayFailure: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Defaults()
+			cfg.AlwaysEjectOneHost = true
+			if tc.cfg != nil {
+				tc.cfg(&cfg)
+			}
+			d := New(cfg, hosts(3))
+			var got Reason
+			at := -1
+			for i, st := range tc.statuses {
+				if a := d.Record(t0, "srv1", st); a != nil {
+					got, at = a.Reason, i
+				}
+			}
+			if got != tc.want || at != tc.at {
+				t.Errorf("ejection %q at %d, want %q at %d", got, at, tc.want, tc.at)
+			}
+			if !reflect.DeepEqual(d.Detected, tc.detected) {
+				t.Errorf("detected %v, want %v", d.Detected, tc.detected)
+			}
+		})
+	}
+}
+
+// The backoff is decremented after the interval's detections: a host
+// back in service with backoff 1, ejected again by a success-rate sweep,
+// goes to 2 (decremented first, it stayed at 1).
+func TestBackoffDecrementedAfterTheSweep(t *testing.T) {
+	cfg := Defaults()
+	cfg.MaxEjectionPercent = 100
+	d := New(cfg, hosts(9))
+	now := t0
+	for range 5 {
+		d.Record(now, "srv1", 500)
+	}
+	if !d.Ejected("srv1") || d.Multiplier("srv1") != 1 {
+		t.Fatalf("srv1 not ejected with backoff 1")
+	}
+	now = now.Add(cfg.BaseEjectionTime)
+	d.Sweep(now) // returned; not decremented on the sweep that returns it
+	if d.Ejected("srv1") || d.Multiplier("srv1") != 1 {
+		t.Fatalf("after its return: ejected %v, backoff %d, want false, 1", d.Ejected("srv1"), d.Multiplier("srv1"))
+	}
+	// One interval at 50% errors on srv1, none elsewhere: the sweep ejects
+	// it on its success rate.
+	for _, h := range hosts(9) {
+		for i := range 200 {
+			st := 200
+			if h == "srv1" && i%2 == 0 {
+				st = 500
+			}
+			d.Record(now, h, st)
+		}
+	}
+	now = now.Add(cfg.Interval)
+	ejected := false
+	for _, a := range d.Sweep(now) {
+		ejected = ejected || (a.Eject && a.Host == "srv1" && a.Reason == SuccessRate)
+	}
+	if !ejected {
+		t.Fatalf("srv1 not ejected by the success-rate sweep")
+	}
+	if m := d.Multiplier("srv1"); m != 2 {
+		t.Errorf("backoff %d, want 2 (1, ejected again before any decrement)", m)
 	}
 }

@@ -197,7 +197,7 @@ func RunModel(ctx context.Context, m *llm.Model, rc rules.Config, budget time.Du
 	for _, seq := range fixtures.Sequences(now) {
 		cfg := m.Config
 		cfg.Confirm, cfg.Gate, cfg.Deadline, cfg.MinHold = 1, llm.GateAlways, 0, 0
-		p := llm.New(m, rules.New(rc), rc, cfg, zerolog.Nop())
+		p := llm.New(m, rules.NewWindowed(rc), rc, cfg, zerolog.Nop())
 		for i, st := range seq.Steps {
 			if _, err := p.Decide(ctx, st.Obs); err != nil {
 				p.Close()

@@ -1,0 +1,294 @@
+package rules
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/internal/window"
+)
+
+// poissonDraw draws a Poisson count by inversion (small means) or the
+// normal approximation.
+func poissonDraw(rng *rand.Rand, mean float64) uint64 {
+	if mean >= 12 {
+		return uint64(max(0, math.Round(mean+math.Sqrt(mean)*rng.NormFloat64())))
+	}
+	u, p := rng.Float64(), math.Exp(-mean)
+	k, cdf := uint64(0), p
+	for u > cdf && k < 500 {
+		k++
+		p *= mean / float64(k)
+		cdf += p
+	}
+	return k
+}
+
+// errorsOf draws the 5xx among n requests at rate p.
+func errorsOf(rng *rand.Rand, n uint64, p float64) uint64 {
+	if p < 0.05 {
+		return min(poissonDraw(rng, float64(n)*p), n)
+	}
+	var x uint64
+	for range n {
+		if rng.Float64() < p {
+			x++
+		}
+	}
+	return x
+}
+
+// phase is a stretch of seconds at given error rates (and extra errors
+// in given seconds, a burst).
+type phase struct {
+	secs  int
+	rates []float64
+	burst map[int]uint64 // server -> errors added in the phase's first second
+}
+
+// runPhases drives one backend's test with per-second counts and returns,
+// per server, the first second (from the start of the last phase) it was
+// condemned, -1 if never; and whether any was condemned before the last
+// phase.
+func runPhases(t *testing.T, cfg Config, rate float64, phases []phase, seed uint64) (first []int, early []int) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 7))
+	n := len(phases[0].rates)
+	q := NewSequential(cfg)
+	srv := make([]*SeqServer, n)
+	for i := range srv {
+		srv[i] = &SeqServer{}
+	}
+	in, serving := make([]Counts, n), make([]bool, n)
+	for i := range serving {
+		serving[i] = true
+	}
+	first = make([]int, n)
+	for i := range first {
+		first[i] = -1
+	}
+	var idx []int
+	for pi, ph := range phases {
+		last := pi == len(phases)-1
+		for s := range ph.secs {
+			for i := range n {
+				req := poissonDraw(rng, rate)
+				x := errorsOf(rng, req, ph.rates[i])
+				if s == 0 {
+					x += ph.burst[i]
+					req += ph.burst[i]
+				}
+				in[i] = Counts{N: req, X: x}
+			}
+			idx = q.Step(1, srv, in, serving, idx)
+			for _, i := range idx {
+				if !last {
+					early = append(early, i)
+				} else if first[i] < 0 {
+					first[i] = s + 1
+				}
+			}
+		}
+	}
+	return first, early
+}
+
+func rates(n int, p float64, set map[int]float64) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = p
+		if v, ok := set[i]; ok {
+			out[i] = v
+		}
+	}
+	return out
+}
+
+// TestSequential: what the test condemns, and how soon, after two hours
+// of steady healthy traffic (each row several seeds).
+func TestSequential(t *testing.T) {
+	const warm = 7200
+	tests := []struct {
+		name string
+		rate float64
+		n    int
+		last phase
+		// want: the servers condemned in the last phase, each within
+		// seconds of its start; everyone else never.
+		want   map[int]bool
+		within int
+		always bool // the last phase's rates in the steady one too
+	}{
+		{name: "5% among 9 at 33 req/s, mid-stream", rate: 33, n: 9,
+			last: phase{secs: 120, rates: rates(9, 0.002, map[int]float64{4: 0.05})}, want: map[int]bool{4: true}, within: 15},
+		{name: "5% among 3 at 5 req/s", rate: 5, n: 3,
+			last: phase{secs: 300, rates: rates(3, 0.002, map[int]float64{0: 0.05})}, want: map[int]bool{0: true}, within: 120},
+		{name: "two servers: the faulty one", rate: 33, n: 2,
+			last: phase{secs: 120, rates: rates(2, 0.002, map[int]float64{1: 0.05})}, want: map[int]bool{1: true}, within: 20},
+		{name: "a second fault does not hide the first", rate: 33, n: 9,
+			last: phase{secs: 120, rates: rates(9, 0.002, map[int]float64{2: 0.05, 6: 0.05})}, want: map[int]bool{2: true, 6: true}, within: 20},
+		{name: "two of three faulty: both", rate: 33, n: 3,
+			last: phase{secs: 120, rates: rates(3, 0.002, map[int]float64{0: 0.05, 1: 0.2})}, want: map[int]bool{0: true, 1: true}, within: 20},
+		{name: "fleet-wide 5%: nobody", rate: 33, n: 9,
+			last: phase{secs: 600, rates: rates(9, 0.05, nil)}},
+		{name: "fleet-wide 20%, two servers: nobody", rate: 33, n: 2,
+			last: phase{secs: 600, rates: rates(2, 0.2, nil)}},
+		{name: "one burst of 10 errors: nobody", rate: 33, n: 9,
+			last: phase{secs: 600, rates: rates(9, 0.002, nil), burst: map[int]uint64{3: 10}}},
+		{name: "a healthy server at 2x the median: not degraded", rate: 300, n: 9,
+			last: phase{secs: 3600, rates: rates(9, 0.002, map[int]float64{5: 0.004})}},
+		{name: "a server always at 2x the median", rate: 300, n: 9, always: true,
+			last: phase{secs: 3600, rates: rates(9, 0.002, map[int]float64{5: 0.004})}},
+		{name: "fleet-wide 5% at 5 req/s: nobody", rate: 5, n: 9,
+			last: phase{secs: 1800, rates: rates(9, 0.05, nil)}},
+		{name: "fleet-wide 20% at 300 req/s: nobody", rate: 300, n: 3,
+			last: phase{secs: 600, rates: rates(3, 0.2, nil)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for seed := range uint64(3) {
+				steady := phase{secs: warm, rates: rates(tt.n, 0.002, nil)}
+				if tt.always {
+					steady.rates = tt.last.rates
+				}
+				first, early := runPhases(t, DefaultConfig(), tt.rate, []phase{steady, tt.last}, seed)
+				if len(early) > 0 {
+					t.Fatalf("seed %d: healthy servers %v condemned in the steady phase", seed, early)
+				}
+				for i, at := range first {
+					switch {
+					case tt.want[i] && (at < 0 || at > tt.within):
+						t.Errorf("seed %d: server %d condemned at %d s, want within %d s", seed, i, at, tt.within)
+					case !tt.want[i] && at >= 0:
+						t.Errorf("seed %d: healthy server %d condemned at %d s", seed, i, at)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestSequentialWithoutHistory: a fault there from the first second (the
+// benchmark's) is found before any baseline is learned.
+func TestSequentialWithoutHistory(t *testing.T) {
+	for _, n := range []int{3, 9} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			first, _ := runPhases(t, DefaultConfig(), 33, []phase{{secs: 60, rates: rates(n, 0.002, map[int]float64{0: 0.05})}}, 1)
+			if first[0] < 0 || first[0] > 30 {
+				t.Errorf("faulty server condemned at %d s, want within 30 s", first[0])
+			}
+			for i, at := range first[1:] {
+				if at >= 0 {
+					t.Errorf("healthy server %d condemned", i+1)
+				}
+			}
+		})
+	}
+}
+
+func TestThreshold(t *testing.T) {
+	c := DefaultConfig()
+	// ln(1000 days of seconds) + ln(4 alternatives)
+	if got, want := c.Threshold(), math.Log(1000*86400*4); math.Abs(got-want) > 1e-9 {
+		t.Errorf("h = %v, want %v", got, want)
+	}
+	c.ARLDays = 10
+	if c.Threshold() >= DefaultConfig().Threshold() {
+		t.Errorf("a shorter ARL must lower h")
+	}
+}
+
+func TestValidateSequential(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(*Config)
+	}{
+		{"floor 0", func(c *Config) { c.Floor = 0 }},
+		{"floor NaN", func(c *Config) { c.Floor = math.NaN() }},
+		{"ratio under 1", func(c *Config) { c.DegradedRatio = 0.5 }},
+		{"ARL 0", func(c *Config) { c.ARLDays = 0 }},
+		{"burst cap 0", func(c *Config) { c.BurstCap = 0 }},
+		{"burst cap over 1", func(c *Config) { c.BurstCap = 1.5 }},
+		{"baseline span 1s", func(c *Config) { c.BaselineSpan = time.Second }},
+	}
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			tt.edit(&c)
+			if c.Validate() == nil {
+				t.Errorf("%+v accepted", c)
+			}
+		})
+	}
+}
+
+// TestPolicyFeedsChunksFromTotals: the policy reads the windows' running
+// totals; the first read of a server only sets its mark, a step's Decide
+// and Evidence on one observation feed one chunk, and a server an
+// operator drained is neither judged nor kept.
+func TestPolicyFeedsChunksFromTotals(t *testing.T) {
+	p := New(DefaultConfig())
+	names := []string{"s1", "s2", "s3"}
+	tot := map[string]*window.Stats{}
+	for _, n := range names {
+		tot[n] = &window.Stats{}
+	}
+	at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	obsAt := func(sec int, admin map[string]int) agent.Observation {
+		b := agent.BackendView{Name: "app"}
+		for _, n := range names {
+			s := server(n, 0, 0)
+			s.Window.TotalRequests, s.Window.TotalErr5xx = tot[n].TotalRequests, tot[n].TotalErr5xx
+			s.State.AdminState = admin[n]
+			b.Servers = append(b.Servers, s)
+		}
+		return agent.Observation{Time: at.Add(time.Duration(sec) * time.Second), Backends: []agent.BackendView{b}}
+	}
+	// A big history before the first read: not evidence.
+	tot["s2"].TotalRequests, tot["s2"].TotalErr5xx = 1e6, 5e5
+	if got := p.Evidence(obsAt(0, nil)); len(got) != 0 {
+		t.Fatalf("first read condemned %v", got)
+	}
+	var found []agent.Key
+	sec := 0
+	for sec < 30 && len(found) == 0 {
+		sec++
+		for _, n := range names {
+			tot[n].TotalRequests += 100
+		}
+		tot["s2"].TotalErr5xx += 10 // 10% from now on
+		obs := obsAt(sec, nil)
+		plan, err := p.Decide(context.Background(), obs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found = p.Evidence(obs) // the same chunk: no double count
+		if len(plan) != len(found) {
+			t.Fatalf("second %d: Decide drains %v, Evidence finds %v", sec, plan, found)
+		}
+	}
+	if len(found) != 1 || found[0].Server != "s2" {
+		t.Fatalf("found %v, want app/s2", found)
+	}
+	st := p.seq["app"].servers["s2"]
+	chunks := st.Chunks
+	p.Evidence(obsAt(sec, nil)) // same time as the last: no chunk
+	if st.Chunks != chunks {
+		t.Errorf("a second call at one time fed another chunk")
+	}
+	// Drained by an operator: reset, and not condemned.
+	if got := p.Evidence(obsAt(sec+1, map[string]int{"s2": haproxy.AdminForcedDrain})); len(got) != 0 {
+		t.Errorf("a drained server condemned: %v", got)
+	}
+	if st.Max() != 0 || st.Flagged {
+		t.Errorf("a drained server keeps its evidence: %v", st.S)
+	}
+}

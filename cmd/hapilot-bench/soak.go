@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hapilot/hapilot/agent/policy/rules"
+	"github.com/hapilot/hapilot/internal/lab/soak"
+)
+
+// cmdSoak runs simulated server-days through the rules' sequential test,
+// one cell per combination of the listed values, and prints one table.
+func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "cost" {
+		return cmdSoakCost(ctx, args[1:], stdout, stderr)
+	}
+	fs := flag.NewFlagSet("hapilot-bench soak", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	servers := fs.String("servers", "9", "servers per backend, comma-separated (one cell each)")
+	rate := fs.String("rate", "33", "requests per second per server, comma-separated")
+	noise := fs.Float64("noise", 0.002, "healthy 5xx rate (the fleet's median)")
+	hetero := fs.String("hetero", "0", "lognormal sigma of the healthy servers' rates, comma-separated (a new fleet each day)")
+	bursts := fs.String("bursts", "", "HOURS:MIN-MAX: one burst of MIN to MAX errors within a second, every HOURS per server on average")
+	diurnal := fs.Float64("diurnal", 0, "the traffic's swing over a day: rate x (1 + D sin(2 pi t/day)), D in [0, 1)")
+	uneven := fs.Float64("uneven", 0, "lognormal sigma of each server's share of the traffic")
+	fault := fs.String("fault", "", "faulty server's 5xx rates, comma-separated: one server from a random time after the warm-up")
+	serverDays := fs.Float64("server-days", 1000, "healthy server-days per cell, all seeds together")
+	seeds := fs.String("seeds", "1-2", "seeds, a range or a list (1-5, 1,3,7)")
+	trials := fs.Int("trials", 100, "fault onsets per seed")
+	warmup := fs.Duration("warmup", 2*time.Hour, "steady healthy traffic before a fault may start")
+	drainFor := fs.Duration("drain-for", 30*time.Second, "how long a condemned healthy server stays out (the probe cooldown)")
+	windowed := fs.Bool("windowed", false, "run the windowed test the rules ran before (60 s window, every second) instead of the sequential one")
+	workers := fs.Int("workers", 0, "seeds run at once (0: GOMAXPROCS)")
+	jsonOut := fs.String("json", "", "write the results to this JSON file")
+	maxRate := fs.Float64("max-per-1000", 0, "fail when a cell's false drains per 1,000 server-days exceed this (0: never)")
+	maxHigh := fs.Float64("max-upper", 0, "fail when a cell's 95% upper end reaches this (0: never)")
+	cfg := rules.DefaultConfig()
+	fs.Float64Var(&cfg.Floor, "rules-floor", cfg.Floor, "rules: the 5xx rate under which no server is degraded")
+	fs.Float64Var(&cfg.DegradedRatio, "rules-degraded-ratio", cfg.DegradedRatio, "rules: times the backend's healthy median a degraded server's 5xx rate reaches")
+	fs.Float64Var(&cfg.ARLDays, "rules-arl-days", cfg.ARLDays, "rules: mean days between false drains a server's threshold is set for")
+	fs.Float64Var(&cfg.BurstCap, "rules-burst-cap", cfg.BurstCap, "rules: the most one chunk adds to the evidence, as a share of the threshold")
+	fs.DurationVar(&cfg.BaselineSpan, "rules-baseline-span", cfg.BaselineSpan, "rules: time constant of each server's long baseline")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	base := soak.Cell{Noise: *noise, Diurnal: *diurnal, Uneven: *uneven, ServerDays: *serverDays, Trials: *trials,
+		Warmup: *warmup, DrainFor: *drainFor, Config: cfg, Windowed: *windowed}
+	var err error
+	if base.Seeds, err = parseSeeds(*seeds); err != nil {
+		return err
+	}
+	if *bursts != "" {
+		if base.Bursts, err = parseBursts(*bursts); err != nil {
+			return err
+		}
+	}
+	ns, err := floats("servers", *servers)
+	if err != nil {
+		return err
+	}
+	rates, err := floats("rate", *rate)
+	if err != nil {
+		return err
+	}
+	sigmas, err := floats("hetero", *hetero)
+	if err != nil {
+		return err
+	}
+	faults := []float64{0}
+	if *fault != "" {
+		if faults, err = floats("fault", *fault); err != nil {
+			return err
+		}
+	}
+	var results []soak.Result
+	for _, n := range ns {
+		for _, r := range rates {
+			for _, s := range sigmas {
+				for i, f := range faults {
+					c := base
+					c.Servers, c.Rate, c.Hetero, c.Fault = int(n), r, s, f
+					if i > 0 {
+						c.ServerDays = 0 // the healthy days once per cell
+					}
+					if err := ctx.Err(); err != nil {
+						return fmt.Errorf("soak: stopped: %w", err)
+					}
+					fmt.Fprintf(stderr, "soak: N=%d %g req/s sigma %g fault %g...\n", c.Servers, r, s, f)
+					res, err := soak.Run(c, *workers)
+					if err != nil {
+						return fmt.Errorf("soak: N=%d rate %g: %w", c.Servers, r, err)
+					}
+					results = append(results, res)
+				}
+			}
+		}
+	}
+	test := "sequential (CUSUM)"
+	if *windowed {
+		test = "windowed (rules.Test, 60 s, every second)"
+	}
+	fmt.Fprintf(stdout, "soak: the rules' %s test, every second of simulated traffic; seeds %s\n", test, *seeds)
+	WriteSoakTable(stdout, results)
+	if *jsonOut != "" {
+		raw, err := json.MarshalIndent(results, "", "  ")
+		if err != nil {
+			return fmt.Errorf("soak: %w", err)
+		}
+		if err := os.WriteFile(*jsonOut, append(raw, '\n'), 0o644); err != nil {
+			return fmt.Errorf("soak: writing %s: %w", *jsonOut, err)
+		}
+	}
+	return checkPromise(results, *maxRate, *maxHigh)
+}
+
+// checkPromise fails when a cell's false drains break the given bounds.
+func checkPromise(results []soak.Result, maxRate, maxHigh float64) error {
+	for _, r := range results {
+		if r.ServerDays == 0 {
+			continue
+		}
+		if maxRate > 0 && r.FalseDrainsPer1000 > maxRate {
+			return fmt.Errorf("soak: %s: %.2f false drains per 1,000 server-days, over %g", r.Cell, r.FalseDrainsPer1000, maxRate)
+		}
+		if maxHigh > 0 && r.High95 >= maxHigh {
+			return fmt.Errorf("soak: %s: 95%% upper end %.2f, not under %g", r.Cell, r.High95, maxHigh)
+		}
+	}
+	return nil
+}
+
+// WriteSoakTable prints one row per result.
+func WriteSoakTable(w io.Writer, results []soak.Result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "cell\tserver-days\tfalse drains\tper 1,000 server-days [95%]\tfault\tfound\tmedian s\tp90 s\tbound s\tmedian/bound\t")
+	for _, r := range results {
+		days := "-"
+		if r.ServerDays > 0 {
+			days = fmt.Sprintf("%.0f\t%d\t%.2f [%.2f, %.2f]", r.ServerDays, r.FalseDrains, r.FalseDrainsPer1000, r.Low95, r.High95)
+		} else {
+			days = "-\t-\t-"
+		}
+		flt := "-\t-\t-\t-\t-\t-"
+		if r.Fault > 0 {
+			flt = fmt.Sprintf("%.3g%%\t%d/%d\t%.1f\t%.1f\t%.1f\t%.2f", 100*r.Fault, r.Trials-r.Missed, r.Trials, r.DetectMedian, r.DetectP90, r.Bound, r.DetectMedian/r.Bound)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", r.Cell, days, flt)
+	}
+	tw.Flush()
+}
+
+func floats(name, s string) ([]float64, error) {
+	var out []float64
+	for _, part := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(part), 64)
+		if err != nil {
+			return nil, fmt.Errorf("--%s %q: want numbers, comma-separated", name, s)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// parseBursts reads HOURS:MIN-MAX.
+func parseBursts(s string) (soak.Bursts, error) {
+	bad := fmt.Errorf("--bursts %q: want HOURS:MIN-MAX, such as 6:3-10", s)
+	h, r, ok := strings.Cut(s, ":")
+	lo, hi, ok2 := strings.Cut(r, "-")
+	if !ok || !ok2 {
+		return soak.Bursts{}, bad
+	}
+	var b soak.Bursts
+	var err error
+	if b.EveryHours, err = strconv.ParseFloat(h, 64); err != nil || b.EveryHours <= 0 {
+		return soak.Bursts{}, bad
+	}
+	if b.Min, err = strconv.Atoi(lo); err != nil {
+		return soak.Bursts{}, bad
+	}
+	if b.Max, err = strconv.Atoi(hi); err != nil || b.Max < b.Min || b.Min < 1 {
+		return soak.Bursts{}, bad
+	}
+	return b, nil
+}
+
+// cmdSoakCost prints what the agent's loop costs as the fleet grows.
+func cmdSoakCost(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("hapilot-bench soak cost", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	sizes := fs.String("sizes", "10:1,100:10,1000:100,10000:100,10000:1000", "SERVERS:BACKENDS pairs, comma-separated")
+	rate := fs.Float64("rate", 33, "requests per second per server")
+	steps := fs.Int("steps", 20, "scheduled steps measured by hand")
+	intervals := fs.Int("intervals", 10, "10 s intervals measured under Run (a step and nine evidence checks each)")
+	jsonOut := fs.String("json", "", "write the results to this JSON file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var results []soak.CostResult
+	for _, pair := range strings.Split(*sizes, ",") {
+		a, b, ok := strings.Cut(strings.TrimSpace(pair), ":")
+		n, err1 := strconv.Atoi(a)
+		k, err2 := strconv.Atoi(b)
+		if !ok || err1 != nil || err2 != nil {
+			return fmt.Errorf("--sizes %q: want SERVERS:BACKENDS pairs, such as 1000:100", *sizes)
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("soak cost: stopped: %w", err)
+		}
+		fmt.Fprintf(stderr, "soak cost: %d servers over %d backends...\n", n, k)
+		r, err := soak.Cost(n, k, *rate, *steps, *intervals)
+		if err != nil {
+			return err
+		}
+		results = append(results, r)
+	}
+	fmt.Fprintf(stdout, "soak cost: the real loop (agent.Loop, rules, guardrails, window store, fake runtime socket) on an injected clock, %g req/s a server, 0.2%% 5xx; CPU of this process (user+system) while the loop ran, the traffic's injection left out; interval 10 s, evidence check 1 s\n", *rate)
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "servers\tbackends\tCPU per step ms\tCPU per check ms\tCPU per 10 s interval ms\tone core busy\theap MB\taudit log bytes/day\t")
+	for _, r := range results {
+		fmt.Fprintf(tw, "%d\t%d\t%.2f\t%.2f\t%.1f\t%.2f%%\t%.1f\t%.0f\t\n", r.Servers, r.Backends, r.StepCPUms, r.CheckCPUms, r.IntervalCPUms,
+			100*r.IntervalCPUms/10000, r.HeapMB, r.AuditBytesPerDay)
+	}
+	tw.Flush()
+	if *jsonOut != "" {
+		raw, err := json.MarshalIndent(results, "", "  ")
+		if err != nil {
+			return fmt.Errorf("soak cost: %w", err)
+		}
+		if err := os.WriteFile(*jsonOut, append(raw, '\n'), 0o644); err != nil {
+			return fmt.Errorf("soak cost: writing %s: %w", *jsonOut, err)
+		}
+	}
+	return nil
+}
