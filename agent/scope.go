@@ -59,17 +59,17 @@ const (
 // setting (the flag's) in force.
 type BackendSettings struct {
 	// Pattern is a backend name or a glob (path.Match: *, ?, [a-z]).
-	Pattern    string       `json:"pattern"`
-	Enabled    *bool        `json:"enabled,omitempty"`
-	MinServing *int         `json:"min_serving,omitempty"`
-	MaxDrained *Cap         `json:"max_drained,omitempty"`
+	Pattern    string `json:"pattern"`
+	Enabled    *bool  `json:"enabled,omitempty"`
+	MinServing *int   `json:"min_serving,omitempty"`
+	MaxDrained *Cap   `json:"max_drained,omitempty"`
 	// Floor, DegradedRatio and ARLDays are the rules' sequential test's
 	// (rules.Config): what error rate is degraded here, and how rarely a
 	// healthy server may be drained.
-	Floor         *float64 `json:"rules_floor,omitempty"`
-	DegradedRatio *float64 `json:"rules_degraded_ratio,omitempty"`
-	ARLDays       *float64 `json:"rules_arl_days,omitempty"`
-	Action     *DrainAction `json:"action,omitempty"`
+	Floor         *float64     `json:"rules_floor,omitempty"`
+	DegradedRatio *float64     `json:"rules_degraded_ratio,omitempty"`
+	ARLDays       *float64     `json:"rules_arl_days,omitempty"`
+	Action        *DrainAction `json:"action,omitempty"`
 	// LeaveAlone are server names or globs the agent never acts on.
 	LeaveAlone []string `json:"leave_alone,omitempty"`
 }
