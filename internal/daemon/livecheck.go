@@ -177,7 +177,7 @@ func (r *LiveReport) telemetry(ctx context.Context, c config.Config, wait time.D
 	// Listen as the agent would, acting on nothing.
 	probe := c
 	probe.Policy, probe.StatusListen, probe.AuditLog, probe.OnExit = config.PolicyStatic, "off", "", config.OnExitKeep
-	probe.Loop.StateFile = ""
+	probe.Loop.StateFile, probe.ControlSocket = "off", "off"
 	probe.Fleet = config.Default().Fleet
 	// The report says what the probe found: its own log would repeat it.
 	d, err := New(probe, zerolog.Nop())

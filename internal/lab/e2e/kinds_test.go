@@ -151,7 +151,7 @@ backend opted
 	fs.SetOutput(io.Discard)
 	c := config.Register(fs)
 	if err := config.Parse(fs, []string{"--haproxy-socket", socket, "--spoe-listen", "unix:" + spoeAddr, "--interval", "1s",
-		"--status-listen", fmt.Sprintf("127.0.0.1:%d", ports[1]), "--hash-backends", "opted", "--state-file", filepath.Join(dir, "state.json"),
+		"--status-listen", fmt.Sprintf("127.0.0.1:%d", ports[1]), "--hash-backends", "opted", "--state-file", filepath.Join(dir, "state.json"), "--control-socket", "unix:" + filepath.Join(dir, "ctl.sock"),
 		// Re-admission's probes could bring srv3 back by chance within the
 		// run; what is tested here is which servers the agent judges.
 		"--readmit", "off"}); err != nil {

@@ -197,7 +197,7 @@ backend app
 	fs.SetOutput(io.Discard)
 	c := config.Register(fs)
 	if err := config.Parse(fs, []string{"--haproxy-socket", socket, "--spoe-listen", "unix:" + spoeAddr, "--interval", "1s",
-		"--status-listen", "off", "--readmit", "off", "--state-file", filepath.Join(dir, "state.json")}); err != nil {
+		"--status-listen", "off", "--readmit", "off", "--state-file", filepath.Join(dir, "state.json"), "--control-socket", "unix:" + filepath.Join(dir, "ctl.sock")}); err != nil {
 		t.Fatal(err)
 	}
 	d, err := daemon.New(*c, zerolog.New(log))
