@@ -108,9 +108,10 @@ func BytesPerSeries(span time.Duration) int64 {
 type Series struct {
 	Backend, Server string
 	buckets         []bucket
-	// delivered counts the responses per-response paths reported for
-	// this server since the series was made (events not Counted).
-	delivered atomic.Uint64
+	// counted is the part of totalReq the stats path made from HAProxy's
+	// counters (events marked Counted): Delivered is the rest. Kept on the
+	// stats path's few events rather than on every response's.
+	counted atomic.Uint64
 	// totalReq and total5xx count every request and 5xx since the series
 	// was made, never cleared: a sequential test reads the difference
 	// between two reads as the new evidence, each request exactly once,
@@ -178,8 +179,8 @@ func (s *Store) RecordAt(sec int64, ev Event) {
 		return
 	}
 	s.events.Add(uint64(n))
-	if !ev.Counted {
-		sr.delivered.Add(uint64(n))
+	if ev.Counted {
+		sr.counted.Add(uint64(n))
 	}
 	if ev.Retried {
 		sr.recordRetried(sec, n)
@@ -189,13 +190,23 @@ func (s *Store) RecordAt(sec int64, ev Event) {
 }
 
 // Delivered is how many responses the per-response paths reported for
-// backend/server since its series was made: events recorded without
-// Counted. 0 for a server with no series.
+// backend/server since its series was made: its requests less those
+// recorded Counted. 0 for a server with no series. The figure is exact
+// when read by the goroutine that records the Counted events (the stats
+// path, which asks between its polls' records); another reader may see a
+// Counted event's count before its request, and reads too few, for a
+// moment.
 func (s *Store) Delivered(backend, server string) uint64 {
-	if sr, ok := (*s.series.Load())[backend][server]; ok {
-		return sr.delivered.Load()
+	sr, ok := (*s.series.Load())[backend][server]
+	if !ok {
+		return 0
 	}
-	return 0
+	counted := sr.counted.Load()
+	total := sr.totalReq.Load()
+	if counted > total {
+		return 0
+	}
+	return total - counted
 }
 
 // MaxCount bounds one event's Count: a bucket's counters are 32 bits.

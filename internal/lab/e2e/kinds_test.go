@@ -4,23 +4,16 @@ package e2e
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"io"
 	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/hapilot/hapilot/examples"
 	"github.com/hapilot/hapilot/haproxy"
-	"github.com/hapilot/hapilot/internal/config"
-	"github.com/hapilot/hapilot/internal/daemon"
 	"github.com/hapilot/hapilot/internal/lab/fleet"
 	"github.com/hapilot/hapilot/internal/lab/haproxyproc"
 	"github.com/hapilot/hapilot/internal/lab/labtest"
@@ -91,21 +84,10 @@ func TestServerKinds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spoeAddr := filepath.Join(dir, "spoe.sock")
-	front, agents, err := examples.Stanza("unix@" + spoeAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spoeFile := filepath.Join(dir, "hapilot-spoe.conf")
-	if err := os.WriteFile(spoeFile, []byte(examples.SPOEConf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	socket := filepath.Join(dir, "admin.sock")
+	h := newHandConfig(t, dir)
+	socket := h.socket
 	var b strings.Builder
-	fmt.Fprintf(&b, "global\n    stats socket %s mode 600 level admin\n\ndefaults\n    mode http\n    timeout connect 2s\n    timeout client 30s\n    timeout server 30s\n\nfrontend www\n    bind 127.0.0.1:%d\n", socket, ports[0])
-	for _, l := range front {
-		fmt.Fprintf(&b, "    %s\n", strings.Replace(l, "/etc/haproxy/hapilot-spoe.conf", spoeFile, 1))
-	}
+	b.WriteString(h.head(ports[0], ""))
 	fmt.Fprintf(&b, `    use_backend hashed if { path_beg /h }
     use_backend opted if { path_beg /o }
     default_backend app
@@ -131,7 +113,7 @@ backend opted
     server o1 %s
     server o2 %s
 
-%s`, addr[0], addr[1], ac.port(), addr[2], addr[3], addr[4], addr[5], addr[6], addr[7], addr[8], addr[9], addr[10], addr[11], addr[12], agents)
+%s`, addr[0], addr[1], ac.port(), addr[2], addr[3], addr[4], addr[5], addr[6], addr[7], addr[8], addr[9], addr[10], addr[11], addr[12], h.agents)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	hp, err := haproxyproc.Start(ctx, dir, b.String(), socket)
@@ -147,24 +129,10 @@ backend opted
 		t.Fatal(err)
 	}
 
-	fs := flag.NewFlagSet("hapilot run", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	c := config.Register(fs)
-	if err := config.Parse(fs, []string{"--haproxy-socket", socket, "--spoe-listen", "unix:" + spoeAddr, "--interval", "1s",
-		"--status-listen", fmt.Sprintf("127.0.0.1:%d", ports[1]), "--hash-backends", "opted", "--state-file", filepath.Join(dir, "state.json"), "--control-socket", "unix:" + filepath.Join(dir, "ctl.sock"),
+	d := startAgent(t, ctx, zerolog.Nop(), h.agentArgs("--status-listen", fmt.Sprintf("127.0.0.1:%d", ports[1]), "--hash-backends", "opted",
 		// Re-admission's probes could bring srv3 back by chance within the
 		// run; what is tested here is which servers the agent judges.
-		"--readmit", "off"}); err != nil {
-		t.Fatal(err)
-	}
-	d, err := daemon.New(*c, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentCtx, stopAgent := context.WithCancel(ctx)
-	served := make(chan error, 1)
-	go func() { served <- d.Serve(agentCtx) }()
-	defer func() { stopAgent(); <-served }()
+		"--readmit", "off"))
 
 	// The load: the app backend, the hashed one (one URI: balance uri sends
 	// it all to one server) and the opted one.
@@ -180,9 +148,14 @@ backend opted
 	time.AfterFunc(20*time.Second, func() { ac.say("drain") })
 
 	// check --live against this HAProxy, while the agent runs (it reads
-	// the running agent's /status for the telemetry).
-	time.Sleep(10 * time.Second)
-	live, lerr := exec.CommandContext(ctx, agentBinary, "check", "--live", "--haproxy-socket", socket, "--spoe-listen", "unix:"+spoeAddr,
+	// the running agent's /status for the telemetry), once srv3 is the
+	// agent's drain.
+	for deadline := time.Now().Add(30 * time.Second); len(d.Loop.Status().Changes) == 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the agent drained nothing within 30 s")
+		}
+	}
+	live, lerr := exec.CommandContext(ctx, agentBinary, "check", "--live", "--haproxy-socket", socket, "--spoe-listen", "unix:"+h.spoeAddr,
 		"--status-listen", fmt.Sprintf("127.0.0.1:%d", ports[1]), "--hash-backends", "opted").CombinedOutput()
 	wg.Wait()
 

@@ -66,26 +66,7 @@ func TestHAProxyReloadAndRestart(t *testing.T) {
 	if reloadErr != nil || restartErr != nil {
 		t.Fatalf("reload: %v, restart: %v", reloadErr, restartErr)
 	}
-	for _, s := range []string{"srv3", "srv6"} {
-		tl := out.Timeline[s]
-		t.Logf("%s drained/undrained at: %v", s, tl)
-		if len(tl) == 0 || tl[0].At > reloadAt {
-			t.Fatalf("%s not drained before the reload: %v", s, tl)
-		}
-		lost := 0
-		for i, tr := range tl {
-			if tr.Drained {
-				continue
-			}
-			lost++
-			if i+1 >= len(tl) || tl[i+1].At-tr.At > 5*time.Second {
-				t.Errorf("%s: drain lost at %v not back within 5 s: %v", s, tr.At, tl)
-			}
-		}
-		if lost != 2 || !finalState(out, s).Drain() {
-			t.Errorf("%s: lost its drain %d times (want the reload and the restart), final %+v: %v", s, lost, finalState(out, s), tl)
-		}
-	}
+	drainsComeBack(t, out, reloadAt, 2, "srv3", "srv6")
 	if len(out.DrainedAt) != 2 {
 		t.Errorf("drained %v", out.DrainedAt)
 	}
@@ -291,6 +272,33 @@ func logCommands(t *testing.T, run string, audit []byte) {
 			for _, c := range rec.Commands {
 				t.Logf("%s: step %d %s: %s %s", run, rec.Cycle, rec.Time.Format("15:04:05.0"), c.Command, c.Error)
 			}
+		}
+	}
+}
+
+// drainsComeBack checks that each server was drained before at, lost its
+// drain want times to HAProxy reloads or restarts, each time applied again
+// within 5 s, and ends drained.
+func drainsComeBack(t *testing.T, out *scenario.Outcome, at time.Duration, want int, servers ...string) {
+	t.Helper()
+	for _, s := range servers {
+		tl := out.Timeline[s]
+		t.Logf("%s drained/undrained at: %v", s, tl)
+		if len(tl) == 0 || tl[0].At > at {
+			t.Fatalf("%s not drained before %v: %v", s, at, tl)
+		}
+		lost := 0
+		for i, tr := range tl {
+			if tr.Drained {
+				continue
+			}
+			lost++
+			if i+1 >= len(tl) || tl[i+1].At-tr.At > 5*time.Second {
+				t.Errorf("%s: drain lost at %v not back within 5 s: %v", s, tr.At, tl)
+			}
+		}
+		if lost != want || !finalState(out, s).Drain() {
+			t.Errorf("%s: lost its drain %d times (want %d), final %+v: %v", s, lost, want, finalState(out, s), tl)
 		}
 	}
 }

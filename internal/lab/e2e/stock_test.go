@@ -338,26 +338,7 @@ func TestMasterWorkerReload(t *testing.T) {
 	if !strings.Contains(out.HAProxy.Log(), "Reloading HAProxy") {
 		t.Errorf("the master did not reload:\n%s", out.HAProxy.Log())
 	}
-	for _, s := range []string{"srv3", "srv6"} {
-		tl := out.Timeline[s]
-		t.Logf("%s drained/undrained at: %v", s, tl)
-		if len(tl) == 0 || tl[0].At > reloadAt {
-			t.Fatalf("%s not drained before the reload: %v", s, tl)
-		}
-		lost := 0
-		for i, tr := range tl {
-			if tr.Drained {
-				continue
-			}
-			lost++
-			if i+1 >= len(tl) || tl[i+1].At-tr.At > 5*time.Second {
-				t.Errorf("%s: drain lost at %v not back within 5 s: %v", s, tr.At, tl)
-			}
-		}
-		if lost != 1 || !finalState(out, s).Drain() {
-			t.Errorf("%s: lost its drain %d times (want the reload's), final %+v", s, lost, finalState(out, s))
-		}
-	}
+	drainsComeBack(t, out, reloadAt, 1, "srv3", "srv6")
 	if len(out.DrainedAt) != 2 {
 		t.Errorf("drained %v", out.DrainedAt)
 	}

@@ -4,21 +4,14 @@ package e2e
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/hapilot/hapilot/examples"
 	"github.com/hapilot/hapilot/haproxy"
-	"github.com/hapilot/hapilot/internal/config"
-	"github.com/hapilot/hapilot/internal/daemon"
 	"github.com/hapilot/hapilot/internal/lab/fleet"
 	"github.com/hapilot/hapilot/internal/lab/haproxyproc"
 	"github.com/hapilot/hapilot/internal/lab/labtest"
@@ -99,20 +92,10 @@ func TestServerTemplateSlots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spoeAddr := filepath.Join(dir, "spoe.sock")
-	front, agents, err := examples.Stanza("unix@" + spoeAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spoeFile := filepath.Join(dir, "hapilot-spoe.conf")
-	if err := os.WriteFile(spoeFile, []byte(examples.SPOEConf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	socket := filepath.Join(dir, "admin.sock")
+	h := newHandConfig(t, dir)
+	socket := h.socket
 	var b strings.Builder
-	fmt.Fprintf(&b, `global
-    stats socket %s mode 600 level admin
-
+	b.WriteString(h.head(ports[0], fmt.Sprintf(`
 resolvers lab
     nameserver ns1 127.0.0.1:%d
     accepted_payload_size 8192
@@ -122,25 +105,13 @@ resolvers lab
     hold valid 500ms
     hold obsolete 500ms
     hold nx 500ms
-
-defaults
-    mode http
-    timeout connect 2s
-    timeout client 30s
-    timeout server 30s
-
-frontend www
-    bind 127.0.0.1:%d
-`, socket, ns.port(), ports[0])
-	for _, l := range front {
-		fmt.Fprintf(&b, "    %s\n", strings.Replace(l, "/etc/haproxy/hapilot-spoe.conf", spoeFile, 1))
-	}
+`, ns.port())))
 	fmt.Fprintf(&b, `    default_backend app
 
 backend app
     server-template slot 4 app.test:%s resolvers lab init-addr none resolve-prefer ipv4
 
-%s`, port, agents)
+%s`, port, h.agents)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	hp, err := haproxyproc.Start(ctx, dir, b.String(), socket)
@@ -193,21 +164,7 @@ backend app
 	})
 
 	log := &logbuf.Buffer{}
-	fs := flag.NewFlagSet("hapilot run", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	c := config.Register(fs)
-	if err := config.Parse(fs, []string{"--haproxy-socket", socket, "--spoe-listen", "unix:" + spoeAddr, "--interval", "1s",
-		"--status-listen", "off", "--readmit", "off", "--state-file", filepath.Join(dir, "state.json"), "--control-socket", "unix:" + filepath.Join(dir, "ctl.sock")}); err != nil {
-		t.Fatal(err)
-	}
-	d, err := daemon.New(*c, zerolog.New(log))
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentCtx, stopAgent := context.WithCancel(ctx)
-	served := make(chan error, 1)
-	go func() { served <- d.Serve(agentCtx) }()
-	defer func() { stopAgent(); <-served }()
+	d := startAgent(t, ctx, zerolog.New(log), h.agentArgs("--status-listen", "off", "--readmit", "off"))
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	loaded := make(chan struct{})
 	go func() {
@@ -238,7 +195,8 @@ backend app
 	if a := states()[faulty].AdminState; a != haproxy.AdminForcedDrain|haproxy.AdminDNSMaint {
 		t.Errorf("%s: admin_state %#x, want 0x28", faulty, a)
 	}
-	time.Sleep(3 * time.Second) // three steps
+	cycle := d.Loop.Status().Cycle
+	waitFor("three steps more", func() bool { return d.Loop.Status().Cycle >= cycle+3 })
 	k := haproxy.ServerKey{Backend: "app", Server: faulty}
 	st := d.Loop.Status()
 	if ch, ok := st.Changes[k]; !ok || ch.Phase != "drained" {
@@ -260,7 +218,8 @@ backend app
 	ns.set(hosts[1], hosts[2], hosts[4])
 	waitFor("a slot given the new host", func() bool { return slotOf(hosts[4]) != "" })
 	moved := slotOf(hosts[4])
-	time.Sleep(2 * time.Second)
+	cycle = d.Loop.Status().Cycle
+	waitFor("two steps after", func() bool { return d.Loop.Status().Cycle >= cycle+2 })
 	if !strings.Contains(log.String(), `"server":"app/`+moved+`","was":"`) || !strings.Contains(log.String(), `"now":"`+hosts[4]+`"`) {
 		t.Errorf("the re-addressed slot %s was not noticed", moved)
 	}
