@@ -49,7 +49,7 @@ deb:
 	install -m 644 examples/hapilot.service $(DEB_ROOT)/lib/systemd/system/hapilot.service
 	install -m 644 examples/hapilot.conf $(DEB_ROOT)/etc/hapilot/hapilot.conf
 	install -D -m 644 cmd/hapilot/debian/logrotate $(DEB_ROOT)/etc/logrotate.d/hapilot
-	install -m 644 examples/haproxy*.cfg examples/hapilot-spoe*.conf lua/hapilot.lua $(DEB_DOC)/examples/
+	install -m 644 examples/haproxy*.cfg spoe/hapilot-spoe*.conf lua/hapilot.lua $(DEB_DOC)/examples/
 	install -m 644 examples/policies/*.lua $(DEB_DOC)/examples/policies/
 	install -m 644 README.md $(DEB_DOC)/
 	cp -r docs $(DEB_DOC)/docs && chmod -R u=rwX,go=rX $(DEB_DOC)/docs
@@ -226,16 +226,16 @@ tidy:
 # make fuzz FUZZTIME=30m). make test runs every target's seed corpus.
 FUZZTIME ?= 5m
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeNotify$$' -fuzztime $(FUZZTIME) ./spoe/
-	$(GO) test -run '^$$' -fuzz '^FuzzServeConn$$' -fuzztime $(FUZZTIME) ./spoe/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeNotify$$' -fuzztime $(FUZZTIME) ./internal/ingest/spoe/
+	$(GO) test -run '^$$' -fuzz '^FuzzServeConn$$' -fuzztime $(FUZZTIME) ./internal/ingest/spoe/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseServersState$$' -fuzztime $(FUZZTIME) ./haproxy/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseLine$$' -fuzztime $(FUZZTIME) ./internal/ingest/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseLogLine$$' -fuzztime $(FUZZTIME) ./internal/ingest/
-	$(GO) test -run '^$$' -fuzz '^FuzzConfigFile$$' -fuzztime $(FUZZTIME) ./internal/config/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseLine$$' -fuzztime $(FUZZTIME) ./internal/ingest/logs/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseLogLine$$' -fuzztime $(FUZZTIME) ./internal/ingest/logs/
+	$(GO) test -run '^$$' -fuzz '^FuzzConfigFile$$' -fuzztime $(FUZZTIME) ./cmd/hapilot/config/
 
 # Ingest cost per event and per SPOE message.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -cpu 1 ./internal/window/ ./spoe/
+	$(GO) test -run '^$$' -bench . -benchmem -cpu 1 ./internal/lib/window/ ./internal/ingest/spoe/
 
 # The study's benchmark, compressed tenfold (60 steps of 1 s): the paper
 # scenario at N=3 and N=9, static and rules, real HAProxy. About 4.5 min.

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/haproxy"
-	"github.com/hapilot/hapilot/internal/safefile"
+	"github.com/hapilot/hapilot/internal/lib/safefile"
 	"github.com/rs/zerolog"
 )
 

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hapilot/hapilot/internal/enum"
+	"github.com/hapilot/hapilot/internal/lib/enum"
 )
 
 // Mode says whether the agent's vetted actions reach HAProxy.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/haproxy"
-	"github.com/hapilot/hapilot/internal/window"
+	"github.com/hapilot/hapilot/internal/lib/window"
 )
 
 // Runtime is the part of the runtime API the loop uses; *haproxy.Client

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hapilot/hapilot/internal/auditlog"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
-	"github.com/hapilot/hapilot/internal/safefile"
+	"github.com/hapilot/hapilot/internal/lib/auditlog"
+	"github.com/hapilot/hapilot/internal/lib/safefile"
 	"github.com/rs/zerolog"
 )
 

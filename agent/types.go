@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/haproxy"
-	"github.com/hapilot/hapilot/internal/window"
+	"github.com/hapilot/hapilot/internal/lib/window"
 )
 
 // ServerView is what a policy sees of one server.

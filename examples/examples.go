@@ -4,11 +4,6 @@ package examples
 
 import _ "embed"
 
-// SPOEConf is hapilot-spoe.conf.
-//
-//go:embed hapilot-spoe.conf
-var SPOEConf string
-
 // HAProxyCfg is haproxy.cfg.
 //
 //go:embed haproxy.cfg
@@ -33,12 +28,6 @@ var RatioPolicy string
 //
 //go:embed haproxy-syslog-ring.cfg
 var HAProxySyslogRingCfg string
-
-// SPOESampledConf is hapilot-spoe-sampled.conf: the message with its
-// sample argument.
-//
-//go:embed hapilot-spoe-sampled.conf
-var SPOESampledConf string
 
 // HAProxySampledCfg is haproxy-sampled.cfg: every 5xx and one in k
 // other answers.

@@ -1,6 +1,7 @@
 package examples_test
 
 import (
+	"github.com/hapilot/hapilot/spoe"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,11 +19,11 @@ import (
 func TestExampleConfigIsValid(t *testing.T) {
 	labtest.RequireHAProxy(t)
 	dir := t.TempDir()
-	spoe := filepath.Join(dir, "hapilot-spoe.conf")
-	if err := os.WriteFile(spoe, []byte(examples.SPOEConf), 0o644); err != nil {
+	spoeFile := filepath.Join(dir, "hapilot-spoe.conf")
+	if err := os.WriteFile(spoeFile, []byte(spoe.Conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg := strings.ReplaceAll(examples.HAProxyCfg, "/etc/haproxy/hapilot-spoe.conf", spoe)
+	cfg := strings.ReplaceAll(examples.HAProxyCfg, "/etc/haproxy/hapilot-spoe.conf", spoeFile)
 	cfg = strings.ReplaceAll(cfg, "/run/haproxy/admin.sock", filepath.Join(dir, "admin.sock"))
 	path := filepath.Join(dir, "haproxy.cfg")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
@@ -93,24 +94,24 @@ func TestStanzaExtraction(t *testing.T) {
 // The sampled stanza passes `haproxy -c`, and its rand(k) and sample=int(k)
 // agree: the agent counts each sampled answer k times.
 func TestExampleSampledIsValidAndConsistent(t *testing.T) {
-	k, err := examples.SampleK(examples.HAProxySampledCfg, examples.SPOESampledConf)
+	k, err := examples.SampleK(examples.HAProxySampledCfg, spoe.SampledConf)
 	if err != nil || k != 16 {
 		t.Fatalf("sample k %d, %v; want 16", k, err)
 	}
 	labtest.RequireHAProxy(t)
 	dir := t.TempDir()
-	spoe := filepath.Join(dir, "hapilot-spoe-sampled.conf")
-	if err := os.WriteFile(spoe, []byte(examples.SPOESampledConf), 0o644); err != nil {
+	spoeFile := filepath.Join(dir, "hapilot-spoe-sampled.conf")
+	if err := os.WriteFile(spoeFile, []byte(spoe.SampledConf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg := strings.ReplaceAll(examples.HAProxySampledCfg, "/etc/haproxy/hapilot-spoe-sampled.conf", spoe)
+	cfg := strings.ReplaceAll(examples.HAProxySampledCfg, "/etc/haproxy/hapilot-spoe-sampled.conf", spoeFile)
 	cfg = strings.ReplaceAll(cfg, "/run/haproxy/admin.sock", filepath.Join(dir, "admin.sock"))
 	path := filepath.Join(dir, "haproxy.cfg")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	check(t, path)
-	if _, err := examples.SampleK(strings.Replace(examples.HAProxySampledCfg, "rand(16)", "rand(8)", 1), examples.SPOESampledConf); err == nil {
+	if _, err := examples.SampleK(strings.Replace(examples.HAProxySampledCfg, "rand(16)", "rand(8)", 1), spoe.SampledConf); err == nil {
 		t.Fatal("rand(8) against sample=int(16) passed")
 	}
 }

@@ -2,6 +2,7 @@ package examples
 
 import (
 	"fmt"
+	"github.com/hapilot/hapilot/spoe"
 	"regexp"
 	"strconv"
 	"strings"
@@ -69,6 +70,6 @@ func SampleK(cfg, spoeConf string) (int, error) {
 // Sampled returns the sampled stanza's files with k in place of theirs.
 func Sampled(k int) (cfg, spoeConf string) {
 	cfg = randK.ReplaceAllString(HAProxySampledCfg, fmt.Sprintf("rand(%d)", k))
-	spoeConf = sampleK.ReplaceAllString(SPOESampledConf, fmt.Sprintf("sample=int(%d)", k))
+	spoeConf = sampleK.ReplaceAllString(spoe.SampledConf, fmt.Sprintf("sample=int(%d)", k))
 	return cfg, spoeConf
 }

@@ -368,7 +368,7 @@ type ServerStat struct {
 	// status to judge.
 	TCP bool `json:"tcp,omitempty"`
 	// Counters are the row's cumulative counters and gauges, for the
-	// stats path (internal/ingest.StatPoller).
+	// stats path (internal/ingest/counters.StatPoller).
 	Counters StatCounters `json:"-"`
 }
 

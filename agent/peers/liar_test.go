@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
-	"github.com/hapilot/hapilot/internal/window"
+	"github.com/hapilot/hapilot/internal/lib/window"
 	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
 )

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/hapilot/hapilot/internal/promtext"
+	"github.com/hapilot/hapilot/internal/lib/promtext"
 )
 
 // WriteMetrics writes the fleet's figures in Prometheus' text format.

@@ -39,7 +39,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
-	"github.com/hapilot/hapilot/internal/window"
+	"github.com/hapilot/hapilot/internal/lib/window"
 	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
 )

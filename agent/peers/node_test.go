@@ -10,7 +10,7 @@ import (
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/haproxy"
-	"github.com/hapilot/hapilot/internal/window"
+	"github.com/hapilot/hapilot/internal/lib/window"
 	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
 )

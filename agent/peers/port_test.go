@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hapilot/hapilot/internal/window"
+	"github.com/hapilot/hapilot/internal/lib/window"
 )
 
 // closedByNode reports whether the node closed c within d: a read ends

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hapilot/hapilot/internal/window"
+	"github.com/hapilot/hapilot/internal/lib/window"
 	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
 )

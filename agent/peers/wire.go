@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/hapilot/hapilot/agent"
-	"github.com/hapilot/hapilot/internal/window"
+	"github.com/hapilot/hapilot/internal/lib/window"
 )
 
 // The agents' messages travel sealed with the fleet's key (seal.go),

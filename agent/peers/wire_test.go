@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/hapilot/hapilot/agent"
-	"github.com/hapilot/hapilot/internal/window"
+	"github.com/hapilot/hapilot/internal/lib/window"
 )
 
 func sampleState() stateMsg {

@@ -34,7 +34,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
-	"github.com/hapilot/hapilot/internal/enum"
+	"github.com/hapilot/hapilot/internal/lib/enum"
 	"github.com/rs/zerolog"
 )
 

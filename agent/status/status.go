@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
-	"github.com/hapilot/hapilot/internal/netx"
-	"github.com/hapilot/hapilot/internal/promtext"
+	"github.com/hapilot/hapilot/internal/lib/netx"
+	"github.com/hapilot/hapilot/internal/lib/promtext"
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 )

@@ -13,8 +13,8 @@ import (
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
-	"github.com/hapilot/hapilot/internal/netx"
-	"github.com/hapilot/hapilot/internal/promtext"
+	"github.com/hapilot/hapilot/internal/lib/netx"
+	"github.com/hapilot/hapilot/internal/lib/promtext"
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 )

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent/policy/llm/calibrate"
-	"github.com/hapilot/hapilot/internal/config"
+	"github.com/hapilot/hapilot/cmd/hapilot/config"
 )
 
 // errCalibrationFailed makes `hapilot calibrate` exit 1 after printing a

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/cmd/hapilot/config"
+	"github.com/hapilot/hapilot/cmd/hapilot/ctl"
 	"github.com/hapilot/hapilot/haproxy"
-	"github.com/hapilot/hapilot/internal/config"
-	"github.com/hapilot/hapilot/internal/ctl"
-	"github.com/hapilot/hapilot/internal/netx"
+	"github.com/hapilot/hapilot/internal/lib/netx"
 )
 
 const ctlUsage = `usage: hapilot ctl [--socket unix:PATH | --config FILE] COMMAND [ARGS]

@@ -26,8 +26,8 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/hapilot/hapilot/internal/config"
-	"github.com/hapilot/hapilot/internal/daemon"
+	"github.com/hapilot/hapilot/cmd/hapilot/config"
+	"github.com/hapilot/hapilot/cmd/hapilot/daemon"
 	"github.com/rs/zerolog"
 )
 

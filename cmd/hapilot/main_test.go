@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hapilot/hapilot/internal/config"
+	"github.com/hapilot/hapilot/cmd/hapilot/config"
 	"github.com/hapilot/hapilot/internal/lab/ollamafake"
 )
 

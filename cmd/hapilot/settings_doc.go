@@ -6,7 +6,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/hapilot/hapilot/internal/config"
+	"github.com/hapilot/hapilot/cmd/hapilot/config"
 )
 
 // settingGroups sorts every setting of `hapilot run` into the groups

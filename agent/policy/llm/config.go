@@ -8,7 +8,7 @@ import (
 
 	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
-	"github.com/hapilot/hapilot/internal/enum"
+	"github.com/hapilot/hapilot/internal/lib/enum"
 )
 
 // Gate is when the model is asked.

@@ -17,7 +17,7 @@ import (
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
 	"github.com/hapilot/hapilot/internal/lab/ollamafake"
-	"github.com/hapilot/hapilot/internal/window"
+	"github.com/hapilot/hapilot/internal/lib/window"
 	"github.com/ollama/ollama/api"
 	"github.com/rs/zerolog"
 )

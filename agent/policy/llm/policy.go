@@ -14,7 +14,7 @@ import (
 	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/agent/policy/rules"
-	"github.com/hapilot/hapilot/internal/promtext"
+	"github.com/hapilot/hapilot/internal/lib/promtext"
 	"github.com/rs/zerolog"
 )
 

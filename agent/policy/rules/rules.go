@@ -29,7 +29,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
-	"github.com/hapilot/hapilot/internal/stats"
+	"github.com/hapilot/hapilot/internal/lib/stats"
 )
 
 // Config tunes the test.

@@ -15,7 +15,7 @@ import (
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/haproxy"
-	"github.com/hapilot/hapilot/internal/window"
+	"github.com/hapilot/hapilot/internal/lib/window"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata golden files")

@@ -6,7 +6,7 @@ import (
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/haproxy"
-	"github.com/hapilot/hapilot/internal/window"
+	"github.com/hapilot/hapilot/internal/lib/window"
 )
 
 // suspectBackend is one backend "app" of servers given as name, requests

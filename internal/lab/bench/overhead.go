@@ -16,9 +16,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/hapilot/hapilot/cmd/hapilot/config"
+	"github.com/hapilot/hapilot/cmd/hapilot/daemon"
 	"github.com/hapilot/hapilot/haproxy"
-	"github.com/hapilot/hapilot/internal/config"
-	"github.com/hapilot/hapilot/internal/daemon"
 	"github.com/hapilot/hapilot/internal/lab/fleet"
 	"github.com/hapilot/hapilot/internal/lab/haproxyproc"
 	"github.com/hapilot/hapilot/internal/lab/scenario"

@@ -14,9 +14,9 @@ import (
 	"net"
 
 	llmcalibrate "github.com/hapilot/hapilot/agent/policy/llm/calibrate"
+	"github.com/hapilot/hapilot/cmd/hapilot/config"
 	"github.com/hapilot/hapilot/examples"
 	"github.com/hapilot/hapilot/haproxy"
-	"github.com/hapilot/hapilot/internal/config"
 	"github.com/hapilot/hapilot/internal/lab/envoyod"
 	"github.com/hapilot/hapilot/internal/lab/fleet"
 	"github.com/hapilot/hapilot/internal/lab/ollamafake"

@@ -17,7 +17,7 @@ import (
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/haproxy"
-	"github.com/hapilot/hapilot/internal/window"
+	"github.com/hapilot/hapilot/internal/lib/window"
 )
 
 // Truth is what a server really is in the simulation.

@@ -6,15 +6,16 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/hapilot/hapilot/spoe"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/hapilot/hapilot/cmd/hapilot/config"
+	"github.com/hapilot/hapilot/cmd/hapilot/daemon"
 	"github.com/hapilot/hapilot/examples"
-	"github.com/hapilot/hapilot/internal/config"
-	"github.com/hapilot/hapilot/internal/daemon"
 	"github.com/rs/zerolog"
 )
 
@@ -36,7 +37,7 @@ func newHandConfig(t *testing.T, dir string) handConfig {
 		t.Fatal(err)
 	}
 	spoeFile := filepath.Join(dir, "hapilot-spoe.conf")
-	if err := os.WriteFile(spoeFile, []byte(examples.SPOEConf), 0o644); err != nil {
+	if err := os.WriteFile(spoeFile, []byte(spoe.Conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range front {

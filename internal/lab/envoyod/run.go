@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/haproxy"
-	"github.com/hapilot/hapilot/internal/window"
-	"github.com/hapilot/hapilot/spoe"
+	"github.com/hapilot/hapilot/internal/ingest/spoe"
+	"github.com/hapilot/hapilot/internal/lib/window"
 	"github.com/rs/zerolog"
 )
 

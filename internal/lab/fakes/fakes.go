@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/haproxy"
-	"github.com/hapilot/hapilot/internal/window"
+	"github.com/hapilot/hapilot/internal/lib/window"
 )
 
 // Runtime keeps server states in memory and records every command, as

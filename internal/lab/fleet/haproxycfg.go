@@ -5,6 +5,7 @@ package fleet
 
 import (
 	"fmt"
+	"github.com/hapilot/hapilot/spoe"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -180,7 +181,7 @@ frontend www
 	}
 	var agents string
 	if o.AgentAddr != "" {
-		cfg, spoeConf, spoeName := examples.HAProxyCfg, examples.SPOEConf, "hapilot-spoe.conf"
+		cfg, spoeConf, spoeName := examples.HAProxyCfg, spoe.Conf, "hapilot-spoe.conf"
 		if o.Sample > 1 {
 			cfg, spoeConf = examples.Sampled(o.Sample)
 			spoeName = "hapilot-spoe-sampled.conf"

@@ -25,7 +25,7 @@ import (
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
-	"github.com/hapilot/hapilot/internal/window"
+	"github.com/hapilot/hapilot/internal/lib/window"
 	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
 )

@@ -11,7 +11,7 @@ import (
 	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/ollamafake"
-	"github.com/hapilot/hapilot/internal/window"
+	"github.com/hapilot/hapilot/internal/lib/window"
 )
 
 // request is the prompt hapilot sends for a backend of n servers named

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hapilot/hapilot/internal/enum"
+	"github.com/hapilot/hapilot/internal/lib/enum"
 	"github.com/ollama/ollama/api"
 	"github.com/ollama/ollama/envconfig"
 )

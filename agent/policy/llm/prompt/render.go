@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
-	"github.com/hapilot/hapilot/internal/enum"
+	"github.com/hapilot/hapilot/internal/lib/enum"
 )
 
 // Input is what one call shows the model.

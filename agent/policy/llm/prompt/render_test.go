@@ -13,7 +13,7 @@ import (
 	"github.com/hapilot/hapilot/agent/policy/llm/calibrate/fixtures"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/ollamafake"
-	"github.com/hapilot/hapilot/internal/window"
+	"github.com/hapilot/hapilot/internal/lib/window"
 )
 
 // fleet is one backend of n servers, 600 requests each; faulty ones fail

@@ -1,0 +1,193 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/cmd/hapilot/ctl"
+	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/internal/lib/netx"
+)
+
+// MaxControlConns caps the control socket's connections: it is for an
+// operator's commands, one at a time.
+const MaxControlConns = 8
+
+// listenControl opens the control socket (unix only, mode 0660: the
+// agent's user and group).
+func (d *Daemon) listenControl() error {
+	a, err := netx.ParseAddress("control-socket", d.Config.ControlSocket, netx.Unix)
+	if err != nil || a.Off() {
+		return err
+	}
+	ln, err := netx.ListenAddress(a)
+	if err != nil {
+		return fmt.Errorf("control-socket: %w", err)
+	}
+	d.controlLn = d.limit("control", ln, MaxControlConns)
+	log := d.log.With().Str("component", "control").Logger()
+	d.add(component{"control", func(ctx context.Context) error {
+		return netx.Serve(ctx, d.controlLn, log, func(c net.Conn) { d.serveControl(ctx, c) })
+	}, closer(d.controlLn)})
+	return nil
+}
+
+// ControlAddr is the control socket's path, "" when off.
+func (d *Daemon) ControlAddr() string {
+	if d.controlLn == nil {
+		return ""
+	}
+	return d.controlLn.Addr().String()
+}
+
+// serveControl answers one request on c.
+func (d *Daemon) serveControl(ctx context.Context, c net.Conn) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(ctl.Timeout))
+	req, err := ctl.ReadRequest(bufio.NewReaderSize(c, 4096))
+	var a ctl.Answer
+	if err != nil {
+		a.Error = err.Error()
+	} else {
+		cctx, cancel := context.WithTimeout(ctx, ctl.Timeout)
+		a = d.control(cctx, req, peer(c))
+		cancel()
+	}
+	b, err := json.Marshal(a)
+	if err != nil {
+		b, _ = json.Marshal(ctl.Answer{Error: "encode the answer: " + err.Error()})
+	}
+	_, _ = c.Write(append(b, '\n'))
+}
+
+// peer names who is on the other end of a unix connection, for the
+// logs of what they asked: their uid and pid.
+func peer(c net.Conn) string {
+	if tc, ok := c.(*netx.Conn); ok {
+		c = tc.Conn
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return "ctl"
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return "ctl"
+	}
+	var cred *syscall.Ucred
+	_ = raw.Control(func(fd uintptr) {
+		cred, err = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	})
+	if err != nil || cred == nil {
+		return "ctl"
+	}
+	return "ctl uid " + strconv.Itoa(int(cred.Uid)) + " pid " + strconv.Itoa(int(cred.Pid))
+}
+
+// CtlStatus is `hapilot ctl status`'s answer.
+type CtlStatus struct {
+	Mode     agent.Mode    `json:"mode"`
+	Policy   string        `json:"policy"`
+	Interval string        `json:"interval"`
+	Cycle    uint64        `json:"cycle"`
+	Observed time.Time     `json:"observed"`
+	Pauses   []agent.Pause `json:"pauses"`
+	// Backends are the backends the last step saw, each in scope or not,
+	// with its own floor, caps and action.
+	Backends  []agent.BackendScope `json:"backends"`
+	Holding   []agent.Holding      `json:"holding"`
+	Inventory []agent.Held         `json:"inventory"`
+	StateFile *agent.SaveStatus    `json:"state_file,omitempty"`
+}
+
+// control carries out one request.
+func (d *Daemon) control(ctx context.Context, req ctl.Request, by string) ctl.Answer {
+	l := d.Loop
+	var result any
+	var msg string
+	var err error
+	switch req.Command {
+	case ctl.Status:
+		st := l.Status()
+		cs := CtlStatus{Mode: st.Mode, Policy: st.Policy, Interval: st.Interval, Cycle: st.Cycle, Observed: st.Observed,
+			Pauses: st.Pauses, Backends: st.Scope, Holding: l.List(), Inventory: st.Inventory, StateFile: st.StateFile}
+		result = cs
+	case ctl.List:
+		result = l.List()
+	case ctl.Explain, ctl.Release:
+		var k agent.Key
+		if k, err = haproxy.ParseServerKey(req.Server); err != nil {
+			err = fmt.Errorf("%w: %s needs BACKEND/SERVER: %v", agent.ErrRefused, req.Command, err)
+			break
+		}
+		if req.Command == ctl.Explain {
+			result, err = l.Explain(k)
+			break
+		}
+		var r agent.Released
+		r, err = l.Release(ctx, k, by)
+		result = r
+		if err == nil {
+			msg = fmt.Sprintf("released %s: back to its configured state; the agent leaves it alone until %s, or until its state changes",
+				k, r.Until.Format(time.RFC3339))
+		}
+	case ctl.Pause:
+		var dur time.Duration
+		if req.For != "" {
+			if dur, err = time.ParseDuration(req.For); err != nil || dur < 0 {
+				err = fmt.Errorf("%w: pause --for %q: want a positive duration (10m, 2h)", agent.ErrRefused, req.For)
+				break
+			}
+		}
+		backend := req.Backend
+		if backend == "" {
+			backend = agent.AllBackends
+		}
+		p := l.Pause(backend, dur, by)
+		result, msg = p, p.Why()+": the agent observes and sends nothing there; `hapilot ctl resume` ends it"
+	case ctl.Resume:
+		backend := req.Backend
+		ended := l.Resume(backend, by)
+		result = ended
+		switch {
+		case len(ended) == 0:
+			msg = "nothing was paused there"
+		default:
+			msg = fmt.Sprintf("%d pause(s) ended", len(ended))
+		}
+		if rest := l.Pauses(); len(rest) > 0 {
+			msg += fmt.Sprintf("; still paused: %s", rest[0].Why())
+		}
+	case ctl.Restore:
+		var rs []agent.Released
+		rs, err = l.Restore(ctx, by)
+		result = rs
+		msg = fmt.Sprintf("%d server(s) brought back to their configured state; each is the operator's for the hold time", len(rs))
+	default:
+		err = fmt.Errorf("%w: unknown command %q", agent.ErrRefused, req.Command)
+	}
+	a := ctl.Answer{OK: err == nil, Message: msg}
+	if err != nil {
+		a.Error = err.Error()
+		if !errors.Is(err, agent.ErrRefused) {
+			a.Error = "failed: " + a.Error
+		}
+		d.log.Warn().Str("command", string(req.Command)).Str("server", req.Server).Str("by", by).Str("reason", a.Error).Msg("control command refused")
+	}
+	if result != nil {
+		b, merr := json.Marshal(result)
+		if merr != nil {
+			return ctl.Answer{Error: "encode the result: " + merr.Error()}
+		}
+		a.Result = b
+	}
+	return a
+}

@@ -1,0 +1,86 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/cmd/hapilot/ctl"
+	"github.com/rs/zerolog"
+)
+
+// The control socket is a unix socket of mode 0660 that answers each
+// command with a result or a refusal's reason; a pause it takes is in
+// the state file, and the agent's status, at once.
+func TestControlSocket(t *testing.T) {
+	dir := t.TempDir()
+	sock, state, audit := filepath.Join(dir, "run", "ctl.sock"), filepath.Join(dir, "state.json"), filepath.Join(dir, "audit.jsonl")
+	c := parseConfig(t, []string{"--spoe-listen", "off", "--status-listen", "off", "--haproxy-socket", filepath.Join(dir, "missing.sock"),
+		"--control-socket", "unix:" + sock, "--state-file", state, "--mode", "observe", "--audit-log", audit, "--interval", "250ms"})
+	d, err := New(*c, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, d)
+	fi, err := os.Stat(sock)
+	if err != nil || fi.Mode().Perm() != 0o660 || fi.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("control socket %v, %v", fi.Mode(), err)
+	}
+	tests := []struct {
+		req     ctl.Request
+		ok      bool
+		inReply string // in the message, the error or the result
+	}{
+		{ctl.Request{Command: ctl.Status}, true, `"mode":"observe"`},
+		{ctl.Request{Command: ctl.List}, true, `[]`},
+		{ctl.Request{Command: ctl.Pause, Backend: "app", For: "10m"}, true, "paused (backend app, until"},
+		{ctl.Request{Command: ctl.Status}, true, `"backend":"app"`},
+		{ctl.Request{Command: ctl.Pause, For: "soon"}, false, `pause --for "soon"`},
+		{ctl.Request{Command: ctl.Resume, Backend: "app"}, true, "1 pause(s) ended"},
+		{ctl.Request{Command: ctl.Resume}, true, "nothing was paused"},
+		{ctl.Request{Command: ctl.Explain, Server: "app"}, false, "explain needs BACKEND/SERVER"},
+		{ctl.Request{Command: ctl.Explain, Server: "app/s1"}, false, "no step has read HAProxy yet"},
+		{ctl.Request{Command: ctl.Release, Server: "app/s1"}, false, "failed: read server states"},
+		{ctl.Request{Command: "reboot"}, false, `unknown command "reboot"`},
+	}
+	for _, tc := range tests {
+		a, err := ctl.Do(context.Background(), sock, tc.req)
+		if err != nil {
+			t.Fatalf("%+v: %v", tc.req, err)
+		}
+		reply := a.Message + a.Error + string(a.Result)
+		if a.OK != tc.ok || !strings.Contains(reply, tc.inReply) {
+			t.Errorf("%+v: ok %v, reply %s; want ok %v and %q", tc.req, a.OK, reply, tc.ok, tc.inReply)
+		}
+	}
+	// The pause taken and ended above went through the state file.
+	a, _ := ctl.Do(context.Background(), sock, ctl.Request{Command: ctl.Pause, For: "1h"})
+	var p agent.Pause
+	if err := json.Unmarshal(a.Result, &p); err != nil || p.Backend != agent.AllBackends || !strings.HasPrefix(p.By, "ctl uid ") {
+		t.Fatalf("pause result %s: %v", a.Result, err)
+	}
+	b, err := os.ReadFile(state)
+	if err != nil || !strings.Contains(string(b), `"pauses"`) {
+		t.Fatalf("state file %s: %v", b, err)
+	}
+	// The audit log holds the events (the start, the pauses and resumes)
+	// and, without --audit-steps, no step's snapshot.
+	d.Loop.Step(context.Background()) // a step that cannot read HAProxy
+	b, err = os.ReadFile(audit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := string(b)
+	for _, want := range []string{`"type":"start"`, `"type":"pause"`, `"type":"resume"`, `"schema":1`, `"by":"ctl uid `} {
+		if !strings.Contains(log, want) {
+			t.Errorf("audit log lacks %s:\n%s", want, log)
+		}
+	}
+	if strings.Contains(log, `"type":"step"`) {
+		t.Errorf("a step snapshot without --audit-steps:\n%s", log)
+	}
+}

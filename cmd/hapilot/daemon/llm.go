@@ -1,0 +1,68 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm"
+	"github.com/hapilot/hapilot/agent/policy/llm/calibrate"
+	"github.com/hapilot/hapilot/agent/policy/rules"
+	"github.com/hapilot/hapilot/cmd/hapilot/config"
+	"github.com/rs/zerolog"
+)
+
+// newLLMPolicy builds --policy llm (or --policy shadow). It makes no
+// network call: a model without a passing calibration record for its
+// digest is found out when the policy starts and the model server
+// answers (llm.Policy.Admit); until the record passes, and for good if
+// it does not, the rules' floor acts alone, and /status and the log say
+// why.
+//
+// The calibration verdict is an event: returned at once for
+// --skip-calibration, else given to emit when the policy's start reads
+// the record.
+func newLLMPolicy(c config.Config, log zerolog.Logger, emit func(agent.Event)) (pol agent.Policy, verdict *agent.Event, err error) {
+	cfg := c.LLM.Resolved()
+	model, err := llm.NewModel(cfg)
+	if err != nil {
+		return agent.Policy{}, nil, err
+	}
+	calibration := func(mayAct bool, why string, detail map[string]string) *agent.Event {
+		detail["model"], detail["may_act"] = cfg.Model, fmt.Sprint(mayAct)
+		return &agent.Event{Type: agent.EventCalibration, Time: time.Now(), Reason: why, Detail: detail}
+	}
+	// The rules are the model's floor: their drains apply whatever the
+	// model says. --fallback none (and --unprotected) leaves the model
+	// alone, for research.
+	var floor agent.Decider = rules.NewWindowed(c.Rules)
+	if cfg.Fallback == llm.FallbackNone {
+		floor = nil
+	}
+	if cfg.Unprotected {
+		log.Warn().Msg("--unprotected: the model acts without hapilot's protections (research runs only)")
+	}
+	llmPol := llm.New(model, floor, c.Rules, cfg, log.With().Str("component", "llm").Logger())
+	if c.Chosen() == config.PolicyShadow {
+		return llm.NewShadow(llmPol, rules.NewPolicy(c.Rules)), nil, nil
+	}
+	if cfg.SkipCalibration || cfg.Unprotected {
+		log.Warn().Str("model", cfg.Model).Msg("--skip-calibration: the model acts without a calibration record")
+		return llmPol.Hooks(), calibration(true, "--skip-calibration: the model acts without a calibration record", map[string]string{}), nil
+	}
+	llmPol.Admit = func(ctx context.Context) error {
+		sc, err := calibrate.Admit(ctx, model, cfg.CalibrationDir)
+		if err != nil {
+			err = fmt.Errorf("%w (run `hapilot calibrate --model %s`, or --skip-calibration)", err, cfg.Model)
+			emit(*calibration(false, err.Error(), map[string]string{}))
+			return err
+		}
+		log.Info().Str("model", cfg.Model).Str("digest", sc.Key.Digest).Float64("precision", sc.Precision).Float64("recall", sc.Recall).
+			Msg("calibrated model may act")
+		emit(*calibration(true, "calibrated model may act", map[string]string{"digest": sc.Key.Digest,
+			"precision": fmt.Sprintf("%.2f", sc.Precision), "recall": fmt.Sprintf("%.2f", sc.Recall)}))
+		return nil
+	}
+	return llmPol.Hooks(), nil, nil
+}

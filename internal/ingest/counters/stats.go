@@ -1,0 +1,370 @@
+package counters
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/internal/lib/enum"
+	"github.com/hapilot/hapilot/internal/lib/window"
+	"github.com/rs/zerolog"
+)
+
+// StatSource is one HAProxy process's runtime socket, as the stats path
+// reads it; *haproxy.Client implements it.
+type StatSource interface {
+	Addr() string
+	ShowInfo(ctx context.Context) (haproxy.Info, error)
+	ServerStats(ctx context.Context) ([]haproxy.ServerStat, error)
+}
+
+// StatMode is what the stats path records.
+type StatMode string
+
+const (
+	// StatAuto is StatCounts when every per-response path is off, else
+	// StatRetries: the choice the daemon makes from the listeners.
+	StatAuto StatMode = "auto"
+	// StatCounts records every answer from HAProxy's own counters: the
+	// whole telemetry, with no stanza and no per-request cost.
+	StatCounts StatMode = "counts"
+	// StatRetries records only the attempts HAProxy retried, beside a
+	// per-response path (SPOE, Lua, logs) that reports the answers but
+	// never sees a retried one.
+	StatRetries StatMode = "retries"
+)
+
+// StatModes lists the modes, for usage lines.
+var StatModes = []StatMode{StatAuto, StatCounts, StatRetries}
+
+func (m *StatMode) String() string { return string(*m) }
+
+// Set implements flag.Value.
+func (m *StatMode) Set(s string) (err error) {
+	*m, err = enum.Parse("stats-poll-mode", s, StatModes...)
+	return err
+}
+
+// StatsConfig is the stats path's settings.
+type StatsConfig struct {
+	// Poll is the period of the reads; 0 turns the path off.
+	Poll time.Duration
+	Mode StatMode
+}
+
+// DefaultStatsConfig reads the counters twice a second, in auto mode: on
+// the stats path alone, a poll's lag is part of the time to a drain.
+func DefaultStatsConfig() StatsConfig {
+	return StatsConfig{Poll: 500 * time.Millisecond, Mode: StatAuto}
+}
+
+// MinStatsPoll is the shortest period: each read is two runtime commands
+// per HAProxy process.
+const MinStatsPoll = 100 * time.Millisecond
+
+// Validate checks the settings.
+func (c StatsConfig) Validate() error {
+	if c.Poll != 0 && c.Poll < MinStatsPoll {
+		return fmt.Errorf("stats-poll %v: want 0 (off) or at least %v", c.Poll, MinStatsPoll)
+	}
+	_, err := enum.Parse("stats-poll-mode", string(c.Mode), StatModes...)
+	return err
+}
+
+// StatCounters are the stats path's figures.
+type StatCounters struct {
+	Polls   atomic.Uint64 // `show stat` replies read
+	Errors  atomic.Uint64 // polls of a process that failed
+	Resets  atomic.Uint64 // counters found lower than before: `clear counters`
+	Reloads atomic.Uint64 // a process replaced by a new one (reload, restart)
+	Answers atomic.Uint64 // answers recorded (StatCounts, or a silent server's)
+	Retried atomic.Uint64 // retried attempts recorded
+	// Clamped counts counter gains above what their period could hold
+	// (MaxGainPerSecond), recorded at that bound.
+	Clamped atomic.Uint64
+}
+
+// MaxGainPerSecond bounds what one counter of one server may gain in a
+// second: 2^20, a bucket's most per event (window.MaxCount). No HAProxy
+// process answers a million requests a second for one server; a gain
+// above it comes from something else (a counter that jumps by 2^62), and
+// is recorded at the bound and counted, so that the period's work stays
+// one event per second and class.
+const MaxGainPerSecond = window.MaxCount
+
+// MaxSpread bounds the seconds a gain is spread over: no window holds
+// more than an hour, and the seconds before it would only be dropped.
+const MaxSpread = 3600
+
+// StatPoller turns HAProxy's cumulative per-server counters into counted
+// events in the windows: every Period it reads `show info` and `show stat`
+// from each process and records what grew since the last read.
+//
+// The counters only grow within one process, from its start or the last
+// `clear counters`. So:
+//   - a process seen for the first time gives a baseline and records
+//     nothing: its history predates the window;
+//   - a new process behind a socket (a reload, a restart) that started
+//     after the last read counts from zero; one that started before
+//     gives a baseline, since part of its counts may be older;
+//   - a counter lower than before was cleared: what it holds now counts;
+//   - a server that appears in a known process (`add server`) counts from
+//     zero; one that goes away is forgotten.
+//
+// What a process counted between the last read and its replacement is
+// lost, as are an old process's answers after a reload (`-sf` leaves it
+// finishing its connections behind a socket the new one took).
+type StatPoller struct {
+	Sources []StatSource
+	Sink    window.Sink
+	Mode    StatMode
+	Period  time.Duration
+	Log     zerolog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Coverage, in StatRetries mode, finds the servers no per-response
+	// path reports; their answers are then recorded from the counters, as
+	// in StatCounts. Nil checks nothing.
+	Coverage *Coverage
+
+	Counters StatCounters
+
+	mu    sync.Mutex // serialises polls: Run's and a caller's
+	procs map[string]*procCounters
+	// failing: sockets whose last poll failed, so that a failure that
+	// lasts (HAProxy down) is logged at warn once, then at debug.
+	failing map[string]bool
+}
+
+// procCounters is what the last read of one socket found.
+type procCounters struct {
+	instance string
+	start    int64     // the process's start, Unix seconds
+	readAt   time.Time // when it was read
+	servers  map[haproxy.ServerKey]haproxy.StatCounters
+}
+
+// Run polls every Period until ctx ends.
+func (p *StatPoller) Run(ctx context.Context) error {
+	if p.Period <= 0 {
+		return fmt.Errorf("stats poll: period must be positive")
+	}
+	t := time.NewTicker(p.Period)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, p.Period)
+		p.Poll(pctx)
+		cancel()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Poll reads every source once and records what its counters gained.
+func (p *StatPoller) Poll(ctx context.Context) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.procs == nil {
+		p.procs, p.failing = map[string]*procCounters{}, map[string]bool{}
+	}
+	for _, src := range p.Sources {
+		err := p.pollOne(ctx, src)
+		if err == nil {
+			delete(p.failing, src.Addr())
+			continue
+		}
+		p.Counters.Errors.Add(1)
+		ev := p.Log.Warn()
+		if p.failing[src.Addr()] {
+			ev = p.Log.Debug()
+		}
+		ev.Err(err).Str("haproxy", src.Addr()).Msg("stats path: cannot read HAProxy's counters; nothing recorded from it this period")
+		p.failing[src.Addr()] = true
+	}
+	if p.Coverage != nil {
+		p.Coverage.Forget(func(k haproxy.ServerKey) bool {
+			for _, pc := range p.procs {
+				if _, ok := pc.servers[k]; ok {
+					return true
+				}
+			}
+			return false
+		})
+	}
+}
+
+func (p *StatPoller) pollOne(ctx context.Context, src StatSource) error {
+	info, err := src.ShowInfo(ctx)
+	if err != nil {
+		return err
+	}
+	rows, err := src.ServerStats(ctx)
+	if err != nil {
+		return err
+	}
+	now := p.now()
+	p.Counters.Polls.Add(1)
+	prev := p.procs[src.Addr()]
+	// The seconds the gains spread over: since the last read, or since
+	// the process started when it is new.
+	since := now.Unix() - 1
+	if prev != nil {
+		since = min(prev.readAt.Unix(), since)
+	}
+	cur := &procCounters{instance: info.Instance(), start: info.StartTime, readAt: now, servers: make(map[haproxy.ServerKey]haproxy.StatCounters, len(rows))}
+	var fromZero bool // every counter of this read counts in full
+	switch {
+	case prev == nil:
+		// First sight: a baseline.
+	case prev.instance != cur.instance:
+		p.Counters.Reloads.Add(1)
+		fromZero = cur.start >= prev.readAt.Unix()
+		if fromZero {
+			since = min(max(since, cur.start-1), now.Unix()-1)
+		}
+		p.Log.Info().Str("haproxy", src.Addr()).Str("was", prev.instance).Str("now", cur.instance).Bool("counted_from_zero", fromZero).
+			Msg("stats path: a new HAProxy process behind the socket")
+	}
+	known := prev != nil && prev.instance == cur.instance
+	for _, r := range rows {
+		k := haproxy.ServerKey{Backend: r.Backend, Server: r.Server}
+		cur.servers[k] = r.Counters
+		var gain haproxy.StatCounters
+		switch old, had := prev.server(k); {
+		case known && had:
+			var reset bool
+			if gain, reset = grown(old, r.Counters); reset {
+				p.Counters.Resets.Add(1)
+			}
+		case known || fromZero:
+			gain = r.Counters
+		default:
+			continue
+		}
+		silent := false
+		if p.Coverage != nil && p.Mode == StatRetries {
+			var answers int64
+			for _, n := range gain.Hrsp[:5] { // 1xx to 5xx; "other" is no answer
+				answers += n
+			}
+			silent = p.Coverage.Observe(k, answers, now)
+		}
+		p.record(r, gain, since, now.Unix(), silent)
+	}
+	p.procs[src.Addr()] = cur
+	return nil
+}
+
+func (pc *procCounters) server(k haproxy.ServerKey) (haproxy.StatCounters, bool) {
+	if pc == nil {
+		return haproxy.StatCounters{}, false
+	}
+	c, ok := pc.servers[k]
+	return c, ok
+}
+
+// grown is what the counters gained from old to cur. A counter that went
+// down was cleared (`clear counters`): then the whole row counts from
+// zero, since a clear resets every counter at once.
+func grown(old, cur haproxy.StatCounters) (haproxy.StatCounters, bool) {
+	d := cur
+	d.ReqTot -= old.ReqTot
+	d.Wretr -= old.Wretr
+	d.Wredis -= old.Wredis
+	reset := d.ReqTot < 0 || d.Wretr < 0 || d.Wredis < 0
+	for i := range d.Hrsp {
+		d.Hrsp[i] -= old.Hrsp[i]
+		reset = reset || d.Hrsp[i] < 0
+	}
+	if reset {
+		return cur, true
+	}
+	return d, false
+}
+
+// statuses stand for each answer class of StatCounters.Hrsp; "other" (no
+// valid status) is a request and nothing more.
+var statuses = [6]int{100, 200, 300, 400, 500, 0}
+
+// recorderAt is a sink that takes an event's second: *window.Store.
+type recorderAt interface {
+	RecordAt(sec int64, ev window.Event)
+}
+
+// record adds one row's gain to the windows as counted events, spread
+// evenly over the seconds (since, now] it accrued in, so that the windows
+// hold a rate per second however long the period (a 15 s poll's counts
+// in one bucket would read as a burst, and leave the seconds around it
+// empty). Answers carry HAProxy's average response time (rtime), the only
+// latency the counters give: every percentile of the stats path is that
+// average. In StatRetries mode only the retried attempts are recorded,
+// and the answers too where silent: no per-response path reports the
+// server (Coverage).
+func (p *StatPoller) record(r haproxy.ServerStat, gain haproxy.StatCounters, since, now int64, silent bool) {
+	at, spread := p.Sink.(recorderAt)
+	secs := max(now-since, 1)
+	if !spread {
+		secs = 1
+	}
+	var clamped bool
+	// emit records n events of ev's kind and returns how many it took.
+	emit := func(ev window.Event, n int64) int64 {
+		if n > MaxGainPerSecond*secs {
+			n, clamped = MaxGainPerSecond*secs, true
+		}
+		base, rem := n/secs, n%secs
+		// Only the last MaxSpread seconds can land in a window.
+		for i := max(secs-MaxSpread, 0); i < secs; i++ {
+			c := base
+			if i >= secs-rem {
+				c++ // the remainder goes to the latest seconds
+			}
+			for c > 0 { // at most twice: c is within MaxGainPerSecond+1
+				k := min(c, window.MaxCount)
+				ev.Count = int(k)
+				if spread {
+					at.RecordAt(now-secs+1+i, ev)
+				} else {
+					p.Sink.Record(ev)
+				}
+				c -= k
+			}
+		}
+		return n
+	}
+	defer func() {
+		if !clamped {
+			return
+		}
+		// Warned the first time and every hundredth: a socket that sends
+		// such counters every poll must not flood the log.
+		if n := p.Counters.Clamped.Add(1); n == 1 || n%100 == 0 {
+			p.Log.Warn().Uint64("clamped_so_far", n).Str("backend", r.Backend).Str("server", r.Server).Int64("seconds", secs).
+				Msg("stats path: a counter gained more than its period could hold; recorded at the bound")
+		}
+	}()
+	be, srv := []byte(r.Backend), []byte(r.Server)
+	if p.Mode != StatRetries || silent {
+		for i, n := range gain.Hrsp {
+			if n > 0 {
+				p.Counters.Answers.Add(uint64(emit(window.Event{Backend: be, Server: srv, Status: statuses[i], ResponseMs: r.RespTimeMs, Counted: true}, n)))
+			}
+		}
+	}
+	if gain.Wretr > 0 {
+		p.Counters.Retried.Add(uint64(emit(window.Event{Backend: be, Server: srv, Retried: true, ResponseMs: -1, Counted: true}, gain.Wretr)))
+	}
+}
+
+func (p *StatPoller) now() time.Time {
+	if p.Now == nil {
+		return time.Now()
+	}
+	return p.Now()
+}
