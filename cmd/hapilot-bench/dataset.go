@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/hapilot/hapilot/internal/lab/llmprompts"
 	"io"
 
 	"github.com/hapilot/hapilot/internal/lab/dataset"
@@ -43,6 +44,6 @@ func cmdDataset(_ context.Context, args []string, stdout, stderr io.Writer) erro
 		return dataset.Finish(*out, *trained, *servable)
 	}
 	r.Spec.Seed = r.Seed
-	_, err := dataset.Build(*out, r, stdout)
+	_, err := dataset.Build(*out, r, llmprompts.New, stdout)
 	return err
 }

@@ -189,3 +189,23 @@ func TestReadmeMapNamesEveryPackage(t *testing.T) {
 		}
 	}
 }
+
+// TestDatasetKnowsNoPolicy: the training dataset simulates and labels;
+// the LLM policy whose prompts it records is passed in
+// (internal/lab/llmprompts), so that the dataset does not depend on how
+// the policy decides.
+func TestDatasetKnowsNoPolicy(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is needed to list the packages: %v", err)
+	}
+	out, err := exec.Command(goBin, "list", "-deps", module+"/internal/lab/dataset").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	for _, d := range strings.Fields(string(out)) {
+		if d == module+"/agent/policy/llm" || d == module+"/agent/policy/rules" {
+			t.Errorf("internal/lab/dataset depends on %s", d)
+		}
+	}
+}

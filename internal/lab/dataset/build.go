@@ -101,12 +101,12 @@ type Stats struct {
 // examples, those that flag a healthy server Penalty times, shuffled and
 // cut to train.txt's token count: the same data and budget) for
 // llama-finetune, vocab.json and stats.json. Progress goes to log.
-func Build(dir string, r Recipe, log io.Writer) (*Stats, error) {
+func Build(dir string, r Recipe, newPolicy NewPolicy, log io.Writer) (*Stats, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(log, "dataset: drawing %d examples (seed %d)\n", r.Examples, r.Seed)
-	ex, err := Generate(r.Seed, r.Examples, r.Prompt, r.Draw)
+	ex, err := Generate(r.Seed, r.Examples, r.Prompt, r.Draw, newPolicy)
 	if err != nil {
 		return nil, err
 	}

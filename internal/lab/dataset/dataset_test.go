@@ -2,6 +2,7 @@ package dataset
 
 import (
 	"encoding/json"
+	"github.com/hapilot/hapilot/internal/lab/llmprompts"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -42,7 +43,7 @@ func TestCalibrationIsHeldOut(t *testing.T) {
 			}
 		}
 	}
-	ex, err := Generate(3, 400, prompt.Compact, DefaultRecipe().Draw)
+	ex, err := Generate(3, 400, prompt.Compact, DefaultRecipe().Draw, llmprompts.New)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func TestLabelsFollowGroundTruth(t *testing.T) {
 func labelsFollowGroundTruth(t *testing.T, style prompt.Style) {
 	// 800 examples a form: each form's run is about as long as one
 	// form's 1,500 was, under -race beside the other packages.
-	ex, err := Generate(5, 800, style, DefaultRecipe().Draw)
+	ex, err := Generate(5, 800, style, DefaultRecipe().Draw, llmprompts.New)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +143,7 @@ func TestPenaltySetWeighsCollateralDamage(t *testing.T) {
 	r.Spec.Width, r.Spec.FF = 16, 32
 	dir := t.TempDir()
 	var log strings.Builder
-	st, err := Build(dir, r, &log)
+	st, err := Build(dir, r, llmprompts.New, &log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +178,7 @@ func buildSmall(t *testing.T, r Recipe) (string, *Stats, Vocab) {
 	t.Helper()
 	r.Spec.Width, r.Spec.FF = 16, 32
 	dir := t.TempDir()
-	st, err := Build(dir, r, io.Discard)
+	st, err := Build(dir, r, llmprompts.New, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +231,7 @@ func TestPackedBlocksHoldWholeExamples(t *testing.T) {
 // token spans the prompt's end and its answer), and has no
 // token llama.cpp would take for a control one.
 func TestVocabulary(t *testing.T) {
-	ex, err := Generate(7, 60, prompt.Full, DefaultRecipe().Draw)
+	ex, err := Generate(7, 60, prompt.Full, DefaultRecipe().Draw, llmprompts.New)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +283,7 @@ func TestTokenExamples(t *testing.T) {
 	r := DefaultRecipe()
 	r.Examples, r.VocabFit, r.Vocab = 60, 30, 400
 	dir, _, v := buildSmall(t, r)
-	ex, err := Generate(r.Seed, r.Examples, r.Prompt, r.Draw)
+	ex, err := Generate(r.Seed, r.Examples, r.Prompt, r.Draw, llmprompts.New)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +356,7 @@ func TestActs(t *testing.T) {
 // mid-situation). In the fourth attempt's data 25 of 828 examples with
 // a history line had an action for answer, and its model stopped at one.
 func TestHistoryDoesNotGiveTheAnswerAway(t *testing.T) {
-	ex, err := Generate(9, 2000, prompt.Numbered, DefaultRecipe().Draw)
+	ex, err := Generate(9, 2000, prompt.Numbered, DefaultRecipe().Draw, llmprompts.New)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +390,7 @@ func TestHistoryDoesNotGiveTheAnswerAway(t *testing.T) {
 // Now most prompts that show one answer something else, drains among
 // them, and each answer's share holds near its share over all prompts.
 func TestUtilDoesNotMeanOverload(t *testing.T) {
-	ex, err := Generate(11, 2000, prompt.Numbered, Draw{Frozen: 8, Unlimited: 3})
+	ex, err := Generate(11, 2000, prompt.Numbered, Draw{Frozen: 8, Unlimited: 3}, llmprompts.New)
 	if err != nil {
 		t.Fatal(err)
 	}

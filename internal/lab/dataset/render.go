@@ -10,11 +10,8 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
-	"github.com/hapilot/hapilot/agent/policy/llm"
 	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
-	"github.com/hapilot/hapilot/agent/policy/rules"
-	"github.com/rs/zerolog"
 )
 
 // Example is one model call as the policy makes it, and the answer the
@@ -50,17 +47,35 @@ func (e Example) Prompt() string {
 	return t[:len(t)-len(e.Answer)-1]
 }
 
+// Policy is the policy whose prompts become examples, one per situation:
+// it decides each step, and is closed when its situation ends. An alias,
+// so that a constructor that names no type of this package (and so does
+// not import it) is a NewPolicy.
+type Policy = interface {
+	Decide(context.Context, agent.Observation) (agent.Plan, error)
+	Close()
+}
+
+// NewPolicy builds the policy whose prompts become examples around server,
+// the model server the dataset answers as, in the prompt form style. With
+// production false it is set as calibration runs it (every step asked, no
+// confirmation, no hold). The caller passes the LLM policy
+// (internal/lab/llmprompts.New), so that the examples are the very prompts
+// the agent sends, history, confirmations and the rules' floor included,
+// while this package simulates and labels without knowing how the policy
+// decides.
+type NewPolicy func(server modelapi.Server, style prompt.Style, production bool) Policy
+
 // Generate draws n examples from seed: situations run step by step
-// through the LLM policy as production (or calibration) runs it, with a
-// model server that records each prompt and answers with the label, the
-// situations drawn as d says.
-func Generate(seed uint64, n int, style prompt.Style, d Draw) ([]Example, error) {
+// through the policy newPolicy builds, with a model server that records
+// each prompt and answers with the label, the situations drawn as d says.
+func Generate(seed uint64, n int, style prompt.Style, d Draw, newPolicy NewPolicy) ([]Example, error) {
 	g := &gen{r: rand.New(rand.NewPCG(seed, 0x64617461736574)), hold: CalibrationHoldout(), draw: d}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var out []Example
 	for len(out) < n {
 		sit := g.situation(now)
-		ex, err := run(g, sit, style)
+		ex, err := run(g, sit, style, newPolicy)
 		if err != nil {
 			return nil, err
 		}
@@ -80,18 +95,9 @@ func Generate(seed uint64, n int, style prompt.Style, d Draw) ([]Example, error)
 
 // run steps one situation through a policy of its own, applying each
 // step's plan to the simulation as the guardrails would let it through.
-func run(g *gen, sit *situation, style prompt.Style) ([]Example, error) {
+func run(g *gen, sit *situation, style prompt.Style, newPolicy NewPolicy) ([]Example, error) {
 	rec := &recorder{sit: sit}
-	cfg := llm.DefaultConfig()
-	cfg.Model = "dataset"
-	if style != "" {
-		cfg.Prompt = style
-	}
-	if !sit.production {
-		cfg.Confirm, cfg.Gate, cfg.Deadline, cfg.MinHold = 1, llm.GateAlways, 0, 0
-	}
-	m := &llm.Model{Server: rec, Config: cfg, SystemPrompt: cfg.Prompt.SystemPrompt()}
-	p := llm.New(m, rules.NewWindowed(rules.DefaultConfig()), rules.DefaultConfig(), cfg, zerolog.Nop())
+	p := newPolicy(rec, style, sit.production)
 	defer p.Close()
 	var out []Example
 	for step := range sit.steps {

@@ -5,6 +5,7 @@ package dataset
 import (
 	"context"
 	"encoding/json"
+	"github.com/hapilot/hapilot/internal/lab/llmprompts"
 	"io"
 	"os"
 	"os/exec"
@@ -34,7 +35,7 @@ func TestTrainPyServesWhatItTrained(t *testing.T) {
 	r := DefaultRecipe()
 	r.Examples, r.VocabFit, r.Vocab = 200, 60, 400
 	dir := t.TempDir()
-	if _, err := Build(dir, r, io.Discard); err != nil {
+	if _, err := Build(dir, r, llmprompts.New, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	models := filepath.Join("..", "models")

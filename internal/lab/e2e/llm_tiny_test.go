@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/hapilot/hapilot/internal/lab/llmprompts"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,7 +56,7 @@ func TestRealOllamaHapilotTiny(t *testing.T) {
 	}
 	tok := v.Tokenizer()
 	prompt := recipePrompt(t)
-	examples, err := dataset.Generate(77, 6, prompt, dataset.DefaultRecipe().Draw)
+	examples, err := dataset.Generate(77, 6, prompt, dataset.DefaultRecipe().Draw, llmprompts.New)
 	if err != nil {
 		t.Fatal(err)
 	}
