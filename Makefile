@@ -238,10 +238,11 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem -cpu 1 ./internal/lib/window/ ./internal/ingest/spoe/
 
 # The study's benchmark, compressed tenfold (60 steps of 1 s): the paper
-# scenario at N=3 and N=9, static and rules, real HAProxy. About 4.5 min.
+# scenario, and paper-late (its fault after 30 s of steady traffic, timed
+# from the onset), at N=3 and N=9, static and rules, real HAProxy. About 9 min.
 BENCH_OUT ?= bench-out/quick
 bench-quick: deps build
-	./$(LAB) bench --scenario paper --servers 3,9 --algo roundrobin --policy rules --steps 60 --interval 1s --out $(BENCH_OUT)
+	./$(LAB) bench --scenario paper,paper-late --servers 3,9 --algo roundrobin --policy rules --steps 60 --interval 1s --out $(BENCH_OUT)
 
 # What each telemetry path costs HAProxy's CPU per response, on every LTS
 # of the test matrix (2.6, 3.0, 3.2) one after the other: `bench overhead`
@@ -255,9 +256,10 @@ bench-overhead-matrix: haproxy-matrix build
 		--haproxy 2.6=haproxy,3.0=$(CURDIR)/bin/haproxy-3.0/haproxy,3.2=$(CURDIR)/bin/haproxy-3.2/haproxy
 
 # The study's grid at the study's own pace (60 steps of 10 s): N = 3, 5, 7,
-# 9 x roundrobin, leastconn, static and rules: 32 runs of 10 min, about 5.5 hours.
+# 9 x roundrobin, leastconn, static and rules, paper and paper-late: 64 runs
+# of 10 min, about 11 hours.
 bench-study: deps build
-	./$(LAB) bench --sweep --scenario paper --policy rules --steps 60 --interval 10s --out bench-out/study
+	./$(LAB) bench --sweep --scenario paper,paper-late --policy rules --steps 60 --interval 10s --out bench-out/study
 
 clean:
 	rm -rf bin bench-out

@@ -35,7 +35,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, s := range bench.Scenarios {
 		scenarios = append(scenarios, s.Name)
 	}
-	scenario := fs.String("scenario", "paper", "scenarios, comma-separated: "+strings.Join(scenarios, "|"))
+	scenario := fs.String("scenario", "paper,paper-late", "scenarios, comma-separated (paper-late: the paper fault after a steady state, its time to detect timed from the onset): "+strings.Join(scenarios, "|"))
 	sweep := fs.Bool("sweep", false, "the study's grid: servers 3,5,7,9 x roundrobin,leastconn (unless --servers/--algo say otherwise)")
 	servers := fs.String("servers", "3", "fleet sizes, comma-separated")
 	algos := fs.String("algo", "roundrobin", "balance algorithms, comma-separated: roundrobin|leastconn")

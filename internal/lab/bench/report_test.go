@@ -28,12 +28,14 @@ func fixture(t *testing.T) []*RunResult {
 		Loc:   Localise(map[string][]scenario.Transition{"srv3": {tr(0.45, true)}}, truth),
 		Agent: &Agent{StepsPlanned: 6, StepsCompleted: 6, CadenceS: ptr(10.0), TimeToActionS: ptr(4.5), Commands: 1}}
 	rules.Client.Against(static.Client)
+	rules.Loc.DetectS = ptr(4.5)
 	model := &RunResult{Variant: "llm/flip-flop/unprotected", Emulated: true, Cell: static.Cell, Dir: t.TempDir(), Config: static.Config,
 		Client: Client{Requests: 9000, Client5xx: 60, MeanMs: 12, P50Ms: 11, P95Ms: 20, P99Ms: 30}, Static: static.Client,
 		Loc: Localise(map[string][]scenario.Transition{"srv3": {tr(1, true), tr(2, false), tr(3, true)}, "srv1": {tr(4, true), tr(5, false)}}, truth),
 		Agent: &Agent{StepsPlanned: 6, StepsCompleted: 5, CadenceS: ptr(12.0), TimeToActionS: ptr(10.0), Commands: 5,
 			DeadlineMisses: 1, PromptTokens: 1750, CompletionTokens: 200, PromptPerStep: 350, CompletionPerStep: 40}}
 	model.Client.Against(static.Client)
+	model.Loc.DetectS = ptr(1.0)
 	model.Config.Model, model.Config.AgentArgs = "emulation:flip-flop", []string{"--model", "emulated-flip-flop", "--unprotected"}
 	model.Agent.Avoided(model.Client, static.Client)
 	for _, r := range []*RunResult{static, rules, model} {

@@ -104,33 +104,35 @@ func b2f(b bool) float64 {
 }
 
 // WriteTable prints one row per run in the layout of the study's result
-// tables, then one row per variant over all cells.
+// tables, then one row per variant over all cells. "detect s" is timed
+// from the faults' onset (the load's start, or half way in paper-late),
+// "action s" and "resolution s" from the load's start.
 func WriteTable(w io.Writer, runs []*RunResult) {
-	fmt.Fprintln(w, "| cell | policy | 5xx | reduction | precision | recall | F1 | ever exact | end state | flips faulty/healthy | action s | resolution s | p95× | p99× | steps | cadence s | misses | tokens/step p/c | avoided/1k tok |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|:-:|:-:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| cell | policy | 5xx | reduction | precision | recall | F1 | ever exact | end state | flips faulty/healthy | detect s | action s | resolution s | p95× | p99× | steps | cadence s | misses | tokens/step p/c | avoided/1k tok |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|:-:|:-:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range runs {
 		name := r.Variant
 		if r.Emulated {
 			name += " (emulated)"
 		}
-		res := "-"
+		res, det := "-", "-"
 		if len(r.Truth.Faulty) > 0 {
-			res = secsShort(r.Loc.ResolutionS)
+			res, det = secsShort(r.Loc.ResolutionS), secsShort(r.Loc.DetectS)
 		}
 		row := []string{r.Cell.String(), name, fmt.Sprint(r.Client.Client5xx), pct(r.Client.Reduction),
 			num(r.Loc.Precision), num(r.Loc.Recall), num(r.Loc.F1), yesNo(r.Loc.EverExact), yesNo(&r.Loc.EndCorrect),
-			num(r.Loc.FlipsFaulty) + "/" + num(r.Loc.FlipsHealthy), "-", res, times(r.Client.P95Ratio), times(r.Client.P99Ratio),
+			num(r.Loc.FlipsFaulty) + "/" + num(r.Loc.FlipsHealthy), det, "-", res, times(r.Client.P95Ratio), times(r.Client.P99Ratio),
 			"-", "-", "-", "-", "-"}
 		if a := r.Agent; a != nil {
-			row[10] = secsShort(a.TimeToActionS)
-			row[14] = fmt.Sprintf("%d/%d", a.StepsCompleted, a.StepsPlanned)
-			row[15] = num(a.CadenceS)
-			row[16] = fmt.Sprint(a.DeadlineMisses)
-			row[17] = fmt.Sprintf("%.0f/%.0f", a.PromptPerStep, a.CompletionPerStep)
-			row[18] = num(a.AvoidedPer1kTokens)
+			row[11] = secsShort(a.TimeToActionS)
+			row[15] = fmt.Sprintf("%d/%d", a.StepsCompleted, a.StepsPlanned)
+			row[16] = num(a.CadenceS)
+			row[17] = fmt.Sprint(a.DeadlineMisses)
+			row[18] = fmt.Sprintf("%.0f/%.0f", a.PromptPerStep, a.CompletionPerStep)
+			row[19] = num(a.AvoidedPer1kTokens)
 		}
 		if r.Variant == "static" {
-			for _, i := range []int{4, 5, 6, 7, 8, 9, 11} {
+			for _, i := range []int{4, 5, 6, 7, 8, 9, 10, 12} {
 				row[i] = "-" // no agent: nothing to localise
 			}
 		}
