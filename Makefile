@@ -239,7 +239,7 @@ bench:
 
 # The study's benchmark, compressed tenfold (60 steps of 1 s): the paper
 # scenario, and paper-late (its fault after 30 s of steady traffic, timed
-# from the onset), at N=3 and N=9, static and rules, real HAProxy. About 9 min.
+# from the onset), at N=3 and N=9, static and rules, real HAProxy.
 BENCH_OUT ?= bench-out/quick
 bench-quick: deps build
 	./$(LAB) bench --scenario paper,paper-late --servers 3,9 --algo roundrobin --policy rules --steps 60 --interval 1s --out $(BENCH_OUT)
@@ -257,7 +257,7 @@ bench-overhead-matrix: haproxy-matrix build
 
 # The study's grid at the study's own pace (60 steps of 10 s): N = 3, 5, 7,
 # 9 x roundrobin, leastconn, static and rules, paper and paper-late: 64 runs
-# of 10 min, about 11 hours.
+# of 10 min.
 bench-study: deps build
 	./$(LAB) bench --sweep --scenario paper,paper-late --policy rules --steps 60 --interval 10s --out bench-out/study
 
