@@ -43,6 +43,11 @@ type Loop struct {
 	Events   EventSink
 	Identity Identity
 	Log      zerolog.Logger
+	// NoStepBudget lets a step, and its policy call, run as long as the
+	// policy takes: the cadence slips instead of the call being cut short.
+	// No setting of the agent sets it; the lab's rerun of the study's
+	// unguarded loop does (internal/lab/bench.StudyLoop).
+	NoStepBudget bool
 
 	ledgerOnce sync.Once
 	ledger     *Ledger
@@ -249,10 +254,10 @@ func toSet(keys []Key) map[Key]bool {
 
 // stepIn runs the step of one slot. It ends before the next slot, however
 // stuck a socket or a policy is: StepBudget is its whole budget, unless
-// the policy needs no budget (the study's loop, for the benchmark).
+// NoStepBudget is set (the lab's study loop).
 func (l *Loop) stepIn(ctx context.Context, slot time.Time) {
 	sctx, cancel := context.WithDeadline(ctx, slot.Add(l.StepBudget()))
-	if l.Policy.Needs.NoStepBudget {
+	if l.NoStepBudget {
 		sctx, cancel = context.WithCancel(ctx)
 	}
 	defer cancel()
@@ -309,7 +314,7 @@ func (l *Loop) begin(now time.Time) Record {
 // sooner): that context is the one budget every policy keeps to.
 func (l *Loop) plan(ctx context.Context, obs Observation, reapply Plan, rec *Record) Plan {
 	pctx, cancel := ctx, context.CancelFunc(func() {})
-	if !l.Policy.Needs.NoStepBudget {
+	if !l.NoStepBudget {
 		pctx, cancel = context.WithDeadline(ctx, rec.Time.Add(l.PolicyBudget()))
 	}
 	decided, err := l.Policy.Decide(pctx, obs)

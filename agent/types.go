@@ -245,8 +245,4 @@ type Needs struct {
 	// in one step (at least the guardrails' MaxDrains), floor and capacity
 	// permitting. 0 keeps MaxDrains for the whole step.
 	DrainsPer int
-	// NoStepBudget lets a step run as long as the policy takes, as the
-	// study's loop did: the cadence slips instead of the call being cut
-	// short. Only the benchmark's unprotected runs ask for it.
-	NoStepBudget bool
 }

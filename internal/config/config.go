@@ -325,9 +325,7 @@ func registerLLM(fs *flag.FlagSet, l *llm.Config) {
 	fs.DurationVar(&l.MinHold, "min-hold", l.MinHold, "llm: readying a server drained less than this long ago needs evidence from the windows")
 	fs.Var(&l.Gate, "llm-gate", "llm: anomaly (call the model only when the windows show a candidate) | always")
 	fs.DurationVar(&l.Deadline, "llm-deadline", l.Deadline, "llm: a deadline for each call tighter than the step's own (0: the step's, 80% of the interval)")
-	fs.Var(&l.Fallback, "fallback", "llm: policy for a step whose call failed or overran: "+enum.Join(llm.Fallbacks...))
 	fs.BoolVar(&l.SkipCalibration, "skip-calibration", l.SkipCalibration, "llm: let a model act without a passing calibration record")
-	fs.BoolVar(&l.Unprotected, "unprotected", l.Unprotected, "llm, research only: the study's loop, without hapilot's fixes (calibration gate, confirmation, hold, anomaly gate, evidence check, deadlines, cost-aware thinking), to measure what they buy")
 	fs.StringVar(&l.CalibrationDir, "calibration-dir", l.CalibrationDir, "llm: where `hapilot calibrate` keeps its records")
 }
 

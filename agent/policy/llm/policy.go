@@ -50,8 +50,9 @@ type Report struct {
 // none.
 type Policy struct {
 	Model *Model
-	// Floor is the policy whose plan always applies (the rules); nil for
-	// none (research runs of the study's loop).
+	// Floor is the policy whose plan always applies (the rules). The
+	// agent always sets it; nil (no floor) is for the lab's rerun of the
+	// study's loop (internal/lab/bench.StudyLoop).
 	Floor  agent.Decider
 	Config Config
 	Log    zerolog.Logger
@@ -64,6 +65,11 @@ type Policy struct {
 	// act (its calibration record); a refusal keeps the floor alone in
 	// charge, with the reason in /status.
 	Admit func(ctx context.Context) error
+	// NoEvidenceCheck lets the model's drains and weight cuts run
+	// without the windows' support (supported). No setting of the agent
+	// sets it: only the lab's rerun of the study's unguarded loop does,
+	// to measure what the check buys.
+	NoEvidenceCheck bool
 
 	// Set by New, never changed.
 	rules    rules.Config    // the operator's: the suspects, FleetWide and evidence are judged by it
@@ -145,8 +151,7 @@ type callResult struct {
 	err  error
 }
 
-// New returns the LLM policy; cfg is resolved (Config.Resolved) by the
-// caller. Start warms the model; Close ends every call and the warm-up.
+// New returns the LLM policy. Start warms the model; Close ends every call and the warm-up.
 func New(m *Model, floor agent.Decider, rc rules.Config, cfg Config, log zerolog.Logger) *Policy {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Policy{
@@ -170,10 +175,9 @@ func (p *Policy) Hooks() agent.Policy {
 }
 
 // Needs: as the rules, a backend of N servers may lose up to N/3 servers
-// a step, floor and capacity permitting. The unprotected study loop waits
-// for the model however long it takes.
+// a step, floor and capacity permitting.
 func (p *Policy) Needs() agent.Needs {
-	return agent.Needs{DrainsPer: 3, NoStepBudget: p.Config.Unprotected}
+	return agent.Needs{DrainsPer: 3}
 }
 
 // LastReport is the last step's report: what calibration scores and
@@ -377,7 +381,7 @@ func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[age
 		if a.Kind == agent.SetWeight && s != nil && a.Weight < s.State.Weight {
 			cut = true
 		}
-		if cut && !p.Config.Unprotected {
+		if cut && !p.NoEvidenceCheck {
 			c, flagged := cands[a.Key()]
 			why := ""
 			switch {

@@ -34,7 +34,7 @@ func fixture(t *testing.T) []*RunResult {
 		Agent: &Agent{StepsPlanned: 6, StepsCompleted: 5, CadenceS: ptr(12.0), TimeToActionS: ptr(10.0), Commands: 5,
 			DeadlineMisses: 1, PromptTokens: 1750, CompletionTokens: 200, PromptPerStep: 350, CompletionPerStep: 40}}
 	model.Client.Against(static.Client)
-	model.Config.Model, model.Config.AgentArgs = "emulation:flip-flop", []string{"--model", "emulated-flip-flop", "--unprotected"}
+	model.Config.Model, model.Config.AgentArgs, model.Config.StudyLoop = "emulation:flip-flop", []string{"--model", "emulated-flip-flop"}, true
 	model.Agent.Avoided(model.Client, static.Client)
 	for _, r := range []*RunResult{static, rules, model} {
 		r.Config.Backends = []BackendSettings{{Server: "srv1"}, {Server: "srv2"}, {Server: "srv3", ErrorRate: 0.05}}

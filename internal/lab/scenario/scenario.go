@@ -7,6 +7,7 @@ package scenario
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -48,6 +49,10 @@ type Scenario struct {
 	// AgentBinary runs the agent as `AgentBinary run ...` instead of in
 	// process, so that it can be killed.
 	AgentBinary string
+	// Build, when set, builds the in-process agent in place of
+	// daemon.New: the lab's rerun of the study's loop (bench.StudyLoop),
+	// which no flag of the agent can ask for. Not with AgentBinary.
+	Build func(config.Config, zerolog.Logger) (*daemon.Daemon, error)
 	// KillAgentAt sends SIGKILL to the agent process at this offset;
 	// RestartAgentAt, later, starts it again with the same flags (and so
 	// the same state file).
@@ -290,6 +295,9 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 		}
 	}
 	if s.Policy != "" {
+		if s.Build != nil && s.AgentBinary != "" {
+			return nil, errors.New("scenario: Build builds an in-process agent; AgentBinary runs a process")
+		}
 		name := s.Name
 		if name == "" {
 			name = s.Policy
@@ -338,7 +346,11 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 			if err := config.Parse(fs, args); err != nil {
 				return nil, err
 			}
-			d, err = daemon.New(*c, s.Log)
+			build := daemon.New
+			if s.Build != nil {
+				build = s.Build
+			}
+			d, err = build(*c, s.Log)
 			if err != nil {
 				return nil, err
 			}

@@ -155,7 +155,6 @@ const (
 // same floor and candidate tests, and its calls' p95 against the same
 // deadline.
 func Run(ctx context.Context, cfg llm.Config, rc rules.Config, loop agent.Settings, now time.Time) (*Scorecard, error) {
-	cfg = cfg.Resolved()
 	m, err := llm.NewModel(cfg)
 	if err != nil {
 		return nil, err
