@@ -75,7 +75,7 @@ type Loop struct {
 
 	// stepMu makes a step and an operator's command (release, restore)
 	// take turns: both read the servers and change them through the
-	// ledger.
+	// ledger. It guards inventoried and drains below.
 	stepMu sync.Mutex
 	// inventoried: the first step that read HAProxy listed every server
 	// found in drain or maint and who holds it.
