@@ -60,7 +60,7 @@ type Loop struct {
 	// repeating a refused proposal is logged once at warn, then at debug;
 	// refusedServers, the same by server, for the next observation. Only
 	// Step touches them.
-	lastRefusals   map[string]string
+	lastRefusals   map[ActionID]string
 	refusedServers map[Key]string
 	// reapplyLogged: the HAProxy epoch each lost change was last logged
 	// under, so that one held back step after step is logged once.
@@ -71,7 +71,7 @@ type Loop struct {
 	fallingBack bool
 	// lastWould: the would-actions of the last step, so that one held
 	// back step after step is logged once at info, then at debug.
-	lastWould map[string]string
+	lastWould map[ActionID]string
 
 	// stepMu makes a step and an operator's command (release, restore)
 	// take turns: both read the servers and change them through the
@@ -338,7 +338,7 @@ func (l *Loop) plan(ctx context.Context, obs Observation, reapply Plan, rec *Rec
 // act applies every accepted verdict and logs every refusal.
 func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decision {
 	decisions := make([]Decision, 0, len(rec.Verdicts))
-	refusals, woulds := map[string]string{}, map[string]string{}
+	refusals, woulds := map[ActionID]string{}, map[ActionID]string{}
 	for _, v := range rec.Verdicts {
 		d := Decision{Time: rec.Time, Cycle: rec.Cycle, Verdict: v}
 		b, sv := obs.Find(v.Proposed.Backend, v.Proposed.Server)
@@ -477,8 +477,8 @@ func (l *Loop) holdBack(a Action, now time.Time) string {
 
 // would logs an action held back, with what it would have done and
 // why: at info the first time, at debug while it repeats.
-func (l *Loop) would(a Action, why string, woulds map[string]string) (repeat bool) {
-	k := string(a.Kind) + " " + a.Key().String()
+func (l *Loop) would(a Action, why string, woulds map[ActionID]string) (repeat bool) {
+	k := a.ID()
 	woulds[k] = why
 	repeat = l.lastWould[k] == why
 	ev := l.Log.Info()
@@ -492,9 +492,9 @@ func (l *Loop) would(a Action, why string, woulds map[string]string) (repeat boo
 
 // refused logs a refusal with its reason: at warn the first time, at
 // debug while the same refusal repeats step after step.
-func (l *Loop) refused(v Verdict, refusals map[string]string) (repeat bool) {
+func (l *Loop) refused(v Verdict, refusals map[ActionID]string) (repeat bool) {
 	server := v.Proposed.Key().String()
-	rk := string(v.Proposed.Kind) + " " + server
+	rk := v.Proposed.ID()
 	refusals[rk] = v.Reason
 	repeat = l.lastRefusals[rk] == v.Reason
 	ev := l.Log.Warn()
@@ -524,7 +524,7 @@ func (l *Loop) applied(a Action, results []CommandResult, rec *Record) string {
 	case len(errs) == len(results):
 		return fmt.Sprint(errs)
 	}
-	rec.Partial = append(rec.Partial, string(a.Kind)+" "+server)
+	rec.Partial = append(rec.Partial, a.ID().String())
 	l.Log.Error().Str("action", string(a.Kind)).Str("server", server).Strs("errors", errs).Msg("action applied on some HAProxy processes only")
 	return fmt.Sprintf("partial: applied on %d of %d HAProxy: %v", len(results)-len(errs), len(results), errs)
 }

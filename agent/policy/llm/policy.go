@@ -400,17 +400,16 @@ func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[age
 	return out
 }
 
-// proposal names an action across steps: the same verb, server and
-// weight proposed again is the same proposal.
+// proposal names a proposal across steps: the same action (verb and
+// server) with the same weight proposed again is the same proposal.
 type proposal struct {
-	kind   agent.Kind
-	server agent.Key
+	id     agent.ActionID
 	weight int
 }
 
-func proposalOf(a agent.Action) proposal { return proposal{a.Kind, a.Key(), a.Weight} }
+func proposalOf(a agent.Action) proposal { return proposal{a.ID(), a.Weight} }
 
-func (p proposal) String() string { return fmt.Sprintf("%s %s %d", p.kind, p.server, p.weight) }
+func (p proposal) String() string { return fmt.Sprintf("%s %d", p.id, p.weight) }
 
 // confirm keeps the actions proposed in Config.Confirm consecutive steps,
 // and refuses undoing a recent drain without evidence.
@@ -524,7 +523,7 @@ func (p *Policy) judgeOutcomes(obs agent.Observation) {
 func (p *Policy) promptInput(obs agent.Observation, cands map[agent.Key]rules.Suspect, floor agent.Plan, think modelapi.Think) (prompt.Input, string) {
 	pending := map[agent.Key]int{}
 	for k, n := range p.pending {
-		pending[k.server] = n
+		pending[k.id.Server] = n
 	}
 	fl := map[agent.Key]string{}
 	for _, a := range floor {

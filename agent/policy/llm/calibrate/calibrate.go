@@ -265,8 +265,8 @@ func score(seq string, step int, st fixtures.Step, rep llm.Report) StepResult {
 	}
 	hit := 0
 	for _, a := range rep.Proposed {
-		k := string(a.Kind) + " " + a.Key().String()
-		r.Actions = append(r.Actions, k)
+		k := a.ID()
+		r.Actions = append(r.Actions, k.String())
 		switch {
 		case st.Expected[k]:
 			hit++
