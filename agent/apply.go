@@ -56,7 +56,7 @@ func (l *Loop) apply(ctx context.Context, obs *Observation, a Action) []CommandR
 	maint := l.maintFor(a, v)
 	cmd, err := commandFor(a, v, maint)
 	if err != nil {
-		return []CommandResult{{Command: string(a.Kind) + " " + a.Key().String(), Error: err.Error()}}
+		return []CommandResult{{Command: a.ID().String(), Error: err.Error()}}
 	}
 	results := make([]CommandResult, 0, len(l.Runtimes))
 	took := 0

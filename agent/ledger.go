@@ -89,6 +89,9 @@ type Ledger struct {
 	// Now is the clock for the save status; nil means time.Now.
 	Now func() time.Time
 
+	// mu guards the fields below. Methods without a lock of their own say
+	// that their caller must hold it (or runs before the ledger is shared:
+	// load, at start).
 	mu sync.Mutex
 	// aside, when set, is where the unreadable state file found at start
 	// is to be kept before anything is written over it.
@@ -175,7 +178,7 @@ func (l *Ledger) now() time.Time {
 
 // unreadable logs why the state file could not be read and keeps it
 // aside; if that fails, every write tries again first, so nothing
-// overwrites it.
+// overwrites it. Called by load, before the ledger is shared.
 func (l *Ledger) unreadable(err error) {
 	l.aside = l.file + ".bad-" + l.now().UTC().Format("20060102T150405Z")
 	l.log.Error().Err(err).Str("file", l.file).Str("kept_as", l.aside).
@@ -352,6 +355,7 @@ func (l *Ledger) Lose(k Key) {
 	l.lose(k)
 }
 
+// lose forgets k's change. The caller must hold l.mu.
 func (l *Ledger) lose(k Key) {
 	if _, ok := l.changes[k]; ok {
 		delete(l.changes, k)
@@ -568,6 +572,7 @@ func (l *Ledger) Saved() SaveStatus {
 	return l.saveStatus()
 }
 
+// saveStatus is what Saved reports. The caller must hold l.mu.
 func (l *Ledger) saveStatus() SaveStatus {
 	st := SaveStatus{File: l.file, Saved: !l.unsaved, FailedWrites: l.failures, KeptAside: l.keptAside}
 	if l.unsaved {

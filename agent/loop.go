@@ -43,6 +43,11 @@ type Loop struct {
 	Events   EventSink
 	Identity Identity
 	Log      zerolog.Logger
+	// NoStepBudget lets a step, and its policy call, run as long as the
+	// policy takes: the cadence slips instead of the call being cut short.
+	// No setting of the agent sets it; the lab's rerun of the study's
+	// unguarded loop does (internal/lab/bench.StudyLoop).
+	NoStepBudget bool
 
 	ledgerOnce sync.Once
 	ledger     *Ledger
@@ -55,7 +60,7 @@ type Loop struct {
 	// repeating a refused proposal is logged once at warn, then at debug;
 	// refusedServers, the same by server, for the next observation. Only
 	// Step touches them.
-	lastRefusals   map[string]string
+	lastRefusals   map[ActionID]string
 	refusedServers map[Key]string
 	// reapplyLogged: the HAProxy epoch each lost change was last logged
 	// under, so that one held back step after step is logged once.
@@ -66,11 +71,11 @@ type Loop struct {
 	fallingBack bool
 	// lastWould: the would-actions of the last step, so that one held
 	// back step after step is logged once at info, then at debug.
-	lastWould map[string]string
+	lastWould map[ActionID]string
 
 	// stepMu makes a step and an operator's command (release, restore)
 	// take turns: both read the servers and change them through the
-	// ledger.
+	// ledger. It guards inventoried and drains below.
 	stepMu sync.Mutex
 	// inventoried: the first step that read HAProxy listed every server
 	// found in drain or maint and who holds it.
@@ -249,10 +254,10 @@ func toSet(keys []Key) map[Key]bool {
 
 // stepIn runs the step of one slot. It ends before the next slot, however
 // stuck a socket or a policy is: StepBudget is its whole budget, unless
-// the policy needs no budget (the study's loop, for the benchmark).
+// NoStepBudget is set (the lab's study loop).
 func (l *Loop) stepIn(ctx context.Context, slot time.Time) {
 	sctx, cancel := context.WithDeadline(ctx, slot.Add(l.StepBudget()))
-	if l.Policy.Needs.NoStepBudget {
+	if l.NoStepBudget {
 		sctx, cancel = context.WithCancel(ctx)
 	}
 	defer cancel()
@@ -309,7 +314,7 @@ func (l *Loop) begin(now time.Time) Record {
 // sooner): that context is the one budget every policy keeps to.
 func (l *Loop) plan(ctx context.Context, obs Observation, reapply Plan, rec *Record) Plan {
 	pctx, cancel := ctx, context.CancelFunc(func() {})
-	if !l.Policy.Needs.NoStepBudget {
+	if !l.NoStepBudget {
 		pctx, cancel = context.WithDeadline(ctx, rec.Time.Add(l.PolicyBudget()))
 	}
 	decided, err := l.Policy.Decide(pctx, obs)
@@ -333,7 +338,7 @@ func (l *Loop) plan(ctx context.Context, obs Observation, reapply Plan, rec *Rec
 // act applies every accepted verdict and logs every refusal.
 func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decision {
 	decisions := make([]Decision, 0, len(rec.Verdicts))
-	refusals, woulds := map[string]string{}, map[string]string{}
+	refusals, woulds := map[ActionID]string{}, map[ActionID]string{}
 	for _, v := range rec.Verdicts {
 		d := Decision{Time: rec.Time, Cycle: rec.Cycle, Verdict: v}
 		b, sv := obs.Find(v.Proposed.Backend, v.Proposed.Server)
@@ -472,8 +477,8 @@ func (l *Loop) holdBack(a Action, now time.Time) string {
 
 // would logs an action held back, with what it would have done and
 // why: at info the first time, at debug while it repeats.
-func (l *Loop) would(a Action, why string, woulds map[string]string) (repeat bool) {
-	k := string(a.Kind) + " " + a.Key().String()
+func (l *Loop) would(a Action, why string, woulds map[ActionID]string) (repeat bool) {
+	k := a.ID()
 	woulds[k] = why
 	repeat = l.lastWould[k] == why
 	ev := l.Log.Info()
@@ -487,9 +492,9 @@ func (l *Loop) would(a Action, why string, woulds map[string]string) (repeat boo
 
 // refused logs a refusal with its reason: at warn the first time, at
 // debug while the same refusal repeats step after step.
-func (l *Loop) refused(v Verdict, refusals map[string]string) (repeat bool) {
+func (l *Loop) refused(v Verdict, refusals map[ActionID]string) (repeat bool) {
 	server := v.Proposed.Key().String()
-	rk := string(v.Proposed.Kind) + " " + server
+	rk := v.Proposed.ID()
 	refusals[rk] = v.Reason
 	repeat = l.lastRefusals[rk] == v.Reason
 	ev := l.Log.Warn()
@@ -519,7 +524,7 @@ func (l *Loop) applied(a Action, results []CommandResult, rec *Record) string {
 	case len(errs) == len(results):
 		return fmt.Sprint(errs)
 	}
-	rec.Partial = append(rec.Partial, string(a.Kind)+" "+server)
+	rec.Partial = append(rec.Partial, a.ID().String())
 	l.Log.Error().Str("action", string(a.Kind)).Str("server", server).Strs("errors", errs).Msg("action applied on some HAProxy processes only")
 	return fmt.Sprintf("partial: applied on %d of %d HAProxy: %v", len(results)-len(errs), len(results), errs)
 }

@@ -6,7 +6,9 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/hapilot/hapilot/haproxy"
@@ -189,6 +191,49 @@ type Action struct {
 // Key is the action's server.
 func (a Action) Key() Key { return Key{Backend: a.Backend, Server: a.Server} }
 
+// ActionID names an action: its verb on its server, whatever its weight,
+// reason or origin. It is comparable, so that maps of actions (refusals
+// and would-actions remembered across steps, proposals awaiting
+// confirmation, calibration's expected answers) key on it; it is written
+// as text ("drain app/srv1") only at the edges: logs, records, JSON.
+type ActionID struct {
+	Kind   Kind
+	Server Key
+}
+
+// ID is a's identity.
+func (a Action) ID() ActionID { return ActionID{Kind: a.Kind, Server: a.Key()} }
+
+// String is "kind backend/server".
+func (id ActionID) String() string { return string(id.Kind) + " " + id.Server.String() }
+
+// ParseActionID reads String's form back.
+func ParseActionID(s string) (ActionID, error) {
+	kind, server, ok := strings.Cut(s, " ")
+	if !ok {
+		return ActionID{}, fmt.Errorf("action %q: want \"kind backend/server\"", s)
+	}
+	switch k := Kind(kind); k {
+	case Drain, Ready, SetWeight:
+	default:
+		return ActionID{}, fmt.Errorf("action %q: kind %q: want %s, %s or %s", s, kind, Drain, Ready, SetWeight)
+	}
+	key, err := haproxy.ParseServerKey(server)
+	if err != nil {
+		return ActionID{}, fmt.Errorf("action %q: %w", s, err)
+	}
+	return ActionID{Kind: Kind(kind), Server: key}, nil
+}
+
+// MarshalText writes String's form: an ActionID is a JSON map key.
+func (id ActionID) MarshalText() ([]byte, error) { return []byte(id.String()), nil }
+
+// UnmarshalText reads String's form.
+func (id *ActionID) UnmarshalText(b []byte) (err error) {
+	*id, err = ParseActionID(string(b))
+	return err
+}
+
 // Counted reports whether a counts against the per-step caps and the
 // capacity check: everything but the loop's own re-application of a lost
 // change, which only puts back what was already in force.
@@ -245,8 +290,4 @@ type Needs struct {
 	// in one step (at least the guardrails' MaxDrains), floor and capacity
 	// permitting. 0 keeps MaxDrains for the whole step.
 	DrainsPer int
-	// NoStepBudget lets a step run as long as the policy takes, as the
-	// study's loop did: the cadence slips instead of the call being cut
-	// short. Only the benchmark's unprotected runs ask for it.
-	NoStepBudget bool
 }

@@ -85,25 +85,19 @@ func TestAgainstRealHAProxy(t *testing.T) {
 			if !states[2].Maint() || states[2].Serving() {
 				t.Fatalf("s3 (disabled) %+v", states[2])
 			}
-			reply, err := c.Run(ctx(t), "show stat")
-			if err != nil {
-				t.Fatal(err)
+			if s2 := states[1]; s2.Server != "s2" || s2.Weight != 20 {
+				t.Errorf("s2 %+v", s2)
 			}
-			rows, err := haproxy.ParseStat(reply)
+			stats, err := c.ServerStats(ctx(t))
 			if err != nil {
 				t.Fatal(err)
 			}
 			found := false
-			for _, r := range rows {
-				if r["pxname"] == "app" && r["svname"] == "s2" {
-					found = true
-					if r.Int("weight") != 20 {
-						t.Errorf("s2 weight %q", r["weight"])
-					}
-				}
+			for _, s := range stats {
+				found = found || s.Backend == "app" && s.Server == "s2"
 			}
 			if !found {
-				t.Fatal("no app/s2 row in show stat")
+				t.Fatalf("no app/s2 row in show stat: %+v", stats)
 			}
 		})
 	}

@@ -10,6 +10,18 @@ import (
 	"testing"
 )
 
+// parseServersState reads a whole reply of `show servers state`, as the
+// client reads it from the socket.
+func parseServersState(reply string) ([]ServerState, error) {
+	return readServersState(context.Background(), bufio.NewReader(strings.NewReader(reply)), DefaultMaxRows)
+}
+
+// parseServerStats reads a whole reply of `show stat`, as the client
+// reads it from the socket.
+func parseServerStats(reply string) ([]ServerStat, error) {
+	return readServerStats(context.Background(), bufio.NewReader(strings.NewReader(reply)), DefaultMaxRows)
+}
+
 func TestParseServersState(t *testing.T) {
 	const header = "# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight srv_iweight srv_time_since_last_change srv_check_status srv_check_result srv_check_health srv_check_state srv_agent_state bk_f_forced_id srv_f_forced_id srv_fqdn srv_port srvrecord srv_use_ssl srv_check_port srv_check_addr srv_agent_addr srv_agent_port\n"
 	tests := []struct {
@@ -27,7 +39,7 @@ func TestParseServersState(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ParseServersState(tc.reply)
+			got, err := parseServersState(tc.reply)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("err %v, want %q", err, tc.err)
@@ -43,15 +55,15 @@ func TestParseServersState(t *testing.T) {
 
 func TestParseStatByHeader(t *testing.T) {
 	// Columns in an unusual order: parsing must follow the header.
-	reply := "# svname,pxname,status,weight,\nBACKEND,app,UP,30,\ns1,app,DRAIN,10,\n\n"
-	rows, err := ParseStat(reply)
-	if err != nil || len(rows) != 2 || rows[1]["status"] != "DRAIN" || rows[1].Int("weight") != 10 || rows[1]["pxname"] != "app" {
-		t.Fatalf("%+v %v", rows, err)
+	reply := "# svname,pxname,status,slim,algo,\nBACKEND,app,UP,,leastconn,\ns1,app,DRAIN,10,,\n\n"
+	stats, err := parseServerStats(reply)
+	if err != nil || len(stats) != 1 || stats[0].Backend != "app" || stats[0].Server != "s1" || stats[0].MaxConn != 10 || stats[0].Algo != "leastconn" {
+		t.Fatalf("%+v %v", stats, err)
 	}
-	if _, err := ParseStat("pxname,svname\n"); err == nil {
+	if _, err := parseServerStats("pxname,svname\n"); err == nil {
 		t.Fatal("accepted a reply without header")
 	}
-	if _, err := ParseStat("# a,b,c\n1,2\n"); err == nil {
+	if _, err := parseServerStats("# a,b,c\n1,2\n"); err == nil {
 		t.Fatal("accepted a short row")
 	}
 }
@@ -76,12 +88,12 @@ func TestFailureMarker(t *testing.T) {
 }
 
 func TestParseInfo(t *testing.T) {
-	info, err := ParseInfo("Name: HAProxy\nVersion: 2.6.12\nPid: 42\nUptime_sec: 3\nStart_time_sec: 1795995855\n\n")
+	info, err := parseInfo("Name: HAProxy\nVersion: 2.6.12\nPid: 42\nUptime_sec: 3\nStart_time_sec: 1795995855\n\n")
 	if err != nil || info.Instance() != "42@1795995855" || info.Version != "2.6.12" {
 		t.Fatalf("%+v %v", info, err)
 	}
 	for _, bad := range []string{"", "Pid: x\nStart_time_sec: 1\n", "Pid: 1\n"} {
-		if _, err := ParseInfo(bad); err == nil {
+		if _, err := parseInfo(bad); err == nil {
 			t.Errorf("accepted %q", bad)
 		}
 	}
@@ -92,9 +104,9 @@ func FuzzParseServersState(f *testing.F) {
 	f.Add("1\n# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight srv_iweight srv_port\n2 app 1 s1 127.0.0.1 2 8 10 10 9\n")
 	f.Add("1\n# \n\n")
 	f.Fuzz(func(t *testing.T, s string) {
-		_, _ = ParseServersState(s)
-		_, _ = ParseStat(s)
-		_, _ = ParseInfo(s)
+		_, _ = parseServersState(s)
+		_, _ = parseServerStats(s)
+		_, _ = parseInfo(s)
 		_ = failure("cmd", s)
 	})
 }
@@ -103,7 +115,7 @@ func FuzzParseServersState(f *testing.F) {
 // read: a weight of 2^40 once hung the capacity check's loop.
 func TestParseServersStateBoundsNumbers(t *testing.T) {
 	const header = "# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight srv_iweight srv_port\n"
-	got, err := ParseServersState("1\n" + header + "2 app 1 s1 127.0.0.1 2 0 1099511627776 -5 99999\n")
+	got, err := parseServersState("1\n" + header + "2 app 1 s1 127.0.0.1 2 0 1099511627776 -5 99999\n")
 	if err != nil || len(got) != 1 || got[0].Weight != 256 || got[0].Initial != 0 || got[0].Port != 65535 {
 		t.Fatalf("%+v %v", got, err)
 	}
@@ -153,12 +165,12 @@ func TestServerStatsCounters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, err := ParseStat(string(raw))
+	stats, err := parseServerStats(string(raw))
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]StatCounters{}
-	for _, s := range ServerStats(rows) {
+	for _, s := range stats {
 		got[s.Backend+"/"+s.Server] = s.Counters
 	}
 	if len(got) != 2 {
@@ -182,14 +194,10 @@ func TestServerStatsCounters(t *testing.T) {
 
 // The kinds of server a real HAProxy 2.6 reports (testdata: its `show
 // stat` of a config with a backup server, an agent-check and every
-// balance algorithm), read the same by both parsers: bck, agent_rise set,
-// and each server given its backend's algo from the BACKEND row.
+// balance algorithm): bck, agent_rise set, and each server given its
+// backend's algo from the BACKEND row.
 func TestServerStatsKinds(t *testing.T) {
 	raw, err := os.ReadFile("testdata/show-stat-2.6-kinds.csv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows, err := ParseStat(string(raw))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +215,7 @@ func TestServerStatsKinds(t *testing.T) {
 		"b_urlp/s1": {hashed: true, algo: "url_param"}, "b_rdp/s1": {hashed: true, tcp: true, algo: "rdp-cookie"},
 		"b_lc/s1": {algo: "leastconn"}, "b_rand/s1": {algo: "unknown"}, "b_first/s1": {algo: "first"},
 	}
-	for name, stats := range map[string][]ServerStat{"ParseStat": ServerStats(rows), "streamed": streamed} {
+	for name, stats := range map[string][]ServerStat{"streamed": streamed} {
 		if len(stats) != len(want) {
 			t.Errorf("%s: %d servers, want %d", name, len(stats), len(want))
 		}

@@ -95,13 +95,6 @@ func (c *Client) maxRows() int {
 // line is a few hundred bytes).
 const MaxLine = 64 << 10
 
-// ParseServersState parses the reply of `show servers state`: a format
-// version line (only version 1 exists), a "# " header naming the columns,
-// then one space-separated line per server.
-func ParseServersState(reply string) ([]ServerState, error) {
-	return readServersState(context.Background(), bufio.NewReader(strings.NewReader(reply)), DefaultMaxRows)
-}
-
 // lineReader reads r line by line, each at most MaxLine bytes, counting
 // them for errors.
 type lineReader struct {
@@ -230,34 +223,6 @@ func appendFields(dst []string, s string) []string {
 		dst = append(dst, s[:i])
 		s = s[i:]
 	}
-}
-
-// StatRow is one line of `show stat`, keyed by the header's column names.
-type StatRow map[string]string
-
-// Int reads a numeric column; empty or missing reads as 0.
-func (r StatRow) Int(col string) int64 {
-	v, _ := strconv.ParseInt(r[col], 10, 64)
-	return v
-}
-
-// ParseStat parses the CSV of `show stat` by its header row, since
-// column positions move between HAProxy releases. Each row is a map of
-// every column: for tools (the lab); the agent reads ServerStats.
-func ParseStat(reply string) ([]StatRow, error) {
-	return readStat(context.Background(), bufio.NewReader(strings.NewReader(reply)), DefaultMaxRows)
-}
-
-func readStat(ctx context.Context, r *bufio.Reader, maxRows int) ([]StatRow, error) {
-	var out []StatRow
-	err := statRows(ctx, r, maxRows, nil, func(header, rec []string) {
-		row := make(StatRow, len(header))
-		for j, name := range header {
-			row[name] = strings.Clone(rec[j])
-		}
-		out = append(out, row)
-	})
-	return out, err
 }
 
 // statRows reads the CSV of `show stat` from r line by line as it
@@ -415,37 +380,6 @@ type StatCounters struct {
 // hrspColumns are the answer classes in StatCounters.Hrsp order.
 var hrspColumns = [6]string{"hrsp_1xx", "hrsp_2xx", "hrsp_3xx", "hrsp_4xx", "hrsp_5xx", "hrsp_other"}
 
-// ServerStats keeps the server rows of a `show stat` reply (not the
-// BACKEND and FRONTEND summaries), typed.
-func ServerStats(rows []StatRow) []ServerStat {
-	out := make([]ServerStat, 0, len(rows))
-	algos := map[string]string{}
-	defer func() { setAlgos(out, algos) }()
-	for _, r := range rows {
-		if r["svname"] == "BACKEND" {
-			algos[r["pxname"]] = r["algo"]
-		}
-		if r["svname"] == "BACKEND" || r["svname"] == "FRONTEND" {
-			continue
-		}
-		c := StatCounters{
-			ReqTot: r.Int("req_tot"), Wretr: r.Int("wretr"), Wredis: r.Int("wredis"),
-			QTime: int(r.Int("qtime")), TTime: int(r.Int("ttime")),
-			QTimeMax: int(r.Int("qtime_max")), RTimeMax: int(r.Int("rtime_max")), TTimeMax: int(r.Int("ttime_max")),
-			Scur: int(r.Int("scur")), Qcur: int(r.Int("qcur")),
-		}
-		for i, col := range hrspColumns {
-			c.Hrsp[i] = r.Int(col)
-		}
-		if len(out) == cap(out) {
-			out = slices.Grow(out, len(out)) // doubling: append's 1.25 on a big slice copies it many times over
-		}
-		out = append(out, ServerStat{Backend: r["pxname"], Server: r["svname"], MaxConn: int(r.Int("slim")), RespTimeMs: int(r.Int("rtime")),
-			Backup: r["bck"] == "1", AgentCheck: r["agent_rise"] != "", TCP: notHTTP(r["mode"]), Counters: c})
-	}
-	return out
-}
-
 // ServerStats reads `show stat` and returns its server rows, typed. The
 // reply is parsed as it arrives, keeping only the columns the agent reads:
 // a reply's size in memory is its servers', not its text's.
@@ -532,15 +466,15 @@ func (c *Client) ShowInfo(ctx context.Context) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	info, err := ParseInfo(reply)
+	info, err := parseInfo(reply)
 	if err != nil {
 		return Info{}, fmt.Errorf("haproxy: %s: %w", cmd, err)
 	}
 	return info, nil
 }
 
-// ParseInfo parses `show info`'s "Name: value" lines.
-func ParseInfo(reply string) (Info, error) {
+// parseInfo parses `show info`'s "Name: value" lines.
+func parseInfo(reply string) (Info, error) {
 	var info Info
 	var havePid, haveStart bool
 	for _, line := range strings.Split(reply, "\n") {

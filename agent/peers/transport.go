@@ -60,7 +60,7 @@ type transport struct {
 	packets chan *memberlist.Packet
 	streams chan net.Conn
 
-	mu     sync.Mutex
+	mu     sync.Mutex // guards open and byPeer: the accepts, the streams' closes and Open
 	open   map[*streamConn]struct{}
 	byPeer map[netip.Addr]int
 

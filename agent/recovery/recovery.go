@@ -172,7 +172,7 @@ type Readmitter struct {
 	cancel context.CancelFunc
 	bursts sync.WaitGroup
 
-	mu      sync.Mutex
+	mu      sync.Mutex // guards the fields below: the loop's steps and the probe bursts
 	servers map[agent.Key]*server
 	// strikes counts, per server, steps in a row with the backend's p99
 	// over the tail guard, since the first of them.

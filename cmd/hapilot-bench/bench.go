@@ -44,7 +44,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	envoySettings := fs.String("envoy", "", "envoy: Envoy outlier-detection fields over its defaults, field=value comma-separated (fields: "+strings.Join(envoyod.FieldNames(), ", ")+")")
 	seeds := fs.String("seeds", "", "seeds, a range or a list (1-5, 1,3,7): each cell runs once per seed; overrides --seed")
 	emulate := fs.String("emulate", "", "llm: emulated models, comma-separated, served by the Ollama stand-in: "+strings.Join(ollamafake.Emulations, "|"))
-	protections := fs.String("protections", "on", "llm: on (hapilot's fixes), off (--unprotected, the study's loop), or on,off side by side")
+	protections := fs.String("protections", "on", "llm: on (hapilot's fixes), off (the study's loop, which the lab builds without hapilot's fixes), or on,off side by side")
 	steps := fs.Int("steps", 60, "control-loop steps per run (the study: 60)")
 	interval := fs.Duration("interval", 10*time.Second, "agent interval (the study: 10s; 1s compresses time tenfold)")
 	rate := fs.Float64("rate", 0, "total client requests per second (0: the scenario's per-server rate, 50 for most, times the fleet size)")

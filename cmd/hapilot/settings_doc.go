@@ -24,7 +24,7 @@ var settingGroups = []struct {
 		"readmit", "probe-path", "probe-host", "probe-rate", "probe-cooldown", "p99-guard", "p99-guard-for"}},
 	{"LLM", []string{"model", "llm-api", "llm-url", "ollama-host", "llm-key-file", "think", "num-predict", "think-budget", "num-ctx", "num-thread",
 		"keep-alive", "llm-load-timeout", "token-budget", "system-prompt", "llm-prompt", "confirm", "min-hold", "llm-gate", "llm-deadline",
-		"fallback", "skip-calibration", "unprotected", "calibration-dir"}},
+		"skip-calibration", "calibration-dir"}},
 	{"Fleet", []string{"fleet-bind", "fleet-join", "fleet-key", "fleet-name", "fleet-sync", "fleet-warmup", "fleet-timeout"}},
 	{"Control and notifications", []string{"control-socket", "status-listen", "status-token", "notify-webhook", "notify-format", "notify-timeout"}},
 }

@@ -30,25 +30,6 @@ func (g *Gate) String() string { return string(*g) }
 // Set implements flag.Value.
 func (g *Gate) Set(s string) (err error) { *g, err = enum.Parse("llm-gate", s, Gates...); return err }
 
-// Fallback is the policy of a step whose call failed or overran.
-type Fallback string
-
-const (
-	FallbackRules Fallback = "rules"
-	FallbackNone  Fallback = "none"
-)
-
-// Fallbacks lists the fallbacks.
-var Fallbacks = []Fallback{FallbackRules, FallbackNone}
-
-func (f *Fallback) String() string { return string(*f) }
-
-// Set implements flag.Value.
-func (f *Fallback) Set(s string) (err error) {
-	*f, err = enum.Parse("fallback", s, Fallbacks...)
-	return err
-}
-
 // Config is every setting of --policy llm and --shadow: how the model is
 // called, the protections around it, and whether it may act.
 type Config struct {
@@ -105,43 +86,28 @@ type Config struct {
 
 	// Deadline, when set, bounds each model call tighter than the step's
 	// own budget (agent.Settings.PolicyBudget), which bounds it anyway;
-	// past it the step uses Fallback. 0: the step's budget alone.
+	// past it the step falls back on the rules' floor alone. 0: the
+	// step's budget alone.
 	Deadline time.Duration
 	// Confirm is how many consecutive steps must propose an action
 	// before it runs.
 	Confirm int
 	// MinHold: readying a server the agent drained less than this long
 	// ago needs the windows to show it healthy, not only the model's word.
-	MinHold  time.Duration
-	Gate     Gate
-	Fallback Fallback
+	MinHold time.Duration
+	Gate    Gate
 
 	// SkipCalibration lets a model act without a passing record.
 	SkipCalibration bool
 	CalibrationDir  string
-	// Unprotected switches off every fix hapilot puts around the model
-	// (confirmation, hold, anomaly gate, evidence check, deadlines,
-	// cost-aware thinking, calibration), for the benchmark's side-by-side
-	// runs of the study's loop. Research only.
-	Unprotected bool
 }
 
 // DefaultConfig has the defaults of `hapilot run --policy llm`.
 func DefaultConfig() Config {
 	return Config{API: modelapi.APIOllama, Think: modelapi.ThinkOff, NumPredict: 256, ThinkBudget: 1024, Seed: 42, KeepAlive: -1, LoadTimeout: 5 * time.Minute,
 		TokenBudget: 768, ThinkRetry: 30,
-		MaxShown: 12, Confirm: 2, MinHold: time.Minute, Gate: GateAnomaly, Fallback: FallbackRules,
+		MaxShown: 12, Confirm: 2, MinHold: time.Minute, Gate: GateAnomaly,
 		CalibrationDir: "/var/lib/hapilot"}
-}
-
-// Resolved is c as the policy runs it. An unprotected config is the
-// study's loop: every proposal runs at once, the model is asked every
-// step and waited for, thinking is never switched off.
-func (c Config) Resolved() Config {
-	if c.Unprotected {
-		c.Confirm, c.Gate, c.Deadline, c.MinHold, c.ThinkRetry, c.Fallback = 1, GateAlways, 0, 0, 0, FallbackNone
-	}
-	return c
 }
 
 // Validate checks the settings together.
@@ -154,9 +120,6 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if _, err := enum.Parse("llm-gate", string(c.Gate), Gates...); err != nil {
-		errs = append(errs, err)
-	}
-	if _, err := enum.Parse("fallback", string(c.Fallback), Fallbacks...); err != nil {
 		errs = append(errs, err)
 	}
 	if _, err := enum.Parse("llm-prompt", string(c.Prompt), prompt.Styles...); err != nil && c.Prompt != "" { // "": the model's

@@ -266,11 +266,9 @@ func TestCalibrationsDrainsPassTheFleetWideCheck(t *testing.T) {
 		for i, st := range seq.Steps {
 			cands := p.candidates(st.Obs, nil)
 			for k := range st.Expected {
-				kind, key, _ := strings.Cut(k, " ")
-				backend, server, _ := strings.Cut(key, "/")
-				a := agent.Action{Kind: agent.Kind(kind), Backend: backend, Server: server}
+				a := agent.Action{Kind: k.Kind, Backend: k.Server.Backend, Server: k.Server.Server}
 				if a.Kind == agent.SetWeight {
-					_, s := st.Obs.Find(backend, server)
+					_, s := st.Obs.Find(a.Backend, a.Server)
 					a.Weight = s.State.Weight / 2
 				}
 				p.report = Report{}

@@ -204,7 +204,7 @@ type Status struct {
 	InFlightS float64      `json:"call_in_flight_s,omitempty"`
 	// Calibration is the gate's verdict: "passed", "refused" (the reason
 	// in Error), "pending" until Ollama answers, or "not required"
-	// (--skip-calibration, the study's unprotected loop).
+	// (--skip-calibration, or no Admit: the lab's study loop).
 	Calibration string `json:"calibration"`
 	// History is the last changes of State, oldest first.
 	History []LifeChange `json:"history"`

@@ -50,8 +50,9 @@ type Report struct {
 // none.
 type Policy struct {
 	Model *Model
-	// Floor is the policy whose plan always applies (the rules); nil for
-	// none (research runs of the study's loop).
+	// Floor is the policy whose plan always applies (the rules). The
+	// agent always sets it; nil (no floor) is for the lab's rerun of the
+	// study's loop (internal/lab/bench.StudyLoop).
 	Floor  agent.Decider
 	Config Config
 	Log    zerolog.Logger
@@ -64,6 +65,11 @@ type Policy struct {
 	// act (its calibration record); a refusal keeps the floor alone in
 	// charge, with the reason in /status.
 	Admit func(ctx context.Context) error
+	// NoEvidenceCheck lets the model's drains and weight cuts run
+	// without the windows' support (supported). No setting of the agent
+	// sets it: only the lab's rerun of the study's unguarded loop does,
+	// to measure what the check buys.
+	NoEvidenceCheck bool
 
 	// Set by New, never changed.
 	rules    rules.Config    // the operator's: the suspects, FleetWide and evidence are judged by it
@@ -145,8 +151,7 @@ type callResult struct {
 	err  error
 }
 
-// New returns the LLM policy; cfg is resolved (Config.Resolved) by the
-// caller. Start warms the model; Close ends every call and the warm-up.
+// New returns the LLM policy. Start warms the model; Close ends every call and the warm-up.
 func New(m *Model, floor agent.Decider, rc rules.Config, cfg Config, log zerolog.Logger) *Policy {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Policy{
@@ -170,10 +175,9 @@ func (p *Policy) Hooks() agent.Policy {
 }
 
 // Needs: as the rules, a backend of N servers may lose up to N/3 servers
-// a step, floor and capacity permitting. The unprotected study loop waits
-// for the model however long it takes.
+// a step, floor and capacity permitting.
 func (p *Policy) Needs() agent.Needs {
-	return agent.Needs{DrainsPer: 3, NoStepBudget: p.Config.Unprotected}
+	return agent.Needs{DrainsPer: 3}
 }
 
 // LastReport is the last step's report: what calibration scores and
@@ -377,7 +381,7 @@ func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[age
 		if a.Kind == agent.SetWeight && s != nil && a.Weight < s.State.Weight {
 			cut = true
 		}
-		if cut && !p.Config.Unprotected {
+		if cut && !p.NoEvidenceCheck {
 			c, flagged := cands[a.Key()]
 			why := ""
 			switch {
@@ -396,17 +400,16 @@ func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[age
 	return out
 }
 
-// proposal names an action across steps: the same verb, server and
-// weight proposed again is the same proposal.
+// proposal names a proposal across steps: the same action (verb and
+// server) with the same weight proposed again is the same proposal.
 type proposal struct {
-	kind   agent.Kind
-	server agent.Key
+	id     agent.ActionID
 	weight int
 }
 
-func proposalOf(a agent.Action) proposal { return proposal{a.Kind, a.Key(), a.Weight} }
+func proposalOf(a agent.Action) proposal { return proposal{a.ID(), a.Weight} }
 
-func (p proposal) String() string { return fmt.Sprintf("%s %s %d", p.kind, p.server, p.weight) }
+func (p proposal) String() string { return fmt.Sprintf("%s %d", p.id, p.weight) }
 
 // confirm keeps the actions proposed in Config.Confirm consecutive steps,
 // and refuses undoing a recent drain without evidence.
@@ -520,7 +523,7 @@ func (p *Policy) judgeOutcomes(obs agent.Observation) {
 func (p *Policy) promptInput(obs agent.Observation, cands map[agent.Key]rules.Suspect, floor agent.Plan, think modelapi.Think) (prompt.Input, string) {
 	pending := map[agent.Key]int{}
 	for k, n := range p.pending {
-		pending[k.server] = n
+		pending[k.id.Server] = n
 	}
 	fl := map[agent.Key]string{}
 	for _, a := range floor {

@@ -63,22 +63,22 @@ func (s *shadow) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 		r.Compared = true
 	}
 	if r.Compared {
-		set := func(p agent.Plan) map[string]bool {
-			m := map[string]bool{}
+		set := func(p agent.Plan) map[proposal]bool {
+			m := map[proposal]bool{}
 			for _, a := range p {
-				m[proposalOf(a).String()] = true
+				m[proposalOf(a)] = true
 			}
 			return m
 		}
 		mk, ak := set(modelPlan), set(plan)
 		for k := range mk {
 			if !ak[k] {
-				r.OnlyModel = append(r.OnlyModel, k)
+				r.OnlyModel = append(r.OnlyModel, k.String())
 			}
 		}
 		for k := range ak {
 			if !mk[k] {
-				r.OnlyActing = append(r.OnlyActing, k)
+				r.OnlyActing = append(r.OnlyActing, k.String())
 			}
 		}
 		sort.Strings(r.OnlyModel)

@@ -37,9 +37,14 @@ type Policy struct {
 	File string
 	Log  zerolog.Logger
 
-	mu     sync.Mutex // held by the call to the worker
-	w      *worker
-	needs  agent.Needs
+	// w and needs are set by NewPolicy and never changed.
+	w     *worker
+	needs agent.Needs
+
+	// mu is held by Decide for its whole call to w: the worker answers
+	// one call at a time, and a step that finds it held says so instead
+	// of waiting.
+	mu     sync.Mutex
 	broken atomic.Pointer[error] // set for good once a call is abandoned or keeps too much
 }
 

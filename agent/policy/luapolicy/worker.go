@@ -334,9 +334,10 @@ func firstLines(s string, n int) string {
 // headBuffer keeps the first max bytes written to it: a worker's last
 // words on stderr, however long its dump.
 type headBuffer struct {
-	mu  sync.Mutex
 	max int
-	b   []byte
+
+	mu sync.Mutex // guards b: the worker's stderr is copied into it while a failure reads it
+	b  []byte
 }
 
 func (h *headBuffer) Write(p []byte) (int, error) {

@@ -81,6 +81,8 @@ func DefaultConfig() Config {
 type Policy struct {
 	Config Config
 
+	// mu guards seq: Decide (the loop's step) and Evidence (its checks
+	// between ticks) both advance the test.
 	mu  sync.Mutex
 	seq map[string]*seqBackend // by backend name
 }
@@ -276,7 +278,7 @@ func (p *Policy) Evidence(obs agent.Observation) []agent.Key {
 // advance feeds every backend's sequential test the chunk of requests
 // since the last call: the difference of the windows' running totals.
 // Two calls on an observation of the same time (a step's Decide and its
-// Evidence) feed one chunk. p.mu is held.
+// Evidence) feed one chunk. The caller must hold p.mu.
 func (p *Policy) advance(obs agent.Observation) {
 	if p.seq == nil {
 		p.seq = map[string]*seqBackend{}

@@ -326,9 +326,7 @@ func registerLLM(fs *flag.FlagSet, l *llm.Config) {
 	fs.DurationVar(&l.MinHold, "min-hold", l.MinHold, "llm: readying a server drained less than this long ago needs evidence from the windows")
 	fs.Var(&l.Gate, "llm-gate", "llm: anomaly (call the model only when the windows show a candidate) | always")
 	fs.DurationVar(&l.Deadline, "llm-deadline", l.Deadline, "llm: a deadline for each call tighter than the step's own (0: the step's, 80% of the interval)")
-	fs.Var(&l.Fallback, "fallback", "llm: policy for a step whose call failed or overran: "+enum.Join(llm.Fallbacks...))
 	fs.BoolVar(&l.SkipCalibration, "skip-calibration", l.SkipCalibration, "llm: let a model act without a passing calibration record")
-	fs.BoolVar(&l.Unprotected, "unprotected", l.Unprotected, "llm, research only: the study's loop, without hapilot's fixes (calibration gate, confirmation, hold, anomaly gate, evidence check, deadlines, cost-aware thinking), to measure what they buy")
 	fs.StringVar(&l.CalibrationDir, "calibration-dir", l.CalibrationDir, "llm: where `hapilot calibrate` keeps its records")
 }
 
@@ -379,6 +377,15 @@ func backendLine(name, value string) (string, string, bool) {
 	return "backend", rest + "=" + value, true
 }
 
+// retired names settings the agent no longer has, with the one value that
+// meant what the agent now always does: a config file written for an
+// older agent with that value still loads (the line changes nothing),
+// and any other value is refused with the reason, so that an upgrade
+// neither stops an agent that kept a default nor silently drops a choice.
+var retired = map[string]struct{ same, why string }{
+	"fallback": {same: "rules", why: "the rules are always the LLM policy's fallback; `fallback none` (the study's unguarded loop) is the lab's, hapilot-bench's, not the agent's"},
+}
+
 func applyFile(fs *flag.FlagSet, path string, skip map[string]bool) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -401,6 +408,12 @@ func applyFile(fs *flag.FlagSet, path string, skip map[string]bool) error {
 			return fmt.Errorf("config %s:%d: %s has no value", path, n, name)
 		}
 		name, value, _ = backendLine(name, value)
+		if r, ok := retired[name]; ok && fs.Lookup(name) == nil {
+			if value == r.same {
+				continue
+			}
+			return fmt.Errorf("config %s:%d: %s %s: the setting was removed: %s", path, n, name, value, r.why)
+		}
 		if name == "config" || fs.Lookup(name) == nil {
 			return fmt.Errorf("config %s:%d: unknown setting %q", path, n, name)
 		}

@@ -185,3 +185,24 @@ func TestBackendBlocks(t *testing.T) {
 		}
 	}
 }
+
+// A config file written for an older agent: a retired setting at the value
+// the agent now always has loads, any other value is refused with why.
+func TestRetiredSettings(t *testing.T) {
+	for _, c := range []struct {
+		file    string
+		wantErr string
+	}{
+		{"policy llm\nmodel m\nfallback rules\n", ""},
+		{"policy llm\nmodel m\nfallback none\n", "fallback none: the setting was removed"},
+		{"fallbacks rules\n", `unknown setting "fallbacks"`},
+	} {
+		_, err := parse(t, c.file)
+		switch {
+		case c.wantErr == "" && err != nil:
+			t.Errorf("%q: %v", c.file, err)
+		case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
+			t.Errorf("%q: error %v, want %q", c.file, err, c.wantErr)
+		}
+	}
+}

@@ -145,9 +145,23 @@ func newPolicy(c config.Config, log zerolog.Logger, emit func(agent.Event)) (age
 	return agent.Policy{}, nil, fmt.Errorf("unknown policy %q", c.Policy)
 }
 
+// Options replace parts the config would build. No flag reaches them:
+// `hapilot run` passes none, and the lab passes its own (its rerun of the
+// study's unguarded loop, internal/lab/bench.StudyLoop), so that no
+// research switch ships in the agent.
+type Options struct {
+	// Policy, when set, builds the policy in place of the one c names.
+	Policy func(c config.Config, log zerolog.Logger) (agent.Policy, error)
+}
+
 // New validates c, opens the listeners and the audit log, and builds
 // every part; nothing runs until Serve.
 func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
+	return NewWith(c, log, Options{})
+}
+
+// NewWith is New with o's parts in place of the config's.
+func NewWith(c config.Config, log zerolog.Logger, o Options) (*Daemon, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -170,11 +184,17 @@ func New(c config.Config, log zerolog.Logger) (*Daemon, error) {
 	d := &Daemon{Config: c, log: log}
 	// A verdict read once the policy starts goes into the loop's events:
 	// the loop is built below, and the policy starts only in Serve.
-	pol, verdict, err := newPolicy(c, log, func(ev agent.Event) {
-		if d.Loop != nil {
-			d.Loop.Emit(ev)
-		}
-	})
+	var pol agent.Policy
+	var verdict *agent.Event
+	if o.Policy != nil {
+		pol, err = o.Policy(c, log)
+	} else {
+		pol, verdict, err = newPolicy(c, log, func(ev agent.Event) {
+			if d.Loop != nil {
+				d.Loop.Emit(ev)
+			}
+		})
+	}
 	if err != nil {
 		return nil, err
 	}

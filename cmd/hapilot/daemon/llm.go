@@ -24,7 +24,7 @@ import (
 // --skip-calibration, else given to emit when the policy's start reads
 // the record.
 func newLLMPolicy(c config.Config, log zerolog.Logger, emit func(agent.Event)) (pol agent.Policy, verdict *agent.Event, err error) {
-	cfg := c.LLM.Resolved()
+	cfg := c.LLM
 	model, err := llm.NewModel(cfg)
 	if err != nil {
 		return agent.Policy{}, nil, err
@@ -34,20 +34,12 @@ func newLLMPolicy(c config.Config, log zerolog.Logger, emit func(agent.Event)) (
 		return &agent.Event{Type: agent.EventCalibration, Time: time.Now(), Reason: why, Detail: detail}
 	}
 	// The rules are the model's floor: their drains apply whatever the
-	// model says. --fallback none (and --unprotected) leaves the model
-	// alone, for research.
-	var floor agent.Decider = rules.NewWindowed(c.Rules)
-	if cfg.Fallback == llm.FallbackNone {
-		floor = nil
-	}
-	if cfg.Unprotected {
-		log.Warn().Msg("--unprotected: the model acts without hapilot's protections (research runs only)")
-	}
-	llmPol := llm.New(model, floor, c.Rules, cfg, log.With().Str("component", "llm").Logger())
+	// model says.
+	llmPol := llm.New(model, rules.NewWindowed(c.Rules), c.Rules, cfg, log.With().Str("component", "llm").Logger())
 	if c.Chosen() == config.PolicyShadow {
 		return llm.NewShadow(llmPol, rules.NewPolicy(c.Rules)), nil, nil
 	}
-	if cfg.SkipCalibration || cfg.Unprotected {
+	if cfg.SkipCalibration {
 		log.Warn().Str("model", cfg.Model).Msg("--skip-calibration: the model acts without a calibration record")
 		return llmPol.Hooks(), calibration(true, "--skip-calibration: the model acts without a calibration record", map[string]string{}), nil
 	}

@@ -132,7 +132,9 @@ type StatPoller struct {
 
 	Counters StatCounters
 
-	mu    sync.Mutex // serialises polls: Run's and a caller's
+	// mu serialises polls (Run's and a caller's) and guards the fields
+	// below; pollOne and record run under it.
+	mu    sync.Mutex
 	procs map[string]*procCounters
 	// failing: sockets whose last poll failed, so that a failure that
 	// lasts (HAProxy down) is logged at warn once, then at debug.
@@ -199,6 +201,8 @@ func (p *StatPoller) Poll(ctx context.Context) {
 	}
 }
 
+// pollOne reads one source and records what its counters gained. The
+// caller (Poll) holds p.mu.
 func (p *StatPoller) pollOne(ctx context.Context, src StatSource) error {
 	info, err := src.ShowInfo(ctx)
 	if err != nil {

@@ -123,6 +123,10 @@ func (r *RunResult) writeMarkdown(w io.Writer) {
 	if len(r.Config.AgentArgs) > 0 {
 		fmt.Fprintf(w, "Agent flags: `%s`\n\n", strings.Join(r.Config.AgentArgs, " "))
 	}
+	if r.Config.StudyLoop {
+		fmt.Fprintln(w, "Agent: the study's loop, built by the lab (bench.StudyLoop): no calibration gate, rules' floor, evidence check, confirmation, hold, anomaly gate or deadline.")
+		fmt.Fprintln(w)
+	}
 	fmt.Fprintln(w, "| | requests | client 5xx | mean ms | p50 ms | p95 ms | p99 ms |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
 	for _, row := range []struct {

@@ -36,7 +36,7 @@ func fixture(t *testing.T) []*RunResult {
 			DeadlineMisses: 1, PromptTokens: 1750, CompletionTokens: 200, PromptPerStep: 350, CompletionPerStep: 40}}
 	model.Client.Against(static.Client)
 	model.Loc.DetectS = ptr(1.0)
-	model.Config.Model, model.Config.AgentArgs = "emulation:flip-flop", []string{"--model", "emulated-flip-flop", "--unprotected"}
+	model.Config.Model, model.Config.AgentArgs, model.Config.StudyLoop = "emulation:flip-flop", []string{"--model", "emulated-flip-flop"}, true
 	model.Agent.Avoided(model.Client, static.Client)
 	for _, r := range []*RunResult{static, rules, model} {
 		r.Config.Backends = []BackendSettings{{Server: "srv1"}, {Server: "srv2"}, {Server: "srv3", ErrorRate: 0.05}}

@@ -30,7 +30,8 @@ type Variant struct {
 	// Emulation names an emulated model served by the Ollama stand-in
 	// (ollamafake.Emulations); "" with --policy llm means a real Ollama.
 	Emulation string
-	// Unprotected runs the model without hapilot's fixes (--unprotected).
+	// Unprotected runs the model without hapilot's fixes: the study's
+	// loop, which the lab builds (StudyLoop).
 	Unprotected bool
 	// Model is the real model of an llm variant ("" with an emulation:
 	// StudyConfig.Model then). Named says whether Name carries it (more
@@ -155,7 +156,10 @@ type RunSettings struct {
 	Backends  []BackendSettings `json:"backends"`
 	Events    []Event           `json:"events,omitempty"`
 	AgentArgs []string          `json:"agent_args,omitempty"`
-	Model     string            `json:"model,omitempty"`
+	// StudyLoop: the agent ran as the study's loop (StudyLoop), without
+	// hapilot's protections; AgentArgs are then its model's flags alone.
+	StudyLoop bool   `json:"study_loop,omitempty"`
+	Model     string `json:"model,omitempty"`
 	// Baseline is what a baseline without hapilot ran: HAProxy's server
 	// options (haproxy-l7), or Envoy's outlier-detection settings (envoy).
 	Baseline string `json:"baseline,omitempty"`
@@ -331,7 +335,7 @@ func runOne(ctx context.Context, c StudyConfig, spec Spec, cell Cell, v Variant,
 		return nil, err
 	}
 	defer cleanup()
-	res.Config.AgentArgs, res.Config.Calibration = args, gate
+	res.Config.AgentArgs, res.Config.Calibration, res.Config.StudyLoop = args, gate, v.Unprotected
 	if v.Policy == "llm" {
 		res.Config.Model = c.Model
 		if v.Model != "" {
@@ -359,6 +363,9 @@ func runOne(ctx context.Context, c StudyConfig, spec Spec, cell Cell, v Variant,
 		Servers: backends, Algo: cell.Algo, Weight: serverWeight, MaxConn: spec.capacity(),
 		Rate: rate, Duration: time.Duration(c.Steps) * c.Interval, Policy: policy, Interval: c.Interval,
 		AgentArgs: args, Name: name, Telemetry: tele, Retries: c.Retries, At: at, Dir: scratch, Log: c.Log,
+	}
+	if v.Unprotected {
+		sc.Build = StudyLoop
 	}
 	sc.DownIsOut = true // HAProxy's own detection marks servers DOWN; nothing else has checks
 	var envoy *envoyod.Runner
@@ -529,7 +536,7 @@ func agentArgs(ctx context.Context, c StudyConfig, v Variant, scratch string) ([
 		args = append(args, "--llm-prompt", c.LLMPrompt)
 	}
 	if v.Unprotected {
-		return append(args, "--unprotected"), nil, cleanup, nil
+		return args, nil, cleanup, nil // StudyLoop: no gate
 	}
 	if c.NoGate {
 		return append(args, "--skip-calibration"), nil, cleanup, nil

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -72,14 +71,14 @@ func TestBenchCommand(t *testing.T) {
 		t.Errorf("rules agent: %+v", a)
 	}
 	capable, unprotected := runs["llm-capable"], runs["llm-capable-unprotected"]
-	if !capable.Emulated || capable.Config.Model != "emulation:capable" || slices.Contains(capable.Config.AgentArgs, "--unprotected") {
+	if !capable.Emulated || capable.Config.Model != "emulation:capable" || capable.Config.StudyLoop {
 		t.Errorf("capable: emulated %v, model %q, args %v", capable.Emulated, capable.Config.Model, capable.Config.AgentArgs)
 	}
 	if g := capable.Config.Calibration; g == nil || !g.Passed || unprotected.Config.Calibration != nil {
 		t.Errorf("capability gate: protected %+v (want passed), unprotected %+v (want none)", g, unprotected.Config.Calibration)
 	}
-	if !slices.Contains(unprotected.Config.AgentArgs, "--unprotected") {
-		t.Errorf("unprotected args %v", unprotected.Config.AgentArgs)
+	if !unprotected.Config.StudyLoop {
+		t.Errorf("unprotected: not the study's loop (args %v)", unprotected.Config.AgentArgs)
 	}
 	for _, r := range []*bench.RunResult{capable, unprotected} {
 		if r.Loc.TP != 1 || r.Loc.FP != 0 || r.Agent == nil || r.Agent.CompletionTokens == 0 || r.Agent.AvoidedPer1kTokens == nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/hapilot/hapilot/agent/policy/llm"
 	"github.com/hapilot/hapilot/agent/policy/llm/calibrate"
 	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
+	"github.com/hapilot/hapilot/internal/lab/bench"
 	"github.com/hapilot/hapilot/internal/lab/haproxyproc"
 	"github.com/hapilot/hapilot/internal/lab/modelserver"
 	"github.com/hapilot/hapilot/internal/lab/scenario"
@@ -368,7 +369,7 @@ func TestRealLlamaServerRandomModelUnderTheGuards(t *testing.T) {
 	underTheGuards(t, llamaServer(t))
 }
 
-// The study's loop (--unprotected --fallback none: no floor, no gate, no
+// The study's loop (bench.StudyLoop: no floor, no gate, no
 // confirmation) against hapilot's, with the same random-weight model on
 // a real server, beside HAProxy doing nothing: the harm each does, in
 // client 5xx against static and in healthy servers drained. The
@@ -383,7 +384,7 @@ func TestRealUnprotectedHarm(t *testing.T) {
 	runs := map[string]scenario.Scenario{
 		"static":      {Policy: "static"},
 		"protected":   {Policy: "llm", Name: "protected", AgentArgs: withArgs(model, "--llm-gate", "always")},
-		"unprotected": {Policy: "llm", Name: "unprotected", AgentArgs: withArgs(model, "--unprotected", "--fallback", "none")},
+		"unprotected": {Policy: "llm", Name: "unprotected", AgentArgs: model, Build: bench.StudyLoop},
 	}
 	outs, audits := paperFaultSideBySide(t, runs)
 	base := float64(outs["static"].Load.Err5xx)

@@ -7,11 +7,14 @@ package scenario
 
 import (
 	"context"
+	"encoding/csv"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -48,6 +51,10 @@ type Scenario struct {
 	// AgentBinary runs the agent as `AgentBinary run ...` instead of in
 	// process, so that it can be killed.
 	AgentBinary string
+	// Build, when set, builds the in-process agent in place of
+	// daemon.New: the lab's rerun of the study's loop (bench.StudyLoop),
+	// which no flag of the agent can ask for. Not with AgentBinary.
+	Build func(config.Config, zerolog.Logger) (*daemon.Daemon, error)
 	// KillAgentAt sends SIGKILL to the agent process at this offset;
 	// RestartAgentAt, later, starts it again with the same flags (and so
 	// the same state file).
@@ -290,6 +297,9 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 		}
 	}
 	if s.Policy != "" {
+		if s.Build != nil && s.AgentBinary != "" {
+			return nil, errors.New("scenario: Build builds an in-process agent; AgentBinary runs a process")
+		}
 		name := s.Name
 		if name == "" {
 			name = s.Policy
@@ -338,7 +348,11 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 			if err := config.Parse(fs, args); err != nil {
 				return nil, err
 			}
-			d, err = daemon.New(*c, s.Log)
+			build := daemon.New
+			if s.Build != nil {
+				build = s.Build
+			}
+			d, err = build(*c, s.Log)
 			if err != nil {
 				return nil, err
 			}
@@ -518,12 +532,10 @@ func WaitAgentUp(ctx context.Context, rt *haproxy.Client) error {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		rows, err := showStat(ctx, rt)
-		if err == nil {
-			for _, r := range rows {
-				if r["pxname"] == "hapilot-agents" && r["svname"] == "agent1" && r["status"] == "UP" {
-					return nil
-				}
-			}
+		if err == nil && slices.ContainsFunc(rows, func(r map[string]string) bool {
+			return r["pxname"] == "hapilot-agents" && r["svname"] == "agent1" && r["status"] == "UP"
+		}) {
+			return nil
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("agent not UP in HAProxy's check after 15s (last error %v)", err)
@@ -564,11 +576,41 @@ func Faulty(cfgs []fleet.BackendConfig, above float64) map[string]bool {
 	return out
 }
 
-// showStat reads `show stat` as rows of every column.
-func showStat(ctx context.Context, rt *haproxy.Client) ([]haproxy.StatRow, error) {
+// showStat reads `show stat` as rows of every column, keyed by the
+// header's names (their positions move between HAProxy releases). The
+// agent reads only its typed columns (haproxy.Client.ServerStats); the
+// lab wants others, such as a check's status.
+func showStat(ctx context.Context, rt *haproxy.Client) ([]map[string]string, error) {
 	reply, err := rt.Run(ctx, "show stat")
 	if err != nil {
 		return nil, err
 	}
-	return haproxy.ParseStat(reply)
+	return parseStat(reply)
+}
+
+// parseStat parses the CSV of `show stat` by its header row.
+func parseStat(reply string) ([]map[string]string, error) {
+	head, body, _ := strings.Cut(reply, "\n")
+	if !strings.HasPrefix(head, "# ") {
+		return nil, fmt.Errorf("show stat: no header row: %.80q", head)
+	}
+	header := strings.Split(strings.TrimSuffix(strings.TrimPrefix(head, "# "), ","), ",")
+	r := csv.NewReader(strings.NewReader(body))
+	r.FieldsPerRecord = -1
+	recs, err := r.ReadAll()
+	if err != nil {
+		return nil, fmt.Errorf("show stat: %w", err)
+	}
+	rows := make([]map[string]string, 0, len(recs))
+	for n, rec := range recs {
+		if len(rec) < len(header) {
+			return nil, fmt.Errorf("show stat: row %d: %d fields, header has %d", n+1, len(rec), len(header))
+		}
+		row := make(map[string]string, len(header))
+		for i, name := range header {
+			row[name] = rec[i]
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
 }

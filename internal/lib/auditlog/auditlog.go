@@ -17,7 +17,7 @@ import (
 type File struct {
 	path string
 
-	mu sync.Mutex
+	mu sync.Mutex // guards the fields below: the loop's writes and a signal's Reopen
 	f  *os.File
 	// torn: the last write ended short (a full disk), so the next one
 	// starts on a new line, and the lines after the tear still parse.

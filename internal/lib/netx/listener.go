@@ -37,7 +37,7 @@ type Listener struct {
 	// the first Accept.
 	MaxLife time.Duration
 
-	mu    sync.Mutex
+	mu    sync.Mutex // guards conns: Accept adds, a connection's Close removes, Open counts
 	conns map[*Conn]struct{}
 	done  chan struct{}
 	once  sync.Once

@@ -24,7 +24,7 @@ func Serve(ctx context.Context, ln net.Listener, log zerolog.Logger, handle func
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	var (
-		mu    sync.Mutex
+		mu    sync.Mutex // guards conns: the accepts add, the handlers remove, the close reads
 		conns = map[net.Conn]struct{}{}
 		wg    sync.WaitGroup
 	)

@@ -127,8 +127,10 @@ type Store struct {
 	span      int64
 	maxSeries int
 
-	series   atomic.Pointer[seriesMap] // read without locks, replaced on insert
-	mu       sync.Mutex                // serialises inserts only
+	series atomic.Pointer[seriesMap] // read without locks, replaced on insert
+	// mu serialises the writers of series (insert, Retain) and guards
+	// count; readers never take it.
+	mu       sync.Mutex
 	count    int
 	events   atomic.Uint64
 	dropped  atomic.Uint64

@@ -155,7 +155,6 @@ const (
 // same floor and candidate tests, and its calls' p95 against the same
 // deadline.
 func Run(ctx context.Context, cfg llm.Config, rc rules.Config, loop agent.Settings, now time.Time) (*Scorecard, error) {
-	cfg = cfg.Resolved()
 	m, err := llm.NewModel(cfg)
 	if err != nil {
 		return nil, err
@@ -266,8 +265,8 @@ func score(seq string, step int, st fixtures.Step, rep llm.Report) StepResult {
 	}
 	hit := 0
 	for _, a := range rep.Proposed {
-		k := string(a.Kind) + " " + a.Key().String()
-		r.Actions = append(r.Actions, k)
+		k := a.ID()
+		r.Actions = append(r.Actions, k.String())
 		switch {
 		case st.Expected[k]:
 			hit++

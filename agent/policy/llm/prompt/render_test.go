@@ -185,12 +185,8 @@ func TestCompactPromptKeepsWhatDecides(t *testing.T) {
 	for _, seq := range fixtures.Sequences(time.Unix(5000, 0)) {
 		for i, st := range seq.Steps {
 			cands := map[agent.Key]string{}
-			for key := range st.Expected {
-				if _, ks, ok := strings.Cut(key, " "); ok {
-					if b, s, ok := strings.Cut(ks, "/"); ok {
-						cands[agent.Key{Backend: b, Server: s}] = "errors"
-					}
-				}
+			for id := range st.Expected {
+				cands[id.Server] = "errors"
 			}
 			in := Input{Obs: st.Obs, Candidates: cands, MaxShown: 12, Only: map[string]bool{}}
 			for _, b := range st.Obs.Backends {
