@@ -12,7 +12,7 @@ import (
 // with no unknown field, says schema EventSchema, and writes back as the
 // same JSON; every event type has one.
 func TestEventsDocExamples(t *testing.T) {
-	b, err := os.ReadFile("../docs/events.md")
+	b, err := os.ReadFile("../docs/reference/events.md")
 	if err != nil {
 		t.Fatal(err)
 	}

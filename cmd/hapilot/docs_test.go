@@ -16,7 +16,7 @@ import (
 )
 
 // resultsDir holds the lab's results as the commands printed them.
-const resultsDir = "docs/results"
+const resultsDir = "docs/lab/results"
 
 // Every relative link in README.md and docs/ leads to a file that exists
 // and, where it names an anchor, to a heading of that file: docs are
