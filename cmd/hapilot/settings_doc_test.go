@@ -12,7 +12,7 @@ const (
 	settingsEnd   = "<!-- end of every setting -->\n"
 )
 
-// docs/configuration.md lists every setting of `hapilot run`, grouped,
+// docs/reference/configuration.md lists every setting of `hapilot run`, grouped,
 // with its default and usage, as the flags define them: a new flag, a
 // changed default or a flag in no group fails here.
 func TestSettingsDoc(t *testing.T) {
