@@ -133,7 +133,7 @@ torch:
 		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3-torch libopenblas0-pthread >/dev/null; }
 
-# hapilot's own policy model (internal/lab/models, docs/llm.md): the
+# hapilot's own policy model (internal/lab/models, docs/lab/own-model.md): the
 # dataset from the recipe's seed (hapilot-bench dataset), then the
 # recipe's trainer on one thread a model at nice 10, the two at once:
 # train.py on Debian's PyTorch, its loss on the answer only, for
@@ -179,7 +179,7 @@ SOAK ?= 30m
 soak: deps
 	HAPILOT_SOAK=$(SOAK) $(GO) test -tags e2e,soak -count=1 -v -timeout 0 -run '^TestSoak$$' ./internal/lab/e2e/
 
-# The detection figures of docs/detection.md: simulated server-days through
+# The detection figures of docs/explanation/detection.md: simulated server-days through
 # the rules' sequential test (hapilot-bench soak), SOAK_DAYS server-days in
 # each healthy-noise model of issue 37's table, then the fault table. It
 # fails if a model passes 1 false drain per 1,000 server-days or its 95%

@@ -8,7 +8,7 @@ import (
 
 // EventSchema is the event log's schema version: every line carries it,
 // and it changes only when a field changes meaning or goes away
-// (docs/events.md).
+// (docs/reference/events.md).
 const EventSchema = 1
 
 // EventType names what happened.
@@ -48,7 +48,7 @@ const (
 	EventCalibration EventType = "calibration"
 )
 
-// EventTypes lists every type, for docs/events.md's test.
+// EventTypes lists every type, for docs/reference/events.md's test.
 var EventTypes = []EventType{EventStep, EventStart, EventDrain, EventCut, EventRestore, EventRefused, EventWould, EventRelease,
 	EventPause, EventResume, EventUnknownServer, EventTelemetrySilent, EventFallback, EventCalibration}
 

@@ -8,18 +8,18 @@ import (
 	"testing"
 )
 
-// Every example line of docs/events.md parses into the agent's own types
+// Every example line of docs/reference/events.md parses into the agent's own types
 // with no unknown field, says schema EventSchema, and writes back as the
 // same JSON; every event type has one.
 func TestEventsDocExamples(t *testing.T) {
-	b, err := os.ReadFile("../docs/events.md")
+	b, err := os.ReadFile("../docs/reference/events.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	seen := map[EventType]bool{}
 	blocks := strings.Split(string(b), "```json\n")[1:]
 	if len(blocks) == 0 {
-		t.Fatal("no ```json block in docs/events.md")
+		t.Fatal("no ```json block in docs/reference/events.md")
 	}
 	for _, blk := range blocks {
 		line := strings.TrimSpace(blk[:strings.Index(blk, "```")])
@@ -60,10 +60,10 @@ func TestEventsDocExamples(t *testing.T) {
 	}
 	for _, typ := range EventTypes {
 		if !seen[typ] {
-			t.Errorf("no example of %s in docs/events.md", typ)
+			t.Errorf("no example of %s in docs/reference/events.md", typ)
 		}
 	}
 	if len(seen) != len(EventTypes) {
-		t.Errorf("docs/events.md has %d types, the code %d", len(seen), len(EventTypes))
+		t.Errorf("docs/reference/events.md has %d types, the code %d", len(seen), len(EventTypes))
 	}
 }

@@ -10,7 +10,7 @@ import (
 
 // Why the agent leaves a server alone: it neither judges it nor acts on
 // it, and it is nobody's peer. Each reason is one kind of server that
-// real configs hold and the test's premise does not fit (docs/server-kinds.md).
+// real configs hold and the test's premise does not fit (docs/reference/server-kinds.md).
 const (
 	// AloneBackup: a backup server takes traffic only when every active
 	// server is down, so it is neither serving capacity for the floor

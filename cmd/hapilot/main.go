@@ -135,7 +135,7 @@ func cmdDefaults(args []string, stdout, stderr io.Writer) error {
 	settings := flag.NewFlagSet("hapilot run", flag.ContinueOnError)
 	config.Register(settings)
 	if *packaged {
-		header := defaultsHeader + "\n\nSet by the package: observe first (/usr/share/doc/hapilot/docs/install.md shows the step\nto enforce), and the paths its systemd unit makes writable (/lib/systemd/system/hapilot.service):"
+		header := defaultsHeader + "\n\nSet by the package: observe first (/usr/share/doc/hapilot/docs/howto/install.md shows the step\nto enforce), and the paths its systemd unit makes writable (/lib/systemd/system/hapilot.service):"
 		return config.WriteFile(stdout, settings, header, PackagedSettings...)
 	}
 	return config.WriteFile(stdout, settings, defaultsHeader)
@@ -145,7 +145,7 @@ func cmdDefaults(args []string, stdout, stderr io.Writer) error {
 // /etc/hapilot/hapilot.conf: paths its unit makes writable.
 var PackagedSettings = []string{
 	// Observe first: the package installs an agent that watches and
-	// says what it would do; docs/install.md shows the step to enforce.
+	// says what it would do; docs/howto/install.md shows the step to enforce.
 	"mode observe",
 	"state-file /var/lib/hapilot/state.json",
 	"audit-log /var/log/hapilot/audit.jsonl",

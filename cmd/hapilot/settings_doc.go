@@ -10,7 +10,7 @@ import (
 )
 
 // settingGroups sorts every setting of `hapilot run` into the groups
-// docs/configuration.md lists them in. A flag in no group fails
+// docs/reference/configuration.md lists them in. A flag in no group fails
 // TestSettingsDoc: a new setting gets its group and its line.
 var settingGroups = []struct {
 	name  string
@@ -30,7 +30,7 @@ var settingGroups = []struct {
 }
 
 // writeSettingsDoc writes the grouped table of every setting with its
-// default and usage, as docs/configuration.md holds it; it fails on a
+// default and usage, as docs/reference/configuration.md holds it; it fails on a
 // flag in no group, or a group's name that is no flag.
 func writeSettingsDoc(w io.Writer) error {
 	fs := flag.NewFlagSet("hapilot run", flag.ContinueOnError)

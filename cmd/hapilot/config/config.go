@@ -223,7 +223,7 @@ func Register(fs *flag.FlagSet) *Config {
 	fs.IntVar(&c.MaxStatRows, "max-stat-rows", c.MaxStatRows, "most rows one reply of show stat or show servers state may hold (a row per server, backend and frontend); a longer reply is refused, and that step reads nothing")
 	fs.StringVar(&c.StatusListen, "status-listen", c.StatusListen, "address of the read-only /status and /metrics endpoints (\"off\" to disable)")
 	fs.StringVar(&c.StatusToken, "status-token", c.StatusToken, "token every request to the live page, /status, /series and /metrics must carry (Authorization: Bearer TOKEN, or ?token=TOKEN); required beyond loopback. Keep it in the config file (mode 0640), not on the command line")
-	fs.StringVar(&c.AuditLog, "audit-log", c.AuditLog, "file that receives the event log: one JSON line per action, refusal, would-action, operator command (docs/events.md)")
+	fs.StringVar(&c.AuditLog, "audit-log", c.AuditLog, "file that receives the event log: one JSON line per action, refusal, would-action, operator command (docs/reference/events.md)")
 	fs.BoolVar(&c.AuditSteps, "audit-steps", c.AuditSteps, "also write every step's snapshot of every server to the audit log: one line per step holding every server, which grows with servers times steps")
 	fs.Var(&c.LogFormat, "log-format", "log format: "+enum.Join(LogFormats...)+" (auto: console on a terminal, else JSON)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug|info|warn|error")
@@ -239,7 +239,7 @@ func Register(fs *flag.FlagSet) *Config {
 	fs.BoolVar(&c.Shadow, "shadow", c.Shadow, "the old spelling of --policy shadow: the model decides, the rules act, disagreements are audited")
 	registerLLM(fs, &c.LLM)
 	registerFleet(fs, &c.Fleet)
-	fs.StringVar(&c.Notify.URL, "notify-webhook", c.Notify.URL, "URL that receives one JSON POST per action, refusal, release, fallback and telemetry silence (docs/notifications.md); empty: off. It never blocks the loop: a slow or failing receiver costs dropped events, counted")
+	fs.StringVar(&c.Notify.URL, "notify-webhook", c.Notify.URL, "URL that receives one JSON POST per action, refusal, release, fallback and telemetry silence (docs/howto/notifications.md); empty: off. It never blocks the loop: a slow or failing receiver costs dropped events, counted")
 	fs.Var(&c.Notify.Format, "notify-format", "the webhook's payload: event (the event log's line), alertmanager (POST /api/v2/alerts) or slack (a chat incoming webhook's {\"text\"})")
 	fs.DurationVar(&c.Notify.Timeout, "notify-timeout", c.Notify.Timeout, "the webhook: one attempt's timeout (4 attempts, backoff 1s doubling)")
 	return &c

@@ -1,7 +1,7 @@
 // Package ctl is the protocol of `hapilot ctl`: one JSON request line
 // from the client, one JSON answer line from the agent, over the agent's
 // unix control socket. It is shared by the agent's server
-// (internal/daemon) and the client (cmd/hapilot), so that both read the
+// (cmd/hapilot/daemon) and the client (cmd/hapilot), so that both read the
 // same names.
 package ctl
 

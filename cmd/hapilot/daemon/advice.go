@@ -9,7 +9,7 @@ import (
 )
 
 // pathCost is what one telemetry path cost HAProxy in hapilot's own
-// benchmarks (docs/telemetry.md, "Cost per HAProxy version", with the
+// benchmarks (docs/lab/telemetry-cost.md, "Cost per HAProxy version", with the
 // commands that printed them): its CPU per response as a multiple of a
 // plain HAProxy's, on HAProxy before 3.1 (2.6 and 3.0: SPOE as one applet
 // per connection) and from 3.1 on (SPOE rewritten over a multiplexer,
@@ -22,11 +22,11 @@ type pathCost struct {
 }
 
 // pathCosts are the paths the advice compares, from the most detail to
-// the least; the figures are docs/telemetry.md's, rounded to two places:
+// the least; the figures are docs/lab/telemetry-cost.md's, rounded to two places:
 // the CPU the median of three runs of `make bench-overhead-matrix` (before
 // 3.1, the dearer median of 2.6's and 3.0's), since one run's noise is
 // about ±0.07 and the dearest run would let it decide; the isolation the
-// slower of two runs of `bench --telemetry` on 3.2 (docs/results/spoe26).
+// slower of two runs of `bench --telemetry` on 3.2 (docs/lab/results/spoe26).
 var pathCosts = []pathCost{
 	{"spoe", "SPOE (examples/haproxy.cfg)", 1.22, 1.80, 3600 * time.Millisecond},
 	{"spoe-sampled", "sampled SPOE, k=16 (examples/haproxy-sampled.cfg)", 1.08, 1.14, 4500 * time.Millisecond},
@@ -84,7 +84,7 @@ func TelemetryAdvice(version, path string) string {
 		return ""
 	}
 	return fmt.Sprintf("telemetry: %s costs HAProxy %s about %.2fx a plain HAProxy's CPU per response in hapilot's benchmark, "+
-		"where %s costs %.2fx and isolated the paper fault %.1f s after it; docs/telemetry.md#which-path-should-i-use has the figures per version",
+		"where %s costs %.2fx and isolated the paper fault %.1f s after it; docs/lab/telemetry-cost.md#cost-per-haproxy-version has the figures per version",
 		cur.how, v, cur.on(v), best.how, best.on(v), (best.isolated - cur.isolated).Seconds())
 }
 

@@ -51,7 +51,7 @@ func TestTelemetryAdvice(t *testing.T) {
 
 // Every path named is cheaper than the bar it is advised for, and the
 // thresholds keep today's 2.6 SPOE unadvised: the table and the bars
-// agree with docs/telemetry.md.
+// agree with docs/lab/telemetry-cost.md.
 func TestPathCostsAgreeWithTheBars(t *testing.T) {
 	for _, p := range pathCosts {
 		if p.before31 <= 0 || p.v31 <= 0 || p.isolated <= 0 || p.how == "" {

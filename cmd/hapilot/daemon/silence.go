@@ -97,7 +97,7 @@ func (d *Daemon) watchSilence(ctx context.Context) error {
 			if cause := d.silenceCause(s); cause != said {
 				said = cause
 				d.log.Error().Strs("servers", keyNames(s.Silent, 20)).Int("silent", len(s.Silent)).Int("reported", s.Covered).Msg(w)
-				// The event log and the webhook get it too (docs/events.md).
+				// The event log and the webhook get it too (docs/reference/events.md).
 				d.Loop.TelemetrySilent(time.Since(s.Since)+counters.DefaultSilentAfter, w)
 			}
 		}

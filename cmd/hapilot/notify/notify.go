@@ -31,7 +31,7 @@ type Format string
 
 const (
 	// FormatEvent posts the event as the event log writes it
-	// (docs/events.md).
+	// (docs/reference/events.md).
 	FormatEvent Format = "event"
 	// FormatAlertmanager posts a list of one alert, as Alertmanager's
 	// POST /api/v2/alerts takes it.

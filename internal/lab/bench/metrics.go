@@ -14,7 +14,9 @@ import (
 	"github.com/hapilot/hapilot/internal/lab/scenario"
 )
 
-// The study's metrics (shared/PAPER.md), computed from what the clients
+// The study's metrics (Chauhan & Pendyala, "Benchmarking LLM-Guided
+// Control-Plane Policies for Backend Fault Isolation in HAProxy", 2026),
+// as docs/reference/metrics.md defines them, computed from what the clients
 // saw, HAProxy's own record of each server's state, and the agent's audit
 // log. A value that does not apply (no faulty server, no agent, no drain)
 // is nil, written null and printed "-", never a made-up zero.

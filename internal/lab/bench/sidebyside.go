@@ -268,7 +268,7 @@ func WriteSideBySide(w io.Writer, cells []CellSummary) {
 }
 
 // ModelSummary is one variant over the whole grid and every seed: the
-// study's measures (shared/PAPER.md), one row per model.
+// study's measures (docs/reference/metrics.md), one row per model.
 type ModelSummary struct {
 	Variant      string    `json:"variant"`
 	Kind         string    `json:"kind"`

@@ -135,7 +135,7 @@ func TestDebianPackage(t *testing.T) {
 			"--config", "/etc/hapilot/hapilot.conf", "--haproxy-socket", opts.Socket(),
 			"--status-listen", fmt.Sprintf("127.0.0.1:%d", ports[1]), "--interval", "1s",
 			"--state-file", filepath.Join(dir, "state", "state.json"), "--audit-log", filepath.Join(dir, "log", "audit.jsonl"),
-			// The package ships observe; this is the step docs/install.md
+			// The package ships observe; this is the step docs/howto/install.md
 			// shows after a week of watching.
 			"--mode", "enforce", "--control-socket", "unix:" + filepath.Join(dir, "run", "ctl.sock")}
 	}

@@ -56,7 +56,7 @@ func (a *agentCheck) port() int       { return a.ln.Addr().(*net.TCPAddr).Port }
 func (a *agentCheck) say(word string) { a.word.Store(&word) }
 
 // The server kinds real configs hold, in one real HAProxy with the
-// README's stanza, under the agent at its defaults (docs/server-kinds.md):
+// README's stanza, under the agent at its defaults (docs/reference/server-kinds.md):
 //   - app: srv1, srv6, srv7 healthy; srv3 fails 5% (drained); srv2 fails 5%
 //     under HAProxy's agent-check, which later answers "drain" (left alone:
 //     the agent neither drains it nor reads the check's drain as an

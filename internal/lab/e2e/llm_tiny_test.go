@@ -28,7 +28,7 @@ import (
 // GGUF names in turn, so that calibrate and run use it untold), imported into the real Ollama from its committed
 // GGUF and Modelfile as a user would, which tokenizes prompts as the
 // training text did, and run with `hapilot run --policy
-// llm` in front of a real HAProxy. It passes calibration (docs/llm.md has
+// llm` in front of a real HAProxy. It passes calibration (docs/lab/own-model.md has
 // its scorecard): `hapilot calibrate` must say so, and the run reads the
 // record it wrote, as an operator's agent would, and lets it act, asked
 // every step (the rules drain the paper's faults at once, so the anomaly gate
@@ -82,7 +82,7 @@ func TestRealOllamaHapilotTiny(t *testing.T) {
 	out, err := cal.CombinedOutput()
 	t.Logf("hapilot calibrate --interval %v against %s:\n%s", interval, o, out)
 	if err != nil || !bytes.Contains(out, []byte("PASSED: ")) {
-		t.Fatalf("calibrate: %v: the committed model passed calibration here (if it does not now, this test and docs/llm.md are out of date)", err)
+		t.Fatalf("calibrate: %v: the committed model passed calibration here (if it does not now, this test and docs/lab/own-model.md are out of date)", err)
 	}
 	if !bytes.Contains(out, []byte(", prompt "+string(prompt)+"\n")) {
 		t.Fatalf("calibrate did not call the model with the %s form its GGUF names", prompt)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Trains hapilot's own policy model with PyTorch, its loss on the answer alone.
 
-llama-finetune (the first two attempts, docs/llm.md) takes its loss on every
+llama-finetune (the first two attempts, docs/lab/own-model.md) takes its loss on every
 token of its text, so a model of this size spends itself on predicting the
 prompts: the servers' figures, which no model can predict. After the
 assistant's header it then wrote more prompt. Here the loss is on the

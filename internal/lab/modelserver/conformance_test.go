@@ -19,7 +19,7 @@ import (
 )
 
 // The stand-in (internal/lab/ollamafake) claims, in its package comment
-// and in docs/llm.md, to behave as Ollama 0.17.4 does where a client must
+// and in docs/explanation/llm.md, to behave as Ollama 0.17.4 does where a client must
 // cope. Each case below runs one claim through Ollama's own client
 // against the stand-in and against the real server, built from the same
 // module, serving tiny random models, and both must give the observation
@@ -159,7 +159,7 @@ func waitUnloaded(t *testing.T, ctx context.Context, c *api.Client) string {
 // hundreds.
 var conformance = []struct {
 	name  string
-	claim string // what docs/llm.md or the stand-in's comment says
+	claim string // what docs/explanation/llm.md or the stand-in's comment says
 	run   func(t *testing.T, ctx context.Context, tg target) string
 	want  string
 }{

@@ -38,7 +38,9 @@ func Traits(name string, interval time.Duration) func(*Server) {
 	}
 }
 
-// The study's figures the emulations aim at (shared/PAPER.md).
+// The figures the emulations aim at, as the study reported them (Chauhan &
+// Pendyala, "Benchmarking LLM-Guided Control-Plane Policies for Backend
+// Fault Isolation in HAProxy", 2026; docs/explanation/study.md).
 const (
 	// conservative: precision about 0.92, recall about 0.34.
 	conservativeNotices = 0.34   // share of faulty servers it ever acts on

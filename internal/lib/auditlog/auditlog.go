@@ -1,5 +1,5 @@
 // Package auditlog is the agent's audit log file: appended to, a regular
-// file only (internal/safefile), and reopened at its path on request, so
+// file only (internal/lib/safefile), and reopened at its path on request, so
 // that logrotate can move it away and have the agent write a new one
 // (SIGHUP).
 package auditlog
