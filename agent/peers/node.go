@@ -413,12 +413,27 @@ func (n *Node) joinLoop(ctx context.Context) {
 	}
 }
 
+// addresses are the live members' addresses but this node's, from the
+// copies learn made while memberlist held its lock: the *memberlist.Node
+// values Members returns are memberlist's own, which it rewrites in place
+// when a member's address or incarnation changes, so reading them later
+// races with it. n.mu must be held.
+func (n *Node) addresses() map[string]memberlist.Address {
+	out := make(map[string]memberlist.Address, len(n.members))
+	for name, m := range n.members {
+		out[name] = memberlist.Address{Addr: m.addr.String(), Name: name}
+	}
+	return out
+}
+
 // missingSeeds are the join list's addresses no live member has.
 func (n *Node) missingSeeds() []string {
 	have := map[string]bool{}
-	for _, m := range n.ml.Members() {
-		have[m.Address()] = true
+	n.mu.Lock()
+	for _, a := range n.addresses() {
+		have[a.Addr] = true
 	}
+	n.mu.Unlock()
 	var out []string
 	for _, s := range n.cfg.Join {
 		addr := s
@@ -450,13 +465,8 @@ func (n *Node) Close() {
 // to each backend's decider and next in line.
 func (n *Node) sync() {
 	now := n.now()
-	members := map[string]*memberlist.Node{}
-	for _, m := range n.ml.Members() {
-		if m.Name != n.name {
-			members[m.Name] = m
-		}
-	}
 	n.mu.Lock()
+	members := n.addresses()
 	pic := n.picture(now)
 	backends := append([]string(nil), n.backends...)
 	view := map[string]BackendStatus{}
@@ -508,8 +518,8 @@ func (n *Node) sync() {
 		}
 	}
 	for dest, ds := range byDest {
-		m := members[dest]
-		if m == nil {
+		m, ok := members[dest]
+		if !ok {
 			continue // in the picture, but memberlist no longer lists it
 		}
 		for _, msg := range encodeCounts(n.header(kindCounts), ds, n.limit, n.nextSeq) {
@@ -540,11 +550,10 @@ func held(changes map[agent.Key]agent.Change, backend string) []Held {
 // send seals one message and sends it: in one UDP packet when it fits,
 // else over TCP in the background (bounded), so that a peer that does
 // not answer never holds up the sync.
-func (n *Node) send(to *memberlist.Node, msg []byte) {
+func (n *Node) send(addr memberlist.Address, msg []byte) {
 	n.counters.Sent.Add(1)
 	n.counters.BytesSent.Add(uint64(len(msg)))
 	env := n.sealer.seal(msg)
-	addr := memberlist.Address{Addr: to.Address(), Name: to.Name}
 	if len(msg) <= n.limit {
 		if err := n.tr.sendPacket(addr, env); err != nil {
 			n.counters.SendErrors.Add(1)

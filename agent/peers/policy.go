@@ -348,13 +348,13 @@ type Member struct {
 // Status is a copy of the fleet's state.
 func (n *Node) Status() Status {
 	now := n.now()
-	addrs := map[string]string{}
-	for _, m := range n.ml.Members() {
-		addrs[m.Name] = m.Address()
-	}
 	self := n.Addr() // memberlist's, read before n.mu (see Node.mu)
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	addrs := map[string]string{n.name: self}
+	for name, a := range n.addresses() {
+		addrs[name] = a.Addr
+	}
 	st := Status{Name: n.name, Addr: self, LastSyncAgeMs: -1, Backends: append([]BackendStatus{}, n.view...), Traffic: n.traffic()}
 	if !n.lastHeard.IsZero() {
 		st.LastSyncAgeMs = ms(now.Sub(n.lastHeard))
