@@ -106,7 +106,7 @@ func TestSlowStart(t *testing.T) {
 			want:       []string{"set server app/srv2 state drain"},
 			wantWeight: 16, wantAdmin: haproxy.AdminForcedDrain},
 		{name: "the operator sets a weight during the ramp: left to them", probesPass: true,
-			operator: func(s *haproxy.ServerState) { s.Weight = 5 },
+			operator:   func(s *haproxy.ServerState) { s.Weight = 5 },
 			want:       []string{"set server app/srv2 state drain", "set weight app/srv2 4", "set server app/srv2 state ready"},
 			wantWeight: 5},
 		{name: "observe mode: nothing is sent", probesPass: true, mode: agent.ModeObserve,
