@@ -90,20 +90,22 @@ func (s *SPRT) Verdict() Verdict {
 // drift, positive when p is nearer p1.
 func (s *SPRT) KL(p float64) float64 { return p*s.a + (1-p)*s.b }
 
-// ErrorBound is the most 5xx a server still failing at pf (pf > p0's
-// level, KL(pf) > 0) pays, on average, before the test says Faulty, when
-// each chunk fed holds chunk requests on average. By Wald's identity the
-// ratio at the stop is E[N]·KL(pf); it stops at most one chunk past A,
-// and one chunk adds at most a per error, pf·chunk errors on average; so
-// E[N] <= (A + a·pf·chunk)/KL(pf) and E[5xx] = pf·E[N]. The chunk is
-// where the reduced weight enters: a server at a share w of its traffic
-// for a step of d seconds at r requests a second is fed chunks of w·r·d.
-// (A stop at B instead, with probability under β, ends the stage with
-// fewer requests, so the bound holds for every stop.)
+// ErrorBound is the most 5xx a server still failing at pf (KL(pf) > 0)
+// pays, on average, before the test says Faulty, when each chunk fed
+// holds chunk requests. By Wald's identity the ratio at the stop is
+// E[N]·KL(pf) on average. It stops past A by less than the last chunk's
+// errors times a (its successes only lower it), and the chunk that
+// crosses holds at least one error: pf·chunk + 1 on average, the
+// size-biased draw of a Poisson count. So E[N] <= (A + a·(pf·chunk +
+// 1))/KL(pf) and E[5xx] = pf·E[N]. The chunk is where the reduced weight
+// enters: a server at a share w of its traffic, r requests a second at
+// full weight, judged every d seconds, is fed chunks of w·r·d. A stop at
+// B instead (probability under β) ends lower still, so the bound holds
+// for every stop; TestSPRTErrorsAndCost checks it by simulation.
 func (s *SPRT) ErrorBound(pf, chunk float64) float64 {
 	kl := s.KL(pf)
 	if kl <= 0 {
 		return math.Inf(1)
 	}
-	return pf * (s.A + s.a*pf*chunk) / kl
+	return pf * (s.A + s.a*(pf*chunk+1)) / kl
 }
