@@ -83,14 +83,22 @@ func soakReadmit(ctx context.Context, f readmitFlags, stdout, stderr io.Writer) 
 // WriteReadmitTable prints one row per result.
 func WriteReadmitTable(w io.Writer, results []soak.ReadmitResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "cell\tfault\tcase\tpath\truns\tfull weight\theal→full median s\tp90 s\tready→full median s\t5xx while faulty /run\t5xx after heal /run\treadmits /run\tredrains /run\t")
+	fmt.Fprintln(tw, "cell\tfault\tcase\tpath\truns\tfull weight\theal→full median s\tp90 s\tready→full median s\t5xx while faulty /run\t5xx after heal /run\treadmits /run\tredrains /run\tprobes /run\t")
 	for _, r := range results {
 		full := "-\t-\t-\t-"
 		if r.Case == "heals" || r.Case == "probe-blind, heals" {
-			full = fmt.Sprintf("%d/%d\t%.1f\t%.1f\t%.1f", r.Full, r.Trials, r.FullMedian, r.FullP90, r.RampMedian)
+			full = fmt.Sprintf("%d/%d\t%s\t%s\t%.1f", r.Full, r.Trials, beyond(r.FullMedian), beyond(r.FullP90), r.RampMedian)
 		}
-		fmt.Fprintf(tw, "%s\t%.3g%%\t%s\t%s\t%d\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t\n", r.Cell, 100*r.Fault, r.Case, r.Path, r.Trials, full,
-			r.PaidFaulty, r.PaidHealed, r.Readmits, r.Redrains)
+		fmt.Fprintf(tw, "%s\t%.3g%%\t%s\t%s\t%d\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.0f\t\n", r.Cell, 100*r.Fault, r.Case, r.Path, r.Trials, full,
+			r.PaidFaulty, r.PaidHealed, r.Readmits, r.Redrains, r.Probes)
 	}
 	tw.Flush()
+}
+
+// beyond prints a time to full weight, ">horizon" for one past it.
+func beyond(s float64) string {
+	if s < 0 {
+		return ">horizon"
+	}
+	return fmt.Sprintf("%.1f", s)
 }

@@ -85,7 +85,8 @@ type ReadmitResult struct {
 	Fault  float64 `json:"fault"`
 	Trials int     `json:"trials"`
 	// Full: runs whose healed server was back at full weight within the
-	// horizon; FullMedian and FullP90 the time from its heal to there.
+	// horizon; FullMedian and FullP90 the time from its heal to there,
+	// over all runs, -1 where that quantile fell beyond the horizon.
 	Full       int     `json:"full,omitempty"`
 	FullMedian float64 `json:"heal_to_full_median_s,omitempty"`
 	FullP90    float64 `json:"heal_to_full_p90_s,omitempty"`
@@ -100,6 +101,9 @@ type ReadmitResult struct {
 	PaidHealed float64 `json:"errors_paid_healed_per_run,omitempty"`
 	Readmits   float64 `json:"readmits_per_run"`
 	Redrains   float64 `json:"redrains_per_run"`
+	// Probes: the agent's own probe requests to the server per run, the
+	// load re-admission puts on a server that may still be sick.
+	Probes float64 `json:"probes_per_run"`
 	// RunSeconds: how long each run lasted on average (simulated).
 	RunSeconds  float64 `json:"run_s"`
 	WallSeconds float64 `json:"wall_s"`
@@ -118,6 +122,7 @@ func RunReadmit(c ReadmitCell, workers int) (ReadmitResult, error) {
 	type out struct {
 		full, ramp              []float64
 		paidF, paidH, secs      float64
+		probes                  int
 		readmits, redrains, run int
 		err                     error
 	}
@@ -144,9 +149,13 @@ func RunReadmit(c ReadmitCell, workers int) (ReadmitResult, error) {
 				o.readmits += t.readmits
 				o.redrains += t.redrains
 				o.secs += t.secs
-				if t.full >= 0 {
+				o.probes += t.probes
+				switch {
+				case t.full >= 0:
 					o.full = append(o.full, t.full)
 					o.ramp = append(o.ramp, t.ramp)
+				case c.Heal:
+					o.full = append(o.full, math.Inf(1)) // not back within the horizon
 				}
 			}
 		}()
@@ -168,15 +177,25 @@ func RunReadmit(c ReadmitCell, workers int) (ReadmitResult, error) {
 		r.Readmits += float64(o.readmits)
 		r.Redrains += float64(o.redrains)
 		r.RunSeconds += o.secs
+		r.Probes += float64(o.probes)
 	}
-	r.Trials, r.Full = runs, len(full)
+	r.Trials, r.Full = runs, len(ramp)
 	k := 1 / float64(runs)
-	r.PaidFaulty, r.PaidHealed, r.Readmits, r.Redrains, r.RunSeconds = r.PaidFaulty*k, r.PaidHealed*k, r.Readmits*k, r.Redrains*k, r.RunSeconds*k
+	r.PaidFaulty, r.PaidHealed, r.Readmits, r.Redrains = r.PaidFaulty*k, r.PaidHealed*k, r.Readmits*k, r.Redrains*k
+	r.RunSeconds, r.Probes = r.RunSeconds*k, r.Probes*k
 	if len(full) > 0 {
-		r.FullMedian, r.FullP90, r.RampMedian = quantile(full, 0.5), quantile(full, 0.9), quantile(ramp, 0.5)
+		r.FullMedian, r.FullP90, r.RampMedian = censored(quantile(full, 0.5)), censored(quantile(full, 0.9)), quantile(ramp, 0.5)
 	}
 	r.WallSeconds = time.Since(began).Seconds()
 	return r, nil
+}
+
+// censored is q, or -1 for a quantile beyond the horizon.
+func censored(q float64) float64 {
+	if math.IsInf(q, 1) {
+		return -1
+	}
+	return q
 }
 
 func (c ReadmitCell) caseName() string {
@@ -197,6 +216,7 @@ type trial struct {
 	full, ramp             float64
 	paidFaulty, paidHealed uint64
 	readmits, redrains     int
+	probes                 int
 	secs                   float64
 }
 
@@ -315,6 +335,7 @@ func readmitTrial(c ReadmitCell, rng *rand.Rand) (trial, error) {
 	rec.Now = clk.Now
 	rec.Seed(rng.Uint64())
 	healed := false
+	tr := trial{full: -1}
 	rec.Prober = func(s agent.ServerView, k int) recovery.BurstResult {
 		p := c.Noise
 		if s.Server == names[0] && !healed && !c.Blind {
@@ -322,9 +343,11 @@ func readmitTrial(c ReadmitCell, rng *rand.Rand) (trial, error) {
 		}
 		for j := range k {
 			if rng.Float64() < p {
+				tr.probes += j + 1
 				return recovery.BurstResult{Sent: j + 1, Failed: 1, MedianMs: 10}
 			}
 		}
+		tr.probes += k
 		return recovery.BurstResult{Sent: k, MedianMs: 10}
 	}
 	pol := &condemned{keys: []string{names[0]}}
@@ -345,7 +368,6 @@ func readmitTrial(c ReadmitCell, rng *rand.Rand) (trial, error) {
 	if c.Heal {
 		end += heal
 	}
-	tr := trial{full: -1}
 	ready := 0.0
 	step := int(c.Interval / time.Second)
 	for t := 1; float64(t) < end; t++ {
