@@ -87,7 +87,11 @@ func WriteReadmitTable(w io.Writer, results []soak.ReadmitResult) {
 	for _, r := range results {
 		full := "-\t-\t-\t-"
 		if r.Case == "heals" || r.Case == "probe-blind, heals" {
-			full = fmt.Sprintf("%d/%d\t%s\t%s\t%.1f", r.Full, r.Trials, beyond(r.FullMedian), beyond(r.FullP90), r.RampMedian)
+			ramp := "-" // none back: no ramp to time
+			if r.Full > 0 {
+				ramp = fmt.Sprintf("%.1f", r.RampMedian)
+			}
+			full = fmt.Sprintf("%d/%d\t%s\t%s\t%s", r.Full, r.Trials, beyond(r.FullMedian), beyond(r.FullP90), ramp)
 		}
 		fmt.Fprintf(tw, "%s\t%.3g%%\t%s\t%s\t%d\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.0f\t\n", r.Cell, 100*r.Fault, r.Case, r.Path, r.Trials, full,
 			r.PaidFaulty, r.PaidHealed, r.Readmits, r.Redrains, r.Probes)
