@@ -72,7 +72,7 @@ func TestSPRTErrorsAndCost(t *testing.T) {
 				m := e * float64(tc.runs)
 				return int(m + 3*math.Sqrt(m) + 1)
 			}
-			t.Logf("faulty: mean %.2f 5xx (bound %.2f), found healthy %d/%d; healthy: found faulty %d/%d", mean, bound, wrongHealthy, tc.runs, wrongFaulty, tc.runs)
+			t.Logf("p0 %v p1 %v, %d requests a chunk: faulty at %v: mean %.2f 5xx (bound %.2f), found healthy %d/%d; healthy: found faulty %d/%d", tc.p0, tc.p1, tc.chunk, tc.pf, mean, bound, wrongHealthy, tc.runs, wrongFaulty, tc.runs)
 			if mean > bound || mean < tc.wantMinFaultyX {
 				t.Errorf("a still-faulty server paid %.2f 5xx on average, bound %.2f", mean, bound)
 			}
