@@ -561,9 +561,6 @@ func (c Config) RampTest(faultRate, peerRate float64) (rules.SPRT, error) {
 // ends the change); faulty drains the server again at once, which the
 // ledger counts as a new drain and recovery backs off from.
 func (r *Readmitter) whileRamp(b agent.BackendView, k agent.Key, s agent.ServerView, now time.Time) (agent.Action, bool) {
-	if now.Before(s.NoDrainUntil) {
-		return agent.Action{}, false // the tail guard holds it here
-	}
 	st := r.servers[k]
 	if st == nil {
 		// A canary recovery did not start (the agent restarted): judged
@@ -573,6 +570,12 @@ func (r *Readmitter) whileRamp(b agent.BackendView, k agent.Key, s agent.ServerV
 		r.servers[k] = st
 	}
 	rp := &st.ramp
+	if now.Before(s.NoDrainUntil) {
+		// The tail guard holds it here; once the hold ends, a new test
+		// starts from the counts then.
+		rp.at, rp.next = time.Time{}, totals(s)
+		return agent.Action{}, false
+	}
 	peerN, peerX, p95 := peers(b, s.Server)
 	peer := 0.0
 	if peerN > 0 {

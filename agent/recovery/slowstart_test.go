@@ -204,3 +204,28 @@ func TestFailedBurstKeepsTheDrainsCooldown(t *testing.T) {
 		}
 	}
 }
+
+// TestRampAfterTheTailHold: a server the tail guard brought back is not
+// judged while held, and its test then starts from the counts at the end
+// of the hold: its errors before are not held against it.
+func TestRampAfterTheTailHold(t *testing.T) {
+	h := newHarness(t, "127.0.0.1:1", 16, true)
+	h.r.Config.Mode = ModeSlowStart
+	s := h.srv2()
+	s.State.AdminState, s.State.Weight = 0, 4
+	s.Changed = &agent.Change{Phase: agent.PhaseCanary, Weight: 4, At: h.now}
+	s.NoDrainUntil = h.now.Add(10 * time.Minute)
+	s.Window.TotalRequests, s.Window.TotalErr5xx = 2000, 100 // 5% before and during the hold
+	if p := h.plan(5 * time.Minute); len(p) != 0 {
+		t.Fatalf("acted during the tail guard's hold: %v", p)
+	}
+	s.Window.TotalRequests, s.Window.TotalErr5xx = 4000, 200
+	if p := h.plan(10*time.Minute - time.Second); len(p) != 0 {
+		t.Fatalf("acted during the tail guard's hold: %v", p)
+	}
+	s.Window.TotalRequests = 4400 // 400 clean requests since the hold ended
+	p := h.plan(10*time.Minute + 10*time.Second)
+	if len(p) != 1 || p[0].Kind != agent.SetWeight || p[0].Weight != 8 {
+		t.Fatalf("want weight 8 on the traffic since the hold: %v", p)
+	}
+}
