@@ -42,7 +42,7 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	jsonOut := fs.String("json", "", "write the results to this JSON file")
 	maxRate := fs.Float64("max-per-1000", 0, "fail when a cell's false drains per 1,000 server-days exceed this (0: never)")
 	maxHigh := fs.Float64("max-upper", 0, "fail when a cell's 95% upper end reaches this (0: never)")
-	readmit := fs.Bool("readmit", false, "measure re-admission instead: a server failing at --fault drained, then healed at a random time (or never), through today's probe path and the slow start")
+	readmit := fs.Bool("readmit", false, "measure re-admission instead: a server failing at --fault (5% when unset) drained, then healed at a random time (or never), through today's probe path and the slow start")
 	readmitWeight := fs.Int("readmit-weight", 16, "re-admission: every server's configured weight")
 	healWithin := fs.Duration("heal-within", 10*time.Minute, "re-admission: the server heals at a uniform time in [0, this) after its drain")
 	readmitHorizon := fs.Duration("readmit-horizon", 30*time.Minute, "re-admission: a run ends this long after the heal (or the drain, when it never heals)")
