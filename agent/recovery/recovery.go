@@ -13,6 +13,16 @@
 // server that still fails stays drained and is never flipped. With probing
 // off, the canary weight ramp alone is the test.
 //
+// In slow-start mode (ModeSlowStart) the same clean burst is followed by
+// a ramp judged on the server's live traffic by a sequential probability
+// ratio test (rules.SPRT, "healthy" against "still at the drained rate"):
+// the weight doubles from a share of its configured value each time the
+// test says healthy, and the server goes back to drain at once when it
+// says faulty, so that a still-faulty server costs a bounded number of
+// errors (rules.SPRT.ErrorBound). A failed burst, which cost no client
+// anything, then waits the drain's cooldown again instead of doubling it:
+// the backoff grows with the drains, each of which cost clients errors.
+//
 // Which phase a server is in (drained, cut, canary) is the ledger's to
 // say; recovery keeps only the progress of a drained server's probes and
 // the backoff history of its drains.
@@ -34,6 +44,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/internal/lib/enum"
 	"github.com/rs/zerolog"
 )
@@ -44,6 +55,9 @@ type Mode string
 const (
 	// ModeProbe: a burst of the agent's own requests, then a canary weight.
 	ModeProbe Mode = "probe"
+	// ModeSlowStart: a burst of the agent's own requests, then a weight
+	// ramp judged on live traffic by a sequential test.
+	ModeSlowStart Mode = "slowstart"
 	// ModeCanary: the canary weight ramp alone is the test.
 	ModeCanary Mode = "canary"
 	// ModeOff: drained servers stay drained until an operator acts.
@@ -51,7 +65,7 @@ const (
 )
 
 // Modes lists the modes, for usage lines.
-var Modes = []Mode{ModeProbe, ModeCanary, ModeOff}
+var Modes = []Mode{ModeProbe, ModeSlowStart, ModeCanary, ModeOff}
 
 func (m *Mode) String() string { return string(*m) }
 
@@ -96,13 +110,21 @@ type Config struct {
 	// uses the same figures by default.
 	SlowRatio float64
 	SlowMinMs int
+	// RampShare is the share of its configured weight a server comes back
+	// at in slow-start mode (at least weight 1); each healthy verdict
+	// doubles it, up to the configured weight.
+	RampShare float64
+	// RampAlpha and RampBeta are the slow start's test errors: a healthy
+	// server sent back to drain, a still-faulty one let a step up.
+	RampAlpha, RampBeta float64
 }
 
 // DefaultConfig is what `hapilot run` uses.
 func DefaultConfig() Config {
 	return Config{Mode: ModeProbe, Path: "/", Rate: 50, Timeout: 2 * time.Second, Cooldown: 30 * time.Second,
 		MaxCooldown: 10 * time.Minute, MinBurst: 20, MaxBurst: 1000, CanaryFor: 10 * time.Second,
-		P99Guard: 2.5, TailFor: 20 * time.Second, TailHold: 10 * time.Minute, SlowRatio: 5, SlowMinMs: 50}
+		P99Guard: 2.5, TailFor: 20 * time.Second, TailHold: 10 * time.Minute, SlowRatio: 5, SlowMinMs: 50,
+		RampShare: 0.25, RampAlpha: 1e-3, RampBeta: 1e-3}
 }
 
 // Validate checks the settings an operator may give.
@@ -122,6 +144,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.P99Guard >= 0 && c.P99Guard < 1000) {
 		errs = append(errs, fmt.Errorf("p99-guard %v: want a finite number from 0", c.P99Guard))
+	}
+	if c.Mode == ModeSlowStart && (!(c.RampShare > 0 && c.RampShare <= 1) || !(c.RampAlpha > 0 && c.RampAlpha < 0.5) || !(c.RampBeta > 0 && c.RampBeta < 0.5)) {
+		errs = append(errs, fmt.Errorf("slow start: ramp share %v in (0, 1] and test errors %v, %v in (0, 0.5)", c.RampShare, c.RampAlpha, c.RampBeta))
 	}
 	if c.TailFor < 0 || c.TailFor > time.Hour {
 		errs = append(errs, fmt.Errorf("p99-guard-for %v: want 0 to 1h", c.TailFor))
@@ -151,13 +176,25 @@ type server struct {
 	drains    int       // times the agent drained it
 	lastBurst string
 	failed    int // bursts of this drain that failed
-	result    chan burstResult
+	result    chan BurstResult
+	ramp      ramp
 }
 
-type burstResult struct {
-	sent, failed int
-	medianMs     float64 // of the answers' times
-	err          error
+// ramp is a slow start's progress: the test of the stage in force, and
+// the counters it reads its chunks from.
+type ramp struct {
+	at   time.Time // the ledger's Change.At of the stage being judged
+	test rules.SPRT
+	// base: the server's running totals when its chunk was last read;
+	// next: those at the step that proposed the stage to come.
+	base, next rules.Counts
+}
+
+// BurstResult is how a probe burst went.
+type BurstResult struct {
+	Sent, Failed int
+	MedianMs     float64 // of the answers' times
+	Err          error
 }
 
 // Readmitter implements agent.Recovery. It owns its probe bursts: Close
@@ -166,6 +203,11 @@ type Readmitter struct {
 	Config Config
 	Log    zerolog.Logger
 	Now    func() time.Time
+
+	// Prober, when set, replaces the HTTP burst and runs inline at the
+	// step that starts it: the lab's simulated servers answer in no real
+	// time (internal/lab/soak). Nil: bursts go out over HTTP.
+	Prober func(s agent.ServerView, n int) BurstResult
 
 	client *http.Client
 	ctx    context.Context // ends at Close: every burst runs under it
@@ -197,6 +239,13 @@ func New(cfg Config, client *http.Client, log zerolog.Logger) *Readmitter {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Readmitter{Config: cfg, Log: log, Now: time.Now, client: client, ctx: ctx, cancel: cancel,
 		servers: map[agent.Key]*server{}, strikes: map[agent.Key]strike{}, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))}
+}
+
+// Seed makes the cooldowns' jitter repeatable (the lab's runs).
+func (r *Readmitter) Seed(seed uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rng = rand.New(rand.NewPCG(seed, 7))
 }
 
 // Close stops every probe burst in flight and waits for them to end.
@@ -253,7 +302,11 @@ func (r *Readmitter) Plan(_ context.Context, obs agent.Observation) agent.Plan {
 				if s.Changed.Phase == agent.PhaseCut {
 					a, ok = r.tailGuard(b, k, s, now)
 				}
-				if !ok && s.Serving() {
+				switch {
+				case ok || !s.Serving():
+				case r.Config.Mode == ModeSlowStart && s.Changed.Phase == agent.PhaseCanary:
+					a, ok = r.whileRamp(b, k, s, now)
+				default:
 					a, ok = r.whileCanary(b, s, now)
 				}
 			}
@@ -369,7 +422,7 @@ func (r *Readmitter) whileDrained(k agent.Key, st *server, s agent.ServerView, p
 		if now.Before(st.next) {
 			return agent.Action{}, false
 		}
-		if r.Config.Mode != ModeProbe || s.State.Addr == "" || s.State.Port == 0 {
+		if (r.Config.Mode != ModeProbe && r.Config.Mode != ModeSlowStart) || s.State.Addr == "" || s.State.Port == 0 {
 			st.probe = passed
 			st.lastBurst = "probing off: canary ramp"
 			break
@@ -379,13 +432,19 @@ func (r *Readmitter) whileDrained(k agent.Key, st *server, s agent.ServerView, p
 	case probing:
 		select {
 		case res := <-st.result:
-			st.lastBurst = fmt.Sprintf("%d/%d probes failed, median %.0f ms (peers %d ms)", res.failed, res.sent, res.medianMs, peerMs)
-			if res.err != nil || res.failed > 0 || res.sent == 0 || r.Config.tooSlow(res.medianMs, peerMs) {
-				st.cooldown = min(2*st.cooldown, r.Config.MaxCooldown)
+			st.lastBurst = fmt.Sprintf("%d/%d probes failed, median %.0f ms (peers %d ms)", res.Failed, res.Sent, res.MedianMs, peerMs)
+			if res.Err != nil || res.Failed > 0 || res.Sent == 0 || r.Config.tooSlow(res.MedianMs, peerMs) {
+				// A failed burst cost no client anything. In slow-start
+				// mode the drain's cooldown (doubled per drain, each of
+				// which did cost clients) is waited again, so that a
+				// server that heals is found within one cooldown.
+				if r.Config.Mode != ModeSlowStart {
+					st.cooldown = min(2*st.cooldown, r.Config.MaxCooldown)
+				}
 				st.next = now.Add(r.jitter(st.cooldown))
 				st.probe = waiting
 				st.failed++
-				r.Log.Info().Stringer("server", k).Str("burst", st.lastBurst).AnErr("error", res.err).Dur("next_in", st.cooldown).
+				r.Log.Info().Stringer("server", k).Str("burst", st.lastBurst).AnErr("error", res.Err).Dur("next_in", st.cooldown).
 					Msg("probe burst failed: the server stays drained")
 				return agent.Action{}, false
 			}
@@ -395,8 +454,15 @@ func (r *Readmitter) whileDrained(k agent.Key, st *server, s agent.ServerView, p
 		}
 	}
 	// passed: a reduced weight first, while still drained; then ready.
-	canaryW := s.State.Initial / 4
-	if s.State.Initial >= 4 && s.State.Weight != canaryW {
+	canaryW, reduce := s.State.Initial/4, s.State.Initial >= 4
+	if r.Config.Mode == ModeSlowStart {
+		canaryW = r.Config.rampStart(s.State.Initial)
+		reduce = canaryW < s.State.Initial
+		// The first stage's chunk is read from here: a drained server
+		// takes no traffic until the ready.
+		st.ramp = ramp{next: totals(s)}
+	}
+	if reduce && s.State.Weight != canaryW {
 		return agent.Action{Kind: agent.SetWeight, Backend: s.Backend, Server: s.Server, Weight: canaryW,
 			Reason: "re-admission: canary weight before ready (" + st.lastBurst + ")"}, true
 	}
@@ -408,9 +474,13 @@ func (r *Readmitter) whileDrained(k agent.Key, st *server, s agent.ServerView, p
 // no burst outlives the agent.
 func (r *Readmitter) startBurst(st *server, s agent.ServerView) {
 	st.probe = probing
-	res := make(chan burstResult, 1)
+	res := make(chan BurstResult, 1)
 	st.result = res
 	n := r.Config.BurstSize(st.faultRate)
+	if r.Prober != nil {
+		res <- r.Prober(s, n)
+		return
+	}
 	r.bursts.Add(1)
 	go func() {
 		defer r.bursts.Done()
@@ -457,9 +527,116 @@ func (r *Readmitter) whileCanary(b agent.BackendView, s agent.ServerView, now ti
 		Reason: fmt.Sprintf("re-admission: live traffic clean for %v (%d recent requests)", now.Sub(since).Round(time.Second), s.Recent.Requests)}, true
 }
 
+// rampStart is the weight a slow start begins at: RampShare of the
+// configured weight, at least 1.
+func (c Config) rampStart(initial int) int {
+	return min(max(int(math.Round(float64(initial)*c.RampShare)), 1), initial)
+}
+
+// totals is the server's running request and 5xx counts.
+func totals(s agent.ServerView) rules.Counts {
+	return rules.Counts{N: s.Window.TotalRequests, X: s.Window.TotalErr5xx}
+}
+
+// RampTest is the slow start's test of a server drained at faultRate
+// among peers failing at peerRate now: "healthy" is the peers' rate,
+// "faulty" the drained rate (at least the rules' 1% floor, what they call
+// degraded). The healthy rate is kept within [p1/10, p1/2]: above the
+// tenth, so that one error of a healthy server is not near proof
+// (ln 10 of the threshold's ln 999); below the half, so that the two
+// stay apart when the peers fail too.
+func (c Config) RampTest(faultRate, peerRate float64) (rules.SPRT, error) {
+	p1 := min(max(faultRate, rules.DefaultConfig().Floor), 0.6)
+	p0 := min(max(peerRate, p1/10), p1/2)
+	t, err := rules.NewSPRT(p0, p1, c.RampAlpha, c.RampBeta)
+	if err != nil {
+		return t, fmt.Errorf("slow start: %w", err)
+	}
+	return t, nil
+}
+
+// whileRamp judges a slow start's stage on the live traffic since it
+// began: one chunk a step, the server's requests and 5xx since the last.
+// Healthy doubles the weight (up to the configured one, where the ledger
+// ends the change); faulty drains the server again at once, which the
+// ledger counts as a new drain and recovery backs off from.
+func (r *Readmitter) whileRamp(b agent.BackendView, k agent.Key, s agent.ServerView, now time.Time) (agent.Action, bool) {
+	st := r.servers[k]
+	if st == nil {
+		// A canary recovery did not start (the agent restarted): judged
+		// against the rules' floor as the drained rate.
+		st = &server{drainedAt: s.Changed.At, cooldown: r.Config.Cooldown, drains: 1}
+		st.ramp.next = totals(s)
+		r.servers[k] = st
+	}
+	rp := &st.ramp
+	if now.Before(s.NoDrainUntil) {
+		// The tail guard holds it here; once the hold ends, a new test
+		// starts from the counts then.
+		rp.at, rp.next = time.Time{}, totals(s)
+		return agent.Action{}, false
+	}
+	peerN, peerX, p95 := peers(b, s.Server)
+	peer := 0.0
+	if peerN > 0 {
+		peer = float64(peerX) / float64(peerN)
+	}
+	cur := totals(s)
+	if !rp.at.Equal(s.Changed.At) {
+		// A new stage is in force: its test starts from the counts at
+		// the step that proposed it.
+		t, err := r.Config.RampTest(st.faultRate, peer)
+		if err != nil {
+			r.Log.Error().Err(err).Stringer("server", k).Msg("slow start: no test; the server stays at its weight")
+			return agent.Action{}, false
+		}
+		rp.at, rp.test, rp.base = s.Changed.At, t, rp.next
+	}
+	if cur.N < rp.base.N || cur.X < rp.base.X {
+		rp.base = rules.Counts{} // the ready forgot its series: counted from zero
+	}
+	v := rp.test.Feed(cur.N-rp.base.N, cur.X-rp.base.X)
+	rp.base = cur
+	t := &rp.test
+	stage := fmt.Sprintf("weight %d of %d, %d/%d 5xx since %v, log-ratio %.1f in (%.1f, %.1f), healthy %.2g%% against drained %.2g%%",
+		s.State.Weight, s.State.Initial, t.X, t.N, now.Sub(s.Changed.At).Round(time.Second), t.LLR, t.B, t.A, 100*t.P0, 100*t.P1)
+	switch v {
+	case rules.Faulty:
+		return agent.Action{Kind: agent.Drain, Backend: s.Backend, Server: s.Server, Origin: agent.OriginRecovery,
+			Reason: "slow start: live traffic still at the drained rate (" + stage + ")"}, true
+	case rules.Healthy:
+		if len(p95) > 0 {
+			sort.Ints(p95)
+			if s.Recent.Requests > 0 && s.Recent.P95Ms > 2*p95[len(p95)/2]+5 {
+				return agent.Action{}, false // errors clean, answers slow: the rules' latency test judges it
+			}
+		}
+		next := min(2*s.State.Weight, s.State.Initial)
+		rp.next = cur
+		return agent.Action{Kind: agent.SetWeight, Backend: s.Backend, Server: s.Server, Weight: next,
+			Reason: "slow start: live traffic healthy (" + stage + ")"}, true
+	}
+	return agent.Action{}, false
+}
+
+// peers pools the other serving servers' recent counts, and lists their
+// recent p95.
+func peers(b agent.BackendView, self string) (n, x uint64, p95 []int) {
+	for _, p := range b.Servers {
+		if p.Server != self && p.Serving() {
+			n += p.Recent.Requests
+			x += p.Recent.Err5xx
+			if p.Recent.Requests > 0 {
+				p95 = append(p95, p.Recent.P95Ms)
+			}
+		}
+	}
+	return n, x, p95
+}
+
 // burst sends n probe requests at the configured rate, straight to the
 // server; any 5xx or transport error fails it, and it stops at the first.
-func (r *Readmitter) burst(ctx context.Context, s agent.ServerView, n int) (res burstResult) {
+func (r *Readmitter) burst(ctx context.Context, s agent.ServerView, n int) (res BurstResult) {
 	scheme := "http"
 	if s.State.UseSSL {
 		scheme = "https"
@@ -470,7 +647,7 @@ func (r *Readmitter) burst(ctx context.Context, s agent.ServerView, n int) (res 
 	defer func() { // on every return: the median of what answered
 		if len(times) > 0 {
 			sort.Float64s(times)
-			res.medianMs = times[len(times)/2]
+			res.MedianMs = times[len(times)/2]
 		}
 	}()
 	c := r.client
@@ -478,33 +655,33 @@ func (r *Readmitter) burst(ctx context.Context, s agent.ServerView, n int) (res 
 		if i > 0 {
 			select {
 			case <-ctx.Done():
-				res.err = ctx.Err()
+				res.Err = ctx.Err()
 				return res
 			case <-time.After(period):
 			}
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
-			res.err = err
+			res.Err = err
 			return res
 		}
 		if r.Config.Host != "" {
 			req.Host = r.Config.Host
 		}
 		req.Header.Set("User-Agent", "hapilot-probe")
-		res.sent++
+		res.Sent++
 		t0 := time.Now()
 		resp, err := c.Do(req)
 		if err != nil {
-			res.failed++
-			res.err = err
+			res.Failed++
+			res.Err = err
 			return res
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		times = append(times, float64(time.Since(t0))/float64(time.Millisecond))
 		if resp.StatusCode >= 500 {
-			res.failed++
+			res.Failed++
 			return res
 		}
 	}

@@ -42,6 +42,11 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	jsonOut := fs.String("json", "", "write the results to this JSON file")
 	maxRate := fs.Float64("max-per-1000", 0, "fail when a cell's false drains per 1,000 server-days exceed this (0: never)")
 	maxHigh := fs.Float64("max-upper", 0, "fail when a cell's 95% upper end reaches this (0: never)")
+	readmit := fs.Bool("readmit", false, "measure re-admission instead: a server failing at --fault (5% when unset) drained, then healed at a random time (or never), through today's probe path and the slow start")
+	readmitWeight := fs.Int("readmit-weight", 16, "re-admission: every server's configured weight")
+	healWithin := fs.Duration("heal-within", 10*time.Minute, "re-admission: the server heals at a uniform time in [0, this) after its drain")
+	readmitHorizon := fs.Duration("readmit-horizon", 30*time.Minute, "re-admission: a run ends this long after the heal (or the drain, when it never heals)")
+	readmitInterval := fs.Duration("readmit-interval", 10*time.Second, "re-admission: the loop's step (the agent's --interval)")
 	cfg := rules.DefaultConfig()
 	fs.Float64Var(&cfg.Floor, "rules-floor", cfg.Floor, "rules: the 5xx rate under which no server is degraded")
 	fs.Float64Var(&cfg.DegradedRatio, "rules-degraded-ratio", cfg.DegradedRatio, "rules: times the backend's healthy median a degraded server's 5xx rate reaches")
@@ -69,6 +74,11 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	rates, err := floats("rate", *rate)
 	if err != nil {
 		return err
+	}
+	if *readmit {
+		return soakReadmit(ctx, readmitFlags{servers: ns, rates: rates, noise: *noise, fault: *fault, weight: *readmitWeight,
+			healWithin: *healWithin, horizon: *readmitHorizon, interval: *readmitInterval, trials: *trials, seeds: base.Seeds,
+			seedsText: *seeds, rules: cfg, workers: *workers, json: *jsonOut}, stdout, stderr)
 	}
 	sigmas, err := floats("hetero", *hetero)
 	if err != nil {
