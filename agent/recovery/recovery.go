@@ -121,7 +121,7 @@ type Config struct {
 
 // DefaultConfig is what `hapilot run` uses.
 func DefaultConfig() Config {
-	return Config{Mode: ModeProbe, Path: "/", Rate: 50, Timeout: 2 * time.Second, Cooldown: 30 * time.Second,
+	return Config{Mode: ModeSlowStart, Path: "/", Rate: 50, Timeout: 2 * time.Second, Cooldown: 30 * time.Second,
 		MaxCooldown: 10 * time.Minute, MinBurst: 20, MaxBurst: 1000, CanaryFor: 10 * time.Second,
 		P99Guard: 2.5, TailFor: 20 * time.Second, TailHold: 10 * time.Minute, SlowRatio: 5, SlowMinMs: 50,
 		RampShare: 0.25, RampAlpha: 1e-3, RampBeta: 1e-3}

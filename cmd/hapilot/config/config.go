@@ -283,7 +283,7 @@ func registerGuard(fs *flag.FlagSet, g *agent.Guardrails) {
 }
 
 func registerRecovery(fs *flag.FlagSet, r *recovery.Config) {
-	fs.Var(&r.Mode, "readmit", "bring drained servers back: probe (a burst of the agent's own requests, then a canary weight) | canary (weight ramp only) | off")
+	fs.Var(&r.Mode, "readmit", "bring drained servers back: slowstart (a burst of the agent's own requests, then a weight ramp judged on live traffic by a sequential test, drained again at once when it says faulty) | probe (the burst, then a canary weight, the cooldown doubled after a failed burst) | canary (weight ramp only) | off")
 	fs.StringVar(&r.Path, "probe-path", r.Path, "path of the probe requests")
 	fs.StringVar(&r.Host, "probe-host", r.Host, "Host header of the probe requests (default: the server's address)")
 	fs.Float64Var(&r.Rate, "probe-rate", r.Rate, "probe requests per second during a burst")
