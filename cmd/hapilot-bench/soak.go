@@ -47,6 +47,8 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Float64Var(&cfg.DegradedRatio, "rules-degraded-ratio", cfg.DegradedRatio, "rules: times the backend's healthy median a degraded server's 5xx rate reaches")
 	fs.Float64Var(&cfg.ARLDays, "rules-arl-days", cfg.ARLDays, "rules: mean days between false drains a server's threshold is set for")
 	fs.Float64Var(&cfg.BurstCap, "rules-burst-cap", cfg.BurstCap, "rules: the most one chunk adds to the evidence, as a share of the threshold")
+	// issue 37 (faster detection): the burst allowance.
+	fs.IntVar(&cfg.BurstErrors, "rules-burst-errors", cfg.BurstErrors, "rules: the most errors one burst brings; a chunk with more adds what it would with that many fewer, past the cap (0: the cap alone)")
 	fs.DurationVar(&cfg.BaselineSpan, "rules-baseline-span", cfg.BaselineSpan, "rules: time constant of each server's long baseline")
 	if err := fs.Parse(args); err != nil {
 		return err

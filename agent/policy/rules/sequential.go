@@ -33,7 +33,13 @@ import (
 //
 // Each chunk's contribution is capped at BurstCap·h, so that one burst of
 // errors (a restart, a GC pause) cannot convict: it takes evidence that
-// persists over several chunks. A server whose CUSUM crosses h is
+// persists over several chunks. Unless the chunk holds more errors than
+// a burst can bring: then it counts what it would say with BurstErrors
+// errors fewer (the largest burst forgiven), if that is more. A burst
+// (at most BurstErrors errors, within one second, so over two one-second
+// chunks at most) still adds at most BurstCap·h a chunk beyond what its
+// healthy traffic would; a fault at 20% and 300 req/s (60 errors a
+// second) is no longer held to four chunks. A server whose CUSUM crosses h is
 // condemned only if its errors over the last recentChunks chunks are
 // also above Floor and Ratio times the lower median of its serving
 // peers' over the same chunks: a fleet-wide failure, where every server
@@ -224,8 +230,14 @@ func (q *Sequential) Step(dt float64, srv []*SeqServer, in []Counts, serving []b
 		top := 0.0
 		if c.X != 0 || s.S != [len(bank)]float64{} {
 			x, ok := float64(c.X), float64(c.N-min(c.X, c.N))
+			// Past the burst's errors: what the chunk would say had a
+			// whole burst landed in it (BurstErrors errors fewer).
+			d := float64(min(c.X, uint64(q.cfg.BurstErrors)))
 			for k := range s.S {
 				l := min(x*a[k]+ok*b[k], q.cap)
+				if x > d && d > 0 {
+					l = max(l, (x-d)*a[k]+(ok+d)*b[k])
+				}
 				s.S[k] = max(0, s.S[k]+l)
 				top = max(top, s.S[k])
 			}
