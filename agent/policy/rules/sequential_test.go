@@ -208,8 +208,10 @@ func TestBurstAllowance(t *testing.T) {
 	}{
 		{"20% at 300 req/s", 10, 300, 0.2, 1, 2},
 		{"20% at 300 req/s, the cap alone", 0, 300, 0.2, 4, 6},
-		// 6.6 errors a second, fewer than a burst: the cap decides
-		{"20% at 33 req/s", 10, 33, 0.2, 4, 6},
+		// 6.6 errors a second, fewer than a burst: pooled over a few
+		// chunks, more
+		{"20% at 33 req/s", 10, 33, 0.2, 2, 4},
+		{"20% at 33 req/s, the cap alone", 0, 33, 0.2, 4, 6},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -220,6 +222,37 @@ func TestBurstAllowance(t *testing.T) {
 					{secs: 60, rates: rates(9, 0.002, map[int]float64{0: tt.fault})}}, seed)
 				if len(early) > 0 || first[0] < tt.from || first[0] > tt.to {
 					t.Errorf("seed %d: condemned at %d s (early %v), want %d to %d s", seed, first[0], early, tt.from, tt.to)
+				}
+			}
+		})
+	}
+}
+
+// TestSplitBurst: a burst of BurstErrors errors split between two
+// checks, on top of healthy traffic, drains nobody, whatever the split
+// and the traffic: the allowance forgives it in every span that holds
+// it.
+func TestSplitBurst(t *testing.T) {
+	tests := []struct {
+		rate         float64
+		first, other uint64
+	}{
+		{33, 10, 0}, {33, 5, 5}, {33, 3, 7}, {300, 10, 0}, {300, 5, 5}, {300, 2, 8}, {5, 5, 5},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%g req/s %d+%d", tt.rate, tt.first, tt.other), func(t *testing.T) {
+			for seed := range uint64(5) {
+				first, early := runPhases(t, DefaultConfig(), tt.rate, []phase{
+					{secs: 3600, rates: rates(9, 0.002, nil)},
+					{secs: 1, rates: rates(9, 0.002, nil), burst: map[int]uint64{2: tt.first}},
+					{secs: 120, rates: rates(9, 0.002, nil), burst: map[int]uint64{2: tt.other}}}, seed)
+				if len(early) > 0 {
+					t.Errorf("seed %d: %v condemned", seed, early)
+				}
+				for i, at := range first {
+					if at >= 0 {
+						t.Errorf("seed %d: server %d condemned at %d s", seed, i, at)
+					}
 				}
 			}
 		})
