@@ -48,7 +48,7 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Float64Var(&cfg.ARLDays, "rules-arl-days", cfg.ARLDays, "rules: mean days between false drains a server's threshold is set for")
 	fs.Float64Var(&cfg.BurstCap, "rules-burst-cap", cfg.BurstCap, "rules: the most one chunk adds to the evidence, as a share of the threshold")
 	// issue 37 (faster detection): the burst allowance.
-	fs.IntVar(&cfg.BurstErrors, "rules-burst-errors", cfg.BurstErrors, "rules: the most errors one burst brings; a chunk with more adds what it would with that many fewer, past the cap (0: the cap alone)")
+	fs.IntVar(&cfg.BurstErrors, "rules-burst-errors", cfg.BurstErrors, "rules: the most errors one burst brings; one to four chunks holding more count what they would with that many forgiven, past the cap (0: the cap alone)")
 	fs.DurationVar(&cfg.BaselineSpan, "rules-baseline-span", cfg.BaselineSpan, "rules: time constant of each server's long baseline")
 	// issue 37 (slow and flapping faults): the latency model and the
 	// faults' shapes.
