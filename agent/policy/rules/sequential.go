@@ -43,12 +43,14 @@ import (
 // lowers a span's evidence, so on healthy traffic the statistic stays
 // under the uncapped CUSUM, whose false alarms Lorden's bound counts.
 // A fault at 20% and 300 req/s (60 errors a second) is no longer held to
-// four chunks, nor one at 5% and 300 req/s (15 a second) to three. A server whose CUSUM crosses h is
-// condemned only if its errors over the last recentChunks chunks are
-// also above Floor and Ratio times the lower median of its serving
-// peers' over the same chunks: a fleet-wide failure, where every server
-// fails alike, drains nothing, and a second faulty peer cannot hide the
-// first (the lower median ignores up to half the peers).
+// four chunks, nor one at 5% and 300 req/s (15 a second) to three.
+//
+// A server whose CUSUM crosses h is condemned only if its errors over
+// the last recentChunks chunks are also above Floor and Ratio times the
+// lower median of its serving peers' over the same chunks: a fleet-wide
+// failure, where every server fails alike, drains nothing, and a second
+// faulty peer cannot hide the first (the lower median ignores up to half
+// the peers).
 
 // bank is the multiples of p1min the CUSUMs test.
 var bank = [...]float64{1, 3, 10, 30}
