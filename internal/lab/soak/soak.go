@@ -15,7 +15,9 @@
 //     guardrails let all through: the figure is an upper bound;
 //   - a fault's time to detect: one server's error rate jumps to Fault at
 //     a random time after Warmup of steady healthy traffic; the time from
-//     the jump to the end of the chunk that condemns it.
+//     the jump to the end of the chunk that condemns it. Or its answers
+//     slow down (Cell.Slow, with Cell.Latency: latency.go), or either fault
+//     comes and goes (Cell.Flap).
 package soak
 
 import (
