@@ -52,7 +52,15 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Float64Var(&cfg.DegradedRatio, "rules-degraded-ratio", cfg.DegradedRatio, "rules: times the backend's healthy median a degraded server's 5xx rate reaches")
 	fs.Float64Var(&cfg.ARLDays, "rules-arl-days", cfg.ARLDays, "rules: mean days between false drains a server's threshold is set for")
 	fs.Float64Var(&cfg.BurstCap, "rules-burst-cap", cfg.BurstCap, "rules: the most one chunk adds to the evidence, as a share of the threshold")
+	// issue 37 (faster detection): the burst allowance.
+	fs.IntVar(&cfg.BurstErrors, "rules-burst-errors", cfg.BurstErrors, "rules: the most errors one burst brings; one to four chunks holding more count what they would with that many forgiven, past the cap (0: the cap alone)")
 	fs.DurationVar(&cfg.BaselineSpan, "rules-baseline-span", cfg.BaselineSpan, "rules: time constant of each server's long baseline")
+	// issue 37 (slow and flapping faults): the latency model and the
+	// faults' shapes.
+	flap := fs.String("flap", "", "ON:OFF seconds: the fault is intermittent, on for ON, off for OFF, from its onset")
+	latency := fs.String("latency", "", "MS:SIGMA: simulate answer times, lognormal around each server's median MS ms with per-request log-sd SIGMA, and run the rules' latency test")
+	latencyHetero := fs.Float64("latency-hetero", 0, "lognormal sigma of the healthy servers' median answer times (with --latency)")
+	slow := fs.String("slow", "", "slow servers' median answer time, in times the healthy one, comma-separated: one server from a random time after the warm-up (with --latency)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -66,6 +74,9 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if base.Bursts, err = parseBursts(*bursts); err != nil {
 			return err
 		}
+	}
+	if base.Flap, base.Latency, err = parseShapes(*flap, *latency, *latencyHetero); err != nil {
+		return err
 	}
 	ns, err := floats("servers", *servers)
 	if err != nil {
@@ -84,11 +95,29 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	faults := []float64{0}
+	// each fault cell: a 5xx rate or a slow factor
+	type faultCell struct{ rate, slow float64 }
+	var faults []faultCell
 	if *fault != "" {
-		if faults, err = floats("fault", *fault); err != nil {
+		fr, err := floats("fault", *fault)
+		if err != nil {
 			return err
 		}
+		for _, f := range fr {
+			faults = append(faults, faultCell{rate: f})
+		}
+	}
+	if *slow != "" {
+		sf, err := floats("slow", *slow)
+		if err != nil {
+			return err
+		}
+		for _, f := range sf {
+			faults = append(faults, faultCell{slow: f})
+		}
+	}
+	if len(faults) == 0 {
+		faults = []faultCell{{}}
 	}
 	var results []soak.Result
 	for _, n := range ns {
@@ -96,14 +125,14 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			for _, s := range sigmas {
 				for i, f := range faults {
 					c := base
-					c.Servers, c.Rate, c.Hetero, c.Fault = int(n), r, s, f
+					c.Servers, c.Rate, c.Hetero, c.Fault, c.Slow = int(n), r, s, f.rate, f.slow
 					if i > 0 {
 						c.ServerDays = 0 // the healthy days once per cell
 					}
 					if err := ctx.Err(); err != nil {
 						return fmt.Errorf("soak: stopped: %w", err)
 					}
-					fmt.Fprintf(stderr, "soak: N=%d %g req/s sigma %g fault %g...\n", c.Servers, r, s, f)
+					fmt.Fprintf(stderr, "soak: N=%d %g req/s sigma %g fault %g slow %g...\n", c.Servers, r, s, f.rate, f.slow)
 					res, err := soak.Run(c, *workers)
 					if err != nil {
 						return fmt.Errorf("soak: N=%d rate %g: %w", c.Servers, r, err)
@@ -159,8 +188,19 @@ func WriteSoakTable(w io.Writer, results []soak.Result) {
 			days = "-\t-\t-"
 		}
 		flt := "-\t-\t-\t-\t-\t-"
-		if r.Fault > 0 {
-			flt = fmt.Sprintf("%.3g%%\t%d/%d\t%.1f\t%.1f\t%.1f\t%.2f", 100*r.Fault, r.Trials-r.Missed, r.Trials, r.DetectMedian, r.DetectP90, r.Bound, r.DetectMedian/r.Bound)
+		if r.Fault > 0 || r.Slow > 0 {
+			kind := fmt.Sprintf("%.3g%%", 100*r.Fault)
+			if r.Slow > 0 {
+				kind = fmt.Sprintf("slow %g×", r.Slow)
+			}
+			bound := "-\t-"
+			if r.Bound > 0 {
+				bound = fmt.Sprintf("%.1f\t%.2f", r.Bound, r.DetectMedian/r.Bound)
+			}
+			flt = fmt.Sprintf("%s\t%d/%d\t%.1f\t%.1f\t%s", kind, r.Trials-r.Missed, r.Trials, r.DetectMedian, r.DetectP90, bound)
+			if r.Missed == r.Trials {
+				flt = fmt.Sprintf("%s\t0/%d\t-\t-\t-\t-", kind, r.Trials)
+			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", r.Cell, days, flt)
 	}
@@ -249,4 +289,31 @@ func cmdSoakCost(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 	}
 	return nil
+}
+
+// parseShapes reads --flap ON:OFF (seconds) and --latency MS:SIGMA.
+func parseShapes(flap, latency string, hetero float64) (soak.Flap, soak.Latency, error) {
+	var fl soak.Flap
+	var lat soak.Latency
+	if flap != "" {
+		on, off, ok := strings.Cut(flap, ":")
+		a, err1 := strconv.ParseFloat(on, 64)
+		b, err2 := strconv.ParseFloat(off, 64)
+		if !ok || err1 != nil || err2 != nil || !(a > 0 && b > 0) {
+			return fl, lat, fmt.Errorf("--flap %q: want ON:OFF, seconds above zero", flap)
+		}
+		fl = soak.Flap{On: time.Duration(a * float64(time.Second)), Off: time.Duration(b * float64(time.Second))}
+	}
+	if latency != "" {
+		ms, sd, ok := strings.Cut(latency, ":")
+		a, err1 := strconv.ParseFloat(ms, 64)
+		b, err2 := strconv.ParseFloat(sd, 64)
+		if !ok || err1 != nil || err2 != nil {
+			return fl, lat, fmt.Errorf("--latency %q: want MS:SIGMA", latency)
+		}
+		lat = soak.Latency{MedianMs: a, Sigma: b, Hetero: hetero}
+	} else if hetero != 0 {
+		return fl, lat, fmt.Errorf("--latency-hetero needs --latency")
+	}
+	return fl, lat, nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"testing"
+	"time"
 
 	"github.com/hapilot/hapilot/internal/lab/soak"
 )
@@ -41,6 +42,29 @@ func TestCheckPromise(t *testing.T) {
 	} {
 		if err := checkPromise([]soak.Result{healthy, tc.r}, 1, 2); (err == nil) != tc.ok {
 			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+}
+
+func TestParseShapes(t *testing.T) {
+	for _, tc := range []struct {
+		flap, latency string
+		hetero        float64
+		wantFlap      soak.Flap
+		wantLat       soak.Latency
+		ok            bool
+	}{
+		{"", "", 0, soak.Flap{}, soak.Latency{}, true},
+		{"5:25", "20:0.6", 0.3, soak.Flap{On: 5 * time.Second, Off: 25 * time.Second}, soak.Latency{MedianMs: 20, Sigma: 0.6, Hetero: 0.3}, true},
+		{"0.5:1.5", "", 0, soak.Flap{On: 500 * time.Millisecond, Off: 1500 * time.Millisecond}, soak.Latency{}, true},
+		{"5", "", 0, soak.Flap{}, soak.Latency{}, false},
+		{"0:5", "", 0, soak.Flap{}, soak.Latency{}, false},
+		{"", "20", 0, soak.Flap{}, soak.Latency{}, false},
+		{"", "", 0.3, soak.Flap{}, soak.Latency{}, false}, // hetero without a model
+	} {
+		fl, lat, err := parseShapes(tc.flap, tc.latency, tc.hetero)
+		if (err == nil) != tc.ok || (tc.ok && (fl != tc.wantFlap || lat != tc.wantLat)) {
+			t.Errorf("%q %q %v: %+v %+v %v; want %+v %+v ok %v", tc.flap, tc.latency, tc.hetero, fl, lat, err, tc.wantFlap, tc.wantLat, tc.ok)
 		}
 	}
 }

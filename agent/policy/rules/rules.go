@@ -65,6 +65,13 @@ type Config struct {
 	// BurstCap is the most one chunk may add to a CUSUM, as a share of h:
 	// one burst of errors cannot convict, persistent ones do.
 	BurstCap float64
+	// BurstErrors is the most errors one burst brings (a restart, a GC
+	// pause: all within one second). A chunk's evidence beyond BurstCap
+	// counts only as far as it would with BurstErrors fewer errors: a
+	// fault far above what one burst can bring, as at high traffic, is
+	// not held to four chunks, and a burst still adds at most BurstCap·h
+	// a chunk. 0: the cap alone.
+	BurstErrors int
 	// BaselineSpan is the time constant of each server's long baseline.
 	BaselineSpan time.Duration
 }
@@ -72,7 +79,7 @@ type Config struct {
 // DefaultConfig is what `hapilot run` uses unless told otherwise.
 func DefaultConfig() Config {
 	return Config{Alpha: 1e-6, MinRequests: 100, MinErrors: 5, MinRatio: 2, LatencyRatio: 5, LatencyMinMs: 50,
-		Floor: 0.01, DegradedRatio: 3, ARLDays: 1000, BurstCap: 0.25, BaselineSpan: 6 * time.Hour}
+		Floor: 0.01, DegradedRatio: 3, ARLDays: 1000, BurstCap: 0.25, BurstErrors: 10, BaselineSpan: 6 * time.Hour}
 }
 
 // Policy is the rule policy. Its sequential test keeps state between
@@ -151,6 +158,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.BurstCap > 0 && c.BurstCap <= 1) {
 		errs = append(errs, fmt.Errorf("rules-burst-cap %v outside (0, 1]", c.BurstCap))
+	}
+	if c.BurstErrors < 0 || c.BurstErrors > 1e6 {
+		errs = append(errs, fmt.Errorf("rules-burst-errors %d outside [0, 1e6]", c.BurstErrors))
 	}
 	if c.BaselineSpan < time.Minute {
 		errs = append(errs, fmt.Errorf("rules-baseline-span %v under a minute", c.BaselineSpan))

@@ -33,12 +33,24 @@ import (
 //
 // Each chunk's contribution is capped at BurstCap·h, so that one burst of
 // errors (a restart, a GC pause) cannot convict: it takes evidence that
-// persists over several chunks. A server whose CUSUM crosses h is
-// condemned only if its errors over the last recentChunks chunks are
-// also above Floor and Ratio times the lower median of its serving
-// peers' over the same chunks: a fleet-wide failure, where every server
-// fails alike, drains nothing, and a second faulty peer cannot hide the
-// first (the lower median ignores up to half the peers).
+// persists over several chunks. Unless the chunk holds more errors than
+// a burst can bring: then it counts what it would say with BurstErrors
+// errors fewer (the largest burst forgiven), if that is more; and so for
+// the last 2 to poolChunks chunks pooled, from the CUSUM before them. A
+// burst (at most BurstErrors errors within one second, so over two
+// one-second chunks at most) is forgiven in every span that holds it, and
+// adds at most BurstCap·h a chunk through the cap; forgiving errors only
+// lowers a span's evidence, so on healthy traffic the statistic stays
+// under the uncapped CUSUM, whose false alarms Lorden's bound counts.
+// A fault at 20% and 300 req/s (60 errors a second) is no longer held to
+// four chunks, nor one at 5% and 300 req/s (15 a second) to three.
+//
+// A server whose CUSUM crosses h is condemned only if its errors over
+// the last recentChunks chunks are also above Floor and Ratio times the
+// lower median of its serving peers' over the same chunks: a fleet-wide
+// failure, where every server fails alike, drains nothing, and a second
+// faulty peer cannot hide the first (the lower median ignores up to half
+// the peers).
 
 // bank is the multiples of p1min the CUSUMs test.
 var bank = [...]float64{1, 3, 10, 30}
@@ -59,6 +71,11 @@ const (
 	minPeerRequests = 100
 	// maxP1 bounds an alternative below certainty (its log would be -Inf).
 	maxP1 = 0.6
+	// poolChunks: the burst allowance also pools the last 2 to this many
+	// chunks, so that a fault with fewer errors a chunk than a burst but
+	// more over a few chunks (20% at 33 req/s: 6.6 a second) is not held
+	// to the cap either. Four: past four chunks the cap alone reaches h.
+	poolChunks = 4
 )
 
 // Counts are one chunk's new requests and 5xx of one server.
@@ -86,6 +103,10 @@ type SeqServer struct {
 	// run counts the chunks since the CUSUMs were last all at zero: the
 	// span of the evidence now, Page's estimate of when a change began.
 	run int
+	// past: the CUSUMs after each of the last poolChunks chunks (at pp
+	// the oldest), where a pooled span's evidence starts from.
+	past [poolChunks][len(bank)]float64
+	pp   int
 	// Chunks counts the chunks seen; Flagged is whether the CUSUM is at
 	// or over h now.
 	Chunks  uint64
@@ -116,6 +137,7 @@ func (s *SeqServer) Baseline() float64 {
 // or a re-admission does.
 func (s *SeqServer) Reset() {
 	s.S = [len(bank)]float64{}
+	s.past = [poolChunks][len(bank)]float64{}
 	s.recent = [recentChunks]Counts{}
 	s.half = [2]Counts{}
 	s.run = 0
@@ -224,12 +246,38 @@ func (q *Sequential) Step(dt float64, srv []*SeqServer, in []Counts, serving []b
 		top := 0.0
 		if c.X != 0 || s.S != [len(bank)]float64{} {
 			x, ok := float64(c.X), float64(c.N-min(c.X, c.N))
+			// Past the burst's errors: what the chunk would say had a
+			// whole burst landed in it (BurstErrors errors fewer).
+			burst := uint64(q.cfg.BurstErrors)
+			d := float64(min(c.X, burst))
+			// The same over the last w chunks pooled, from the CUSUM
+			// before them: one burst forgiven in each span.
+			var wn, wx [poolChunks + 1]float64
+			if burst > 0 {
+				for w := 2; w <= poolChunks; w++ {
+					pn, px := s.lastSum(w)
+					wn[w], wx[w] = float64(pn), float64(px)
+				}
+			}
 			for k := range s.S {
 				l := min(x*a[k]+ok*b[k], q.cap)
-				s.S[k] = max(0, s.S[k]+l)
+				if x > d && d > 0 {
+					l = max(l, (x-d)*a[k]+(ok+d)*b[k])
+				}
+				v := s.S[k] + l
+				for w := 2; w <= poolChunks; w++ {
+					if wx[w] > float64(burst) && burst > 0 {
+						e := wx[w] - float64(burst)
+						from := s.past[(s.pp+poolChunks-w)%poolChunks][k]
+						v = max(v, from+e*a[k]+(wn[w]-wx[w]+float64(burst))*b[k])
+					}
+				}
+				s.S[k] = max(0, v)
 				top = max(top, s.S[k])
 			}
 		}
+		s.past[s.pp] = s.S
+		s.pp = (s.pp + 1) % poolChunks
 		if top < quiet {
 			s.en = s.en*w + float64(c.N)
 			s.ex = s.ex*w + float64(c.X)

@@ -148,6 +148,10 @@ func TestSequential(t *testing.T) {
 			last: phase{secs: 1800, rates: rates(9, 0.05, nil)}},
 		{name: "fleet-wide 20% at 300 req/s: nobody", rate: 300, n: 3,
 			last: phase{secs: 600, rates: rates(3, 0.2, nil)}},
+		{name: "one burst of 10 errors at 300 req/s: nobody", rate: 300, n: 9,
+			last: phase{secs: 600, rates: rates(9, 0.002, nil), burst: map[int]uint64{3: 10}}},
+		{name: "20% at 300 req/s: far above a burst, within two checks", rate: 300, n: 9,
+			last: phase{secs: 60, rates: rates(9, 0.002, map[int]float64{7: 0.2})}, want: map[int]bool{7: true}, within: 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -191,6 +195,70 @@ func TestSequentialWithoutHistory(t *testing.T) {
 	}
 }
 
+// TestBurstAllowance: a chunk holding more errors than one burst can
+// bring is not held to the cap; without the allowance (BurstErrors 0)
+// the cap asks for 1/BurstCap = 4 chunks whatever the fault.
+func TestBurstAllowance(t *testing.T) {
+	tests := []struct {
+		name        string
+		burstErrors int
+		rate, fault float64
+		// condemned within [from, to] seconds of the onset
+		from, to int
+	}{
+		{"20% at 300 req/s", 10, 300, 0.2, 1, 2},
+		{"20% at 300 req/s, the cap alone", 0, 300, 0.2, 4, 6},
+		// 6.6 errors a second, fewer than a burst: pooled over a few
+		// chunks, more
+		{"20% at 33 req/s", 10, 33, 0.2, 2, 4},
+		{"20% at 33 req/s, the cap alone", 0, 33, 0.2, 4, 6},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.BurstErrors = tt.burstErrors
+			for seed := range uint64(3) {
+				first, early := runPhases(t, cfg, tt.rate, []phase{{secs: 3600, rates: rates(9, 0.002, nil)},
+					{secs: 60, rates: rates(9, 0.002, map[int]float64{0: tt.fault})}}, seed)
+				if len(early) > 0 || first[0] < tt.from || first[0] > tt.to {
+					t.Errorf("seed %d: condemned at %d s (early %v), want %d to %d s", seed, first[0], early, tt.from, tt.to)
+				}
+			}
+		})
+	}
+}
+
+// TestSplitBurst: a burst of BurstErrors errors split between two
+// checks, on top of healthy traffic, drains nobody, whatever the split
+// and the traffic: the allowance forgives it in every span that holds
+// it.
+func TestSplitBurst(t *testing.T) {
+	tests := []struct {
+		rate         float64
+		first, other uint64
+	}{
+		{33, 10, 0}, {33, 5, 5}, {33, 3, 7}, {300, 10, 0}, {300, 5, 5}, {300, 2, 8}, {5, 5, 5},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%g req/s %d+%d", tt.rate, tt.first, tt.other), func(t *testing.T) {
+			for seed := range uint64(5) {
+				first, early := runPhases(t, DefaultConfig(), tt.rate, []phase{
+					{secs: 3600, rates: rates(9, 0.002, nil)},
+					{secs: 1, rates: rates(9, 0.002, nil), burst: map[int]uint64{2: tt.first}},
+					{secs: 120, rates: rates(9, 0.002, nil), burst: map[int]uint64{2: tt.other}}}, seed)
+				if len(early) > 0 {
+					t.Errorf("seed %d: %v condemned", seed, early)
+				}
+				for i, at := range first {
+					if at >= 0 {
+						t.Errorf("seed %d: server %d condemned at %d s", seed, i, at)
+					}
+				}
+			}
+		})
+	}
+}
+
 func TestThreshold(t *testing.T) {
 	c := DefaultConfig()
 	// ln(1000 days of seconds) + ln(4 alternatives)
@@ -214,6 +282,7 @@ func TestValidateSequential(t *testing.T) {
 		{"ARL 0", func(c *Config) { c.ARLDays = 0 }},
 		{"burst cap 0", func(c *Config) { c.BurstCap = 0 }},
 		{"burst cap over 1", func(c *Config) { c.BurstCap = 1.5 }},
+		{"burst errors -1", func(c *Config) { c.BurstErrors = -1 }},
 		{"baseline span 1s", func(c *Config) { c.BaselineSpan = time.Second }},
 	}
 	if err := DefaultConfig().Validate(); err != nil {

@@ -303,6 +303,7 @@ func registerRules(fs *flag.FlagSet, r *rules.Config) {
 	fs.Float64Var(&r.DegradedRatio, "rules-degraded-ratio", r.DegradedRatio, "rules: a server is degraded only at this many times its backend's healthy median 5xx rate (and above --rules-floor)")
 	fs.Float64Var(&r.ARLDays, "rules-arl-days", r.ARLDays, "rules: mean days between false drains of one server the sequential test's threshold is set for")
 	fs.Float64Var(&r.BurstCap, "rules-burst-cap", r.BurstCap, "rules: the most one evidence check may add to a server's evidence, as a share of the threshold, so that one burst of errors cannot drain it")
+	fs.IntVar(&r.BurstErrors, "rules-burst-errors", r.BurstErrors, "rules: the most 5xx one burst brings within a second; one to four evidence checks holding more count what they would with that many forgiven, past --rules-burst-cap (0: the cap alone)")
 	fs.DurationVar(&r.BaselineSpan, "rules-baseline-span", r.BaselineSpan, "rules: time constant of each server's own long 5xx baseline")
 }
 

@@ -15,7 +15,9 @@
 //     guardrails let all through: the figure is an upper bound;
 //   - a fault's time to detect: one server's error rate jumps to Fault at
 //     a random time after Warmup of steady healthy traffic; the time from
-//     the jump to the end of the chunk that condemns it.
+//     the jump to the end of the chunk that condemns it. Or its answers
+//     slow down (Cell.Slow, with Cell.Latency: latency.go), or either fault
+//     comes and goes (Cell.Flap).
 package soak
 
 import (
@@ -64,6 +66,26 @@ type Cell struct {
 	// Windowed runs the test the rules ran before the sequential one
 	// (rules.Policy.Test on a 60 s window, every second), for comparison.
 	Windowed bool
+	// Flap makes the fault (5xx or slow) intermittent: on for Flap.On,
+	// off for Flap.Off, from the onset on.
+	Flap Flap
+	// Latency simulates answer times and runs the rules' latency test
+	// (rules.Policy.Slow) beside the sequential one; Slow is the slow
+	// fault: the faulty server's median answer time times Slow.
+	Latency Latency
+	Slow    float64
+}
+
+// Flap is an intermittent fault's on and off periods (zero: steady).
+type Flap struct{ On, Off time.Duration }
+
+// on is whether a fault that began at onset is on in second t.
+func (fl Flap) on(t int, onset float64) bool {
+	if fl.On <= 0 {
+		return true
+	}
+	on, off := fl.On.Seconds(), fl.Off.Seconds()
+	return math.Mod(max(float64(t)-onset, 0), on+off) < on
 }
 
 // Validate checks a cell's settings.
@@ -86,6 +108,15 @@ func (c Cell) Validate() error {
 	}
 	if c.ServerDays < 0 || len(c.Seeds) < 1 || c.Trials < 0 {
 		errs = append(errs, fmt.Errorf("server-days %v, seeds %v, trials %d", c.ServerDays, c.Seeds, c.Trials))
+	}
+	if c.Flap.On < 0 || c.Flap.Off < 0 || (c.Flap.On == 0) != (c.Flap.Off == 0) {
+		errs = append(errs, fmt.Errorf("flap %v:%v: both periods above zero, or both zero", c.Flap.On, c.Flap.Off))
+	}
+	if err := c.Latency.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Slow != 0 && (!(c.Slow > 1 && c.Slow <= 1000) || c.Latency.MedianMs == 0) {
+		errs = append(errs, fmt.Errorf("slow %v: want (1, 1000] times the median, with a latency model", c.Slow))
 	}
 	if err := c.Config.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("rules: %w", err))
@@ -110,6 +141,9 @@ type Result struct {
 	Low95              float64 `json:"low_95"`
 	High95             float64 `json:"high_95"`
 	Fault              float64 `json:"fault,omitempty"`
+	Slow               float64 `json:"slow,omitempty"`
+	Flap               string  `json:"flap,omitempty"`
+	Latency            string  `json:"latency,omitempty"`
 	Trials             int     `json:"trials,omitempty"`
 	Missed             int     `json:"missed,omitempty"`
 	DetectMedian       float64 `json:"detect_median_s,omitempty"`
@@ -156,7 +190,7 @@ func Run(c Cell, workers int) (Result, error) {
 				o.falses += f.run(86400, -1, 0, nil)
 				o.days++
 			}
-			if c.Fault > 0 {
+			if c.Fault > 0 || c.Slow > 0 {
 				for range c.Trials {
 					f := newFleet(c, rng, 0)
 					warm := c.Warmup.Seconds()
@@ -173,7 +207,13 @@ func Run(c Cell, workers int) (Result, error) {
 		}()
 	}
 	wg.Wait()
-	r := Result{Servers: c.Servers, Rate: c.Rate, Noise: c.Noise, Hetero: c.Hetero, Diurnal: c.Diurnal, Uneven: c.Uneven, Fault: c.Fault}
+	r := Result{Servers: c.Servers, Rate: c.Rate, Noise: c.Noise, Hetero: c.Hetero, Diurnal: c.Diurnal, Uneven: c.Uneven, Fault: c.Fault, Slow: c.Slow}
+	if c.Flap.On > 0 {
+		r.Flap = fmt.Sprintf("%g:%g", c.Flap.On.Seconds(), c.Flap.Off.Seconds())
+	}
+	if c.Latency.MedianMs > 0 {
+		r.Latency = c.Latency.String()
+	}
 	if c.Bursts.EveryHours > 0 {
 		r.Bursts = fmt.Sprintf("%g:%d-%d", c.Bursts.EveryHours, c.Bursts.Min, c.Bursts.Max)
 	}
@@ -190,9 +230,13 @@ func Run(c Cell, workers int) (Result, error) {
 		k := 1000 / r.ServerDays
 		r.FalseDrainsPer1000, r.Low95, r.High95 = float64(r.FalseDrains)*k, lo*k, hi*k
 	}
-	if c.Fault > 0 {
+	if c.Fault > 0 || c.Slow > 0 {
 		r.Trials = c.Trials * len(c.Seeds)
 		r.DetectMedian, r.DetectP90 = quantile(delays, 0.5), quantile(delays, 0.9)
+	}
+	if c.Fault > 0 && c.Flap.On == 0 {
+		// The bound is a steady fault's; a flapping one's would depend on
+		// where its on periods fall.
 		r.Bound = Bound(c.Fault, c.Noise, c.Rate, 1000)
 	}
 	r.Cell = r.name()
@@ -213,6 +257,12 @@ func (r Result) name() string {
 	}
 	if r.Uneven > 0 {
 		s += fmt.Sprintf(" uneven %g", r.Uneven)
+	}
+	if r.Latency != "" {
+		s += " latency " + r.Latency
+	}
+	if r.Flap != "" {
+		s += " flap " + r.Flap
 	}
 	return s
 }
@@ -320,6 +370,9 @@ type fleet struct {
 	old  *rules.Policy
 	ring [][60]rules.Counts
 	view agent.BackendView
+	// the latency test's policy and each server's answer times, when
+	// Cell.Latency
+	lat *latencies
 }
 
 func newFleet(c Cell, rng *rand.Rand, faulty int) *fleet {
@@ -332,15 +385,20 @@ func newFleet(c Cell, rng *rand.Rand, faulty int) *fleet {
 		f.share[i] = math.Exp(c.Uneven*rng.NormFloat64() - c.Uneven*c.Uneven/2)
 		f.srv[i] = &rules.SeqServer{}
 	}
-	if c.Windowed {
-		f.old = rules.New(c.Config)
-		f.ring = make([][60]rules.Counts, n)
+	if c.Latency.MedianMs > 0 {
+		f.lat = newLatencies(c, rng)
+	}
+	if c.Windowed || f.lat != nil {
 		f.view = agent.BackendView{Name: "app", Servers: make([]agent.ServerView, n)}
 		for i := range n {
 			name := fmt.Sprintf("srv%d", i+1)
 			f.view.Servers[i] = agent.ServerView{Backend: "app", Server: name,
 				State: haproxy.ServerState{Backend: "app", Server: name, OpState: haproxy.OpRunning, Weight: 1, Initial: 1}}
 		}
+	}
+	if c.Windowed {
+		f.old = rules.New(c.Config)
+		f.ring = make([][60]rules.Counts, n)
 	}
 	return f
 }
@@ -365,14 +423,18 @@ func (f *fleet) run(secs float64, faulty int, onset float64, delay *float64) int
 			f.serving[i] = t >= f.outTill[i]
 			if !f.serving[i] {
 				f.in[i] = rules.Counts{}
+				if f.lat != nil {
+					f.lat.second(i, 0, false) // its window ages
+				}
 				continue
 			}
 			n := poisson(f.rng, c.Rate*diurnal*f.share[i])
 			var x uint64
+			on := i == faulty && c.Fault > 0 && c.Flap.on(t, onset)
 			switch {
-			case i == faulty && float64(t) >= onset:
+			case on && float64(t) >= onset:
 				x = binomial(f.rng, n, c.Fault)
-			case i == faulty && float64(t+1) > onset:
+			case on && float64(t+1) > onset:
 				// the second the fault begins: its tail fails at Fault
 				nf := binomial(f.rng, n, float64(t+1)-onset)
 				x = binomial(f.rng, n-nf, f.rate[i]) + binomial(f.rng, nf, c.Fault)
@@ -390,11 +452,19 @@ func (f *fleet) run(secs float64, faulty int, onset float64, delay *float64) int
 				f.pending[i] = k - now
 			}
 			f.in[i] = rules.Counts{N: n, X: x}
+			if f.lat != nil {
+				// the slow fault: from the second it begins, while on
+				slow := i == faulty && c.Slow > 0 && float64(t+1) > onset && c.Flap.on(t, onset)
+				f.lat.second(i, n, slow)
+			}
 		}
 		if f.old != nil {
 			f.idx = f.windowed(t)
 		} else {
 			f.idx = f.q.Step(1, f.srv, f.in, f.serving, f.idx)
+		}
+		if f.lat != nil {
+			f.idx = f.slow(f.idx)
 		}
 		for _, i := range f.idx {
 			if i == faulty && float64(t) >= onset-1 && delay != nil {

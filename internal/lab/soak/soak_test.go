@@ -24,6 +24,10 @@ func TestShortSoak(t *testing.T) {
 	}
 	bursts := cell(9, 33)
 	bursts.Bursts, bursts.ServerDays = Bursts{EveryHours: 6, Min: 3, Max: 10}, 150*scale
+	// at 300 req/s a burst holds about as much evidence as h: the burst
+	// allowance must still forgive it
+	bursts300 := cell(9, 300)
+	bursts300.Bursts, bursts300.ServerDays = bursts.Bursts, 60*scale
 	hetero := cell(9, 300)
 	hetero.Hetero, hetero.ServerDays = 0.3, 60*scale
 	large := cell(100, 5)
@@ -43,6 +47,7 @@ func TestShortSoak(t *testing.T) {
 		maxDetect float64 // median time to detect over the bound, at most
 	}{
 		{"bursts of 3-10 errors every 6 h", bursts, 0, 0, 0},
+		{"bursts of 3-10 errors every 6 h at 300 req/s", bursts300, 0, 0, 0},
 		{"heterogeneous, sigma 0.3, 300 req/s", hetero, 0, 0, 0},
 		{"N=100 at 5 req/s", large, 0, 0, 0},
 		{"a 5% fault after two steady hours", fault, 0, 0, 1.5},

@@ -1,0 +1,173 @@
+package soak
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/hapilot/hapilot/agent/policy/rules"
+	"github.com/hapilot/hapilot/haproxy"
+)
+
+// Latency is the answer-time model: each request's time is lognormal
+// around its server's median, MedianMs × lognormal(Hetero) (servers
+// differ), with a per-request log-sd Sigma.
+type Latency struct {
+	MedianMs, Sigma, Hetero float64
+}
+
+func (l Latency) validate() error {
+	if l == (Latency{}) {
+		return nil
+	}
+	if !(l.MedianMs > 0 && l.MedianMs <= 1e5) || !(l.Sigma > 0 && l.Sigma <= 3) || !(l.Hetero >= 0 && l.Hetero <= 2) {
+		return fmt.Errorf("latency %+v: median in (0, 1e5] ms, sigma in (0, 3], hetero in [0, 2]", l)
+	}
+	return nil
+}
+
+func (l Latency) String() string {
+	s := fmt.Sprintf("%gms:%g", l.MedianMs, l.Sigma)
+	if l.Hetero > 0 {
+		s += fmt.Sprintf(" σ%g", l.Hetero)
+	}
+	return s
+}
+
+// latencySpan is the window the latency test reads: the agent's
+// lookback, 60 s at its defaults (Loop.refreshed's long window).
+const latencySpan = 60
+
+// latencySecond is one server's answers in one second: how many, their
+// log-median's sampling deviation times that count, and whether they
+// came from the slow fault.
+type latencySecond struct {
+	n, nd float64
+	slow  bool
+}
+
+// latencies keeps each server's last latencySpan seconds of answers and
+// gives the window's median the way the window store's histogram would,
+// without drawing every request: 864 million server-seconds at hundreds
+// of requests each would take hours.
+//
+// The window's median is computed from two groups, the server's normal
+// answers and its slow ones. Within a group, the sample median of n
+// lognormal answers deviates from the true one, in logs, by about
+// N(0, σ²π/(2n)), and the median of several seconds' answers by the
+// request-weighted mean of their deviations (the Bahadur representation:
+// the sample median is linear in the empirical distribution). Each
+// second's deviation times its count is drawn as N(0, nσ²π/2) and summed
+// in a ring. Where both groups are in the window, the median solves
+// n₁Φ((L−μ₁)/σ) + n₂Φ((L−μ₂)/σ) = (n₁+n₂)/2 for L. The window store's
+// histogram bins (12.5% wide) are left out: the test's 5× ratio is far
+// coarser.
+type latencies struct {
+	c    Cell
+	rng  *rand.Rand
+	pol  *rules.Policy
+	mu   []float64 // each server's log-median, ms
+	ring [][latencySpan]latencySecond
+	pos  []int
+	// per server, the window's sums for the normal [0] and slow [1]
+	// answers
+	n, nd [][2]float64
+}
+
+func newLatencies(c Cell, rng *rand.Rand) *latencies {
+	n := c.Servers
+	l := &latencies{c: c, rng: rng, pol: rules.New(c.Config), mu: make([]float64, n),
+		ring: make([][latencySpan]latencySecond, n), pos: make([]int, n), n: make([][2]float64, n), nd: make([][2]float64, n)}
+	for i := range n {
+		l.mu[i] = math.Log(c.Latency.MedianMs) + c.Latency.Hetero*rng.NormFloat64()
+	}
+	return l
+}
+
+// second adds server i's answers of one second: n of them, slow or not.
+func (l *latencies) second(i int, n uint64, slow bool) {
+	old := &l.ring[i][l.pos[i]]
+	g := 0
+	if old.slow {
+		g = 1
+	}
+	l.n[i][g] -= old.n
+	l.nd[i][g] -= old.nd
+	v := latencySecond{n: float64(n), slow: slow}
+	if n > 0 {
+		v.nd = math.Sqrt(v.n*math.Pi/2) * l.c.Latency.Sigma * l.rng.NormFloat64()
+	}
+	g = 0
+	if slow {
+		g = 1
+	}
+	l.n[i][g] += v.n
+	l.nd[i][g] += v.nd
+	*old = v
+	l.pos[i] = (l.pos[i] + 1) % latencySpan
+}
+
+// p50 is server i's window median in whole ms (the histogram's reads are
+// whole ms) and the window's answers.
+func (l *latencies) p50(i int) (int, uint64) {
+	n, nd := l.n[i], l.nd[i]
+	total := n[0] + n[1]
+	if total < 0.5 {
+		return 0, 0
+	}
+	var loc [2]float64
+	for g := range loc {
+		loc[g] = l.mu[i]
+		if g == 1 {
+			loc[g] += math.Log(l.c.Slow)
+		}
+		if n[g] > 0.5 {
+			loc[g] += nd[g] / n[g]
+		}
+	}
+	var ln float64
+	switch {
+	case n[1] < 0.5:
+		ln = loc[0]
+	case n[0] < 0.5:
+		ln = loc[1]
+	default:
+		sd := l.c.Latency.Sigma
+		lo, hi := min(loc[0], loc[1])-6*sd, max(loc[0], loc[1])+6*sd
+		for range 50 {
+			mid := (lo + hi) / 2
+			below := n[0]*normCDF((mid-loc[0])/sd) + n[1]*normCDF((mid-loc[1])/sd)
+			if below < total/2 {
+				lo = mid
+			} else {
+				hi = mid
+			}
+		}
+		ln = (lo + hi) / 2
+	}
+	return int(math.Ceil(math.Exp(ln))), uint64(math.Round(total))
+}
+
+func normCDF(z float64) float64 { return 0.5 * math.Erfc(-z/math.Sqrt2) }
+
+// slow adds to idx (the sequential test's condemned) the servers the
+// rules' latency test condemns now, as Policy.Evidence does.
+func (f *fleet) slow(idx []int) []int {
+	for i := range f.srv {
+		v := &f.view.Servers[i]
+		v.Window.P50Ms, v.Window.Requests = f.lat.p50(i)
+		v.State.AdminState = 0
+		if !f.serving[i] {
+			v.State.AdminState = haproxy.AdminForcedDrain // not judged
+		}
+	}
+	for _, s := range f.lat.pol.Slow(f.view) {
+		for j := range f.view.Servers {
+			if f.view.Servers[j].Server == s.Server && !slices.Contains(idx, j) {
+				idx = append(idx, j)
+			}
+		}
+	}
+	return idx
+}

@@ -1,0 +1,120 @@
+package soak
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// TestLatencyMedian: the window's median as the soak computes it, on
+// windows so large that the sampling noise is negligible: one group's
+// median is its own, and an even mix of normal and 10× slow answers
+// (same log-sd) sits at their geometric mean.
+func TestLatencyMedian(t *testing.T) {
+	tests := []struct {
+		name     string
+		slowSecs int // of the 60 s window
+		lo, hi   int // ms
+	}{
+		{"all normal", 0, 20, 21},
+		{"all slow", latencySpan, 200, 201},
+		{"half slow: the geometric mean", latencySpan / 2, 63, 64},
+		{"a third slow: below it", latencySpan / 3, 30, 55},
+		{"two thirds slow: above it", 2 * latencySpan / 3, 73, 140},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Cell{Servers: 1, Latency: Latency{MedianMs: 20, Sigma: 0.6}, Slow: 10}
+			l := newLatencies(c, rand.New(rand.NewPCG(1, 2)))
+			for s := range latencySpan {
+				l.second(0, 1e9, s < tt.slowSecs)
+			}
+			got, n := l.p50(0)
+			if got < tt.lo || got > tt.hi || n != 60e9 {
+				t.Errorf("median %d ms of %d answers, want %d to %d ms of 6e10", got, n, tt.lo, tt.hi)
+			}
+		})
+	}
+}
+
+// TestFaultShapes: slow and flapping faults in the soak, and healthy
+// answer-time noise.
+func TestFaultShapes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a few seconds of simulation")
+	}
+	lat := Latency{MedianMs: 20, Sigma: 0.6}
+	slow := func(k float64) Cell {
+		c := cell(9, 33)
+		c.Latency, c.Slow, c.Trials = lat, k, 10
+		return c
+	}
+	healthy := cell(3, 5)
+	healthy.Latency, healthy.ServerDays = Latency{MedianMs: 20, Sigma: 0.6, Hetero: 0.3}, 30*scale
+	flap := func(p float64) Cell {
+		c := cell(9, 33)
+		c.Fault, c.Flap, c.Trials = p, Flap{On: 5 * time.Second, Off: 25 * time.Second}, 10
+		return c
+	}
+	tests := []struct {
+		name string
+		c    Cell
+		// found: every trial found (else none); its median in [lo, hi] s
+		found  bool
+		lo, hi float64
+	}{
+		// The latency test reads a 60 s window's median: half of it
+		// must be slow, whatever the traffic.
+		{"10x slow: after half the window", slow(10), true, 29, 40},
+		{"3x slow: under the 5x ratio, never", slow(3), false, 0, 0},
+		{"healthy answer times, sigma 0.3 across servers", healthy, false, 0, 0},
+		{"20% flapping 5 s on, 25 s off: in its first on period", flap(0.2), true, 1, 6},
+		// a steady 5% is found in about 8 s; on a sixth of the time, later
+		{"5% flapping 5 s on, 25 s off: over several", flap(0.05), true, 20, 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := Run(tt.c, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.FalseDrains > 0 || r.FaultFalseDrains > 0 {
+				t.Errorf("%d false drains in %.0f server-days, %d in the fault trials", r.FalseDrains, r.ServerDays, r.FaultFalseDrains)
+			}
+			if r.Trials == 0 {
+				return
+			}
+			if !tt.found {
+				if r.Missed != r.Trials {
+					t.Errorf("%d of %d found, want none", r.Trials-r.Missed, r.Trials)
+				}
+				return
+			}
+			if r.Missed > 0 || math.IsNaN(r.DetectMedian) || r.DetectMedian < tt.lo || r.DetectMedian > tt.hi {
+				t.Errorf("%d of %d missed, median %.1f s, want none missed and %g to %g s", r.Missed, r.Trials, r.DetectMedian, tt.lo, tt.hi)
+			}
+		})
+	}
+}
+
+func TestValidateShapes(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(*Cell)
+	}{
+		{"flap on without off", func(c *Cell) { c.Flap.On = time.Second }},
+		{"slow without a latency model", func(c *Cell) { c.Slow = 10 }},
+		{"slow under 1", func(c *Cell) { c.Latency, c.Slow = Latency{MedianMs: 20, Sigma: 0.6}, 0.5 }},
+		{"latency sigma 0", func(c *Cell) { c.Latency = Latency{MedianMs: 20} }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := cell(9, 33)
+			tt.edit(&c)
+			if c.Validate() == nil {
+				t.Errorf("%+v accepted", c)
+			}
+		})
+	}
+}
