@@ -169,8 +169,12 @@ type Store struct {
 	span      int64
 	maxSeries int
 
-	series   atomic.Pointer[seriesMap] // read without locks, replaced on insert
-	mu       sync.Mutex                // serialises inserts only
+	series atomic.Pointer[seriesMap] // read without locks, replaced on insert
+	// sorted is the series of one seriesMap in the order reads return
+	// them, kept until the map is replaced: the loop reads every series
+	// twice a step, and sorting 10,000 names each time was a tenth of it.
+	sorted   atomic.Pointer[sortedSeries]
+	mu       sync.Mutex // serialises inserts only
 	count    int
 	events   atomic.Uint64
 	dropped  atomic.Uint64
@@ -489,6 +493,33 @@ func (s *Store) Snapshot(last time.Duration) []Stats {
 	return Merged{s}.Snapshot(last)
 }
 
+type sortedSeries struct {
+	of     *seriesMap
+	series []*Series
+}
+
+// inOrder is every series of m, the store's current map, sorted by
+// backend then server.
+func (s *Store) inOrder(m *seriesMap) []*Series {
+	if c := s.sorted.Load(); c != nil && c.of == m {
+		return c.series
+	}
+	var out []*Series
+	for _, srv := range *m {
+		for _, sr := range srv {
+			out = append(out, sr)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Backend != out[j].Backend {
+			return out[i].Backend < out[j].Backend
+		}
+		return out[i].Server < out[j].Server
+	})
+	s.sorted.Store(&sortedSeries{of: m, series: out})
+	return out
+}
+
 // Merged is several stores read as one: a series' figures are the sums
 // of its buckets in every store, its quantiles those of the merged
 // histograms. A fleet's agent reads its own store and what its peers
@@ -512,6 +543,9 @@ func (ms Merged) SnapshotOf(last time.Duration, only map[string]bool) []Stats {
 		secs = ms[0].span
 	}
 	now := ms[0].now().Unix()
+	if len(ms) == 1 {
+		return ms[0].snapshotOf(secs, now, only)
+	}
 	maps := make([]seriesMap, len(ms))
 	for i, s := range ms {
 		maps[i] = *s.series.Load()
@@ -558,6 +592,30 @@ func (ms Merged) SnapshotOf(last time.Duration, only map[string]bool) []Stats {
 		}
 		return out[i].Server < out[j].Server
 	})
+	return out
+}
+
+// snapshotOf is SnapshotOf of one store: its series in their kept order,
+// with no sort.
+func (s *Store) snapshotOf(secs, now int64, only map[string]bool) []Stats {
+	all := s.inOrder(s.series.Load())
+	n := len(all)
+	if only != nil {
+		n = 0
+		for b := range only {
+			n += len((*s.series.Load())[b])
+		}
+	}
+	out := make([]Stats, 0, n)
+	acc := newAccumulator(secs)
+	for _, sr := range all {
+		if only != nil && !only[sr.Backend] {
+			continue
+		}
+		acc.reset(sr.Backend, sr.Server)
+		acc.add(sr, now, true)
+		out = append(out, acc.stats())
+	}
 	return out
 }
 
