@@ -106,7 +106,7 @@ func (p *processes) addStates(states []haproxy.ServerState) {
 
 // everywhere lists, in HAProxy's order, the servers every process knows.
 func (p *processes) everywhere() []haproxy.ServerState {
-	var out []haproxy.ServerState
+	out := make([]haproxy.ServerState, 0, len(p.order))
 	for _, k := range p.order {
 		if p.seenBy[k] == p.count {
 			out = append(out, *p.state[k])
@@ -135,10 +135,17 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 	obs := Observation{Time: now, Cycle: cycle, Lookback: l.Lookback, RecentSpan: span}
 	var reapply Plan
 	var held []Held
-	present := map[Key]bool{}
+	all := procs.everywhere()
+	present := make(map[Key]bool, len(all))
 	index := map[string]int{} // backend name -> its place in obs.Backends
+	// Each backend's servers are counted first so that its slice is made
+	// once: appending 10,000 views of 456 bytes copied each several times.
+	perBackend := map[string]int{}
+	for _, s := range all {
+		perBackend[s.Backend]++
+	}
 	leftAlone := map[Key]string{}
-	for _, s := range procs.everywhere() {
+	for _, s := range all {
 		k := key(s.Backend, s.Server)
 		present[k] = true
 		if why := l.leftAlone(k, procs.kinds[k]); why != "" {
@@ -178,7 +185,7 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 		if !ok {
 			bi = len(obs.Backends)
 			index[s.Backend] = bi
-			obs.Backends = append(obs.Backends, BackendView{Name: s.Backend})
+			obs.Backends = append(obs.Backends, BackendView{Name: s.Backend, Servers: make([]ServerView, 0, perBackend[s.Backend])})
 		}
 		obs.Backends[bi].Servers = append(obs.Backends[bi].Servers, v)
 	}

@@ -70,10 +70,11 @@ type bucket struct {
 	err5xx   atomic.Uint32
 	err4xx   atomic.Uint32
 	retried  atomic.Uint32
-	latency  [latencyBins]atomic.Uint32
 	// used marks the latency bins written this second, so that readers
 	// visit those only (a server's answers fall in a few bins of 112).
-	used [usedWords]atomic.Uint64
+	// It sits beside the counts, in the cache line a read loads anyway.
+	used    [usedWords]atomic.Uint64
+	latency [latencyBins]atomic.Uint32
 }
 
 const usedWords = (latencyBins + 63) / 64
@@ -129,8 +130,8 @@ type Series struct {
 // buckets', however writers race the clears. Old seconds leave the sums
 // when a reader sweeps their buckets (sweep).
 type running struct {
+	// The fields a read loads come first, in one cache line.
 	requests, err5xx, err4xx, retried atomic.Uint64
-	latency                           [latencyBins]atomic.Uint64
 	// used marks the latency bins ever written, so that a read visits
 	// those only.
 	used [usedWords]atomic.Uint64
@@ -141,7 +142,8 @@ type running struct {
 	newest atomic.Int64
 	// swept is the latest second a reader swept to: every bucket of a
 	// second at or before swept-span has left the sums.
-	swept atomic.Int64
+	swept   atomic.Int64
+	latency [latencyBins]atomic.Uint64
 }
 
 // addLatency counts n answers in bin i of the running histogram.
