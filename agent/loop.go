@@ -223,13 +223,13 @@ func (l *Loop) setCandidates(found []Key) {
 
 // refreshed is a copy of obs with the windows read again.
 func (l *Loop) refreshed(obs Observation) Observation {
-	long, recent := l.snapshot(obs.Lookback), l.snapshot(obs.RecentSpan)
+	windows := l.readWindows(obs.Lookback, obs.RecentSpan)
 	obs.Time = l.Clock.Now()
 	backends := make([]BackendView, len(obs.Backends))
 	for i, b := range obs.Backends {
 		servers := make([]ServerView, len(b.Servers))
 		for j, s := range b.Servers {
-			s.SetWindows(long, recent)
+			windows.set(&s)
 			servers[j] = s
 		}
 		b.Servers = servers

@@ -131,7 +131,7 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 	if span <= 0 {
 		span = 10 * time.Second
 	}
-	long, recent := l.snapshot(l.Lookback), l.snapshot(span)
+	windows := l.readWindows(l.Lookback, span)
 	obs := Observation{Time: now, Cycle: cycle, Lookback: l.Lookback, RecentSpan: span}
 	var reapply Plan
 	var held []Held
@@ -154,7 +154,7 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 		}
 		l.readdress(k, s.Addr)
 		v := ServerView{Backend: s.Backend, Server: s.Server, State: s, MaxConn: procs.maxconn[k], RespTimeMs: procs.rtime[k]}
-		v.SetWindows(long, recent)
+		windows.set(&v)
 		var lost bool
 		v.Owner, v.Changed, lost = ledger.Reconcile(k, s, now)
 		v.NoDrainUntil = ledger.HeldUntil(k, now)
@@ -202,13 +202,59 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 	return obs, reapply, nil
 }
 
-func (l *Loop) snapshot(last time.Duration) map[Key]window.Stats {
-	stats := l.Windows.Snapshot(last)
-	out := make(map[Key]window.Stats, len(stats))
-	for _, st := range stats {
-		out[key(st.Backend, st.Server)] = st
+// windowsRead is one read of the long and the recent window, looked up by
+// server through one index: the store returns the same series in the
+// same order for both spans, so the recent read is found at the long
+// one's place, and a map of 10,000 figures is built once a read, not
+// twice (each had been a tenth of a step).
+type windowsRead struct {
+	long, recent []window.Stats
+	at           map[Key]int32
+	// recentAt is the recent read's own index, made only where its series
+	// are not the long read's, place for place.
+	recentAt map[Key]int32
+}
+
+func (l *Loop) readWindows(long, recent time.Duration) *windowsRead {
+	w := &windowsRead{long: l.Windows.Snapshot(long), recent: l.Windows.Snapshot(recent)}
+	w.at = index(w.long)
+	if len(w.recent) != len(w.long) {
+		w.recentAt = index(w.recent)
+		return w
 	}
-	return out
+	for i := range w.recent {
+		if w.recent[i].Backend != w.long[i].Backend || w.recent[i].Server != w.long[i].Server {
+			w.recentAt = index(w.recent)
+			break
+		}
+	}
+	return w
+}
+
+func index(stats []window.Stats) map[Key]int32 {
+	at := make(map[Key]int32, len(stats))
+	for i, st := range stats {
+		at[key(st.Backend, st.Server)] = int32(i)
+	}
+	return at
+}
+
+// set is SetWindows from this read.
+func (w *windowsRead) set(v *ServerView) {
+	k := key(v.Backend, v.Server)
+	v.Window, v.Recent = window.Stats{}, window.Stats{}
+	i, ok := w.at[k]
+	if ok {
+		v.Window = w.long[i]
+	}
+	if w.recentAt != nil {
+		i, ok = w.recentAt[k]
+	}
+	if ok {
+		v.Recent = w.recent[i]
+	}
+	v.Window.Backend, v.Window.Server = v.Backend, v.Server
+	v.Recent.Backend, v.Recent.Server = v.Backend, v.Server
 }
 
 // SetWindows gives v its long and recent window figures, named after v
