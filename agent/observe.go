@@ -48,8 +48,7 @@ func readProcesses(ctx context.Context, runtimes []Runtime) (*processes, error) 
 	if len(runtimes) == 0 {
 		return nil, fmt.Errorf("no runtime socket")
 	}
-	p := &processes{state: map[Key]*haproxy.ServerState{}, seenBy: map[Key]int{},
-		maxconn: map[Key]int{}, rtime: map[Key]int{}, count: len(runtimes)}
+	p := &processes{count: len(runtimes)}
 	var instances []string
 	for _, rt := range runtimes {
 		info, err := rt.ShowInfo(ctx)
@@ -60,6 +59,14 @@ func readProcesses(ctx context.Context, runtimes []Runtime) (*processes, error) 
 		stats, err := rt.ServerStats(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("read stats from %s: %w", rt.Addr(), err)
+		}
+		if p.state == nil {
+			// Sized by the first process's servers: grown one by one,
+			// the maps of 10,000 servers rehashed a tenth of a step.
+			n := len(stats)
+			p.state, p.seenBy = make(map[Key]*haproxy.ServerState, n), make(map[Key]int, n)
+			p.maxconn, p.rtime, p.kinds = make(map[Key]int, n), make(map[Key]int, n), make(map[Key]kind, n)
+			p.order = make([]Key, 0, n)
 		}
 		p.addStats(stats)
 		p.addKinds(stats)
@@ -86,13 +93,15 @@ func (p *processes) addStats(stats []haproxy.ServerStat) {
 }
 
 func (p *processes) addStates(states []haproxy.ServerState) {
+	// The merged states live in one array, not one allocation a server.
+	merged := make([]haproxy.ServerState, 0, len(states))
 	for _, s := range states {
 		k := key(s.Backend, s.Server)
 		p.seenBy[k]++
 		m, ok := p.state[k]
 		if !ok {
-			c := s
-			p.state[k] = &c
+			merged = append(merged, s) // within its capacity: never moved
+			p.state[k] = &merged[len(merged)-1]
 			p.order = append(p.order, k)
 			continue
 		}
