@@ -3,6 +3,8 @@ package window
 import (
 	"math/rand/v2"
 	"reflect"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -200,5 +202,59 @@ func TestRunningSumsEqualANaiveResum(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Writers racing the clears of new seconds, a reader's sweeps and
+// forgets may lose counts (as the package says), but never leave the
+// running sums apart from the buckets: once they stop, the two agree.
+func TestRunningSumsDoNotDriftUnderRaces(t *testing.T) {
+	var now atomic.Int64
+	now.Store(5000)
+	s := New(5*time.Second, 4, func() time.Time { return time.Unix(now.Load(), 0) })
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for w := range 4 {
+		wg.Add(1)
+		go func() { // owned by the test: stops when stop closes
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				e := ev("be", []string{"a", "b"}[rng.IntN(2)], []int{200, 404, 503}[rng.IntN(3)], rng.IntN(200))
+				e.Retried = rng.IntN(10) == 0
+				s.RecordAt(now.Load()-int64(rng.IntN(7)), e)
+			}
+		}()
+	}
+	for i := range 3000 {
+		if i%10 == 0 {
+			now.Add(int64(1 + i%3))
+		}
+		s.Snapshot(0)
+		if i%500 == 0 {
+			s.Forget("be", "a")
+		}
+	}
+	close(stop)
+	wg.Wait()
+	s.Snapshot(0) // a last sweep, with no writer left
+	for _, srv := range *s.series.Load() {
+		for _, sr := range srv {
+			req, e5, e4, retried, held, lat := bucketSums(sr)
+			r := &sr.run
+			var run [latencyBins]uint64
+			for j := range run {
+				run[j] = r.latency[j].Load()
+			}
+			if req != r.requests.Load() || e5 != r.err5xx.Load() || e4 != r.err4xx.Load() || retried != r.retried.Load() || held != r.held.Load() || lat != run {
+				t.Fatalf("%s: buckets hold %d %d %d %d in %d, running sums %d %d %d %d in %d", sr.Server,
+					req, e5, e4, retried, held, r.requests.Load(), r.err5xx.Load(), r.err4xx.Load(), r.retried.Load(), r.held.Load())
+			}
+		}
 	}
 }
