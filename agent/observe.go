@@ -224,8 +224,19 @@ type windowsRead struct {
 	recentAt map[Key]int32
 }
 
+// bothWindows is a Windows that reads two spans in one pass
+// (*window.Store).
+type bothWindows interface {
+	Snapshots(a, b time.Duration) (x, y []window.Stats)
+}
+
 func (l *Loop) readWindows(long, recent time.Duration) *windowsRead {
-	w := &windowsRead{long: l.Windows.Snapshot(long), recent: l.Windows.Snapshot(recent)}
+	w := &windowsRead{}
+	if both, ok := l.Windows.(bothWindows); ok {
+		w.long, w.recent = both.Snapshots(long, recent)
+	} else {
+		w.long, w.recent = l.Windows.Snapshot(long), l.Windows.Snapshot(recent)
+	}
 	w.at = index(w.long)
 	if len(w.recent) != len(w.long) {
 		w.recentAt = index(w.recent)

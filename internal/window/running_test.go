@@ -181,6 +181,13 @@ func TestRunningSumsEqualANaiveResum(t *testing.T) {
 						t.Fatalf("step %d, last %v:\n got %+v\nwant %+v", step, last, got, want)
 					}
 				}
+				if len(stores) == 1 {
+					// both spans in one pass give the two reads'
+					x, y := stores[0].Snapshots(0, tc.span/2)
+					if wx, wy := naive(stores, secs), naive(stores, secs/2); !reflect.DeepEqual(x, wx) || !reflect.DeepEqual(y, wy) {
+						t.Fatalf("step %d: Snapshots\n got %+v\n     %+v\nwant %+v\n     %+v", step, x, y, wx, wy)
+					}
+				}
 				for _, s := range stores {
 					for _, srv := range *s.series.Load() {
 						for _, sr := range srv {

@@ -522,6 +522,38 @@ func (s *Store) inOrder(m *seriesMap) []*Series {
 	return out
 }
 
+// Snapshots is Snapshot of two spans at one moment, both over the same
+// series in the same order: a single pass, so that each series is
+// loaded once for both reads (the loop reads its long and its recent
+// window together, twice a step and every second).
+func (s *Store) Snapshots(a, b time.Duration) (x, y []Stats) {
+	ms := Merged{s}
+	sa, sb := ms.secs(a), ms.secs(b)
+	now := s.now().Unix()
+	all := s.inOrder(s.series.Load())
+	x, y = make([]Stats, 0, len(all)), make([]Stats, 0, len(all))
+	accA, accB := newAccumulator(sa), newAccumulator(sb)
+	for _, sr := range all {
+		accA.reset(sr.Backend, sr.Server)
+		accA.add(sr, now, true)
+		x = append(x, accA.stats())
+		accB.reset(sr.Backend, sr.Server)
+		accB.add(sr, now, true)
+		y = append(y, accB.stats())
+	}
+	return x, y
+}
+
+// secs is the seconds a read of last covers: the first store's span
+// when last is under a second or over the span.
+func (ms Merged) secs(last time.Duration) int64 {
+	secs := int64(last / time.Second)
+	if secs < 1 || secs > ms[0].span {
+		secs = ms[0].span
+	}
+	return secs
+}
+
 // Merged is several stores read as one: a series' figures are the sums
 // of its buckets in every store, its quantiles those of the merged
 // histograms. A fleet's agent reads its own store and what its peers
@@ -540,10 +572,7 @@ func (ms Merged) SnapshotOf(last time.Duration, only map[string]bool) []Stats {
 	if len(ms) == 0 {
 		return nil
 	}
-	secs := int64(last / time.Second)
-	if secs < 1 || secs > ms[0].span {
-		secs = ms[0].span
-	}
+	secs := ms.secs(last)
 	now := ms[0].now().Unix()
 	if len(ms) == 1 {
 		return ms[0].snapshotOf(secs, now, only)
