@@ -72,6 +72,9 @@ type Loop struct {
 	// take turns: both read the servers and change them through the
 	// ledger.
 	stepMu sync.Mutex
+	// places: each server's place in the windows' last read, kept from
+	// step to step. Only observe touches it, under stepMu.
+	places viewPlaces
 	// inventoried: the first step that read HAProxy listed every server
 	// found in drain or maint and who holds it.
 	inventoried bool

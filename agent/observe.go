@@ -145,6 +145,7 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 	var reapply Plan
 	var held []Held
 	all := procs.everywhere()
+	places := l.places.of(all, windows)
 	present := make(map[Key]bool, len(all))
 	index := map[string]int{} // backend name -> its place in obs.Backends
 	// Each backend's servers are counted first so that its slice is made
@@ -154,7 +155,7 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 		perBackend[s.Backend]++
 	}
 	leftAlone := map[Key]string{}
-	for _, s := range all {
+	for i, s := range all {
 		k := key(s.Backend, s.Server)
 		present[k] = true
 		if why := l.leftAlone(k, procs.kinds[k]); why != "" {
@@ -163,7 +164,7 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 		}
 		l.readdress(k, s.Addr)
 		v := ServerView{Backend: s.Backend, Server: s.Server, State: s, MaxConn: procs.maxconn[k], RespTimeMs: procs.rtime[k]}
-		windows.set(&v)
+		windows.setAt(&v, places[i])
 		var lost bool
 		v.Owner, v.Changed, lost = ledger.Reconcile(k, s, now)
 		v.NoDrainUntil = ledger.HeldUntil(k, now)
@@ -237,7 +238,6 @@ func (l *Loop) readWindows(long, recent time.Duration) *windowsRead {
 	} else {
 		w.long, w.recent = l.Windows.Snapshot(long), l.Windows.Snapshot(recent)
 	}
-	w.at = index(w.long)
 	if len(w.recent) != len(w.long) {
 		w.recentAt = index(w.recent)
 		return w
@@ -259,22 +259,88 @@ func index(stats []window.Stats) map[Key]int32 {
 	return at
 }
 
+// place is k's place in the long read, -1 where it holds no series for k.
+func (w *windowsRead) place(k Key) int32 {
+	if w.at == nil {
+		w.at = index(w.long)
+	}
+	if i, ok := w.at[k]; ok {
+		return i
+	}
+	return -1
+}
+
+// holds says whether the long read's place i is k's series.
+func (w *windowsRead) holds(i int32, k Key) bool {
+	return int(i) < len(w.long) && w.long[i].Backend == k.Backend && w.long[i].Server == k.Server
+}
+
 // set is SetWindows from this read.
-func (w *windowsRead) set(v *ServerView) {
-	k := key(v.Backend, v.Server)
+func (w *windowsRead) set(v *ServerView) { w.setAt(v, w.place(key(v.Backend, v.Server))) }
+
+// setAt is set with v's place in the long read known (-1: none).
+func (w *windowsRead) setAt(v *ServerView, i int32) {
 	v.Window, v.Recent = window.Stats{}, window.Stats{}
-	i, ok := w.at[k]
-	if ok {
+	if i >= 0 {
 		v.Window = w.long[i]
 	}
-	if w.recentAt != nil {
-		i, ok = w.recentAt[k]
-	}
-	if ok {
+	switch {
+	case w.recentAt != nil:
+		if j, ok := w.recentAt[key(v.Backend, v.Server)]; ok {
+			v.Recent = w.recent[j]
+		}
+	case i >= 0:
 		v.Recent = w.recent[i]
 	}
 	v.Window.Backend, v.Window.Server = v.Backend, v.Server
 	v.Recent.Backend, v.Recent.Server = v.Backend, v.Server
+}
+
+// viewPlaces is, for the servers of the last step in HAProxy's order,
+// each one's place in the windows' read. Both orders hold from step to
+// step until a server comes or goes, so a step checks the places kept,
+// comparing names in order, instead of finding 10,000 servers by hash.
+type viewPlaces struct {
+	keys   []Key
+	places []int32
+}
+
+// of is each server's place in w, in the order of servers.
+func (p *viewPlaces) of(servers []haproxy.ServerState, w *windowsRead) []int32 {
+	if p.fit(servers, w) {
+		return p.places
+	}
+	p.keys, p.places = p.keys[:0], p.places[:0]
+	for _, s := range servers {
+		k := key(s.Backend, s.Server)
+		p.keys = append(p.keys, k)
+		p.places = append(p.places, w.place(k))
+	}
+	return p.places
+}
+
+// fit says whether the places kept are the servers' in w: the same
+// servers in the same order, each place holding its server's series, and
+// every series of w placed (so that a server kept without one still has
+// none).
+func (p *viewPlaces) fit(servers []haproxy.ServerState, w *windowsRead) bool {
+	if len(p.keys) != len(servers) {
+		return false
+	}
+	placed := 0
+	for i, s := range servers {
+		k := p.keys[i]
+		if k.Backend != s.Backend || k.Server != s.Server {
+			return false
+		}
+		if at := p.places[i]; at >= 0 {
+			if !w.holds(at, k) {
+				return false
+			}
+			placed++
+		}
+	}
+	return placed == len(w.long)
 }
 
 // SetWindows gives v its long and recent window figures, named after v
