@@ -150,7 +150,14 @@ func (m *Counters) add(rec *Record, decisions []Decision, seconds float64) {
 }
 
 func summarize(obs *Observation) []ServerSummary {
-	var out []ServerSummary
+	n := 0
+	for _, b := range obs.Backends {
+		n += len(b.Servers)
+	}
+	if n == 0 {
+		return nil // the audit line's "servers": null, as before
+	}
+	out := make([]ServerSummary, 0, n)
 	for _, b := range obs.Backends {
 		for _, s := range b.Servers {
 			out = append(out, ServerSummary{

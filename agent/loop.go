@@ -77,6 +77,9 @@ type Loop struct {
 	// take turns: both read the servers and change them through the
 	// ledger. It guards inventoried and drains below.
 	stepMu sync.Mutex
+	// places: each server's place in the windows' last read, kept from
+	// step to step. Only observe touches it, under stepMu.
+	places viewPlaces
 	// inventoried: the first step that read HAProxy listed every server
 	// found in drain or maint and who holds it.
 	inventoried bool
@@ -228,13 +231,13 @@ func (l *Loop) setCandidates(found []Key) {
 
 // refreshed is a copy of obs with the windows read again.
 func (l *Loop) refreshed(obs Observation) Observation {
-	long, recent := l.snapshot(obs.Lookback), l.snapshot(obs.RecentSpan)
+	windows := l.readWindows(obs.Lookback, obs.RecentSpan)
 	obs.Time = l.Clock.Now()
 	backends := make([]BackendView, len(obs.Backends))
 	for i, b := range obs.Backends {
 		servers := make([]ServerView, len(b.Servers))
 		for j, s := range b.Servers {
-			s.SetWindows(long, recent)
+			windows.set(&s)
 			servers[j] = s
 		}
 		b.Servers = servers

@@ -48,8 +48,7 @@ func readProcesses(ctx context.Context, runtimes []Runtime) (*processes, error) 
 	if len(runtimes) == 0 {
 		return nil, fmt.Errorf("no runtime socket")
 	}
-	p := &processes{state: map[Key]*haproxy.ServerState{}, seenBy: map[Key]int{},
-		maxconn: map[Key]int{}, rtime: map[Key]int{}, count: len(runtimes)}
+	p := &processes{count: len(runtimes)}
 	var instances []string
 	for _, rt := range runtimes {
 		info, err := rt.ShowInfo(ctx)
@@ -60,6 +59,14 @@ func readProcesses(ctx context.Context, runtimes []Runtime) (*processes, error) 
 		stats, err := rt.ServerStats(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("read stats from %s: %w", rt.Addr(), err)
+		}
+		if p.state == nil {
+			// Sized by the first process's servers: grown one by one,
+			// the maps of 10,000 servers rehashed a tenth of a step.
+			n := len(stats)
+			p.state, p.seenBy = make(map[Key]*haproxy.ServerState, n), make(map[Key]int, n)
+			p.maxconn, p.rtime, p.kinds = make(map[Key]int, n), make(map[Key]int, n), make(map[Key]kind, n)
+			p.order = make([]Key, 0, n)
 		}
 		p.addStats(stats)
 		p.addKinds(stats)
@@ -86,13 +93,15 @@ func (p *processes) addStats(stats []haproxy.ServerStat) {
 }
 
 func (p *processes) addStates(states []haproxy.ServerState) {
+	// The merged states live in one array, not one allocation a server.
+	merged := make([]haproxy.ServerState, 0, len(states))
 	for _, s := range states {
 		k := key(s.Backend, s.Server)
 		p.seenBy[k]++
 		m, ok := p.state[k]
 		if !ok {
-			c := s
-			p.state[k] = &c
+			merged = append(merged, s) // within its capacity: never moved
+			p.state[k] = &merged[len(merged)-1]
 			p.order = append(p.order, k)
 			continue
 		}
@@ -106,7 +115,7 @@ func (p *processes) addStates(states []haproxy.ServerState) {
 
 // everywhere lists, in HAProxy's order, the servers every process knows.
 func (p *processes) everywhere() []haproxy.ServerState {
-	var out []haproxy.ServerState
+	out := make([]haproxy.ServerState, 0, len(p.order))
 	for _, k := range p.order {
 		if p.seenBy[k] == p.count {
 			out = append(out, *p.state[k])
@@ -131,14 +140,22 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 	if span <= 0 {
 		span = 10 * time.Second
 	}
-	long, recent := l.snapshot(l.Lookback), l.snapshot(span)
+	windows := l.readWindows(l.Lookback, span)
 	obs := Observation{Time: now, Cycle: cycle, Lookback: l.Lookback, RecentSpan: span}
 	var reapply Plan
 	var held []Held
-	present := map[Key]bool{}
+	all := procs.everywhere()
+	places := l.places.of(all, windows)
+	present := make(map[Key]bool, len(all))
 	index := map[string]int{} // backend name -> its place in obs.Backends
+	// Each backend's servers are counted first so that its slice is made
+	// once: appending 10,000 views of 456 bytes copied each several times.
+	perBackend := map[string]int{}
+	for _, s := range all {
+		perBackend[s.Backend]++
+	}
 	leftAlone := map[Key]string{}
-	for _, s := range procs.everywhere() {
+	for i, s := range all {
 		k := key(s.Backend, s.Server)
 		present[k] = true
 		if why := l.leftAlone(k, procs.kinds[k]); why != "" {
@@ -147,7 +164,7 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 		}
 		l.readdress(k, s.Addr)
 		v := ServerView{Backend: s.Backend, Server: s.Server, State: s, MaxConn: procs.maxconn[k], RespTimeMs: procs.rtime[k]}
-		v.SetWindows(long, recent)
+		windows.setAt(&v, places[i])
 		var lost bool
 		v.Owner, v.Changed, lost = ledger.Reconcile(k, s, now)
 		v.NoDrainUntil = ledger.HeldUntil(k, now)
@@ -178,7 +195,7 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 		if !ok {
 			bi = len(obs.Backends)
 			index[s.Backend] = bi
-			obs.Backends = append(obs.Backends, BackendView{Name: s.Backend})
+			obs.Backends = append(obs.Backends, BackendView{Name: s.Backend, Servers: make([]ServerView, 0, perBackend[s.Backend])})
 		}
 		obs.Backends[bi].Servers = append(obs.Backends[bi].Servers, v)
 	}
@@ -195,13 +212,135 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 	return obs, reapply, nil
 }
 
-func (l *Loop) snapshot(last time.Duration) map[Key]window.Stats {
-	stats := l.Windows.Snapshot(last)
-	out := make(map[Key]window.Stats, len(stats))
-	for _, st := range stats {
-		out[key(st.Backend, st.Server)] = st
+// windowsRead is one read of the long and the recent window, looked up by
+// server through one index: the store returns the same series in the
+// same order for both spans, so the recent read is found at the long
+// one's place, and a map of 10,000 figures is built once a read, not
+// twice (each had been a tenth of a step).
+type windowsRead struct {
+	long, recent []window.Stats
+	at           map[Key]int32
+	// recentAt is the recent read's own index, made only where its series
+	// are not the long read's, place for place.
+	recentAt map[Key]int32
+}
+
+// bothWindows is a Windows that reads two spans in one pass
+// (*window.Store).
+type bothWindows interface {
+	Snapshots(a, b time.Duration) (x, y []window.Stats)
+}
+
+func (l *Loop) readWindows(long, recent time.Duration) *windowsRead {
+	w := &windowsRead{}
+	if both, ok := l.Windows.(bothWindows); ok {
+		w.long, w.recent = both.Snapshots(long, recent)
+	} else {
+		w.long, w.recent = l.Windows.Snapshot(long), l.Windows.Snapshot(recent)
 	}
-	return out
+	if len(w.recent) != len(w.long) {
+		w.recentAt = index(w.recent)
+		return w
+	}
+	for i := range w.recent {
+		if w.recent[i].Backend != w.long[i].Backend || w.recent[i].Server != w.long[i].Server {
+			w.recentAt = index(w.recent)
+			break
+		}
+	}
+	return w
+}
+
+func index(stats []window.Stats) map[Key]int32 {
+	at := make(map[Key]int32, len(stats))
+	for i, st := range stats {
+		at[key(st.Backend, st.Server)] = int32(i)
+	}
+	return at
+}
+
+// place is k's place in the long read, -1 where it holds no series for k.
+func (w *windowsRead) place(k Key) int32 {
+	if w.at == nil {
+		w.at = index(w.long)
+	}
+	if i, ok := w.at[k]; ok {
+		return i
+	}
+	return -1
+}
+
+// holds says whether the long read's place i is k's series.
+func (w *windowsRead) holds(i int32, k Key) bool {
+	return int(i) < len(w.long) && w.long[i].Backend == k.Backend && w.long[i].Server == k.Server
+}
+
+// set is SetWindows from this read.
+func (w *windowsRead) set(v *ServerView) { w.setAt(v, w.place(key(v.Backend, v.Server))) }
+
+// setAt is set with v's place in the long read known (-1: none).
+func (w *windowsRead) setAt(v *ServerView, i int32) {
+	v.Window, v.Recent = window.Stats{}, window.Stats{}
+	if i >= 0 {
+		v.Window = w.long[i]
+	}
+	switch {
+	case w.recentAt != nil:
+		if j, ok := w.recentAt[key(v.Backend, v.Server)]; ok {
+			v.Recent = w.recent[j]
+		}
+	case i >= 0:
+		v.Recent = w.recent[i]
+	}
+	v.Window.Backend, v.Window.Server = v.Backend, v.Server
+	v.Recent.Backend, v.Recent.Server = v.Backend, v.Server
+}
+
+// viewPlaces is, for the servers of the last step in HAProxy's order,
+// each one's place in the windows' read. Both orders hold from step to
+// step until a server comes or goes, so a step checks the places kept,
+// comparing names in order, instead of finding 10,000 servers by hash.
+type viewPlaces struct {
+	keys   []Key
+	places []int32
+}
+
+// of is each server's place in w, in the order of servers.
+func (p *viewPlaces) of(servers []haproxy.ServerState, w *windowsRead) []int32 {
+	if p.fit(servers, w) {
+		return p.places
+	}
+	p.keys, p.places = p.keys[:0], p.places[:0]
+	for _, s := range servers {
+		k := key(s.Backend, s.Server)
+		p.keys = append(p.keys, k)
+		p.places = append(p.places, w.place(k))
+	}
+	return p.places
+}
+
+// fit says whether the places kept are the servers' in w: the same
+// servers in the same order, each place holding its server's series, and
+// every series of w placed (so that a server kept without one still has
+// none).
+func (p *viewPlaces) fit(servers []haproxy.ServerState, w *windowsRead) bool {
+	if len(p.keys) != len(servers) {
+		return false
+	}
+	placed := 0
+	for i, s := range servers {
+		k := p.keys[i]
+		if k.Backend != s.Backend || k.Server != s.Server {
+			return false
+		}
+		if at := p.places[i]; at >= 0 {
+			if !w.holds(at, k) {
+				return false
+			}
+			placed++
+		}
+	}
+	return placed == len(w.long)
 }
 
 // SetWindows gives v its long and recent window figures, named after v

@@ -65,6 +65,11 @@ func (f *Runtime) ServerStats(context.Context) ([]haproxy.ServerStat, error) {
 		return nil, f.Fail
 	}
 	var rows []haproxy.ServerStat
+	if len(f.states) > 0 {
+		// made at its size: grown row by row, the fake's own appends were
+		// a tenth of soak cost's step at 10,000 servers
+		rows = make([]haproxy.ServerStat, 0, len(f.states))
+	}
 	for _, s := range f.states {
 		rows = append(rows, haproxy.ServerStat{Backend: s.Backend, Server: s.Server, MaxConn: f.MaxConn})
 	}

@@ -186,11 +186,17 @@ func (s *Store) Add(backend, server string, sec Second) error {
 		return nil
 	}
 	s.events.Add(uint64(sec.Requests))
+	r := &sr.run // first, as record does
+	r.requests.Add(uint64(sec.Requests))
+	r.err5xx.Add(uint64(sec.Err5xx))
+	r.err4xx.Add(uint64(sec.Err4xx))
+	r.retried.Add(uint64(sec.Retried))
 	b.requests.Add(sec.Requests)
 	b.err5xx.Add(sec.Err5xx)
 	b.err4xx.Add(sec.Err4xx)
 	b.retried.Add(sec.Retried)
 	for _, l := range sec.Latency {
+		r.addLatency(int(l.Index), l.Count)
 		b.addLatency(int(l.Index), l.Count)
 	}
 	return nil

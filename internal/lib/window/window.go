@@ -70,10 +70,11 @@ type bucket struct {
 	err5xx   atomic.Uint32
 	err4xx   atomic.Uint32
 	retried  atomic.Uint32
-	latency  [latencyBins]atomic.Uint32
 	// used marks the latency bins written this second, so that readers
 	// visit those only (a server's answers fall in a few bins of 112).
-	used [usedWords]atomic.Uint64
+	// It sits beside the counts, in the cache line a read loads anyway.
+	used    [usedWords]atomic.Uint64
+	latency [latencyBins]atomic.Uint32
 }
 
 const usedWords = (latencyBins + 63) / 64
@@ -117,6 +118,49 @@ type Series struct {
 	// between two reads as the new evidence, each request exactly once,
 	// however the reads fall against the one-second buckets.
 	totalReq, total5xx atomic.Uint64
+	// run is the sum of the buckets that hold a second, kept by the
+	// writers and the clears, so that a read of the whole window costs
+	// the same whatever its span (see running).
+	run running
+}
+
+// running is what a series' buckets hold, summed: every write adds to it
+// before its bucket, and every clear takes a bucket's counts out with a
+// swap and subtracts what it took, so that the sums never drift from the
+// buckets', however writers race the clears. Old seconds leave the sums
+// when a reader sweeps their buckets (sweep).
+type running struct {
+	// The fields a read loads come first, in one cache line.
+	requests, err5xx, err4xx, retried atomic.Uint64
+	// used marks the latency bins ever written, so that a read visits
+	// those only.
+	used [usedWords]atomic.Uint64
+	// held is how many buckets hold a second (sec not -1).
+	held atomic.Int64
+	// newest is the latest second a bucket was claimed for: a read at a
+	// clock behind it falls back to summing the buckets.
+	newest atomic.Int64
+	// swept is the latest second a reader swept to: every bucket of a
+	// second at or before swept-span has left the sums.
+	swept   atomic.Int64
+	latency [latencyBins]atomic.Uint64
+}
+
+// addLatency counts n answers in bin i of the running histogram.
+func (r *running) addLatency(i int, n uint32) {
+	r.latency[i].Add(uint64(n))
+	w, bit := &r.used[i>>6], uint64(1)<<(i&63)
+	if w.Load()&bit == 0 {
+		w.Or(bit)
+	}
+}
+
+// sub takes v from c: the running sums are unsigned and never fall
+// below what the buckets hold, as writers add to them first.
+func sub(c *atomic.Uint64, v uint32) {
+	if v != 0 {
+		c.Add(^uint64(v - 1))
+	}
 }
 
 type seriesMap map[string]map[string]*Series
@@ -128,6 +172,10 @@ type Store struct {
 	maxSeries int
 
 	series atomic.Pointer[seriesMap] // read without locks, replaced on insert
+	// sorted is the series of one seriesMap in the order reads return
+	// them, kept until the map is replaced: the loop reads every series
+	// twice a step, and sorting 10,000 names each time was a tenth of it.
+	sorted atomic.Pointer[sortedSeries]
 	// mu serialises the writers of series (insert, Retain) and guards
 	// count; readers never take it.
 	mu       sync.Mutex
@@ -253,6 +301,8 @@ func (s *Store) insert(backend, server string) *Series {
 	for i := range sr.buckets {
 		sr.buckets[i].sec.Store(-1)
 	}
+	sr.run.newest.Store(-1)
+	sr.run.swept.Store(-1)
 	srv[server] = sr
 	next[backend] = srv
 	s.count++
@@ -262,31 +312,82 @@ func (s *Store) insert(backend, server string) *Series {
 
 // bucketAt is the bucket of second sec, claimed and cleared by the first
 // writer of that second; nil when sec is older than the bucket now in its
-// slot (outside the window).
+// slot, or than the window at the last reader's sweep (outside the window:
+// a bucket claimed for it would stay in the running sums until its slot's
+// next sweep).
 func (sr *Series) bucketAt(sec int64) *bucket {
 	n := int64(len(sr.buckets))
+	if sec <= sr.run.swept.Load()-n {
+		return nil
+	}
 	b := &sr.buckets[uint64(sec)%uint64(n)]
 	if cur := b.sec.Load(); cur != sec {
 		if cur > sec {
 			return nil
 		}
 		if b.sec.CompareAndSwap(cur, sec) {
-			b.clear()
+			if cur == -1 {
+				sr.run.held.Add(1)
+			}
+			for {
+				newest := sr.run.newest.Load()
+				if sec <= newest || sr.run.newest.CompareAndSwap(newest, sec) {
+					break
+				}
+			}
+			sr.clear(b)
 		}
 	}
 	return b
 }
 
-func (b *bucket) clear() {
-	b.requests.Store(0)
-	b.err5xx.Store(0)
-	b.err4xx.Store(0)
-	b.retried.Store(0)
-	for i := range b.latency {
-		b.latency[i].Store(0)
+// clear empties b, taking what it held out of the running sums.
+func (sr *Series) clear(b *bucket) {
+	r := &sr.run
+	sub(&r.requests, b.requests.Swap(0))
+	sub(&r.err5xx, b.err5xx.Swap(0))
+	sub(&r.err4xx, b.err4xx.Swap(0))
+	sub(&r.retried, b.retried.Swap(0))
+	for w := range b.used {
+		// A writer adds to its bin before it marks it, so a bin whose mark
+		// this swap misses keeps its count and its writer's mark to come.
+		for set := b.used[w].Swap(0); set != 0; set &= set - 1 {
+			i := w<<6 | bits.TrailingZeros64(set)
+			sub(&r.latency[i], b.latency[i].Swap(0))
+		}
 	}
-	for i := range b.used {
-		b.used[i].Store(0)
+}
+
+// expire takes b, found holding second cur, out of the window.
+func (sr *Series) expire(b *bucket, cur int64) {
+	if cur != -1 && b.sec.CompareAndSwap(cur, -1) {
+		sr.run.held.Add(-1)
+		sr.clear(b)
+	}
+}
+
+// sweep expires the buckets of seconds that have left the window at now:
+// each second since the last sweep retires the one slot that second will
+// use, so a reader that sweeps every second visits one bucket.
+func (sr *Series) sweep(now int64) {
+	n := int64(len(sr.buckets))
+	from := sr.run.swept.Load()
+	if from >= now {
+		return
+	}
+	for t := max(from+1, now-n+1); t <= now; t++ {
+		b := &sr.buckets[uint64(t)%uint64(n)]
+		switch cur := b.sec.Load(); {
+		case cur == -1 && b.requests.Load() != 0:
+			// a writer that found its second before a sweep took it
+			// out wrote here after: its counts leave the sums too
+			sr.clear(b)
+		case cur != -1 && cur <= t-n:
+			sr.expire(b, cur)
+		}
+	}
+	for from < now && !sr.run.swept.CompareAndSwap(from, now) {
+		from = sr.run.swept.Load()
 	}
 }
 
@@ -294,6 +395,9 @@ func (sr *Series) recordRetried(sec int64, count uint32) {
 	sr.totalReq.Add(uint64(count))
 	sr.total5xx.Add(uint64(count))
 	if b := sr.bucketAt(sec); b != nil {
+		sr.run.requests.Add(uint64(count))
+		sr.run.err5xx.Add(uint64(count))
+		sr.run.retried.Add(uint64(count))
 		b.requests.Add(count)
 		b.err5xx.Add(count)
 		b.retried.Add(count)
@@ -310,15 +414,22 @@ func (sr *Series) record(sec int64, status, ms int, count uint32) {
 	if b == nil {
 		return
 	}
+	// The running sums first: a clear racing this write then never takes
+	// out of them more than was put in.
+	sr.run.requests.Add(uint64(count))
 	b.requests.Add(count)
 	switch {
 	case is5xx:
+		sr.run.err5xx.Add(uint64(count))
 		b.err5xx.Add(count)
 	case status >= 400 && status <= 499:
+		sr.run.err4xx.Add(uint64(count))
 		b.err4xx.Add(count)
 	}
 	if ms >= 0 {
-		b.addLatency(latencyBin(ms), count)
+		i := latencyBin(ms)
+		sr.run.addLatency(i, count)
+		b.addLatency(i, count)
 	}
 }
 
@@ -386,6 +497,65 @@ func (s *Store) Snapshot(last time.Duration) []Stats {
 	return Merged{s}.Snapshot(last)
 }
 
+type sortedSeries struct {
+	of     *seriesMap
+	series []*Series
+}
+
+// inOrder is every series of m, the store's current map, sorted by
+// backend then server.
+func (s *Store) inOrder(m *seriesMap) []*Series {
+	if c := s.sorted.Load(); c != nil && c.of == m {
+		return c.series
+	}
+	var out []*Series
+	for _, srv := range *m {
+		for _, sr := range srv {
+			out = append(out, sr)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Backend != out[j].Backend {
+			return out[i].Backend < out[j].Backend
+		}
+		return out[i].Server < out[j].Server
+	})
+	s.sorted.Store(&sortedSeries{of: m, series: out})
+	return out
+}
+
+// Snapshots is Snapshot of two spans at one moment, both over the same
+// series in the same order: a single pass, so that each series is
+// loaded once for both reads (the loop reads its long and its recent
+// window together, twice a step and every second).
+func (s *Store) Snapshots(a, b time.Duration) (x, y []Stats) {
+	ms := Merged{s}
+	sa, sb := ms.secs(a), ms.secs(b)
+	now := s.now().Unix()
+	all := s.inOrder(s.series.Load())
+	x, y = make([]Stats, 0, len(all)), make([]Stats, 0, len(all))
+	accA, accB := newAccumulator(sa), newAccumulator(sb)
+	for _, sr := range all {
+		accA.reset(sr.Backend, sr.Server)
+		accA.add(sr, now, true)
+		x = append(x, accA.stats())
+		accB.reset(sr.Backend, sr.Server)
+		accB.add(sr, now, true)
+		y = append(y, accB.stats())
+	}
+	return x, y
+}
+
+// secs is the seconds a read of last covers: the first store's span
+// when last is under a second or over the span.
+func (ms Merged) secs(last time.Duration) int64 {
+	secs := int64(last / time.Second)
+	if secs < 1 || secs > ms[0].span {
+		secs = ms[0].span
+	}
+	return secs
+}
+
 // Merged is several stores read as one: a series' figures are the sums
 // of its buckets in every store, its quantiles those of the merged
 // histograms. A fleet's agent reads its own store and what its peers
@@ -404,11 +574,11 @@ func (ms Merged) SnapshotOf(last time.Duration, only map[string]bool) []Stats {
 	if len(ms) == 0 {
 		return nil
 	}
-	secs := int64(last / time.Second)
-	if secs < 1 || secs > ms[0].span {
-		secs = ms[0].span
-	}
+	secs := ms.secs(last)
 	now := ms[0].now().Unix()
+	if len(ms) == 1 {
+		return ms[0].snapshotOf(secs, now, only)
+	}
 	maps := make([]seriesMap, len(ms))
 	for i, s := range ms {
 		maps[i] = *s.series.Load()
@@ -433,10 +603,16 @@ func (ms Merged) SnapshotOf(last time.Duration, only map[string]bool) []Stats {
 					continue // summed with the store it was first found in
 				}
 				acc.reset(backend, server)
-				acc.add(sr, now)
+				alone := true
+				for _, other := range maps[i+1:] {
+					if other[backend][server] != nil {
+						alone = false
+					}
+				}
+				acc.add(sr, now, alone)
 				for _, other := range maps[i+1:] {
 					if o := other[backend][server]; o != nil {
-						acc.add(o, now)
+						acc.add(o, now, false)
 					}
 				}
 				out = append(out, acc.stats())
@@ -449,6 +625,30 @@ func (ms Merged) SnapshotOf(last time.Duration, only map[string]bool) []Stats {
 		}
 		return out[i].Server < out[j].Server
 	})
+	return out
+}
+
+// snapshotOf is SnapshotOf of one store: its series in their kept order,
+// with no sort.
+func (s *Store) snapshotOf(secs, now int64, only map[string]bool) []Stats {
+	all := s.inOrder(s.series.Load())
+	n := len(all)
+	if only != nil {
+		n = 0
+		for b := range only {
+			n += len((*s.series.Load())[b])
+		}
+	}
+	out := make([]Stats, 0, n)
+	acc := newAccumulator(secs)
+	for _, sr := range all {
+		if only != nil && !only[sr.Backend] {
+			continue
+		}
+		acc.reset(sr.Backend, sr.Server)
+		acc.add(sr, now, true)
+		out = append(out, acc.stats())
+	}
 	return out
 }
 
@@ -469,9 +669,18 @@ type accumulator struct {
 	hist  [latencyBins]uint64
 	timed uint64
 	// perSec[i] is the requests of second now-i; held[i] whether any
-	// store has a bucket for it.
+	// store has a bucket for it. Filled only where a read visits the
+	// buckets (seen): a read of one store's whole window takes its
+	// seconds from the running sums instead (held, the current second's
+	// and the oldest second's requests in fast).
 	perSec []uint64
 	held   []bool
+	seen   bool
+	fast   struct {
+		on              bool
+		held            int
+		current, oldest uint64
+	}
 	// touched marks the histogram's bins written since the last reset,
 	// which clears those only (a series fills a few of 112).
 	touched [usedWords]uint64
@@ -490,19 +699,33 @@ func (a *accumulator) reset(backend, server string) {
 		a.touched[w] = 0
 	}
 	a.timed = 0
-	clear(a.perSec)
-	clear(a.held)
+	if a.seen {
+		clear(a.perSec)
+		clear(a.held)
+		a.seen = false
+	}
+	a.fast.on = false
 }
 
-func (a *accumulator) add(sr *Series, now int64) {
+// add sums sr's window into the series' figures; alone says no other
+// store holds the series, so that its seconds need not be merged.
+func (a *accumulator) add(sr *Series, now int64, alone bool) {
 	a.st.TotalRequests += sr.totalReq.Load()
 	a.st.TotalErr5xx += sr.total5xx.Load()
+	n := int64(len(sr.buckets))
+	if a.secs == n {
+		sr.sweep(now)
+		if sr.run.newest.Load() <= now {
+			a.addRunning(sr, now, alone)
+			return
+		}
+	}
 	// Visit only the window's buckets, each at its second's slot: a 10 s
 	// read of a 60 s ring touches 10 buckets, not 60 (the loop reads both
 	// spans of every series every second).
-	n := uint64(len(sr.buckets))
-	for sec := now - min(a.secs, int64(n)) + 1; sec <= now; sec++ {
-		b := &sr.buckets[uint64(sec)%n]
+	a.seen = true
+	for sec := now - min(a.secs, n) + 1; sec <= now; sec++ {
+		b := &sr.buckets[uint64(sec)%uint64(n)]
 		if b.sec.Load() != sec {
 			continue
 		}
@@ -521,17 +744,75 @@ func (a *accumulator) add(sr *Series, now int64) {
 	}
 }
 
-func (a *accumulator) stats() Stats {
-	st := a.st
-	oldest := -1
-	for i, h := range a.held {
-		if h {
-			st.Seconds++
-			oldest = i
+// addRunning is add for a read of sr's whole window, swept to now and
+// with no bucket ahead of it: every bucket that holds a second is in the
+// window, so the running sums are the window's. Its seconds are found
+// without summing: the current one's bucket, and the oldest held one's,
+// the first slot from the window's start in a series with traffic every
+// second.
+func (a *accumulator) addRunning(sr *Series, now int64, alone bool) {
+	r := &sr.run
+	a.st.Requests += r.requests.Load()
+	a.st.Err5xx += r.err5xx.Load()
+	a.st.Err4xx += r.err4xx.Load()
+	a.st.Retried += r.retried.Load()
+	for w := range r.used {
+		for set := r.used[w].Load(); set != 0; set &= set - 1 {
+			j := w<<6 | bits.TrailingZeros64(set)
+			c := r.latency[j].Load()
+			a.hist[j] += c
+			a.timed += c
+			a.touched[w] |= set & -set
 		}
 	}
-	if st.Seconds >= 3 {
-		st.RatePerSec = float64(st.Requests-a.perSec[0]-a.perSec[oldest]) / float64(st.Seconds-2)
+	n := int64(len(sr.buckets))
+	if alone {
+		a.fast.on = true
+		a.fast.held = int(max(r.held.Load(), 0))
+		a.fast.current, a.fast.oldest = 0, 0
+		if a.fast.held == 0 {
+			return
+		}
+		if b := &sr.buckets[uint64(now)%uint64(n)]; b.sec.Load() == now {
+			a.fast.current = uint64(b.requests.Load())
+		}
+		for sec := now - n + 1; sec <= now; sec++ {
+			if b := &sr.buckets[uint64(sec)%uint64(n)]; b.sec.Load() == sec {
+				a.fast.oldest = uint64(b.requests.Load())
+				break
+			}
+		}
+		return
+	}
+	// Merged with another store: the seconds any of them holds.
+	a.seen = true
+	for sec := now - n + 1; sec <= now; sec++ {
+		b := &sr.buckets[uint64(sec)%uint64(n)]
+		if b.sec.Load() == sec {
+			a.perSec[now-sec] += uint64(b.requests.Load())
+			a.held[now-sec] = true
+		}
+	}
+}
+
+func (a *accumulator) stats() Stats {
+	st := a.st
+	if a.fast.on {
+		st.Seconds = a.fast.held
+		if st.Seconds >= 3 {
+			st.RatePerSec = float64(st.Requests-a.fast.current-a.fast.oldest) / float64(st.Seconds-2)
+		}
+	} else {
+		oldest := -1
+		for i, h := range a.held {
+			if h {
+				st.Seconds++
+				oldest = i
+			}
+		}
+		if st.Seconds >= 3 {
+			st.RatePerSec = float64(st.Requests-a.perSec[0]-a.perSec[oldest]) / float64(st.Seconds-2)
+		}
 	}
 	st.P50Ms, st.P95Ms, st.P99Ms = quantiles(&a.hist, a.timed)
 	return st
@@ -596,8 +877,11 @@ func (s *Store) Forget(backend, server string) {
 	}
 	for i := range sr.buckets {
 		b := &sr.buckets[i]
-		b.sec.Store(-1)
-		b.clear()
+		if cur := b.sec.Load(); cur == -1 {
+			sr.clear(b)
+		} else {
+			sr.expire(b, cur)
+		}
 	}
 }
 
