@@ -317,9 +317,9 @@ func RestoreFromState(ctx context.Context, file string, runtimes []Runtime, hold
 	var errs []error
 	for _, h := range listChanges(ledger.Changes()) {
 		r := Released{Server: h.Server, Was: h.Change}
-		s, ok := procs.state[h.Server]
+		s, ok := procs.everyProcess(h.Server)
 		switch {
-		case !ok || procs.seenBy[h.Server] != procs.count:
+		case !ok:
 			r.Error = "not in every HAProxy: left as it is"
 			ledger.Lose(h.Server)
 		case !h.Change.holds(*s):

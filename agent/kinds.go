@@ -38,20 +38,15 @@ type kind struct {
 	algo                    string
 }
 
-func (p *processes) addKinds(stats []haproxy.ServerStat) {
-	if p.kinds == nil {
-		p.kinds = map[Key]kind{}
-	}
-	for _, st := range stats {
-		k := key(st.Backend, st.Server)
-		cur := p.kinds[k]
-		cur.backup = cur.backup || st.Backup
-		cur.agentCheck = cur.agentCheck || st.AgentCheck
-		cur.tcp = cur.tcp || st.TCP
-		if st.Hashed() || cur.algo == "" {
-			cur.algo = st.Algo
-		}
-		p.kinds[k] = cur
+// add merges one process's row: a server is a backup, agent-checked or
+// in tcp mode if any process says so, and its algorithm is a hashing one's
+// when any process hashes.
+func (cur *kind) add(st haproxy.ServerStat) {
+	cur.backup = cur.backup || st.Backup
+	cur.agentCheck = cur.agentCheck || st.AgentCheck
+	cur.tcp = cur.tcp || st.TCP
+	if st.Hashed() || cur.algo == "" {
+		cur.algo = st.Algo
 	}
 }
 

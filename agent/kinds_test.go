@@ -42,14 +42,14 @@ func TestLeftAlone(t *testing.T) {
 // show stat's rows give each server its kind, merged over processes: a
 // server is a backup or under agent-check if any process says so, and
 // has its backend's algorithm.
-func TestAddKinds(t *testing.T) {
+func TestStatsGiveKinds(t *testing.T) {
 	p := &processes{}
-	p.addKinds([]haproxy.ServerStat{{Backend: "app", Server: "s1", Algo: "roundrobin"}, {Backend: "app", Server: "b1", Backup: true, Algo: "roundrobin"}})
-	p.addKinds([]haproxy.ServerStat{{Backend: "app", Server: "s1", AgentCheck: true, Algo: "roundrobin"}})
-	if k := p.kinds[Key{Backend: "app", Server: "s1"}]; !k.agentCheck || k.backup || k.algo != "roundrobin" {
+	p.addStats([]haproxy.ServerStat{{Backend: "app", Server: "s1", Algo: "roundrobin"}, {Backend: "app", Server: "b1", Backup: true, Algo: "roundrobin"}})
+	p.addStats([]haproxy.ServerStat{{Backend: "app", Server: "s1", AgentCheck: true, Algo: "roundrobin"}})
+	if k := p.byKey[Key{Backend: "app", Server: "s1"}].kind; !k.agentCheck || k.backup || k.algo != "roundrobin" {
 		t.Errorf("s1: %+v", k)
 	}
-	if k := p.kinds[Key{Backend: "app", Server: "b1"}]; !k.backup {
+	if k := p.byKey[Key{Backend: "app", Server: "b1"}].kind; !k.backup {
 		t.Errorf("b1: %+v", k)
 	}
 }

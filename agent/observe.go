@@ -33,14 +33,48 @@ func key(backend, server string) Key { return Key{Backend: backend, Server: serv
 // serves only if every process lets it, and only servers every process
 // knows can be acted on.
 type processes struct {
-	epoch   string // the processes' instances, joined
-	order   []Key
-	state   map[Key]*haproxy.ServerState
-	seenBy  map[Key]int
-	maxconn map[Key]int // the smallest of the processes' limits
-	rtime   map[Key]int // the slowest process's average
-	kinds   map[Key]kind
-	count   int
+	epoch string // the processes' instances, joined
+	// order is the servers in HAProxy's order, as the first process's
+	// server states list them; byKey finds each. One entry holds all a
+	// server's figures, so that a step at 10,000 servers looks each up
+	// once, not once a figure.
+	order []*procServer
+	byKey map[Key]*procServer
+	pool  []procServer // the entries, a few allocations for all
+	count int
+}
+
+// procServer is what the processes say of one server, merged.
+type procServer struct {
+	state   haproxy.ServerState // merged: the most restrictive of the processes'
+	seenBy  int                 // processes whose server states list it
+	maxconn int                 // the smallest of the processes' limits, 0 unknown
+	rtime   int                 // the slowest process's average
+	kind    kind
+}
+
+// entry is k's entry, made when first seen.
+func (p *processes) entry(k Key) *procServer {
+	if e, ok := p.byKey[k]; ok {
+		return e
+	}
+	if len(p.pool) == cap(p.pool) {
+		// A new array: the entries already handed out stay where they are.
+		p.pool = make([]procServer, 0, max(16, cap(p.pool)))
+	}
+	p.pool = append(p.pool, procServer{})
+	e := &p.pool[len(p.pool)-1]
+	p.byKey[k] = e
+	return e
+}
+
+// everyProcess is k's merged state, when every process lists it.
+func (p *processes) everyProcess(k Key) (*haproxy.ServerState, bool) {
+	e, ok := p.byKey[k]
+	if !ok || e.seenBy != p.count {
+		return nil, false
+	}
+	return &e.state, true
 }
 
 // readProcesses reads every runtime's info, stats and server states.
@@ -60,16 +94,13 @@ func readProcesses(ctx context.Context, runtimes []Runtime) (*processes, error) 
 		if err != nil {
 			return nil, fmt.Errorf("read stats from %s: %w", rt.Addr(), err)
 		}
-		if p.state == nil {
+		if p.byKey == nil {
 			// Sized by the first process's servers: grown one by one,
-			// the maps of 10,000 servers rehashed a tenth of a step.
+			// the map of 10,000 servers rehashed a tenth of a step.
 			n := len(stats)
-			p.state, p.seenBy = make(map[Key]*haproxy.ServerState, n), make(map[Key]int, n)
-			p.maxconn, p.rtime, p.kinds = make(map[Key]int, n), make(map[Key]int, n), make(map[Key]kind, n)
-			p.order = make([]Key, 0, n)
+			p.byKey, p.pool, p.order = make(map[Key]*procServer, n), make([]procServer, 0, n), make([]*procServer, 0, n)
 		}
 		p.addStats(stats)
-		p.addKinds(stats)
 		states, err := rt.ShowServersState(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("read states from %s: %w", rt.Addr(), err)
@@ -81,30 +112,32 @@ func readProcesses(ctx context.Context, runtimes []Runtime) (*processes, error) 
 }
 
 func (p *processes) addStats(stats []haproxy.ServerStat) {
+	if p.byKey == nil {
+		p.byKey = map[Key]*procServer{}
+	}
 	for _, st := range stats {
-		k := key(st.Backend, st.Server)
-		if st.MaxConn > 0 {
-			if cur, ok := p.maxconn[k]; !ok || st.MaxConn < cur {
-				p.maxconn[k] = st.MaxConn
-			}
+		e := p.entry(key(st.Backend, st.Server))
+		if st.MaxConn > 0 && (e.maxconn == 0 || st.MaxConn < e.maxconn) {
+			e.maxconn = st.MaxConn
 		}
-		p.rtime[k] = max(p.rtime[k], st.RespTimeMs)
+		e.rtime = max(e.rtime, st.RespTimeMs)
+		e.kind.add(st)
 	}
 }
 
 func (p *processes) addStates(states []haproxy.ServerState) {
-	// The merged states live in one array, not one allocation a server.
-	merged := make([]haproxy.ServerState, 0, len(states))
+	if p.byKey == nil {
+		p.byKey = map[Key]*procServer{}
+	}
 	for _, s := range states {
-		k := key(s.Backend, s.Server)
-		p.seenBy[k]++
-		m, ok := p.state[k]
-		if !ok {
-			merged = append(merged, s) // within its capacity: never moved
-			p.state[k] = &merged[len(merged)-1]
-			p.order = append(p.order, k)
+		e := p.entry(key(s.Backend, s.Server))
+		e.seenBy++
+		if e.seenBy == 1 {
+			e.state = s
+			p.order = append(p.order, e)
 			continue
 		}
+		m := &e.state
 		m.AdminState |= s.AdminState
 		m.Weight = min(m.Weight, s.Weight)
 		if s.OpState != haproxy.OpRunning {
@@ -114,11 +147,11 @@ func (p *processes) addStates(states []haproxy.ServerState) {
 }
 
 // everywhere lists, in HAProxy's order, the servers every process knows.
-func (p *processes) everywhere() []haproxy.ServerState {
-	out := make([]haproxy.ServerState, 0, len(p.order))
-	for _, k := range p.order {
-		if p.seenBy[k] == p.count {
-			out = append(out, *p.state[k])
+func (p *processes) everywhere() []*procServer {
+	out := make([]*procServer, 0, len(p.order))
+	for _, e := range p.order {
+		if e.seenBy == p.count {
+			out = append(out, e)
 		}
 	}
 	return out
@@ -151,19 +184,20 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 	// Each backend's servers are counted first so that its slice is made
 	// once: appending 10,000 views of 456 bytes copied each several times.
 	perBackend := map[string]int{}
-	for _, s := range all {
-		perBackend[s.Backend]++
+	for _, e := range all {
+		perBackend[e.state.Backend]++
 	}
 	leftAlone := map[Key]string{}
-	for i, s := range all {
+	for i, e := range all {
+		s := e.state
 		k := key(s.Backend, s.Server)
 		present[k] = true
-		if why := l.leftAlone(k, procs.kinds[k]); why != "" {
+		if why := l.leftAlone(k, e.kind); why != "" {
 			leftAlone[k] = why
 			continue
 		}
 		l.readdress(k, s.Addr)
-		v := ServerView{Backend: s.Backend, Server: s.Server, State: s, MaxConn: procs.maxconn[k], RespTimeMs: procs.rtime[k]}
+		v := ServerView{Backend: s.Backend, Server: s.Server, State: s, MaxConn: e.maxconn, RespTimeMs: e.rtime}
 		windows.setAt(&v, places[i])
 		var lost bool
 		v.Owner, v.Changed, lost = ledger.Reconcile(k, s, now)
@@ -306,13 +340,13 @@ type viewPlaces struct {
 }
 
 // of is each server's place in w, in the order of servers.
-func (p *viewPlaces) of(servers []haproxy.ServerState, w *windowsRead) []int32 {
+func (p *viewPlaces) of(servers []*procServer, w *windowsRead) []int32 {
 	if p.fit(servers, w) {
 		return p.places
 	}
 	p.keys, p.places = p.keys[:0], p.places[:0]
-	for _, s := range servers {
-		k := key(s.Backend, s.Server)
+	for _, e := range servers {
+		k := key(e.state.Backend, e.state.Server)
 		p.keys = append(p.keys, k)
 		p.places = append(p.places, w.place(k))
 	}
@@ -323,14 +357,14 @@ func (p *viewPlaces) of(servers []haproxy.ServerState, w *windowsRead) []int32 {
 // servers in the same order, each place holding its server's series, and
 // every series of w placed (so that a server kept without one still has
 // none).
-func (p *viewPlaces) fit(servers []haproxy.ServerState, w *windowsRead) bool {
+func (p *viewPlaces) fit(servers []*procServer, w *windowsRead) bool {
 	if len(p.keys) != len(servers) {
 		return false
 	}
 	placed := 0
-	for i, s := range servers {
+	for i, e := range servers {
 		k := p.keys[i]
-		if k.Backend != s.Backend || k.Server != s.Server {
+		if k.Backend != e.state.Backend || k.Server != e.state.Server {
 			return false
 		}
 		if at := p.places[i]; at >= 0 {
@@ -368,7 +402,7 @@ func (l *Loop) retain(procs *processes) {
 	if !ok {
 		return
 	}
-	if n := r.Retain(func(b, s string) bool { _, known := procs.state[key(b, s)]; return known }); n > 0 {
+	if n := r.Retain(func(b, s string) bool { e, known := procs.byKey[key(b, s)]; return known && e.seenBy > 0 }); n > 0 {
 		l.Log.Warn().Int("series", n).Msg("dropped the windows of servers HAProxy does not report")
 	}
 }

@@ -53,7 +53,11 @@ func TestViewPlacesFollowServersAndSeries(t *testing.T) {
 		for _, s := range st.recent {
 			recent[key(s.Backend, s.Server)] = s
 		}
-		places := p.of(st.servers, w)
+		entries := make([]*procServer, len(st.servers))
+		for i, s := range st.servers {
+			entries[i] = &procServer{state: s}
+		}
+		places := p.of(entries, w)
 		for i, s := range st.servers {
 			got := ServerView{Backend: s.Backend, Server: s.Server}
 			want := got

@@ -271,9 +271,9 @@ func cmdSoakCost(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		results = append(results, r)
 	}
-	fmt.Fprintf(stdout, "soak cost: the real loop (agent.Loop, rules, guardrails, window store, fake runtime socket) on an injected clock, %g req/s a server, 0.2%% 5xx; CPU of this process (user+system) while the loop ran, the traffic's injection left out; interval 10 s, evidence check 1 s\n", *rate)
+	fmt.Fprintf(stdout, "soak cost: the real loop (agent.Loop, rules, guardrails, window store, fake runtime socket) on an injected clock, %g req/s a server, 0.2%% 5xx; CPU of this process (user+system) while the loop ran, the traffic's injection left out; the agent's defaults (interval 10 s, evidence check 1 s, no --audit-steps)\n", *rate)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "servers\tbackends\tCPU per step ms\tCPU per check ms\tCPU per 10 s interval ms\tone core busy\theap MB\taudit log bytes/day\t")
+	fmt.Fprintln(tw, "servers\tbackends\tCPU per step ms\tCPU per check ms\tCPU per 10 s interval ms\tone core busy\theap MB\t--audit-steps bytes/day\t")
 	for _, r := range results {
 		fmt.Fprintf(tw, "%d\t%d\t%.2f\t%.2f\t%.1f\t%.2f%%\t%.1f\t%.0f\t\n", r.Servers, r.Backends, r.StepCPUms, r.CheckCPUms, r.IntervalCPUms,
 			100*r.IntervalCPUms/10000, r.HeapMB, r.AuditBytesPerDay)

@@ -33,8 +33,10 @@ type CostResult struct {
 	// HeapMB is the live heap after a collection at the end: the window
 	// store, the loop's state and the policy's.
 	HeapMB float64 `json:"heap_mb"`
-	// AuditBytesPerDay is the audit log's bytes per step, healthy fleet (no
-	// action), times the 8,640 steps of a day at the 10 s interval.
+	// AuditBytesPerDay is what --audit-steps (off by default) adds to the
+	// audit log: one step's snapshot of every server, healthy fleet (no
+	// action, so the event log itself gets nothing), times the 8,640 steps
+	// of a day at the 10 s interval. The CPU figures are without it.
 	AuditBytesPerDay float64 `json:"audit_bytes_per_day"`
 }
 
@@ -152,15 +154,23 @@ func Cost(servers, backends int, rate float64, steps, intervals int) (CostResult
 		return CostResult{}, err
 	}
 	ctx := context.Background()
+	// The steps are timed at the agent's defaults, without the step
+	// snapshots of --audit-steps; one more step, untimed, writes one to
+	// size that log.
+	r.loop.Audit = nil
 	var stepCPU time.Duration
-	auditBefore := r.audit.n
 	for range steps {
 		r.advance(10)
 		began := cpuNow()
 		r.loop.Step(ctx)
 		stepCPU += cpuNow() - began
 	}
-	auditPerStep := float64(r.audit.n-auditBefore) / float64(steps)
+	r.loop.Audit = r.audit
+	auditBefore := r.audit.n
+	r.advance(10)
+	r.loop.Step(ctx)
+	auditPerStep := float64(r.audit.n - auditBefore)
+	r.loop.Audit = nil
 	// Then Run, steps and evidence checks as the agent runs them.
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
