@@ -192,7 +192,7 @@ soak-long: build
 	./$(LAB) soak --servers 3 --rate 33 --server-days $(SOAK_DAYS) --seeds 1-4 --max-per-1000 1 --max-upper 2 --json $(SOAK_OUT)/n3.json
 	./$(LAB) soak --servers 30,100 --rate 5 --server-days $(SOAK_DAYS) --seeds 1-4 --max-per-1000 1 --max-upper 2 --json $(SOAK_OUT)/large5.json
 	./$(LAB) soak --servers 100 --rate 33 --server-days $(SOAK_DAYS) --seeds 1-4 --max-per-1000 1 --max-upper 2 --json $(SOAK_OUT)/large33.json
-	./$(LAB) soak --servers 9 --rate 33 --bursts 6:3-10 --server-days $(SOAK_DAYS) --seeds 1-4 --max-per-1000 1 --max-upper 2 --json $(SOAK_OUT)/bursts.json
+	./$(LAB) soak --servers 9 --rate 33,300 --bursts 6:3-10 --server-days $(SOAK_DAYS) --seeds 1-4 --max-per-1000 1 --max-upper 2 --json $(SOAK_OUT)/bursts.json
 	./$(LAB) soak --servers 9 --rate 33 --hetero 0.2,0.3 --server-days $(SOAK_DAYS) --seeds 1-4 --max-per-1000 1 --max-upper 2 --json $(SOAK_OUT)/hetero33.json
 	./$(LAB) soak --servers 9 --rate 300 --hetero 0.3 --server-days $(SOAK_DAYS) --seeds 1-4 --max-per-1000 1 --max-upper 2 --json $(SOAK_OUT)/hetero300.json
 	./$(LAB) soak --servers 3,9 --rate 5,33,300 --server-days 0 --fault 0.02,0.05,0.2 --trials 50 --seeds 1-4 --json $(SOAK_OUT)/detect.json
