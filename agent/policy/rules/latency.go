@@ -90,6 +90,10 @@ func (p *Policy) SlowBaseline(b agent.BackendView, srv []*SeqServer, dt float64)
 	if c.LatencyRatio <= 0 {
 		return nil
 	}
+	// One check teaches at most the window it reads (60 s at the
+	// agent's defaults): after a pause of the loop, one median must not
+	// weigh as if it had been seen every second.
+	dt = min(max(dt, 0), 60)
 	span := c.BaselineSpan.Seconds()
 	if span <= 0 {
 		span = DefaultConfig().BaselineSpan.Seconds()

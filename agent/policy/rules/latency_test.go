@@ -106,3 +106,33 @@ func TestLatencyBaselineLevel(t *testing.T) {
 		})
 	}
 }
+
+// TestLatencyBaselinePause: checks far apart (the loop paused) teach a
+// baseline no more than a window each, so two checks ten minutes apart
+// do not make it learned.
+func TestLatencyBaselinePause(t *testing.T) {
+	tests := []struct {
+		name        string
+		checks      int
+		every       time.Duration
+		wantLearned bool
+	}{
+		{"two checks ten minutes apart: not learned", 2, 10 * time.Minute, false},
+		{"ten checks a minute apart: learned", 11, time.Minute, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := New(DefaultConfig())
+			at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			b := agent.BackendView{Name: "app", Servers: []agent.ServerView{slowServer("srv1", 300, 10), slowServer("srv2", 300, 60)}}
+			for range tt.checks {
+				at = at.Add(tt.every)
+				p.Evidence(agent.Observation{Time: at, Backends: []agent.BackendView{b}})
+			}
+			learned := p.seq["app"].servers["srv2"].LatencyBaseline() > 0
+			if learned != tt.wantLearned {
+				t.Errorf("learned %v, want %v", learned, tt.wantLearned)
+			}
+		})
+	}
+}
