@@ -51,6 +51,11 @@ type Config struct {
 	// not tails, so that a few slow answers are never enough.
 	LatencyRatio float64
 	LatencyMinMs int
+	// LatencyBaselineRatio: once a server's own latency baseline is
+	// learned (latency.go), it is slow only if its median is also this
+	// many times that baseline: a server that was always slower than its
+	// peers is not degraded (0: the peer test alone, as before).
+	LatencyBaselineRatio float64
 
 	// The sequential test's settings (sequential.go). A server is
 	// degraded when its error rate is above both Floor and DegradedRatio
@@ -78,7 +83,7 @@ type Config struct {
 
 // DefaultConfig is what `hapilot run` uses unless told otherwise.
 func DefaultConfig() Config {
-	return Config{Alpha: 1e-6, MinRequests: 100, MinErrors: 5, MinRatio: 2, LatencyRatio: 5, LatencyMinMs: 50,
+	return Config{Alpha: 1e-6, MinRequests: 100, MinErrors: 5, MinRatio: 2, LatencyRatio: 5, LatencyMinMs: 50, LatencyBaselineRatio: 3,
 		Floor: 0.01, DegradedRatio: 3, ARLDays: 1000, BurstCap: 0.25, BurstErrors: 10, BaselineSpan: 6 * time.Hour}
 }
 
@@ -103,6 +108,7 @@ type seqBackend struct {
 	last  map[string]Counts
 	at    time.Time
 	found map[string]bool // what the last chunk condemned
+	slow  []SlowServer    // what the latency test found on the last chunk
 	// per-call scratch, kept to spare the allocations
 	srv     []*SeqServer
 	in      []Counts
@@ -133,7 +139,7 @@ func (*Policy) Needs() agent.Needs { return agent.Needs{DrainsPer: 3} }
 // Validate checks the settings an operator may give.
 func (c Config) Validate() error {
 	var errs []error
-	for name, v := range map[string]float64{"rules-alpha": c.Alpha, "rules-min-ratio": c.MinRatio, "rules-latency-ratio": c.LatencyRatio} {
+	for name, v := range map[string]float64{"rules-alpha": c.Alpha, "rules-min-ratio": c.MinRatio, "rules-latency-ratio": c.LatencyRatio, "rules-latency-baseline-ratio": c.LatencyBaselineRatio} {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			errs = append(errs, fmt.Errorf("%s %v is not a finite number", name, v))
 		}
@@ -146,6 +152,9 @@ func (c Config) Validate() error {
 	}
 	if c.LatencyRatio < 0 || c.LatencyMinMs < 0 {
 		errs = append(errs, fmt.Errorf("rules-latency-ratio and rules-latency-min-ms must not be negative"))
+	}
+	if c.LatencyBaselineRatio != 0 && !(c.LatencyBaselineRatio >= 1) {
+		errs = append(errs, fmt.Errorf("rules-latency-baseline-ratio %v: 0 (off) or at least 1", c.LatencyBaselineRatio))
 	}
 	if !(c.Floor > 0 && c.Floor < maxP1) {
 		errs = append(errs, fmt.Errorf("rules-floor %v outside (0, %v)", c.Floor, maxP1))
@@ -212,9 +221,11 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 					c.s.Max(), sb.q.H(), 100*float64(x)/float64(max(n, 1)), x, n, recentChunks, 100*c.s.P0(), 100*sb.q.P1Min()),
 			})
 		}
-		for _, s := range p.Slow(b) {
-			if !planned[s.Server] {
-				plan = append(plan, agent.Action{Kind: agent.Drain, Backend: b.Name, Server: s.Server, Reason: s.Reason})
+		if sb != nil {
+			for _, s := range sb.slow {
+				if !planned[s.Server] {
+					plan = append(plan, agent.Action{Kind: agent.Drain, Backend: b.Name, Server: s.Server, Reason: s.Reason})
+				}
 			}
 		}
 	}
@@ -273,8 +284,10 @@ func (p *Policy) Evidence(obs agent.Observation) []agent.Key {
 	for _, b := range obs.Backends {
 		sb := p.seq[b.Name]
 		found := map[string]bool{}
-		for _, s := range p.Slow(b) {
-			found[s.Server] = true
+		if sb != nil {
+			for _, s := range sb.slow {
+				found[s.Server] = true
+			}
 		}
 		for _, s := range b.Servers {
 			if found[s.Server] || (sb != nil && sb.found[s.Server]) {
@@ -339,6 +352,7 @@ func (p *Policy) advance(obs agent.Observation) {
 			}
 		}
 		sb.idx = sb.q.Step(dt, sb.srv, sb.in, sb.serving, sb.idx)
+		sb.slow = p.SlowBaseline(b, sb.srv, dt)
 		sb.found = make(map[string]bool, len(sb.idx))
 		for _, i := range sb.idx {
 			sb.found[b.Servers[i].Server] = true

@@ -111,6 +111,9 @@ type SeqServer struct {
 	// or over h now.
 	Chunks  uint64
 	Flagged bool
+	// lat is the server's latency baseline (latency.go): kept across
+	// drains, as en and ex are.
+	lat latBaseline
 }
 
 // Max is the largest of the server's CUSUMs.

@@ -152,7 +152,9 @@ func (l *latencies) p50(i int) (int, uint64) {
 func normCDF(z float64) float64 { return 0.5 * math.Erfc(-z/math.Sqrt2) }
 
 // slow adds to idx (the sequential test's condemned) the servers the
-// rules' latency test condemns now, as Policy.Evidence does.
+// rules' latency test condemns now, as Policy.Evidence does: against
+// their peers and, once learned, their own baselines (kept in the same
+// SeqServer as the agent keeps them).
 func (f *fleet) slow(idx []int) []int {
 	for i := range f.srv {
 		v := &f.view.Servers[i]
@@ -162,7 +164,7 @@ func (f *fleet) slow(idx []int) []int {
 			v.State.AdminState = haproxy.AdminForcedDrain // not judged
 		}
 	}
-	for _, s := range f.lat.pol.Slow(f.view) {
+	for _, s := range f.lat.pol.SlowBaseline(f.view, f.srv, 1) {
 		for j := range f.view.Servers {
 			if f.view.Servers[j].Server == s.Server && !slices.Contains(idx, j) {
 				idx = append(idx, j)

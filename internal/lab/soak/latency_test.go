@@ -118,3 +118,41 @@ func TestValidateShapes(t *testing.T) {
 		})
 	}
 }
+
+// TestAlwaysSlowerHealthy: two healthy servers, one's median 6× the
+// other's from the start. After the warm-up, the peer test alone drains
+// the slower one each time it serves; with its own baseline, learned in
+// the warm-up, it is not drained. Without the warm-up (an agent's start)
+// it is drained as before, a second or so of serving each time, until
+// those add up to the 10 minutes that make its baseline; then no more:
+// four hours cost about what two of the peer test alone do.
+func TestAlwaysSlowerHealthy(t *testing.T) {
+	tests := []struct {
+		name      string
+		baseRatio float64
+		warmup    time.Duration
+		hours     float64
+		lo, hi    int // false drains
+		learned   bool
+	}{
+		{"peer test alone: drained each time it serves", 0, time.Hour, 1, 60, 200, true},
+		{"with its baseline: not drained", 3, time.Hour, 1, 0, 0, true},
+		{"with its baseline, no warm-up, one hour: drained, not yet learned", 3, 0, 1, 60, 200, false},
+		{"with its baseline, no warm-up, four hours: learned, drains stopped", 3, 0, 4, 60, 250, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := cell(2, 5)
+			c.Latency, c.Warmup = Latency{MedianMs: 20, Sigma: 1.5}, tt.warmup
+			c.Config.LatencyBaselineRatio = tt.baseRatio
+			f := newFleet(c, rand.New(rand.NewPCG(1, 2)), -1)
+			f.lat.mu[1] = f.lat.mu[0] + math.Log(6)
+			got := f.run(f.dryTill+tt.hours*3600, -1, 0, nil)
+			learned := f.srv[1].LatencyBaseline() > 0
+			t.Logf("%d false drains, learned %v", got, learned)
+			if got < tt.lo || got > tt.hi || learned != tt.learned {
+				t.Errorf("%d false drains, learned %v; want %d to %d, learned %v", got, learned, tt.lo, tt.hi, tt.learned)
+			}
+		})
+	}
+}

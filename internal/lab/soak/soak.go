@@ -187,7 +187,7 @@ func Run(c Cell, workers int) (Result, error) {
 			o := &outs[si]
 			for range daysPerSeed {
 				f := newFleet(c, rng, -1)
-				o.falses += f.run(86400, -1, 0, nil)
+				o.falses += f.run(f.dryTill+86400, -1, 0, nil)
 				o.days++
 			}
 			if c.Fault > 0 || c.Slow > 0 {
@@ -373,6 +373,13 @@ type fleet struct {
 	// the latency test's policy and each server's answer times, when
 	// Cell.Latency
 	lat *latencies
+	// dryTill: before this second, condemnations are neither applied nor
+	// counted. With a latency model it is the warm-up: the count begins
+	// once the agent has learned each server's latency baseline, as an
+	// agent that has watched the fleet before has (a new fleet is drawn
+	// each day, and an agent does not restart each day). The cost of an
+	// agent's own start is told apart in docs/explanation/detection.md.
+	dryTill float64
 }
 
 func newFleet(c Cell, rng *rand.Rand, faulty int) *fleet {
@@ -387,6 +394,7 @@ func newFleet(c Cell, rng *rand.Rand, faulty int) *fleet {
 	}
 	if c.Latency.MedianMs > 0 {
 		f.lat = newLatencies(c, rng)
+		f.dryTill = c.Warmup.Seconds()
 	}
 	if c.Windowed || f.lat != nil {
 		f.view = agent.BackendView{Name: "app", Servers: make([]agent.ServerView, n)}
@@ -467,6 +475,9 @@ func (f *fleet) run(secs float64, faulty int, onset float64, delay *float64) int
 			f.idx = f.slow(f.idx)
 		}
 		for _, i := range f.idx {
+			if float64(t) < f.dryTill {
+				break
+			}
 			if i == faulty && float64(t) >= onset-1 && delay != nil {
 				*delay = float64(t+1) - onset
 				return falses

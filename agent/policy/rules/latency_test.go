@@ -1,0 +1,138 @@
+package rules
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hapilot/hapilot/agent"
+)
+
+// TestLatencyBaseline drives the rules' latency test through Evidence,
+// one observation a second on an injected clock: a history of each
+// server's window median, then the medians now; the servers condemned at
+// the end are compared.
+func TestLatencyBaseline(t *testing.T) {
+	type phase struct {
+		secs int
+		p50  []int // each server's window median, ms
+	}
+	learn := int(latencyLearn.Seconds()) + 100
+	tests := []struct {
+		name      string
+		baseRatio float64 // LatencyBaselineRatio; -1: the default
+		phases    []phase
+		want      string
+	}{
+		{"cold start: a server 6x its peer is drained as before", -1,
+			[]phase{{5, []int{10, 60}}}, "srv2"},
+		{"cold start, just short of learned: still drained", -1,
+			[]phase{{learn - 200, []int{10, 60}}, {5, []int{10, 60}}}, "srv2"},
+		{"always 6x its peer, baseline learned: not drained", -1,
+			[]phase{{learn, []int{10, 60}}, {5, []int{10, 60}}}, ""},
+		{"always 3x its peer, now 6x: 2x its own baseline, not drained", -1,
+			[]phase{{learn, []int{10, 30}}, {5, []int{10, 60}}}, ""},
+		{"like its peer, then 5x it and its own baseline: drained", -1,
+			[]phase{{learn, []int{10, 12}}, {5, []int{10, 60}}}, "srv2"},
+		{"always 3x its peer, now 10x: 3.3x its own baseline, drained", -1,
+			[]phase{{learn, []int{10, 30}}, {5, []int{10, 100}}}, "srv2"},
+		{"slow for long after: a suspect median does not teach the baseline", -1,
+			[]phase{{learn, []int{10, 12}}, {2 * learn, []int{10, 60}}}, "srv2"},
+		{"fleet-wide slowdown, 10x: nothing", -1,
+			[]phase{{learn, []int{10, 12, 11}}, {5, []int{100, 120, 110}}}, ""},
+		{"one of three 10x slower than its learned self and its peers: drained", -1,
+			[]phase{{learn, []int{10, 12, 11}}, {5, []int{10, 120, 11}}}, "srv2"},
+		{"ratio 0: the peers alone, as before", 0,
+			[]phase{{learn, []int{10, 60}}, {5, []int{10, 60}}}, "srv2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			if tt.baseRatio >= 0 {
+				cfg.LatencyBaselineRatio = tt.baseRatio
+			}
+			p := New(cfg)
+			at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			var got []agent.Key
+			for _, ph := range tt.phases {
+				b := agent.BackendView{Name: "app"}
+				for i, ms := range ph.p50 {
+					b.Servers = append(b.Servers, slowServer(fmt.Sprintf("srv%d", i+1), 300, ms))
+				}
+				for range ph.secs {
+					at = at.Add(time.Second)
+					got = p.Evidence(agent.Observation{Time: at, Backends: []agent.BackendView{b}})
+				}
+			}
+			var names []string
+			for _, k := range got {
+				names = append(names, k.Server)
+			}
+			slices.Sort(names)
+			if strings.Join(names, ",") != tt.want {
+				t.Errorf("condemned %v, want %q", names, tt.want)
+			}
+		})
+	}
+}
+
+// TestLatencyBaselineLevel: the baseline is the geometric mean of the
+// medians it was taught, weighted by time, and stays unlearned (0) short
+// of latencyLearn.
+func TestLatencyBaselineLevel(t *testing.T) {
+	tests := []struct {
+		name  string
+		secs  [2]int // seconds at 10 ms, then at 40 ms
+		lo, h float64
+	}{
+		{"not yet learned", [2]int{100, 100}, 0, 0},
+		{"one level", [2]int{int(latencyLearn.Seconds()), 0}, 9.9, 10.1},
+		{"half at each: the geometric mean", [2]int{int(latencyLearn.Seconds()) / 2, int(latencyLearn.Seconds()) / 2}, 19.5, 20.5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var s SeqServer
+			span := DefaultConfig().BaselineSpan.Seconds()
+			for k, ms := range []float64{10, 40} {
+				for range tt.secs[k] {
+					s.lat.add(logMs(ms), 1, span)
+				}
+			}
+			if got := s.LatencyBaseline(); got < tt.lo || got > tt.h {
+				t.Errorf("baseline %.2f ms, want %g to %g", got, tt.lo, tt.h)
+			}
+		})
+	}
+}
+
+// TestLatencyBaselinePause: checks far apart (the loop paused) teach a
+// baseline no more than a window each, so two checks ten minutes apart
+// do not make it learned.
+func TestLatencyBaselinePause(t *testing.T) {
+	tests := []struct {
+		name        string
+		checks      int
+		every       time.Duration
+		wantLearned bool
+	}{
+		{"two checks ten minutes apart: not learned", 2, 10 * time.Minute, false},
+		{"ten checks a minute apart: learned", 11, time.Minute, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := New(DefaultConfig())
+			at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			b := agent.BackendView{Name: "app", Servers: []agent.ServerView{slowServer("srv1", 300, 10), slowServer("srv2", 300, 60)}}
+			for range tt.checks {
+				at = at.Add(tt.every)
+				p.Evidence(agent.Observation{Time: at, Backends: []agent.BackendView{b}})
+			}
+			learned := p.seq["app"].servers["srv2"].LatencyBaseline() > 0
+			if learned != tt.wantLearned {
+				t.Errorf("learned %v, want %v", learned, tt.wantLearned)
+			}
+		})
+	}
+}
