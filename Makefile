@@ -179,7 +179,7 @@ SOAK ?= 30m
 soak: deps
 	HAPILOT_SOAK=$(SOAK) $(GO) test -tags e2e,soak -count=1 -v -timeout 0 -run '^TestSoak$$' ./internal/lab/e2e/
 
-# The detection figures of docs/explanation/detection.md: simulated server-days through
+# The detection figures of docs/lab/detection.md: simulated server-days through
 # the rules' sequential test (hapilot-bench soak), SOAK_DAYS server-days in
 # each healthy-noise model of issue 37's table, then the fault table. It
 # fails if a model passes 1 false drain per 1,000 server-days or its 95%
