@@ -29,6 +29,17 @@ import (
 // they did.
 const latencyLearn = 10 * time.Minute
 
+// alwaysSlow is how many times the peer test's ratio makes a server slow
+// whatever its history: at the defaults, a median 50× its peers'. A
+// baseline learns from whatever a server serves before it is learned, so
+// a server already slow when the agent starts, and kept serving (observe
+// mode, a guardrail's refusal), would otherwise become its own normal
+// after latencyLearn. Healthy servers differ, but not by this much: two
+// servers whose medians are each lognormal(σ 0.5) around the same value
+// are 50× apart in about one pair in 31 million
+// (docs/explanation/detection.md).
+const alwaysSlow = 10
+
 // latBaseline is one server's latency baseline: exponentially weighted
 // (time constant BaselineSpan) sums of the log of its window median, per
 // second judged: w of the seconds, m of the logs, q of their squares.
@@ -110,6 +121,11 @@ func (p *Policy) SlowBaseline(b agent.BackendView, srv []*SeqServer, dt float64)
 		bl := &srv[i].lat
 		x := logMs(float64(s.Window.P50Ms))
 		k, slow := flagged[s.Server]
+		if slow && peer[k].Ratio >= alwaysSlow*c.LatencyRatio {
+			// Slow whatever its history, and not learned from.
+			out = append(out, peer[k])
+			continue
+		}
 		if !bl.learned() || c.LatencyBaselineRatio <= 0 {
 			if slow {
 				out = append(out, peer[k])

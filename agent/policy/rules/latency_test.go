@@ -44,6 +44,8 @@ func TestLatencyBaseline(t *testing.T) {
 			[]phase{{learn, []int{10, 12, 11}}, {5, []int{100, 120, 110}}}, ""},
 		{"one of three 10x slower than its learned self and its peers: drained", -1,
 			[]phase{{learn, []int{10, 12, 11}}, {5, []int{10, 120, 11}}}, "srv2"},
+		{"always 60x its peer (kept serving), baseline would be learned: still drained", -1,
+			[]phase{{learn, []int{10, 600}}, {5, []int{10, 600}}}, "srv2"},
 		{"ratio 0: the peers alone, as before", 0,
 			[]phase{{learn, []int{10, 60}}, {5, []int{10, 60}}}, "srv2"},
 	}

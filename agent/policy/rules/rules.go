@@ -425,6 +425,8 @@ func (p *Policy) Test(b agent.BackendView) []Finding {
 type SlowServer struct {
 	Server string
 	Reason string
+	// Ratio is the server's median over its peers' median.
+	Ratio float64
 }
 
 // Slow finds the serving servers whose median answer time departs from
@@ -462,7 +464,7 @@ func (p *Policy) Slow(b agent.BackendView) []SlowServer {
 			med = all[mid+1]
 		}
 		if float64(s.Window.P50Ms) >= c.LatencyRatio*float64(max(med, 1)) && s.Window.P50Ms-med >= c.LatencyMinMs {
-			out = append(out, SlowServer{Server: s.Server,
+			out = append(out, SlowServer{Server: s.Server, Ratio: float64(s.Window.P50Ms) / float64(max(med, 1)),
 				Reason: fmt.Sprintf("median answer %d ms vs peers' %d ms (%d answers)", s.Window.P50Ms, med, s.Window.Requests)})
 		}
 	}
