@@ -18,8 +18,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"runtime"
-	"sync"
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
@@ -109,14 +107,11 @@ type ReadmitResult struct {
 	WallSeconds float64 `json:"wall_s"`
 }
 
-// RunReadmit runs a cell's trials, the seeds on up to workers goroutines,
-// each owned here and waited for.
+// RunReadmit runs a cell's trials, the seeds on up to workers goroutines
+// (perSeed).
 func RunReadmit(c ReadmitCell, workers int) (ReadmitResult, error) {
 	if err := c.Validate(); err != nil {
 		return ReadmitResult{}, err
-	}
-	if workers < 1 {
-		workers = runtime.GOMAXPROCS(0)
 	}
 	began := time.Now()
 	type out struct {
@@ -127,40 +122,30 @@ func RunReadmit(c ReadmitCell, workers int) (ReadmitResult, error) {
 		err                     error
 	}
 	outs := make([]out, len(c.Seeds))
-	sem := make(chan struct{}, workers)
-	var wg sync.WaitGroup
-	for si, seed := range c.Seeds {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			rng := rand.New(rand.NewPCG(seed, 0x7ead))
-			o := &outs[si]
-			for range c.Trials {
-				t, err := readmitTrial(c, rng)
-				if err != nil {
-					o.err = err
-					return
-				}
-				o.run++
-				o.paidF += float64(t.paidFaulty)
-				o.paidH += float64(t.paidHealed)
-				o.readmits += t.readmits
-				o.redrains += t.redrains
-				o.secs += t.secs
-				o.probes += t.probes
-				switch {
-				case t.full >= 0:
-					o.full = append(o.full, t.full)
-					o.ramp = append(o.ramp, t.ramp)
-				case c.Heal:
-					o.full = append(o.full, math.Inf(1)) // not back within the horizon
-				}
+	perSeed(c.Seeds, workers, 0x7ead, func(si int, rng *rand.Rand) {
+		o := &outs[si]
+		for range c.Trials {
+			t, err := readmitTrial(c, rng)
+			if err != nil {
+				o.err = err
+				return
 			}
-		}()
-	}
-	wg.Wait()
+			o.run++
+			o.paidF += float64(t.paidFaulty)
+			o.paidH += float64(t.paidHealed)
+			o.readmits += t.readmits
+			o.redrains += t.redrains
+			o.secs += t.secs
+			o.probes += t.probes
+			switch {
+			case t.full >= 0:
+				o.full = append(o.full, t.full)
+				o.ramp = append(o.ramp, t.ramp)
+			case c.Heal:
+				o.full = append(o.full, math.Inf(1)) // not back within the horizon
+			}
+		}
+	})
 	r := ReadmitResult{Path: string(c.Mode), Case: c.caseName(), Fault: c.Fault,
 		Cell: fmt.Sprintf("N=%d %g req/s %.2g%% weight %d", c.Servers, c.Rate, 100*c.Noise, c.Weight)}
 	var full, ramp []float64

@@ -159,14 +159,32 @@ type Result struct {
 	WallSeconds      float64 `json:"wall_s"`
 }
 
+// perSeed runs f once a seed, with a generator of its own (the seed, on
+// stream), on up to workers goroutines (0: one a core), each owned here
+// and waited for.
+func perSeed(seeds []uint64, workers int, stream uint64, f func(i int, rng *rand.Rand)) {
+	if workers < 1 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	sem := make(chan struct{}, workers)
+	var wg sync.WaitGroup
+	for i, seed := range seeds {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			f(i, rand.New(rand.NewPCG(seed, stream)))
+		}()
+	}
+	wg.Wait()
+}
+
 // Run runs a cell: its healthy days and its fault trials, the seeds on
-// up to workers goroutines, each owned here and waited for.
+// up to workers goroutines (perSeed).
 func Run(c Cell, workers int) (Result, error) {
 	if err := c.Validate(); err != nil {
 		return Result{}, err
-	}
-	if workers < 1 {
-		workers = runtime.GOMAXPROCS(0)
 	}
 	began := time.Now()
 	type out struct {
@@ -175,38 +193,28 @@ func Run(c Cell, workers int) (Result, error) {
 	}
 	outs := make([]out, len(c.Seeds))
 	daysPerSeed := int(math.Ceil(c.ServerDays / float64(c.Servers) / float64(len(c.Seeds))))
-	sem := make(chan struct{}, workers)
-	var wg sync.WaitGroup
-	for si, seed := range c.Seeds {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			rng := rand.New(rand.NewPCG(seed, 0x50a4))
-			o := &outs[si]
-			for range daysPerSeed {
-				f := newFleet(c, rng, -1)
-				o.falses += f.run(f.dryTill+86400, -1, 0, nil)
-				o.days++
-			}
-			if c.Fault > 0 || c.Slow > 0 {
-				for range c.Trials {
-					f := newFleet(c, rng, 0)
-					warm := c.Warmup.Seconds()
-					onset := warm + rng.Float64()*600
-					d := -1.0
-					o.faultFalses += f.run(onset+3600, 0, onset, &d)
-					if d < 0 {
-						o.missed++
-					} else {
-						o.delays = append(o.delays, d)
-					}
+	perSeed(c.Seeds, workers, 0x50a4, func(si int, rng *rand.Rand) {
+		o := &outs[si]
+		for range daysPerSeed {
+			f := newFleet(c, rng, -1)
+			o.falses += f.run(f.dryTill+86400, -1, 0, nil)
+			o.days++
+		}
+		if c.Fault > 0 || c.Slow > 0 {
+			for range c.Trials {
+				f := newFleet(c, rng, 0)
+				warm := c.Warmup.Seconds()
+				onset := warm + rng.Float64()*600
+				d := -1.0
+				o.faultFalses += f.run(onset+3600, 0, onset, &d)
+				if d < 0 {
+					o.missed++
+				} else {
+					o.delays = append(o.delays, d)
 				}
 			}
-		}()
-	}
-	wg.Wait()
+		}
+	})
 	r := Result{Servers: c.Servers, Rate: c.Rate, Noise: c.Noise, Hetero: c.Hetero, Diurnal: c.Diurnal, Uneven: c.Uneven, Fault: c.Fault, Slow: c.Slow}
 	if c.Flap.On > 0 {
 		r.Flap = fmt.Sprintf("%g:%g", c.Flap.On.Seconds(), c.Flap.Off.Seconds())
