@@ -287,7 +287,7 @@ func registerRecovery(fs *flag.FlagSet, r *recovery.Config) {
 	fs.StringVar(&r.Path, "probe-path", r.Path, "path of the probe requests")
 	fs.StringVar(&r.Host, "probe-host", r.Host, "Host header of the probe requests (default: the server's address)")
 	fs.Float64Var(&r.Rate, "probe-rate", r.Rate, "probe requests per second during a burst")
-	fs.DurationVar(&r.Cooldown, "probe-cooldown", r.Cooldown, "first wait after a drain; doubled per failed burst or new drain, capped at 10m")
+	fs.DurationVar(&r.Cooldown, "probe-cooldown", r.Cooldown, "first wait after a drain; doubled per new drain of the same server (and, with --readmit probe, per failed burst), capped at 10m")
 	fs.Float64Var(&r.P99Guard, "p99-guard", r.P99Guard, "a drain that leaves the backend's p99 above this many times its level before, for --p99-guard-for and two steps at least, is undone to a reduced weight (0: off)")
 	fs.DurationVar(&r.TailFor, "p99-guard-for", r.TailFor, "how long the p99 must stay over --p99-guard before a drain is undone (0: two steps)")
 }
