@@ -79,12 +79,29 @@ type Config struct {
 	BurstErrors int
 	// BaselineSpan is the time constant of each server's long baseline.
 	BaselineSpan time.Duration
+
+	// HealthyFloor and HealthyRatio bound the healthy region: a server
+	// failing at most the larger of HealthyFloor and HealthyRatio times its
+	// backend's healthy median is healthy, and the test's promise (at most
+	// one false drain per ARLDays) holds for every such server, whatever
+	// the fleet's spread. Between the healthy region and the degraded one
+	// (Floor, DegradedRatio) lies the zone: a server there may be drained,
+	// at most once a ZoneEvery, never cycled (regions.go).
+	HealthyFloor float64
+	HealthyRatio float64
+	// MinDuration: a burst of errors shorter than this, however large and
+	// however spread, never drains; degraded means sustained.
+	MinDuration time.Duration
+	// ZoneEvery is the least time between two drains of a server whose
+	// evidence never showed it degraded (in the zone).
+	ZoneEvery time.Duration
 }
 
 // DefaultConfig is what `hapilot run` uses unless told otherwise.
 func DefaultConfig() Config {
 	return Config{Alpha: 1e-6, MinRequests: 100, MinErrors: 5, MinRatio: 2, LatencyRatio: 5, LatencyMinMs: 50, LatencyBaselineRatio: 3,
-		Floor: 0.01, DegradedRatio: 3, ARLDays: 1000, BurstCap: 0.25, BurstErrors: 10, BaselineSpan: 6 * time.Hour}
+		Floor: 0.01, DegradedRatio: 6, ARLDays: 1000, BurstCap: 0.25, BurstErrors: 10, BaselineSpan: 6 * time.Hour,
+		HealthyFloor: 0.005, HealthyRatio: 3, MinDuration: 5 * time.Second, ZoneEvery: 24 * time.Hour}
 }
 
 // Policy is the rule policy. Its sequential test keeps state between
