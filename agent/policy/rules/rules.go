@@ -231,11 +231,15 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 		planned := map[string]bool{}
 		for _, c := range cands {
 			planned[c.name] = true
-			n, x := c.s.recentSum()
+			n, x := c.s.RunCounts()
+			region := "degraded"
+			if c.s.Zone {
+				region = fmt.Sprintf("in the zone between healthy %.2f%% and degraded (not shown above it): drained at most once a %v", 100*sb.q.HealthyMax(), p.Config.ZoneEvery)
+			}
 			plan = append(plan, agent.Action{
 				Kind: agent.Drain, Backend: b.Name, Server: c.name,
-				Reason: fmt.Sprintf("5xx CUSUM %.1f over h %.1f: %.2f%% (%d/%d) in the last %d checks, judged against %.3f%%, degraded from %.2f%%",
-					c.s.Max(), sb.q.H(), 100*float64(x)/float64(max(n, 1)), x, n, recentChunks, 100*c.s.P0(), 100*sb.q.P1Min()),
+				Reason: fmt.Sprintf("5xx CUSUM at h %.1f: %.2f%% (%d/%d) over its evidence's %d checks, judged against %.3f%%, degraded from %.2f%%; %s",
+					sb.q.H(), 100*float64(x)/float64(max(n, 1)), x, n, c.s.run, 100*c.s.P0(), 100*sb.q.P1Min(), region),
 			})
 		}
 		if sb != nil {
