@@ -324,6 +324,35 @@ type onsetTrial struct {
 	incident int
 }
 
+// tally is one seed's counts.
+type tally struct {
+	days, healthyDays, zoneDays, degDays float64
+	falses, zone, deg, most, faultFalses int
+	missed, incidents, incidentDrains    int
+	delays                               []float64
+}
+
+// day counts one backend-day: each server's drains by its region, and
+// the most any healthy or zone server got.
+func (o *tally) day(region []rules.Region, drains []int) {
+	for i, r := range region {
+		switch r {
+		case rules.RegionHealthy:
+			o.healthyDays++
+			o.falses += drains[i]
+		case rules.RegionZone:
+			o.zoneDays++
+			o.zone += drains[i]
+		default:
+			o.degDays++
+			o.deg += drains[i]
+			continue
+		}
+		o.most = max(o.most, drains[i])
+	}
+	o.days += float64(len(region))
+}
+
 // Run runs a cell: its healthy days, its fault trials and its fleet-wide
 // incidents, the seeds on up to workers goroutines (perSeed).
 func Run(c Cell, workers int) (Result, error) {
@@ -331,13 +360,7 @@ func Run(c Cell, workers int) (Result, error) {
 		return Result{}, err
 	}
 	began := time.Now()
-	type out struct {
-		days, healthyDays, zoneDays, degDays float64
-		falses, zone, deg, most, faultFalses int
-		missed, incidents, incidentDrains    int
-		delays                               []float64
-	}
-	outs := make([]out, len(c.Seeds))
+	outs := make([]tally, len(c.Seeds))
 	perSeedDays := c.ServerDays / float64(len(c.Seeds))
 	if !c.RandomFleets {
 		// whole backend-days, as before
@@ -348,22 +371,7 @@ func Run(c Cell, workers int) (Result, error) {
 		for o.days < perSeedDays {
 			f := newFleet(c.draw(rng), rng)
 			f.run(f.dryTill+86400, nil)
-			for i, r := range f.region {
-				switch r {
-				case rules.RegionHealthy:
-					o.healthyDays++
-					o.falses += f.drains[i]
-				case rules.RegionZone:
-					o.zoneDays++
-					o.zone += f.drains[i]
-				default:
-					o.degDays++
-					o.deg += f.drains[i]
-					continue
-				}
-				o.most = max(o.most, f.drains[i])
-			}
-			o.days += float64(len(f.region))
+			o.day(f.region, f.drains)
 		}
 		warm := c.Warmup.Seconds()
 		if c.Fault > 0 || c.Slow > 0 {
@@ -639,6 +647,8 @@ type fleet struct {
 	// the latency test's policy and each server's answer times, when
 	// Cell.Latency
 	lat *latencies
+	// tap, when set (tests), sees each chunk's counts before the test does.
+	tap func(t0 float64, in []rules.Counts)
 	// dryTill: before this second, condemnations are neither applied nor
 	// counted. With a latency model it is the warm-up: the count begins
 	// once the agent has learned each server's latency baseline, as an
@@ -821,6 +831,9 @@ func (f *fleet) run(secs float64, tr *onsetTrial) int {
 				slow := i < k && c.Slow > 0 && t1 > onset && c.Flap.on(t0, onset)
 				f.lat.second(i, n, slow)
 			}
+		}
+		if f.tap != nil {
+			f.tap(t0, f.in)
 		}
 		if f.old != nil {
 			f.idx = f.windowed(j)
