@@ -117,6 +117,16 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	if *readmit {
+		var set []string
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "restarts", "burst-spread", "fleet-fault", "faulty", "evidence-check", "random-fleets":
+				set = append(set, "--"+f.Name)
+			}
+		})
+		if len(set) > 0 {
+			return fmt.Errorf("--readmit: %s not simulated in re-admission", strings.Join(set, ", "))
+		}
 		return soakReadmit(ctx, readmitFlags{servers: ns, rates: rates, noise: *noise, fault: *fault, weight: *readmitWeight,
 			healWithin: *healWithin, horizon: *readmitHorizon, interval: *readmitInterval, trials: *trials, seeds: base.Seeds,
 			seedsText: *seeds, rules: cfg, workers: *workers, json: *jsonOut}, stdout, stderr)

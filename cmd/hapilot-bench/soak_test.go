@@ -248,6 +248,7 @@ func TestSoakNoiseFlagErrors(t *testing.T) {
 		{[]string{"--faulty", "3"}, "--faulty"},
 		{[]string{"--fault", "0.05", "--faulty", "9"}, "faulty 9"},
 		{[]string{"--evidence-check", "10ms"}, "evidence-check"},
+		{[]string{"--readmit", "--restarts", "6:3"}, "--readmit: --restarts"},
 	} {
 		var stdout, stderr bytes.Buffer
 		err := cmdSoak(context.Background(), append(tc.args, "--server-days", "1"), &stdout, &stderr)
