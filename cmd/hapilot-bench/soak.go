@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -28,7 +30,20 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	rate := fs.String("rate", "33", "requests per second per server, comma-separated")
 	noise := fs.Float64("noise", 0.002, "healthy 5xx rate (the fleet's median)")
 	hetero := fs.String("hetero", "0", "lognormal sigma of the healthy servers' rates, comma-separated (a new fleet each day)")
-	bursts := fs.String("bursts", "", "HOURS:MIN-MAX: one burst of MIN to MAX errors within a second, every HOURS per server on average")
+	bursts := fs.String("bursts", "", "HOURS:MIN-MAX: one burst of MIN to MAX errors within a second (or --burst-spread), every HOURS per server on average")
+	// issue 41: the noise real fleets have, and their faults.
+	restarts := fs.String("restarts", "", "HOURS:SECONDS: each server restarts on average every HOURS (Poisson) and refuses connections for SECONDS; each request to it meanwhile is a 5xx in its counts, as HAProxy's retries report it")
+	burstSpread := fs.Float64("burst-spread", 0, "SECONDS: each burst of --bursts is spread uniformly over this long, touching every check it overlaps (0: within one second, straddling two checks)")
+	fleetFault := fs.Float64("fleet-fault", 0, "5xx rate P: --trials incidents a seed in which every server of the backend steps to P together for an hour, at a random time 0-600 s after --warmup; prints the drains per 1,000 incident-hours (0: none)")
+	faulty := fs.Int("faulty", 1, "servers failing at --fault at once: each one's time to detect counts, and a trial is missed if any of them is")
+	evidenceCheck := secondsValue(time.Second)
+	fs.Var(&evidenceCheck, "evidence-check", "the check's cadence: the test is fed chunks of this long (a duration, 100ms, or seconds, 0.1; from 100ms to 1m)")
+	randomFleets := fs.Bool("random-fleets", false, fmt.Sprintf("each backend-day draws its own fleet: N uniform over %d-%d, rate log-uniform %g-%g req/s, median 5xx log-uniform %g%%-%g%%, sigma uniform 0-%g, "+
+		"bursts of K errors (K uniform 0-%d, 0: none) spread uniformly over %g-%g s every %g-%g h (log-uniform), restarts every %g-%g h down %g-%g s (both log-uniform); "+
+		"--servers, --rate, --noise, --hetero, --bursts, --burst-spread and --restarts are ignored",
+		soak.RandomMinServers, soak.RandomMaxServers, soak.RandomMinRate, soak.RandomMaxRate, 100*soak.RandomMinNoise, 100*soak.RandomMaxNoise, soak.RandomMaxHetero,
+		soak.RandomMaxBurst, soak.RandomBurstSpread[0], soak.RandomBurstSpread[1], soak.RandomBurstHours[0], soak.RandomBurstHours[1],
+		soak.RandomRestartHours[0], soak.RandomRestartHours[1], soak.RandomRestartDown[0], soak.RandomRestartDown[1]))
 	diurnal := fs.Float64("diurnal", 0, "the traffic's swing over a day: rate x (1 + D sin(2 pi t/day)), D in [0, 1)")
 	uneven := fs.Float64("uneven", 0, "lognormal sigma of each server's share of the traffic")
 	fault := fs.String("fault", "", "faulty server's 5xx rates, comma-separated: one server from a random time after the warm-up")
@@ -42,6 +57,8 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	jsonOut := fs.String("json", "", "write the results to this JSON file")
 	maxRate := fs.Float64("max-per-1000", 0, "fail when a cell's false drains per 1,000 server-days exceed this (0: never)")
 	maxHigh := fs.Float64("max-upper", 0, "fail when a cell's 95% upper end reaches this (0: never)")
+	maxDay := fs.Int("max-one-server-day", 0, "fail when a healthy or zone server is drained more than this many times in one day (0: never)")
+	maxFleet := fs.Float64("max-fleet-per-1000", 0, "fail when a cell's drains per 1,000 fleet-wide incident-hours exceed this (0: never)")
 	readmit := fs.Bool("readmit", false, "measure re-admission instead: a server failing at --fault (5% when unset) drained, then healed at a random time (or never), through today's probe path and the slow start")
 	readmitWeight := fs.Int("readmit-weight", 16, "re-admission: every server's configured weight")
 	healWithin := fs.Duration("heal-within", 10*time.Minute, "re-admission: the server heals at a uniform time in [0, this) after its drain")
@@ -65,7 +82,8 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	base := soak.Cell{Noise: *noise, Diurnal: *diurnal, Uneven: *uneven, ServerDays: *serverDays, Trials: *trials,
-		Warmup: *warmup, DrainFor: *drainFor, Config: cfg, Windowed: *windowed}
+		Warmup: *warmup, DrainFor: *drainFor, Config: cfg, Windowed: *windowed,
+		EvidenceCheck: time.Duration(evidenceCheck), RandomFleets: *randomFleets}
 	var err error
 	if base.Seeds, err = parseSeeds(*seeds); err != nil {
 		return err
@@ -74,6 +92,18 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if base.Bursts, err = parseBursts(*bursts); err != nil {
 			return err
 		}
+	}
+	if *restarts != "" {
+		if base.Restarts, err = parseRestarts(*restarts); err != nil {
+			return err
+		}
+	}
+	if err := checkNoiseFlags(*burstSpread, *bursts != "", *fleetFault, *faulty, *fault != ""); err != nil {
+		return err
+	}
+	base.BurstSpread = time.Duration(*burstSpread * float64(time.Second))
+	if *faulty > 1 {
+		base.Faulty = *faulty
 	}
 	if base.Flap, base.Latency, err = parseShapes(*flap, *latency, *latencyHetero); err != nil {
 		return err
@@ -87,6 +117,16 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	if *readmit {
+		var set []string
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "restarts", "burst-spread", "fleet-fault", "faulty", "evidence-check", "random-fleets":
+				set = append(set, "--"+f.Name)
+			}
+		})
+		if len(set) > 0 {
+			return fmt.Errorf("--readmit: %s not simulated in re-admission", strings.Join(set, ", "))
+		}
 		return soakReadmit(ctx, readmitFlags{servers: ns, rates: rates, noise: *noise, fault: *fault, weight: *readmitWeight,
 			healWithin: *healWithin, horizon: *readmitHorizon, interval: *readmitInterval, trials: *trials, seeds: base.Seeds,
 			seedsText: *seeds, rules: cfg, workers: *workers, json: *jsonOut}, stdout, stderr)
@@ -94,6 +134,10 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	sigmas, err := floats("hetero", *hetero)
 	if err != nil {
 		return err
+	}
+	if *randomFleets {
+		// one cell: each backend-day draws its own
+		ns, rates, sigmas = []float64{0}, []float64{0}, []float64{0}
 	}
 	// each fault cell: a 5xx rate or a slow factor
 	type faultCell struct{ rate, slow float64 }
@@ -126,13 +170,19 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 				for i, f := range faults {
 					c := base
 					c.Servers, c.Rate, c.Hetero, c.Fault, c.Slow = int(n), r, s, f.rate, f.slow
-					if i > 0 {
-						c.ServerDays = 0 // the healthy days once per cell
+					if i == 0 {
+						c.FleetFault = *fleetFault
+					} else {
+						c.ServerDays = 0 // the healthy days and the incidents once per cell
 					}
 					if err := ctx.Err(); err != nil {
 						return fmt.Errorf("soak: stopped: %w", err)
 					}
-					fmt.Fprintf(stderr, "soak: N=%d %g req/s sigma %g fault %g slow %g...\n", c.Servers, r, s, f.rate, f.slow)
+					if *randomFleets {
+						fmt.Fprintf(stderr, "soak: random fleets fault %g slow %g fleet fault %g...\n", f.rate, f.slow, c.FleetFault)
+					} else {
+						fmt.Fprintf(stderr, "soak: N=%d %g req/s sigma %g fault %g slow %g fleet fault %g...\n", c.Servers, r, s, f.rate, f.slow, c.FleetFault)
+					}
 					res, err := soak.Run(c, *workers)
 					if err != nil {
 						return fmt.Errorf("soak: N=%d rate %g: %w", c.Servers, r, err)
@@ -146,7 +196,11 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *windowed {
 		test = "windowed (rules.Test, 60 s, every second)"
 	}
-	fmt.Fprintf(stdout, "soak: the rules' %s test, every second of simulated traffic; seeds %s\n", test, *seeds)
+	every := "every second"
+	if d := time.Duration(evidenceCheck); d != time.Second {
+		every = "every " + d.String()
+	}
+	fmt.Fprintf(stdout, "soak: the rules' %s test, %s of simulated traffic; seeds %s\n", test, every, *seeds)
 	WriteSoakTable(stdout, results)
 	if *jsonOut != "" {
 		raw, err := json.MarshalIndent(results, "", "  ")
@@ -157,7 +211,45 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return fmt.Errorf("soak: writing %s: %w", *jsonOut, err)
 		}
 	}
-	return checkPromise(results, *maxRate, *maxHigh)
+	if err := checkPromise(results, *maxRate, *maxHigh); err != nil {
+		return err
+	}
+	return checkCycles(results, *maxDay, *maxFleet)
+}
+
+// checkNoiseFlags checks issue 41's flags against each other, in the
+// flags' own names.
+func checkNoiseFlags(spread float64, bursts bool, fleetFault float64, faulty int, fault bool) error {
+	var errs []error
+	if !(spread >= 0 && spread <= 3600) {
+		errs = append(errs, fmt.Errorf("--burst-spread %v: want seconds in [0, 3600]", spread))
+	} else if spread > 0 && !bursts {
+		errs = append(errs, fmt.Errorf("--burst-spread %v: needs --bursts to spread", spread))
+	}
+	if !(fleetFault >= 0 && fleetFault < 1) {
+		errs = append(errs, fmt.Errorf("--fleet-fault %v: want a 5xx rate in [0, 1)", fleetFault))
+	}
+	if faulty < 1 {
+		errs = append(errs, fmt.Errorf("--faulty %d: want at least 1", faulty))
+	} else if faulty > 1 && !fault {
+		errs = append(errs, fmt.Errorf("--faulty %d: needs --fault, the rate they fail at", faulty))
+	}
+	return errors.Join(errs...)
+}
+
+// checkCycles fails when a server was drained more than maxDay times in
+// one day, or a cell's fleet-wide incidents drained more than maxFleet
+// per 1,000 incident-hours (0: never).
+func checkCycles(results []soak.Result, maxDay int, maxFleet float64) error {
+	for _, r := range results {
+		if maxDay > 0 && r.ServerDays > 0 && r.MostOneServerOneDay > maxDay {
+			return fmt.Errorf("soak: %s: a server drained %d times in one day, over %d", r.Cell, r.MostOneServerOneDay, maxDay)
+		}
+		if maxFleet > 0 && r.FleetFaultPer1000 != nil && *r.FleetFaultPer1000 > maxFleet {
+			return fmt.Errorf("soak: %s: %.2f drains per 1,000 fleet-wide incident-hours, over %g", r.Cell, *r.FleetFaultPer1000, maxFleet)
+		}
+	}
+	return nil
 }
 
 // checkPromise fails when a cell's false drains break the given bounds.
@@ -176,20 +268,61 @@ func checkPromise(results []soak.Result, maxRate, maxHigh float64) error {
 	return nil
 }
 
-// WriteSoakTable prints one row per result.
+// WriteSoakTable prints one row per result; the zone's, the most drains
+// of one server in a day, and the fleet-wide incidents' columns only
+// where a result has them.
 func WriteSoakTable(w io.Writer, results []soak.Result) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "cell\tserver-days\tfalse drains\tper 1,000 server-days [95%]\tfault\tfound\tmedian s\tp90 s\tbound s\tmedian/bound\t")
+	var zone, days, fleet bool
 	for _, r := range results {
-		days := "-"
-		if r.ServerDays > 0 {
-			days = fmt.Sprintf("%.0f\t%d\t%.2f [%.2f, %.2f]", r.ServerDays, r.FalseDrains, r.FalseDrainsPer1000, r.Low95, r.High95)
-		} else {
-			days = "-\t-\t-"
+		zone = zone || r.ZoneServerDays > 0 || r.DegradedServerDays > 0
+		days = days || r.ServerDays > 0
+		fleet = fleet || r.FleetFaultPer1000 != nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := "cell\tserver-days\tfalse drains\tper 1,000 server-days [95%]\t"
+	if zone {
+		head = "cell\tserver-days\thealthy\tfalse drains\tper 1,000 healthy server-days [95%]\tzone days\tzone drains\t"
+	}
+	if days {
+		head += "most a server-day\t"
+	}
+	if fleet {
+		head += "fleet fault\tincident-h\tdrains\tper 1,000 incident-h [95% upper]\t"
+	}
+	fmt.Fprintln(tw, head+"fault\tfound\tmedian s\tp90 s\tbound s\tmedian/bound\t")
+	for _, r := range results {
+		row := r.Cell + "\t"
+		switch {
+		case r.ServerDays > 0 && zone:
+			row += fmt.Sprintf("%.0f\t%.0f\t%d\t%.2f [%.2f, %.2f]\t%.0f\t%d\t", r.ServerDays, r.HealthyServerDays, r.FalseDrains, r.FalseDrainsPer1000, r.Low95, r.High95,
+				r.ZoneServerDays, r.ZoneDrains)
+		case r.ServerDays > 0:
+			row += fmt.Sprintf("%.0f\t%d\t%.2f [%.2f, %.2f]\t", r.ServerDays, r.FalseDrains, r.FalseDrainsPer1000, r.Low95, r.High95)
+		case zone:
+			row += "-\t-\t-\t-\t-\t-\t"
+		default:
+			row += "-\t-\t-\t"
+		}
+		if days {
+			if r.ServerDays > 0 {
+				row += fmt.Sprintf("%d\t", r.MostOneServerOneDay)
+			} else {
+				row += "-\t"
+			}
+		}
+		if fleet {
+			if r.FleetFaultPer1000 != nil {
+				row += fmt.Sprintf("%.3g%%\t%.0f\t%d\t%.2f [%.2f]\t", 100*r.FleetFault, r.IncidentHours, r.FleetFaultDrains, *r.FleetFaultPer1000, r.FleetFaultHigh95)
+			} else {
+				row += "-\t-\t-\t-\t"
+			}
 		}
 		flt := "-\t-\t-\t-\t-\t-"
 		if r.Fault > 0 || r.Slow > 0 {
 			kind := fmt.Sprintf("%.3g%%", 100*r.Fault)
+			if r.Faulty > 1 {
+				kind = fmt.Sprintf("%d at %.3g%%", r.Faulty, 100*r.Fault)
+			}
 			if r.Slow > 0 {
 				kind = fmt.Sprintf("slow %g×", r.Slow)
 			}
@@ -202,9 +335,41 @@ func WriteSoakTable(w io.Writer, results []soak.Result) {
 				flt = fmt.Sprintf("%s\t0/%d\t-\t-\t-\t-", kind, r.Trials)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", r.Cell, days, flt)
+		fmt.Fprintf(tw, "%s%s\t\n", row, flt)
 	}
 	tw.Flush()
+}
+
+// parseRestarts reads HOURS:SECONDS.
+func parseRestarts(s string) (soak.Restarts, error) {
+	h, d, ok := strings.Cut(s, ":")
+	every, err1 := strconv.ParseFloat(h, 64)
+	down, err2 := strconv.ParseFloat(d, 64)
+	if !ok || err1 != nil || err2 != nil || !(every > 0 && every <= 1e6) || !(down > 0 && down <= 3600) {
+		return soak.Restarts{}, fmt.Errorf("--restarts %q: want HOURS:SECONDS, hours above zero and seconds in (0, 3600], such as 6:3", s)
+	}
+	return soak.Restarts{EveryHours: every, Down: time.Duration(down * float64(time.Second))}, nil
+}
+
+// secondsValue is a duration flag that takes seconds too (0.1 or 100ms).
+type secondsValue time.Duration
+
+func (v *secondsValue) String() string { return time.Duration(*v).String() }
+
+func (v *secondsValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		f, err2 := strconv.ParseFloat(s, 64)
+		if err2 != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			return fmt.Errorf("want a duration (100ms, 2s) or seconds (0.1)")
+		}
+		d = time.Duration(f * float64(time.Second))
+	}
+	if d < 100*time.Millisecond || d > time.Minute {
+		return fmt.Errorf("%v outside [100ms, 1m] (the agent's least is 100ms)", d)
+	}
+	*v = secondsValue(d)
+	return nil
 }
 
 func floats(name, s string) ([]float64, error) {

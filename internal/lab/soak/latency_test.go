@@ -145,9 +145,9 @@ func TestAlwaysSlowerHealthy(t *testing.T) {
 			c := cell(2, 5)
 			c.Latency, c.Warmup = Latency{MedianMs: 20, Sigma: 1.5}, tt.warmup
 			c.Config.LatencyBaselineRatio = tt.baseRatio
-			f := newFleet(c, rand.New(rand.NewPCG(1, 2)), -1)
+			f := newFleet(c, rand.New(rand.NewPCG(1, 2)))
 			f.lat.mu[1] = f.lat.mu[0] + math.Log(6)
-			got := f.run(f.dryTill+tt.hours*3600, -1, 0, nil)
+			got := f.run(f.dryTill+tt.hours*3600, nil)
 			learned := f.srv[1].LatencyBaseline() > 0
 			t.Logf("%d false drains, learned %v", got, learned)
 			if got < tt.lo || got > tt.hi || learned != tt.learned {

@@ -1,23 +1,29 @@
 // Package soak runs simulated server-days through the rules' sequential
-// test as the agent's loop runs it: each simulated second, every server's
-// new requests and 5xx (Poisson traffic, binomial errors) are one chunk
-// of rules.Sequential.Step, the exact function Policy.Evidence calls on
-// the windows' counts every EvidenceCheck. It does not build the loop's
-// observations or the runtime socket's replies: at 10,000 server-days
-// (864 million server-seconds) that path would take hours; TestSoakAgrees
-// WithTheLoop checks that the loop, on the same traffic, drains when
-// the soak says.
+// test as the agent's loop runs it: every evidence check (Cell.EvidenceCheck,
+// one second unless set), every server's new requests and 5xx (Poisson
+// traffic, binomial errors) are one chunk of rules.Sequential.Step, the
+// exact function Policy.Evidence calls on the windows' counts every
+// EvidenceCheck. It does not build the loop's observations or the runtime
+// socket's replies: at 10,000 server-days (864 million server-seconds)
+// that path would take hours; TestSoakAgreesWithTheLoop checks that the
+// loop, on the same traffic, drains when the soak says.
 //
 // What it counts:
-//   - a false drain: the test condemning a healthy server (the server is
-//     then out for DrainFor, as the probe cooldown keeps it, and comes back
-//     with its evidence reset). Every condemnation counts, as if the
-//     guardrails let all through: the figure is an upper bound;
-//   - a fault's time to detect: one server's error rate jumps to Fault at
-//     a random time after Warmup of steady healthy traffic; the time from
-//     the jump to the end of the chunk that condemns it. Or its answers
-//     slow down (Cell.Slow, with Cell.Latency: latency.go), or either fault
-//     comes and goes (Cell.Flap).
+//   - a false drain: the test condemning a server in the healthy region
+//     (rules.Config.Region of its own healthy rate against its backend's
+//     lower median; bursts and restarts left out). The server is then out
+//     for DrainFor, as the probe cooldown keeps it, and comes back with
+//     its evidence reset. Every condemnation counts, as if the guardrails
+//     let all through: the figure is an upper bound. Drains of servers in
+//     the zone are counted apart, and so is the most drains one server got
+//     in one day;
+//   - a fault's time to detect: Faulty servers' error rate jumps to Fault
+//     at a random time after Warmup of steady healthy traffic; the time
+//     from the jump to the end of the chunk that condemns each. Or its
+//     answers slow down (Cell.Slow, with Cell.Latency: latency.go), or
+//     either fault comes and goes (Cell.Flap);
+//   - a fleet-wide incident's drains: every server steps to FleetFault
+//     together for an hour (Cell.FleetFault).
 package soak
 
 import (
@@ -36,12 +42,51 @@ import (
 )
 
 // Bursts: one burst of Min to Max errors every EveryHours per server on
-// average, spread over one second that straddles two chunks at a random
-// point (the loop's checks do not fall on the windows' seconds).
+// average, beginning at a uniform point of a chunk and spread uniformly
+// over Cell.BurstSpread (one second unless set: it then straddles two
+// chunks at a random point, as the loop's checks do not fall on the
+// windows' seconds). Its errors are requests too, in N and X.
 type Bursts struct {
 	EveryHours float64
 	Min, Max   int
 }
+
+// Restarts: each server restarts on average every EveryHours (a Poisson
+// process) and refuses connections for Down. Each request to it meanwhile
+// is an error in its counts (N and X), as HAProxy reports a refused
+// connection that its retries then carry elsewhere: the agent counts the
+// retry against the server.
+type Restarts struct {
+	EveryHours float64
+	Down       time.Duration
+}
+
+// FleetFaultFor is how long a fleet-wide incident (Cell.FleetFault) lasts.
+const FleetFaultFor = time.Hour
+
+// The random fleets' ranges (Cell.RandomFleets): each backend-day draws
+// its servers uniformly over [RandomMinServers, RandomMaxServers], its
+// rate per server log-uniformly over [RandomMinRate, RandomMaxRate], its
+// median 5xx rate log-uniformly over [RandomMinNoise, RandomMaxNoise], its
+// spread σ uniformly over [0, RandomMaxHetero]; bursts of K errors, K
+// uniform over 0–RandomMaxBurst (0: none that day), every log-uniform
+// RandomBurstHours, spread uniformly over RandomBurstSpread seconds; and
+// restarts every log-uniform RandomRestartHours, down for log-uniform
+// RandomRestartDown seconds.
+const (
+	RandomMinServers, RandomMaxServers = 2, 100
+	RandomMinRate, RandomMaxRate       = 0.5, 500.0
+	RandomMinNoise, RandomMaxNoise     = 0.0005, 0.02
+	RandomMaxHetero                    = 0.6
+	RandomMaxBurst                     = 50
+)
+
+var (
+	RandomBurstHours   = [2]float64{1, 24}
+	RandomBurstSpread  = [2]float64{1, 5}
+	RandomRestartHours = [2]float64{6, 48}
+	RandomRestartDown  = [2]float64{0.5, 3}
+)
 
 // Cell is one noise model, and the fault to find in it.
 type Cell struct {
@@ -74,27 +119,58 @@ type Cell struct {
 	// fault: the faulty server's median answer time times Slow.
 	Latency Latency
 	Slow    float64
+	// Restarts: each server's restarts, a burst of refused connections.
+	Restarts Restarts
+	// BurstSpread: each burst's errors fall uniformly over this long (0:
+	// one second).
+	BurstSpread time.Duration
+	// FleetFault: when above zero, Trials a seed of fleet-wide incidents:
+	// every server steps to this 5xx rate together for FleetFaultFor, at a
+	// random time 0–600 s after Warmup. Drains in them are counted per
+	// incident-hour.
+	FleetFault float64
+	// Faulty is how many servers fail at once in the fault trials (0: one).
+	Faulty int
+	// EvidenceCheck is a chunk's length, the check's cadence (0: one
+	// second).
+	EvidenceCheck time.Duration
+	// RandomFleets: each backend-day (and each trial) draws its own
+	// servers, rate, noise, spread, bursts and restarts from the Random
+	// ranges above; Servers, Rate, Noise, Hetero, Bursts, BurstSpread and
+	// Restarts are then ignored.
+	RandomFleets bool
 }
+
+// dt is a chunk's length in seconds.
+func (c Cell) dt() float64 {
+	if c.EvidenceCheck <= 0 {
+		return 1
+	}
+	return c.EvidenceCheck.Seconds()
+}
+
+// faulty is how many servers fail in a fault trial.
+func (c Cell) faulty() int { return max(c.Faulty, 1) }
 
 // Flap is an intermittent fault's on and off periods (zero: steady).
 type Flap struct{ On, Off time.Duration }
 
-// on is whether a fault that began at onset is on in second t.
-func (fl Flap) on(t int, onset float64) bool {
+// on is whether a fault that began at onset is on at time t.
+func (fl Flap) on(t, onset float64) bool {
 	if fl.On <= 0 {
 		return true
 	}
 	on, off := fl.On.Seconds(), fl.Off.Seconds()
-	return math.Mod(max(float64(t)-onset, 0), on+off) < on
+	return math.Mod(max(t-onset, 0), on+off) < on
 }
 
 // Validate checks a cell's settings.
 func (c Cell) Validate() error {
 	var errs []error
-	if c.Servers < 2 || c.Servers > 100000 {
+	if !c.RandomFleets && (c.Servers < 2 || c.Servers > 100000) {
 		errs = append(errs, fmt.Errorf("servers %d outside [2, 100000]", c.Servers))
 	}
-	if !(c.Rate > 0 && c.Rate <= 1e5) {
+	if !c.RandomFleets && !(c.Rate > 0 && c.Rate <= 1e5) {
 		errs = append(errs, fmt.Errorf("rate %v outside (0, 1e5]", c.Rate))
 	}
 	if !(c.Noise >= 0 && c.Noise < 0.5) || !(c.Fault >= 0 && c.Fault < 1) {
@@ -118,6 +194,30 @@ func (c Cell) Validate() error {
 	if c.Slow != 0 && (!(c.Slow > 1 && c.Slow <= 1000) || c.Latency.MedianMs == 0) {
 		errs = append(errs, fmt.Errorf("slow %v: want (1, 1000] times the median, with a latency model", c.Slow))
 	}
+	if c.Restarts != (Restarts{}) && !(c.Restarts.EveryHours > 0 && c.Restarts.Down > 0 && c.Restarts.Down <= time.Hour) {
+		errs = append(errs, fmt.Errorf("restarts every %v hours, down %v: want hours above zero and down in (0, 1h]", c.Restarts.EveryHours, c.Restarts.Down))
+	}
+	if c.BurstSpread < 0 || c.BurstSpread > time.Hour {
+		errs = append(errs, fmt.Errorf("burst spread %v outside [0, 1h]", c.BurstSpread))
+	} else if c.BurstSpread > 0 && c.Bursts.EveryHours == 0 && !c.RandomFleets {
+		errs = append(errs, fmt.Errorf("burst spread %v without bursts to spread", c.BurstSpread))
+	}
+	if !(c.FleetFault >= 0 && c.FleetFault < 1) {
+		errs = append(errs, fmt.Errorf("fleet fault %v outside [0, 1)", c.FleetFault))
+	}
+	if c.Faulty < 0 || (c.Faulty > 1 && c.Fault == 0) || (c.Faulty > 0 && !c.RandomFleets && c.Faulty >= c.Servers) ||
+		(c.Faulty > RandomMinServers-1 && c.RandomFleets) {
+		errs = append(errs, fmt.Errorf("faulty %d: want at least one and fewer than the servers (%d; %d with random fleets), with a 5xx fault (all of them failing is the fleet fault)",
+			c.Faulty, c.Servers, RandomMinServers-1))
+	}
+	if c.EvidenceCheck != 0 && (c.EvidenceCheck < 100*time.Millisecond || c.EvidenceCheck > time.Minute) {
+		errs = append(errs, fmt.Errorf("evidence check %v outside [100ms, 1m] (the agent's least is 100ms)", c.EvidenceCheck))
+	} else if c.dt() != 1 && (c.Windowed || c.Latency.MedianMs > 0) {
+		errs = append(errs, fmt.Errorf("evidence check %v: the windowed test and the latency model are simulated a second at a time", c.EvidenceCheck))
+	}
+	if c.RandomFleets && c.Windowed {
+		errs = append(errs, errors.New("random fleets with the windowed test: not simulated"))
+	}
 	if err := c.Config.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("rules: %w", err))
 	}
@@ -126,35 +226,68 @@ func (c Cell) Validate() error {
 
 // Result is a cell's figures.
 type Result struct {
-	Cell        string  `json:"cell"`
-	Servers     int     `json:"servers"`
-	Rate        float64 `json:"rate"`
-	Noise       float64 `json:"noise"`
-	Hetero      float64 `json:"hetero"`
-	Bursts      string  `json:"bursts,omitempty"`
-	Diurnal     float64 `json:"diurnal,omitempty"`
-	Uneven      float64 `json:"uneven,omitempty"`
-	ServerDays  float64 `json:"server_days"`
-	FalseDrains int     `json:"false_drains"`
-	// FalseDrainsPer1000 and its exact Poisson 95% interval.
+	Cell     string  `json:"cell"`
+	Servers  int     `json:"servers"`
+	Rate     float64 `json:"rate"`
+	Noise    float64 `json:"noise"`
+	Hetero   float64 `json:"hetero"`
+	Bursts   string  `json:"bursts,omitempty"`
+	Diurnal  float64 `json:"diurnal,omitempty"`
+	Uneven   float64 `json:"uneven,omitempty"`
+	Restarts string  `json:"restarts,omitempty"`
+	// BurstSpread in seconds (0: one second).
+	BurstSpread float64 `json:"burst_spread_s,omitempty"`
+	// EvidenceCheck: a chunk's seconds.
+	EvidenceCheck float64 `json:"evidence_check_s"`
+	RandomFleets  bool    `json:"random_fleets,omitempty"`
+	// ServerDays: all the healthy days' servers (the sum of N over the
+	// backend-days); HealthyServerDays and ZoneServerDays those whose own
+	// healthy rate lies in the healthy region and in the zone
+	// (rules.Config.Region against the backend's lower median), and
+	// DegradedServerDays those a wide spread put in the degraded region
+	// (their drains, DegradedDrains, are no false drains).
+	ServerDays         float64 `json:"server_days"`
+	HealthyServerDays  float64 `json:"healthy_server_days"`
+	ZoneServerDays     float64 `json:"zone_server_days"`
+	DegradedServerDays float64 `json:"degraded_server_days,omitempty"`
+	// FalseDrains: drains of healthy-region servers. FalseDrainsPer1000 is
+	// per 1,000 healthy-region server-days, with its exact Poisson 95%
+	// interval.
+	FalseDrains        int     `json:"false_drains"`
 	FalseDrainsPer1000 float64 `json:"false_drains_per_1000_server_days"`
 	Low95              float64 `json:"low_95"`
 	High95             float64 `json:"high_95"`
-	Fault              float64 `json:"fault,omitempty"`
-	Slow               float64 `json:"slow,omitempty"`
-	Flap               string  `json:"flap,omitempty"`
-	Latency            string  `json:"latency,omitempty"`
-	Trials             int     `json:"trials,omitempty"`
-	Missed             int     `json:"missed,omitempty"`
-	DetectMedian       float64 `json:"detect_median_s,omitempty"`
-	DetectP90          float64 `json:"detect_p90_s,omitempty"`
+	ZoneDrains         int     `json:"zone_drains"`
+	DegradedDrains     int     `json:"degraded_drains,omitempty"`
+	// MostOneServerOneDay: the most drains any healthy or zone server got
+	// in one simulated day.
+	MostOneServerOneDay int `json:"most_drains_one_server_one_day"`
+	// The fleet-wide incidents: their hours, the drains in them, and those
+	// per 1,000 incident-hours with the exact 95% interval.
+	FleetFault        float64  `json:"fleet_fault,omitempty"`
+	IncidentHours     float64  `json:"incident_hours,omitempty"`
+	FleetFaultDrains  int      `json:"fleet_fault_drains,omitempty"`
+	FleetFaultPer1000 *float64 `json:"fleet_fault_drains_per_1000_incident_hours,omitempty"`
+	FleetFaultHigh95  float64  `json:"fleet_fault_high_95,omitempty"`
+	Fault             float64  `json:"fault,omitempty"`
+	Faulty            int      `json:"faulty,omitempty"`
+	Slow              float64  `json:"slow,omitempty"`
+	Flap              string   `json:"flap,omitempty"`
+	Latency           string   `json:"latency,omitempty"`
+	Trials            int      `json:"trials,omitempty"`
+	Missed            int      `json:"missed,omitempty"`
+	// DetectMedian and DetectP90 are over every faulty server of every
+	// trial; a trial is missed when any of its faulty servers is.
+	DetectMedian float64 `json:"detect_median_s,omitempty"`
+	DetectP90    float64 `json:"detect_p90_s,omitempty"`
 	// Bound is ln(ARL)/KL in seconds, ARL the requests of one server over
 	// the promised 1,000 days between false drains, KL that of the fault
 	// against the healthy rate: the least mean delay any test with that
-	// false-alarm rate can have (Lorden 1971). The checks' one-second
-	// cadence comes on top.
+	// false-alarm rate can have (Lorden 1971). The checks' cadence comes
+	// on top.
 	Bound float64 `json:"bound_s,omitempty"`
-	// FaultFalseDrains: healthy servers condemned during the fault trials.
+	// FaultFalseDrains: other servers condemned during the fault trials,
+	// and any before a fleet-wide incident's onset.
 	FaultFalseDrains int     `json:"fault_trials_false_drains,omitempty"`
 	WallSeconds      float64 `json:"wall_s"`
 }
@@ -180,71 +313,156 @@ func perSeed(seeds []uint64, workers int, stream uint64, f func(i int, rng *rand
 	wg.Wait()
 }
 
-// Run runs a cell: its healthy days and its fault trials, the seeds on
-// up to workers goroutines (perSeed).
+// onsetTrial is one fault onset: the first k servers fail at Cell.Fault from
+// onset on, each one's time to condemnation in delays (-1: missed); or,
+// with fleet, every server at Cell.FleetFault, its drains in incident.
+type onsetTrial struct {
+	onset    float64
+	k        int
+	fleet    bool
+	delays   []float64
+	incident int
+}
+
+// tally is one seed's counts.
+type tally struct {
+	days, healthyDays, zoneDays, degDays float64
+	falses, zone, deg, most, faultFalses int
+	missed, incidents, incidentDrains    int
+	delays                               []float64
+}
+
+// day counts one backend-day: each server's drains by its region, and
+// the most any healthy or zone server got.
+func (o *tally) day(region []rules.Region, drains []int) {
+	for i, r := range region {
+		switch r {
+		case rules.RegionHealthy:
+			o.healthyDays++
+			o.falses += drains[i]
+		case rules.RegionZone:
+			o.zoneDays++
+			o.zone += drains[i]
+		default:
+			o.degDays++
+			o.deg += drains[i]
+			continue
+		}
+		o.most = max(o.most, drains[i])
+	}
+	o.days += float64(len(region))
+}
+
+// Run runs a cell: its healthy days, its fault trials and its fleet-wide
+// incidents, the seeds on up to workers goroutines (perSeed).
 func Run(c Cell, workers int) (Result, error) {
 	if err := c.Validate(); err != nil {
 		return Result{}, err
 	}
 	began := time.Now()
-	type out struct {
-		days, falses, faultFalses, missed int
-		delays                            []float64
+	outs := make([]tally, len(c.Seeds))
+	perSeedDays := c.ServerDays / float64(len(c.Seeds))
+	if !c.RandomFleets {
+		// whole backend-days, as before
+		perSeedDays = math.Ceil(c.ServerDays/float64(c.Servers)/float64(len(c.Seeds))) * float64(c.Servers)
 	}
-	outs := make([]out, len(c.Seeds))
-	daysPerSeed := int(math.Ceil(c.ServerDays / float64(c.Servers) / float64(len(c.Seeds))))
 	perSeed(c.Seeds, workers, 0x50a4, func(si int, rng *rand.Rand) {
 		o := &outs[si]
-		for range daysPerSeed {
-			f := newFleet(c, rng, -1)
-			o.falses += f.run(f.dryTill+86400, -1, 0, nil)
-			o.days++
+		for o.days < perSeedDays {
+			f := newFleet(c.draw(rng), rng)
+			f.run(f.dryTill+86400, nil)
+			o.day(f.region, f.drains)
 		}
+		warm := c.Warmup.Seconds()
 		if c.Fault > 0 || c.Slow > 0 {
 			for range c.Trials {
-				f := newFleet(c, rng, 0)
-				warm := c.Warmup.Seconds()
-				onset := warm + rng.Float64()*600
-				d := -1.0
-				o.faultFalses += f.run(onset+3600, 0, onset, &d)
-				if d < 0 {
+				f := newFleet(c.draw(rng), rng)
+				tr := &onsetTrial{onset: warm + rng.Float64()*600, k: c.faulty()}
+				tr.delays = make([]float64, tr.k)
+				for i := range tr.delays {
+					tr.delays[i] = -1
+				}
+				o.faultFalses += f.run(tr.onset+3600, tr)
+				missed := false
+				for _, d := range tr.delays {
+					if d < 0 {
+						missed = true
+					} else {
+						o.delays = append(o.delays, d)
+					}
+				}
+				if missed {
 					o.missed++
-				} else {
-					o.delays = append(o.delays, d)
 				}
 			}
 		}
+		if c.FleetFault > 0 {
+			for range c.Trials {
+				f := newFleet(c.draw(rng), rng)
+				tr := &onsetTrial{onset: warm + rng.Float64()*600, fleet: true}
+				o.faultFalses += f.run(tr.onset+FleetFaultFor.Seconds(), tr)
+				o.incidents++
+				o.incidentDrains += tr.incident
+			}
+		}
 	})
-	r := Result{Servers: c.Servers, Rate: c.Rate, Noise: c.Noise, Hetero: c.Hetero, Diurnal: c.Diurnal, Uneven: c.Uneven, Fault: c.Fault, Slow: c.Slow}
+	r := Result{Servers: c.Servers, Rate: c.Rate, Noise: c.Noise, Hetero: c.Hetero, Diurnal: c.Diurnal, Uneven: c.Uneven, Fault: c.Fault, Slow: c.Slow,
+		EvidenceCheck: c.dt(), RandomFleets: c.RandomFleets, BurstSpread: c.BurstSpread.Seconds()}
+	if c.RandomFleets {
+		r.Servers, r.Rate, r.Noise, r.Hetero, r.BurstSpread = 0, 0, 0, 0, 0
+	}
 	if c.Flap.On > 0 {
 		r.Flap = fmt.Sprintf("%g:%g", c.Flap.On.Seconds(), c.Flap.Off.Seconds())
 	}
 	if c.Latency.MedianMs > 0 {
 		r.Latency = c.Latency.String()
 	}
-	if c.Bursts.EveryHours > 0 {
+	if c.Bursts.EveryHours > 0 && !c.RandomFleets {
 		r.Bursts = fmt.Sprintf("%g:%d-%d", c.Bursts.EveryHours, c.Bursts.Min, c.Bursts.Max)
+	}
+	if c.Restarts.EveryHours > 0 && !c.RandomFleets {
+		r.Restarts = fmt.Sprintf("%g:%g", c.Restarts.EveryHours, c.Restarts.Down.Seconds())
 	}
 	var delays []float64
 	for _, o := range outs {
-		r.ServerDays += float64(o.days * c.Servers)
+		r.ServerDays += o.days
+		r.HealthyServerDays += o.healthyDays
+		r.ZoneServerDays += o.zoneDays
+		r.DegradedServerDays += o.degDays
 		r.FalseDrains += o.falses
+		r.ZoneDrains += o.zone
+		r.DegradedDrains += o.deg
+		r.MostOneServerOneDay = max(r.MostOneServerOneDay, o.most)
 		r.FaultFalseDrains += o.faultFalses
 		r.Missed += o.missed
+		r.IncidentHours += float64(o.incidents) * FleetFaultFor.Hours()
+		r.FleetFaultDrains += o.incidentDrains
 		delays = append(delays, o.delays...)
 	}
-	if r.ServerDays > 0 {
+	if r.HealthyServerDays > 0 {
 		lo, hi := PoissonInterval(r.FalseDrains, 0.05)
-		k := 1000 / r.ServerDays
+		k := 1000 / r.HealthyServerDays
 		r.FalseDrainsPer1000, r.Low95, r.High95 = float64(r.FalseDrains)*k, lo*k, hi*k
 	}
 	if c.Fault > 0 || c.Slow > 0 {
 		r.Trials = c.Trials * len(c.Seeds)
 		r.DetectMedian, r.DetectP90 = quantile(delays, 0.5), quantile(delays, 0.9)
+		if c.Faulty > 1 {
+			r.Faulty = c.Faulty
+		}
 	}
-	if c.Fault > 0 && c.Flap.On == 0 {
+	if c.FleetFault > 0 {
+		r.FleetFault = c.FleetFault
+		_, hi := PoissonInterval(r.FleetFaultDrains, 0.05)
+		per := float64(r.FleetFaultDrains) * 1000 / r.IncidentHours
+		r.FleetFaultPer1000, r.FleetFaultHigh95 = &per, hi*1000/r.IncidentHours
+		if r.Trials == 0 {
+			r.Trials = c.Trials * len(c.Seeds)
+		}
+	}
+	if c.Fault > 0 && c.Flap.On == 0 && !c.RandomFleets {
 		// The bound is a steady fault's; a flapping one's would depend on
-		// where its on periods fall.
+		// where its on periods fall, a random fleet's on its draw.
 		r.Bound = Bound(c.Fault, c.Noise, c.Rate, 1000)
 	}
 	r.Cell = r.name()
@@ -252,8 +470,38 @@ func Run(c Cell, workers int) (Result, error) {
 	return r, nil
 }
 
+// draw is the cell a backend-day runs: c itself, or with RandomFleets
+// one drawn from the Random ranges.
+func (c Cell) draw(rng *rand.Rand) Cell {
+	if !c.RandomFleets {
+		return c
+	}
+	d := c
+	d.Servers = RandomMinServers + rng.IntN(RandomMaxServers-RandomMinServers+1)
+	d.Rate = logUniform(rng, RandomMinRate, RandomMaxRate)
+	d.Noise = logUniform(rng, RandomMinNoise, RandomMaxNoise)
+	d.Hetero = RandomMaxHetero * rng.Float64()
+	d.Bursts, d.BurstSpread = Bursts{}, 0
+	if k := rng.IntN(RandomMaxBurst + 1); k > 0 {
+		d.Bursts = Bursts{EveryHours: logUniform(rng, RandomBurstHours[0], RandomBurstHours[1]), Min: k, Max: k}
+		d.BurstSpread = seconds(RandomBurstSpread[0] + (RandomBurstSpread[1]-RandomBurstSpread[0])*rng.Float64())
+	}
+	d.Restarts = Restarts{EveryHours: logUniform(rng, RandomRestartHours[0], RandomRestartHours[1]),
+		Down: seconds(logUniform(rng, RandomRestartDown[0], RandomRestartDown[1]))}
+	return d
+}
+
+func logUniform(rng *rand.Rand, lo, hi float64) float64 {
+	return lo * math.Exp(rng.Float64()*math.Log(hi/lo))
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
 func (r Result) name() string {
 	s := fmt.Sprintf("N=%d %g req/s %.2g%%", r.Servers, r.Rate, 100*r.Noise)
+	if r.RandomFleets {
+		s = "random fleets"
+	}
 	if r.Hetero > 0 {
 		s += fmt.Sprintf(" σ%g", r.Hetero)
 	}
@@ -271,6 +519,21 @@ func (r Result) name() string {
 	}
 	if r.Flap != "" {
 		s += " flap " + r.Flap
+	}
+	if r.BurstSpread > 0 {
+		s += fmt.Sprintf(" spread %gs", r.BurstSpread)
+	}
+	if r.Restarts != "" {
+		s += " restarts " + r.Restarts
+	}
+	if r.EvidenceCheck != 1 {
+		s += fmt.Sprintf(" check %gs", r.EvidenceCheck)
+	}
+	if r.Faulty > 1 {
+		s += fmt.Sprintf(" %d faulty", r.Faulty)
+	}
+	if r.FleetFault > 0 {
+		s += fmt.Sprintf(" fleet fault %.3g%%", 100*r.FleetFault)
 	}
 	return s
 }
@@ -364,16 +627,19 @@ func quantile(v []float64, q float64) float64 {
 type fleet struct {
 	c       Cell
 	rng     *rand.Rand
-	rate    []float64 // error rate of each server
+	dt      float64   // a chunk's seconds
+	rate    []float64 // healthy error rate of each server
 	share   []float64 // traffic share (mean 1)
-	pending []uint64  // burst errors carried into the next chunk
-	outTill []int     // second until which a condemned server is out
+	region  []rules.Region
+	drains  []int      // condemnations of each server, detections left out
+	burstQ  [][]uint64 // errors of bursts due in the coming chunks, the next first
+	restart []float64  // when each server's next restart begins
+	outTill []float64  // time until which a condemned server is out
 	q       *rules.Sequential
 	srv     []*rules.SeqServer
 	in      []rules.Counts
 	serving []bool
 	idx     []int
-	faulty  int
 	// the windowed test's 60 s rings, when Cell.Windowed
 	old  *rules.Policy
 	ring [][60]rules.Counts
@@ -381,6 +647,8 @@ type fleet struct {
 	// the latency test's policy and each server's answer times, when
 	// Cell.Latency
 	lat *latencies
+	// tap, when set (tests), sees each chunk's counts before the test does.
+	tap func(t0 float64, in []rules.Counts)
 	// dryTill: before this second, condemnations are neither applied nor
 	// counted. With a latency model it is the warm-up: the count begins
 	// once the agent has learned each server's latency baseline, as an
@@ -390,15 +658,26 @@ type fleet struct {
 	dryTill float64
 }
 
-func newFleet(c Cell, rng *rand.Rand, faulty int) *fleet {
+func newFleet(c Cell, rng *rand.Rand) *fleet {
 	n := c.Servers
-	f := &fleet{c: c, rng: rng, rate: make([]float64, n), share: make([]float64, n), pending: make([]uint64, n),
-		outTill: make([]int, n), q: rules.NewSequential(c.Config), srv: make([]*rules.SeqServer, n),
-		in: make([]rules.Counts, n), serving: make([]bool, n), faulty: faulty}
+	f := &fleet{c: c, rng: rng, dt: c.dt(), rate: make([]float64, n), share: make([]float64, n), region: make([]rules.Region, n),
+		drains: make([]int, n), burstQ: make([][]uint64, n), restart: make([]float64, n), outTill: make([]float64, n),
+		q: rules.NewSequential(c.Config), srv: make([]*rules.SeqServer, n), in: make([]rules.Counts, n), serving: make([]bool, n)}
 	for i := range n {
 		f.rate[i] = c.Noise * math.Exp(c.Hetero*rng.NormFloat64())
 		f.share[i] = math.Exp(c.Uneven*rng.NormFloat64() - c.Uneven*c.Uneven/2)
 		f.srv[i] = &rules.SeqServer{}
+		if c.Restarts.EveryHours > 0 {
+			f.restart[i] = rng.ExpFloat64() * c.Restarts.EveryHours * 3600
+		}
+	}
+	// Each server's region, by its own healthy rate against the lower
+	// median of the backend's healthy rates (the median rules uses).
+	sorted := slices.Clone(f.rate)
+	slices.Sort(sorted)
+	median := sorted[(n-1)/2]
+	for i, r := range f.rate {
+		f.region[i] = c.Config.Region(r, median)
 	}
 	if c.Latency.MedianMs > 0 {
 		f.lat = newLatencies(c, rng)
@@ -419,79 +698,170 @@ func newFleet(c Cell, rng *rand.Rand, faulty int) *fleet {
 	return f
 }
 
-// run simulates secs seconds; from onset on, server f.faulty fails at
-// c.Fault and *delay gets the time to its condemnation (the run then
-// ends). It returns the healthy servers condemned.
-func (f *fleet) run(secs float64, faulty int, onset float64, delay *float64) int {
+// overlap is the length of [a0, a1) ∩ [b0, b1).
+func overlap(a0, a1, b0, b1 float64) float64 { return max(0, min(a1, b1)-max(a0, b0)) }
+
+// down is the share of the chunk [t0, t1) in which server i is restarting;
+// it draws the server's next restarts as it passes them.
+func (f *fleet) down(i int, t0, t1 float64) float64 {
+	r := f.c.Restarts
+	if r.EveryHours <= 0 {
+		return 0
+	}
+	d, l := 0.0, r.Down.Seconds()
+	for f.restart[i] < t1 {
+		s := f.restart[i]
+		d += overlap(t0, t1, s, s+l)
+		if s+l > t1 {
+			break // still down in the next chunk
+		}
+		f.restart[i] = s + l + f.rng.ExpFloat64()*r.EveryHours*3600
+	}
+	return min(d/(t1-t0), 1)
+}
+
+// burst spreads k errors uniformly over spread seconds from u seconds
+// into the current chunk: it returns the current chunk's share and queues
+// the rest on the coming chunks (each error falls in a chunk with the
+// chance of its overlap with what remains of the burst).
+func (f *fleet) burst(i int, k uint64, u, spread float64) uint64 {
+	var now uint64
+	end := u + spread
+	for m := 0; k > 0; m++ {
+		c0, c1 := float64(m)*f.dt, float64(m+1)*f.dt
+		from := max(u, c0)
+		p := 1.0
+		if end > c1 {
+			p = overlap(c0, c1, u, end) / (end - from)
+		}
+		e := binomial(f.rng, k, p)
+		k -= e
+		if m == 0 {
+			now = e
+			continue
+		}
+		for len(f.burstQ[i]) < m {
+			f.burstQ[i] = append(f.burstQ[i], 0)
+		}
+		f.burstQ[i][m-1] += e
+	}
+	return now
+}
+
+// run simulates secs seconds in chunks of the evidence check. With tr, from
+// tr.onset on, either the first tr.k servers fail at c.Fault (each one's
+// time to condemnation goes to tr.delays, the server then stays out, and
+// the run ends when all are found), or every server fails at c.FleetFault
+// (tr.fleet: the run's end is the incident's). It returns the other
+// condemnations, counted in f.drains too.
+func (f *fleet) run(secs float64, tr *onsetTrial) int {
 	c := f.c
+	dt := f.dt
 	falses := 0
 	burstP := 0.0
 	if c.Bursts.EveryHours > 0 {
-		burstP = 1 / (c.Bursts.EveryHours * 3600)
+		burstP = dt / (c.Bursts.EveryHours * 3600)
 	}
-	drainFor := int(c.DrainFor / time.Second)
-	for t := 0; float64(t) < secs; t++ {
+	spread := c.BurstSpread.Seconds()
+	if spread <= 0 {
+		spread = 1
+	}
+	drainFor := c.DrainFor.Seconds()
+	onset, k, fleetP := math.Inf(1), 0, 0.0
+	if tr != nil {
+		onset = tr.onset
+		if tr.fleet {
+			fleetP = c.FleetFault
+		} else {
+			k = tr.k
+		}
+	}
+	found := 0
+	for j := 0; float64(j)*dt < secs; j++ {
+		t0 := float64(j) * dt
+		t1 := t0 + dt
 		diurnal := 1.0
 		if c.Diurnal > 0 {
-			diurnal = 1 + c.Diurnal*math.Sin(2*math.Pi*float64(t)/86400)
+			diurnal = 1 + c.Diurnal*math.Sin(2*math.Pi*t0/86400)
 		}
+		// the share of this chunk after the onset
+		after := overlap(t0, t1, onset, math.Inf(1)) / dt
 		for i := range f.srv {
-			f.serving[i] = t >= f.outTill[i]
+			f.serving[i] = t0 >= f.outTill[i]
+			down := f.down(i, t0, t1)
 			if !f.serving[i] {
 				f.in[i] = rules.Counts{}
+				f.burstQ[i] = f.burstQ[i][:0] // no traffic, no errors
 				if f.lat != nil {
 					f.lat.second(i, 0, false) // its window ages
 				}
 				continue
 			}
-			n := poisson(f.rng, c.Rate*diurnal*f.share[i])
-			var x uint64
-			on := i == faulty && c.Fault > 0 && c.Flap.on(t, onset)
+			n := poisson(f.rng, c.Rate*diurnal*f.share[i]*dt)
+			// the requests of its restart all fail
+			x := binomial(f.rng, n, down)
+			rest := n - x
+			pf := 0.0
 			switch {
-			case on && float64(t) >= onset:
-				x = binomial(f.rng, n, c.Fault)
-			case on && float64(t+1) > onset:
-				// the second the fault begins: its tail fails at Fault
-				nf := binomial(f.rng, n, float64(t+1)-onset)
-				x = binomial(f.rng, n-nf, f.rate[i]) + binomial(f.rng, nf, c.Fault)
-			default:
-				x = binomial(f.rng, n, f.rate[i])
+			case fleetP > 0:
+				pf = fleetP
+			case i < k && c.Fault > 0 && c.Flap.on(t0, onset):
+				pf = c.Fault
 			}
-			x += f.pending[i]
-			n += f.pending[i]
-			f.pending[i] = 0
+			if pf > 0 && after > 0 {
+				// the fault's share of the chunk fails at its rate
+				nf := binomial(f.rng, rest, after)
+				x += binomial(f.rng, rest-nf, f.rate[i]) + binomial(f.rng, nf, pf)
+			} else {
+				x += binomial(f.rng, rest, f.rate[i])
+			}
+			if q := f.burstQ[i]; len(q) > 0 {
+				x += q[0]
+				n += q[0]
+				f.burstQ[i] = append(q[:0], q[1:]...)
+			}
 			if burstP > 0 && f.rng.Float64() < burstP {
-				k := uint64(c.Bursts.Min + f.rng.IntN(c.Bursts.Max-c.Bursts.Min+1))
-				now := binomial(f.rng, k, f.rng.Float64())
-				x += now
-				n += now
-				f.pending[i] = k - now
+				e := f.burst(i, uint64(c.Bursts.Min+f.rng.IntN(c.Bursts.Max-c.Bursts.Min+1)), f.rng.Float64()*dt, spread)
+				x += e
+				n += e
 			}
 			f.in[i] = rules.Counts{N: n, X: x}
 			if f.lat != nil {
 				// the slow fault: from the second it begins, while on
-				slow := i == faulty && c.Slow > 0 && float64(t+1) > onset && c.Flap.on(t, onset)
+				slow := i < k && c.Slow > 0 && t1 > onset && c.Flap.on(t0, onset)
 				f.lat.second(i, n, slow)
 			}
 		}
+		if f.tap != nil {
+			f.tap(t0, f.in)
+		}
 		if f.old != nil {
-			f.idx = f.windowed(t)
+			f.idx = f.windowed(j)
 		} else {
-			f.idx = f.q.Step(1, f.srv, f.in, f.serving, f.idx)
+			f.idx = f.q.Step(dt, f.srv, f.in, f.serving, f.idx)
 		}
 		if f.lat != nil {
 			f.idx = f.slow(f.idx)
 		}
 		for _, i := range f.idx {
-			if float64(t) < f.dryTill {
+			if t0 < f.dryTill {
 				break
 			}
-			if i == faulty && float64(t) >= onset-1 && delay != nil {
-				*delay = float64(t+1) - onset
-				return falses
+			switch {
+			case fleetP > 0 && t1 > onset:
+				tr.incident++
+			case i < k && t1 > onset:
+				tr.delays[i] = t1 - onset
+				f.outTill[i] = math.Inf(1) // found: out for the rest of the trial
+				if found++; found == k {
+					return falses
+				}
+				continue
+			default:
+				falses++
+				f.drains[i]++
 			}
-			falses++
-			f.outTill[i] = t + 1 + drainFor
+			f.outTill[i] = t1 + drainFor
 		}
 	}
 	return falses
