@@ -156,3 +156,33 @@ func TestCtlConfig(t *testing.T) {
 		}
 	}
 }
+
+// `hapilot check` with a bad webhook URL, by flag or in the settings
+// file, says what is wrong and names the URL by its origin only: its user
+// info, path and query are where a webhook keeps its secret.
+func TestCheckNeverEchoesWebhookSecrets(t *testing.T) {
+	dir := t.TempDir()
+	for _, bad := range []string{
+		"ftp://hookuser:HOOKPASS@hooks.example/services/T0/B0/PATHSECRET?token=QSECRET",
+		"http://hookuser:HOOKPASS@[::1/services/PATHSECRET?token=QSECRET",
+		"hookuser:HOOKPASS@hooks.example/services/PATHSECRET?token=QSECRET",
+	} {
+		conf := filepath.Join(dir, "hapilot.conf")
+		if err := os.WriteFile(conf, []byte("notify-webhook "+bad+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{{"check", "--notify-webhook", bad}, {"check", "--config", conf}} {
+			var out, errb bytes.Buffer
+			code := run(args, &out, &errb)
+			all := out.String() + errb.String()
+			if code != 1 || !strings.Contains(all, "notify-webhook") || !strings.Contains(all, "want an http:// or https:// URL") {
+				t.Fatalf("%v: code %d, output %q", args[1], code, all)
+			}
+			for _, s := range []string{"hookuser", "HOOKPASS", "PATHSECRET", "QSECRET"} {
+				if strings.Contains(all, s) {
+					t.Errorf("%v %s: the output carries %s: %q", args[1], bad, s, all)
+				}
+			}
+		}
+	}
+}
