@@ -97,6 +97,8 @@ type Ledger struct {
 	// is to be kept before anything is written over it.
 	aside     string
 	keptAside string // where it was kept
+	// unreadErr is why the state file found at start could not be read.
+	unreadErr string
 	// unsaved: the last write of the state file failed, at since, with
 	// saveErr; failures counts every failed write.
 	unsaved  bool
@@ -138,7 +140,9 @@ const MaxStateFile = 16 << 20
 // OpenLedger reads file, if it exists, and returns the ledger it holds.
 // A path that is not a regular file (a FIFO, a link, a directory, a
 // device) is an error: the agent refuses to start on it, and checking it
-// never blocks. A file that cannot be read (truncated, of an unknown
+// never blocks. So is a file someone other than the agent's user, root or
+// the owner of its folder may have written (safefile.Trust): its owner,
+// or a mode that lets group or others write it. A file that cannot be read (truncated, of an unknown
 // version, too big) is logged, kept aside as FILE.bad-TIME, and the
 // ledger starts empty: the servers it named then read as the operator's,
 // which is the safe side.
@@ -147,6 +151,9 @@ func OpenLedger(file string, log zerolog.Logger) (*Ledger, error) {
 	err := l.load()
 	if errors.Is(err, safefile.ErrNotRegular) {
 		return nil, fmt.Errorf("state file: %w", err)
+	}
+	if errors.Is(err, safefile.ErrUntrusted) {
+		return nil, err
 	}
 	if err != nil {
 		l.unreadable(err)
@@ -180,6 +187,7 @@ func (l *Ledger) now() time.Time {
 // aside; if that fails, every write tries again first, so nothing
 // overwrites it. Called by load, before the ledger is shared.
 func (l *Ledger) unreadable(err error) {
+	l.unreadErr = err.Error()
 	l.aside = l.file + ".bad-" + l.now().UTC().Format("20060102T150405Z")
 	l.log.Error().Err(err).Str("file", l.file).Str("kept_as", l.aside).
 		Msg("cannot read the state file; keeping it aside, and starting with no record of earlier changes")
@@ -451,6 +459,16 @@ func (l *Ledger) load() error {
 		return err
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("state file %s: %w", l.file, err)
+	}
+	// The file says which servers are the agent's to undo, and which the
+	// operator holds: one a stranger could write would have the agent
+	// drain, or ready, servers on the stranger's word.
+	if err := safefile.Trust("state file", l.file, fi, 0o022, "whoever may write it can have the agent drain or ready any server"); err != nil {
+		return err
+	}
 	b, err := io.ReadAll(io.LimitReader(f, MaxStateFile+1))
 	if err != nil {
 		return fmt.Errorf("state file %s: %w", l.file, err)
@@ -561,8 +579,27 @@ type SaveStatus struct {
 	// FailedWrites counts every failed write since the start.
 	FailedWrites uint64 `json:"failed_writes"`
 	// KeptAside is where an unreadable state file found at start was
-	// kept.
-	KeptAside string `json:"kept_aside,omitempty"`
+	// kept, and Unreadable why it could not be read.
+	KeptAside  string `json:"kept_aside,omitempty"`
+	Unreadable string `json:"unreadable,omitempty"`
+}
+
+// Warning is what an operator must hear of the state file, "" when
+// nothing: one found at start that could not be read. The agent started
+// without the changes, releases, holds and pauses it recorded: a drain
+// it made reads as the operator's, and a server the operator was given
+// back may be drained again.
+func (s SaveStatus) Warning() string {
+	if s.Unreadable == "" {
+		return ""
+	}
+	where := "it could not be kept aside either: nothing is written over it"
+	if s.KeptAside != "" {
+		where = "it is kept as " + s.KeptAside
+	}
+	return fmt.Sprintf("the state file %s could not be read at start (%s); %s. The agent started with no record of its earlier changes, "+
+		"the operator's releases and holds, or pauses: fix the cause, read the kept file, and release, pause or restore by hand (docs/howto/runbook.md)",
+		s.File, s.Unreadable, where)
 }
 
 // Saved reports where the state file stands.
@@ -574,7 +611,7 @@ func (l *Ledger) Saved() SaveStatus {
 
 // saveStatus is what Saved reports. The caller must hold l.mu.
 func (l *Ledger) saveStatus() SaveStatus {
-	st := SaveStatus{File: l.file, Saved: !l.unsaved, FailedWrites: l.failures, KeptAside: l.keptAside}
+	st := SaveStatus{File: l.file, Saved: !l.unsaved, FailedWrites: l.failures, KeptAside: l.keptAside, Unreadable: l.unreadErr}
 	if l.unsaved {
 		st.UnsavedSince, st.Error = l.since, l.saveErr.Error()
 	}
@@ -584,8 +621,18 @@ func (l *Ledger) saveStatus() SaveStatus {
 // replaceFile writes data to a new file of a random name beside path
 // (created exclusively, so a planted link is never followed), syncs it,
 // and renames it over path, which replaces a link at path rather than
-// write through it.
+// write through it. The new file keeps the owner, group and mode of the
+// one it replaces (mode 0640 for a first one), never writable by group
+// or others: `sudo hapilot restore` must not leave root's file where the
+// service's user can no longer read it.
 func replaceFile(path string, data []byte) error {
+	mode, uid, gid := fs.FileMode(0o640), -1, -1
+	if fi, err := os.Lstat(path); err == nil && fi.Mode().IsRegular() {
+		mode = fi.Mode().Perm() &^ 0o022
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			uid, gid = int(st.Uid), int(st.Gid)
+		}
+	}
 	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return err
@@ -593,7 +640,17 @@ func replaceFile(path string, data []byte) error {
 	tmp := f.Name()
 	_, err = f.Write(data)
 	if err == nil {
-		err = f.Chmod(0o640)
+		err = f.Chmod(mode)
+	}
+	if err == nil && uid >= 0 && (uid != os.Geteuid() || gid != os.Getegid()) {
+		// Root gives the file back to its owner. Anyone else can only
+		// give it a group of their own; failing that, the file is theirs,
+		// which the next start trusts as it trusted the old one's owner.
+		if cerr := f.Chown(uid, gid); cerr != nil && os.Geteuid() == 0 {
+			err = fmt.Errorf("keep the state file's owner %d:%d: %w", uid, gid, cerr)
+		} else if cerr != nil {
+			_ = f.Chown(-1, gid)
+		}
 	}
 	if err == nil {
 		err = f.Sync()

@@ -141,6 +141,15 @@ func (l *Loop) OpenState() error {
 	return err
 }
 
+// StateWarning is what /status must warn of the state file ("" when
+// nothing): one found at start that could not be read (SaveStatus.Warning).
+func (l *Loop) StateWarning() string {
+	if l.StateFile == "" {
+		return ""
+	}
+	return l.theLedger().Saved().Warning()
+}
+
 // FlushState writes the state file again if a write failed, and says
 // where it stands: each step starts with it, and the agent's exit.
 func (l *Loop) FlushState() SaveStatus { return l.theLedger().Flush() }

@@ -186,3 +186,23 @@ func TestCheckNeverEchoesWebhookSecrets(t *testing.T) {
 		}
 	}
 }
+
+// `hapilot restore` refuses a state file others may write, before it asks
+// HAProxy anything: a forged file would have it ready an operator's
+// drained server.
+func TestRestoreRefusesAForgedStateFile(t *testing.T) {
+	dir := t.TempDir()
+	forged := filepath.Join(dir, "state.json")
+	if err := os.WriteFile(forged, []byte(`{"version":2,"changes":{"app/s1":{"phase":"drained"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(forged, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run([]string{"restore", "--state-file", forged, "--haproxy-socket", filepath.Join(dir, "none.sock"),
+		"--control-socket", "unix:" + filepath.Join(dir, "ctl.sock")}, &out, &errb)
+	if code != 1 || !strings.Contains(errb.String(), forged+" has mode 0666") || !strings.Contains(errb.String(), "chmod 644") {
+		t.Fatalf("code %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+}

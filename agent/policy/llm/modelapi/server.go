@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/internal/lib/enum"
+	"github.com/hapilot/hapilot/internal/lib/safefile"
 	"github.com/ollama/ollama/api"
 	"github.com/ollama/ollama/envconfig"
 )
@@ -125,14 +126,15 @@ func (a *API) String() string { return string(*a) }
 func (a *API) Set(s string) (err error) { *a, err = enum.Parse("llm-api", s, APIs...); return err }
 
 // ReadAPIKey reads the model server's API key from path, a file only its
-// owner may read, as the fleet key is: a key others can read is refused.
+// owner may read, as the fleet key is: a key others can read, or one a
+// stranger owns, is refused (safefile.Trust).
 func ReadAPIKey(path string) (string, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return "", fmt.Errorf("llm-key-file: %w", err)
 	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return "", fmt.Errorf("llm-key-file %s has mode %04o: the API key must be readable by its owner only (chmod 600 %s)", path, fi.Mode().Perm(), path)
+	if err := safefile.Trust("llm-key-file", path, fi, 0o077, "the API key must be readable by its owner only"); err != nil {
+		return "", err
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
