@@ -117,6 +117,9 @@ func (l *Loop) theLedger() *Ledger {
 
 func (l *Loop) setLedger(ledger *Ledger) {
 	ledger.OperatorHold = l.OperatorHold
+	if l.ReapplyWithin > 0 { // else the ledger's default
+		ledger.ReapplyWithin = l.ReapplyWithin
+	}
 	if l.Clock != nil {
 		ledger.Now = l.Clock.Now
 	}
