@@ -57,6 +57,16 @@ func (s secrets) Scrub(text string) string {
 	return truncate(text, MaxErrorText)
 }
 
+// Words is text without the secrets themselves, uncut: for what a
+// server returns that is not an error (a reply, its name for itself),
+// where an Authorization-like phrase may be the model's own words.
+func (s secrets) Words(text string) string {
+	for _, w := range s {
+		text = strings.ReplaceAll(text, w, Redacted)
+	}
+	return text
+}
+
 // kinds are the errors a caller tells apart with errors.Is: a scrubbed
 // error keeps them, and nothing else of the original.
 var kinds = []error{ErrLoading, ErrThinkLevel, ErrThinkUnsupported, ErrContextOverflow, ErrCutShort, ErrUnfinished,
@@ -93,6 +103,9 @@ func (s secrets) Error(err error) error {
 // redacting is a Server whose errors, and the text of a reply that
 // quotes the server's (Reply.Stepped), are scrubbed of its secrets: the
 // one place the client's key is known, so the one place it is removed.
+// What else a server says (a reply, its own name, a digest) is scrubbed
+// of the secrets themselves: a server that echoes the key anywhere gets
+// it no further.
 type redacting struct {
 	Server
 	secrets secrets
@@ -108,6 +121,12 @@ func Unwrap(s Server) Server {
 
 func (r *redacting) Inspect(ctx context.Context, model string) (Info, error) {
 	info, err := r.Server.Inspect(ctx, model)
+	for _, f := range []*string{&info.Version, &info.Server, &info.ParameterSize, &info.Quantization, &info.PromptForm} {
+		*f = r.secrets.Words(*f)
+	}
+	for i := range info.Capabilities {
+		info.Capabilities[i] = r.secrets.Words(info.Capabilities[i])
+	}
 	return info, r.secrets.Error(err)
 }
 
@@ -126,10 +145,11 @@ func (r *redacting) Chat(ctx context.Context, req Request) (Reply, error) {
 	if reply.Stepped != "" {
 		reply.Stepped = r.secrets.Scrub(reply.Stepped)
 	}
+	reply.Content, reply.Thinking = r.secrets.Words(reply.Content), r.secrets.Words(reply.Thinking)
 	return reply, r.secrets.Error(err)
 }
 
 func (r *redacting) Digest(ctx context.Context, model string) (string, error) {
 	d, err := r.Server.Digest(ctx, model)
-	return d, r.secrets.Error(err)
+	return r.secrets.Words(d), r.secrets.Error(err)
 }

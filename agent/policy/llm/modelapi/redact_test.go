@@ -127,3 +127,38 @@ func TestURLPasswordScrubbed(t *testing.T) {
 		t.Fatalf("inspect: %v", err)
 	}
 }
+
+// A server that echoes the key in what is not an error (its name for
+// itself, the reply's content) gets it no further either.
+func TestRepliesNeverCarryTheKey(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth := r.Header.Get("Authorization")
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/health":
+			_, _ = w.Write([]byte(`{"status":"ok"}`))
+		case "/v1/models":
+			b, _ := json.Marshal(map[string]any{"data": []map[string]any{{"id": "m", "owned_by": "echo " + auth}}})
+			_, _ = w.Write(b)
+		case "/v1/chat/completions":
+			b, _ := json.Marshal(map[string]any{"choices": []map[string]any{{"finish_reason": "stop",
+				"message": map[string]any{"content": "you sent " + auth, "reasoning_content": auth}}}})
+			_, _ = w.Write(b)
+		default:
+			w.WriteHeader(http.StatusNotFound)
+		}
+	}))
+	defer srv.Close()
+	s, err := Dial(APIOpenAI, srv.URL, "", writeKey(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Inspect(context.Background(), "m")
+	if err != nil || !strings.HasPrefix(info.Server, "echo Bearer ") || strings.Contains(info.Server, testKey) {
+		t.Fatalf("info %+v: %v", info, err)
+	}
+	reply, err := s.Chat(context.Background(), Request{Model: "m", System: "s", User: "u"})
+	if err != nil || !strings.HasPrefix(reply.Content, "you sent Bearer ") || strings.Contains(reply.Content+reply.Thinking, testKey) {
+		t.Fatalf("reply %+v: %v", reply, err)
+	}
+}
