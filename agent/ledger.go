@@ -491,11 +491,22 @@ func (l *Ledger) Keep(present map[Key]bool, now time.Time) {
 			l.save()
 		}
 	}
-	for k := range l.changes {
-		if !present[k] {
-			l.log.Warn().Stringer("server", k).Msg("server the agent changed is gone from HAProxy; forgetting the change")
-			l.lose(k)
+	for k, c := range l.changes {
+		if present[k] {
+			continue
 		}
+		if l.fromFile[k] && c.Site != "" && l.site != "" && c.Site != l.site {
+			// Another HAProxy's server, which this one does not have:
+			// kept in the file for that HAProxy's agent.
+			delete(l.changes, k)
+			delete(l.fromFile, k)
+			l.foreign[k] = c
+			l.notReapplied = append(l.notReapplied, NotReapplied{Server: k, Change: *c,
+				Why: fmt.Sprintf("made on another HAProxy (%s), not this one (%s)", c.Site, l.site)})
+			continue
+		}
+		l.log.Warn().Stringer("server", k).Msg("server the agent changed is gone from HAProxy; forgetting the change")
+		l.lose(k)
 	}
 }
 

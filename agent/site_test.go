@@ -107,6 +107,18 @@ func TestStateFileReappliedOnlyOnItsHAProxyWhileRecent(t *testing.T) {
 			t.Fatalf("restore sent %q", cmds)
 		}
 	})
+	t.Run("another HAProxy, without s2", func(t *testing.T) {
+		rtB := fakes.NewRuntime("s1", "s3", "s4")
+		rtB.SetAddr("/run/haproxy-b/admin.sock")
+		l, cmds := start(rtB, 0)
+		if len(cmds) != 0 {
+			t.Fatalf("sent %q", cmds)
+		}
+		notTakenUp(l, "made on another HAProxy")
+		if _, ok := savedChanges(t, l.StateFile)[s2]; !ok {
+			t.Fatal("the first agent's change is gone from the file")
+		}
+	})
 	t.Run("the same HAProxy, reloaded, recent", func(t *testing.T) {
 		rtA.Reload()
 		_, cmds := start(rtA, DefaultReapplyWithin-time.Minute)
