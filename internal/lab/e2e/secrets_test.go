@@ -107,8 +107,8 @@ func TestLLMKeyNeverLeavesTheAgent(t *testing.T) {
 	startAgent(t, ctx, zerolog.New(&logs), h.agentArgs("--policy", "llm", "--llm-api", "openai", "--llm-url", model.URL,
 		"--llm-key-file", keyFile, "--model", "tiny", "--skip-calibration", "--status-listen", statusAddr,
 		"--audit-log", audit, "--notify-webhook", hook.URL, "--readmit", "off"))
-	status := func() string {
-		resp, err := http.Get("http://" + statusAddr + "/status")
+	get := func(path string) string {
+		resp, err := http.Get("http://" + statusAddr + path)
 		if err != nil {
 			return ""
 		}
@@ -116,6 +116,7 @@ func TestLLMKeyNeverLeavesTheAgent(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return string(b)
 	}
+	status := func() string { return get("/status") }
 	// Unreachable: /status says why, in the model's life.
 	var st string
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
@@ -149,6 +150,13 @@ func TestLLMKeyNeverLeavesTheAgent(t *testing.T) {
 		case <-time.After(60 * time.Second):
 			t.Fatalf("no fallback event reached the webhook in 60 s:\n%s", tail(logs.String(), 3000))
 		}
+	}
+	metrics := get("/metrics")
+	if !strings.Contains(metrics, "hapilot_llm_fallbacks_total") {
+		t.Fatalf("/metrics has no LLM counters:\n%s", tail(metrics, 2000))
+	}
+	if strings.Contains(metrics, key) {
+		t.Error("the key is in /metrics")
 	}
 	cancel() // stop load; the audit log and the log are read as they are
 	events, err := os.ReadFile(audit)
