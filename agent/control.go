@@ -297,7 +297,8 @@ func listChanges(changes map[Key]Change) []Holding {
 // running: it reads the agent's changes from its state file and brings
 // back each server that still shows the change, leaving it to the
 // operator for hold like a release. A server someone changed since is
-// left as it is, and said so.
+// left as it is, and said so, as is one whose change was made on another
+// HAProxy than the one runtimes reach.
 func RestoreFromState(ctx context.Context, file string, runtimes []Runtime, hold time.Duration, now time.Time, log zerolog.Logger) ([]Released, error) {
 	if file == "" {
 		return nil, fmt.Errorf("%w: no state file: nothing records the agent's changes", ErrRefused)
@@ -322,6 +323,10 @@ func RestoreFromState(ctx context.Context, file string, runtimes []Runtime, hold
 		case !ok:
 			r.Error = "not in every HAProxy: left as it is"
 			ledger.Lose(h.Server)
+		case h.Change.Site != "" && h.Change.Site != procs.site:
+			// The file's change is another HAProxy's: this one's server
+			// of the same name is someone else's to undo.
+			r.Error = fmt.Sprintf("made on another HAProxy (%s), not this one (%s): left as it is", h.Change.Site, procs.site)
 		case !h.Change.holds(*s):
 			r.Error = fmt.Sprintf("no longer the agent's change (%s, weight %d of %d): left as it is", s.Label(), s.Weight, s.Initial)
 			ledger.Lose(h.Server)

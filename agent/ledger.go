@@ -55,6 +55,41 @@ type Change struct {
 	// Maint: the drain went out as maint (the backend's action), so
 	// that not even persistent sessions reach the server.
 	Maint bool `json:"maint,omitempty"`
+	// Site is the HAProxy the change was made on (see Site): a state
+	// file read at start re-applies only what was made on the HAProxy
+	// the agent now finds. "" in files of earlier agents.
+	Site Site `json:"haproxy,omitempty"`
+	// Saved is when an agent holding the change last wrote the state
+	// file: a restarted agent re-applies a change a reload lost only
+	// while this is recent (Ledger.ReapplyWithin).
+	Saved time.Time `json:"saved,omitzero"`
+}
+
+// Site names an HAProxy across its reloads and restarts, unlike an
+// epoch: the runtime socket the agent reaches it by and its node name
+// (`show info`'s node: global's `node`, else the host's name), for each
+// runtime socket, joined. Another HAProxy on the same host has another
+// socket; the same socket path on another host (a state file copied
+// there) has another node name. Pid and start time change with every
+// reload, so they are the epoch's, not the site's.
+type Site string
+
+// SiteOf is the site of the HAProxy reached at addr that answered info.
+func SiteOf(addr string, info haproxy.Info) Site {
+	return Site(addr + " node " + info.Node)
+}
+
+// DefaultReapplyWithin is how recent a state file's change must be for a
+// restarted agent to apply it again when a reload lost it.
+const DefaultReapplyWithin = 30 * time.Minute
+
+// NotReapplied is a change read from the state file at start that the
+// agent did not take up, and why: made on another HAProxy, or lost to a
+// reload longer ago than ReapplyWithin. The server is judged afresh.
+type NotReapplied struct {
+	Server Key    `json:"server"`
+	Change Change `json:"change"`
+	Why    string `json:"why"`
 }
 
 // holds reports whether s shows this change in force.
@@ -88,6 +123,10 @@ type Ledger struct {
 	OperatorHold time.Duration
 	// Now is the clock for the save status; nil means time.Now.
 	Now func() time.Time
+	// ReapplyWithin: a change read from the state file that a reload
+	// lost is applied again at start only if the file was written within
+	// it; else the server is judged afresh.
+	ReapplyWithin time.Duration
 
 	// mu guards the fields below. Methods without a lock of their own say
 	// that their caller must hold it (or runs before the ledger is shared:
@@ -97,6 +136,8 @@ type Ledger struct {
 	// is to be kept before anything is written over it.
 	aside     string
 	keptAside string // where it was kept
+	// unreadErr is why the state file found at start could not be read.
+	unreadErr string
 	// unsaved: the last write of the state file failed, at since, with
 	// saveErr; failures counts every failed write.
 	unsaved  bool
@@ -105,7 +146,16 @@ type Ledger struct {
 	failures uint64
 
 	epoch   string
+	site    Site
 	changes map[Key]*Change
+	// fromFile are the changes read from the state file that no step has
+	// judged yet against the HAProxy it finds (Reconcile).
+	fromFile map[Key]bool
+	// foreign are the file's changes made on another HAProxy: not this
+	// agent's, but written back as they were, so that the agent of that
+	// HAProxy still finds them.
+	foreign      map[Key]*Change
+	notReapplied []NotReapplied
 	// holds keep a server the tail guard brought back to full weight from
 	// being drained again until the time given, after its change is over.
 	holds map[Key]time.Time
@@ -138,7 +188,9 @@ const MaxStateFile = 16 << 20
 // OpenLedger reads file, if it exists, and returns the ledger it holds.
 // A path that is not a regular file (a FIFO, a link, a directory, a
 // device) is an error: the agent refuses to start on it, and checking it
-// never blocks. A file that cannot be read (truncated, of an unknown
+// never blocks. So is a file someone other than the agent's user, root or
+// the owner of its folder may have written (safefile.Trust): its owner,
+// or a mode that lets group or others write it. A file that cannot be read (truncated, of an unknown
 // version, too big) is logged, kept aside as FILE.bad-TIME, and the
 // ledger starts empty: the servers it named then read as the operator's,
 // which is the safe side.
@@ -147,6 +199,9 @@ func OpenLedger(file string, log zerolog.Logger) (*Ledger, error) {
 	err := l.load()
 	if errors.Is(err, safefile.ErrNotRegular) {
 		return nil, fmt.Errorf("state file: %w", err)
+	}
+	if errors.Is(err, safefile.ErrUntrusted) {
+		return nil, err
 	}
 	if err != nil {
 		l.unreadable(err)
@@ -166,7 +221,8 @@ func NewLedger(file string, log zerolog.Logger) *Ledger {
 
 func newLedger(file string, log zerolog.Logger) *Ledger {
 	return &Ledger{file: file, log: log, changes: map[Key]*Change{}, holds: map[Key]time.Time{}, overrides: map[Key]Override{},
-		pauses: map[string]Pause{}, operatorSeen: map[Key]string{}}
+		pauses: map[string]Pause{}, operatorSeen: map[Key]string{}, fromFile: map[Key]bool{}, foreign: map[Key]*Change{},
+		ReapplyWithin: DefaultReapplyWithin}
 }
 
 func (l *Ledger) now() time.Time {
@@ -180,6 +236,7 @@ func (l *Ledger) now() time.Time {
 // aside; if that fails, every write tries again first, so nothing
 // overwrites it. Called by load, before the ledger is shared.
 func (l *Ledger) unreadable(err error) {
+	l.unreadErr = err.Error()
 	l.aside = l.file + ".bad-" + l.now().UTC().Format("20060102T150405Z")
 	l.log.Error().Err(err).Str("file", l.file).Str("kept_as", l.aside).
 		Msg("cannot read the state file; keeping it aside, and starting with no record of earlier changes")
@@ -220,6 +277,13 @@ func (l *Ledger) SetEpoch(epoch string) (was string, changed bool) {
 	return was, changed
 }
 
+// SetSite records the HAProxy now observed (see Site).
+func (l *Ledger) SetSite(site Site) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.site = site
+}
+
 // DefaultOperatorHold is how long an operator's undo stands by default.
 const DefaultOperatorHold = 30 * time.Minute
 
@@ -240,11 +304,24 @@ func (l *Ledger) Reconcile(k Key, s haproxy.ServerState, now time.Time) (owner O
 		delete(l.overrides, k)
 		l.save()
 	}
+	if c := l.changes[k]; c != nil && l.fromFile[k] {
+		delete(l.fromFile, k)
+		if why, foreign := l.notForHere(c, s, now); why != "" {
+			l.log.Warn().Stringer("server", k).Str("phase", string(c.Phase)).Time("at", c.At).Str("why", why).
+				Msg("a change from the state file is not taken up: the server is judged afresh")
+			l.notReapplied = append(l.notReapplied, NotReapplied{Server: k, Change: *c, Why: why})
+			delete(l.changes, k)
+			if foreign {
+				l.foreign[k] = c
+			}
+			l.save()
+		}
+	}
 	if c := l.changes[k]; c != nil {
 		pristine := s.AdminState == 0 && s.Weight == s.Initial
 		switch {
 		case c.holds(s):
-			c.Epoch = l.epoch
+			c.Epoch, c.Site = l.epoch, l.site
 			cp := *c
 			return OwnerAgent, &cp, false
 		case pristine && c.Epoch != l.epoch:
@@ -266,6 +343,29 @@ func (l *Ledger) Reconcile(k Key, s haproxy.ServerState, now time.Time) (owner O
 		return OwnerOperator, nil, false
 	}
 	return OwnerNone, nil, false
+}
+
+// notForHere says why a change read from the state file is not the
+// agent's on the HAProxy it finds, "" when it is: it was made on another
+// HAProxy (a per-user file used against a second one, a file copied from
+// another host), or a reload lost it longer ago than ReapplyWithin, when
+// the server's faults may be long over. Called with l.mu held.
+func (l *Ledger) notForHere(c *Change, s haproxy.ServerState, now time.Time) (why string, foreign bool) {
+	if c.Site != "" && l.site != "" && c.Site != l.site {
+		return fmt.Sprintf("made on another HAProxy (%s), not this one (%s)", c.Site, l.site), true
+	}
+	lost := s.AdminState == 0 && s.Weight == s.Initial && !c.holds(s) && c.Epoch != l.epoch
+	if !lost {
+		return "", false
+	}
+	ref := c.Saved
+	if c.At.After(ref) {
+		ref = c.At // a file of an earlier agent: the change's own time
+	}
+	if age := now.Sub(ref); age > l.ReapplyWithin {
+		return fmt.Sprintf("lost to a reload, and last recorded %v ago, beyond --reapply-within %v", age.Round(time.Second), l.ReapplyWithin), false
+	}
+	return "", false
 }
 
 // Drain records that the agent drained k.
@@ -391,18 +491,31 @@ func (l *Ledger) Keep(present map[Key]bool, now time.Time) {
 			l.save()
 		}
 	}
-	for k := range l.changes {
-		if !present[k] {
-			l.log.Warn().Stringer("server", k).Msg("server the agent changed is gone from HAProxy; forgetting the change")
-			l.lose(k)
+	for k, c := range l.changes {
+		if present[k] {
+			continue
 		}
+		if l.fromFile[k] && c.Site != "" && l.site != "" && c.Site != l.site {
+			// Another HAProxy's server, which this one does not have:
+			// kept in the file for that HAProxy's agent.
+			delete(l.changes, k)
+			delete(l.fromFile, k)
+			l.foreign[k] = c
+			l.notReapplied = append(l.notReapplied, NotReapplied{Server: k, Change: *c,
+				Why: fmt.Sprintf("made on another HAProxy (%s), not this one (%s)", c.Site, l.site)})
+			continue
+		}
+		l.log.Warn().Stringer("server", k).Msg("server the agent changed is gone from HAProxy; forgetting the change")
+		l.lose(k)
 	}
 }
 
 // put records c as k's change under the current epoch. Called with l.mu
 // held.
 func (l *Ledger) put(k Key, c *Change) {
-	c.Epoch = l.epoch
+	c.Epoch, c.Site = l.epoch, l.site
+	delete(l.fromFile, k)
+	delete(l.foreign, k)
 	l.changes[k] = c
 	l.save()
 }
@@ -430,6 +543,8 @@ type stateFile struct {
 	// ignores them.
 	Pauses       map[string]Pause `json:"pauses,omitempty"`
 	OperatorSeen map[Key]string   `json:"operator_seen,omitempty"`
+	// Saved is when the file was written.
+	Saved time.Time `json:"saved,omitzero"`
 }
 
 // oldChange is what earlier files held that Change no longer does: the
@@ -451,6 +566,16 @@ func (l *Ledger) load() error {
 		return err
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("state file %s: %w", l.file, err)
+	}
+	// The file says which servers are the agent's to undo, and which the
+	// operator holds: one a stranger could write would have the agent
+	// drain, or ready, servers on the stranger's word.
+	if err := safefile.Trust("state file", l.file, fi, 0o022, "whoever may write it can have the agent drain or ready any server"); err != nil {
+		return err
+	}
 	b, err := io.ReadAll(io.LimitReader(f, MaxStateFile+1))
 	if err != nil {
 		return fmt.Errorf("state file %s: %w", l.file, err)
@@ -486,6 +611,7 @@ func (l *Ledger) load() error {
 	for k, c := range st.Changes {
 		if c != nil && (c.Phase == PhaseDrained || c.Phase == PhaseCut || c.Phase == PhaseCanary) {
 			l.changes[k] = c
+			l.fromFile[k] = true
 		}
 	}
 	for k, until := range st.Holds {
@@ -516,9 +642,20 @@ func (l *Ledger) save() {
 	}
 	err := l.keepAside()
 	if err == nil {
+		now := l.now().UTC()
+		changes := make(map[Key]*Change, len(l.changes)+len(l.foreign))
+		for k, c := range l.foreign {
+			changes[k] = c
+		}
+		for k, c := range l.changes {
+			if !l.fromFile[k] { // one not yet judged here keeps its time
+				c.Saved = now
+			}
+			changes[k] = c
+		}
 		var b []byte
-		b, err = json.MarshalIndent(stateFile{Version: 2, Changes: l.changes, Holds: l.holds, Overrides: l.overrides,
-			Pauses: l.pauses, OperatorSeen: l.operatorSeen}, "", "  ")
+		b, err = json.MarshalIndent(stateFile{Version: 2, Changes: changes, Holds: l.holds, Overrides: l.overrides,
+			Pauses: l.pauses, OperatorSeen: l.operatorSeen, Saved: now}, "", "  ")
 		if err == nil {
 			err = replaceFile(l.file, append(b, '\n'))
 		}
@@ -561,8 +698,30 @@ type SaveStatus struct {
 	// FailedWrites counts every failed write since the start.
 	FailedWrites uint64 `json:"failed_writes"`
 	// KeptAside is where an unreadable state file found at start was
-	// kept.
-	KeptAside string `json:"kept_aside,omitempty"`
+	// kept, and Unreadable why it could not be read.
+	KeptAside  string `json:"kept_aside,omitempty"`
+	Unreadable string `json:"unreadable,omitempty"`
+	// NotReapplied are the changes read from the file at start that the
+	// agent did not take up, and why.
+	NotReapplied []NotReapplied `json:"not_reapplied,omitempty"`
+}
+
+// Warning is what an operator must hear of the state file, "" when
+// nothing: one found at start that could not be read. The agent started
+// without the changes, releases, holds and pauses it recorded: a drain
+// it made reads as the operator's, and a server the operator was given
+// back may be drained again.
+func (s SaveStatus) Warning() string {
+	if s.Unreadable == "" {
+		return ""
+	}
+	where := "it could not be kept aside either: nothing is written over it"
+	if s.KeptAside != "" {
+		where = "it is kept as " + s.KeptAside
+	}
+	return fmt.Sprintf("the state file %s could not be read at start (%s); %s. The agent started with no record of its earlier changes, "+
+		"the operator's releases and holds, or pauses: fix the cause, read the kept file, and release, pause or restore by hand (docs/howto/runbook.md)",
+		s.File, s.Unreadable, where)
 }
 
 // Saved reports where the state file stands.
@@ -574,7 +733,8 @@ func (l *Ledger) Saved() SaveStatus {
 
 // saveStatus is what Saved reports. The caller must hold l.mu.
 func (l *Ledger) saveStatus() SaveStatus {
-	st := SaveStatus{File: l.file, Saved: !l.unsaved, FailedWrites: l.failures, KeptAside: l.keptAside}
+	st := SaveStatus{File: l.file, Saved: !l.unsaved, FailedWrites: l.failures, KeptAside: l.keptAside, Unreadable: l.unreadErr,
+		NotReapplied: append([]NotReapplied(nil), l.notReapplied...)}
 	if l.unsaved {
 		st.UnsavedSince, st.Error = l.since, l.saveErr.Error()
 	}
@@ -584,8 +744,18 @@ func (l *Ledger) saveStatus() SaveStatus {
 // replaceFile writes data to a new file of a random name beside path
 // (created exclusively, so a planted link is never followed), syncs it,
 // and renames it over path, which replaces a link at path rather than
-// write through it.
+// write through it. The new file keeps the owner, group and mode of the
+// one it replaces (mode 0640 for a first one), never writable by group
+// or others: `sudo hapilot restore` must not leave root's file where the
+// service's user can no longer read it.
 func replaceFile(path string, data []byte) error {
+	mode, uid, gid := fs.FileMode(0o640), -1, -1
+	if fi, err := os.Lstat(path); err == nil && fi.Mode().IsRegular() {
+		mode = fi.Mode().Perm() &^ 0o022
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			uid, gid = int(st.Uid), int(st.Gid)
+		}
+	}
 	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return err
@@ -593,7 +763,17 @@ func replaceFile(path string, data []byte) error {
 	tmp := f.Name()
 	_, err = f.Write(data)
 	if err == nil {
-		err = f.Chmod(0o640)
+		err = f.Chmod(mode)
+	}
+	if err == nil && uid >= 0 && (uid != os.Geteuid() || gid != os.Getegid()) {
+		// Root gives the file back to its owner. Anyone else can only
+		// give it a group of their own; failing that, the file is theirs,
+		// which the next start trusts as it trusted the old one's owner.
+		if cerr := f.Chown(uid, gid); cerr != nil && os.Geteuid() == 0 {
+			err = fmt.Errorf("keep the state file's owner %d:%d: %w", uid, gid, cerr)
+		} else if cerr != nil {
+			_ = f.Chown(-1, gid)
+		}
 	}
 	if err == nil {
 		err = f.Sync()

@@ -117,6 +117,9 @@ func (l *Loop) theLedger() *Ledger {
 
 func (l *Loop) setLedger(ledger *Ledger) {
 	ledger.OperatorHold = l.OperatorHold
+	if l.ReapplyWithin > 0 { // else the ledger's default
+		ledger.ReapplyWithin = l.ReapplyWithin
+	}
 	if l.Clock != nil {
 		ledger.Now = l.Clock.Now
 	}
@@ -139,6 +142,15 @@ func (l *Loop) OpenState() error {
 		l.ledgerOnce = sync.Once{} // nothing was read: a later use reads again
 	}
 	return err
+}
+
+// StateWarning is what /status must warn of the state file ("" when
+// nothing): one found at start that could not be read (SaveStatus.Warning).
+func (l *Loop) StateWarning() string {
+	if l.StateFile == "" {
+		return ""
+	}
+	return l.theLedger().Saved().Warning()
 }
 
 // FlushState writes the state file again if a write failed, and says

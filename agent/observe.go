@@ -34,6 +34,7 @@ func key(backend, server string) Key { return Key{Backend: backend, Server: serv
 // knows can be acted on.
 type processes struct {
 	epoch string // the processes' instances, joined
+	site  Site   // the HAProxy they are: sockets and node names, joined
 	// order is the servers in HAProxy's order, as the first process's
 	// server states list them; byKey finds each. One entry holds all a
 	// server's figures, so that a step at 10,000 servers looks each up
@@ -83,13 +84,14 @@ func readProcesses(ctx context.Context, runtimes []Runtime) (*processes, error) 
 		return nil, fmt.Errorf("no runtime socket")
 	}
 	p := &processes{count: len(runtimes)}
-	var instances []string
+	var instances, sites []string
 	for _, rt := range runtimes {
 		info, err := rt.ShowInfo(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("read info from %s: %w", rt.Addr(), err)
 		}
 		instances = append(instances, info.Instance())
+		sites = append(sites, string(SiteOf(rt.Addr(), info)))
 		stats, err := rt.ServerStats(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("read stats from %s: %w", rt.Addr(), err)
@@ -107,7 +109,7 @@ func readProcesses(ctx context.Context, runtimes []Runtime) (*processes, error) 
 		}
 		p.addStates(states)
 	}
-	p.epoch = strings.Join(instances, ",")
+	p.epoch, p.site = strings.Join(instances, ","), Site(strings.Join(sites, ","))
 	return p, nil
 }
 
@@ -169,6 +171,7 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 	if was, changed := ledger.SetEpoch(procs.epoch); changed && was != "" {
 		l.Log.Warn().Str("was", was).Str("now", procs.epoch).Msg("HAProxy reloaded or restarted")
 	}
+	ledger.SetSite(procs.site)
 	span := l.RecentSpan
 	if span <= 0 {
 		span = 10 * time.Second

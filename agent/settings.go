@@ -27,6 +27,10 @@ type Settings struct {
 	// stands (see Ledger.OperatorHold); 0: only as long as the server
 	// differs from its configured state.
 	OperatorHold time.Duration
+	// ReapplyWithin is how recent a change read from the state file at
+	// start must be for the agent to apply it again when a reload lost it
+	// (see Ledger.ReapplyWithin); 0: DefaultReapplyWithin.
+	ReapplyWithin time.Duration
 	// HashBackends are the hash-balanced backends (balance uri, source,
 	// hdr, url_param, rdp-cookie, hash) the operator lets the agent
 	// govern; every other hash-balanced backend is left alone, since its
@@ -42,7 +46,8 @@ const MinInterval = 250 * time.Millisecond
 
 // DefaultSettings are `hapilot run`'s.
 func DefaultSettings() Settings {
-	return Settings{Interval: 10 * time.Second, EvidenceCheck: time.Second, OperatorHold: DefaultOperatorHold, Mode: ModeEnforce}
+	return Settings{Interval: 10 * time.Second, EvidenceCheck: time.Second, OperatorHold: DefaultOperatorHold,
+		ReapplyWithin: DefaultReapplyWithin, Mode: ModeEnforce}
 }
 
 // Validate checks the settings an operator may give.
@@ -59,6 +64,9 @@ func (s Settings) Validate() error {
 	}
 	if s.OperatorHold < 0 {
 		errs = append(errs, fmt.Errorf("operator-hold %v is negative", s.OperatorHold))
+	}
+	if s.ReapplyWithin < 0 {
+		errs = append(errs, fmt.Errorf("reapply-within %v is negative", s.ReapplyWithin))
 	}
 	return errors.Join(errs...)
 }

@@ -88,8 +88,8 @@ func TestFailureMarker(t *testing.T) {
 }
 
 func TestParseInfo(t *testing.T) {
-	info, err := parseInfo("Name: HAProxy\nVersion: 2.6.12\nPid: 42\nUptime_sec: 3\nStart_time_sec: 1795995855\n\n")
-	if err != nil || info.Instance() != "42@1795995855" || info.Version != "2.6.12" {
+	info, err := parseInfo("Name: HAProxy\nVersion: 2.6.12\nPid: 42\nUptime_sec: 3\nStart_time_sec: 1795995855\nnode: lb1\n\n")
+	if err != nil || info.Instance() != "42@1795995855" || info.Version != "2.6.12" || info.Node != "lb1" {
 		t.Fatalf("%+v %v", info, err)
 	}
 	for _, bad := range []string{"", "Pid: x\nStart_time_sec: 1\n", "Pid: 1\n"} {

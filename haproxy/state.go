@@ -453,6 +453,9 @@ type Info struct {
 	Version   string `json:"version"`
 	Pid       int    `json:"pid"`
 	StartTime int64  `json:"start_time_sec"`
+	// Node is the process's node name (global's `node`, the host's name
+	// by default): it outlives reloads and restarts.
+	Node string `json:"node,omitempty"`
 }
 
 // Instance names this HAProxy process: a reload or restart gives a new
@@ -492,6 +495,8 @@ func parseInfo(reply string) (Info, error) {
 		case "Start_time_sec":
 			info.StartTime, err = strconv.ParseInt(value, 10, 64)
 			haveStart = err == nil
+		case "node":
+			info.Node = value
 		}
 		if err != nil {
 			return Info{}, fmt.Errorf("%s: %w", name, err)

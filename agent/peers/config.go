@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hapilot/hapilot/internal/lib/safefile"
 )
 
 // Config is the --fleet-* settings.
@@ -98,8 +100,8 @@ func ReadKey(path string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fleet-key: %w", err)
 	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("fleet-key %s has mode %04o: the shared key must be readable by its owner only (chmod 600 %s)", path, fi.Mode().Perm(), path)
+	if err := safefile.Trust("fleet-key", path, fi, 0o077, "the shared key must be readable by its owner only"); err != nil {
+		return nil, err
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {

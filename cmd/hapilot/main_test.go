@@ -156,3 +156,53 @@ func TestCtlConfig(t *testing.T) {
 		}
 	}
 }
+
+// `hapilot check` with a bad webhook URL, by flag or in the settings
+// file, says what is wrong and names the URL by its origin only: its user
+// info, path and query are where a webhook keeps its secret.
+func TestCheckNeverEchoesWebhookSecrets(t *testing.T) {
+	dir := t.TempDir()
+	for _, bad := range []string{
+		"ftp://hookuser:HOOKPASS@hooks.example/services/T0/B0/PATHSECRET?token=QSECRET",
+		"http://hookuser:HOOKPASS@[::1/services/PATHSECRET?token=QSECRET",
+		"hookuser:HOOKPASS@hooks.example/services/PATHSECRET?token=QSECRET",
+	} {
+		conf := filepath.Join(dir, "hapilot.conf")
+		if err := os.WriteFile(conf, []byte("notify-webhook "+bad+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{{"check", "--notify-webhook", bad}, {"check", "--config", conf}} {
+			var out, errb bytes.Buffer
+			code := run(args, &out, &errb)
+			all := out.String() + errb.String()
+			if code != 1 || !strings.Contains(all, "notify-webhook") || !strings.Contains(all, "want an http:// or https:// URL") {
+				t.Fatalf("%v: code %d, output %q", args[1], code, all)
+			}
+			for _, s := range []string{"hookuser", "HOOKPASS", "PATHSECRET", "QSECRET"} {
+				if strings.Contains(all, s) {
+					t.Errorf("%v %s: the output carries %s: %q", args[1], bad, s, all)
+				}
+			}
+		}
+	}
+}
+
+// `hapilot restore` refuses a state file others may write, before it asks
+// HAProxy anything: a forged file would have it ready an operator's
+// drained server.
+func TestRestoreRefusesAForgedStateFile(t *testing.T) {
+	dir := t.TempDir()
+	forged := filepath.Join(dir, "state.json")
+	if err := os.WriteFile(forged, []byte(`{"version":2,"changes":{"app/s1":{"phase":"drained"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(forged, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run([]string{"restore", "--state-file", forged, "--haproxy-socket", filepath.Join(dir, "none.sock"),
+		"--control-socket", "unix:" + filepath.Join(dir, "ctl.sock")}, &out, &errb)
+	if code != 1 || !strings.Contains(errb.String(), forged+" has mode 0666") || !strings.Contains(errb.String(), "chmod 644") {
+		t.Fatalf("code %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+}

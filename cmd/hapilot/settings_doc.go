@@ -16,7 +16,7 @@ var settingGroups = []struct {
 	name  string
 	flags []string
 }{
-	{"Core", []string{"config", "haproxy-socket", "interval", "mode", "state-file", "on-exit", "operator-hold", "audit-log", "audit-steps",
+	{"Core", []string{"config", "haproxy-socket", "interval", "mode", "state-file", "on-exit", "operator-hold", "reapply-within", "audit-log", "audit-steps",
 		"log-format", "log-level", "max-stat-rows"}},
 	{"Telemetry", []string{"spoe-listen", "lua-listen", "syslog-listen", "peer-group", "stats-poll", "stats-poll-mode", "window", "max-servers", "evidence-check"}},
 	{"Policy and guardrails", []string{"policy", "policy-file", "shadow", "rules-alpha", "rules-min-requests", "rules-min-errors", "rules-min-ratio",

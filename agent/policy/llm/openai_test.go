@@ -208,7 +208,7 @@ func newOpenAIPolicy(t *testing.T, respond ollamafake.Responder, setup func(*oai
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Server.(*modelapi.OpenAI).PollEvery = time.Millisecond
+	modelapi.Unwrap(m.Server).(*modelapi.OpenAI).PollEvery = time.Millisecond
 	p := New(m, rules.NewWindowed(rules.DefaultConfig()), rules.DefaultConfig(), cfg, zerolog.Nop())
 	t.Cleanup(p.Close)
 	return p, f

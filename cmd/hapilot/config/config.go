@@ -232,6 +232,7 @@ func Register(fs *flag.FlagSet) *Config {
 	fs.StringVar(&c.ControlSocket, "control-socket", c.ControlSocket, "unix socket of `hapilot ctl` (unix:/path, mode 0660, the agent's user and group; \"off\" to disable): list, explain, release, pause, resume, restore")
 	fs.Var(&multi{v: &c.Loop.HashBackends}, "hash-backends", "hash-balanced backends (balance uri, source, hdr, url_param, rdp-cookie, hash) the agent may govern; repeat it for each; every other one is left alone, since its servers see different request mixes")
 	fs.DurationVar(&c.Loop.OperatorHold, "operator-hold", c.Loop.OperatorHold, "how long an operator's undo of the agent's change stands: the agent leaves that server alone until then, or until its state changes again")
+	fs.DurationVar(&c.Loop.ReapplyWithin, "reapply-within", c.Loop.ReapplyWithin, "at start, a change from the state file that an HAProxy reload lost is applied again only if the file was written this recently, and only on the HAProxy it was made on; otherwise the server is judged afresh")
 	fs.Var(&c.OnExit, "on-exit", "on SIGTERM: keep the agent's drains, or restore every server it changed: "+enum.Join(OnExits...))
 	registerGuard(fs, &c.Guard)
 	registerRecovery(fs, &c.Recovery)

@@ -606,6 +606,9 @@ func (d *Daemon) Warnings() []string {
 			ws = append(ws, *w)
 		}
 	}
+	if w := d.Loop.StateWarning(); w != "" {
+		ws = append(ws, w)
+	}
 	return ws
 }
 

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -262,5 +263,54 @@ func TestListenersEvictAtTheirCaps(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("metrics never showed %q:\n%s", want, m)
 		}
+	}
+}
+
+// The state file at start: one group or others may write is refused, the
+// agent does not start, and the error names the file, its mode and the
+// fix; one it cannot read is kept aside and, beyond the log line, is a
+// warning on /status for as long as the agent runs. Before, /status said
+// nothing ("warnings": null) while the operator's holds were forgotten.
+func TestStateFileAtStart(t *testing.T) {
+	dir := t.TempDir()
+	forged := filepath.Join(dir, "forged.json")
+	if err := os.WriteFile(forged, []byte(`{"version":2,"changes":{}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(forged, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	c := parseConfig(t, []string{"--spoe-listen", "off", "--status-listen", "off", "--haproxy-socket", "/nonexistent.sock", "--state-file", forged})
+	if d, err := New(*c, zerolog.Nop()); err == nil {
+		d.Close()
+		t.Fatal("a state file others may write was read")
+	} else if !strings.Contains(err.Error(), forged+" has mode 0666") || !strings.Contains(err.Error(), "chmod 644 "+forged) {
+		t.Fatalf("err %v", err)
+	}
+
+	garbled := filepath.Join(dir, "garbled.json")
+	if err := os.WriteFile(garbled, []byte(`{"version":2,"changes":`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c = parseConfig(t, []string{"--spoe-listen", "off", "--status-listen", "127.0.0.1:0", "--haproxy-socket", "/nonexistent.sock", "--state-file", garbled})
+	d, err := New(*c, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, d)
+	code, b, err := fasthttp.Get(nil, "http://"+d.StatusAddr()+"/status")
+	if err != nil || code != 200 {
+		t.Fatalf("GET /status: %d %v", code, err)
+	}
+	var st struct{ Warnings []string }
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, w := range st.Warnings {
+		found = found || (strings.Contains(w, "the state file "+garbled+" could not be read at start") && strings.Contains(w, "kept as "+garbled+".bad-"))
+	}
+	if !found {
+		t.Fatalf("warnings %q", st.Warnings)
 	}
 }

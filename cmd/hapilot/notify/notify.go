@@ -82,20 +82,40 @@ const (
 // DefaultConfig is off.
 func DefaultConfig() Config { return Config{Format: FormatEvent, Timeout: 5 * time.Second} }
 
-// Validate checks the settings an operator may give.
+// Validate checks the settings an operator may give. Its errors name the
+// URL as Origin does, never whole: its user info, path and query are
+// where webhooks keep their secrets.
 func (c Config) Validate() error {
 	if c.URL == "" {
 		return nil
 	}
 	u, err := url.Parse(c.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("notify-webhook %q: want an http:// or https:// URL", c.URL)
+		return fmt.Errorf("notify-webhook %s: want an http:// or https:// URL with a host", Origin(c.URL))
 	}
 	if c.Timeout <= 0 {
 		return fmt.Errorf("notify-timeout %v must be positive", c.Timeout)
 	}
 	_, err = enum.Parse("notify-format", string(c.Format), Formats...)
 	return err
+}
+
+// Origin is what the agent ever says of a webhook's URL: its scheme and
+// host ("https://hooks.example.com"), without user info, path or query,
+// which chat webhooks (Slack's /services/T/B/SECRET) and token-bearing
+// URLs keep their secret in. Of a URL that does not parse, or has no
+// host, nothing is repeated.
+func Origin(raw string) string {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return "(unparsable URL)"
+	case u.Host == "":
+		// "user:pass@host/..." parses as scheme "user": nothing of it is
+		// repeated.
+		return "(URL without a host)"
+	}
+	return u.Scheme + "://" + u.Host
 }
 
 // Notifier is the webhook's queue and sender.
@@ -113,7 +133,8 @@ type Notifier struct {
 
 // New is a notifier for cfg; Run sends.
 func New(cfg Config, log zerolog.Logger) *Notifier {
-	return &Notifier{cfg: cfg, client: &http.Client{Timeout: cfg.Timeout}, log: log,
+	client := &http.Client{Timeout: cfg.Timeout, CheckRedirect: refuseRedirect}
+	return &Notifier{cfg: cfg, client: client, log: log,
 		queue: make(chan agent.Event, cmp.Or(cfg.Queue, QueueSize)), Sleep: sleep}
 }
 
@@ -212,8 +233,18 @@ func (n *Notifier) deliver(ctx context.Context, ev agent.Event) {
 	n.log.Warn().Err(err).Str("type", string(ev.Type)).Str("url", n.redacted()).Msg("webhook did not take the event; dropped (hapilot_notify_dropped_total)")
 }
 
-// permanent is a refusal no retry will change (4xx but 429).
+// permanent is a refusal no retry will change (4xx but 429, a redirect).
 type permanent struct{ error }
+
+// errRedirect: the receiver answered 3xx. No redirect is followed, to
+// its own host or another: the event would be posted again where the
+// operator never pointed it (a cloud's metadata address, say), and the
+// Location may carry a secret of its own.
+var errRedirect = errors.New("a redirect, never followed: set --notify-webhook to the final URL")
+
+// refuseRedirect makes the client hand back the 3xx itself, which post
+// counts a failure.
+func refuseRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 func (n *Notifier) post(ctx context.Context, ev agent.Event) error {
 	body, err := Payload(n.cfg.Format, ev)
@@ -230,7 +261,12 @@ func (n *Notifier) post(ctx context.Context, ev agent.Event) error {
 	req.Header.Set("User-Agent", "hapilot/"+ev.Version)
 	resp, err := n.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("post: %w", err)
+		// *url.Error carries the whole URL: only the origin is kept.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("post %s: %w", n.redacted(), err)
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
@@ -239,19 +275,19 @@ func (n *Notifier) post(ctx context.Context, ev agent.Event) error {
 		return nil
 	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
 		return fmt.Errorf("HTTP %d", resp.StatusCode)
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		to := "nowhere (no Location)"
+		if loc, err := resp.Location(); err == nil {
+			to = Origin(loc.String())
+		}
+		return permanent{fmt.Errorf("HTTP %d to %s: %w", resp.StatusCode, to, errRedirect)}
 	}
 	return permanent{fmt.Errorf("HTTP %d", resp.StatusCode)}
 }
 
 // redacted is the URL without its query or user info (chat webhooks
 // carry their secret in the path, so only the host is logged).
-func (n *Notifier) redacted() string {
-	u, err := url.Parse(n.cfg.URL)
-	if err != nil {
-		return "(unparsable)"
-	}
-	return u.Scheme + "://" + u.Host + "/..."
-}
+func (n *Notifier) redacted() string { return Origin(n.cfg.URL) }
 
 // Counts are the notifier's totals.
 type Counts struct{ Sent, QueueFull, Failed uint64 }

@@ -214,3 +214,79 @@ func TestRunFlushesAtStop(t *testing.T) {
 		t.Fatalf("counts %+v, posted %d", c, len(r.got()))
 	}
 }
+
+// The receiver answers 307 to another server: nothing is posted there
+// (it could be a cloud's metadata address), the event fails at once with
+// the reason, and the log names neither URL's path nor query.
+func TestRedirectNeverFollowed(t *testing.T) {
+	other := &receiver{status: http.StatusOK}
+	target := httptest.NewServer(other)
+	defer target.Close()
+	for _, code := range []int{http.StatusTemporaryRedirect, http.StatusMovedPermanently, http.StatusFound, http.StatusPermanentRedirect} {
+		t.Run(http.StatusText(code), func(t *testing.T) {
+			hits := 0
+			first := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				hits++
+				http.Redirect(w, r, target.URL+"/LOCSECRET?token=LOCQ", code)
+			}))
+			defer first.Close()
+			var logs strings.Builder
+			n := New(Config{URL: first.URL + "/services/T0/B0/PATHSECRET?token=QSECRET", Format: FormatEvent, Timeout: time.Second}, zerolog.New(&logs))
+			n.Sleep = func(context.Context, time.Duration) error { t.Error("a redirect was retried"); return nil }
+			n.Emit(event(agent.EventDrain))
+			sendQueued(n)
+			if got := other.got(); len(got) != 0 {
+				t.Fatalf("the redirect's target received %d posts", len(got))
+			}
+			if hits != 1 || n.Counts().Failed != 1 {
+				t.Fatalf("%d posts to the receiver, counts %+v", hits, n.Counts())
+			}
+			l := logs.String()
+			if !strings.Contains(l, "redirect, never followed") || !strings.Contains(l, target.URL) {
+				t.Fatalf("the log does not say why: %s", l)
+			}
+			for _, secret := range []string{"PATHSECRET", "QSECRET", "LOCSECRET", "LOCQ", "/services"} {
+				if strings.Contains(l, secret) {
+					t.Fatalf("the log carries %s: %s", secret, l)
+				}
+			}
+		})
+	}
+}
+
+// The webhook's URL carries its secrets in its user info, path and query:
+// a failure's log line, and a bad URL's error, name its origin only.
+func TestWebhookSecretsNeverLogged(t *testing.T) {
+	secrets := []string{"hookuser", "HOOKPASS", "PATHSECRET", "QSECRET"}
+	dead := httptest.NewServer(http.NotFoundHandler())
+	dead.Close() // a port that refuses: the client's *url.Error names the URL
+	u := strings.Replace(dead.URL, "http://", "http://hookuser:HOOKPASS@", 1) + "/services/T0/B0/PATHSECRET?token=QSECRET"
+	var logs strings.Builder
+	n := New(Config{URL: u, Format: FormatEvent, Timeout: time.Second}, zerolog.New(&logs))
+	n.Sleep = func(context.Context, time.Duration) error { return nil }
+	n.Emit(event(agent.EventDrain))
+	sendQueued(n)
+	if l := logs.String(); !strings.Contains(l, "connection refused") || !strings.Contains(l, strings.TrimPrefix(dead.URL, "http://")) {
+		t.Fatalf("the log does not say what failed: %s", l)
+	}
+	texts := []string{logs.String()}
+	for _, bad := range []string{
+		"ftp://hookuser:HOOKPASS@hooks.example/PATHSECRET?token=QSECRET",
+		"http://hookuser:HOOKPASS@[::1/PATHSECRET?token=QSECRET",
+		"hookuser:HOOKPASS@hooks.example/PATHSECRET?token=QSECRET",
+		"http:///PATHSECRET?token=QSECRET",
+	} {
+		err := Config{URL: bad, Format: FormatEvent, Timeout: time.Second}.Validate()
+		if err == nil {
+			t.Fatalf("%s accepted", bad)
+		}
+		texts = append(texts, err.Error())
+	}
+	for _, text := range texts {
+		for _, s := range secrets {
+			if strings.Contains(text, s) {
+				t.Errorf("%q carries %s", text, s)
+			}
+		}
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -109,7 +111,10 @@ func ListenUnixgram(path string) (net.PacketConn, error) {
 }
 
 // removeStale removes a socket file nobody answers on: what a killed
-// agent leaves behind. Anything else at path is left and reported.
+// agent leaves behind. Anything else at path is left and reported. A
+// socket this user may not connect to (EACCES: one a root agent made,
+// killed with -9 before it could remove it) cannot be asked; the kernel's
+// list of listening sockets says whether a process still listens there.
 func removeStale(path string) error {
 	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -126,10 +131,52 @@ func removeStale(path string) error {
 		c.Close()
 		return fmt.Errorf("listen unix %s: another process answers on it", path)
 	}
-	if !errors.Is(err, syscall.ECONNREFUSED) {
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+	case errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM):
+		live, lerr := listening(path)
+		switch {
+		case lerr != nil:
+			return fmt.Errorf("listen unix %s: a socket this user may not connect to is there (%v), and whether a process listens on it cannot be told (%v): "+
+				"if no agent runs, remove it (sudo rm %s), or give this flag another path", path, err, lerr, path)
+		case live:
+			return fmt.Errorf("listen unix %s: another user's process listens on it (connect: permission denied): "+
+				"stop that process (a hapilot started as root?), or give this flag another path", path)
+		}
+	default:
 		return fmt.Errorf("listen unix %s: %w", path, err)
 	}
-	return os.Remove(path)
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("listen unix %s: a stale socket, left by a process that died (a hapilot started as root and killed?), is in the way and cannot be removed (%w): sudo rm %s",
+			path, err, path)
+	}
+	return nil
+}
+
+// procNetUnix lists the host's unix sockets (Linux).
+var procNetUnix = "/proc/net/unix"
+
+// listening reports whether a process listens on the unix socket at
+// path, from the kernel's list: a bound socket in the listening state
+// (flag __SO_ACCEPTCON) names its path there until it is closed.
+func listening(path string) (bool, error) {
+	b, err := os.ReadFile(procNetUnix)
+	if err != nil {
+		return false, err
+	}
+	abs, _ := filepath.Abs(path)
+	const acceptCon = 0x10000
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		// Num RefCount Protocol Flags Type St Inode Path
+		f := strings.Fields(line)
+		if len(f) < 8 || (f[7] != path && f[7] != abs) {
+			continue
+		}
+		if flags, err := strconv.ParseUint(f[3], 16, 32); err == nil && flags&acceptCon != 0 {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // IsLoopback reports whether a "host:port" listens on loopback only.

@@ -172,7 +172,9 @@ func parseError(status int, body []byte) *apiError {
 		}
 	}
 	if f.Message == "" {
-		f.Message = strings.TrimSpace(truncate(string(body), 300))
+		// Whole: the client's redaction scrubs the key before it cuts
+		// the text (MaxErrorText), so no part of a key survives a cut.
+		f.Message = strings.TrimSpace(string(body))
 	}
 	if f.Message == "" {
 		f.Message = http.StatusText(status)

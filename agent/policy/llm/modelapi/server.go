@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/internal/lib/enum"
+	"github.com/hapilot/hapilot/internal/lib/safefile"
 	"github.com/ollama/ollama/api"
 	"github.com/ollama/ollama/envconfig"
 )
@@ -125,14 +126,15 @@ func (a *API) String() string { return string(*a) }
 func (a *API) Set(s string) (err error) { *a, err = enum.Parse("llm-api", s, APIs...); return err }
 
 // ReadAPIKey reads the model server's API key from path, a file only its
-// owner may read, as the fleet key is: a key others can read is refused.
+// owner may read, as the fleet key is: a key others can read, or one a
+// stranger owns, is refused (safefile.Trust).
 func ReadAPIKey(path string) (string, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return "", fmt.Errorf("llm-key-file: %w", err)
 	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return "", fmt.Errorf("llm-key-file %s has mode %04o: the API key must be readable by its owner only (chmod 600 %s)", path, fi.Mode().Perm(), path)
+	if err := safefile.Trust("llm-key-file", path, fi, 0o077, "the API key must be readable by its owner only"); err != nil {
+		return "", err
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -246,7 +248,9 @@ func ParseURL(flag, host string) (*url.URL, error) {
 // Dial returns the client of the model server that speaks a at base
 // (--llm-url) or host (--ollama-host, the native API's alias; neither:
 // $OLLAMA_HOST), with the API key in keyFile if any. Its HTTP client has
-// no timeout of its own: every call carries a deadline.
+// no timeout of its own: every call carries a deadline. No error it
+// returns carries the key, an Authorization header or the URL's
+// password, and none is longer than MaxErrorText.
 func Dial(a API, base, host, keyFile string) (Server, error) {
 	key := ""
 	if keyFile != "" {
@@ -259,20 +263,20 @@ func Dial(a API, base, host, keyFile string) (Server, error) {
 	if addr == "" {
 		addr, flag = host, "ollama-host"
 	}
-	if a == APIOpenAI {
-		u, err := ParseURL(flag, addr)
-		if err != nil {
+	var u *url.URL
+	if addr == "" && a != APIOpenAI {
+		u = envconfig.Host() // $OLLAMA_HOST, as Ollama's own client reads it
+	} else {
+		var err error
+		if u, err = ParseURL(flag, addr); err != nil {
 			return nil, err
 		}
-		return NewOpenAI(u.String(), httpClient(key)), nil
 	}
-	if addr == "" {
-		// $OLLAMA_HOST, as Ollama's own client reads it.
-		return &Ollama{Client: api.NewClient(envconfig.Host(), httpClient(key))}, nil
+	var s Server = &Ollama{Client: api.NewClient(u, httpClient(key))}
+	if a == APIOpenAI {
+		s = NewOpenAI(u.String(), httpClient(key))
 	}
-	u, err := ParseURL(flag, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &Ollama{Client: api.NewClient(u, httpClient(key))}, nil
+	// Every error the client returns is scrubbed of the key: a server
+	// may echo the Authorization header in its error body.
+	return &redacting{Server: s, secrets: newSecrets(key, u)}, nil
 }
