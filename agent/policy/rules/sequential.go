@@ -131,6 +131,8 @@ type SeqServer struct {
 	cut    [len(bank)]float64
 	winMax [len(bank)]float64
 	winAge [len(bank)]int
+	atMax  [len(bank)]float64
+	used   [len(bank)]float64
 	// run counts the chunks since the CUSUMs were last all at zero: the
 	// span of the evidence now, Page's estimate of when a change began;
 	// runN and runX its requests and 5xx.
@@ -195,6 +197,8 @@ func (s *SeqServer) endRun() {
 	s.cut = [len(bank)]float64{}
 	s.winMax = [len(bank)]float64{}
 	s.winAge = [len(bank)]int{}
+	s.atMax = [len(bank)]float64{}
+	s.used = [len(bank)]float64{}
 	s.run, s.runN, s.runX = 0, 0, 0
 }
 
@@ -344,19 +348,32 @@ func (q *Sequential) Step(dt float64, srv []*SeqServer, in []Counts, serving []b
 				raw := max(0, s.raw[k]+l)
 				gain := raw - slot[k]
 				slot[k] = raw
-				if s.winAge[k]++; s.winAge[k] > expForget*q.w {
-					// one burst forgiven per forgetWindows windows: a
-					// later one is measured afresh, and forgiven too
+				if s.winAge[k]++; s.winAge[k] > q.w && s.S[k] <= s.atMax[k] {
+					// The largest window is past and the evidence has not
+					// grown since: a burst, not a fault. Forget it, so
+					// that a later burst is measured afresh; the credit
+					// it was granted is spent only as the evidence falls.
 					s.winMax[k], s.winAge[k] = 0, 0
 				}
+				s.used[k] = min(s.used[k], s.S[k])
 				if gain > s.winMax[k] {
-					s.cut[k] += max(0, gain-q.credit) - max(0, s.winMax[k]-q.credit)
+					// what the window gained beyond the largest before it
+					// counts as far as the run's credit goes: bursts apart
+					// do not stack their credits
+					d := gain - s.winMax[k]
+					granted := min(d, max(0, q.credit-s.used[k]))
+					s.used[k] += granted
+					s.cut[k] += d - granted
 					s.winMax[k], s.winAge[k] = gain, 0
+					s.atMax[k] = -1 // set below, once S is known
 				}
 				// bounded: the statistic stops at h, and raw with it
 				v := min(max(0, raw-s.cut[k]), q.h)
 				s.raw[k] = min(raw, v+s.cut[k])
 				s.S[k] = v
+				if s.atMax[k] < 0 {
+					s.atMax[k] = v
+				}
 				top = max(top, v)
 			}
 			s.wpos = (s.wpos + 1) % q.w
