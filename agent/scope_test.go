@@ -31,13 +31,12 @@ func TestScopeSet(t *testing.T) {
 		{"api.v2.max-drained=25%", ""}, // a name with dots: the key is after the last
 		{"api-*.leave-alone=srv1,db*", ""},
 		{"app.action=maint", ""},
-		{"app.rules-arl-days=10000", ""},
+		{"app.rules-arl-days=10000", `unknown key "rules-arl-days"`}, // the rules' own (rules.Blocks)
 		{"app.frobnicate=1", `unknown key "frobnicate"`},
 		{"app.enabled", "want PATTERN.KEY=VALUE"},
 		{"enabled=true", "want PATTERN.KEY=VALUE"},
 		{"app.max-drained=150%", "want a count"},
 		{"app.action=kill", "want drain or maint"},
-		{"app.rules-degraded-ratio=1", "ratio above 1"},
 		{"app.min-serving=-1", "negative"},
 		{"[.enabled=true", "pattern"},
 	}

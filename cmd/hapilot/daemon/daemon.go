@@ -135,7 +135,7 @@ func newPolicy(c config.Config, log zerolog.Logger, emit func(agent.Event)) (age
 	case config.PolicyStatic:
 		return policy.NewStatic(), nil, nil
 	case config.PolicyRules:
-		return scopedRules(c.Rules, c.Guard.Scope), nil, nil
+		return scopedRules(c.Rules, &c.RulesBlocks), nil, nil
 	case config.PolicyLLM, config.PolicyShadow:
 		return newLLMPolicy(c, log, emit)
 	case config.PolicyLua:
