@@ -519,6 +519,11 @@ func (l *Ledger) save() {
 		var b []byte
 		b, err = json.MarshalIndent(stateFile{Version: 2, Changes: l.changes, Holds: l.holds, Overrides: l.overrides,
 			Pauses: l.pauses, OperatorSeen: l.operatorSeen}, "", "  ")
+		if err == nil && len(b)+1 > MaxStateFile {
+			// The reader (load) takes no more: a file it would set aside
+			// at the next start is worse than the last one it can read.
+			err = fmt.Errorf("the state would be %d bytes, over the %d the agent reads back at start: the file keeps its last state", len(b)+1, MaxStateFile)
+		}
 		if err == nil {
 			err = replaceFile(l.file, append(b, '\n'))
 		}
@@ -623,13 +628,40 @@ func (l *Ledger) Release(k Key, initial int, now time.Time, hold time.Duration) 
 	l.save()
 }
 
+// MaxPauses bounds the backends' pauses held at once: a pause is an
+// operator's hold on a backend or a few during an incident (every
+// backend is one pause, AllBackends, never refused: it is the safe
+// side), and the bound keeps the state file and `ctl status` small
+// whatever is asked: 256 names of at most 255 bytes.
+const MaxPauses = 256
+
 // SetPause holds the agent's actions back on p.Backend (AllBackends:
-// everywhere), replacing any pause of that scope.
-func (l *Ledger) SetPause(p Pause) {
+// everywhere), replacing any pause of that scope. A backend's new pause
+// past MaxPauses is refused; pauses over at p.Since make room first.
+func (l *Ledger) SetPause(p Pause) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	held := len(l.pauses)
+	if _, ok := l.pauses[AllBackends]; ok {
+		held--
+	}
+	if _, ok := l.pauses[p.Backend]; !ok && p.Backend != AllBackends && held >= MaxPauses {
+		for b, q := range l.pauses {
+			if !q.Active(p.Since) {
+				delete(l.pauses, b)
+			}
+		}
+		held = len(l.pauses)
+		if _, ok := l.pauses[AllBackends]; ok {
+			held--
+		}
+		if held >= MaxPauses {
+			return fmt.Errorf("%w: pause: %d backends' pauses held, the most the agent keeps: resume some, or pause every backend", ErrRefused, held)
+		}
+	}
 	l.pauses[p.Backend] = p
 	l.save()
+	return nil
 }
 
 // ClearPause ends the pause of backend (AllBackends: the pause of every

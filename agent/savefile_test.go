@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -248,5 +249,35 @@ func TestFullDiskLosesNothing(t *testing.T) {
 	var last Record
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.Cycle != 5 {
 		t.Fatalf("the last audit line (%v) is not step 5's record whole: %.200s", err, lines[len(lines)-1])
+	}
+}
+
+// The state file is never written larger than the agent reads back at
+// start (MaxStateFile): a state that outgrew it leaves the last readable
+// file, unsaved and said so, rather than a file the next start would
+// set aside with every drain it named.
+func TestStateFileNeverOutgrowsItsReader(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "state.json")
+	l := NewLedger(file, zerolog.Nop())
+	l.Drain(key("app", "s1"), time.Unix(1000, 0), "test", 0.5, 0, false)
+	// Enough servers seen held by the operator to outgrow the bound, put
+	// in memory at once (one write each would take minutes).
+	l.mu.Lock()
+	name := strings.Repeat("s", 200)
+	for i := 0; i*len(name) < MaxStateFile; i++ { // each is more than len(name) bytes in the file
+		l.operatorSeen[key("big", fmt.Sprintf("%s%d", name, i))] = "drain"
+	}
+	l.mu.Unlock()
+	l.Drain(key("app", "s2"), time.Unix(1001, 0), "test", 0.5, 0, false)
+	st := l.Saved()
+	if st.Saved || !strings.Contains(st.Error, "over the") {
+		t.Fatalf("save status %+v", st)
+	}
+	fi, err := os.Stat(file)
+	if err != nil || fi.Size() > MaxStateFile {
+		t.Fatalf("state file %v, %v", fi, err)
+	}
+	if got := savedChanges(t, file); len(got) != 1 {
+		t.Fatalf("the next start reads %v, want the last state it can read (s1)", got)
 	}
 }

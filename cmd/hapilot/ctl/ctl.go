@@ -51,8 +51,14 @@ type Answer struct {
 	Result  json.RawMessage `json:"result,omitempty"`
 }
 
-// MaxLine bounds a request or an answer line.
-const MaxLine = 4 << 20
+// MaxRequest bounds a request line: a command and a name or two (a
+// backend name is at most 255 bytes), with room to spare. The agent
+// reads no more of a longer one than its buffer, and refuses it.
+const MaxRequest = 64 << 10
+
+// MaxAnswer bounds an answer line, which the agent checks before it
+// writes one: what it writes, the client reads.
+const MaxAnswer = 4 << 20
 
 // Timeout bounds a command: a release reads HAProxy and sends commands,
 // which a stuck socket could hold.
@@ -82,7 +88,7 @@ func Do(ctx context.Context, path string, req Request) (Answer, error) {
 		return Answer{}, fmt.Errorf("send to the agent: %w", err)
 	}
 	r := bufio.NewReaderSize(conn, 64<<10)
-	line, err := readLine(r)
+	line, err := readLine(r, MaxAnswer)
 	if err != nil {
 		return Answer{}, fmt.Errorf("read the agent's answer: %w", err)
 	}
@@ -93,9 +99,12 @@ func Do(ctx context.Context, path string, req Request) (Answer, error) {
 	return a, nil
 }
 
-// ReadRequest reads one request line.
+// ReadRequest reads one request line. A line over MaxRequest is read to
+// its end and dropped, so that the client, still sending, gets the
+// refusal rather than a reset connection; the memory it takes is r's
+// buffer, and the time the connection's deadline.
 func ReadRequest(r *bufio.Reader) (Request, error) {
-	line, err := readLine(r)
+	line, err := readLine(r, MaxRequest)
 	if err != nil {
 		return Request{}, err
 	}
@@ -106,19 +115,29 @@ func ReadRequest(r *bufio.Reader) (Request, error) {
 	return req, nil
 }
 
-func readLine(r *bufio.Reader) ([]byte, error) {
+// ErrTooLong is a line over its bound.
+var ErrTooLong = errors.New("line too long")
+
+func readLine(r *bufio.Reader, limit int) ([]byte, error) {
 	var line []byte
+	over := false
 	for {
 		chunk, isPrefix, err := r.ReadLine()
 		if err != nil {
 			return nil, err
 		}
-		line = append(line, chunk...)
-		if len(line) > MaxLine {
-			return nil, fmt.Errorf("line over %d bytes", MaxLine)
+		if !over {
+			line = append(line, chunk...)
+			if len(line) > limit {
+				over, line = true, nil
+			}
 		}
-		if !isPrefix {
-			return line, nil
+		if isPrefix {
+			continue
 		}
+		if over {
+			return nil, fmt.Errorf("%w: over %d bytes", ErrTooLong, limit)
+		}
+		return line, nil
 	}
 }

@@ -65,6 +65,11 @@ func (d *Daemon) serveControl(ctx context.Context, c net.Conn) {
 	if err != nil {
 		b, _ = json.Marshal(ctl.Answer{Error: "encode the answer: " + err.Error()})
 	}
+	if len(b) > ctl.MaxAnswer {
+		// The client reads no more: say so rather than send what it
+		// cannot read.
+		b, _ = json.Marshal(ctl.Answer{Error: fmt.Sprintf("failed: the answer is %d bytes, over the %d a ctl answer may hold: read /status instead", len(b), ctl.MaxAnswer)})
+	}
 	_, _ = c.Write(append(b, '\n'))
 }
 
@@ -151,7 +156,10 @@ func (d *Daemon) control(ctx context.Context, req ctl.Request, by string) ctl.An
 		if backend == "" {
 			backend = agent.AllBackends
 		}
-		p := l.Pause(backend, dur, by)
+		var p agent.Pause
+		if p, err = l.Pause(ctx, backend, dur, by); err != nil {
+			break
+		}
 		result, msg = p, p.Why()+": the agent observes and sends nothing there; `hapilot ctl resume` ends it"
 	case ctl.Resume:
 		backend := req.Backend

@@ -37,10 +37,19 @@ func TestControlSocket(t *testing.T) {
 	}{
 		{ctl.Request{Command: ctl.Status}, true, `"mode":"observe"`},
 		{ctl.Request{Command: ctl.List}, true, `[]`},
-		{ctl.Request{Command: ctl.Pause, Backend: "app", For: "10m"}, true, "paused (backend app, until"},
-		{ctl.Request{Command: ctl.Status}, true, `"backend":"app"`},
+		// A backend's pause needs HAProxy's word that the agent governs it.
+		{ctl.Request{Command: ctl.Pause, Backend: "app", For: "10m"}, false, "failed: cannot check that the agent governs backend app"},
+		// A name HAProxy could not hold is refused before anything is read.
+		{ctl.Request{Command: ctl.Pause, Backend: "app\x1b[2J"}, false, `pause: not a backend name: name "app\x1b[2J" holds '\x1b'`},
+		{ctl.Request{Command: ctl.Pause, Backend: "ap\np"}, false, "not a backend name"},
+		{ctl.Request{Command: ctl.Pause, Backend: strings.Repeat("a", 256)}, false, "not a backend name: name of 256 bytes"},
+		// Over the request bound: read to its end, refused, answered.
+		{ctl.Request{Command: ctl.Pause, Backend: strings.Repeat("a", 4<<20)}, false, "line too long: over 65536 bytes"},
+		{ctl.Request{Command: ctl.Pause, For: "10m"}, true, "paused (every backend, until"},
+		{ctl.Request{Command: ctl.Status}, true, `"backend":"*"`},
 		{ctl.Request{Command: ctl.Pause, For: "soon"}, false, `pause --for "soon"`},
-		{ctl.Request{Command: ctl.Resume, Backend: "app"}, true, "1 pause(s) ended"},
+		{ctl.Request{Command: ctl.Resume, Backend: "app"}, true, "nothing was paused there; still paused: paused (every backend"},
+		{ctl.Request{Command: ctl.Resume}, true, "1 pause(s) ended"},
 		{ctl.Request{Command: ctl.Resume}, true, "nothing was paused"},
 		{ctl.Request{Command: ctl.Explain, Server: "app"}, false, "explain needs BACKEND/SERVER"},
 		{ctl.Request{Command: ctl.Explain, Server: "app/s1"}, false, "no step has read HAProxy yet"},
