@@ -49,6 +49,10 @@ type Answer struct {
 	Error   string          `json:"error,omitempty"`
 	Message string          `json:"message,omitempty"`
 	Result  json.RawMessage `json:"result,omitempty"`
+	// Retry: the agent read no whole request on this connection (its
+	// control connections were at their cap) and carried nothing out;
+	// Do sends the request again.
+	Retry bool `json:"retry,omitempty"`
 }
 
 // MaxRequest bounds a request line: a command and a name or two (a
@@ -64,8 +68,30 @@ const MaxAnswer = 4 << 20
 // which a stuck socket could hold.
 const Timeout = 30 * time.Second
 
-// Do sends req to the agent at path and reads its answer.
+// Do sends req to the agent at path and reads its answer. An answer
+// that says nothing was carried out (Retry: the agent's connections were
+// at their cap) sends the request again, after a pause of 10 ms doubling
+// to 500 ms, until ctx ends.
 func Do(ctx context.Context, path string, req Request) (Answer, error) {
+	pause := 10 * time.Millisecond
+	for {
+		a, err := do(ctx, path, req)
+		if err != nil || !a.Retry {
+			return a, err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return a, nil // the agent's refusal says why
+		case <-t.C:
+		}
+		pause = min(2*pause, 500*time.Millisecond)
+	}
+}
+
+// do is one attempt of Do.
+func do(ctx context.Context, path string, req Request) (Answer, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", path)
 	if errors.Is(err, fs.ErrPermission) {
@@ -84,11 +110,14 @@ func Do(ctx context.Context, path string, req Request) (Answer, error) {
 	if err != nil {
 		return Answer{}, err
 	}
-	if _, err := conn.Write(append(b, '\n')); err != nil {
-		return Answer{}, fmt.Errorf("send to the agent: %w", err)
-	}
+	_, werr := conn.Write(append(b, '\n'))
+	// A write that failed may still have an answer to read: the agent
+	// closes a connection it turns away at its cap after saying so.
 	r := bufio.NewReaderSize(conn, 64<<10)
 	line, err := readLine(r, MaxAnswer)
+	if err != nil && werr != nil {
+		return Answer{}, fmt.Errorf("send to the agent: %w", werr)
+	}
 	if err != nil {
 		return Answer{}, fmt.Errorf("read the agent's answer: %w", err)
 	}

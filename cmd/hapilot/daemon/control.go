@@ -32,7 +32,9 @@ func (d *Daemon) listenControl() error {
 	if err != nil {
 		return fmt.Errorf("control-socket: %w", err)
 	}
-	d.controlLn = d.limit("control", ln, MaxControlConns)
+	capped := d.limit("control", ln, MaxControlConns)
+	capped.Evicting = refuseAtCap
+	d.controlLn = capped
 	log := d.log.With().Str("component", "control").Logger()
 	d.add(component{"control", func(ctx context.Context) error {
 		return netx.Serve(ctx, d.controlLn, log, func(c net.Conn) { d.serveControl(ctx, c) })
@@ -48,11 +50,33 @@ func (d *Daemon) ControlAddr() string {
 	return d.controlLn.Addr().String()
 }
 
+// refuseAtCap tells the peer of a control connection closed at the cap
+// (one that had not sent a whole request, or a new one while every open
+// one carries out a command) that nothing was carried out: the client
+// sends its request again (ctl.Do).
+func refuseAtCap(c net.Conn, evicted bool) {
+	why := fmt.Sprintf("the agent's control connections are at their cap (%d), each carrying out a command", MaxControlConns)
+	if evicted {
+		why = fmt.Sprintf("the agent's control connections are at their cap (%d): this one, holding no whole request, was closed to make room", MaxControlConns)
+	}
+	b, _ := json.Marshal(ctl.Answer{Error: "refused: " + why + "; nothing was carried out: send it again", Retry: true})
+	// A unix socket's buffer takes one short line at once; the deadline
+	// only bounds a peer that stopped reading a full one.
+	_ = c.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+	_, _ = c.Write(append(b, '\n'))
+}
+
 // serveControl answers one request on c.
 func (d *Daemon) serveControl(ctx context.Context, c net.Conn) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(ctl.Timeout))
 	req, err := ctl.ReadRequest(bufio.NewReaderSize(c, 4096))
+	// From here the request (or the reason it is refused) is answered:
+	// the cap never evicts the connection mid-command. Evicted first, it
+	// is not carried out: its caller was told so, and sends it again.
+	if tc, ok := c.(*netx.Conn); ok && !tc.Claim() {
+		return
+	}
 	var a ctl.Answer
 	if err != nil {
 		a.Error = err.Error()

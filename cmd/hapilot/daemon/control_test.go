@@ -3,13 +3,19 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/cmd/hapilot/ctl"
+	"github.com/hapilot/hapilot/internal/lib/netx"
 	"github.com/rs/zerolog"
 )
 
@@ -91,5 +97,61 @@ func TestControlSocket(t *testing.T) {
 	}
 	if strings.Contains(log, `"type":"step"`) {
 		t.Errorf("a step snapshot without --audit-steps:\n%s", log)
+	}
+}
+
+// At the control socket's cap, a connection that has sent its whole
+// request is never evicted mid-command: under a reconnect loop that
+// keeps the cap full (each connection it holds is redialled the moment
+// the agent closes it), every one of 20 pauses gets its answer. Before,
+// the command ran and its caller read EOF: 10 to 12 of 20.
+func TestControlCommandsAnsweredUnderReconnectLoop(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "ctl.sock")
+	c := parseConfig(t, []string{"--spoe-listen", "off", "--status-listen", "off", "--haproxy-socket", filepath.Join(dir, "missing.sock"),
+		"--control-socket", "unix:" + sock, "--state-file", filepath.Join(dir, "state.json"), "--mode", "observe", "--interval", "250ms"})
+	d, err := New(*c, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, d)
+	ctx, stop := context.WithCancel(context.Background())
+	var loops sync.WaitGroup
+	defer func() { stop(); loops.Wait() }()
+	var redials atomic.Int64
+	for i := 0; i < MaxControlConns; i++ {
+		loops.Add(1)
+		go func() {
+			defer loops.Done()
+			var dl net.Dialer
+			for ctx.Err() == nil {
+				conn, err := dl.DialContext(ctx, "unix", sock)
+				if err != nil {
+					continue
+				}
+				stopRead := context.AfterFunc(ctx, func() { conn.Close() })
+				_, _ = io.Copy(io.Discard, conn) // until the agent closes it
+				stopRead()
+				conn.Close()
+				redials.Add(1)
+			}
+		}()
+	}
+	ln := d.controlLn.(*netx.Listener)
+	for deadline := time.Now().Add(10 * time.Second); ln.Open() < MaxControlConns; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the reconnect loop holds %d connections", ln.Open())
+		}
+	}
+	lost := 0
+	for i := 0; i < 20; i++ {
+		a, err := ctl.Do(context.Background(), sock, ctl.Request{Command: ctl.Pause, For: "1h"})
+		if err != nil || !a.OK {
+			lost++
+			t.Errorf("pause %d: %+v, %v", i, a, err)
+		}
+	}
+	if lost > 0 || redials.Load() < 20 {
+		t.Fatalf("%d of 20 pauses without their answer; the loop redialled %d times", lost, redials.Load())
 	}
 }

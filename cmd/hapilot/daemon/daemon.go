@@ -423,6 +423,7 @@ func (d *Daemon) ingestFigures() []figure {
 	for _, l := range d.capped {
 		fs = append(fs,
 			figure{"hapilot_" + l.name + "_connections_evicted_total", "Connections to the " + l.name + " listener closed at its cap to make room for a new one.", false, l.ln.Evicted.Load()},
+			figure{"hapilot_" + l.name + "_connections_turned_total", "New connections to the " + l.name + " listener closed at its cap because every open one was carrying out a request.", false, l.ln.Turned.Load()},
 			figure{"hapilot_" + l.name + "_connections_open", "Connections open on the " + l.name + " listener.", true, uint64(l.ln.Open())})
 	}
 	fs = append(fs, d.silenceFigures()...)
