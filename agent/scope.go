@@ -76,8 +76,20 @@ type BackendSettings struct {
 var BackendKeys = []string{"enabled", "min-serving", "max-drained", "action", "leave-alone"}
 
 // Scope is every backend block, in the config file's order: a backend
-// takes each block its name matches, later blocks over earlier ones.
-type Scope []BackendSettings
+// takes each block its name matches, later blocks over earlier ones. Blocks
+// are indexed by pattern, and a pattern without a glob character matches
+// only its own name, so that reading n blocks takes time in n, not n²,
+// and finding a backend's, time in the globs, not in n: a config
+// generated with a block per backend (100,000 of them) is read at once.
+type Scope struct {
+	blocks []BackendSettings
+	index  map[string]int // pattern -> its block's place
+	globs  []int          // the places of the patterns with a glob character, in order
+}
+
+// isGlob reports whether pattern holds one of path.Match's special
+// characters; one that does not matches only the identical name.
+func isGlob(pattern string) bool { return strings.ContainsAny(pattern, `*?[\`) }
 
 // SplitBackend reads one "PATTERN.KEY=VALUE" (the --backend flag's form;
 // the config file's `backend.PATTERN.KEY VALUE` lines arrive so). The key
@@ -172,21 +184,55 @@ func (s *Scope) String() string {
 		return ""
 	}
 	var parts []string
-	for _, b := range *s {
+	for _, b := range s.blocks {
 		parts = append(parts, b.Pattern)
 	}
 	return strings.Join(parts, ",")
 }
 
+// Len is how many blocks there are.
+func (s *Scope) Len() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.blocks)
+}
+
 // block is the block of pattern, added at the end if new.
 func (s *Scope) block(pattern string) *BackendSettings {
-	for i := range *s {
-		if (*s)[i].Pattern == pattern {
-			return &(*s)[i]
+	if i, ok := s.index[pattern]; ok {
+		return &s.blocks[i]
+	}
+	if s.index == nil {
+		s.index = map[string]int{}
+	}
+	i := len(s.blocks)
+	s.index[pattern] = i
+	if isGlob(pattern) {
+		s.globs = append(s.globs, i)
+	}
+	s.blocks = append(s.blocks, BackendSettings{Pattern: pattern})
+	return &s.blocks[i]
+}
+
+// matching are the places of the blocks whose pattern matches backend,
+// in order: the globs that match, and the block named exactly so.
+func (s Scope) matching(backend string) []int {
+	var out []int
+	exact, ok := s.index[backend]
+	ok = ok && !isGlob(backend)
+	for _, i := range s.globs {
+		if ok && exact < i {
+			out, ok = append(out, exact), false
+		}
+		if MatchBackend(s.blocks[i].Pattern, backend) {
+			out = append(out, i)
 		}
 	}
-	*s = append(*s, BackendSettings{Pattern: pattern})
-	return &(*s)[len(*s)-1]
+	if ok {
+		out = append(out, exact)
+	}
+	return out
 }
 
 // For is the settings of backend: every matching block merged, later
@@ -194,10 +240,8 @@ func (s *Scope) block(pattern string) *BackendSettings {
 func (s Scope) For(backend string) BackendSettings {
 	var out BackendSettings
 	var matched []string
-	for _, b := range s {
-		if !MatchBackend(b.Pattern, backend) {
-			continue
-		}
+	for _, i := range s.matching(backend) {
+		b := s.blocks[i]
 		matched = append(matched, b.Pattern)
 		if b.Enabled != nil {
 			out.Enabled = b.Enabled

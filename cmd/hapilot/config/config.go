@@ -441,7 +441,9 @@ func applyFile(fs *flag.FlagSet, path string, skip map[string]bool) error {
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
+	sc.Buffer(make([]byte, 0, 4096), MaxConfigLine)
+	n := 1
+	for ; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || line[0] == '#' {
 			continue
@@ -472,8 +474,18 @@ func applyFile(fs *flag.FlagSet, path string, skip map[string]bool) error {
 			return fmt.Errorf("config %s:%d: %s: %w", path, n, name, err)
 		}
 	}
-	return sc.Err()
+	if errors.Is(sc.Err(), bufio.ErrTooLong) {
+		return fmt.Errorf("config %s:%d: line over %d bytes: a setting's line is far shorter; is this the settings file?", path, n, MaxConfigLine)
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("config %s:%d: %w", path, n, err)
+	}
+	return nil
 }
+
+// MaxConfigLine bounds one line of the settings file: the longest
+// setting (a backend block's leave-alone list, a URL) is far shorter.
+const MaxConfigLine = 64 << 10
 
 // Validate checks the settings together: this struct's own, then each
 // part's through its own Validate.
