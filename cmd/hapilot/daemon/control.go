@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"syscall"
@@ -78,11 +79,18 @@ func (d *Daemon) serveControl(ctx context.Context, c net.Conn) {
 		return
 	}
 	var a ctl.Answer
-	if err != nil {
-		a.Error = err.Error()
-	} else {
+	by := peer(c)
+	switch {
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		// Closed before a whole request: nothing was asked.
+		d.log.Debug().Str("by", by).Msg("control connection closed before a request")
+		return
+	case err != nil:
+		a.Error = "refused: " + err.Error()
+		d.log.Warn().Str("by", by).Str("reason", a.Error).Msg("control request malformed")
+	default:
 		cctx, cancel := context.WithTimeout(ctx, ctl.Timeout)
-		a = d.control(cctx, req, peer(c))
+		a = d.control(cctx, req, by)
 		cancel()
 	}
 	b, err := json.Marshal(a)
@@ -212,7 +220,13 @@ func (d *Daemon) control(ctx context.Context, req ctl.Request, by string) ctl.An
 		if !errors.Is(err, agent.ErrRefused) {
 			a.Error = "failed: " + a.Error
 		}
-		d.log.Warn().Str("command", string(req.Command)).Str("server", req.Server).Str("by", by).Str("reason", a.Error).Msg("control command refused")
+		d.log.Warn().Str("command", short(string(req.Command))).Str("server", short(req.Server)).Str("backend", short(req.Backend)).
+			Str("by", by).Str("reason", a.Error).Msg("control command refused")
+	} else {
+		// Every command is logged with its caller, the read-only ones
+		// and those that changed nothing too: who looked, and when.
+		d.log.Info().Str("command", string(req.Command)).Str("server", short(req.Server)).Str("backend", short(req.Backend)).
+			Str("by", by).Str("answer", msg).Msg("control command answered")
 	}
 	if result != nil {
 		b, merr := json.Marshal(result)
@@ -222,4 +236,13 @@ func (d *Daemon) control(ctx context.Context, req ctl.Request, by string) ctl.An
 		a.Result = b
 	}
 	return a
+}
+
+// short bounds what a log line repeats of a request's field: its first
+// 256 bytes.
+func short(s string) string {
+	if len(s) > 256 {
+		return s[:256] + "..."
+	}
+	return s
 }

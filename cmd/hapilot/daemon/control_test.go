@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -153,5 +154,66 @@ func TestControlCommandsAnsweredUnderReconnectLoop(t *testing.T) {
 	}
 	if lost > 0 || redials.Load() < 20 {
 		t.Fatalf("%d of 20 pauses without their answer; the loop redialled %d times", lost, redials.Load())
+	}
+}
+
+// syncBuffer is a log sink the agent's goroutines may write at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Every control request is logged with its caller's uid and pid: the
+// read-only ones, a malformed one, one that changed nothing. Before, only
+// refusals and changes were.
+func TestControlRequestsLoggedWithCaller(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "ctl.sock")
+	c := parseConfig(t, []string{"--spoe-listen", "off", "--status-listen", "off", "--haproxy-socket", filepath.Join(dir, "missing.sock"),
+		"--control-socket", "unix:" + sock, "--state-file", filepath.Join(dir, "state.json"), "--mode", "observe", "--interval", "250ms"})
+	var logs syncBuffer
+	d, err := New(*c, zerolog.New(&logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, d)
+	for _, req := range []ctl.Request{{Command: ctl.Status}, {Command: ctl.List}, {Command: ctl.Resume, Backend: "app"}} {
+		if a, err := ctl.Do(context.Background(), sock, req); err != nil || !a.OK {
+			t.Fatalf("%+v: %+v %v", req, a, err)
+		}
+	}
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = conn.Write([]byte("status please\n"))
+	answer, _ := io.ReadAll(conn)
+	conn.Close()
+	if !strings.Contains(string(answer), `"error":"refused: request: invalid character`) {
+		t.Fatalf("malformed request's answer %s", answer)
+	}
+	by := fmt.Sprintf(`"by":"ctl uid %d pid `, os.Getuid())
+	for _, want := range []string{
+		`"command":"status"`, `"command":"list"`, `"command":"resume","server":"","backend":"app"`, `"message":"control request malformed"`,
+	} {
+		found := false
+		for _, line := range strings.Split(logs.String(), "\n") {
+			found = found || (strings.Contains(line, want) && strings.Contains(line, by))
+		}
+		if !found {
+			t.Errorf("no log line with %s and %s:\n%s", want, by, logs.String())
+		}
 	}
 }
