@@ -107,9 +107,17 @@ func TestCtlPauseOnlyWhatTheAgentGoverns(t *testing.T) {
 	if err != nil || !a.OK || strings.Count(string(a.Result), `"by":"ctl uid`) != agent.MaxPauses+1 {
 		t.Fatalf("status: %v, %.300s", err, a.Result)
 	}
-	b, err := os.ReadFile(state)
-	if err != nil || strings.Contains(string(b), `"ap"`) || strings.Contains(string(b), `"web"`) || !strings.Contains(string(b), `"app"`) {
-		t.Fatalf("state file: %v\n%.500s", err, b)
+	// The state file is written by its own goroutine: wait for the last
+	// pause, then look for the refused ones.
+	var b []byte
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(string(b), `"`+last+`"`); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("state file: %v\n%.500s", err, b)
+		}
+		b, err = os.ReadFile(state)
+	}
+	if strings.Contains(string(b), `"ap"`) || strings.Contains(string(b), `"web"`) || !strings.Contains(string(b), `"app"`) {
+		t.Fatalf("state file:\n%.500s", b)
 	}
 }
 
