@@ -133,40 +133,15 @@ func (l *Loop) release(ctx context.Context, v *ServerView, by string) Released {
 }
 
 // sendRestore sends the commands that bring a server at state s back to
-// its configured state (ready, configured weight) to every runtime; took
-// is true when at least one took all of them.
+// its configured state (restoreCommands, every undo's) to every runtime;
+// took is true when at least one took all of them.
 func sendRestore(ctx context.Context, runtimes []Runtime, s haproxy.ServerState) (results []CommandResult, took bool) {
-	type cmd struct {
-		text string
-		send func(Runtime) error
+	cmds, err := restoreCommands(s)
+	if err != nil {
+		return []CommandResult{{Command: "restore " + s.Backend + "/" + s.Server, Error: err.Error()}}, false
 	}
-	var cmds []cmd
-	if s.Drain() || s.Maint() {
-		text, err := haproxy.SetStateCommand(s.Backend, s.Server, haproxy.StateReady)
-		if err != nil {
-			return []CommandResult{{Command: "ready " + s.Backend + "/" + s.Server, Error: err.Error()}}, false
-		}
-		cmds = append(cmds, cmd{text, func(rt Runtime) error { return rt.SetServerState(ctx, s.Backend, s.Server, haproxy.StateReady) }})
-	}
-	if s.Weight != s.Initial {
-		text, err := haproxy.SetWeightCommand(s.Backend, s.Server, s.Initial)
-		if err != nil {
-			return []CommandResult{{Command: "weight " + s.Backend + "/" + s.Server, Error: err.Error()}}, false
-		}
-		cmds = append(cmds, cmd{text, func(rt Runtime) error { return rt.SetWeight(ctx, s.Backend, s.Server, s.Initial) }})
-	}
-	for _, rt := range runtimes {
-		all := true
-		for _, c := range cmds {
-			r := CommandResult{Socket: rt.Addr(), Command: c.text}
-			if err := c.send(rt); err != nil {
-				r.Error, all = err.Error(), false
-			}
-			results = append(results, r)
-		}
-		took = took || all
-	}
-	return results, took
+	results, n := sendAll(ctx, runtimes, cmds)
+	return results, n > 0
 }
 
 func commandErrors(results []CommandResult) string {
