@@ -24,12 +24,50 @@ type command struct {
 	send func(ctx context.Context, rt Runtime) error
 }
 
-// commandFor turns a vetted action on server v into its runtime command;
-// the text comes from haproxy/, which builds every command. A ready of a
-// server the agent only reweighted puts its configured weight back.
-func commandFor(a Action, v *ServerView, maint bool) (command, error) {
-	switch {
-	case a.Kind == Drain, a.Kind == Ready && (v.Changed == nil || v.Changed.Phase == PhaseDrained):
+// restoreCommands are the commands that bring a server at state s back
+// to its configured state: ready when it is drained or in maintenance,
+// and its configured weight when it is at another (a cut, a canary
+// weight recovery staged). Every undo sends exactly these, so that no
+// path leaves what another would have brought back: --on-exit restore
+// (Loop.Undo), `ctl release` and `ctl restore` (Loop.release), `hapilot
+// restore` (RestoreFromState), and recovery's undo of a weight cut.
+func restoreCommands(s haproxy.ServerState) ([]command, error) {
+	var cmds []command
+	if s.Drain() || s.Maint() {
+		text, err := haproxy.SetStateCommand(s.Backend, s.Server, haproxy.StateReady)
+		if err != nil {
+			return nil, err
+		}
+		cmds = append(cmds, command{text, func(ctx context.Context, rt Runtime) error {
+			return rt.SetServerState(ctx, s.Backend, s.Server, haproxy.StateReady)
+		}})
+	}
+	if s.Weight != s.Initial {
+		text, err := haproxy.SetWeightCommand(s.Backend, s.Server, s.Initial)
+		if err != nil {
+			return nil, err
+		}
+		cmds = append(cmds, command{text, func(ctx context.Context, rt Runtime) error { return rt.SetWeight(ctx, s.Backend, s.Server, s.Initial) }})
+	}
+	return cmds, nil
+}
+
+// restores reports whether a is an undo, which brings its server back to
+// its configured state (restoreCommands): --on-exit restore's, or a ready
+// of a server the agent only reweighted. A ready of a drained server by
+// recovery is its re-admission instead: ready at the weight it staged.
+func restores(a Action, v *ServerView) bool {
+	return a.Kind == Ready && v != nil && (a.Origin == OriginRestore || v.Changed != nil && v.Changed.Phase != PhaseDrained)
+}
+
+// commandsFor turns a vetted action on server v into its runtime
+// commands; the text comes from haproxy/, which builds every command.
+func commandsFor(a Action, v *ServerView, maint bool) ([]command, error) {
+	if restores(a, v) {
+		return restoreCommands(v.State)
+	}
+	switch a.Kind {
+	case Drain, Ready:
 		st := haproxy.StateDrain
 		switch {
 		case a.Kind == Ready:
@@ -38,15 +76,32 @@ func commandFor(a Action, v *ServerView, maint bool) (command, error) {
 			st = haproxy.StateMaint
 		}
 		text, err := haproxy.SetStateCommand(a.Backend, a.Server, st)
-		return command{text, func(ctx context.Context, rt Runtime) error { return rt.SetServerState(ctx, a.Backend, a.Server, st) }}, err
+		return []command{{text, func(ctx context.Context, rt Runtime) error { return rt.SetServerState(ctx, a.Backend, a.Server, st) }}}, err
 	default:
 		w := a.Weight
-		if a.Kind == Ready {
-			w = v.State.Initial
-		}
 		text, err := haproxy.SetWeightCommand(a.Backend, a.Server, w)
-		return command{text, func(ctx context.Context, rt Runtime) error { return rt.SetWeight(ctx, a.Backend, a.Server, w) }}, err
+		return []command{{text, func(ctx context.Context, rt Runtime) error { return rt.SetWeight(ctx, a.Backend, a.Server, w) }}}, err
 	}
+}
+
+// sendAll sends cmds to every runtime in order; took counts the runtimes
+// that took all of them.
+func sendAll(ctx context.Context, runtimes []Runtime, cmds []command) (results []CommandResult, took int) {
+	results = make([]CommandResult, 0, len(runtimes)*len(cmds))
+	for _, rt := range runtimes {
+		all := true
+		for _, c := range cmds {
+			r := CommandResult{Socket: rt.Addr(), Command: c.text}
+			if err := c.send(ctx, rt); err != nil {
+				r.Error, all = err.Error(), false
+			}
+			results = append(results, r)
+		}
+		if all {
+			took++
+		}
+	}
+	return results, took
 }
 
 // apply sends one vetted action to every HAProxy, and records it in the
@@ -54,21 +109,11 @@ func commandFor(a Action, v *ServerView, maint bool) (command, error) {
 func (l *Loop) apply(ctx context.Context, obs *Observation, a Action) []CommandResult {
 	b, v := obs.Find(a.Backend, a.Server)
 	maint := l.maintFor(a, v)
-	cmd, err := commandFor(a, v, maint)
+	cmds, err := commandsFor(a, v, maint)
 	if err != nil {
 		return []CommandResult{{Command: a.ID().String(), Error: err.Error()}}
 	}
-	results := make([]CommandResult, 0, len(l.Runtimes))
-	took := 0
-	for _, rt := range l.Runtimes {
-		r := CommandResult{Socket: rt.Addr(), Command: cmd.text}
-		if err := cmd.send(ctx, rt); err != nil {
-			r.Error = err.Error()
-		} else {
-			took++
-		}
-		results = append(results, r)
-	}
+	results, took := sendAll(ctx, l.Runtimes, cmds)
 	if took > 0 {
 		l.record(b, v, a, maint)
 	}
@@ -97,7 +142,11 @@ func (l *Loop) record(b *BackendView, v *ServerView, a Action, maint bool) {
 		p99, _ := b.RecentP99()
 		ledger.Cut(k, a.Weight, v.State.Initial, now, a.Reason, p99)
 	case a.Kind == Ready:
-		ledger.Ready(k, v.State.Weight, v.State.Initial, now, a.Reason, a.NoDrainFor)
+		weight := v.State.Weight // a re-admission keeps the weight it staged
+		if restores(a, v) {
+			weight = v.State.Initial
+		}
+		ledger.Ready(k, weight, v.State.Initial, now, a.Reason, a.NoDrainFor)
 		if v.Changed != nil && v.Changed.Phase == PhaseDrained {
 			if f, ok := l.Windows.(forgetter); ok {
 				f.Forget(a.Backend, a.Server) // its errors before the drain are history

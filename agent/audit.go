@@ -2,8 +2,11 @@ package agent
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/hapilot/hapilot/internal/lib/auditlog"
 )
 
 // CommandResult is one command sent to one HAProxy.
@@ -180,7 +183,7 @@ func (l *Loop) writeAudit(rec *Record) {
 		b = append(b, '\n')
 		_, err = l.Audit.Write(b)
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, auditlog.ErrLost) { // a queue that drops counts and logs its own
 		l.Log.Error().Err(fmt.Errorf("audit record of step %d: %w", rec.Cycle, err)).Msg("cannot write audit record")
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/hapilot/hapilot/haproxy"
@@ -131,40 +133,15 @@ func (l *Loop) release(ctx context.Context, v *ServerView, by string) Released {
 }
 
 // sendRestore sends the commands that bring a server at state s back to
-// its configured state (ready, configured weight) to every runtime; took
-// is true when at least one took all of them.
+// its configured state (restoreCommands, every undo's) to every runtime;
+// took is true when at least one took all of them.
 func sendRestore(ctx context.Context, runtimes []Runtime, s haproxy.ServerState) (results []CommandResult, took bool) {
-	type cmd struct {
-		text string
-		send func(Runtime) error
+	cmds, err := restoreCommands(s)
+	if err != nil {
+		return []CommandResult{{Command: "restore " + s.Backend + "/" + s.Server, Error: err.Error()}}, false
 	}
-	var cmds []cmd
-	if s.Drain() || s.Maint() {
-		text, err := haproxy.SetStateCommand(s.Backend, s.Server, haproxy.StateReady)
-		if err != nil {
-			return []CommandResult{{Command: "ready " + s.Backend + "/" + s.Server, Error: err.Error()}}, false
-		}
-		cmds = append(cmds, cmd{text, func(rt Runtime) error { return rt.SetServerState(ctx, s.Backend, s.Server, haproxy.StateReady) }})
-	}
-	if s.Weight != s.Initial {
-		text, err := haproxy.SetWeightCommand(s.Backend, s.Server, s.Initial)
-		if err != nil {
-			return []CommandResult{{Command: "weight " + s.Backend + "/" + s.Server, Error: err.Error()}}, false
-		}
-		cmds = append(cmds, cmd{text, func(rt Runtime) error { return rt.SetWeight(ctx, s.Backend, s.Server, s.Initial) }})
-	}
-	for _, rt := range runtimes {
-		all := true
-		for _, c := range cmds {
-			r := CommandResult{Socket: rt.Addr(), Command: c.text}
-			if err := c.send(rt); err != nil {
-				r.Error, all = err.Error(), false
-			}
-			results = append(results, r)
-		}
-		took = took || all
-	}
-	return results, took
+	results, n := sendAll(ctx, runtimes, cmds)
+	return results, n > 0
 }
 
 func commandErrors(results []CommandResult) string {
@@ -182,17 +159,80 @@ func commandErrors(results []CommandResult) string {
 
 // Pause holds the agent's actions back on backend (AllBackends:
 // everywhere) for d (0: until resumed). While paused it observes: every
-// vetted action is a would-action.
-func (l *Loop) Pause(backend string, d time.Duration, by string) Pause {
+// vetted action is a would-action. A backend the agent does not govern
+// (no such backend in HAProxy, a typo, one out of scope) is refused: a
+// pause there would read as holding while the agent acts on the backend
+// the operator meant.
+func (l *Loop) Pause(ctx context.Context, backend string, d time.Duration, by string) (Pause, error) {
+	if backend != AllBackends {
+		if err := l.pausable(ctx, backend); err != nil {
+			return Pause{Backend: backend}, err
+		}
+	}
 	now := l.Clock.Now()
 	p := Pause{Backend: backend, Since: now, By: by}
 	if d > 0 {
 		p.Until = now.Add(d)
 	}
-	l.theLedger().SetPause(p)
+	if err := l.theLedger().SetPause(p); err != nil {
+		return p, err
+	}
 	l.emit(Event{Type: EventPause, Backend: backend, By: by, Until: p.Until, Reason: p.Why()})
 	l.Log.Warn().Str("backend", backend).Time("until", p.Until).Str("by", by).Msg("paused: the agent observes and sends nothing there")
-	return p
+	return p, nil
+}
+
+// pausable says why backend cannot be paused, nil when it can: a name
+// HAProxy could hold (haproxy.ValidName: its characters, at most 255
+// bytes, so that no control character reaches a log or the state file),
+// among the backends the agent governs (the last step's, else HAProxy's
+// now: a backend a reload just added), and in scope.
+func (l *Loop) pausable(ctx context.Context, backend string) error {
+	if err := haproxy.ValidName(backend); err != nil {
+		return fmt.Errorf("%w: pause: not a backend name: %v", ErrRefused, err)
+	}
+	l.mu.Lock()
+	names := backendNames(l.last)
+	l.mu.Unlock()
+	if !slices.Contains(names, backend) {
+		l.stepMu.Lock()
+		obs, err := l.observeNow(ctx)
+		l.stepMu.Unlock()
+		if err != nil {
+			return fmt.Errorf("cannot check that the agent governs backend %s: %w", backend, err)
+		}
+		names = backendNames(obs)
+	}
+	if !slices.Contains(names, backend) {
+		return fmt.Errorf("%w: pause: no backend %s among the %d the agent governs in HAProxy%s: nothing paused", ErrRefused, backend, len(names), someNames(names))
+	}
+	if bs := l.Guard.Scope.For(backend); !bs.InScope() {
+		return fmt.Errorf("%w: pause: backend %s is out of scope (enabled false in the config's backend %s block): the agent already sends nothing there", ErrRefused, backend, bs.Pattern)
+	}
+	return nil
+}
+
+// backendNames are obs's backends: those with a server the agent
+// governs (a backend it leaves wholly alone is not among them).
+func backendNames(obs Observation) []string {
+	out := make([]string, 0, len(obs.Backends))
+	for _, b := range obs.Backends {
+		out = append(out, b.Name)
+	}
+	return out
+}
+
+// someNames lists the first few of names, for a refusal that helps with
+// a typo.
+func someNames(names []string) string {
+	const few = 8
+	if len(names) == 0 {
+		return ""
+	}
+	if len(names) > few {
+		return " (" + strings.Join(names[:few], ", ") + ", ...)"
+	}
+	return " (" + strings.Join(names, ", ") + ")"
 }
 
 // Resume ends the pause of backend (AllBackends: the pause of every

@@ -31,7 +31,8 @@ func TestHeldBackActions(t *testing.T) {
 		{"observe holds back", ModeObserve, "", nil, "observe mode"},
 		{"pause of every backend", ModeEnforce, AllBackends, nil, "every backend"},
 		{"pause of its backend", ModeEnforce, "app", nil, "backend app"},
-		{"pause of another backend", ModeEnforce, "other", []string{"set server app/s2 state drain"}, ""},
+		// No backend other in HAProxy: the pause is refused, and holds nothing.
+		{"pause of an unknown backend", ModeEnforce, "other", []string{"set server app/s2 state drain"}, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -39,7 +40,10 @@ func TestHeldBackActions(t *testing.T) {
 			l, _, pol, _ := newLoop(rt)
 			l.Mode = tc.mode
 			if tc.pause != "" {
-				l.Pause(tc.pause, 0, "test")
+				_, err := l.Pause(ctx, tc.pause, 0, "test")
+				if (err != nil) != (tc.pause == "other") || (err != nil && !errors.Is(err, ErrRefused)) {
+					t.Fatalf("pause %s: %v", tc.pause, err)
+				}
 			}
 			// s1's drain is refused (the drain cap): a refusal, never a would.
 			pol.plans = []Plan{{drain("s2"), drain("s1")}, {drain("s2"), drain("s1")}}
@@ -81,7 +85,9 @@ func TestPauseForAndSurvivesRestart(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
 	l, clk, pol, _ := newLoop(rt)
 	l.StateFile = file
-	l.Pause("app", 2*time.Minute, "test")
+	if _, err := l.Pause(ctx, "app", 2*time.Minute, "test"); err != nil {
+		t.Fatal(err)
+	}
 	pol.plans = []Plan{{drain("s2")}}
 	if rec := l.Step(ctx); len(rec.Would) != 1 || rt.TakeCommands() != nil {
 		t.Fatalf("paused step: would %+v", rec.Would)
@@ -108,7 +114,9 @@ func TestPauseForAndSurvivesRestart(t *testing.T) {
 		t.Fatalf("expired pause still listed: %+v", p)
 	}
 
-	l2.Pause(AllBackends, 0, "test")
+	if _, err := l2.Pause(ctx, AllBackends, 0, "test"); err != nil {
+		t.Fatal(err)
+	}
 	if ended := l2.Resume("", "test"); len(ended) != 1 || ended[0].Backend != AllBackends {
 		t.Fatalf("resume ended %+v", ended)
 	}

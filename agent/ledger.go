@@ -144,6 +144,9 @@ type Ledger struct {
 	since    time.Time
 	saveErr  error
 	failures uint64
+	// bg, when set, writes the file from a goroutine of its own (see
+	// WriteInBackground): save hands it each new state and returns.
+	bg *stateWriter
 
 	epoch   string
 	site    Site
@@ -656,10 +659,25 @@ func (l *Ledger) save() {
 		var b []byte
 		b, err = json.MarshalIndent(stateFile{Version: 2, Changes: changes, Holds: l.holds, Overrides: l.overrides,
 			Pauses: l.pauses, OperatorSeen: l.operatorSeen, Saved: now}, "", "  ")
+		if err == nil && len(b)+1 > MaxStateFile {
+			// The reader (load) takes no more: a file it would set aside
+			// at the next start is worse than the last one it can read.
+			err = fmt.Errorf("the state would be %d bytes, over the %d the agent reads back at start: the file keeps its last state", len(b)+1, MaxStateFile)
+		}
+		if err == nil && l.bg != nil {
+			l.bg.offer(append(b, '\n'))
+			return
+		}
 		if err == nil {
 			err = replaceFile(l.file, append(b, '\n'))
 		}
 	}
+	l.wrote(err)
+}
+
+// wrote records how a write of the state file ended. Called with l.mu
+// held.
+func (l *Ledger) wrote(err error) {
 	switch {
 	case err == nil && l.unsaved:
 		l.log.Info().Str("file", l.file).Time("unsaved_since", l.since).Uint64("failed_writes", l.failures).Msg("the state file is saved again")
@@ -738,7 +756,122 @@ func (l *Ledger) saveStatus() SaveStatus {
 	if l.unsaved {
 		st.UnsavedSince, st.Error = l.since, l.saveErr.Error()
 	}
+	if l.bg != nil && st.Saved {
+		// A write the disk has not returned for long is unsaved too: a
+		// hung disk fails no write, it takes none.
+		if since, ok := l.bg.stuck(l.now()); ok {
+			st.Saved, st.UnsavedSince = false, since
+			st.Error = fmt.Sprintf("a write of the state file has not returned since %s (a hung disk?)", since.UTC().Format(time.RFC3339))
+		}
+	}
 	return st
+}
+
+// StuckWrite is how long a write of the state file may take before the
+// ledger reports the file unsaved.
+const StuckWrite = 10 * time.Second
+
+// WriteInBackground writes the state file from a goroutine of its own
+// from now on: each change hands the goroutine the new state and returns,
+// so that a disk that hangs (NFS, FUSE) stops that goroutine, never the
+// loop, the control socket or /status. A state handed over while the
+// last is still being written replaces any waiting one: each is whole,
+// so the latest carries every change before it. stop ends the goroutine
+// once the latest state is written, waiting at most wait, and reports
+// where the file stands.
+func (l *Ledger) WriteInBackground() (stop func(wait time.Duration) SaveStatus) {
+	return l.writeInBackground(replaceFile)
+}
+
+// writeInBackground is WriteInBackground writing with replace.
+func (l *Ledger) writeInBackground(replace func(path string, data []byte) error) (stop func(wait time.Duration) SaveStatus) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.file == "" || l.bg != nil {
+		return func(time.Duration) SaveStatus { return l.Saved() }
+	}
+	w := &stateWriter{file: l.file, replace: replace, next: make(chan []byte, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	l.bg = w
+	go w.run(l)
+	return func(wait time.Duration) SaveStatus {
+		l.Flush() // a write that failed, offered again
+		close(w.quit)
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-w.done:
+		case <-t.C:
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			st := l.saveStatus()
+			st.Saved, st.Error = false, fmt.Sprintf("the disk took no write of the state file for %v at stop", wait)
+			return st
+		}
+		l.mu.Lock()
+		l.bg = nil
+		l.mu.Unlock()
+		return l.Saved()
+	}
+}
+
+// stateWriter is the goroutine of WriteInBackground.
+type stateWriter struct {
+	file    string
+	replace func(path string, data []byte) error // replaceFile
+	next    chan []byte                          // the state waiting to be written: one, the latest
+	quit    chan struct{}
+	done    chan struct{}
+
+	mu      sync.Mutex // guards writing: the goroutine sets it, the status reads it
+	writing time.Time  // when the write in progress began; zero: none
+}
+
+// offer hands the writer state, replacing one still waiting. Called
+// with the ledger's mu held: one sender at a time.
+func (w *stateWriter) offer(state []byte) {
+	select {
+	case <-w.next:
+	default:
+	}
+	w.next <- state
+}
+
+// stuck reports when the write in progress began, if it has run past
+// StuckWrite at now.
+func (w *stateWriter) stuck(now time.Time) (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.writing, !w.writing.IsZero() && now.Sub(w.writing) > StuckWrite
+}
+
+func (w *stateWriter) run(l *Ledger) {
+	defer close(w.done)
+	for {
+		select {
+		case b := <-w.next:
+			w.write(l, b)
+		case <-w.quit:
+			select {
+			case b := <-w.next:
+				w.write(l, b)
+			default:
+			}
+			return
+		}
+	}
+}
+
+func (w *stateWriter) write(l *Ledger, b []byte) {
+	w.mu.Lock()
+	w.writing = l.now()
+	w.mu.Unlock()
+	err := w.replace(w.file, b)
+	w.mu.Lock()
+	w.writing = time.Time{}
+	w.mu.Unlock()
+	l.mu.Lock()
+	l.wrote(err)
+	l.mu.Unlock()
 }
 
 // replaceFile writes data to a new file of a random name beside path
@@ -803,13 +936,40 @@ func (l *Ledger) Release(k Key, initial int, now time.Time, hold time.Duration) 
 	l.save()
 }
 
+// MaxPauses bounds the backends' pauses held at once: a pause is an
+// operator's hold on a backend or a few during an incident (every
+// backend is one pause, AllBackends, never refused: it is the safe
+// side), and the bound keeps the state file and `ctl status` small
+// whatever is asked: 256 names of at most 255 bytes.
+const MaxPauses = 256
+
 // SetPause holds the agent's actions back on p.Backend (AllBackends:
-// everywhere), replacing any pause of that scope.
-func (l *Ledger) SetPause(p Pause) {
+// everywhere), replacing any pause of that scope. A backend's new pause
+// past MaxPauses is refused; pauses over at p.Since make room first.
+func (l *Ledger) SetPause(p Pause) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	held := len(l.pauses)
+	if _, ok := l.pauses[AllBackends]; ok {
+		held--
+	}
+	if _, ok := l.pauses[p.Backend]; !ok && p.Backend != AllBackends && held >= MaxPauses {
+		for b, q := range l.pauses {
+			if !q.Active(p.Since) {
+				delete(l.pauses, b)
+			}
+		}
+		held = len(l.pauses)
+		if _, ok := l.pauses[AllBackends]; ok {
+			held--
+		}
+		if held >= MaxPauses {
+			return fmt.Errorf("%w: pause: %d backends' pauses held, the most the agent keeps: resume some, or pause every backend", ErrRefused, held)
+		}
+	}
 	l.pauses[p.Backend] = p
 	l.save()
+	return nil
 }
 
 // ClearPause ends the pause of backend (AllBackends: the pause of every

@@ -157,6 +157,14 @@ func (l *Loop) StateWarning() string {
 // where it stands: each step starts with it, and the agent's exit.
 func (l *Loop) FlushState() SaveStatus { return l.theLedger().Flush() }
 
+// WriteStateInBackground writes the state file from a goroutine of its
+// own from now on (Ledger.WriteInBackground): a hung disk never stops
+// the loop. stop writes the latest state and ends it, waiting at most
+// its bound.
+func (l *Loop) WriteStateInBackground() (stop func(wait time.Duration) SaveStatus) {
+	return l.theLedger().WriteInBackground()
+}
+
 // Run steps at start + k·interval until ctx ends. A step that overruns
 // its slot makes the loop skip the slots it missed (counted), never queue
 // them: steps do not pile up.

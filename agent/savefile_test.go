@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -248,5 +249,81 @@ func TestFullDiskLosesNothing(t *testing.T) {
 	var last Record
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.Cycle != 5 {
 		t.Fatalf("the last audit line (%v) is not step 5's record whole: %.200s", err, lines[len(lines)-1])
+	}
+}
+
+// The state file is never written larger than the agent reads back at
+// start (MaxStateFile): a state that outgrew it leaves the last readable
+// file, unsaved and said so, rather than a file the next start would
+// set aside with every drain it named.
+func TestStateFileNeverOutgrowsItsReader(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "state.json")
+	l := NewLedger(file, zerolog.Nop())
+	l.Drain(key("app", "s1"), time.Unix(1000, 0), "test", 0.5, 0, false)
+	// Enough servers seen held by the operator to outgrow the bound, put
+	// in memory at once (one write each would take minutes).
+	l.mu.Lock()
+	name := strings.Repeat("s", 200)
+	for i := 0; i*len(name) < MaxStateFile; i++ { // each is more than len(name) bytes in the file
+		l.operatorSeen[key("big", fmt.Sprintf("%s%d", name, i))] = "drain"
+	}
+	l.mu.Unlock()
+	l.Drain(key("app", "s2"), time.Unix(1001, 0), "test", 0.5, 0, false)
+	st := l.Saved()
+	if st.Saved || !strings.Contains(st.Error, "over the") {
+		t.Fatalf("save status %+v", st)
+	}
+	fi, err := os.Stat(file)
+	if err != nil || fi.Size() > MaxStateFile {
+		t.Fatalf("state file %v, %v", fi, err)
+	}
+	if got := savedChanges(t, file); len(got) != 1 {
+		t.Fatalf("the next start reads %v, want the last state it can read (s1)", got)
+	}
+}
+
+// A state file on a disk that hangs never stops the loop: the step
+// drains and returns while the write waits; once the write has not
+// returned for StuckWrite, the ledger says the file is unsaved; when the
+// disk answers, the latest state (the drain) is what lands, and stop
+// waits for it. Before, the loop wrote the file itself, inside the step.
+func TestHungStateDiskNeverStopsTheLoop(t *testing.T) {
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "state.json")
+	rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
+	l, clk, pol, _ := newLoop(rt)
+	l.StateFile = file
+	release, entered := make(chan struct{}), make(chan struct{}, 16)
+	hung := func(path string, data []byte) error {
+		entered <- struct{}{}
+		<-release
+		return replaceFile(path, data)
+	}
+	stop := l.theLedger().writeInBackground(hung)
+	pol.plans = []Plan{{drain("s2")}}
+	stepped := make(chan struct{})
+	go func() { l.Step(ctx); close(stepped) }()
+	select {
+	case <-stepped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the step waited on the hung disk")
+	}
+	<-entered // the drain's write is in the disk's hands
+	if got := rt.TakeCommands(); len(got) != 1 || got[0] != "set server app/s2 state drain" {
+		t.Fatalf("commands %q", got)
+	}
+	if st := l.theLedger().Saved(); !st.Saved {
+		t.Fatalf("unsaved before the write was stuck: %+v", st)
+	}
+	clk.Advance(StuckWrite + time.Second)
+	if st := l.theLedger().Saved(); st.Saved || !strings.Contains(st.Error, "hung disk") {
+		t.Fatalf("a stuck write reads as saved: %+v", st)
+	}
+	close(release)
+	if st := stop(30 * time.Second); !st.Saved {
+		t.Fatalf("after the disk answered: %+v", st)
+	}
+	if got := savedChanges(t, file); got[key("app", "s2")].Phase != PhaseDrained {
+		t.Fatalf("the next start reads %v", got)
 	}
 }

@@ -63,35 +63,78 @@ type BackendSettings struct {
 	Enabled    *bool  `json:"enabled,omitempty"`
 	MinServing *int   `json:"min_serving,omitempty"`
 	MaxDrained *Cap   `json:"max_drained,omitempty"`
-	// Floor, DegradedRatio and ARLDays are the rules' sequential test's
-	// (rules.Config): what error rate is degraded here, and how rarely a
-	// healthy server may be drained.
-	Floor         *float64     `json:"rules_floor,omitempty"`
-	DegradedRatio *float64     `json:"rules_degraded_ratio,omitempty"`
-	ARLDays       *float64     `json:"rules_arl_days,omitempty"`
-	Action        *DrainAction `json:"action,omitempty"`
+	// The rules' own keys of a block (rules-floor, ...) are the rules'
+	// value (rules.Blocks), validated as their flags are; a block that
+	// sets only those is declared here still, so that /status lists it.
+	Action *DrainAction `json:"action,omitempty"`
 	// LeaveAlone are server names or globs the agent never acts on.
 	LeaveAlone []string `json:"leave_alone,omitempty"`
 }
 
-// BackendKeys are the keys a backend block may set.
-var BackendKeys = []string{"enabled", "min-serving", "max-drained", "rules-floor", "rules-degraded-ratio", "rules-arl-days", "action", "leave-alone"}
+// BackendKeys are the keys of a backend block the agent's guardrails
+// own; the policy's own keys (rules.OverrideKeys) are its to parse.
+var BackendKeys = []string{"enabled", "min-serving", "max-drained", "action", "leave-alone"}
 
 // Scope is every backend block, in the config file's order: a backend
-// takes each block its name matches, later blocks over earlier ones.
-type Scope []BackendSettings
+// takes each block its name matches, later blocks over earlier ones. Blocks
+// are indexed by pattern, and a pattern without a glob character matches
+// only its own name, so that reading n blocks takes time in n, not n²,
+// and finding a backend's, time in the globs, not in n: a config
+// generated with a block per backend (100,000 of them) is read at once.
+type Scope struct {
+	blocks []BackendSettings
+	index  map[string]int // pattern -> its block's place
+	globs  []int          // the places of the patterns with a glob character, in order
+}
 
-// Set applies one "PATTERN.KEY=VALUE" (the --backend flag's form; the
-// config file's `backend.PATTERN.KEY VALUE` lines arrive so). The key is
-// after the last dot: a backend name may hold dots, a key never does.
-func (s *Scope) Set(v string) error {
+// isGlob reports whether pattern holds one of path.Match's special
+// characters; one that does not matches only the identical name.
+func isGlob(pattern string) bool { return strings.ContainsAny(pattern, `*?[\`) }
+
+// SplitBackend reads one "PATTERN.KEY=VALUE" (the --backend flag's form;
+// the config file's `backend.PATTERN.KEY VALUE` lines arrive so). The key
+// is after the last dot: a backend name may hold dots, a key never does.
+func SplitBackend(v string) (pattern, key, value string, err error) {
 	lhs, value, ok := strings.Cut(v, "=")
 	i := strings.LastIndexByte(lhs, '.')
 	if !ok || i <= 0 || i == len(lhs)-1 {
-		return fmt.Errorf("backend %q: want PATTERN.KEY=VALUE (keys: %s)", v, strings.Join(BackendKeys, ", "))
+		return "", "", "", fmt.Errorf("backend %q: want PATTERN.KEY=VALUE", v)
 	}
-	pattern, key := lhs[:i], lhs[i+1:]
-	value = strings.TrimSpace(value)
+	pattern, key = lhs[:i], lhs[i+1:]
+	if _, err := path.Match(pattern, ""); err != nil {
+		return "", "", "", fmt.Errorf("backend %q: pattern: %w", pattern, err)
+	}
+	return pattern, key, strings.TrimSpace(value), nil
+}
+
+// MatchBackend reports whether a block's pattern matches backend: the
+// one matching rule of every block's keys, the agent's and a policy's.
+func MatchBackend(pattern, backend string) bool {
+	ok, _ := path.Match(pattern, backend)
+	return ok
+}
+
+// Set applies one "PATTERN.KEY=VALUE" of the agent's own keys.
+func (s *Scope) Set(v string) error {
+	pattern, key, value, err := SplitBackend(v)
+	if err != nil {
+		return fmt.Errorf("%w (keys: %s)", err, strings.Join(BackendKeys, ", "))
+	}
+	return s.SetKey(pattern, key, value)
+}
+
+// Declare makes pattern's block, if new, with nothing set: the block of
+// a policy's own keys, listed among the blocks a backend matched.
+func (s *Scope) Declare(pattern string) error {
+	if _, err := path.Match(pattern, ""); err != nil {
+		return fmt.Errorf("backend %q: pattern: %w", pattern, err)
+	}
+	s.block(pattern)
+	return nil
+}
+
+// SetKey applies one key of pattern's block.
+func (s *Scope) SetKey(pattern, key, value string) error {
 	if _, err := path.Match(pattern, ""); err != nil {
 		return fmt.Errorf("backend %q: pattern: %w", pattern, err)
 	}
@@ -112,24 +155,6 @@ func (s *Scope) Set(v string) error {
 		var c Cap
 		c, err = ParseCap(value)
 		b.MaxDrained = &c
-	case "rules-floor":
-		var f float64
-		if f, err = strconv.ParseFloat(value, 64); err == nil && !(f > 0 && f < 1) {
-			err = errors.New("want an error rate in (0, 1)")
-		}
-		b.Floor = &f
-	case "rules-degraded-ratio":
-		var f float64
-		if f, err = strconv.ParseFloat(value, 64); err == nil && !(f > 1 && f <= 1000) {
-			err = errors.New("want a ratio above 1, at most 1000")
-		}
-		b.DegradedRatio = &f
-	case "rules-arl-days":
-		var f float64
-		if f, err = strconv.ParseFloat(value, 64); err == nil && !(f >= 1 && f <= 1e9) {
-			err = errors.New("want 1 to 1e9 days")
-		}
-		b.ARLDays = &f
 	case "action":
 		a := DrainAction(value)
 		if a != ActionDrain && a != ActionMaint {
@@ -159,21 +184,55 @@ func (s *Scope) String() string {
 		return ""
 	}
 	var parts []string
-	for _, b := range *s {
+	for _, b := range s.blocks {
 		parts = append(parts, b.Pattern)
 	}
 	return strings.Join(parts, ",")
 }
 
+// Len is how many blocks there are.
+func (s *Scope) Len() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.blocks)
+}
+
 // block is the block of pattern, added at the end if new.
 func (s *Scope) block(pattern string) *BackendSettings {
-	for i := range *s {
-		if (*s)[i].Pattern == pattern {
-			return &(*s)[i]
+	if i, ok := s.index[pattern]; ok {
+		return &s.blocks[i]
+	}
+	if s.index == nil {
+		s.index = map[string]int{}
+	}
+	i := len(s.blocks)
+	s.index[pattern] = i
+	if isGlob(pattern) {
+		s.globs = append(s.globs, i)
+	}
+	s.blocks = append(s.blocks, BackendSettings{Pattern: pattern})
+	return &s.blocks[i]
+}
+
+// matching are the places of the blocks whose pattern matches backend,
+// in order: the globs that match, and the block named exactly so.
+func (s Scope) matching(backend string) []int {
+	var out []int
+	exact, ok := s.index[backend]
+	ok = ok && !isGlob(backend)
+	for _, i := range s.globs {
+		if ok && exact < i {
+			out, ok = append(out, exact), false
+		}
+		if MatchBackend(s.blocks[i].Pattern, backend) {
+			out = append(out, i)
 		}
 	}
-	*s = append(*s, BackendSettings{Pattern: pattern})
-	return &(*s)[len(*s)-1]
+	if ok {
+		out = append(out, exact)
+	}
+	return out
 }
 
 // For is the settings of backend: every matching block merged, later
@@ -181,10 +240,8 @@ func (s *Scope) block(pattern string) *BackendSettings {
 func (s Scope) For(backend string) BackendSettings {
 	var out BackendSettings
 	var matched []string
-	for _, b := range s {
-		if ok, _ := path.Match(b.Pattern, backend); !ok {
-			continue
-		}
+	for _, i := range s.matching(backend) {
+		b := s.blocks[i]
 		matched = append(matched, b.Pattern)
 		if b.Enabled != nil {
 			out.Enabled = b.Enabled
@@ -194,15 +251,6 @@ func (s Scope) For(backend string) BackendSettings {
 		}
 		if b.MaxDrained != nil {
 			out.MaxDrained = b.MaxDrained
-		}
-		if b.Floor != nil {
-			out.Floor = b.Floor
-		}
-		if b.DegradedRatio != nil {
-			out.DegradedRatio = b.DegradedRatio
-		}
-		if b.ARLDays != nil {
-			out.ARLDays = b.ARLDays
 		}
 		if b.Action != nil {
 			out.Action = b.Action

@@ -31,13 +31,12 @@ func TestScopeSet(t *testing.T) {
 		{"api.v2.max-drained=25%", ""}, // a name with dots: the key is after the last
 		{"api-*.leave-alone=srv1,db*", ""},
 		{"app.action=maint", ""},
-		{"app.rules-arl-days=10000", ""},
+		{"app.rules-arl-days=10000", `unknown key "rules-arl-days"`}, // the rules' own (rules.Blocks)
 		{"app.frobnicate=1", `unknown key "frobnicate"`},
 		{"app.enabled", "want PATTERN.KEY=VALUE"},
 		{"enabled=true", "want PATTERN.KEY=VALUE"},
 		{"app.max-drained=150%", "want a count"},
 		{"app.action=kill", "want drain or maint"},
-		{"app.rules-degraded-ratio=1", "ratio above 1"},
 		{"app.min-serving=-1", "negative"},
 		{"[.enabled=true", "pattern"},
 	}
@@ -55,6 +54,22 @@ func TestScopeSet(t *testing.T) {
 	}
 	if s.For("api.v2").InScope() || !s.For("web").InScope() {
 		t.Error("scope of api.v2 or web")
+	}
+	// A name's own block and the globs merge in the config's order,
+	// whichever comes first.
+	for _, tc := range []struct {
+		lines  []string
+		want   int
+		blocks string
+	}{
+		{[]string{"app.max-drained=1", "a*.max-drained=2", "*.max-drained=3", "web.max-drained=4"}, 3, "app,a*,*"},
+		{[]string{"*.max-drained=3", "app.max-drained=1", "a*.max-drained=2"}, 2, "*,app,a*"},
+		{[]string{"a*.max-drained=2", "*.max-drained=3", "app.max-drained=1", "app.action=maint"}, 1, "a*,*,app"},
+	} {
+		got := scopeOf(t, tc.lines...).For("app")
+		if got.MaxDrained == nil || got.MaxDrained.N != tc.want || got.Pattern != tc.blocks {
+			t.Errorf("%v: %+v, want max-drained %d from %s", tc.lines, got, tc.want, tc.blocks)
+		}
 	}
 }
 

@@ -351,7 +351,9 @@ func TestObserveAndPauseMetrics(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3")
 	l := &agent.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second, Mode: agent.ModeObserve},
 		Policy: agent.PolicyOf(drainOnce{"s2"}), Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
-	l.Pause("app", time.Minute, "test")
+	if _, err := l.Pause(context.Background(), "app", time.Minute, "test"); err != nil {
+		t.Fatal(err)
+	}
 	l.Step(context.Background())
 	var b strings.Builder
 	WriteLoopMetrics(&b, l)

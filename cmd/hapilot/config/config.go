@@ -79,6 +79,10 @@ type Config struct {
 	LLM      llm.Config
 	Fleet    peers.Config
 	Notify   notify.Config
+
+	// RulesBlocks are the rules' keys of the backend blocks (rules-floor,
+	// ...): the rules' own value, judged by the same Validate as Rules.
+	RulesBlocks rules.Blocks
 }
 
 // Bounds on the windows: one bucket a second per series, allocated when a
@@ -234,6 +238,7 @@ func Register(fs *flag.FlagSet) *Config {
 	fs.DurationVar(&c.Loop.OperatorHold, "operator-hold", c.Loop.OperatorHold, "how long an operator's undo of the agent's change stands: the agent leaves that server alone until then, or until its state changes again")
 	fs.DurationVar(&c.Loop.ReapplyWithin, "reapply-within", c.Loop.ReapplyWithin, "at start, a change from the state file that an HAProxy reload lost is applied again only if the file was written this recently, and only on the HAProxy it was made on; otherwise the server is judged afresh")
 	fs.Var(&c.OnExit, "on-exit", "on SIGTERM: keep the agent's drains, or restore every server it changed: "+enum.Join(OnExits...))
+	fs.Var(backendFlag{scope: &c.Guard.Scope, rules: &c.RulesBlocks}, "backend", "a backend's own settings, PATTERN.KEY=VALUE (repeatable; in the config file also `backend.PATTERN.KEY VALUE`): PATTERN is a name or a glob, KEY one of "+strings.Join(backendKeys(), ", ")+"; every block a backend matches applies, later over earlier; a rules key takes the values its flag takes")
 	registerGuard(fs, &c.Guard)
 	registerRecovery(fs, &c.Recovery)
 	registerRules(fs, &c.Rules)
@@ -276,7 +281,6 @@ func registerFleet(fs *flag.FlagSet, f *peers.Config) {
 }
 
 func registerGuard(fs *flag.FlagSet, g *agent.Guardrails) {
-	fs.Var(&g.Scope, "backend", "a backend's own settings, PATTERN.KEY=VALUE (repeatable; in the config file also `backend.PATTERN.KEY VALUE`): PATTERN is a name or a glob, KEY one of "+strings.Join(agent.BackendKeys, ", ")+"; every block a backend matches applies, later over earlier")
 	fs.Var(capFlag{&g.MaxDrained}, "max-drained", "most servers the agent holds drained across every backend: a count, or a percentage of every server (0: no cap)")
 	fs.IntVar(&g.DrainsPerHour, "max-drains-per-hour", g.DrainsPerHour, "most drains the agent sends to one backend in any hour (0: no cap)")
 	fs.IntVar(&g.MinServing, "min-serving", g.MinServing, "fewest servers a backend is left serving (0: half, rounded up, at least one)")
@@ -368,6 +372,48 @@ func (f capFlag) Set(s string) (err error) {
 	return err
 }
 
+// backendKeys are every key a backend block may set: the guardrails'
+// and the rules'.
+func backendKeys() []string {
+	return append(append([]string{}, agent.BackendKeys...), rules.OverrideKeys...)
+}
+
+// backendFlag is --backend: each key goes to the part that owns it, the
+// rules' keys to the rules' blocks (validated with the rules' flags, by
+// rules.Config.Validate), the others to the guardrails' scope. A block
+// of rules keys only is declared in the scope too, so that /status
+// lists it among the blocks a backend matched.
+type backendFlag struct {
+	scope *agent.Scope
+	rules *rules.Blocks
+}
+
+func (f backendFlag) String() string {
+	if f.scope == nil {
+		return ""
+	}
+	return f.scope.String()
+}
+
+func (f backendFlag) Set(v string) error {
+	pattern, key, value, err := agent.SplitBackend(v)
+	if err != nil {
+		return fmt.Errorf("%w (keys: %s)", err, strings.Join(backendKeys(), ", "))
+	}
+	if rules.IsOverrideKey(key) {
+		if err := f.rules.Set(pattern, key, value); err != nil {
+			return fmt.Errorf("backend %s: %w", pattern, err)
+		}
+		return f.scope.Declare(pattern)
+	}
+	for _, k := range agent.BackendKeys {
+		if k == key {
+			return f.scope.SetKey(pattern, key, value)
+		}
+	}
+	return fmt.Errorf("backend %s: unknown key %q (keys: %s)", pattern, key, strings.Join(backendKeys(), ", "))
+}
+
 // backendLine turns a `backend.PATTERN.KEY VALUE` line of the config
 // file into the --backend flag's PATTERN.KEY=VALUE: the file keeps its
 // one-setting-per-line form, and the flag parses every block the same
@@ -396,7 +442,9 @@ func applyFile(fs *flag.FlagSet, path string, skip map[string]bool) error {
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
+	sc.Buffer(make([]byte, 0, 4096), MaxConfigLine)
+	n := 1
+	for ; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || line[0] == '#' {
 			continue
@@ -427,8 +475,18 @@ func applyFile(fs *flag.FlagSet, path string, skip map[string]bool) error {
 			return fmt.Errorf("config %s:%d: %s: %w", path, n, name, err)
 		}
 	}
-	return sc.Err()
+	if errors.Is(sc.Err(), bufio.ErrTooLong) {
+		return fmt.Errorf("config %s:%d: line over %d bytes: a setting's line is far shorter; is this the settings file?", path, n, MaxConfigLine)
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("config %s:%d: %w", path, n, err)
+	}
+	return nil
 }
+
+// MaxConfigLine bounds one line of the settings file: the longest
+// setting (a backend block's leave-alone list, a URL) is far shorter.
+const MaxConfigLine = 64 << 10
 
 // Validate checks the settings together: this struct's own, then each
 // part's through its own Validate.
@@ -479,7 +537,7 @@ func (c *Config) Validate() error {
 	if c.Shadow && c.Policy != PolicyRules && c.Policy != PolicyShadow {
 		errs = append(errs, fmt.Errorf("--shadow contradicts --policy %s: shadow mode is its own policy, --policy shadow (the model decides, the rules act)", c.Policy))
 	}
-	errs = append(errs, c.Notify.Validate(), c.Fleet.Validate(), c.Stats.Validate(), c.Guard.Validate(), c.Rules.Validate(), c.Recovery.Validate())
+	errs = append(errs, c.Notify.Validate(), c.Fleet.Validate(), c.Stats.Validate(), c.Guard.Validate(), c.Rules.Validate(), c.RulesBlocks.Validate(c.Rules), c.Recovery.Validate())
 	if c.UsesModel() {
 		errs = append(errs, c.LLM.Validate())
 	}

@@ -100,6 +100,8 @@ func TestInvalid(t *testing.T) {
 		{"unknown key in file", "intervall 1s\n", nil, "unknown setting"},
 		{"value missing in file", "interval\n", nil, "want `name value`"},
 		{"bad value in file", "interval soon\n", nil, "interval"},
+		// Named by file and line, not bufio.Scanner's "token too long".
+		{"a line over 64 KiB", "interval 10s\n# " + strings.Repeat("x", 70<<10) + "\n", nil, "hapilot.conf:2: line over 65536 bytes"},
 		{"stray argument", "", []string{"extra"}, "unexpected arguments"},
 		{"alpha out of range", "", []string{"--rules-alpha", "2"}, "rules-alpha"},
 		{"log format", "", []string{"--log-format", "xml"}, "log-format"},

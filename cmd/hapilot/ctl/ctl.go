@@ -49,17 +49,49 @@ type Answer struct {
 	Error   string          `json:"error,omitempty"`
 	Message string          `json:"message,omitempty"`
 	Result  json.RawMessage `json:"result,omitempty"`
+	// Retry: the agent read no whole request on this connection (its
+	// control connections were at their cap) and carried nothing out;
+	// Do sends the request again.
+	Retry bool `json:"retry,omitempty"`
 }
 
-// MaxLine bounds a request or an answer line.
-const MaxLine = 4 << 20
+// MaxRequest bounds a request line: a command and a name or two (a
+// backend name is at most 255 bytes), with room to spare. The agent
+// reads no more of a longer one than its buffer, and refuses it.
+const MaxRequest = 64 << 10
+
+// MaxAnswer bounds an answer line, which the agent checks before it
+// writes one: what it writes, the client reads.
+const MaxAnswer = 4 << 20
 
 // Timeout bounds a command: a release reads HAProxy and sends commands,
 // which a stuck socket could hold.
 const Timeout = 30 * time.Second
 
-// Do sends req to the agent at path and reads its answer.
+// Do sends req to the agent at path and reads its answer. An answer
+// that says nothing was carried out (Retry: the agent's connections were
+// at their cap) sends the request again, after a pause of 10 ms doubling
+// to 500 ms, until ctx ends.
 func Do(ctx context.Context, path string, req Request) (Answer, error) {
+	pause := 10 * time.Millisecond
+	for {
+		a, err := do(ctx, path, req)
+		if err != nil || !a.Retry {
+			return a, err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return a, nil // the agent's refusal says why
+		case <-t.C:
+		}
+		pause = min(2*pause, 500*time.Millisecond)
+	}
+}
+
+// do is one attempt of Do.
+func do(ctx context.Context, path string, req Request) (Answer, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", path)
 	if errors.Is(err, fs.ErrPermission) {
@@ -78,11 +110,14 @@ func Do(ctx context.Context, path string, req Request) (Answer, error) {
 	if err != nil {
 		return Answer{}, err
 	}
-	if _, err := conn.Write(append(b, '\n')); err != nil {
-		return Answer{}, fmt.Errorf("send to the agent: %w", err)
-	}
+	_, werr := conn.Write(append(b, '\n'))
+	// A write that failed may still have an answer to read: the agent
+	// closes a connection it turns away at its cap after saying so.
 	r := bufio.NewReaderSize(conn, 64<<10)
-	line, err := readLine(r)
+	line, err := readLine(r, MaxAnswer)
+	if err != nil && werr != nil {
+		return Answer{}, fmt.Errorf("send to the agent: %w", werr)
+	}
 	if err != nil {
 		return Answer{}, fmt.Errorf("read the agent's answer: %w", err)
 	}
@@ -93,9 +128,12 @@ func Do(ctx context.Context, path string, req Request) (Answer, error) {
 	return a, nil
 }
 
-// ReadRequest reads one request line.
+// ReadRequest reads one request line. A line over MaxRequest is read to
+// its end and dropped, so that the client, still sending, gets the
+// refusal rather than a reset connection; the memory it takes is r's
+// buffer, and the time the connection's deadline.
 func ReadRequest(r *bufio.Reader) (Request, error) {
-	line, err := readLine(r)
+	line, err := readLine(r, MaxRequest)
 	if err != nil {
 		return Request{}, err
 	}
@@ -106,19 +144,29 @@ func ReadRequest(r *bufio.Reader) (Request, error) {
 	return req, nil
 }
 
-func readLine(r *bufio.Reader) ([]byte, error) {
+// ErrTooLong is a line over its bound.
+var ErrTooLong = errors.New("line too long")
+
+func readLine(r *bufio.Reader, limit int) ([]byte, error) {
 	var line []byte
+	over := false
 	for {
 		chunk, isPrefix, err := r.ReadLine()
 		if err != nil {
 			return nil, err
 		}
-		line = append(line, chunk...)
-		if len(line) > MaxLine {
-			return nil, fmt.Errorf("line over %d bytes", MaxLine)
+		if !over {
+			line = append(line, chunk...)
+			if len(line) > limit {
+				over, line = true, nil
+			}
 		}
-		if !isPrefix {
-			return line, nil
+		if isPrefix {
+			continue
 		}
+		if over {
+			return nil, fmt.Errorf("%w: over %d bytes", ErrTooLong, limit)
+		}
+		return line, nil
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"path/filepath"
 	"strings"
@@ -41,9 +42,15 @@ func TestProtocol(t *testing.T) {
 	if req := <-got; req != (Request{Command: Pause, Backend: "app", For: "10m"}) {
 		t.Fatalf("request %+v", req)
 	}
-	long := strings.Repeat("x", MaxLine+1) + "\n"
-	if _, err := ReadRequest(bufio.NewReader(strings.NewReader(long))); err == nil || !strings.Contains(err.Error(), "line over") {
+	// A request over MaxRequest is read to its end and refused; the next
+	// line is read whole.
+	long := strings.Repeat("x", MaxRequest+1) + "\n" + `{"command":"status"}` + "\n"
+	r := bufio.NewReaderSize(strings.NewReader(long), 4096)
+	if _, err := ReadRequest(r); !errors.Is(err, ErrTooLong) {
 		t.Fatalf("long line: %v", err)
+	}
+	if req, err := ReadRequest(r); err != nil || req.Command != Status {
+		t.Fatalf("the line after: %+v, %v", req, err)
 	}
 	if _, err := Do(context.Background(), filepath.Join(t.TempDir(), "none.sock"), Request{Command: Status}); err == nil ||
 		!strings.Contains(err.Error(), "is it running?") {

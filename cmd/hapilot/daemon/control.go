@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"syscall"
@@ -32,7 +33,9 @@ func (d *Daemon) listenControl() error {
 	if err != nil {
 		return fmt.Errorf("control-socket: %w", err)
 	}
-	d.controlLn = d.limit("control", ln, MaxControlConns)
+	capped := d.limit("control", ln, MaxControlConns)
+	capped.Evicting = refuseAtCap
+	d.controlLn = capped
 	log := d.log.With().Str("component", "control").Logger()
 	d.add(component{"control", func(ctx context.Context) error {
 		return netx.Serve(ctx, d.controlLn, log, func(c net.Conn) { d.serveControl(ctx, c) })
@@ -48,22 +51,56 @@ func (d *Daemon) ControlAddr() string {
 	return d.controlLn.Addr().String()
 }
 
+// refuseAtCap tells the peer of a control connection closed at the cap
+// (one that had not sent a whole request, or a new one while every open
+// one carries out a command) that nothing was carried out: the client
+// sends its request again (ctl.Do).
+func refuseAtCap(c net.Conn, evicted bool) {
+	why := fmt.Sprintf("the agent's control connections are at their cap (%d), each carrying out a command", MaxControlConns)
+	if evicted {
+		why = fmt.Sprintf("the agent's control connections are at their cap (%d): this one, holding no whole request, was closed to make room", MaxControlConns)
+	}
+	b, _ := json.Marshal(ctl.Answer{Error: "refused: " + why + "; nothing was carried out: send it again", Retry: true})
+	// A unix socket's buffer takes one short line at once; the deadline
+	// only bounds a peer that stopped reading a full one.
+	_ = c.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+	_, _ = c.Write(append(b, '\n'))
+}
+
 // serveControl answers one request on c.
 func (d *Daemon) serveControl(ctx context.Context, c net.Conn) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(ctl.Timeout))
 	req, err := ctl.ReadRequest(bufio.NewReaderSize(c, 4096))
+	// From here the request (or the reason it is refused) is answered:
+	// the cap never evicts the connection mid-command. Evicted first, it
+	// is not carried out: its caller was told so, and sends it again.
+	if tc, ok := c.(*netx.Conn); ok && !tc.Claim() {
+		return
+	}
 	var a ctl.Answer
-	if err != nil {
-		a.Error = err.Error()
-	} else {
+	by := peer(c)
+	switch {
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		// Closed before a whole request: nothing was asked.
+		d.log.Debug().Str("by", by).Msg("control connection closed before a request")
+		return
+	case err != nil:
+		a.Error = "refused: " + err.Error()
+		d.log.Warn().Str("by", by).Str("reason", a.Error).Msg("control request malformed")
+	default:
 		cctx, cancel := context.WithTimeout(ctx, ctl.Timeout)
-		a = d.control(cctx, req, peer(c))
+		a = d.control(cctx, req, by)
 		cancel()
 	}
 	b, err := json.Marshal(a)
 	if err != nil {
 		b, _ = json.Marshal(ctl.Answer{Error: "encode the answer: " + err.Error()})
+	}
+	if len(b) > ctl.MaxAnswer {
+		// The client reads no more: say so rather than send what it
+		// cannot read.
+		b, _ = json.Marshal(ctl.Answer{Error: fmt.Sprintf("failed: the answer is %d bytes, over the %d a ctl answer may hold: read /status instead", len(b), ctl.MaxAnswer)})
 	}
 	_, _ = c.Write(append(b, '\n'))
 }
@@ -151,7 +188,10 @@ func (d *Daemon) control(ctx context.Context, req ctl.Request, by string) ctl.An
 		if backend == "" {
 			backend = agent.AllBackends
 		}
-		p := l.Pause(backend, dur, by)
+		var p agent.Pause
+		if p, err = l.Pause(ctx, backend, dur, by); err != nil {
+			break
+		}
 		result, msg = p, p.Why()+": the agent observes and sends nothing there; `hapilot ctl resume` ends it"
 	case ctl.Resume:
 		backend := req.Backend
@@ -180,7 +220,13 @@ func (d *Daemon) control(ctx context.Context, req ctl.Request, by string) ctl.An
 		if !errors.Is(err, agent.ErrRefused) {
 			a.Error = "failed: " + a.Error
 		}
-		d.log.Warn().Str("command", string(req.Command)).Str("server", req.Server).Str("by", by).Str("reason", a.Error).Msg("control command refused")
+		d.log.Warn().Str("command", short(string(req.Command))).Str("server", short(req.Server)).Str("backend", short(req.Backend)).
+			Str("by", by).Str("reason", a.Error).Msg("control command refused")
+	} else {
+		// Every command is logged with its caller, the read-only ones
+		// and those that changed nothing too: who looked, and when.
+		d.log.Info().Str("command", string(req.Command)).Str("server", short(req.Server)).Str("backend", short(req.Backend)).
+			Str("by", by).Str("answer", msg).Msg("control command answered")
 	}
 	if result != nil {
 		b, merr := json.Marshal(result)
@@ -190,4 +236,13 @@ func (d *Daemon) control(ctx context.Context, req ctl.Request, by string) ctl.An
 		a.Result = b
 	}
 	return a
+}
+
+// short bounds what a log line repeats of a request's field: its first
+// 256 bytes.
+func short(s string) string {
+	if len(s) > 256 {
+		return s[:256] + "..."
+	}
+	return s
 }

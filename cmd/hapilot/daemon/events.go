@@ -2,11 +2,13 @@ package daemon
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/internal/lib/auditlog"
 	"github.com/rs/zerolog"
 )
 
@@ -21,7 +23,7 @@ func (e eventLog) Emit(ev agent.Event) {
 	if err == nil {
 		_, err = e.w.Write(append(b, '\n'))
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, auditlog.ErrLost) { // the queue counts and logs its own
 		e.log.Error().Err(fmt.Errorf("event %s: %w", ev.Type, err)).Msg("cannot write to the audit log")
 	}
 }

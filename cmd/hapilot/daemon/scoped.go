@@ -14,28 +14,14 @@ import (
 // distinct setting, each deciding the backends that take it. A backend
 // always goes to the same one, so any state a policy keeps per backend
 // stays whole. Without such a block it is the rules policy itself.
-func scopedRules(base rules.Config, scope agent.Scope) agent.Policy {
+func scopedRules(base rules.Config, blocks *rules.Blocks) agent.Policy {
 	type key struct{ floor, ratio, arl float64 }
 	cfgOf := func(backend string) (key, rules.Config) {
-		c := base
-		bs := scope.For(backend)
-		if bs.Floor != nil {
-			c.Floor = *bs.Floor
-		}
-		if bs.DegradedRatio != nil {
-			c.DegradedRatio = *bs.DegradedRatio
-		}
-		if bs.ARLDays != nil {
-			c.ARLDays = *bs.ARLDays
-		}
+		c := blocks.For(backend).Over(base)
 		return key{c.Floor, c.DegradedRatio, c.ARLDays}, c
 	}
-	own := false
-	for _, b := range scope {
-		own = own || b.Floor != nil || b.DegradedRatio != nil || b.ARLDays != nil
-	}
 	root := rules.NewPolicy(base)
-	if !own {
+	if blocks.Len() == 0 {
 		return root
 	}
 	baseKey := key{base.Floor, base.DegradedRatio, base.ARLDays}

@@ -33,17 +33,17 @@ func TestScopedRulesRatio(t *testing.T) {
 		}
 		return obs
 	}
-	var scope agent.Scope
-	if err := scope.Set("strict.rules-degraded-ratio=20"); err != nil {
+	var blocks rules.Blocks
+	if err := blocks.Set("strict", "rules-degraded-ratio", "20"); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
 		name  string
-		scope agent.Scope
+		scope *rules.Blocks
 		want  map[string]bool
 	}{
 		{"no block: both", nil, map[string]bool{"loose": true, "strict": true}},
-		{"strict's own ratio", scope, map[string]bool{"loose": true}},
+		{"strict's own ratio", &blocks, map[string]bool{"loose": true}},
 	} {
 		pol := scopedRules(rules.DefaultConfig(), tc.scope)
 		got, ev := map[string]bool{}, map[string]bool{}

@@ -5,11 +5,16 @@
 package auditlog
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/hapilot/hapilot/internal/lib/safefile"
+	"github.com/rs/zerolog"
 )
 
 // File is an audit log open for appending. It is safe for concurrent
@@ -87,4 +92,122 @@ func (a *File) Close() error {
 	defer a.mu.Unlock()
 	a.closed = true
 	return a.f.Close()
+}
+
+// Queue bounds: records, and their bytes (a step's snapshot of 1,000
+// servers is about 100 KB).
+const (
+	QueueRecords = 4096
+	QueueBytes   = 16 << 20
+)
+
+// ErrLost is a record the queue did not take: full, or closed.
+var ErrLost = errors.New("audit log: record lost")
+
+// Queue writes records to w from a goroutine of its own, so that a disk
+// that hangs (NFS, FUSE) holds up that goroutine and never its callers
+// (the agent's loop). It holds at most QueueRecords records of at most
+// QueueBytes together; a record that finds it full is dropped, and
+// counted in Lost with the writes that failed. NewQueue starts the
+// goroutine; Close stops it.
+type Queue struct {
+	w   io.Writer
+	log zerolog.Logger
+	q   chan []byte
+
+	mu     sync.RWMutex // Write holds it shared to enqueue, Close alone to close
+	closed bool
+	quit   chan struct{}
+	done   chan struct{}
+
+	queued atomic.Int64 // bytes in q
+	lost   atomic.Uint64
+}
+
+// NewQueue starts writing to w what Write is given.
+func NewQueue(w io.Writer, log zerolog.Logger) *Queue {
+	q := &Queue{w: w, log: log, q: make(chan []byte, QueueRecords), quit: make(chan struct{}), done: make(chan struct{})}
+	go q.run()
+	return q
+}
+
+// Write queues a copy of p, one record, and returns at once: ErrLost
+// when the queue is full or closed (counted in Lost).
+func (q *Queue) Write(p []byte) (int, error) {
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	if q.closed || q.queued.Load()+int64(len(p)) > QueueBytes {
+		q.lose(1, "the audit log's queue is full (the disk takes records slower than they come) or closed: record dropped")
+		return 0, ErrLost
+	}
+	b := append([]byte(nil), p...)
+	select {
+	case q.q <- b:
+		q.queued.Add(int64(len(b)))
+		return len(p), nil
+	default:
+		q.lose(1, "the audit log's queue is full (the disk takes records slower than they come): record dropped")
+		return 0, ErrLost
+	}
+}
+
+// lose counts n records lost, logging the first and every hundredth.
+func (q *Queue) lose(n uint64, why string) {
+	if total := q.lost.Add(n); total-n == 0 || total/100 != (total-n)/100 {
+		q.log.Error().Uint64("lost_total", total).Msg(why)
+	}
+}
+
+// Lost counts the records lost: dropped by a full queue, or whose write
+// failed.
+func (q *Queue) Lost() uint64 { return q.lost.Load() }
+
+func (q *Queue) run() {
+	defer close(q.done)
+	for {
+		select {
+		case b := <-q.q:
+			q.write(b)
+		case <-q.quit:
+			for {
+				select {
+				case b := <-q.q:
+					q.write(b)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+func (q *Queue) write(b []byte) {
+	q.queued.Add(-int64(len(b)))
+	if _, err := q.w.Write(b); err != nil {
+		q.lose(1, "cannot write to the audit log: "+err.Error())
+	}
+}
+
+// Close takes no more records and waits at most wait for the queue to
+// be written. A disk that takes nothing meanwhile leaves the goroutine in
+// its write, to end with the process; what was queued is counted lost,
+// and the error says so.
+func (q *Queue) Close(wait time.Duration) error {
+	q.mu.Lock()
+	already := q.closed
+	q.closed = true
+	q.mu.Unlock()
+	if !already {
+		close(q.quit)
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-q.done:
+		return nil
+	case <-t.C:
+		n := uint64(len(q.q))
+		q.lose(n, "the audit log's disk took no record at stop: records lost")
+		return fmt.Errorf("audit log: the disk took nothing for %v at stop; %d queued records lost", wait, n)
+	}
 }

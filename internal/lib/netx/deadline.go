@@ -29,6 +29,10 @@ type Conn struct {
 	// Read by the listener when it picks a connection to evict.
 	proven atomic.Bool
 	since  atomic.Int64 // UnixNano: when the current unit or wait began
+	// claim is idle, busy (Claim: a request read whole is being carried
+	// out, never evicted) or evicted; the listener and the reading
+	// goroutine move it by compare-and-swap, so that exactly one wins.
+	claim atomic.Int32
 
 	// The reading goroutine's own.
 	mode     mode
@@ -87,6 +91,29 @@ func (c *Conn) Wait(limit time.Duration) {
 func (c *Conn) begin(m mode, limit time.Duration) {
 	c.mode, c.limit, c.started = m, limit, false
 }
+
+// A connection's claim.
+const (
+	idle int32 = iota
+	busy
+	evicted
+)
+
+// Claim marks the connection as carrying out a request it has read
+// whole: from then on its listener never evicts it, so that a command
+// that runs always reaches its caller with its answer. It reports false
+// when the listener evicted the connection first: the request must then
+// not be carried out, since its caller was told it was not (Listener's
+// Evicting). Unclaim gives the connection back to eviction.
+func (c *Conn) Claim() bool { return c.claim.CompareAndSwap(idle, busy) }
+
+// Unclaim ends a Claim: the request is answered, and the connection is
+// idle again.
+func (c *Conn) Unclaim() { c.claim.CompareAndSwap(busy, idle) }
+
+// evict claims the connection for eviction; false when it is busy (or
+// already evicted).
+func (c *Conn) evict() bool { return c.claim.CompareAndSwap(idle, evicted) }
 
 // Proven marks the connection as one that did what its protocol asks (a
 // HELLO, an authorized request): at the cap, a listener evicts such a

@@ -26,7 +26,9 @@ import (
 // longest idle). A waiting cap let peers that send a byte now and then
 // keep HAProxy's own connection out for as long as they liked; with
 // eviction its new connection always gets in, and a connection that
-// carries traffic is never the one that has waited longest.
+// carries traffic is never the one that has waited longest. A connection
+// carrying out a request it read whole (Conn.Claim) is never evicted; when
+// every open one is, the new connection is turned away instead.
 type Listener struct {
 	net.Listener
 	log zerolog.Logger
@@ -36,6 +38,12 @@ type Listener struct {
 	// timeout renewed by every request does not bound it). Set it before
 	// the first Accept.
 	MaxLife time.Duration
+	// Evicting, when set, is given a connection about to be closed at
+	// the cap (evicted: true) or turned away because every open one is
+	// busy (false), to tell its peer before the close; it must not block
+	// long (a short write deadline), since Accept waits for it. Set it
+	// before the first Accept.
+	Evicting func(c net.Conn, evicted bool)
 
 	mu    sync.Mutex // guards conns: Accept adds, a connection's Close removes, Open counts
 	conns map[*Conn]struct{}
@@ -43,8 +51,9 @@ type Listener struct {
 	once  sync.Once
 
 	// Refused counts accept errors lived through; Evicted, connections
-	// closed to make room at the cap.
-	Refused, Evicted atomic.Uint64
+	// closed to make room at the cap; Turned, new connections closed at
+	// the cap because every open one was busy.
+	Refused, Evicted, Turned atomic.Uint64
 }
 
 // Limit wraps ln: at most max connections open at once (at the cap, the
@@ -61,7 +70,10 @@ func (l *Listener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err == nil {
-			return l.admit(c), nil
+			if tc := l.admit(c); tc != nil {
+				return tc, nil
+			}
+			continue // turned away: every open connection is busy
 		}
 		if errors.Is(err, net.ErrClosed) {
 			return nil, err
@@ -80,42 +92,68 @@ func (l *Listener) Accept() (net.Conn, error) {
 	}
 }
 
-// admit counts c in, evicting another when the cap is reached.
+// admit counts c in, evicting another when the cap is reached; nil when
+// c is turned away, every open connection being busy.
 func (l *Listener) admit(c net.Conn) *Conn {
 	now := time.Now()
 	tc := newConn(c, l, now, l.MaxLife)
 	l.mu.Lock()
 	var victim *Conn
 	if len(l.conns) >= l.max {
-		victim = l.victim()
+		if victim = l.victim(); victim == nil {
+			l.mu.Unlock()
+			n := l.Turned.Add(1)
+			if l.Evicting != nil {
+				l.Evicting(c, false)
+			}
+			c.Close()
+			if n%100 == 1 {
+				l.log.Warn().Int("cap", l.max).Msg("connection cap reached, every connection busy: the new one was turned away (logged once, then every hundredth)")
+			}
+			return nil
+		}
 		delete(l.conns, victim)
 	}
 	l.conns[tc] = struct{}{}
 	l.mu.Unlock()
 	if victim != nil {
+		n := l.Evicted.Add(1)
+		if l.Evicting != nil {
+			l.Evicting(victim.Conn, true)
+		}
 		// The victim's own Close (from its handler, once its read
 		// fails) finds it gone and releases nothing.
 		victim.Conn.Close()
-		if l.Evicted.Add(1)%100 == 1 {
+		if n%100 == 1 {
 			l.log.Warn().Int("cap", l.max).Msg("connection cap reached: the connection that had done least was closed to make room (logged once, then every hundredth)")
 		}
 	}
 	return tc
 }
 
-// victim is the connection to evict: one never proven before one proven,
-// then the one longest in its current unit or wait. Callers hold l.mu.
+// victim is the connection to evict, claimed for it (Conn.evict): one
+// never proven before one proven, then the one longest in its current
+// unit or wait; never a busy one (nil when every one is). Callers hold
+// l.mu.
 func (l *Listener) victim() *Conn {
-	var v *Conn
-	var vProven bool
-	var vSince int64
-	for c := range l.conns {
-		p, s := c.proven.Load(), c.since.Load()
-		if v == nil || (!p && vProven) || (p == vProven && s < vSince) {
-			v, vProven, vSince = c, p, s
+	for {
+		var v *Conn
+		var vProven bool
+		var vSince int64
+		for c := range l.conns {
+			if c.claim.Load() != idle {
+				continue
+			}
+			p, s := c.proven.Load(), c.since.Load()
+			if v == nil || (!p && vProven) || (p == vProven && s < vSince) {
+				v, vProven, vSince = c, p, s
+			}
 		}
+		if v == nil || v.evict() {
+			return v
+		}
+		// Claimed by its reader meanwhile: look again.
 	}
-	return v
 }
 
 func (l *Listener) release(c *Conn) {

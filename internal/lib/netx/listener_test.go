@@ -2,9 +2,11 @@ package netx
 
 import (
 	"errors"
+	"io"
 	"net"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -126,6 +128,78 @@ func TestCapEvictsTheConnectionThatDidLeast(t *testing.T) {
 	if err := <-got; !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("accept after close: %v", err)
 	}
+}
+
+// A connection carrying out a request (Claim) is never evicted, however
+// long it waited: the idle one goes instead, told so first (Evicting);
+// with every connection busy, the new one is turned away and told so.
+// An idle connection evicted first cannot claim its request after.
+func TestCapNeverEvictsABusyConnection(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := Limit(ln, 2, zerolog.Nop())
+	var told [2]atomic.Int32 // turned away, evicted
+	l.Evicting = func(c net.Conn, evicted bool) {
+		if evicted {
+			told[1].Add(1)
+		} else {
+			told[0].Add(1)
+		}
+		_, _ = c.Write([]byte("bye\n"))
+	}
+	defer l.Close()
+	clients, served := dialN(t, ln, l, 2)
+	if !served[0].Claim() { // the oldest is busy
+		t.Fatal("claim of an idle connection")
+	}
+	dialN(t, ln, l, 1)
+	if !toldBye(clients[1]) || closedByPeer(clients[0]) || told[1].Load() != 1 {
+		t.Fatalf("the idle connection was not the one evicted (told %d)", told[1].Load())
+	}
+	if served[1].Claim() {
+		t.Fatal("an evicted connection claimed its request")
+	}
+	for _, c := range l.snapshot() {
+		c.Claim()
+	}
+	// Every connection busy: the next is turned away, and Accept goes on
+	// to the one after.
+	turned, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer turned.Close()
+	got := make(chan net.Conn, 1)
+	go func() { c, _ := l.Accept(); got <- c }()
+	if !toldBye(turned) || told[0].Load() != 1 || l.Turned.Load() != 1 {
+		t.Fatalf("turned away: told %d, turned %d", told[0].Load(), l.Turned.Load())
+	}
+	served[0].Close() // a command answered: its place is free
+	next, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	select {
+	case c := <-got:
+		defer c.Close()
+	case <-time.After(5 * time.Second):
+		t.Fatal("Accept stopped after turning a connection away")
+	}
+	if l.Open() != 2 {
+		t.Fatalf("open %d", l.Open())
+	}
+}
+
+// toldBye reports whether the agent's side said "bye" (the test's
+// Evicting), then closed c.
+func toldBye(c net.Conn) bool {
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b, err := io.ReadAll(c)
+	var ne net.Error
+	return string(b) == "bye\n" && !(errors.As(err, &ne) && ne.Timeout())
 }
 
 func (l *Listener) snapshot() []*Conn {
