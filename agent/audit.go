@@ -36,7 +36,10 @@ type Record struct {
 	Policy string    `json:"policy"`
 	// TriggeredBy lists the servers whose new evidence ran this step
 	// between ticks (see Loop.EvidenceCheck); empty for a scheduled step.
-	TriggeredBy  []Key           `json:"triggered_by,omitempty"`
+	TriggeredBy []Key `json:"triggered_by,omitempty"`
+	// Woken says why this step ran between ticks at another's word (the
+	// stats path saw HAProxy reload); empty for any other step.
+	Woken        string          `json:"woken,omitempty"`
 	DurationMs   float64         `json:"duration_ms"`
 	Servers      []ServerSummary `json:"servers"`
 	Plan         Plan            `json:"plan"`

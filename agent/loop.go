@@ -87,6 +87,13 @@ type Loop struct {
 	// cap. Only Step and the operator's commands touch it, under stepMu.
 	drains drainLog
 
+	// wakeMu guards woken and wakeSleep: Wake (any goroutine) ends the
+	// loop's sleep between ticks, so that a reload's lost changes go back
+	// at once, not at the next tick.
+	wakeMu    sync.Mutex
+	woken     string             // why the next sleep ends at once; "" for none
+	wakeSleep context.CancelFunc // ends the sleep under way; nil while not sleeping
+
 	mu    sync.Mutex // guards what follows: Step writes, Status and Metrics read
 	cycle uint64
 	// candidates: the servers the policy's test found at the last step
@@ -173,20 +180,69 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 }
 
-// waitFor sleeps until slot, checking the evidence every EvidenceCheck on
-// the way when the policy can tell it.
-func (l *Loop) waitFor(ctx context.Context, slot time.Time) error {
-	if l.Policy.Evidence == nil || l.EvidenceCheck <= 0 {
-		return l.Clock.SleepUntil(ctx, slot)
+// Wake runs a step now, between ticks, for why (the stats path saw a new
+// HAProxy process: a reload or restart put back every server's configured
+// state, and the agent's drains must go back in the same step, not at
+// the next tick). Wakes that come while a step runs are one more step
+// after it. Safe from any goroutine.
+func (l *Loop) Wake(why string) {
+	l.wakeMu.Lock()
+	defer l.wakeMu.Unlock()
+	l.woken = why
+	if l.wakeSleep != nil {
+		l.wakeSleep()
 	}
+}
+
+// sleep sleeps until t, or until Wake: then it returns why.
+func (l *Loop) sleep(ctx context.Context, t time.Time) (woken string, err error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	l.wakeMu.Lock()
+	if woken = l.woken; woken != "" {
+		l.woken = ""
+		l.wakeMu.Unlock()
+		return woken, nil
+	}
+	l.wakeSleep = cancel
+	l.wakeMu.Unlock()
+	err = l.Clock.SleepUntil(sctx, t)
+	l.wakeMu.Lock()
+	l.wakeSleep = nil
+	woken, l.woken = l.woken, ""
+	l.wakeMu.Unlock()
+	if ctx.Err() != nil {
+		return "", ctx.Err()
+	}
+	if woken != "" {
+		return woken, nil
+	}
+	return "", err
+}
+
+// waitFor sleeps until slot, checking the evidence every EvidenceCheck on
+// the way when the policy can tell it, and stepping at once on Wake.
+func (l *Loop) waitFor(ctx context.Context, slot time.Time) error {
+	evidence := l.Policy.Evidence != nil && l.EvidenceCheck > 0
 	for triggered := 0; ; {
-		next := l.Clock.Now().Add(l.EvidenceCheck)
+		next, check := slot, false
 		// A check so close to the tick would only run its step early.
-		if next.Add(l.EvidenceCheck / 2).After(slot) {
-			return l.Clock.SleepUntil(ctx, slot)
+		if n := l.Clock.Now().Add(l.EvidenceCheck); evidence && !n.Add(l.EvidenceCheck/2).After(slot) {
+			next, check = n, true
 		}
-		if err := l.Clock.SleepUntil(ctx, next); err != nil {
+		woken, err := l.sleep(ctx, next)
+		if err != nil {
 			return err
+		}
+		if woken != "" {
+			l.Log.Info().Str("why", woken).Msg("stepping now, between ticks")
+			sctx, cancel := context.WithDeadline(ctx, slot)
+			l.stepWoken(sctx, woken)
+			cancel()
+			continue
+		}
+		if !check {
+			return nil
 		}
 		if triggered >= MaxTriggered {
 			continue
@@ -274,6 +330,16 @@ func (l *Loop) Step(ctx context.Context) Record { return l.step(ctx, nil) }
 // it between ticks, nil for a scheduled step. A triggered step leaves
 // recovery to the ticks.
 func (l *Loop) step(ctx context.Context, triggeredBy []Key) Record {
+	return l.stepFor(ctx, triggeredBy, "")
+}
+
+// stepWoken is the step Wake asks for: like a triggered one, it leaves
+// recovery to the ticks.
+func (l *Loop) stepWoken(ctx context.Context, why string) Record {
+	return l.stepFor(ctx, nil, why)
+}
+
+func (l *Loop) stepFor(ctx context.Context, triggeredBy []Key, woken string) Record {
 	l.stepMu.Lock()
 	defer l.stepMu.Unlock()
 	began := l.Clock.Now()
@@ -281,7 +347,7 @@ func (l *Loop) step(ctx context.Context, triggeredBy []Key) Record {
 	// else: its changes must not wait for the next one.
 	l.FlushState()
 	rec := l.begin(began)
-	rec.TriggeredBy = triggeredBy
+	rec.TriggeredBy, rec.Woken = triggeredBy, woken
 	obs, reapply, err := l.observe(ctx, began, rec.Cycle)
 	if err != nil {
 		rec.Error = err.Error()
@@ -332,7 +398,7 @@ func (l *Loop) plan(ctx context.Context, obs Observation, reapply Plan, rec *Rec
 		l.noteFallback(rec)
 	}
 	plan := reapply
-	if l.Recovery != nil && len(rec.TriggeredBy) == 0 {
+	if l.Recovery != nil && len(rec.TriggeredBy) == 0 && rec.Woken == "" {
 		plan = append(plan, l.Recovery.Plan(ctx, obs)...)
 	}
 	return append(plan, decided...)
