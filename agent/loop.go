@@ -106,6 +106,8 @@ type Loop struct {
 	// inventory is what the first step found held (drain, maint, or a
 	// weight the agent set), and by whom.
 	inventory []Held
+	// wouldNow is what the last step held back, for /metrics.
+	wouldNow []Would
 	// lastHour is the last step's drains of the last hour, by backend.
 	lastHour map[string]int
 }
@@ -412,6 +414,7 @@ func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decisio
 		d := Decision{Time: rec.Time, Cycle: rec.Cycle, Verdict: v}
 		b, sv := obs.Find(v.Proposed.Backend, v.Proposed.Server)
 		if !v.Accepted {
+			d.Outcome = OutcomeRefused
 			d.repeat = l.refused(v, refusals)
 			if v.Code == RefusedNeedsProbe && l.Recovery != nil {
 				l.Recovery.RequestProbe(v.Proposed.Key())
@@ -422,7 +425,9 @@ func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decisio
 					Evidence: evidenceOf(b, sv, a.Reason)})
 			}
 		} else if why := l.holdBack(v.Applied, rec.Time); why != "" {
-			d.Would, d.WouldKind = why, WouldKindOf(v.Applied)
+			applied := v.Applied
+			d.Outcome, d.Would, d.WouldKind, d.WouldApply = OutcomeObserved, why, WouldKindOf(applied), &applied
+			d.Verdict.Applied = Action{} // nothing was: what it would have sent is WouldApply
 			d.repeat = l.would(v.Applied, why, woulds)
 			rec.Would = append(rec.Would, Would{Kind: d.WouldKind, Action: v.Applied, Why: why})
 			if !d.repeat {
@@ -442,6 +447,10 @@ func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decisio
 			results := l.apply(ctx, obs, v.Applied)
 			rec.Commands = append(rec.Commands, results...)
 			d.Error = l.applied(v.Applied, results, rec)
+			d.Outcome = OutcomeApplied
+			if d.Error != "" {
+				d.Outcome = OutcomeFailed
+			}
 			a, k := v.Applied, v.Applied.Key()
 			e := Event{Type: typ, Time: rec.Time, Cycle: rec.Cycle, Server: &k, Action: &a, Reason: a.Reason, Evidence: ev}
 			if d.Error != "" {
@@ -455,6 +464,9 @@ func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decisio
 		decisions = append(decisions, d)
 	}
 	l.lastRefusals, l.lastWould = refusals, woulds
+	l.mu.Lock()
+	l.wouldNow = append([]Would(nil), rec.Would...)
+	l.mu.Unlock()
 	l.refusedServers = map[Key]string{}
 	for _, v := range rec.Verdicts {
 		if !v.Accepted {
@@ -729,6 +741,14 @@ func (l *Loop) Metrics() Counters {
 	}
 	m.StateUnsaved, m.StateFailedWrites = !saved.Saved, saved.FailedWrites
 	return m
+}
+
+// WouldNow is every action the last step vetted and held back (observe
+// mode, a pause), for a per-server metric to alert on.
+func (l *Loop) WouldNow() []Would {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]Would(nil), l.wouldNow...)
 }
 
 // mode is the mode in force; a Loop built without one enforces.

@@ -356,7 +356,7 @@ func TestObserveAndPauseMetrics(t *testing.T) {
 	var b strings.Builder
 	WriteLoopMetrics(&b, l)
 	for _, m := range []string{`hapilot_mode{mode="observe"} 1`, `hapilot_paused{backend="app"} 1`, `hapilot_would_actions_total{kind="drain"} 1`,
-		"hapilot_actions_applied_total 0"} {
+		`hapilot_would_action{backend="app",server="s2",kind="drain"} 1`, "hapilot_actions_applied_total 0"} {
 		if !strings.Contains(b.String(), m+"\n") {
 			t.Fatalf("metrics lack %q:\n%s", m, b.String())
 		}
