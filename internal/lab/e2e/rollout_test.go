@@ -182,17 +182,17 @@ func TestCtlReleasePauseKillRestore(t *testing.T) {
 			},
 			// After the SIGKILL at 23 s and the restart at 25 s.
 			28 * time.Second: func(env *scenario.Env) {
-				o, err := ctlRun(env, "status")
+				o, err := ctlRun(env, "-o", "json", "status")
 				if err != nil || !strings.Contains(o, `"backend": "*"`) || !strings.Contains(o, `"holder": "agent"`) {
 					fail("status after restart: %v %s", err, o)
 				}
-				if o, err := ctlRun(env, "list"); err != nil || !strings.Contains(o, `"server": "`+srv6+`"`) || strings.Contains(o, srv3) {
+				if o, err := ctlRun(env, "list", "-o", "json"); err != nil || !strings.Contains(o, `"server": "`+srv6+`"`) || strings.Contains(o, srv3) {
 					fail("list after restart: %v %s", err, o)
 				}
 			},
 			// The pause ended at 30 s.
 			33 * time.Second: func(env *scenario.Env) {
-				if o, err := ctlRun(env, "status"); err != nil || strings.Contains(o, `"backend": "*"`) {
+				if o, err := ctlRun(env, "-o", "json", "status"); err != nil || strings.Contains(o, `"backend": "*"`) {
 					fail("status after the pause: %v %s", err, o)
 				}
 				if o, err := ctlRun(env, "restore"); err != nil || !strings.Contains(o, "1 server(s) brought back") {
