@@ -101,7 +101,7 @@ func TestDebianPackage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fleet.CloseAll(backends)
-	ports, err := haproxyproc.FreePorts(2)
+	ports, err := haproxyproc.FreePorts(3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,23 +196,26 @@ func TestDebianPackage(t *testing.T) {
 		}
 		return out, err
 	}
-	lctx, stopLoad := context.WithTimeout(ctx, time.Minute)
-	loaded := make(chan struct{})
-	go func() { // owned here: stopLoad ends it, and loaded says so
-		defer close(loaded)
-		fleet.Load{Addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), Rate: 300, Duration: time.Minute}.Run(lctx)
-	}()
-	for lctx.Err() == nil {
-		if d, err := drained(); err == nil && d["srv3"] && d["srv5"] {
-			break
-		}
-		select {
-		case <-lctx.Done():
-		case <-time.After(200 * time.Millisecond): // polling HAProxy: it sends no event
+	loadUntilDrained := func() {
+		lctx, stopLoad := context.WithTimeout(ctx, time.Minute)
+		defer stopLoad()
+		loaded := make(chan struct{})
+		go func() { // owned here: stopLoad ends it, and loaded says so
+			defer close(loaded)
+			fleet.Load{Addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), Rate: 300, Duration: time.Minute}.Run(lctx)
+		}()
+		defer func() { stopLoad(); <-loaded }()
+		for lctx.Err() == nil {
+			if d, err := drained(); err == nil && d["srv3"] && d["srv5"] {
+				return
+			}
+			select {
+			case <-lctx.Done():
+			case <-time.After(200 * time.Millisecond): // polling HAProxy: it sends no event
+			}
 		}
 	}
-	stopLoad()
-	<-loaded
+	loadUntilDrained()
 	d, err := drained()
 	if err != nil {
 		t.Fatal(err)
@@ -303,6 +306,77 @@ func TestDebianPackage(t *testing.T) {
 		t.Errorf("after removal /usr/bin/hapilot: %v", err)
 	}
 	t.Logf("dpkg -r:\n%s", said)
+	if t.Failed() {
+		return
+	}
+
+	// Again, the agent started as the README's "Running" shows it: as
+	// root, no settings file, the default state file under $HOME, and
+	// /etc/hapilot/keep-drains-on-remove created. The removal stops it,
+	// leaves both drains, and lists them with HAProxy's own commands,
+	// since no hapilot is left to undo them.
+	must(t, "dpkg", "-i", deb)
+	keep := "/etc/hapilot/keep-drains-on-remove"
+	if err := os.WriteFile(keep, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(keep) })
+	rootHome := filepath.Join(dir, "root-home")
+	if err := os.Mkdir(rootHome, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	byHand := exec.Command("/usr/bin/hapilot", "run", "--haproxy-socket", opts.Socket(), "--interval", "1s",
+		"--audit-log", filepath.Join(dir, "log", "by-hand.jsonl"), "--mode", "enforce",
+		// Its own control socket and status port, apart from other tests'.
+		"--control-socket", "unix:"+filepath.Join(dir, "run", "by-hand.sock"), "--status-listen", fmt.Sprintf("127.0.0.1:%d", ports[2]))
+	byHand.Env = append(withoutEnv(os.Environ(), "HOME", "XDG_STATE_HOME", "STATE_DIRECTORY"), "HOME="+rootHome)
+	var handLog lockedBuilder
+	byHand.Stdout, byHand.Stderr = &handLog, &handLog
+	if err := byHand.Start(); err != nil {
+		t.Fatal(err)
+	}
+	handExited := make(chan struct{})
+	go func() { // owned here: it ends when the agent does, which the defer waits for
+		_ = byHand.Wait()
+		close(handExited)
+	}()
+	defer func() {
+		_ = byHand.Process.Signal(os.Interrupt)
+		<-handExited
+		if t.Failed() {
+			t.Logf("the agent started by hand:\n%s", handLog.String())
+		}
+	}()
+	loadUntilDrained()
+	if d, err := drained(); err != nil || !d["srv3"] || !d["srv5"] {
+		t.Fatalf("the agent started by hand drained %v (%v)", d, err)
+	}
+	out, err = exec.Command("dpkg", "-r", "hapilot").CombinedOutput()
+	said = string(out)
+	if err != nil {
+		t.Fatalf("dpkg -r, keeping the drains: %v\n%s", err, said)
+	}
+	state := filepath.Join(rootHome, ".local", "state", "hapilot", "state.json")
+	for _, want := range []string{"keep-drains-on-remove exists", fmt.Sprintf("agent pid %d: stopped", byHand.Process.Pid),
+		"2 server(s) remain as the agent left them", "(" + fmt.Sprintf("agent pid %d", byHand.Process.Pid) + ")",
+		"echo 'set server " + fleet.BackendName + "/srv3 state ready' | socat stdio " + opts.Socket(),
+		"echo 'set server " + fleet.BackendName + "/srv5 state ready' | socat stdio " + opts.Socket()} {
+		if !strings.Contains(said, want) {
+			t.Errorf("dpkg -r, keeping the drains: no %q in:\n%s", want, said)
+		}
+	}
+	if _, err := os.Stat(state); err != nil {
+		t.Errorf("the agent's state file: %v", err)
+	}
+	select {
+	case <-handExited:
+	case <-time.After(10 * time.Second):
+		t.Errorf("the agent started by hand runs on after removal")
+	}
+	if d, err := drained(); err != nil || !d["srv3"] || !d["srv5"] {
+		t.Errorf("keep-drains-on-remove: drained %v (%v)", d, err)
+	}
+	t.Logf("dpkg -r, keeping the drains:\n%s", said)
 }
 
 // withoutEnv is env less the variables named.
