@@ -125,12 +125,10 @@ func (a *agentProc) settle() {
 	if sa, err := netx.ParseAddress("control-socket", c.ControlSocket, netx.Unix); err == nil && !sa.Off() {
 		a.Control = sa.Addr // absolute: the flag refuses a relative path
 	}
-	state, err := c.StateFileIn(func(k string) string { return a.Env[k] })
-	if err != nil {
-		a.Err = err
-		return
-	}
-	if state != "" {
+	// An environment this process may not read (another user's, not as
+	// root) leaves an auto state file unknown: the control socket may
+	// still do, and askRestore says when nothing can.
+	if state, err := c.StateFileIn(func(k string) string { return a.Env[k] }); err == nil && state != "" {
 		a.State = a.abs(state)
 	}
 }

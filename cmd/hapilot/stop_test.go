@@ -1,10 +1,23 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/cmd/hapilot/ctl"
+	"github.com/rs/zerolog"
 )
 
 // findAgents reads a /proc tree: only `run` processes of the binary
@@ -71,4 +84,108 @@ func TestFindAgentsReadsEachAgentsSettings(t *testing.T) {
 			t.Errorf("agent %d: got %+v, want %+v (err %v)", i, g, w, got[i].Err)
 		}
 	}
+}
+
+// The stopper stops an agent only once its undo worked: a failed restore
+// over the control socket leaves the process running and names each
+// server it holds with the commands that undo it; an agent with neither a
+// control socket nor a state file is left running with the reason. A
+// process of `sleep` stands for each agent, so that a SIGTERM shows.
+func TestStopperStopsOnlyWhatItUndid(t *testing.T) {
+	held := []agent.Holding{{Server: agent.Key{Backend: "app", Server: "srv3"}, Change: agent.Change{Phase: agent.PhaseDrained, At: time.Unix(1700000000, 0)}}}
+	for _, tc := range []struct {
+		name      string
+		restoreOK bool
+		control   bool
+		stopped   bool
+		says      []string
+	}{
+		{"restored", true, true, true, []string{"asked over", "1 server(s) brought back: app/srv3", "stopped", "no server the agent changed remains changed"}},
+		{"restore failed", false, true, false, []string{"its restore failed: failed: read server states", "1 server(s) remain as the agent left them",
+			"app/srv3  drained since 2023-11-14T22:13:20Z", "hapilot ctl --socket unix:", "echo 'set server app/srv3 state ready' | socat stdio /run/haproxy/admin.sock"}},
+		{"nothing to undo it", false, false, false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			proc := exec.Command("sleep", "60")
+			if err := proc.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan struct{})
+			go func() { _ = proc.Wait(); close(exited) }() // owned here: the kill below ends it
+			defer func() { _ = proc.Process.Kill(); <-exited }()
+			c, err := parse("run", []string{"--control-socket", "off", "--state-file", "off"}, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := agentProc{PID: proc.Process.Pid, Args: []string{"--haproxy-socket", "/run/haproxy/admin.sock"}, Config: c}
+			if tc.control {
+				a.Control = ctlServer(t, map[ctl.Command]ctl.Answer{
+					ctl.Restore: restoreAnswer(t, tc.restoreOK, held),
+					ctl.List:    {OK: true, Result: mustJSON(t, held)},
+				})
+			}
+			var out bytes.Buffer
+			s := &stopper{out: &out, log: zerolog.Nop(), wait: 5 * time.Second, hold: time.Minute, handled: map[string]bool{}}
+			err = s.run(context.Background(), []agentProc{a}, nil)
+			if (err == nil) != tc.stopped {
+				t.Errorf("err %v\n%s", err, out.String())
+			}
+			// run returns once a stopped agent is gone (a zombie here, our
+			// child): no wait is needed to tell.
+			st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", proc.Process.Pid))
+			if gone := len(st) == 0 || isZombie(string(st)); gone != tc.stopped {
+				t.Errorf("agent gone %v, want %v:\n%s", gone, tc.stopped, out.String())
+			}
+			for _, w := range tc.says {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("no %q in:\n%s", w, out.String())
+				}
+			}
+			if !tc.control && (err == nil || !strings.Contains(err.Error(), "answers on no control socket and keeps no state file")) {
+				t.Errorf("err %v", err)
+			}
+		})
+	}
+}
+
+func restoreAnswer(t *testing.T, ok bool, held []agent.Holding) ctl.Answer {
+	if !ok {
+		return ctl.Answer{Error: "failed: read server states: permission denied"}
+	}
+	rs := []agent.Released{{Server: held[0].Server, Was: held[0].Change}}
+	return ctl.Answer{OK: true, Message: "1 server(s) brought back", Result: mustJSON(t, rs)}
+}
+
+func mustJSON(t *testing.T, v any) json.RawMessage {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// ctlServer answers each command with its canned answer over a unix
+// socket, and returns the socket's path.
+func ctlServer(t *testing.T, answers map[ctl.Command]ctl.Answer) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "ctl.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() { // owned by the test: Cleanup closes ln, which ends it
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			req, _ := ctl.ReadRequest(bufio.NewReader(c))
+			b, _ := json.Marshal(answers[req.Command])
+			_, _ = c.Write(append(b, '\n'))
+			c.Close()
+		}
+	}()
+	return sock
 }
