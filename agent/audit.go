@@ -39,7 +39,10 @@ type Record struct {
 	Policy string    `json:"policy"`
 	// TriggeredBy lists the servers whose new evidence ran this step
 	// between ticks (see Loop.EvidenceCheck); empty for a scheduled step.
-	TriggeredBy  []Key           `json:"triggered_by,omitempty"`
+	TriggeredBy []Key `json:"triggered_by,omitempty"`
+	// Woken says why this step ran between ticks at another's word (the
+	// stats path saw HAProxy reload); empty for any other step.
+	Woken        string          `json:"woken,omitempty"`
 	DurationMs   float64         `json:"duration_ms"`
 	Servers      []ServerSummary `json:"servers"`
 	Plan         Plan            `json:"plan"`
@@ -68,15 +71,31 @@ type Would struct {
 type Decision struct {
 	Time  time.Time `json:"time"`
 	Cycle uint64    `json:"cycle"`
+	// Outcome says what was done: applied, failed, refused, or observed
+	// (vetted and held back, nothing sent).
+	Outcome Outcome `json:"outcome"`
 	Verdict
 	Error string `json:"error,omitempty"`
 	// Would, on an accepted verdict, says why it was held back (observe
-	// mode, a pause) instead of sent; WouldKind what it would have done.
-	Would     string    `json:"would,omitempty"`
-	WouldKind WouldKind `json:"would_kind,omitempty"`
+	// mode, a pause) instead of sent; WouldKind what it would have done;
+	// WouldApply the vetted action it would have sent (Applied stays
+	// empty: nothing was).
+	Would      string    `json:"would,omitempty"`
+	WouldKind  WouldKind `json:"would_kind,omitempty"`
+	WouldApply *Action   `json:"would_apply,omitempty"`
 
 	repeat bool // the same refusal as the step before: counted, not listed again
 }
+
+// Outcome is what came of a vetted proposal.
+type Outcome string
+
+const (
+	OutcomeApplied  Outcome = "applied"  // sent, and every HAProxy took it
+	OutcomeFailed   Outcome = "failed"   // sent, and a command failed (Error)
+	OutcomeRefused  Outcome = "refused"  // the guardrails refused it (Code, Reason)
+	OutcomeObserved Outcome = "observed" // accepted, held back (observe mode, a pause): nothing sent
+)
 
 // Counters are the loop's running totals, for /metrics.
 type Counters struct {

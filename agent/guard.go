@@ -192,7 +192,7 @@ func refuse(code Refusal, format string, args ...any) *refusal {
 type Verdict struct {
 	Proposed Action `json:"proposed"`
 	Accepted bool   `json:"accepted"`
-	Applied  Action `json:"applied,omitempty"`
+	Applied  Action `json:"applied,omitzero"` // absent when refused
 	// Code and Reason say why it was refused.
 	Code   Refusal `json:"code,omitempty"`
 	Reason string  `json:"reason,omitempty"`

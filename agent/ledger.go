@@ -524,6 +524,18 @@ func (l *Ledger) put(k Key, c *Change) {
 }
 
 // Changes returns a copy of the changes in force, keyed "backend/server".
+// ReadChanges reads the agent's changes from its state file and changes
+// nothing (an unreadable file is an error, not set aside): `hapilot
+// check --live` names the stopped agent's own drains with it. A missing
+// file holds none.
+func ReadChanges(file string) (map[Key]Change, error) {
+	l := newLedger(file, zerolog.Nop())
+	if err := l.load(); err != nil {
+		return nil, err
+	}
+	return l.Changes(), nil
+}
+
 func (l *Ledger) Changes() map[Key]Change {
 	l.mu.Lock()
 	defer l.mu.Unlock()

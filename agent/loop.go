@@ -87,6 +87,13 @@ type Loop struct {
 	// cap. Only Step and the operator's commands touch it, under stepMu.
 	drains drainLog
 
+	// wakeMu guards woken and wakeSleep: Wake (any goroutine) ends the
+	// loop's sleep between ticks, so that a reload's lost changes go back
+	// at once, not at the next tick.
+	wakeMu    sync.Mutex
+	woken     string             // why the next sleep ends at once; "" for none
+	wakeSleep context.CancelFunc // ends the sleep under way; nil while not sleeping
+
 	mu    sync.Mutex // guards what follows: Step writes, Status and Metrics read
 	cycle uint64
 	// candidates: the servers the policy's test found at the last step
@@ -99,6 +106,8 @@ type Loop struct {
 	// inventory is what the first step found held (drain, maint, or a
 	// weight the agent set), and by whom.
 	inventory []Held
+	// wouldNow is what the last step held back, for /metrics.
+	wouldNow []Would
 	// lastHour is the last step's drains of the last hour, by backend.
 	lastHour map[string]int
 }
@@ -193,20 +202,69 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 }
 
-// waitFor sleeps until slot, checking the evidence every EvidenceCheck on
-// the way when the policy can tell it.
-func (l *Loop) waitFor(ctx context.Context, slot time.Time) error {
-	if l.Policy.Evidence == nil || l.EvidenceCheck <= 0 {
-		return l.Clock.SleepUntil(ctx, slot)
+// Wake runs a step now, between ticks, for why (the stats path saw a new
+// HAProxy process: a reload or restart put back every server's configured
+// state, and the agent's drains must go back in the same step, not at
+// the next tick). Wakes that come while a step runs are one more step
+// after it. Safe from any goroutine.
+func (l *Loop) Wake(why string) {
+	l.wakeMu.Lock()
+	defer l.wakeMu.Unlock()
+	l.woken = why
+	if l.wakeSleep != nil {
+		l.wakeSleep()
 	}
+}
+
+// sleep sleeps until t, or until Wake: then it returns why.
+func (l *Loop) sleep(ctx context.Context, t time.Time) (woken string, err error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	l.wakeMu.Lock()
+	if woken = l.woken; woken != "" {
+		l.woken = ""
+		l.wakeMu.Unlock()
+		return woken, nil
+	}
+	l.wakeSleep = cancel
+	l.wakeMu.Unlock()
+	err = l.Clock.SleepUntil(sctx, t)
+	l.wakeMu.Lock()
+	l.wakeSleep = nil
+	woken, l.woken = l.woken, ""
+	l.wakeMu.Unlock()
+	if ctx.Err() != nil {
+		return "", ctx.Err()
+	}
+	if woken != "" {
+		return woken, nil
+	}
+	return "", err
+}
+
+// waitFor sleeps until slot, checking the evidence every EvidenceCheck on
+// the way when the policy can tell it, and stepping at once on Wake.
+func (l *Loop) waitFor(ctx context.Context, slot time.Time) error {
+	evidence := l.Policy.Evidence != nil && l.EvidenceCheck > 0
 	for triggered := 0; ; {
-		next := l.Clock.Now().Add(l.EvidenceCheck)
+		next, check := slot, false
 		// A check so close to the tick would only run its step early.
-		if next.Add(l.EvidenceCheck / 2).After(slot) {
-			return l.Clock.SleepUntil(ctx, slot)
+		if n := l.Clock.Now().Add(l.EvidenceCheck); evidence && !n.Add(l.EvidenceCheck/2).After(slot) {
+			next, check = n, true
 		}
-		if err := l.Clock.SleepUntil(ctx, next); err != nil {
+		woken, err := l.sleep(ctx, next)
+		if err != nil {
 			return err
+		}
+		if woken != "" {
+			l.Log.Info().Str("why", woken).Msg("stepping now, between ticks")
+			sctx, cancel := context.WithDeadline(ctx, slot)
+			l.stepWoken(sctx, woken)
+			cancel()
+			continue
+		}
+		if !check {
+			return nil
 		}
 		if triggered >= MaxTriggered {
 			continue
@@ -294,6 +352,16 @@ func (l *Loop) Step(ctx context.Context) Record { return l.step(ctx, nil) }
 // it between ticks, nil for a scheduled step. A triggered step leaves
 // recovery to the ticks.
 func (l *Loop) step(ctx context.Context, triggeredBy []Key) Record {
+	return l.stepFor(ctx, triggeredBy, "")
+}
+
+// stepWoken is the step Wake asks for: like a triggered one, it leaves
+// recovery to the ticks.
+func (l *Loop) stepWoken(ctx context.Context, why string) Record {
+	return l.stepFor(ctx, nil, why)
+}
+
+func (l *Loop) stepFor(ctx context.Context, triggeredBy []Key, woken string) Record {
 	l.stepMu.Lock()
 	defer l.stepMu.Unlock()
 	began := l.Clock.Now()
@@ -301,7 +369,7 @@ func (l *Loop) step(ctx context.Context, triggeredBy []Key) Record {
 	// else: its changes must not wait for the next one.
 	l.FlushState()
 	rec := l.begin(began)
-	rec.TriggeredBy = triggeredBy
+	rec.TriggeredBy, rec.Woken = triggeredBy, woken
 	obs, reapply, err := l.observe(ctx, began, rec.Cycle)
 	if err != nil {
 		rec.Error = err.Error()
@@ -352,7 +420,7 @@ func (l *Loop) plan(ctx context.Context, obs Observation, reapply Plan, rec *Rec
 		l.noteFallback(rec)
 	}
 	plan := reapply
-	if l.Recovery != nil && len(rec.TriggeredBy) == 0 {
+	if l.Recovery != nil && len(rec.TriggeredBy) == 0 && rec.Woken == "" {
 		plan = append(plan, l.Recovery.Plan(ctx, obs)...)
 	}
 	return append(plan, decided...)
@@ -366,6 +434,7 @@ func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decisio
 		d := Decision{Time: rec.Time, Cycle: rec.Cycle, Verdict: v}
 		b, sv := obs.Find(v.Proposed.Backend, v.Proposed.Server)
 		if !v.Accepted {
+			d.Outcome = OutcomeRefused
 			d.repeat = l.refused(v, refusals)
 			if v.Code == RefusedNeedsProbe && l.Recovery != nil {
 				l.Recovery.RequestProbe(v.Proposed.Key())
@@ -376,7 +445,9 @@ func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decisio
 					Evidence: evidenceOf(b, sv, a.Reason)})
 			}
 		} else if why := l.holdBack(v.Applied, rec.Time); why != "" {
-			d.Would, d.WouldKind = why, WouldKindOf(v.Applied)
+			applied := v.Applied
+			d.Outcome, d.Would, d.WouldKind, d.WouldApply = OutcomeObserved, why, WouldKindOf(applied), &applied
+			d.Verdict.Applied = Action{} // nothing was: what it would have sent is WouldApply
 			d.repeat = l.would(v.Applied, why, woulds)
 			rec.Would = append(rec.Would, Would{Kind: d.WouldKind, Action: v.Applied, Why: why})
 			if !d.repeat {
@@ -396,6 +467,10 @@ func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decisio
 			results := l.apply(ctx, obs, v.Applied)
 			rec.Commands = append(rec.Commands, results...)
 			d.Error = l.applied(v.Applied, results, rec)
+			d.Outcome = OutcomeApplied
+			if d.Error != "" {
+				d.Outcome = OutcomeFailed
+			}
 			a, k := v.Applied, v.Applied.Key()
 			e := Event{Type: typ, Time: rec.Time, Cycle: rec.Cycle, Server: &k, Action: &a, Reason: a.Reason, Evidence: ev}
 			if d.Error != "" {
@@ -409,6 +484,9 @@ func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decisio
 		decisions = append(decisions, d)
 	}
 	l.lastRefusals, l.lastWould = refusals, woulds
+	l.mu.Lock()
+	l.wouldNow = append([]Would(nil), rec.Would...)
+	l.mu.Unlock()
 	l.refusedServers = map[Key]string{}
 	for _, v := range rec.Verdicts {
 		if !v.Accepted {
@@ -683,6 +761,14 @@ func (l *Loop) Metrics() Counters {
 	}
 	m.StateUnsaved, m.StateFailedWrites = !saved.Saved, saved.FailedWrites
 	return m
+}
+
+// WouldNow is every action the last step vetted and held back (observe
+// mode, a pause), for a per-server metric to alert on.
+func (l *Loop) WouldNow() []Would {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]Would(nil), l.wouldNow...)
 }
 
 // mode is the mode in force; a Loop built without one enforces.

@@ -30,10 +30,10 @@ type ServerView struct {
 	Changed    *Change `json:"changed,omitempty"` // the agent's own change in force
 	// NoDrainUntil: the tail-latency guard brought the server back; it is
 	// not drained again before this, even at full weight.
-	NoDrainUntil time.Time `json:"no_drain_until,omitempty"`
+	NoDrainUntil time.Time `json:"no_drain_until,omitzero"`
 	// OperatorUntil: an operator undid the agent's change on this server;
 	// it is theirs until then, or until its state changes again.
-	OperatorUntil time.Time `json:"operator_until,omitempty"`
+	OperatorUntil time.Time `json:"operator_until,omitzero"`
 }
 
 // Owner says who holds a server's admin state and weight.

@@ -126,12 +126,15 @@ func TestImpersonatorCannotLockOutTheDecider(t *testing.T) {
 		return inPicture(f, "liar") && len(heldBy(f, dn)) == 1
 	})
 	now := time.Now()
+	rejected := f.counters.Rejected.Load()
 	for i := uint64(0); i < 20; i++ {
 		lie(t, liar, f, forgeState(dn, 1<<64-1, now, 1<<63+i, "s1", "s2", "s3"))
 		lie(t, liar, f, forgeState(dn, d.incarnation, now, 1<<63+i, "s1", "s2", "s3"))
 	}
 	lie(t, liar, f, forgeState("liar", 1<<64-1, now, 1<<63, "s1", "s2", "s3")) // and under its own name, a process it is not
-	time.Sleep(4 * f.cfg.Sync)                                                 // the lies are in, and d's next words
+	// The lies are in: each one's memberlist user message is refused
+	// (NotifyMsg), after its sealed packet on the same path.
+	eventually(t, "f refuses the 41 lies' user messages", func() bool { return f.counters.Rejected.Load() >= rejected+41 })
 	eventually(t, "f still follows d, and only d", func() bool {
 		return inPicture(f, dn) && len(heldBy(f, dn)) == 1 && heldBy(f, dn)[0] == "s2" && len(heldBy(f, "liar")) == 0
 	})
@@ -166,7 +169,15 @@ func TestReplayedPacketsAreRefusedByARestartedNode(t *testing.T) {
 	sniff.mu.Unlock()
 	decideApp(d, "s2")
 	eventually(t, "f follows d's word", func() bool { return len(heldBy(f, dn)) == 1 })
-	time.Sleep(500 * time.Millisecond) // two syncs of d's words to f, recorded
+	// Two more of d's packets to f recorded, after the one f followed.
+	sniff.mu.Lock()
+	seen := len(sniff.packets)
+	sniff.mu.Unlock()
+	eventually(t, "two more of d's packets to f recorded", func() bool {
+		sniff.mu.Lock()
+		defer sniff.mu.Unlock()
+		return len(sniff.packets) >= seen+2
+	})
 	sniff.mu.Lock()
 	recorded := sniff.packets
 	sniff.mu.Unlock()

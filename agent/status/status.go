@@ -106,6 +106,11 @@ func writeControlMetrics(w io.Writer, l *agent.Loop, m agent.Counters) {
 		would = append(would, promtext.Sample{Labels: []string{"kind", string(k)}, Value: float64(m.Would[k])})
 	}
 	promtext.Family(w, "hapilot_would_actions_total", "counter", "Vetted actions held back (observe mode, a pause), by what they would have done; one held back step after step counts once.", would)
+	var wouldNow []promtext.Sample
+	for _, a := range l.WouldNow() {
+		wouldNow = append(wouldNow, promtext.Sample{Labels: []string{"backend", a.Action.Backend, "server", a.Action.Server, "kind", string(a.Kind)}, Value: 1})
+	}
+	promtext.Family(w, "hapilot_would_action", "gauge", "1 for each action the last step vetted and held back (observe mode, a pause), by server and what it would have done: alert on hapilot_would_action{kind=\"drain\"}.", wouldNow)
 	var refused []promtext.Sample
 	for _, code := range sortedCodes(m.RefusedBy) {
 		refused = append(refused, promtext.Sample{Labels: []string{"code", string(code)}, Value: float64(m.RefusedBy[code])})

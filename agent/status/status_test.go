@@ -215,6 +215,14 @@ func TestUnsavedStateShown(t *testing.T) {
 // returns its address.
 func serveCapped(t *testing.T, s *Server, max int, life time.Duration) string {
 	t.Helper()
+	addr, _ := serveCappedLn(t, s, max, life)
+	return addr
+}
+
+// serveCappedLn is serveCapped with the capped listener, whose counts a
+// test waits on.
+func serveCappedLn(t *testing.T, s *Server, max int, life time.Duration) (string, *netx.Listener) {
+	t.Helper()
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -225,7 +233,7 @@ func serveCapped(t *testing.T, s *Server, max int, life time.Duration) string {
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx, ln) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return raw.Addr().String()
+	return raw.Addr().String(), ln
 }
 
 // get sends one GET on c and reads the reply's status line.
@@ -302,7 +310,7 @@ func TestScraperAnsweredWhileConnectionsAreHeld(t *testing.T) {
 // while strangers fill the listener: they evict one another.
 func TestScraperKeepsItsConnectionUnderAFlood(t *testing.T) {
 	const max = 8
-	addr := serveCapped(t, &Server{Loop: testLoop(), Token: "s3cret"}, max, MaxConnLife)
+	addr, ln := serveCappedLn(t, &Server{Loop: testLoop(), Token: "s3cret"}, max, MaxConnLife)
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -319,7 +327,13 @@ func TestScraperKeepsItsConnectionUnderAFlood(t *testing.T) {
 		}
 		defer s.Close()
 	}
-	time.Sleep(100 * time.Millisecond) // every stranger accepted
+	// Every stranger accepted: each one past the cap evicted another (or
+	// the scraper, which the next request would find).
+	for deadline := time.Now().Add(5 * time.Second); ln.Evicted.Load() < 4*max+1-max; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d evictions after 5 s: the strangers were not all accepted", ln.Evicted.Load())
+		}
+	}
 	if code, err := get(c, r, "/metrics", "s3cret"); err != nil || code != "200" {
 		t.Fatalf("the scraper's connection was evicted by strangers: %q %v", code, err)
 	}
@@ -358,7 +372,7 @@ func TestObserveAndPauseMetrics(t *testing.T) {
 	var b strings.Builder
 	WriteLoopMetrics(&b, l)
 	for _, m := range []string{`hapilot_mode{mode="observe"} 1`, `hapilot_paused{backend="app"} 1`, `hapilot_would_actions_total{kind="drain"} 1`,
-		"hapilot_actions_applied_total 0"} {
+		`hapilot_would_action{backend="app",server="s2",kind="drain"} 1`, "hapilot_actions_applied_total 0"} {
 		if !strings.Contains(b.String(), m+"\n") {
 			t.Fatalf("metrics lack %q:\n%s", m, b.String())
 		}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,7 +16,7 @@ import (
 	"github.com/hapilot/hapilot/internal/lib/netx"
 )
 
-const ctlUsage = `usage: hapilot ctl [--socket unix:PATH | --config FILE] COMMAND [ARGS]
+const ctlUsage = `usage: hapilot ctl [--socket unix:PATH | --config FILE] [-o table|json] COMMAND [ARGS]
 
 commands (to the running agent, over its control socket):
   status                      mode, policy, pauses, backends, what it holds
@@ -28,13 +27,20 @@ commands (to the running agent, over its control socket):
   resume [BACKEND]            act again (every pause, or one backend's)
   restore                     restore every server the agent changed
 
+Answers print as tables; -o json (before or after the command) prints the
+agent's result as JSON, for scripts.
+
 With the agent stopped, 'hapilot restore --config FILE' reads its state file.
 `
 
 // cmdCtl sends one command to the running agent and prints its answer:
-// the message, then the result as indented JSON. A refusal is an error,
-// with the agent's reason.
+// the message, then the result as tables (-o json: as indented JSON). A
+// refusal is an error, with the agent's reason.
 func cmdCtl(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	args, format, err := takeOutput(args)
+	if err != nil {
+		return err
+	}
 	fs := flag.NewFlagSet("hapilot ctl", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, ctlUsage) }
@@ -67,15 +73,10 @@ func cmdCtl(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	if ans.Message != "" {
-		fmt.Fprintln(stdout, ans.Message)
-	}
-	if len(ans.Result) > 0 && string(ans.Result) != "null" {
-		var v any
-		if err := json.Unmarshal(ans.Result, &v); err == nil {
-			b, _ := json.MarshalIndent(v, "", "  ")
-			fmt.Fprintln(stdout, string(b))
-		}
+	if format == outputJSON {
+		printJSON(stdout, ans)
+	} else {
+		printTable(stdout, req.Command, ans)
 	}
 	if !ans.OK {
 		return errors.New(ans.Error)

@@ -9,10 +9,11 @@ import (
 )
 
 // The package's prerm, run on a copy whose paths point into a scratch
-// root: on removal it runs `hapilot restore` with the packaged settings,
-// unless /etc/hapilot/keep-drains-on-remove exists, and says which; an
+// root: on removal it runs `hapilot stop` with the packaged settings
+// (with --keep when /etc/hapilot/keep-drains-on-remove exists) and says
+// which; when the stop fails the removal fails, with what to do; an
 // upgrade runs nothing.
-func TestPrermRestoresUnlessKept(t *testing.T) {
+func TestPrermStopsAgentsAndRestores(t *testing.T) {
 	script, err := os.ReadFile("debian/prerm")
 	if err != nil {
 		t.Fatal(err)
@@ -20,12 +21,15 @@ func TestPrermRestoresUnlessKept(t *testing.T) {
 	for _, tc := range []struct {
 		name, arg string
 		keep      bool
-		restored  bool
+		fails     bool // the stand-in binary exits 1
+		want      string
+		wantErr   bool
 		says      string
 	}{
-		{"remove", "remove", false, true, "restoring the servers the agent changed"},
-		{"remove, kept", "remove", true, false, "keep-drains-on-remove exists"},
-		{"upgrade", "upgrade", false, false, ""},
+		{name: "remove", arg: "remove", want: "stop --binary ROOT/usr/bin/hapilot --config ROOT/etc/hapilot/hapilot.conf", says: "restoring the servers the agents changed"},
+		{name: "remove, kept", arg: "remove", keep: true, want: "stop --keep --binary ROOT/usr/bin/hapilot --config ROOT/etc/hapilot/hapilot.conf", says: "keep-drains-on-remove exists"},
+		{name: "remove, undo failed", arg: "remove", fails: true, want: "stop --binary", wantErr: true, says: "removal stopped"},
+		{name: "upgrade", arg: "upgrade"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
@@ -33,9 +37,6 @@ func TestPrermRestoresUnlessKept(t *testing.T) {
 				if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 					t.Fatal(err)
 				}
-			}
-			if err := os.WriteFile(filepath.Join(root, "var/lib/hapilot/state.json"), []byte("{}"), 0o640); err != nil {
-				t.Fatal(err)
 			}
 			if tc.keep {
 				if err := os.WriteFile(filepath.Join(root, "etc/hapilot/keep-drains-on-remove"), nil, 0o644); err != nil {
@@ -45,6 +46,9 @@ func TestPrermRestoresUnlessKept(t *testing.T) {
 			// A stand-in for the binary that records how it was run.
 			calls := filepath.Join(root, "calls")
 			stub := "#!/bin/sh\necho \"$@\" >> " + calls + "\n"
+			if tc.fails {
+				stub += "exit 1\n"
+			}
 			if err := os.WriteFile(filepath.Join(root, "usr/bin/hapilot"), []byte(stub), 0o755); err != nil {
 				t.Fatal(err)
 			}
@@ -52,14 +56,34 @@ func TestPrermRestoresUnlessKept(t *testing.T) {
 				"/usr/bin/hapilot", root+"/usr/bin/hapilot", "/run/systemd/system", root+"/no-systemd",
 				"chown ", "true ").Replace(string(script))
 			out, err := exec.Command("sh", "-c", s, "prerm", tc.arg).CombinedOutput()
-			if err != nil {
+			if (err != nil) != tc.wantErr {
 				t.Fatalf("prerm %s: %v\n%s", tc.arg, err, out)
 			}
 			got, _ := os.ReadFile(calls)
-			ran := strings.Contains(string(got), "restore --config "+root+"/etc/hapilot/hapilot.conf")
-			if ran != tc.restored || !strings.Contains(string(out), tc.says) {
-				t.Fatalf("prerm %s: ran %q, said %q", tc.arg, got, out)
+			want := strings.ReplaceAll(tc.want, "ROOT", root)
+			if (want == "") != (len(got) == 0) || !strings.Contains(string(got), want) || !strings.Contains(string(out), tc.says) {
+				t.Fatalf("prerm %s: ran %q, want %q; said %q", tc.arg, got, want, out)
 			}
 		})
+	}
+}
+
+// postinst, where systemd is not running, says that it did not enable
+// the unit and how to start the agent.
+func TestPostinstSaysWhenSystemdIsAbsent(t *testing.T) {
+	script, err := os.ReadFile("debian/postinst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	// Every command it runs is a stand-in that succeeds: the user and
+	// group exist.
+	s := strings.NewReplacer("/run/systemd/system", root+"/no-systemd", "getent ", "true ").Replace(string(script))
+	out, err := exec.Command("sh", "-c", s, "postinst", "configure").CombinedOutput()
+	if err != nil {
+		t.Fatalf("postinst: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "systemd is not running here: hapilot.service is not enabled") {
+		t.Fatalf("postinst said %q", out)
 	}
 }

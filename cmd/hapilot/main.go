@@ -7,6 +7,7 @@
 //	hapilot fleet-key  write a new shared key for --fleet-key
 //	hapilot ctl        ask or overrule the running agent (list, explain, release, pause, resume, restore)
 //	hapilot restore    bring back every server the agent changed, with the agent stopped
+//	hapilot stop       undo every running agent's changes, then stop it (the package's prerm)
 //	hapilot version    print the version
 //
 // The demo and the benchmark are the lab's, in cmd/hapilot-bench: this
@@ -45,6 +46,8 @@ commands:
   fleet-key FILE  write a new random key for --fleet-key (mode 0600; never overwrites)
   ctl       ask or overrule the running agent: status, list, explain, release, pause, resume, restore
   restore   with the agent stopped: bring back every server it changed (reads its state file)
+  stop      undo what every running agent of this binary changed, then stop it; names
+            what could not be undone (the package's prerm runs it before removal)
   version   print the version
 
 Run 'hapilot <command> -h' for a command's flags.
@@ -84,6 +87,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdCtl(ctx, args[1:], stdout, stderr)
 	case "restore":
 		err = cmdRestore(ctx, args[1:], stdout, stderr)
+	case "stop":
+		err = cmdStop(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, versionString())
 	case "help", "-h", "--help":

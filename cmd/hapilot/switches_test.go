@@ -38,7 +38,7 @@ func TestNoResearchSwitch(t *testing.T) {
 	// Every command's own flags, as its -h lists them.
 	flagLine := regexp.MustCompile(`^\s+-([a-z0-9-]+)`)
 	// (ctl's flags are its commands'; fleet-key takes a path, not -h.)
-	for _, cmd := range []string{"run", "check", "calibrate", "defaults", "restore"} {
+	for _, cmd := range []string{"run", "check", "calibrate", "defaults", "restore", "stop"} {
 		var out, errb bytes.Buffer
 		run([]string{cmd, "-h"}, &out, &errb)
 		help := out.String() + errb.String()

@@ -673,6 +673,20 @@ const (
 // HAProxy may still hold (a server-state-file keeps them). The auto
 // folder is made (0750) when missing.
 func (c Config) StateFile() (string, error) {
+	file, err := c.StateFileIn(os.Getenv)
+	if err != nil || file == "" || c.Loop.StateFile != StateAuto {
+		return file, err
+	}
+	if err := os.MkdirAll(filepath.Dir(file), 0o750); err != nil {
+		return "", fmt.Errorf("state-file auto: %w", err)
+	}
+	return file, nil
+}
+
+// StateFileIn is the state file's path as a process whose environment
+// getenv reads resolves it, making nothing: `hapilot stop` finds another
+// agent's file with it. ($HOME is what os.UserHomeDir reads on Unix.)
+func (c Config) StateFileIn(getenv func(string) string) (string, error) {
 	switch c.Loop.StateFile {
 	case "", StateOff:
 		return "", nil
@@ -681,17 +695,14 @@ func (c Config) StateFile() (string, error) {
 		return c.Loop.StateFile, nil
 	}
 	dir := ""
-	if sd := os.Getenv("STATE_DIRECTORY"); sd != "" {
+	if sd := getenv("STATE_DIRECTORY"); sd != "" {
 		dir, _, _ = strings.Cut(sd, ":") // systemd lists each StateDirectory, colon-separated
-	} else if x := os.Getenv("XDG_STATE_HOME"); x != "" {
+	} else if x := getenv("XDG_STATE_HOME"); x != "" {
 		dir = filepath.Join(x, "hapilot")
-	} else if home, err := os.UserHomeDir(); err == nil && home != "" {
+	} else if home := getenv("HOME"); home != "" {
 		dir = filepath.Join(home, ".local", "state", "hapilot")
 	} else {
 		return "", fmt.Errorf("state-file auto: no $STATE_DIRECTORY, $XDG_STATE_HOME or home directory: name a file, or off")
-	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return "", fmt.Errorf("state-file auto: %w", err)
 	}
 	return filepath.Join(dir, "state.json"), nil
 }

@@ -234,6 +234,15 @@ func NewWith(c config.Config, log zerolog.Logger, o Options) (*Daemon, error) {
 		Settings: c.Loop, Clock: agent.RealClock{}, Policy: pol, Guard: c.Guard, Identity: identity(),
 		Runtimes: runtimes, Windows: d.Store, Log: log.With().Str("component", "loop").Logger(),
 	}
+	if d.Stats != nil {
+		// A new HAProxy process put every server back at its configured
+		// state: the loop steps at once to put the agent's changes back,
+		// rather than leaving a drained server serving until the next tick.
+		loop := d.Loop
+		d.Stats.OnReload = func(addr string) {
+			loop.Wake("the stats path saw a new HAProxy process behind " + addr + " (reload or restart)")
+		}
+	}
 	// The state file is read now: a path that is not a regular file (a
 	// FIFO would block the first step's read for good) stops the start.
 	if err := d.Loop.OpenState(); err != nil {

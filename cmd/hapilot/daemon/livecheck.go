@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -62,6 +63,24 @@ func LiveCheck(ctx context.Context, c config.Config, wait time.Duration) LiveRep
 	var r LiveReport
 	var versions []string
 	running, runErr := runningAgent(ctx, c)
+	owned := map[string]string{} // server -> whose change, for the report
+	for k := range running.Changes {
+		owned[k] = "changed by the running agent"
+	}
+	if runErr != nil {
+		// No agent answers: its state file still says which drains are
+		// its own, and a drain there is not "someone"'s.
+		if file, err := c.StateFileIn(os.Getenv); err == nil && file != "" {
+			changes, err := agent.ReadChanges(file)
+			if err != nil {
+				r.say("state file %s: %v: the agent's own changes cannot be told from the operator's", file, err)
+			}
+			for k, ch := range changes {
+				owned[k.String()] = fmt.Sprintf("%s by the agent since %s, per its state file %s; the agent is not running: `hapilot restore` undoes it",
+					ch.Phase, ch.At.UTC().Format(time.RFC3339), file)
+			}
+		}
+	}
 	for _, s := range c.HAProxySockets {
 		cl, err := haproxy.New(s)
 		if err != nil {
@@ -84,7 +103,7 @@ func LiveCheck(ctx context.Context, c config.Config, wait time.Duration) LiveRep
 			r.say("haproxy-socket %s: HAProxy %s, pid %d, level admin", s, info.Version, info.Pid)
 		}
 		versions = append(versions, info.Version)
-		r.scope(ctx, cl, c.Loop.HashBackends, running.Changes)
+		r.scope(ctx, cl, c.Loop.HashBackends, owned)
 	}
 	if len(versions) == 0 {
 		r.problem("no HAProxy answered: the agent could not act")
@@ -101,7 +120,7 @@ func LiveCheck(ctx context.Context, c config.Config, wait time.Duration) LiveRep
 
 // scope prints, per backend, the servers the agent governs and those it
 // leaves as they are, with the reason.
-func (r *LiveReport) scope(ctx context.Context, cl *haproxy.Client, hashBackends []string, owned map[string]json.RawMessage) {
+func (r *LiveReport) scope(ctx context.Context, cl *haproxy.Client, hashBackends []string, owned map[string]string) {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	stats, err := cl.ServerStats(cctx)
@@ -130,8 +149,9 @@ func (r *LiveReport) scope(ctx context.Context, cl *haproxy.Client, hashBackends
 		}
 		k := haproxy.ServerKey{Backend: st.Backend, Server: st.Server}
 		why := agent.Untouched(st, byKey[k], hashBackends)
-		if _, ours := owned[k.String()]; ours {
-			b.governed = append(b.governed, st.Server+" (changed by the running agent)")
+		// (A change a reload lost shows the configured state: governed.)
+		if whose, ours := owned[k.String()]; ours && !atConfigured(byKey[k]) {
+			b.governed = append(b.governed, st.Server+" ("+whose+")")
 			continue
 		}
 		if why == "" {
@@ -145,6 +165,11 @@ func (r *LiveReport) scope(ctx context.Context, cl *haproxy.Client, hashBackends
 		b := backends[name]
 		r.say("backend %s: governs %d [%s]; leaves alone %d%s", name, len(b.governed), strings.Join(b.governed, " "), len(b.alone), bracket(b.alone))
 	}
+}
+
+// atConfigured reports whether s is ready at its configured weight.
+func atConfigured(s haproxy.ServerState) bool {
+	return !s.Drain() && !s.Maint() && s.Weight == s.Initial
 }
 
 func bracket(s []string) string {

@@ -129,6 +129,10 @@ type StatPoller struct {
 	// path reports; their answers are then recorded from the counters, as
 	// in StatCounts. Nil checks nothing.
 	Coverage *Coverage
+	// OnReload, when set, hears of each new process behind a known socket
+	// (a reload, a restart) as the poll finds it: the agent's loop steps
+	// then, to put back the changes the new process does not hold.
+	OnReload func(addr string)
 
 	Counters StatCounters
 
@@ -234,6 +238,9 @@ func (p *StatPoller) pollOne(ctx context.Context, src StatSource) error {
 		}
 		p.Log.Info().Str("haproxy", src.Addr()).Str("was", prev.instance).Str("now", cur.instance).Bool("counted_from_zero", fromZero).
 			Msg("stats path: a new HAProxy process behind the socket")
+		if p.OnReload != nil {
+			defer p.OnReload(src.Addr()) // once this read is recorded
+		}
 	}
 	known := prev != nil && prev.instance == cur.instance
 	for _, r := range rows {

@@ -127,6 +127,13 @@ func TestStatPollerCountsWhatGrew(t *testing.T) {
 			src := &statSource{addr: "unix:/run/haproxy/admin.sock"}
 			p := &StatPoller{Sources: []StatSource{src}, Sink: store, Mode: tt.mode, Period: time.Second,
 				Log: zerolog.Nop(), Now: func() time.Time { return now }}
+			// Each new process is reported as its poll finds it, and only then.
+			var heard uint64
+			p.OnReload = func(addr string) {
+				if addr == src.addr {
+					heard++
+				}
+			}
 			if p.Mode == "" {
 				p.Mode = StatCounts
 			}
@@ -151,6 +158,9 @@ func TestStatPollerCountsWhatGrew(t *testing.T) {
 			}
 			if p.Counters.Reloads.Load() != tt.reloads || p.Counters.Resets.Load() != tt.resets {
 				t.Errorf("reloads %d resets %d, want %d %d", p.Counters.Reloads.Load(), p.Counters.Resets.Load(), tt.reloads, tt.resets)
+			}
+			if heard != tt.reloads {
+				t.Errorf("OnReload heard %d reloads, want %d", heard, tt.reloads)
 			}
 		})
 	}

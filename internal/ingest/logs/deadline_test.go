@@ -66,6 +66,16 @@ func drip(t *testing.T, addr string, b []byte, gap time.Duration) net.Conn {
 	return c
 }
 
+// waitOpen waits until the capped listener ln holds n connections: every
+// peer dialled has been accepted and counted.
+func waitOpen(t *testing.T, ln net.Listener, n int) {
+	t.Helper()
+	limited := ln.(*netx.Listener)
+	if !waitFor(5*time.Second, func() bool { return limited.Open() == n }) {
+		t.Fatalf("%d connections open after 5 s, want %d", limited.Open(), n)
+	}
+}
+
 // waitFor polls ok for up to d.
 func waitFor(d time.Duration, ok func() bool) bool {
 	for deadline := time.Now().Add(d); !ok(); time.Sleep(5 * time.Millisecond) {
@@ -101,7 +111,7 @@ func TestRingFrameRecordedUnderSlowPeers(t *testing.T) {
 	for i := 0; i < max; i++ {
 		drip(t, ln.Addr().String(), []byte("60000 <134>"), 100*time.Millisecond)
 	}
-	time.Sleep(100 * time.Millisecond) // every slow peer accepted and holding its place
+	waitOpen(t, ln, max) // every slow peer accepted and holding its place
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +149,7 @@ func TestLuaBatchRecordedUnderSlowPeers(t *testing.T) {
 	for i := 0; i < max; i++ {
 		drip(t, ln.Addr().String(), []byte("app"), 100*time.Millisecond)
 	}
-	time.Sleep(100 * time.Millisecond)
+	waitOpen(t, ln, max)
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)

@@ -20,19 +20,40 @@ import (
 // max > 0, until the test ends.
 func serve(t *testing.T, s *Server, max int) string {
 	t.Helper()
+	addr, _ := serveLimited(t, s, max)
+	return addr
+}
+
+// serveLimited is serve, with the capped listener (nil when max is 0),
+// whose count of open connections a test waits on.
+func serveLimited(t *testing.T, s *Server, max int) (string, *netx.Listener) {
+	t.Helper()
 	var ln net.Listener
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	var limited *netx.Listener
 	if max > 0 {
-		ln = netx.Limit(ln, max, zerolog.Nop())
+		limited = netx.Limit(ln, max, zerolog.Nop())
+		ln = limited
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx, ln) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return ln.Addr().String()
+	return ln.Addr().String(), limited
+}
+
+// waitOpen waits until ln holds n connections: every peer dialled has
+// been accepted and counted.
+func waitOpen(t *testing.T, ln *netx.Listener, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ln.Open() != n; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections open after 5 s, want %d", ln.Open(), n)
+		}
+	}
 }
 
 // closedWithin reports whether the agent closes c within d: a read ends
@@ -122,7 +143,7 @@ func TestSlowFrameIsCutAtItsLimit(t *testing.T) {
 // peers never did before their limits.
 func TestGenuineHelloServedUnderSlowPeers(t *testing.T) {
 	const max = 16
-	addr := serve(t, &Server{Sink: window.New(time.Minute, 16, nil), Log: zerolog.Nop(), HelloTimeout: time.Minute, IdleTimeout: time.Minute}, max)
+	addr, ln := serveLimited(t, &Server{Sink: window.New(time.Minute, 16, nil), Log: zerolog.Nop(), HelloTimeout: time.Minute, IdleTimeout: time.Minute}, max)
 	hello := helloFrame(t, false)
 	for i := 0; i < max; i++ {
 		c, err := net.Dial("tcp", addr)
@@ -134,7 +155,7 @@ func TestGenuineHelloServedUnderSlowPeers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(100 * time.Millisecond) // every slow peer accepted and holding its place
+	waitOpen(t, ln, max) // every slow peer accepted and holding its place
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)

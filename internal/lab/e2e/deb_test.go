@@ -9,8 +9,10 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,8 +29,12 @@ import (
 // with the installed settings, as the unit runs it (user hapilot, group
 // haproxy), against a real HAProxy whose admin socket is `mode 660 group
 // haproxy`, as Debian's is: the agent steers it. Run as another user, the
-// agent stops with the fix in its message. It needs root (dpkg -i) and
-// purges the package when done.
+// agent stops with the fix in its message. Then the package is removed
+// under the agent, started by hand and holding two drains: a removal
+// whose undo fails (HAProxy's socket shut to the agent) stops with each
+// server named and the package, the binary and the agent left in place;
+// the next brings both servers back and leaves no agent running. It
+// needs root (dpkg -i) and purges the package when done.
 func TestDebianPackage(t *testing.T) {
 	deb := os.Getenv("HAPILOT_DEB")
 	if deb == "" {
@@ -80,7 +86,7 @@ func TestDebianPackage(t *testing.T) {
 		must(t, "chmod", "0755", d)
 	}
 	hapilot, haproxyGroup := lookup(t)
-	for _, sub := range []string{"run", "state", "log"} {
+	for _, sub := range []string{"run", "state", "log", "home"} {
 		p := filepath.Join(dir, sub)
 		if err := os.Mkdir(p, 0o750); err != nil {
 			t.Fatal(err)
@@ -89,12 +95,13 @@ func TestDebianPackage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	backends, err := fleet.StartBackends(paperFleet(0, 0, 0.05, 0, 0, 0))
+	// srv3 and srv5 fail: two drains for the removal to undo.
+	backends, err := fleet.StartBackends(paperFleet(0, 0, 0.05, 0, 0.05, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fleet.CloseAll(backends)
-	ports, err := haproxyproc.FreePorts(2)
+	ports, err := haproxyproc.FreePorts(3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +141,9 @@ func TestDebianPackage(t *testing.T) {
 		return []string{"--reuid=" + as, "--regid=haproxy", "--init-groups", "/usr/bin/hapilot", "run",
 			"--config", "/etc/hapilot/hapilot.conf", "--haproxy-socket", opts.Socket(),
 			"--status-listen", fmt.Sprintf("127.0.0.1:%d", ports[1]), "--interval", "1s",
-			"--state-file", filepath.Join(dir, "state", "state.json"), "--audit-log", filepath.Join(dir, "log", "audit.jsonl"),
+			// The default state file, as the README's hand-started agent has
+			// it: under its $HOME, which the removal reads from /proc.
+			"--state-file", "auto", "--audit-log", filepath.Join(dir, "log", "audit.jsonl"),
 			// The package ships observe; this is the step docs/howto/install.md
 			// shows after a week of watching.
 			"--mode", "enforce", "--control-socket", "unix:" + filepath.Join(dir, "run", "ctl.sock")}
@@ -148,16 +157,22 @@ func TestDebianPackage(t *testing.T) {
 		t.Errorf("as nobody: %v\n%s", err, out)
 	}
 
-	// As the unit runs it: it steers HAProxy.
+	// As the unit runs it, started by hand: it steers HAProxy.
 	agent := exec.Command("setpriv", agentArgs("hapilot")...)
-	var log strings.Builder
+	agent.Env = append(withoutEnv(os.Environ(), "HOME", "XDG_STATE_HOME", "STATE_DIRECTORY"), "HOME="+filepath.Join(dir, "home"))
+	var log lockedBuilder
 	agent.Stdout, agent.Stderr = &log, &log
 	if err := agent.Start(); err != nil {
 		t.Fatal(err)
 	}
+	exited := make(chan struct{})
+	go func() { // owned here: it ends when the agent does, which the defer waits for
+		_ = agent.Wait()
+		close(exited)
+	}()
 	defer func() {
 		_ = agent.Process.Signal(os.Interrupt)
-		_ = agent.Wait()
+		<-exited
 		if t.Failed() {
 			t.Logf("agent log:\n%s", log.String())
 		}
@@ -169,14 +184,45 @@ func TestDebianPackage(t *testing.T) {
 	if err := scenario.WaitAgentUp(ctx, rt); err != nil {
 		t.Fatalf("%v\nhaproxy: %s", err, hp.Log())
 	}
-	fleet.Load{Addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), Rate: 300, Duration: 20 * time.Second}.Run(ctx)
-	states, err := rt.ShowServersState(ctx)
+	// Load until both failing servers are drained (or a minute passes).
+	faulty := map[string]bool{"srv3": true, "srv5": true}
+	drained := func() (map[string]bool, error) {
+		states, err := rt.ShowServersState(ctx)
+		out := map[string]bool{}
+		for _, s := range states {
+			if s.Backend == fleet.BackendName {
+				out[s.Server] = s.Drain()
+			}
+		}
+		return out, err
+	}
+	loadUntilDrained := func() {
+		lctx, stopLoad := context.WithTimeout(ctx, time.Minute)
+		defer stopLoad()
+		loaded := make(chan struct{})
+		go func() { // owned here: stopLoad ends it, and loaded says so
+			defer close(loaded)
+			fleet.Load{Addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), Rate: 300, Duration: time.Minute}.Run(lctx)
+		}()
+		defer func() { stopLoad(); <-loaded }()
+		for lctx.Err() == nil {
+			if d, err := drained(); err == nil && d["srv3"] && d["srv5"] {
+				return
+			}
+			select {
+			case <-lctx.Done():
+			case <-time.After(200 * time.Millisecond): // polling HAProxy: it sends no event
+			}
+		}
+	}
+	loadUntilDrained()
+	d, err := drained()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range states {
-		if s.Backend == fleet.BackendName && s.Drain() != (s.Server == "srv3") {
-			t.Errorf("%s drained %v; only srv3 fails", s.Server, s.Drain())
+	for srv, on := range d {
+		if on != faulty[srv] {
+			t.Errorf("%s drained %v; only srv3 and srv5 fail", srv, on)
 		}
 	}
 	// The agent saw the traffic through SPOE, and no server was silent.
@@ -190,6 +236,178 @@ func TestDebianPackage(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(dir, "log", "audit.jsonl")); err != nil || fi.Size() == 0 {
 		t.Errorf("audit log: %v", err)
 	}
+	if t.Failed() {
+		return
+	}
+
+	// Removal while the agent holds srv3 and srv5, and cannot reach
+	// HAProxy to bring them back: dpkg -r fails, naming both and the
+	// command that undoes them; the package, its binary and the agent stay.
+	sockInfo, err := os.Stat(opts.Socket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(opts.Socket(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err = exec.Command("dpkg", "-r", "hapilot").CombinedOutput()
+	if err := os.Chmod(opts.Socket(), sockInfo.Mode().Perm()); err != nil {
+		t.Fatal(err)
+	}
+	said := string(out)
+	for _, want := range []string{"2 server(s) remain as the agent left them", fleet.BackendName + "/srv3  drained since", fleet.BackendName + "/srv5  drained since",
+		"hapilot ctl --socket unix:" + filepath.Join(dir, "run", "ctl.sock") + " restore", "removal stopped"} {
+		if !strings.Contains(said, want) {
+			t.Errorf("dpkg -r with the undo failing: no %q in:\n%s", want, said)
+		}
+	}
+	if err == nil {
+		t.Errorf("dpkg -r went on although the undo failed:\n%s", said)
+	}
+	t.Logf("dpkg -r, the undo failing:\n%s", said)
+	// (dpkg keeps the wish, deinstall, and the status, installed.)
+	if st := must(t, "dpkg-query", "-W", "-f=${Status}", "hapilot"); !strings.HasSuffix(st, " ok installed") {
+		t.Errorf("after a stopped removal the package is %q", st)
+	}
+	if _, err := os.Stat("/usr/bin/hapilot"); err != nil {
+		t.Errorf("after a stopped removal: %v", err)
+	}
+	select {
+	case <-exited:
+		t.Fatalf("the agent stopped although its servers could not be brought back:\n%s", log.String())
+	default:
+	}
+	if d, err := drained(); err != nil || !d["srv3"] || !d["srv5"] {
+		t.Errorf("after a stopped removal: drained %v (%v)", d, err)
+	}
+
+	// With HAProxy reachable: both servers back, the agent gone, the
+	// binary removed.
+	out, err = exec.Command("dpkg", "-r", "hapilot").CombinedOutput()
+	said = string(out)
+	if err != nil {
+		t.Fatalf("dpkg -r: %v\n%s", err, said)
+	}
+	for _, want := range []string{"2 server(s) brought back: " + fleet.BackendName + "/srv3, " + fleet.BackendName + "/srv5",
+		fmt.Sprintf("agent pid %d", agent.Process.Pid), "stopped", "no server the agent changed remains changed"} {
+		if !strings.Contains(said, want) {
+			t.Errorf("dpkg -r: no %q in:\n%s", want, said)
+		}
+	}
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Errorf("the agent runs on after removal")
+	}
+	if d, err := drained(); err != nil || d["srv3"] || d["srv5"] {
+		t.Errorf("after removal: drained %v (%v)", d, err)
+	}
+	if _, err := os.Stat("/usr/bin/hapilot"); !os.IsNotExist(err) {
+		t.Errorf("after removal /usr/bin/hapilot: %v", err)
+	}
+	t.Logf("dpkg -r:\n%s", said)
+	if t.Failed() {
+		return
+	}
+
+	// Again, the agent started as the README's "Running" shows it: as
+	// root, no settings file, the default state file under $HOME, and
+	// /etc/hapilot/keep-drains-on-remove created. The removal stops it,
+	// leaves both drains, and lists them with HAProxy's own commands,
+	// since no hapilot is left to undo them.
+	must(t, "dpkg", "-i", deb)
+	keep := "/etc/hapilot/keep-drains-on-remove"
+	if err := os.WriteFile(keep, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(keep) })
+	rootHome := filepath.Join(dir, "root-home")
+	if err := os.Mkdir(rootHome, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	byHand := exec.Command("/usr/bin/hapilot", "run", "--haproxy-socket", opts.Socket(), "--interval", "1s",
+		"--audit-log", filepath.Join(dir, "log", "by-hand.jsonl"), "--mode", "enforce",
+		// Its own control socket and status port, apart from other tests'.
+		"--control-socket", "unix:"+filepath.Join(dir, "run", "by-hand.sock"), "--status-listen", fmt.Sprintf("127.0.0.1:%d", ports[2]))
+	byHand.Env = append(withoutEnv(os.Environ(), "HOME", "XDG_STATE_HOME", "STATE_DIRECTORY"), "HOME="+rootHome)
+	var handLog lockedBuilder
+	byHand.Stdout, byHand.Stderr = &handLog, &handLog
+	if err := byHand.Start(); err != nil {
+		t.Fatal(err)
+	}
+	handExited := make(chan struct{})
+	go func() { // owned here: it ends when the agent does, which the defer waits for
+		_ = byHand.Wait()
+		close(handExited)
+	}()
+	defer func() {
+		_ = byHand.Process.Signal(os.Interrupt)
+		<-handExited
+		if t.Failed() {
+			t.Logf("the agent started by hand:\n%s", handLog.String())
+		}
+	}()
+	loadUntilDrained()
+	if d, err := drained(); err != nil || !d["srv3"] || !d["srv5"] {
+		t.Fatalf("the agent started by hand drained %v (%v)", d, err)
+	}
+	out, err = exec.Command("dpkg", "-r", "hapilot").CombinedOutput()
+	said = string(out)
+	if err != nil {
+		t.Fatalf("dpkg -r, keeping the drains: %v\n%s", err, said)
+	}
+	state := filepath.Join(rootHome, ".local", "state", "hapilot", "state.json")
+	for _, want := range []string{"keep-drains-on-remove exists", fmt.Sprintf("agent pid %d: stopped", byHand.Process.Pid),
+		"2 server(s) remain as the agent left them", "(" + fmt.Sprintf("agent pid %d", byHand.Process.Pid) + ")",
+		"echo 'set server " + fleet.BackendName + "/srv3 state ready' | socat stdio " + opts.Socket(),
+		"echo 'set server " + fleet.BackendName + "/srv5 state ready' | socat stdio " + opts.Socket()} {
+		if !strings.Contains(said, want) {
+			t.Errorf("dpkg -r, keeping the drains: no %q in:\n%s", want, said)
+		}
+	}
+	if _, err := os.Stat(state); err != nil {
+		t.Errorf("the agent's state file: %v", err)
+	}
+	select {
+	case <-handExited:
+	case <-time.After(10 * time.Second):
+		t.Errorf("the agent started by hand runs on after removal")
+	}
+	if d, err := drained(); err != nil || !d["srv3"] || !d["srv5"] {
+		t.Errorf("keep-drains-on-remove: drained %v (%v)", d, err)
+	}
+	t.Logf("dpkg -r, keeping the drains:\n%s", said)
+}
+
+// withoutEnv is env less the variables named.
+func withoutEnv(env []string, names ...string) []string {
+	var out []string
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(names, k) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// lockedBuilder is a strings.Builder that the agent's output and the
+// test's reads may share.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func must(t *testing.T, name string, args ...string) string {

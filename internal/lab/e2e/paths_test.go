@@ -107,7 +107,11 @@ func TestLuaPolicyEndToEnd(t *testing.T) {
 // times (512 MiB) at every step. The script runs in the agent's worker
 // process, which meets its memory bound and dies; the agent breaks the
 // policy, keeps running and answering, and its own peak RSS stays small.
-// Before, the string was the agent's: 1.8 GB.
+// Before, the string was the agent's: 1.8 GB. The interval is 10 s, so
+// that the call's deadline (8 s of the step) cannot end the hog before
+// its memory bound does: at a 1 s interval, on a busy machine, the
+// deadline fired first (0.8 s) and the bound this test is about was never
+// met.
 func TestHostileLuaPolicyCannotGrowTheAgent(t *testing.T) {
 	t.Parallel()
 	script := filepath.Join(t.TempDir(), "hog.lua")
@@ -122,7 +126,7 @@ func TestHostileLuaPolicyCannotGrowTheAgent(t *testing.T) {
 	var alive error
 	var peak int
 	var statusCode int
-	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0, 0), Rate: 100, Duration: 10 * time.Second,
+	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0, 0), Rate: 100, Duration: 10 * time.Second, Interval: 10 * time.Second,
 		Policy: "lua", AgentBinary: agentBinary, AgentArgs: []string{"--policy-file", script}, StatusListen: status,
 		At: map[time.Duration]func(*scenario.Env){8 * time.Second: func(env *scenario.Env) {
 			alive = env.SignalAgent(syscall.Signal(0))

@@ -51,14 +51,16 @@ func TestAgentRestartKeepsItsDrains(t *testing.T) {
 	}
 }
 
-// Reload HAProxy (-sf) and then restart it, under load: each time the
-// agent's drains are back within 5 s.
+// Reload HAProxy (-sf) and then restart it, under load, with the
+// package's 10 s interval: each time the stats path sees the new process
+// and the agent's drains are back within 1.5 s, in a step it woke for
+// (audited `woken`), not at the next tick.
 func TestHAProxyReloadAndRestart(t *testing.T) {
 	t.Parallel()
 	reloadAt, restartAt := 12*time.Second, 24*time.Second
 	var reloadErr, restartErr error
 	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 36 * time.Second, Policy: "rules",
-		AgentArgs: noTailGuard,
+		Interval: 10 * time.Second, AgentArgs: noTailGuard,
 		At: map[time.Duration]func(*scenario.Env){
 			reloadAt:  func(env *scenario.Env) { reloadErr = env.HAProxy.Reload(context.Background()) },
 			restartAt: func(env *scenario.Env) { restartErr = env.HAProxy.Restart(context.Background()) },
@@ -66,9 +68,30 @@ func TestHAProxyReloadAndRestart(t *testing.T) {
 	if reloadErr != nil || restartErr != nil {
 		t.Fatalf("reload: %v, restart: %v", reloadErr, restartErr)
 	}
-	drainsComeBack(t, out, reloadAt, 2, "srv3", "srv6")
+	drainsComeBack(t, out, reloadAt, 2, 1500*time.Millisecond, "srv3", "srv6")
 	if len(out.DrainedAt) != 2 {
 		t.Errorf("drained %v", out.DrainedAt)
+	}
+	// The drains went back in steps the reloads woke, one per new process.
+	audit, err := os.ReadFile(out.AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	woken := 0
+	for _, line := range strings.Split(string(audit), "\n") {
+		var rec agent.Record
+		if json.Unmarshal([]byte(line), &rec) != nil || rec.Woken == "" {
+			continue
+		}
+		for _, c := range rec.Commands {
+			if strings.Contains(c.Command, "state drain") {
+				woken++
+				break
+			}
+		}
+	}
+	if woken < 2 {
+		t.Errorf("%d woken steps re-applied drains, want one per reload and restart", woken)
 	}
 }
 
@@ -278,8 +301,8 @@ func logCommands(t *testing.T, run string, audit []byte) {
 
 // drainsComeBack checks that each server was drained before at, lost its
 // drain want times to HAProxy reloads or restarts, each time applied again
-// within 5 s, and ends drained.
-func drainsComeBack(t *testing.T, out *scenario.Outcome, at time.Duration, want int, servers ...string) {
+// within the given time, and ends drained.
+func drainsComeBack(t *testing.T, out *scenario.Outcome, at time.Duration, want int, within time.Duration, servers ...string) {
 	t.Helper()
 	for _, s := range servers {
 		tl := out.Timeline[s]
@@ -293,8 +316,8 @@ func drainsComeBack(t *testing.T, out *scenario.Outcome, at time.Duration, want 
 				continue
 			}
 			lost++
-			if i+1 >= len(tl) || tl[i+1].At-tr.At > 5*time.Second {
-				t.Errorf("%s: drain lost at %v not back within 5 s: %v", s, tr.At, tl)
+			if i+1 >= len(tl) || tl[i+1].At-tr.At > within {
+				t.Errorf("%s: drain lost at %v not back within %v: %v", s, tr.At, within, tl)
 			}
 		}
 		if lost != want || !finalState(out, s).Drain() {

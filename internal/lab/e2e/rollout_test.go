@@ -78,16 +78,27 @@ func TestObserveModeOnPaperFault(t *testing.T) {
 	if err := json.Unmarshal([]byte(status), &st); err != nil {
 		t.Fatal(err)
 	}
+	// Each says it was observed, what it would have sent, and that
+	// nothing was: no applied action.
 	wouldSt := map[string]bool{}
 	for _, d := range st.Decisions {
 		if d.WouldKind == agent.WouldDrain {
-			wouldSt[d.Applied.Server] = true
+			if d.Outcome != agent.OutcomeObserved || d.WouldApply == nil || d.Applied != (agent.Action{}) {
+				t.Errorf("would-drain decision: outcome %q, would_apply %v, applied %+v", d.Outcome, d.WouldApply, d.Applied)
+				continue
+			}
+			wouldSt[d.WouldApply.Server] = true
 		}
+	}
+	if strings.Contains(status, "0001-01-01") {
+		t.Errorf("/status writes a zero time")
 	}
 	if st.Mode != agent.ModeObserve || len(st.Changes) != 0 || !wouldSt["srv3"] || !wouldSt["srv6"] || len(wouldSt) != 2 {
 		t.Errorf("/status: mode %s, changes %v, would-drains %v", st.Mode, st.Changes, wouldSt)
 	}
-	for _, m := range []string{`hapilot_mode{mode="observe"} 1`, `hapilot_would_actions_total{kind="cut"} 0`, "hapilot_actions_applied_total 0"} {
+	for _, m := range []string{`hapilot_mode{mode="observe"} 1`, `hapilot_would_actions_total{kind="cut"} 0`, "hapilot_actions_applied_total 0",
+		// per server, for alerting on "would drain srv3"
+		`hapilot_would_action{backend="app",server="srv3",kind="drain"} 1`, `hapilot_would_action{backend="app",server="srv6",kind="drain"} 1`} {
 		if !strings.Contains(metrics, m+"\n") {
 			t.Errorf("/metrics lacks %q", m)
 		}
@@ -171,17 +182,17 @@ func TestCtlReleasePauseKillRestore(t *testing.T) {
 			},
 			// After the SIGKILL at 23 s and the restart at 25 s.
 			28 * time.Second: func(env *scenario.Env) {
-				o, err := ctlRun(env, "status")
+				o, err := ctlRun(env, "-o", "json", "status")
 				if err != nil || !strings.Contains(o, `"backend": "*"`) || !strings.Contains(o, `"holder": "agent"`) {
 					fail("status after restart: %v %s", err, o)
 				}
-				if o, err := ctlRun(env, "list"); err != nil || !strings.Contains(o, `"server": "`+srv6+`"`) || strings.Contains(o, srv3) {
+				if o, err := ctlRun(env, "list", "-o", "json"); err != nil || !strings.Contains(o, `"server": "`+srv6+`"`) || strings.Contains(o, srv3) {
 					fail("list after restart: %v %s", err, o)
 				}
 			},
 			// The pause ended at 30 s.
 			33 * time.Second: func(env *scenario.Env) {
-				if o, err := ctlRun(env, "status"); err != nil || strings.Contains(o, `"backend": "*"`) {
+				if o, err := ctlRun(env, "-o", "json", "status"); err != nil || strings.Contains(o, `"backend": "*"`) {
 					fail("status after the pause: %v %s", err, o)
 				}
 				if o, err := ctlRun(env, "restore"); err != nil || !strings.Contains(o, "1 server(s) brought back") {

@@ -338,7 +338,7 @@ func TestMasterWorkerReload(t *testing.T) {
 	if !strings.Contains(out.HAProxy.Log(), "Reloading HAProxy") {
 		t.Errorf("the master did not reload:\n%s", out.HAProxy.Log())
 	}
-	drainsComeBack(t, out, reloadAt, 1, "srv3", "srv6")
+	drainsComeBack(t, out, reloadAt, 1, 5*time.Second, "srv3", "srv6")
 	if len(out.DrainedAt) != 2 {
 		t.Errorf("drained %v", out.DrainedAt)
 	}

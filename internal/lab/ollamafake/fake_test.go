@@ -62,7 +62,12 @@ func TestColdLoadAbortedByACancelledRequest(t *testing.T) {
 	if _, err := chat(ctx, c, &api.ChatRequest{Model: "m", Messages: user("hi")}); err == nil {
 		t.Fatal("a call cut during the load succeeded")
 	}
-	time.Sleep(50 * time.Millisecond) // let the server see the client go
+	// Wait for the server to see the client go: it says so in its events.
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(strings.Join(s.Events(), "\n"), "aborting load"); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no aborted load within 5 s: events %q", s.Events())
+		}
+	}
 	if _, ok := s.Loaded("m"); ok {
 		t.Fatal("the model loaded although its request was cancelled")
 	}
