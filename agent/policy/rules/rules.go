@@ -67,16 +67,6 @@ type Config struct {
 	// for, per server, in days of one-second chunks: h = ln(ARLDays·86400)
 	// + ln(4).
 	ARLDays float64
-	// BurstCap is the most one chunk may add to a CUSUM, as a share of h:
-	// one burst of errors cannot convict, persistent ones do.
-	BurstCap float64
-	// BurstErrors is the most errors one burst brings (a restart, a GC
-	// pause: all within one second). A chunk's evidence beyond BurstCap
-	// counts only as far as it would with BurstErrors fewer errors: a
-	// fault far above what one burst can bring, as at high traffic, is
-	// not held to four chunks, and a burst still adds at most BurstCap·h
-	// a chunk. 0: the cap alone.
-	BurstErrors int
 	// BaselineSpan is the time constant of each server's long baseline.
 	BaselineSpan time.Duration
 
@@ -100,7 +90,7 @@ type Config struct {
 // DefaultConfig is what `hapilot run` uses unless told otherwise.
 func DefaultConfig() Config {
 	return Config{Alpha: 1e-6, MinRequests: 100, MinErrors: 5, MinRatio: 2, LatencyRatio: 5, LatencyMinMs: 50, LatencyBaselineRatio: 3,
-		Floor: 0.01, DegradedRatio: 6, ARLDays: 1000, BurstCap: 0.25, BurstErrors: 10, BaselineSpan: 6 * time.Hour,
+		Floor: 0.01, DegradedRatio: 6, ARLDays: 1000, BaselineSpan: 6 * time.Hour,
 		HealthyFloor: 0.005, HealthyRatio: 3, MinDuration: 5 * time.Second, ZoneEvery: 24 * time.Hour}
 }
 
@@ -182,11 +172,17 @@ func (c Config) Validate() error {
 	if !(c.ARLDays >= 1.0/24 && c.ARLDays <= 1e9) {
 		errs = append(errs, fmt.Errorf("rules-arl-days %v outside [1/24, 1e9]", c.ARLDays))
 	}
-	if !(c.BurstCap > 0 && c.BurstCap <= 1) {
-		errs = append(errs, fmt.Errorf("rules-burst-cap %v outside (0, 1]", c.BurstCap))
+	if !(c.HealthyFloor > 0 && c.HealthyFloor*2 <= c.Floor) {
+		errs = append(errs, fmt.Errorf("rules-healthy-floor %v: above 0 and at most half of rules-floor %v (the zone between them keeps the test's hypotheses apart)", c.HealthyFloor, c.Floor))
 	}
-	if c.BurstErrors < 0 || c.BurstErrors > 1e6 {
-		errs = append(errs, fmt.Errorf("rules-burst-errors %d outside [0, 1e6]", c.BurstErrors))
+	if !(c.HealthyRatio >= 1 && c.HealthyRatio*2 <= c.DegradedRatio) {
+		errs = append(errs, fmt.Errorf("rules-healthy-ratio %v: at least 1 and at most half of rules-degraded-ratio %v", c.HealthyRatio, c.DegradedRatio))
+	}
+	if c.MinDuration < 0 || c.MinDuration > time.Duration(maxWindow-1)*time.Second {
+		errs = append(errs, fmt.Errorf("rules-min-duration %v outside [0, %v]", c.MinDuration, time.Duration(maxWindow-1)*time.Second))
+	}
+	if c.ZoneEvery < 0 {
+		errs = append(errs, fmt.Errorf("rules-zone-every %v is negative", c.ZoneEvery))
 	}
 	if c.BaselineSpan < time.Minute {
 		errs = append(errs, fmt.Errorf("rules-baseline-span %v under a minute", c.BaselineSpan))

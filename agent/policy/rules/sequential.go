@@ -18,41 +18,57 @@ import (
 // change on, and its threshold h bounds the mean time between false
 // alarms at e^h chunks (Lorden 1971) whatever the traffic.
 //
+// The regions, in the operator's terms (regions.go), per backend whose
+// healthy median (the lower median of the servers' long baselines) is m:
+//
+//	healthy:  at most max(HealthyFloor, HealthyRatio × m)  (0.5%, 3×)
+//	degraded: at least max(Floor, DegradedRatio × m)       (1%, 6×)
+//	the zone: between them.
+//
 // The hypotheses, per server and chunk:
 //
 //	H0: the server fails at p0, the larger of the backend's healthy median
-//	    (the lower median of the servers' long baselines) and an upper
-//	    bound of its own long baseline, but never above half of p1min: a
-//	    server that has always been a little worse than its peers is not
-//	    degraded, and a healthy fleet's spread cannot convict it.
+//	    and an upper bound of its own long baseline, but never above the
+//	    healthy region's upper end: that end is the null's least
+//	    favourable point, so a server anywhere in the healthy region has
+//	    a negative drift, whatever the fleet's spread; a server with no
+//	    history is judged at that point.
 //	H1: the server fails at p1 = p1min × m, for m in a small bank
-//	    (1, 3, 10, 30), where p1min = max(Floor, Ratio × healthy median)
-//	    is the operator's "degraded": above an absolute floor and a
-//	    ratio of the backend's healthy median. A bank of CUSUMs stands for
-//	    the GLR over the fault's unknown size (Lai 1995): the threshold
-//	    grows by ln(bank size), the delay is within a few percent of the
-//	    CUSUM tuned to the fault.
+//	    (1, 3, 10, 30), p1min the degraded region's lower end. A bank of
+//	    CUSUMs stands for the GLR over the fault's unknown size (Lai
+//	    1995): the threshold grows by ln(bank size), the delay is within a
+//	    few percent of the CUSUM tuned to the fault.
 //
-// Each chunk's contribution is capped at BurstCap·h, so that one burst of
-// errors (a restart, a GC pause) cannot convict: it takes evidence that
-// persists over several chunks. Unless the chunk holds more errors than
-// a burst can bring: then it counts what it would say with BurstErrors
-// errors fewer (the largest burst forgiven), if that is more; and so for
-// the last 2 to poolChunks chunks pooled, from the CUSUM before them. A
-// burst (at most BurstErrors errors within one second, so over two
-// one-second chunks at most) is forgiven in every span that holds it, and
-// adds at most BurstCap·h a chunk through the cap; forgiving errors only
-// lowers a span's evidence, so on healthy traffic the statistic stays
-// under the uncapped CUSUM, whose false alarms Lorden's bound counts.
-// A fault at 20% and 300 req/s (60 errors a second) is no longer held to
-// four chunks, nor one at 5% and 300 req/s (15 a second) to three.
+// Degraded means sustained. A burst of errors shorter than MinDuration
+// touches at most W chunks (window), whatever its size and however it is
+// spread; each CUSUM keeps, over its run, the largest gain any W
+// consecutive chunks brought, and takes out what that window brought
+// beyond windowCredit·h. So a burst adds at most the credit, and the rest
+// of h must come from outside the window: from healthy traffic only, a
+// chance of about e^-(1-windowCredit)h a burst. A sustained fault loses
+// one window's worth beyond the credit: it is found about W chunks
+// later. The largest window is forgotten once it is a window past and
+// the evidence has not grown since (a burst, not a fault), so that a
+// later burst is taken out too; the credit a burst was granted comes
+// back only as the evidence falls, so bursts apart do not stack.
 //
-// A server whose CUSUM crosses h is condemned only if its errors over
-// the last recentChunks chunks are also above Floor and Ratio times the
-// lower median of its serving peers' over the same chunks: a fleet-wide
-// failure, where every server fails alike, drains nothing, and a second
-// faulty peer cannot hide the first (the lower median ignores up to half
-// the peers).
+// The statistic is bounded at h: a refused or delayed drain (the floor,
+// the cap, observe mode) leaves a server at h, not hours of evidence
+// above it, and after it heals the evidence falls below h as the healthy
+// drift takes it down.
+//
+// Checks more frequent than a second pool their counts into one-second
+// chunks: h bounds the false alarms per chunk, and so per unit of time
+// whatever --evidence-check is.
+//
+// A server whose CUSUM reaches h is condemned only if it fails more than
+// its serving peers over the same chunks, by a conditional two-sample
+// test (peerCheck) that weighs the peers' uncertainty: a fleet-wide
+// failure, where every server fails alike, drains nothing at any N from 2
+// and any rate, and a second faulty peer cannot hide the first (peers
+// significantly above the others are left out). Then, if its rate over
+// its evidence's span is not shown above the degraded line, it is in the
+// zone: condemned at most once a ZoneEvery, left serving after.
 
 // bank is the multiples of p1min the CUSUMs test.
 var bank = [...]float64{1, 3, 10, 30}
@@ -87,13 +103,10 @@ const (
 	// windowCredit is the share of h that any one window of the minimum
 	// duration may bring: a burst inside it adds at most that, and the
 	// rest of the evidence must come from outside it.
-	windowCredit = 0.5
-	// forgetWindows: the largest window is forgotten this many windows
-	// after it, so that each burst apart from the last is forgiven.
-	forgetWindows = 3
+	windowCredit = 0.3
 	// peerAlpha is the peer check's level: the chance that a server
 	// failing no more than its peers, over the same chunks, passes it.
-	peerAlpha = 1e-5
+	peerAlpha = 1e-6
 	// degradedAlpha: a condemned server is degraded (not in the zone)
 	// when its rate over its evidence's span is above the degraded
 	// region's lower end at this level.
@@ -233,16 +246,13 @@ type Sequential struct {
 // NewSequential returns the test of one backend under cfg.
 func NewSequential(cfg Config) *Sequential {
 	h := cfg.Threshold()
-	return &Sequential{cfg: cfg, h: h, credit: expCredit * h, w: cfg.window()}
+	return &Sequential{cfg: cfg, h: h, credit: windowCredit * h, w: cfg.window()}
 }
 
 // window is the minimum duration's window in chunks of minChunk: a burst
 // shorter than MinDuration, wherever it falls, touches at most this many.
 func (c Config) window() int {
 	d := c.MinDuration.Seconds() / minChunk
-	if expMinDur >= 0 {
-		d = expMinDur
-	}
 	return min(max(int(math.Ceil(d-1e-9))+1, 1), maxWindow)
 }
 
@@ -592,7 +602,7 @@ func (q *Sequential) peerCheck(srv []*SeqServer, serving []bool, i int) bool {
 		return false
 	}
 	share := float64(n) / float64(n+m)
-	return expNoPeer == 1 || stats.BinomialUpperTail(x+y, x, share) < expPeerAlpha
+	return stats.BinomialUpperTail(x+y, x, share) < peerAlpha
 }
 
 // lowerMedian is the median of v, the lower of the two middle values for

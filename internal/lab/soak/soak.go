@@ -31,7 +31,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -370,17 +369,9 @@ func Run(c Cell, workers int) (Result, error) {
 	perSeed(c.Seeds, workers, 0x50a4, func(si int, rng *rand.Rand) {
 		o := &outs[si]
 		for o.days < perSeedDays {
-			d := c.draw(rng)
-			f := newFleet(d, rng)
+			f := newFleet(c.draw(rng), rng)
 			f.run(f.dryTill+86400, nil)
 			o.day(f.region, f.drains)
-			if os.Getenv("HAP_DEBUGDAYS") != "" {
-				for i, r := range f.region {
-					if r == rules.RegionHealthy && f.drains[i] > 0 {
-						fmt.Fprintf(os.Stderr, "DBG N=%d rate=%.2f noise=%.4f het=%.2f bursts=%+v spread=%v restarts=%+v srv rate=%.4f drains=%d\n", d.Servers, d.Rate, d.Noise, d.Hetero, d.Bursts, d.BurstSpread, d.Restarts, f.rate[i], f.drains[i])
-					}
-				}
-			}
 		}
 		warm := c.Warmup.Seconds()
 		if c.Fault > 0 || c.Slow > 0 {
