@@ -104,6 +104,12 @@ const (
 	// duration may bring: a burst inside it adds at most that, and the
 	// rest of the evidence must come from outside it.
 	windowCredit = 0.3
+	// burstTokens and burstRefill: a server may have up to burstTokens
+	// bursts forgiven in a row, and one more every burstRefill seconds.
+	// Rare bursts (a restart, a deploy, a GC pause: hours apart) are all
+	// forgiven; a burst that comes back every minute is a flapping fault.
+	burstTokens = 6
+	burstRefill = 600.0
 	// peerAlpha is the peer check's level: the chance that a server
 	// failing no more than its peers, over the same chunks, passes it.
 	peerAlpha = 1e-6
@@ -144,6 +150,12 @@ type SeqServer struct {
 	cut    [len(bank)]float64
 	winMax [len(bank)]float64
 	winAge [len(bank)]int
+	// cutting: the largest window is a burst being forgiven; tokens are
+	// the bursts the server may still have forgiven (burstTokens at
+	// most, one back every burstRefill seconds), spent = burstTokens
+	// minus tokens so that a new server starts with all of them.
+	cutting [len(bank)]bool
+	spent   [len(bank)]float64
 	atMax  [len(bank)]float64
 	used   [len(bank)]float64
 	// run counts the chunks since the CUSUMs were last all at zero: the
@@ -210,6 +222,7 @@ func (s *SeqServer) endRun() {
 	s.cut = [len(bank)]float64{}
 	s.winMax = [len(bank)]float64{}
 	s.winAge = [len(bank)]int{}
+	s.cutting = [len(bank)]bool{}
 	s.atMax = [len(bank)]float64{}
 	s.used = [len(bank)]float64{}
 	s.run, s.runN, s.runX = 0, 0, 0
@@ -341,6 +354,9 @@ func (q *Sequential) Step(dt float64, srv []*SeqServer, in []Counts, serving []b
 			// coefficients of this chunk only).
 			a, b = q.elevated(peers)
 		}
+		for k := range s.spent {
+			s.spent[k] = max(0, s.spent[k]-dt/burstRefill)
+		}
 		top := 0.0
 		// The fast path: no error and no evidence held; each alternative's
 		// successes only lower a CUSUM at zero.
@@ -349,33 +365,43 @@ func (q *Sequential) Step(dt float64, srv []*SeqServer, in []Counts, serving []b
 			slot := &s.win[s.wpos]
 			for k := range s.S {
 				l := x*a[k] + ok*b[k]
-				// The minimum duration: raw is the plain CUSUM, and the
-				// ring holds its values over the window; a window that
-				// gained more than any before in the run gives back its
-				// excess over the credit, so that no window, however
-				// many errors it holds, brings more than the credit,
-				// while a sustained fault's other chunks count.
+				// The minimum duration. raw is the plain CUSUM, and the
+				// ring holds its values over the window: gain is what
+				// the last W chunks brought.
 				raw := max(0, s.raw[k]+l)
 				gain := raw - slot[k]
 				slot[k] = raw
 				if s.winAge[k]++; s.winAge[k] > q.w && s.S[k] <= s.atMax[k] {
-					// The largest window is past and the evidence has not
-					// grown since: a burst, not a fault. Forget it, so
-					// that a later burst is measured afresh; the credit
-					// it was granted is spent only as the evidence falls.
-					s.winMax[k], s.winAge[k] = 0, 0
+					// The largest window is a window past and the evidence
+					// has not grown since: a burst, not a fault. The next
+					// one is judged afresh; the credit this one was
+					// granted comes back only as the evidence falls.
+					s.winMax[k], s.winAge[k], s.cutting[k] = 0, 0, false
 				}
 				s.used[k] = min(s.used[k], s.S[k])
 				if gain > s.winMax[k] {
-					// what the window gained beyond the largest before it
-					// counts as far as the run's credit goes: bursts apart
-					// do not stack their credits
+					// What the window gained beyond the largest before it
+					// counts as far as the run's credit goes; the rest is
+					// taken out, so that no window brings more than the
+					// credit and bursts apart do not stack theirs.
 					d := gain - s.winMax[k]
 					granted := min(d, max(0, q.credit-s.used[k]))
+					cut := d - granted
+					if cut > 0 && !s.cutting[k] && raw-s.cut[k] >= q.h {
+						// Without the cut this burst would convict: it
+						// takes one of the server's tokens. Bursts that
+						// come back again and again (a flapping fault)
+						// run out of them and count in full.
+						if s.spent[k] <= burstTokens-1 {
+							s.spent[k]++
+							s.cutting[k] = true
+						} else {
+							cut, granted = 0, d
+						}
+					}
 					s.used[k] += granted
-					s.cut[k] += d - granted
-					s.winMax[k], s.winAge[k] = gain, 0
-					s.atMax[k] = -1 // set below, once S is known
+					s.cut[k] += cut
+					s.winMax[k], s.winAge[k], s.atMax[k] = gain, 0, -1
 				}
 				// bounded: the statistic stops at h, and raw with it
 				v := min(max(0, raw-s.cut[k]), q.h)

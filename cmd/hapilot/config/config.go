@@ -436,7 +436,7 @@ func backendLine(name, value string) (string, string, bool) {
 var retired = map[string]struct{ same, why string }{
 	"rules-burst-cap":    {same: "0.25", why: "the minimum duration (--rules-min-duration) replaced the burst cap: a burst shorter than it never drains, whatever its size"},
 	"rules-burst-errors": {same: "10", why: "the minimum duration (--rules-min-duration) replaced the burst allowance: a burst shorter than it never drains, whatever its size"},
-	"fallback": {same: "rules", why: "the rules are always the LLM policy's fallback; `fallback none` (the study's unguarded loop) is the lab's, hapilot-bench's, not the agent's"},
+	"fallback":           {same: "rules", why: "the rules are always the LLM policy's fallback; `fallback none` (the study's unguarded loop) is the lab's, hapilot-bench's, not the agent's"},
 }
 
 func applyFile(fs *flag.FlagSet, path string, skip map[string]bool) error {
