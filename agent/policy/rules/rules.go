@@ -172,11 +172,17 @@ func (c Config) Validate() error {
 	if !(c.ARLDays >= 1.0/24 && c.ARLDays <= 1e9) {
 		errs = append(errs, fmt.Errorf("rules-arl-days %v outside [1/24, 1e9]", c.ARLDays))
 	}
-	if !(c.HealthyFloor > 0 && c.HealthyFloor*2 <= c.Floor) {
-		errs = append(errs, fmt.Errorf("rules-healthy-floor %v: above 0 and at most half of rules-floor %v (the zone between them keeps the test's hypotheses apart)", c.HealthyFloor, c.Floor))
+	// The zone between the healthy and the degraded regions keeps the
+	// test's hypotheses apart: p0 is at most half of p1.
+	if !(c.HealthyFloor > 0) {
+		errs = append(errs, fmt.Errorf("rules-healthy-floor %v: above 0", c.HealthyFloor))
+	} else if !(c.Floor >= 2*c.HealthyFloor) {
+		errs = append(errs, fmt.Errorf("rules-floor %v: at least twice rules-healthy-floor %v", c.Floor, c.HealthyFloor))
 	}
-	if !(c.HealthyRatio >= 1 && c.HealthyRatio*2 <= c.DegradedRatio) {
-		errs = append(errs, fmt.Errorf("rules-healthy-ratio %v: at least 1 and at most half of rules-degraded-ratio %v", c.HealthyRatio, c.DegradedRatio))
+	if !(c.HealthyRatio >= 1) {
+		errs = append(errs, fmt.Errorf("rules-healthy-ratio %v: at least 1", c.HealthyRatio))
+	} else if !(c.DegradedRatio >= 2*c.HealthyRatio) {
+		errs = append(errs, fmt.Errorf("rules-degraded-ratio %v: at least twice rules-healthy-ratio %v", c.DegradedRatio, c.HealthyRatio))
 	}
 	if c.MinDuration < 0 || c.MinDuration > time.Duration(maxWindow-1)*time.Second {
 		errs = append(errs, fmt.Errorf("rules-min-duration %v outside [0, %v]", c.MinDuration, time.Duration(maxWindow-1)*time.Second))
