@@ -45,7 +45,7 @@ func TestFleetWide(t *testing.T) {
 		{"nobody with traffic to compare with", []fixtures.Server{{Name: "q1", Req: 100, E5: 5}, {Name: "q2"}}, "q1", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := New(nil, nil, rules.DefaultConfig(), DefaultConfig(), zerolog.Nop())
+			p := New(nil, agent.Policy{}, rules.DefaultConfig(), DefaultConfig(), zerolog.Nop())
 			defer p.Close()
 			b := fixtures.Backend(now, "app", tc.servers)
 			_, s := (&agent.Observation{Backends: []agent.BackendView{b}}).Find("app", tc.server)
@@ -105,7 +105,7 @@ func TestSupported(t *testing.T) {
 		{"no cut: nothing to support", nil, nil, raise, true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := New(nil, nil, rules.DefaultConfig(), DefaultConfig(), zerolog.Nop())
+			p := New(nil, agent.Policy{}, rules.DefaultConfig(), DefaultConfig(), zerolog.Nop())
 			defer p.Close()
 			got := p.supported(obs, agent.Plan{tc.action}, tc.cands, tc.floor)
 			if (len(got) == 1) != tc.kept {
@@ -155,7 +155,7 @@ func TestFleetWideDrainRefused(t *testing.T) {
 // at the same step as without it.
 func TestFleetWideOnSimulatedWindows(t *testing.T) {
 	const runs, steps = 300, 30
-	p := New(nil, nil, rules.DefaultConfig(), DefaultConfig(), zerolog.Nop())
+	p := New(nil, agent.Policy{}, rules.DefaultConfig(), DefaultConfig(), zerolog.Nop())
 	defer p.Close()
 	type scenario struct {
 		name   string
@@ -260,7 +260,7 @@ func TestFleetWideOnSimulatedWindows(t *testing.T) {
 // The check leaves calibration alone: it judges what the model proposes,
 // before any check, and every sequence's expected drain passes the check.
 func TestCalibrationsDrainsPassTheFleetWideCheck(t *testing.T) {
-	p := New(nil, rules.NewWindowed(rules.DefaultConfig()), rules.DefaultConfig(), DefaultConfig(), zerolog.Nop())
+	p := New(nil, rules.NewPolicy(rules.DefaultConfig()), rules.DefaultConfig(), DefaultConfig(), zerolog.Nop())
 	defer p.Close()
 	for _, seq := range fixtures.Sequences(time.Unix(1000, 0)) {
 		for i, st := range seq.Steps {

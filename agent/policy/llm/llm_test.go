@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm/calibrate/fixtures"
 	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/agent/policy/rules"
@@ -28,8 +29,9 @@ import (
 
 const model = "fake-capable:latest"
 
-// fleet is one backend of n servers, 600 requests each; faulty ones fail
-// 5%, clearly: the rules' floor drains them on its own.
+// fleet is one backend of n servers, 1,200 requests a minute each;
+// faulty ones fail 5%, clearly: the rules' floor drains them on its own
+// (its sequential test, on the window read a second at a time: see steps).
 func fleet(now time.Time, n int, faulty ...string) agent.Observation {
 	b := agent.BackendView{Name: "app"}
 	for i := 1; i <= n; i++ {
@@ -37,21 +39,21 @@ func fleet(now time.Time, n int, faulty ...string) agent.Observation {
 		x := uint64(0)
 		for _, f := range faulty {
 			if f == name {
-				x = 30
+				x = 60
 			}
 		}
 		b.Servers = append(b.Servers, agent.ServerView{Backend: "app", Server: name, Owner: agent.OwnerNone,
 			State:  haproxy.ServerState{Backend: "app", Server: name, OpState: haproxy.OpRunning, Weight: 1, Initial: 1},
-			Window: window.Stats{Backend: "app", Server: name, Requests: 600, Err5xx: x, P50Ms: 9, P95Ms: 12, P99Ms: 14}})
+			Window: window.Stats{Backend: "app", Server: name, Requests: 1200, Err5xx: x, P50Ms: 9, P95Ms: 12, P99Ms: 14}})
 	}
 	return agent.Observation{Time: now, Cycle: 1, Backends: []agent.BackendView{b}}
 }
 
-// grey is six servers of which srv4 fails 7 of 600: suspicious (the
+// grey is six servers of which srv4 fails 14 of 1,200: suspicious (the
 // loose test flags it) and not significant at the rules' alpha.
 func grey(now time.Time) agent.Observation {
 	obs := fleet(now, 6)
-	obs.Backends[0].Servers[3].Window.Err5xx = 7
+	obs.Backends[0].Servers[3].Window.Err5xx = 14
 	return obs
 }
 
@@ -68,18 +70,23 @@ func newPolicy(t *testing.T, respond ollamafake.Responder, mod func(*Config)) (*
 		mod(&cfg)
 	}
 	m := &Model{Server: &modelapi.Ollama{Client: api.NewClient(u, fake.Client())}, Config: cfg, SystemPrompt: prompt.DefaultSystemPrompt}
-	p := New(m, rules.NewWindowed(rules.DefaultConfig()), rules.DefaultConfig(), cfg, zerolog.Nop())
+	p := New(m, rules.NewPolicy(rules.DefaultConfig()), rules.DefaultConfig(), cfg, zerolog.Nop())
 	t.Cleanup(p.Close)
 	return p, fake
 }
 
 // steps runs the policy n times on obs and vets each plan as the loop
-// would, returning every accepted action.
+// would, returning every accepted action. Before the first step, the
+// window is read a second at a time through the policy's evidence hook,
+// as the loop's checks read it: the rules' floor, a sequential test,
+// judges what it has read, not a window.
 func steps(t *testing.T, p *Policy, obs agent.Observation, n int) []agent.Action {
 	t.Helper()
 	var accepted []agent.Action
+	var tl fixtures.Timeline
 	g := agent.DefaultGuardrails().For(p.Needs())
 	for i := 0; i < n; i++ {
+		obs := tl.Feed(obs, p.Hooks().Evidence)
 		plan, err := p.Decide(context.Background(), obs)
 		if err != nil {
 			t.Fatalf("step %d: %v", i, err)
@@ -527,7 +534,11 @@ func TestSlowModelKeepsTheSchedule(t *testing.T) {
 		r.Delay = 2 * time.Second
 		return r
 	}, func(c *Config) { c.Deadline = 200 * time.Millisecond; c.Gate = GateAlways })
-	obs := fleet(time.Now(), 3, "srv3")
+	// The floor has read the last minute already (as an agent that has
+	// run that long): it condemns srv3 from the first step, whose window
+	// (the totals as they stand) brings it nothing new.
+	var tl fixtures.Timeline
+	obs := tl.Feed(fleet(time.Now(), 3, "srv3"), p.Hooks().Evidence)
 	var states []haproxy.ServerState
 	var stats []window.Stats
 	for _, s := range obs.Backends[0].Servers {

@@ -209,7 +209,7 @@ func newOpenAIPolicy(t *testing.T, respond ollamafake.Responder, setup func(*oai
 		t.Fatal(err)
 	}
 	modelapi.Unwrap(m.Server).(*modelapi.OpenAI).PollEvery = time.Millisecond
-	p := New(m, rules.NewWindowed(rules.DefaultConfig()), rules.DefaultConfig(), cfg, zerolog.Nop())
+	p := New(m, rules.NewPolicy(rules.DefaultConfig()), rules.DefaultConfig(), cfg, zerolog.Nop())
 	t.Cleanup(p.Close)
 	return p, f
 }

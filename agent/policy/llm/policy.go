@@ -50,10 +50,15 @@ type Report struct {
 // none.
 type Policy struct {
 	Model *Model
-	// Floor is the policy whose plan always applies (the rules). The
-	// agent always sets it; nil (no floor) is for the lab's rerun of the
-	// study's loop (internal/lab/bench.StudyLoop).
-	Floor  agent.Decider
+	// Floor is the policy whose plan always applies: the rules as
+	// --policy rules runs them (rules.NewPolicy, or the daemon's per-backend
+	// rules), their sequential test fed every observation, the steps' and
+	// the loop's evidence checks' between them (Hooks' Evidence is the
+	// floor's). With the model out of the way, the policy decides exactly
+	// as the rules do. The agent always sets it; none (a nil Decider) is
+	// for the lab's rerun of the study's loop
+	// (internal/lab/bench.StudyLoop).
+	Floor  agent.Policy
 	Config Config
 	Log    zerolog.Logger
 	Now    func() time.Time
@@ -152,7 +157,7 @@ type callResult struct {
 }
 
 // New returns the LLM policy. Start warms the model; Close ends every call and the warm-up.
-func New(m *Model, floor agent.Decider, rc rules.Config, cfg Config, log zerolog.Logger) *Policy {
+func New(m *Model, floor agent.Policy, rc rules.Config, cfg Config, log zerolog.Logger) *Policy {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Policy{
 		Model: m, Floor: floor, Config: cfg, Log: log, Now: time.Now, WatchEvery: 30 * time.Second,
@@ -167,10 +172,13 @@ func New(m *Model, floor agent.Decider, rc rules.Config, cfg Config, log zerolog
 func (*Policy) Name() string { return "llm" }
 
 // Hooks is the policy as the loop runs it: its decision, needs, report,
-// status, metrics and life cycle. It has no evidence test: a call costs,
-// so its cadence is the interval.
+// status, metrics and life cycle, and its floor's evidence test. The
+// loop checks that test between ticks, which feeds the floor's
+// sequential test as it feeds --policy rules, and steps at once when the
+// rules condemn a server: the floor's drain does not wait for the tick.
+// The model is asked on such a step only if the gate lets it, as on any.
 func (p *Policy) Hooks() agent.Policy {
-	return agent.Policy{Decider: p, Needs: p.Needs(), Report: p.Report, Status: p.PolicyStatus,
+	return agent.Policy{Decider: p, Needs: p.Needs(), Evidence: p.Floor.Evidence, Report: p.Report, Status: p.PolicyStatus,
 		Metrics: p.WriteMetrics, Start: p.Start, Close: p.Close}
 }
 
@@ -256,7 +264,7 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 }
 
 func (p *Policy) floorPlan(ctx context.Context, obs agent.Observation) (agent.Plan, error) {
-	if p.Floor == nil {
+	if p.Floor.Decider == nil {
 		return nil, nil
 	}
 	plan, err := p.Floor.Decide(ctx, obs)

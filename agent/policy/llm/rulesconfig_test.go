@@ -50,7 +50,7 @@ func TestThePolicyJudgesByTheOperatorsRules(t *testing.T) {
 			rc := rules.DefaultConfig()
 			rc.MinRatio = tc.minRatio
 			m := &Model{Server: &modelapi.Ollama{Client: api.NewClient(u, fake.Client())}, Config: cfg, SystemPrompt: prompt.DefaultSystemPrompt}
-			p := New(m, rules.NewWindowed(rc), rc, cfg, zerolog.Nop())
+			p := New(m, rules.NewPolicy(rc), rc, cfg, zerolog.Nop())
 			defer p.Close()
 			obs := agent.Observation{Time: now, Cycle: 1, Backends: []agent.BackendView{fixtures.Backend(now, "app", servers)}}
 			got := steps(t, p, obs, cfg.Confirm+1)
