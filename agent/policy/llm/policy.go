@@ -77,21 +77,27 @@ type Policy struct {
 	NoEvidenceCheck bool
 
 	// Set by New, never changed.
-	rules    rules.Config    // the operator's: the suspects, FleetWide and evidence are judged by it
-	evidence *rules.Policy   // the operator's own test, for mayUndo
-	ctx      context.Context // the policy's life: Close ends it
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup // the life-cycle goroutine and calls in flight
+	rules    rules.Config  // the operator's: the suspects, FleetWide and evidence are judged by it
+	evidence *rules.Policy // the operator's own test, for mayUndo
+	loose    *rules.Policy // the candidates' test: the rules' sequential one, looser (candidates.go)
+	looseH   float64       // its threshold
+
+	flagMu sync.Mutex         // guards flags: the evidence hook and Decide write them
+	flags  map[agent.Key]flag // what the candidates' test flagged, and when (candidates.go)
+	ctx    context.Context    // the policy's life: Close ends it
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the life-cycle goroutine and calls in flight
 
 	// mu is held by Decide for its whole step (one step at a time), and
 	// by the life cycle to switch thinking off.
-	mu       sync.Mutex       // guards pending, think, thinkOff, shown, history, judge, report
-	pending  map[proposal]int // consecutive proposals of each action
-	think    modelapi.Think   // the mode in force
-	thinkOff int              // steps left with thinking forced off
-	shown    int              // servers per backend the prompt lists in full
-	history  []string         // the model's decisions and their outcomes
-	judge    []agent.Action   // last step's model actions, to judge now
+	mu       sync.Mutex           // guards pending, think, thinkOff, shown, history, judge, report
+	pending  map[proposal]int     // consecutive proposals of each action
+	think    modelapi.Think       // the mode in force
+	thinkOff int                  // steps left with thinking forced off
+	shown    int                  // servers per backend the prompt lists in full
+	history  []string             // the model's decisions and their outcomes
+	judge    []agent.Action       // last step's model actions, to judge now
+	brief    map[agent.Key]string // this step's errors candidates in a few words (candidates)
 	report   Report
 
 	lmu  sync.Mutex // guards life: the life cycle writes it, steps and /status read it
@@ -165,6 +171,7 @@ func New(m *Model, floor agent.Policy, rc rules.Config, cfg Config, log zerolog.
 		// The operator's rules find the suspects (their loose test) and
 		// decide whether a drained server's own window still condemns it.
 		rules: rc, evidence: rules.New(rc),
+		loose: rules.New(candidateConfig(rc)), looseH: candidateConfig(rc).Threshold(), flags: map[agent.Key]flag{},
 		ctx: ctx, cancel: cancel, life: lifeState{state: LifeUnknown},
 	}
 }
@@ -174,12 +181,17 @@ func (*Policy) Name() string { return "llm" }
 // Hooks is the policy as the loop runs it: its decision, needs, report,
 // status, metrics and life cycle, and its floor's evidence test. The
 // loop checks that test between ticks, which feeds the floor's
-// sequential test as it feeds --policy rules, and steps at once when the
+// sequential test as it feeds --policy rules (and the candidates' test
+// the same observations), and steps at once when the
 // rules condemn a server: the floor's drain does not wait for the tick.
 // The model is asked on such a step only if the gate lets it, as on any.
 func (p *Policy) Hooks() agent.Policy {
-	return agent.Policy{Decider: p, Needs: p.Needs(), Evidence: p.Floor.Evidence, Report: p.Report, Status: p.PolicyStatus,
+	hooks := agent.Policy{Decider: p, Needs: p.Needs(), Report: p.Report, Status: p.PolicyStatus,
 		Metrics: p.WriteMetrics, Start: p.Start, Close: p.Close}
+	if p.Floor.Evidence != nil {
+		hooks.Evidence = p.evidenceHook
+	}
+	return hooks
 }
 
 // Needs: as the rules, a backend of N servers may lose up to N/3 servers
@@ -216,7 +228,7 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 	if err != nil {
 		return nil, err
 	}
-	cands := p.candidates(obs, floor)
+	cands := p.candidates(ctx, obs, floor)
 	for k, c := range cands {
 		p.report.Candidates = append(p.report.Candidates, k.String()+" "+c.Why)
 	}
@@ -491,17 +503,6 @@ func whys(cands map[agent.Key]rules.Suspect) map[agent.Key]string {
 	return out
 }
 
-// candidates are the operator's rules' suspects this step: the servers
-// the model should look at. Servers the floor acts on are the rules'
-// already.
-func (p *Policy) candidates(obs agent.Observation, floor agent.Plan) map[agent.Key]rules.Suspect {
-	decided := map[agent.Key]bool{}
-	for _, a := range floor {
-		decided[a.Key()] = true
-	}
-	return p.rules.Suspects(obs, decided)
-}
-
 // judgeOutcomes writes how last step's model actions turned out into the
 // history the next prompts show: memory across steps.
 func (p *Policy) judgeOutcomes(obs agent.Observation) {
@@ -537,7 +538,7 @@ func (p *Policy) promptInput(obs agent.Observation, cands map[agent.Key]rules.Su
 	for _, a := range floor {
 		fl[a.Key()] = string(a.Kind)
 	}
-	in := prompt.Input{Obs: obs, Candidates: whys(cands), Floor: fl, Pending: pending, Confirm: p.Config.Confirm,
+	in := prompt.Input{Obs: obs, Candidates: whys(cands), Brief: p.brief, Floor: fl, Pending: pending, Confirm: p.Config.Confirm,
 		History: p.history, DrainsPer: p.Needs().DrainsPer, MaxShown: p.shown, Style: p.Model.Form()}
 	room := p.Model.Room(think)
 	fits := func() bool {
