@@ -79,7 +79,7 @@ func rowsInput() Input {
 	return Input{Obs: obs, Confirm: 2,
 		Candidates: map[agent.Key]string{srv4: "errors: CUSUM past 12.8 of the rules' h 19.7: 2.07% (24/1160) over its evidence's 58 checks, judged against 0.500%, degraded from 1.00%"},
 		Brief:      map[agent.Key]string{srv4: "errors S>=0.65h 2.07% over 58 checks p0 0.50% deg 1.00%"},
-		Pending: map[agent.Key]int{{Backend: "app", Server: "srv4"}: 1}, History: []string{"step 3: drain app/srv2: refused: floor"}, DrainsPer: 3, MaxShown: 12}
+		Pending:    map[agent.Key]int{{Backend: "app", Server: "srv4"}: 1}, History: []string{"step 3: drain app/srv2: refused: floor"}, DrainsPer: 3, MaxShown: 12}
 }
 
 // The prompt gives each server its peers' rate and its ratio, why it is a
