@@ -168,9 +168,10 @@ func New(m *Model, floor agent.Policy, rc rules.Config, cfg Config, log zerolog.
 	return &Policy{
 		Model: m, Floor: floor, Config: cfg, Log: log, Now: time.Now, WatchEvery: 30 * time.Second,
 		pending: map[proposal]int{}, think: cfg.Think, shown: cfg.MaxShown,
-		// The operator's rules find the suspects (their loose test) and
-		// decide whether a drained server's own window still condemns it.
-		rules: rc, evidence: rules.New(rc),
+		// The operator's rules find the candidates (their sequential test,
+		// looser: candidates.go) and say whether a drained server's own
+		// window is healthy again (mayUndo).
+		rules: rc,
 		loose: rules.New(candidateConfig(rc)), looseH: candidateConfig(rc).Threshold(), flags: map[agent.Key]flag{},
 		ctx: ctx, cancel: cancel, life: lifeState{state: LifeUnknown},
 	}
@@ -466,7 +467,10 @@ func (p *Policy) confirm(obs agent.Observation, plan agent.Plan) agent.Plan {
 
 // mayUndo: a drain older than MinHold may be undone on the model's word
 // (which, for a drained server, only asks recovery to probe it); a
-// younger one only if the server's window no longer condemns it.
+// younger one only if the server's own window (the last minute, its
+// traffic before the drain included) lies in the rules' healthy region:
+// at most max(HealthyFloor, HealthyRatio × the lower median of its
+// serving peers' rates), the sequential test's own terms.
 func (p *Policy) mayUndo(obs agent.Observation, a agent.Action) bool {
 	b, s := obs.Find(a.Backend, a.Server)
 	if s == nil || s.Changed == nil {
@@ -475,23 +479,21 @@ func (p *Policy) mayUndo(obs agent.Observation, a agent.Action) bool {
 	if obs.Time.Sub(s.Changed.At) >= p.Config.MinHold {
 		return true
 	}
-	if s.Window.Requests < p.evidence.Config.MinRequests {
+	if s.Window.Requests < p.rules.MinRequests {
 		return false // no traffic since the drain: no evidence either way
 	}
-	// Judge the server as if it were serving, against its serving peers.
-	view := *b
-	view.Servers = append([]agent.ServerView(nil), b.Servers...)
-	for i := range view.Servers {
-		if view.Servers[i].Server == a.Server {
-			view.Servers[i].State.AdminState = 0
+	var peers []float64
+	for _, v := range b.Servers {
+		if v.Server != s.Server && v.Serving() && v.Window.Requests > 0 {
+			peers = append(peers, v.Window.ErrorRate())
 		}
 	}
-	for _, f := range p.evidence.Test(view) {
-		if f.Server == a.Server {
-			return !f.Outlier && f.Rate <= 2*f.PeerRate
-		}
+	median := 0.0
+	if len(peers) > 0 {
+		sort.Float64s(peers)
+		median = peers[(len(peers)-1)/2]
 	}
-	return false
+	return s.Window.ErrorRate() <= p.rules.HealthyMax(median)
 }
 
 // whys is the candidates as the prompt shows them.
