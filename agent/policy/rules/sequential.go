@@ -156,8 +156,8 @@ type SeqServer struct {
 	// minus tokens so that a new server starts with all of them.
 	cutting [len(bank)]bool
 	spent   [len(bank)]float64
-	atMax  [len(bank)]float64
-	used   [len(bank)]float64
+	atMax   [len(bank)]float64
+	used    [len(bank)]float64
 	// run counts the chunks since the CUSUMs were last all at zero: the
 	// span of the evidence now, Page's estimate of when a change began;
 	// runN and runX its requests and 5xx.
