@@ -131,7 +131,7 @@ func New(cfg Config) *Policy { return &Policy{Config: cfg} }
 // the windows condemn a server.
 func NewPolicy(cfg Config) agent.Policy {
 	p := New(cfg)
-	return agent.Policy{Decider: p, Needs: p.Needs(), Evidence: p.Evidence}
+	return agent.Policy{Decider: p, Needs: p.Needs(), Evidence: p.Evidence, Notes: p.Notes}
 }
 
 func (*Policy) Name() string { return "rules" }
@@ -253,6 +253,31 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 		}
 	}
 	return plan, nil
+}
+
+// Notes are the zone servers the test leaves serving: each condemned
+// again within ZoneEvery of its one drain in the zone, and why.
+func (p *Policy) Notes() map[agent.Key]string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out map[agent.Key]string
+	for name, sb := range p.seq {
+		for server, s := range sb.servers {
+			if !s.Left {
+				continue
+			}
+			if out == nil {
+				out = map[agent.Key]string{}
+			}
+			n, x := s.RunCounts()
+			out[agent.Key{Backend: name, Server: server}] = fmt.Sprintf(
+				"in the zone: %.2f%% (%d/%d) over its evidence's %d checks, above healthy %.2f%% but not shown above degraded %.2f%%; "+
+					"drained in the zone %s ago and left serving until %s have passed since, or its evidence shows it degraded, or the operator drains it",
+				100*float64(x)/float64(max(n, 1)), x, n, s.run, 100*sb.q.HealthyMax(), 100*sb.q.P1Min(),
+				time.Duration(sb.q.clock-s.zoneAt)*time.Second, p.Config.ZoneEvery)
+		}
+	}
+	return out
 }
 
 // Windowed is the rules as they decided before the sequential test: the

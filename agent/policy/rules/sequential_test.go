@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -524,5 +525,53 @@ func TestPolicyFeedsChunksFromTotals(t *testing.T) {
 	}
 	if st.Max() != 0 || st.Flagged {
 		t.Errorf("a drained server keeps its evidence: %v", st.S)
+	}
+}
+
+// TestZoneServerLeftWithItsReason: through the policy, a zone server
+// drained once and back is condemned again within ZoneEvery: it is not
+// proposed again, and the policy's notes say why it is left serving.
+func TestZoneServerLeftWithItsReason(t *testing.T) {
+	p := New(DefaultConfig())
+	rng := rand.New(rand.NewPCG(5, 5))
+	names := []string{"s1", "s2", "s3", "s4", "s5", "s6"}
+	tot := make([]Counts, len(names))
+	at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	outUntil, drains := -1, 0
+	for sec := range 4 * 3600 {
+		b := agent.BackendView{Name: "app"}
+		for i, n := range names {
+			p0 := 0.002
+			if i == 0 && sec >= 3600 {
+				p0 = 0.009 // the zone: above 0.6%, under 1.2%
+			}
+			r := poissonDraw(rng, 300)
+			tot[i].N += r
+			tot[i].X += errorsOf(rng, r, p0)
+			s := server(n, 0, 0)
+			s.Window.TotalRequests, s.Window.TotalErr5xx = tot[i].N, tot[i].X
+			if i == 0 && sec < outUntil {
+				s.State.AdminState = haproxy.AdminForcedDrain
+			}
+			b.Servers = append(b.Servers, s)
+		}
+		obs := agent.Observation{Time: at.Add(time.Duration(sec) * time.Second), Backends: []agent.BackendView{b}}
+		plan, err := p.Decide(context.Background(), obs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range plan {
+			if a.Server != "s1" {
+				t.Fatalf("healthy %s proposed: %s", a.Server, a.Reason)
+			}
+			if sec >= outUntil {
+				drains++
+				outUntil = sec + 60 // drained, then back: its evidence starts afresh
+			}
+		}
+	}
+	note := p.Notes()[agent.Key{Backend: "app", Server: "s1"}]
+	if drains != 1 || !strings.Contains(note, "in the zone") {
+		t.Fatalf("drained %d times, note %q; want once, then left with its reason", drains, note)
 	}
 }

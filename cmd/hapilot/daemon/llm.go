@@ -41,11 +41,15 @@ func newLLMPolicy(c config.Config, log zerolog.Logger, emit func(agent.Event)) (
 	floor := scopedRules(c.Rules, &c.RulesBlocks)
 	llmPol := llm.New(model, floor, c.Rules, cfg, log.With().Str("component", "llm").Logger())
 	if c.Chosen() == config.PolicyShadow {
-		return llm.NewShadow(llmPol, floor), nil, nil
+		sh := llm.NewShadow(llmPol, floor)
+		sh.Notes = floor.Notes
+		return sh, nil, nil
 	}
+	hooks := llmPol.Hooks()
+	hooks.Notes = floor.Notes // the floor's zone servers, left serving
 	if cfg.SkipCalibration {
 		log.Warn().Str("model", cfg.Model).Msg("--skip-calibration: the model acts without a calibration record")
-		return llmPol.Hooks(), calibration(true, "--skip-calibration: the model acts without a calibration record", map[string]string{}), nil
+		return hooks, calibration(true, "--skip-calibration: the model acts without a calibration record", map[string]string{}), nil
 	}
 	llmPol.Admit = func(ctx context.Context) error {
 		sc, err := calibrate.Admit(ctx, model, cfg.CalibrationDir)
@@ -60,5 +64,5 @@ func newLLMPolicy(c config.Config, log zerolog.Logger, emit func(agent.Event)) (
 			"precision": fmt.Sprintf("%.2f", sc.Precision), "recall": fmt.Sprintf("%.2f", sc.Recall)}))
 		return nil
 	}
-	return llmPol.Hooks(), nil, nil
+	return hooks, nil, nil
 }
