@@ -103,7 +103,7 @@ const (
 	// windowCredit is the share of h that any one window of the minimum
 	// duration may bring: a burst inside it adds at most that, and the
 	// rest of the evidence must come from outside it.
-	windowCredit = 0.3
+	windowCredit = 0.2
 	// burstTokens and burstRefill: a server may have up to burstTokens
 	// bursts forgiven in a row, and one more every burstRefill seconds.
 	// Rare bursts (a restart, a deploy, a GC pause: hours apart) are all
