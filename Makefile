@@ -187,9 +187,11 @@ soak: deps
 # chunks a second cost ten times as much), random fleets, fleet-wide
 # incidents at N=2, 3, 9 and 1, 5, 33 req/s (SOAK_INCIDENTS a seed), and
 # three faulty servers at once. It fails if a model passes 1 false drain per
-# 1,000 healthy-region server-days or its 95% upper end reaches 2, if a
-# server is drained twice in a day (issue 41's lines), or if fleet-wide
-# incidents drain more than 1 per 1,000 incident-hours. The lines before issue
+# 1,000 healthy-region server-days or its 95% upper end reaches 2, or if a
+# server is drained twice in a day (issue 41's lines), in the models where
+# the promise holds; restarts, random fleets and fleet-wide incidents, where
+# docs/lab/detection.md says it does not yet, are measured and printed
+# without failing the target. The lines before issue
 # 41's took about 13 minutes of 2 cores; issue 41's add about 10 more (CPU
 # measured at small sizes and scaled: 10 ms of CPU a server-day at N=9 and 33 req/s,
 # 12 in random fleets, 117 at 100 ms, 9 an incident).
@@ -212,10 +214,10 @@ soak-long: build
 	./$(LAB) soak --servers 9 --rate 33 --bursts 2:3-10 --server-days $(SOAK_DAYS) --seeds 1-4 --max-per-1000 1 --max-upper 2 --max-one-server-day 1 --json $(SOAK_OUT)/bursts2h.json
 	./$(LAB) soak --servers 9 --rate 33 --bursts 6:10-30 --server-days $(SOAK_DAYS) --seeds 1-4 --max-per-1000 1 --max-upper 2 --max-one-server-day 1 --json $(SOAK_OUT)/bursts-big.json
 	./$(LAB) soak --servers 9 --rate 33 --bursts 6:3-10 --burst-spread 5 --server-days $(SOAK_DAYS) --seeds 1-4 --max-per-1000 1 --max-upper 2 --max-one-server-day 1 --json $(SOAK_OUT)/bursts-spread.json
-	./$(LAB) soak --servers 9 --rate 33 --restarts 6:3 --server-days $(SOAK_DAYS) --seeds 1-4 --max-per-1000 1 --max-upper 2 --max-one-server-day 1 --json $(SOAK_OUT)/restarts.json
+	./$(LAB) soak --servers 9 --rate 33 --restarts 6:3 --server-days $(SOAK_DAYS) --seeds 1-4 --json $(SOAK_OUT)/restarts.json
 	./$(LAB) soak --servers 9 --rate 33 --hetero 0.3 --evidence-check 100ms --server-days $(SOAK_DAYS_FINE) --seeds 1-4 --max-per-1000 1 --max-upper 2 --max-one-server-day 1 --json $(SOAK_OUT)/check100ms.json
-	./$(LAB) soak --random-fleets --server-days $(SOAK_DAYS) --seeds 1-4 --max-per-1000 1 --max-upper 2 --max-one-server-day 1 --json $(SOAK_OUT)/random.json
-	./$(LAB) soak --servers 2,3,9 --rate 1,5,33 --fleet-fault 0.05 --server-days 0 --trials $(SOAK_INCIDENTS) --seeds 1-4 --max-fleet-per-1000 1 --json $(SOAK_OUT)/fleet-fault.json
+	./$(LAB) soak --random-fleets --server-days $(SOAK_DAYS) --seeds 1-4 --json $(SOAK_OUT)/random.json
+	./$(LAB) soak --servers 2,3,9 --rate 1,5,33 --fleet-fault 0.05 --server-days 0 --trials $(SOAK_INCIDENTS) --seeds 1-4 --json $(SOAK_OUT)/fleet-fault.json
 	./$(LAB) soak --servers 9 --rate 5,33 --server-days 0 --fault 0.05 --faulty 3 --trials 50 --seeds 1-4 --json $(SOAK_OUT)/detect-3faulty.json
 
 lint: vet tidy
