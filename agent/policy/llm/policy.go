@@ -78,7 +78,6 @@ type Policy struct {
 
 	// Set by New, never changed.
 	rules    rules.Config  // the operator's: the suspects, FleetWide and evidence are judged by it
-	evidence *rules.Policy // the operator's own test, for mayUndo
 	loose    *rules.Policy // the candidates' test: the rules' sequential one, looser (candidates.go)
 	looseH   float64       // its threshold
 
