@@ -77,9 +77,9 @@ type Policy struct {
 	NoEvidenceCheck bool
 
 	// Set by New, never changed.
-	rules    rules.Config  // the operator's: the suspects, FleetWide and evidence are judged by it
-	loose    *rules.Policy // the candidates' test: the rules' sequential one, looser (candidates.go)
-	looseH   float64       // its threshold
+	rules  rules.Config  // the operator's: the suspects, FleetWide and evidence are judged by it
+	loose  *rules.Policy // the candidates' test: the rules' sequential one, looser (candidates.go)
+	looseH float64       // its threshold
 
 	flagMu sync.Mutex         // guards flags: the evidence hook and Decide write them
 	flags  map[agent.Key]flag // what the candidates' test flagged, and when (candidates.go)
