@@ -218,7 +218,7 @@ func NewWith(c config.Config, log zerolog.Logger, o Options) (*Daemon, error) {
 	}
 	d.Store = window.New(c.Window, c.MaxServers, nil)
 	if c.Stats.Poll > 0 {
-		d.Stats = &counters.StatPoller{Sources: sources, Sink: d.Store, Mode: c.StatsMode(), Period: c.Stats.Poll,
+		d.Stats = &counters.StatPoller{Sources: sources, Sink: d.Store, Mode: c.StatsMode(), Period: c.Stats.Poll, Unseen: c.StatsUnseen(),
 			Log: log.With().Str("component", "stats").Logger()}
 	}
 	d.SPOE = &spoe.Server{Sink: d.Store, Log: log.With().Str("component", "spoe").Logger()}
@@ -417,7 +417,9 @@ func (d *Daemon) ingestFigures() []figure {
 			figure{"hapilot_stats_resets_total", "Server counters found lower than before (clear counters).", false, c.Resets.Load()},
 			figure{"hapilot_stats_reloads_total", "HAProxy processes replaced behind a socket (reload, restart).", false, c.Reloads.Load()},
 			figure{"hapilot_stats_answers_total", "Answers recorded from HAProxy's counters.", false, c.Answers.Load()},
-			figure{"hapilot_stats_retried_total", "Retried attempts (wretr) recorded as failures of their server.", false, c.Retried.Load()},
+			figure{"hapilot_stats_retried_total", "Retried or redispatched attempts (wretr, wredis) recorded as failures of their server.", false, c.Retried.Load()},
+			figure{"hapilot_stats_haproxy_5xx_total", "HAProxy's own 502/503/504 for a server (eresp less srv_abrt, econ) recorded as its failures.", false, c.Proxy.Load()},
+			figure{"hapilot_stats_aborted_total", "Transfers a server aborted (srv_abrt) recorded as its failures.", false, c.Aborted.Load()},
 			figure{"hapilot_stats_clamped_total", "Server rows whose counters gained more than their period could hold, recorded at the bound.", false, c.Clamped.Load()})
 	}
 	for _, l := range d.capped {
