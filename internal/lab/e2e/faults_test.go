@@ -1,0 +1,89 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"testing"
+	"time"
+
+	"github.com/hapilot/hapilot/internal/lab/fleet"
+	"github.com/hapilot/hapilot/internal/lab/scenario"
+)
+
+// faultFleet is six servers answering 500 on 0.2% of requests, of which
+// srv3 also fails 5% of its requests in the fault's way.
+func faultFleet(f fleet.Fault) []fleet.BackendConfig {
+	servers := paperFleet(0.002, 0.002, 0.05, 0.002, 0.002, 0.002)
+	if f != fleet.Fault500 {
+		servers[2].Fault = f
+	}
+	return servers
+}
+
+// faultRun is one fault on one telemetry path, issue 42's setup.
+type faultRun struct {
+	path  string
+	fault fleet.Fault
+	// close: the client sends each request on its own connection.
+	close bool
+}
+
+func (r faultRun) name() string {
+	n := r.path + "-" + string(r.fault)
+	if r.close {
+		n += "-close"
+	}
+	return n
+}
+
+// drainsFaulty runs r: srv3 of six fails 5% of its requests in r's way
+// behind HAProxy's option http-server-close, retries 3, option
+// redispatch and timeout server 2s, 300 req/s for 40 s; srv3 is drained
+// within 30 s and no other server is.
+func drainsFaulty(t *testing.T, r faultRun) {
+	out := run(t, scenario.Scenario{Servers: faultFleet(r.fault), Rate: 300, Duration: 40 * time.Second, Policy: "rules",
+		Name: r.name(), Telemetry: r.path, Redispatch: true, NoKeepAlive: r.close, AgentArgs: noTailGuard})
+	at, ok := out.DrainedAt["srv3"]
+	t.Logf("%s: srv3 drained at %v (%v); client: %d 5xx, %d failed; HAProxy retried %d attempts", r.name(), at, ok, out.Load.Err5xx, out.Load.Failed, out.Retried)
+	if !ok || at > 30*time.Second {
+		t.Errorf("srv3 drained at %v (%v), want within 30 s", at, ok)
+	}
+	for s := range out.DrainedAt {
+		if s != "srv3" {
+			t.Errorf("healthy %s drained", s)
+		}
+	}
+}
+
+// Each way a real server fails, on the stats path and on SPOE (the
+// README's stanza, with the stats path beside it, as the agent runs by
+// default): the server that fails is drained, no healthy one is. One
+// run at a time: each holds a real HAProxy, a fleet and an agent at 300
+// req/s, and the drain times are what is tested. Before, on both paths,
+// a hang, garbage, a reset and a refused connection reached no window.
+func TestEveryFaultDrained(t *testing.T) {
+	for _, path := range []string{"stats", "spoe"} {
+		for _, r := range []faultRun{
+			{fault: fleet.FaultHang}, {fault: fleet.FaultGarbage}, {fault: fleet.FaultReset}, {fault: fleet.FaultReset, close: true}, {fault: fleet.FaultRefuse},
+		} {
+			r.path = path
+			t.Run(r.name(), func(t *testing.T) { drainsFaulty(t, r) })
+		}
+	}
+}
+
+// The Lua companion's stanza (http-after-response) and the log stanza see
+// HAProxy's own 504 for a server that hangs and its 502 for one that
+// answers garbage; the stats path beside them adds the resets and the
+// refused connections they cannot see. Before, the Lua stanza's
+// http-response rules never ran for HAProxy's own answers.
+func TestEveryFaultDrainedLuaAndLogs(t *testing.T) {
+	for _, path := range []string{"lua", "syslog"} {
+		for _, r := range []faultRun{
+			{fault: fleet.FaultHang}, {fault: fleet.FaultGarbage}, {fault: fleet.FaultReset}, {fault: fleet.FaultRefuse},
+		} {
+			r.path = path
+			t.Run(r.name(), func(t *testing.T) { drainsFaulty(t, r) })
+		}
+	}
+}
