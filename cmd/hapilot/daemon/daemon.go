@@ -53,6 +53,7 @@ type Daemon struct {
 	warning atomic.Pointer[string] // what watchTelemetry found, for /status
 	advice  atomic.Pointer[string] // what adviseTelemetry found, for /status
 	silence atomic.Pointer[string] // what watchSilence found, for /status
+	blind   atomic.Pointer[string] // the blind-path check's finding, for /status
 	// spoeSeen: when SPOE last received frames; only watchSilence
 	// touches it.
 	spoeSeen pathActivity
@@ -358,7 +359,7 @@ func (d *Daemon) listen() error {
 		sl := d.limit("status", d.statusLn, MaxStatusConns)
 		sl.MaxLife = status.MaxConnLife
 		d.statusLn = sl
-		d.Status = &status.Server{Loop: d.Loop, Extra: []func(io.Writer){d.writeIngestMetrics, writeProcessMetrics}, Warnings: d.Warnings,
+		d.Status = &status.Server{Loop: d.Loop, Extra: []func(io.Writer){d.writeIngestMetrics, writeProcessMetrics}, Warnings: d.Warnings, Unseen: d.Unseen,
 			Ingest: d.ingestCounters, Series: func(n int) any { return d.Store.PerSecond(n) }, Token: c.StatusToken,
 			Log: log.With().Str("component", "status").Logger()}
 		if d.notifier != nil {
@@ -603,10 +604,13 @@ func (d *Daemon) Reopen() {
 // Warnings lists what an operator should fix, for /status.
 func (d *Daemon) Warnings() []string {
 	var ws []string
-	for _, w := range []*string{d.silence.Load(), d.warning.Load(), d.advice.Load()} {
+	for _, w := range []*string{d.silence.Load(), d.blind.Load(), d.warning.Load(), d.advice.Load()} {
 		if w != nil {
 			ws = append(ws, *w)
 		}
+	}
+	if u := d.Unseen(); strings.HasPrefix(u, "telemetry blind") {
+		ws = append(ws, u)
 	}
 	return ws
 }

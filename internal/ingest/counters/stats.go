@@ -141,6 +141,11 @@ type StatPoller struct {
 	// HAProxy's own 502/503/504 (docs/explanation/telemetry.md), so that
 	// beside them FailProxy is left out, lest it count twice.
 	Unseen []window.Fail
+	// Sight, in StatRetries mode with FailProxy not Unseen, checks that
+	// the per-response paths do report HAProxy's own 5xx; those of a
+	// server they are blind to are recorded from the counters. Nil checks
+	// nothing.
+	Sight *Sight
 
 	Counters StatCounters
 
@@ -205,15 +210,19 @@ func (p *StatPoller) Poll(ctx context.Context) {
 		ev.Err(err).Str("haproxy", src.Addr()).Msg("stats path: cannot read HAProxy's counters; nothing recorded from it this period")
 		p.failing[src.Addr()] = true
 	}
-	if p.Coverage != nil {
-		p.Coverage.Forget(func(k haproxy.ServerKey) bool {
-			for _, pc := range p.procs {
-				if _, ok := pc.servers[k]; ok {
-					return true
-				}
+	listed := func(k haproxy.ServerKey) bool {
+		for _, pc := range p.procs {
+			if _, ok := pc.servers[k]; ok {
+				return true
 			}
-			return false
-		})
+		}
+		return false
+	}
+	if p.Coverage != nil {
+		p.Coverage.Forget(listed)
+	}
+	if p.Sight != nil {
+		p.Sight.Forget(listed)
 	}
 }
 
@@ -282,6 +291,13 @@ func (p *StatPoller) pollOne(ctx context.Context, src StatSource) error {
 				answers += n
 			}
 			silent = p.Coverage.Observe(k, answers, now)
+		}
+		var blind bool // the paths are blind to HAProxy's 5xx for k
+		if p.Sight != nil && p.Mode == StatRetries && !p.records(window.FailProxy) {
+			blind = p.Sight.Observe(k, gain.Hrsp[4], fails[window.FailProxy], now)
+		}
+		if !blind && !silent && !p.records(window.FailProxy) {
+			fails[window.FailProxy] = 0 // a path reports them
 		}
 		p.record(r, gain, fails, since, now.Unix(), silent)
 	}
@@ -430,8 +446,8 @@ func (p *StatPoller) record(r haproxy.ServerStat, gain haproxy.StatCounters, fai
 		}
 	}
 	for _, f := range window.Fails {
-		if fails[f] <= 0 || !p.records(f) {
-			continue
+		if fails[f] <= 0 || !p.records(f) && f != window.FailProxy {
+			continue // FailProxy: pollOne kept it only where recorded
 		}
 		n := uint64(emit(window.Event{Backend: be, Server: srv, Fail: f, ResponseMs: -1, Counted: true}, fails[f]))
 		switch f {

@@ -3,6 +3,9 @@
 package e2e
 
 import (
+	"encoding/json"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,7 +47,7 @@ func drainsFaulty(t *testing.T, r faultRun) {
 	out := run(t, scenario.Scenario{Servers: faultFleet(r.fault), Rate: 300, Duration: 40 * time.Second, Policy: "rules",
 		Name: r.name(), Telemetry: r.path, Redispatch: true, NoKeepAlive: r.close, AgentArgs: noTailGuard})
 	at, ok := out.DrainedAt["srv3"]
-	t.Logf("%s: srv3 drained at %v (%v); client: %d 5xx, %d failed; HAProxy retried %d attempts", r.name(), at, ok, out.Load.Err5xx, out.Load.Failed, out.Retried)
+	t.Logf("%s: srv3 drained at %v (%v); client: %d 5xx, %d failed", r.name(), at, ok, out.Load.Err5xx, out.Load.Failed)
 	if !ok || at > 30*time.Second {
 		t.Errorf("srv3 drained at %v (%v), want within 30 s", at, ok)
 	}
@@ -84,6 +87,58 @@ func TestEveryFaultDrainedLuaAndLogs(t *testing.T) {
 		} {
 			r.path = path
 			t.Run(r.name(), func(t *testing.T) { drainsFaulty(t, r) })
+		}
+	}
+}
+
+// The Lua companion's stanza as it was (http-response), in front of a
+// server that hangs on 5% of its requests: the agent finds the path
+// blind to HAProxy's own 504s, says so on /status and in its log, and
+// judges the server from HAProxy's counters meanwhile, so that it is
+// drained. Before, /status said nothing and the server was never drained.
+func TestBlindLuaStanzaIsNoticed(t *testing.T) {
+	var mu sync.Mutex
+	var warned string
+	var unseen string
+	hooks := map[time.Duration]func(*scenario.Env){}
+	for at := 5 * time.Second; at <= 35*time.Second; at += 5 * time.Second {
+		hooks[at] = func(env *scenario.Env) {
+			st := getJSON(t, "http://"+env.Daemon.StatusAddr()+"/status")
+			ws, _ := json.Marshal(st["warnings"])
+			mu.Lock()
+			defer mu.Unlock()
+			if u, _ := st["unseen"].(string); u != "" {
+				unseen = u
+			}
+			if warned == "" && strings.Contains(string(ws), "telemetry blind") {
+				warned = string(ws)
+			}
+		}
+	}
+	out := run(t, scenario.Scenario{Servers: faultFleet(fleet.FaultHang), Rate: 300, Duration: 40 * time.Second, Policy: "rules",
+		Name: "lua-old-stanza", Telemetry: "lua", Redispatch: true, AgentArgs: noTailGuard, StatusListen: "127.0.0.1:0", At: hooks,
+		EditHAProxy: func(cfg string) string {
+			old := strings.ReplaceAll(cfg, "http-after-response set-var", "http-response set-var")
+			if old == cfg {
+				t.Fatal("no http-after-response rule in the Lua stanza")
+			}
+			return old
+		}})
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("/status unseen: %s", unseen)
+	if !strings.Contains(warned, "app/srv3") || !strings.Contains(warned, "http-after-response") {
+		t.Errorf("no blind-path warning naming app/srv3 and the fix on /status: %q", warned)
+	}
+	if !strings.Contains(unseen, "retried") || strings.Contains(unseen, "HAProxy's own") {
+		t.Errorf("/status unseen %q: want the retries and aborts, not HAProxy's own 5xx, which the Lua stanza should see", unseen)
+	}
+	if at, ok := out.DrainedAt["srv3"]; !ok || at > 35*time.Second {
+		t.Errorf("srv3 drained at %v (%v), want within 35 s", at, ok)
+	}
+	for s := range out.DrainedAt {
+		if s != "srv3" {
+			t.Errorf("healthy %s drained", s)
 		}
 	}
 }

@@ -177,6 +177,9 @@ type Series struct {
 	// counters (events marked Counted): Delivered is the rest. Kept on the
 	// stats path's few events rather than on every response's.
 	counted atomic.Uint64
+	// counted5xx is the part of total5xx made so: Delivered5xx is the
+	// rest.
+	counted5xx atomic.Uint64
 	// totalReq and total5xx count every request and 5xx since the series
 	// was made, never cleared: a sequential test reads the difference
 	// between two reads as the new evidence, each request exactly once,
@@ -298,6 +301,9 @@ func (s *Store) RecordAt(sec int64, ev Event) {
 	s.events.Add(uint64(n))
 	if ev.Counted {
 		sr.counted.Add(uint64(n))
+		if ev.class() != FailAnswer || ev.Status >= 500 && ev.Status <= 599 {
+			sr.counted5xx.Add(uint64(n))
+		}
 	}
 	if f := ev.class(); f != FailAnswer {
 		sr.recordFailed(sec, f, n)
@@ -320,6 +326,21 @@ func (s *Store) Delivered(backend, server string) uint64 {
 	}
 	counted := sr.counted.Load()
 	total := sr.totalReq.Load()
+	if counted > total {
+		return 0
+	}
+	return total - counted
+}
+
+// Delivered5xx is how many 5xx answers the per-response paths reported
+// for backend/server since its series was made: its 5xx less those
+// recorded Counted. Exact as Delivered is.
+func (s *Store) Delivered5xx(backend, server string) uint64 {
+	sr, ok := (*s.series.Load())[backend][server]
+	if !ok {
+		return 0
+	}
+	counted, total := sr.counted5xx.Load(), sr.total5xx.Load()
 	if counted > total {
 		return 0
 	}

@@ -334,3 +334,24 @@ func TestFailureClassesCountOnce(t *testing.T) {
 		t.Fatalf("after the window slid: %+v", got)
 	}
 }
+
+// Delivered5xx is the 5xx the per-response paths reported: the stats
+// path's (Counted) answers and failures are left out.
+func TestDelivered5xx(t *testing.T) {
+	s := New(60*time.Second, 10, nil)
+	for _, e := range []Event{
+		{Status: 504, Count: 3},                // a path's
+		{Status: 200, Count: 9},                // a path's, not a 5xx
+		{Status: 500, Count: 4, Counted: true}, // the counters'
+		{Fail: FailProxy, Count: 2, Counted: true},
+	} {
+		e.Backend, e.Server = []byte("be"), []byte("a")
+		s.Record(e)
+	}
+	if got := s.Delivered5xx("be", "a"); got != 3 {
+		t.Fatalf("delivered 5xx %d, want 3", got)
+	}
+	if got := s.Delivered5xx("be", "none"); got != 0 {
+		t.Fatalf("an unknown server: %d", got)
+	}
+}
