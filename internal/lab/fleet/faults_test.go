@@ -195,3 +195,55 @@ func TestFaultsInHAProxysCounters(t *testing.T) {
 		})
 	}
 }
+
+// Each fault kind, straight from the backend: a hang holds the request
+// past the client's patience, a reset and garbage leave the client no
+// HTTP answer, a slow answer comes after SlowFor, and refusals make some
+// connections fail at the dial while the others are served.
+func TestBackendFaultKinds(t *testing.T) {
+	for _, tc := range []struct {
+		fault Fault
+		rate  float64
+		check func(t *testing.T, res *Result, b *Backend)
+	}{
+		{FaultHang, 1, func(t *testing.T, res *Result, b *Backend) {
+			if res.Failed != res.Scheduled || res.Completed != 0 {
+				t.Errorf("%d of %d timed out, %d answered", res.Failed, res.Scheduled, res.Completed)
+			}
+		}},
+		{FaultReset, 1, func(t *testing.T, res *Result, b *Backend) {
+			if res.Failed != res.Scheduled || b.Failed() != uint64(res.Scheduled) {
+				t.Errorf("%d of %d failed, backend reset %d", res.Failed, res.Scheduled, b.Failed())
+			}
+		}},
+		{FaultGarbage, 1, func(t *testing.T, res *Result, b *Backend) {
+			if res.Failed != res.Scheduled || b.Failed() != uint64(res.Scheduled) {
+				t.Errorf("%d of %d failed, backend sent garbage %d", res.Failed, res.Scheduled, b.Failed())
+			}
+		}},
+		{FaultSlow, 1, func(t *testing.T, res *Result, b *Backend) {
+			if res.Completed != res.Scheduled || res.Quantile(0.01) < 200*time.Millisecond {
+				t.Errorf("%d of %d answered, fastest %v", res.Completed, res.Scheduled, res.Quantile(0.01))
+			}
+		}},
+		{FaultRefuse, 0.5, func(t *testing.T, res *Result, b *Backend) {
+			if res.Failed == 0 || res.Completed == 0 || b.RefusingSpells() == 0 {
+				t.Errorf("%d failed, %d answered, %d refusing spells: want some of each", res.Failed, res.Completed, b.RefusingSpells())
+			}
+		}},
+	} {
+		t.Run(string(tc.fault), func(t *testing.T) {
+			b, err := StartBackend(BackendConfig{ErrorRate: tc.rate, Fault: tc.fault, HangFor: time.Second, SlowFor: 200 * time.Millisecond, Seed: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			// Each request on its own connection: a refusal is a dial's.
+			res := Load{Addr: b.Addr, Rate: 50, Duration: time.Second, Timeout: 500 * time.Millisecond, NoKeepAlive: true}.Run(context.Background())
+			tc.check(t, res, b)
+		})
+	}
+	if _, err := StartBackend(BackendConfig{Fault: "flaky"}); err == nil {
+		t.Error("an unknown fault kind was taken")
+	}
+}
