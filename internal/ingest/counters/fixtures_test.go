@@ -94,90 +94,87 @@ func column(t *testing.T, csv, name string) uint64 {
 	return 0
 }
 
-// The captures of real HAProxy 2.6 in front of each fault kind (from
-// internal/lab/fleet's TestFaultsInHAProxysCounters), read through a
-// runtime socket: each failure of srv1 reaches its window once, in its
-// class, whichever columns HAProxy counted it in. Before, the stats path
-// read only hrsp_* and wretr: a hang, garbage, a reset and a refused
+// The captures of real HAProxy 2.6, 3.0 and 3.2 in front of each fault
+// kind (from internal/lab/fleet's TestFaultsInHAProxysCounters), read
+// through a runtime socket: each failure of srv1 reaches its window once,
+// in its class, whichever columns HAProxy counted it in, and however many
+// times (2.6 and 3.0 count a reset twice in eresp, 3.2 garbage too; a
+// retry-on retry is in wretr and wredis). Before, the stats path read
+// only hrsp_* and wretr: a hang, garbage, a reset and a refused
 // connection reached no window at all.
 func TestStatPollerCountsEveryFailureOnce(t *testing.T) {
-	col := func(name string) func(t *testing.T, csv string) uint64 {
-		return func(t *testing.T, csv string) uint64 { return column(t, csv, name) }
-	}
-	unanswered := func(t *testing.T, csv string) uint64 { return column(t, csv, "stot") - column(t, csv, "req_tot") }
+	type want = map[window.Fail]uint64
 	tests := []struct {
 		capture string
-		// class is where srv1's failures belong; n reads how many from the
-		// capture (its own count of them).
-		class window.Fail
-		n     func(t *testing.T, csv string) uint64
-		// seen: the class is one a per-response path reports, so that
-		// the retries mode leaves it out beside one (Unseen).
-		seen bool
+		// want reads the failures of each class from the capture.
+		want func(c func(string) uint64) want
 	}{
-		{"500", window.FailAnswer, col("hrsp_5xx"), true},
-		{"hang", window.FailProxy, col("eresp"), true},
-		{"garbage", window.FailProxy, col("eresp"), true},
-		{"reset", window.FailAbort, col("srv_abrt"), false},
-		// eresp holds each reset twice here: the unanswered attempts bound it.
-		{"reset-close", window.FailProxy, unanswered, true},
-		{"refuse", window.FailRetry, col("wredis"), false},
-		// wretr and wredis both hold each retried 500.
-		{"500-retry-on", window.FailRetry, col("wretr"), false},
-		{"slow", window.FailAnswer, col("hrsp_5xx"), true},
+		{"500", func(c func(string) uint64) want { return want{window.FailAnswer: c("hrsp_5xx")} }},
+		{"hang", func(c func(string) uint64) want { return want{window.FailProxy: c("stot") - c("req_tot")} }},
+		{"garbage", func(c func(string) uint64) want { return want{window.FailProxy: c("stot") - c("req_tot")} }},
+		{"reset", func(c func(string) uint64) want {
+			return want{window.FailAbort: c("srv_abrt"), window.FailProxy: c("stot") - c("req_tot") - c("srv_abrt")}
+		}},
+		{"reset-close", func(c func(string) uint64) want {
+			return want{window.FailAbort: c("srv_abrt"), window.FailProxy: c("stot") - c("req_tot") - c("srv_abrt")}
+		}},
+		{"refuse", func(c func(string) uint64) want { return want{window.FailRetry: c("wredis")} }},
+		{"500-retry-on", func(c func(string) uint64) want { return want{window.FailRetry: c("wretr")} }},
+		{"slow", func(c func(string) uint64) want { return want{} }},
 	}
-	for _, tt := range tests {
-		for _, mode := range []StatMode{StatCounts, StatRetries} {
-			t.Run(tt.capture+"/"+string(mode), func(t *testing.T) {
-				raw, err := os.ReadFile("../../../haproxy/testdata/show-stat-2.6-fault-" + tt.capture + ".csv")
-				if err != nil {
-					t.Fatal(err)
-				}
-				csv := string(raw)
-				var stat atomic.Pointer[string]
-				base := zeroed(csv)
-				stat.Store(&base)
-				src, err := haproxy.New(runtimeSocket(t, &stat))
-				if err != nil {
-					t.Fatal(err)
-				}
-				now := time.Unix(20_000, 0)
-				store := window.New(time.Minute, 16, func() time.Time { return now })
-				p := &StatPoller{Sources: []StatSource{src}, Sink: store, Mode: mode, Log: zerolog.New(zerolog.NewTestWriter(t)), Now: func() time.Time { return now }}
-				if mode == StatRetries {
-					p.Unseen = []window.Fail{window.FailRetry, window.FailAbort} // beside the Lua companion or logs
-				}
-				p.Poll(context.Background())
-				now = now.Add(4 * time.Second)
-				stat.Store(&csv)
-				p.Poll(context.Background())
-				var got window.Stats
-				for _, st := range store.Snapshot(0) {
-					if st.Server == "srv1" {
-						got = st
+	for _, version := range []string{"2.6", "3.0", "3.2"} {
+		for _, tt := range tests {
+			for _, mode := range []StatMode{StatCounts, StatRetries} {
+				t.Run(version+"/"+tt.capture+"/"+string(mode), func(t *testing.T) {
+					raw, err := os.ReadFile("../../../haproxy/testdata/show-stat-" + version + "-fault-" + tt.capture + ".csv")
+					if err != nil {
+						t.Fatal(err)
 					}
-				}
-				want := tt.n(t, csv)
-				if mode == StatRetries && tt.seen {
-					want = 0 // the per-response path reports it
-				}
-				answers := column(t, csv, "req_tot")
-				if mode == StatRetries {
-					answers = 0
-				}
-				for _, f := range append([]window.Fail{window.FailAnswer}, window.Fails...) {
-					w := uint64(0)
-					if f == tt.class {
-						w = want
+					csv := string(raw)
+					var stat atomic.Pointer[string]
+					base := zeroed(csv)
+					stat.Store(&base)
+					src, err := haproxy.New(runtimeSocket(t, &stat))
+					if err != nil {
+						t.Fatal(err)
 					}
-					if got.Failed(f) != w {
-						t.Errorf("%v: %d, want %d (window %+v)", f, got.Failed(f), w, got)
+					now := time.Unix(20_000, 0)
+					store := window.New(time.Minute, 16, func() time.Time { return now })
+					p := &StatPoller{Sources: []StatSource{src}, Sink: store, Mode: mode, Log: zerolog.New(zerolog.NewTestWriter(t)), Now: func() time.Time { return now }}
+					if mode == StatRetries {
+						p.Unseen = []window.Fail{window.FailRetry, window.FailAbort} // beside the Lua companion or logs
 					}
-				}
-				if tt.class != window.FailAnswer && got.Requests != answers+want {
-					t.Errorf("requests %d, want %d answers and %d failures", got.Requests, answers, want)
-				}
-			})
+					p.Poll(context.Background())
+					now = now.Add(4 * time.Second)
+					stat.Store(&csv)
+					p.Poll(context.Background())
+					var got window.Stats
+					for _, st := range store.Snapshot(0) {
+						if st.Server == "srv1" {
+							got = st
+						}
+					}
+					w := tt.want(func(name string) uint64 { return column(t, csv, name) })
+					answers := column(t, csv, "req_tot")
+					if mode == StatRetries {
+						// The per-response path reports the answers and
+						// HAProxy's own 5xx; the stats path the rest.
+						answers, w[window.FailAnswer], w[window.FailProxy] = 0, 0, 0
+					}
+					var failures uint64
+					for _, f := range append([]window.Fail{window.FailAnswer}, window.Fails...) {
+						if got.Failed(f) != w[f] {
+							t.Errorf("%v: %d, want %d (window %+v)", f, got.Failed(f), w[f], got)
+						}
+						if f != window.FailAnswer {
+							failures += w[f]
+						}
+					}
+					if got.Requests != answers+failures {
+						t.Errorf("requests %d, want %d answers and %d failures", got.Requests, answers, failures)
+					}
+				})
+			}
 		}
 	}
 }
