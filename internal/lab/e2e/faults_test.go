@@ -4,12 +4,14 @@ package e2e
 
 import (
 	"encoding/json"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hapilot/hapilot/internal/lab/fleet"
+	"github.com/hapilot/hapilot/internal/lab/labtest"
 	"github.com/hapilot/hapilot/internal/lab/scenario"
 )
 
@@ -43,9 +45,27 @@ func (r faultRun) name() string {
 // behind HAProxy's option http-server-close, retries 3, option
 // redispatch and timeout server 2s, 300 req/s for 40 s; srv3 is drained
 // within 30 s and no other server is.
+//
+// Beside the Lua companion or the logs, the stats path's blind-path check
+// must find nothing: those stanzas report HAProxy's own 5xx themselves.
 func drainsFaulty(t *testing.T, r faultRun) {
+	var mu sync.Mutex
+	var blind []string
+	look := func(env *scenario.Env) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, k := range env.Daemon.Blindness().Blind {
+			blind = append(blind, k.Server)
+		}
+	}
 	out := run(t, scenario.Scenario{Servers: faultFleet(r.fault), Rate: 300, Duration: 40 * time.Second, Policy: "rules",
-		Name: r.name(), Telemetry: r.path, Redispatch: true, NoKeepAlive: r.close, AgentArgs: noTailGuard})
+		Name: r.name(), Telemetry: r.path, Redispatch: true, NoKeepAlive: r.close, AgentArgs: noTailGuard,
+		At: map[time.Duration]func(*scenario.Env){10 * time.Second: look, 20 * time.Second: look, 39 * time.Second: look}})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(blind) > 0 {
+		t.Errorf("the paths found blind to HAProxy's own 5xx of %v", blind)
+	}
 	at, ok := out.DrainedAt["srv3"]
 	t.Logf("%s: srv3 drained at %v (%v); client: %d 5xx, %d failed", r.name(), at, ok, out.Load.Err5xx, out.Load.Failed)
 	if !ok || at > 30*time.Second {
@@ -139,6 +159,32 @@ func TestBlindLuaStanzaIsNoticed(t *testing.T) {
 	for s := range out.DrainedAt {
 		if s != "srv3" {
 			t.Errorf("healthy %s drained", s)
+		}
+	}
+}
+
+// `hapilot-bench demo --fault hang`, as a reader runs it: the table's
+// rules row finds both faulty servers, and no healthy one is drained.
+func TestDemoFault(t *testing.T) {
+	labtest.RequireHAProxy(t)
+	cmd := exec.Command(benchBinary, "demo", "--fault", "hang", "--duration", "25s")
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s", out)
+	if err != nil {
+		t.Fatalf("demo: %v", err)
+	}
+	var rules string
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(l); len(f) > 0 && f[0] == "rules" {
+			rules = l
+		}
+	}
+	if rules == "" || strings.Contains(rules, "never") {
+		t.Errorf("rules row %q: want srv3 and srv6 drained", rules)
+	}
+	for _, want := range []string{"fault: hang: ", "HAProxy answers 504 itself", "healthy servers drained: none"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the demo's output lacks %q", want)
 		}
 	}
 }
