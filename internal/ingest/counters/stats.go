@@ -278,12 +278,16 @@ func (p *StatPoller) pollOne(ctx context.Context, src StatSource) error {
 		case known || fromZero:
 			gain = r.Counters
 		default:
-			// A baseline: its unanswered attempts predate the window.
-			cur.counted[k] = unanswered(r.Counters)
+			// A baseline: its unanswered attempts predate the window, but
+			// for those in flight.
+			cur.counted[k] = settled(r.Counters)
 			continue
 		}
 		fails := classes(gain, unanswered(r.Counters)-counted)
-		cur.counted[k] = counted + fails[window.FailRetry] + fails[window.FailProxy] + fails[window.FailAbort]
+		// The attempts that ended with no answer and in no class (a
+		// client that gave up) are accounted too: room they left would
+		// let a failure HAProxy counts twice count twice later.
+		cur.counted[k] = max(counted+fails[window.FailRetry]+fails[window.FailProxy]+fails[window.FailAbort], settled(r.Counters))
 		silent := false
 		if p.Coverage != nil && p.Mode == StatRetries {
 			var answers int64
@@ -340,6 +344,12 @@ func grown(old, cur haproxy.StatCounters) (haproxy.StatCounters, bool) {
 // no answer of (sessions less requests answered): every failure class
 // lies within it, and so does a request still in flight.
 func unanswered(c haproxy.StatCounters) int64 { return max(c.Stot-c.ReqTot, 0) }
+
+// settled is the unanswered attempts no longer in flight (Scur, the
+// server's current sessions): each is a failure HAProxy has counted by
+// now, or no failure at all. HAProxy counts a stream's failure (eresp,
+// econ, wretr, wredis) before the stream leaves Scur.
+func settled(c haproxy.StatCounters) int64 { return max(unanswered(c)-int64(max(c.Scur, 0)), 0) }
 
 // classes splits a row's gain into the failures of each class, none
 // counted twice. HAProxy counts some failures in two columns: a

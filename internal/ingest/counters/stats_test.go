@@ -295,9 +295,11 @@ func TestStatPollerFallsBackForSilentServers(t *testing.T) {
 
 // A hang's session (stot) is counted when HAProxy connects, its 504
 // (eresp) timeout server later, often a poll or more after: the room
-// its session made is kept across polls, so the failure is counted once
-// it shows, and a second eresp for the same attempt (a reset, counted
-// twice by HAProxy 2.6) finds no room.
+// its session made is kept across polls while in flight (scur), so the
+// failure is counted once it shows, and a second eresp for the same
+// attempt finds no room. Sessions that ended with no answer and no
+// failure (clients that gave up) leave no room behind: a reset HAProxy
+// counts twice in eresp later still counts once.
 func TestStatPollerKeepsRoomAcrossPolls(t *testing.T) {
 	now := time.Unix(50_000, 0)
 	store := window.New(time.Minute, 16, func() time.Time { return now })
@@ -307,9 +309,11 @@ func TestStatPollerKeepsRoomAcrossPolls(t *testing.T) {
 	c.Hrsp[1] = 100
 	for i, step := range []func(){
 		func() {},
-		func() { c.Stot += 10; c.ReqTot += 9; c.Hrsp[1] += 9 }, // one attempt in flight
-		func() { c.Eresp++ }, // its 504
-		func() { c.Eresp++ }, // counted again: no room left
+		func() { c.Stot += 10; c.ReqTot += 9; c.Hrsp[1] += 9; c.Scur = 1 }, // one attempt in flight
+		func() { c.Eresp++; c.Scur = 0 },                                   // its 504
+		func() { c.Eresp++ },                                               // counted again: no room left
+		func() { c.Stot += 5 },                                             // 5 clients gave up: no failure
+		func() { c.Stot++; c.Eresp += 2 },                                  // a reset counted twice (3.0)
 	} {
 		step()
 		src.rows = []haproxy.ServerStat{{Backend: "app", Server: "a", Counters: c}}
@@ -320,7 +324,7 @@ func TestStatPollerKeepsRoomAcrossPolls(t *testing.T) {
 		}
 	}
 	st := store.Snapshot(0)[0]
-	if st.Proxy5xx != 1 || st.Requests != 10 || st.Err5xx != 1 {
-		t.Fatalf("%+v, want 9 answers and one HAProxy 5xx", st)
+	if st.Proxy5xx != 2 || st.Requests != 11 || st.Err5xx != 2 {
+		t.Fatalf("%+v, want 9 answers and two HAProxy 5xx: the hang's and the reset's, once each", st)
 	}
 }
