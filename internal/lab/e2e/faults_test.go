@@ -80,13 +80,15 @@ func drainsFaulty(t *testing.T, r faultRun) {
 
 // Each way a real server fails, on the stats path and on SPOE (the
 // README's stanza, with the stats path beside it, as the agent runs by
-// default): the server that fails is drained, no healthy one is. One
-// run at a time: each holds a real HAProxy, a fleet and an agent at 300
-// req/s, and the drain times are what is tested. Before, on both paths,
+// default): the server that fails is drained, no healthy one is; a 500,
+// the server's own answer, is the control. One run at a time: each holds
+// a real HAProxy, a fleet and an agent at 300 req/s, and the drain times
+// are what is tested. Before, on both paths,
 // a hang, garbage, a reset and a refused connection reached no window.
 func TestEveryFaultDrained(t *testing.T) {
 	for _, path := range []string{"stats", "spoe"} {
 		for _, r := range []faultRun{
+			{fault: fleet.Fault500}, // the control: the server's own 500
 			{fault: fleet.FaultHang}, {fault: fleet.FaultGarbage}, {fault: fleet.FaultReset}, {fault: fleet.FaultReset, close: true}, {fault: fleet.FaultRefuse},
 		} {
 			r.path = path
