@@ -15,7 +15,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # anywhere); under make, a missing HAProxy fails them instead.
 export HAPILOT_REQUIRE_HAPROXY := 1
 
-.PHONY: all build demo test unit e2e soak soak-long lint vet fmt tidy fuzz bench bench-quick bench-study bench-overhead-matrix deps clean deb test-deb haproxy-matrix test-matrix test-browser test-fleet modelservers test-llm model torch
+.PHONY: all build demo test unit e2e test-faults soak soak-long lint vet fmt tidy fuzz bench bench-quick bench-study bench-overhead-matrix deps clean deb test-deb haproxy-matrix test-matrix test-browser test-fleet modelservers test-llm model torch
 
 all: build
 
@@ -151,6 +151,13 @@ demo: deps build
 
 # Static checks, the unit tests (with the fuzz seed corpora) under the race
 # detector, then the end-to-end tests against a real HAProxy.
+# Every way a real server fails (issue 42), on every telemetry path, and a
+# deploy's restarts (issue 41), against a real HAProxy with retries 3 and
+# option redispatch: one HAProxy, fleet and agent at a time, about 40 s
+# each (internal/lab/e2e/faults_long_test.go).
+test-faults: deps build
+	$(GO) test -tags e2e,faults -count=1 -v -timeout 25m -run '^(TestEveryFaultDrained|TestEveryFaultDrainedLuaAndLogs|TestDemoFault|TestDeployRestartNotDrained|TestResettingServerDrained)$$' ./internal/lab/e2e/
+
 # Fleet mode end to end: 3 HAProxy nodes and 3 agents on loopback (pooled
 # detection against one node and against the fleet off; the decider
 # killed; an agent cut off with nftables, then let back; the LLM asked
@@ -221,12 +228,13 @@ soak-long: build
 	./$(LAB) soak --servers 9 --rate 5,33 --server-days 0 --fault 0.05 --faulty 3 --trials 50 --seeds 1-4 --json $(SOAK_OUT)/detect-3faulty.json
 
 lint: vet tidy
-	$(GO) run $(STATICCHECK) -tags e2e,soak,deb,browser,fleet,modelserver ./...
+	$(GO) run $(STATICCHECK) -tags e2e,soak,deb,browser,fleet,modelserver,faults ./...
 
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./internal/lab/e2e/
 	$(GO) vet -tags e2e,soak ./internal/lab/e2e/
+	$(GO) vet -tags e2e,faults ./internal/lab/e2e/
 	$(GO) vet -tags e2e,deb ./internal/lab/e2e/
 	$(GO) vet -tags e2e,browser ./internal/lab/e2e/
 	$(GO) vet -tags e2e,fleet ./internal/lab/e2e/

@@ -192,6 +192,38 @@ func TestServerStatsCounters(t *testing.T) {
 	}
 }
 
+// The failure columns, from the captures of a real HAProxy 2.6 in front
+// of each fault kind (internal/lab/fleet TestFaultsInHAProxysCounters):
+// srv1's econ, eresp, srv_abrt, stot, wretr and wredis are read.
+func TestServerStatsFailureColumns(t *testing.T) {
+	tests := []struct {
+		capture string
+		want    func(c StatCounters) bool
+	}{
+		{"hang", func(c StatCounters) bool { return c.Eresp > 0 && c.SrvAbrt == 0 && c.Stot-c.ReqTot == c.Eresp }},
+		{"reset", func(c StatCounters) bool { return c.Eresp > 0 && c.SrvAbrt == c.Eresp && c.Stot-c.ReqTot == c.Eresp }},
+		{"refuse", func(c StatCounters) bool {
+			return c.Wredis > 0 && c.Wretr == 0 && c.Econ == 0 && c.Stot-c.ReqTot == c.Wredis
+		}},
+		{"500-retry-on", func(c StatCounters) bool { return c.Wretr > 0 && c.Wredis == c.Wretr && c.Stot-c.ReqTot == c.Wretr }},
+	}
+	for _, tt := range tests {
+		raw, err := os.ReadFile("testdata/show-stat-2.6-fault-" + tt.capture + ".csv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		stats, err := parseServerStats(string(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range stats {
+			if s.Server == "srv1" && !tt.want(s.Counters) {
+				t.Errorf("%s: srv1 %+v", tt.capture, s.Counters)
+			}
+		}
+	}
+}
+
 // The kinds of server a real HAProxy 2.6 reports (testdata: its `show
 // stat` of a config with a backup server, an agent-check and every
 // balance algorithm): bck, agent_rise set, and each server given its

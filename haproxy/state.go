@@ -364,10 +364,23 @@ type StatCounters struct {
 	// class: 1xx..5xx, then other. A retried attempt is in neither.
 	ReqTot int64
 	Hrsp   [6]int64
-	// Wretr is retries away from this server (connection failures, and
-	// with retry-on, answers such as a 500 that HAProxy did not pass on);
-	// Wredis is those of them redispatched to another server.
+	// Wretr is attempts on this server HAProxy retried on it again, and
+	// Wredis those it redispatched to another server. A failed connection
+	// counts in one of the two (HAProxy 2.6 measured: with option
+	// redispatch and roundrobin, in wredis alone); an answer retried by
+	// retry-on (a 500) in wretr, and in wredis too when redispatched.
 	Wretr, Wredis int64
+	// Econ is requests whose last connection attempt failed (HAProxy then
+	// answers 503 itself); Eresp response errors: HAProxy's own 504 on
+	// timeout server, 502 on an answer that is not HTTP or a reset, and
+	// SrvAbrt, the transfers the server aborted, which Eresp includes. On
+	// HAProxy 2.6 none of them is in ReqTot or Hrsp.
+	Econ, Eresp, SrvAbrt int64
+	// Stot is the sessions HAProxy sent to the server: every attempt,
+	// answered or not. Stot less ReqTot bounds the attempts that ended
+	// without an answer, which no failure class may exceed
+	// (docs/explanation/telemetry.md).
+	Stot int64
 	// Averages over the last 1024 requests, in ms: queue and total session
 	// (the response time, rtime, is ServerStat.RespTimeMs); and the three
 	// maxima since start.
@@ -393,7 +406,7 @@ func (c *Client) ServerStats(ctx context.Context) ([]ServerStat, error) {
 }
 
 // statColumns are the columns ServerStat reads.
-var statColumns = append([]string{"pxname", "svname", "slim", "rtime", "req_tot", "wretr", "wredis", "qtime", "ttime",
+var statColumns = append([]string{"pxname", "svname", "slim", "rtime", "req_tot", "wretr", "wredis", "econ", "eresp", "srv_abrt", "stot", "qtime", "ttime",
 	"qtime_max", "rtime_max", "ttime_max", "scur", "qcur", "bck", "agent_rise", "algo", "mode"}, hrspColumns[:]...)
 
 func readServerStats(ctx context.Context, r *bufio.Reader, maxRows int) ([]ServerStat, error) {
@@ -428,6 +441,7 @@ func readServerStats(ctx context.Context, r *bufio.Reader, maxRows int) ([]Serve
 		}
 		c := StatCounters{
 			ReqTot: num("req_tot"), Wretr: num("wretr"), Wredis: num("wredis"),
+			Econ: num("econ"), Eresp: num("eresp"), SrvAbrt: num("srv_abrt"), Stot: num("stot"),
 			QTime: int(num("qtime")), TTime: int(num("ttime")),
 			QTimeMax: int(num("qtime_max")), RTimeMax: int(num("rtime_max")), TTimeMax: int(num("ttime_max")),
 			Scur: int(num("scur")), Qcur: int(num("qcur")),

@@ -2,8 +2,10 @@
 --
 -- HAProxy builds each response's "backend server status %Tr" line itself,
 -- natively, and hands it to this script's converter:
---   http-response set-var-fmt(txn.hapilot) "%b %s %ST %Tr"
---   http-response set-var(txn.hapilot_n) var(txn.hapilot),lua.hapilot_record
+--   http-after-response set-var-fmt(txn.hapilot) "%b %s %ST %Tr"
+--   http-after-response set-var(txn.hapilot_n) var(txn.hapilot),lua.hapilot_record
+-- (http-after-response: it runs for HAProxy's own 502/503/504 too, which
+-- http-response never sees.)
 -- The converter counts the line in a bounded in-memory table, where
 -- identical lines share one entry, and returns at once. A task flushes the
 -- table to the agent every flush interval over core.tcp(), one connection

@@ -31,6 +31,9 @@ type Server struct {
 	// Warnings, when set, lists what an operator should fix (no telemetry
 	// arriving, say), shown in /status as "warnings".
 	Warnings func() []string
+	// Unseen, when set, says what the per-response paths cannot see and
+	// what makes up for it, shown in /status as "unseen".
+	Unseen func() string
 	// Ingest, when set, gives the ingest paths' counters, shown in
 	// /status as "ingest".
 	Ingest func() map[string]uint64
@@ -202,9 +205,13 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		st := struct {
 			agent.Status
 			Warnings []string          `json:"warnings,omitempty"`
+			Unseen   string            `json:"unseen,omitempty"`
 			Ingest   map[string]uint64 `json:"ingest,omitempty"`
 			Fleet    any               `json:"fleet,omitempty"`
 		}{Status: s.Loop.Status()}
+		if s.Unseen != nil {
+			st.Unseen = s.Unseen()
+		}
 		if s.Fleet != nil {
 			st.Fleet = s.Fleet()
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -19,7 +20,9 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := flag.NewFlagSet("hapilot-bench demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	servers := fs.Int("servers", 6, "servers in the fleet; every third (srv3, srv6, ...) fails")
-	errRate := fs.Float64("error-rate", 0.05, "share of requests the faulty servers answer 500")
+	errRate := fs.Float64("error-rate", 0.05, "share of requests the faulty servers fail (answer 500, or as --fault says)")
+	fault := fleet.Fault500
+	fs.Var(&fault, "fault", "how the faulty servers fail: "+faultWords()+"; any but 500 runs HAProxy with option http-server-close, retries 3, option redispatch and timeout server 2s, as operators set it in front of such servers")
 	rate := fs.Float64("rate", 300, "client requests per second")
 	duration := fs.Duration("duration", 45*time.Second, "load per policy")
 	interval := fs.Duration("interval", time.Second, "agent's control-loop interval")
@@ -30,7 +33,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	for i := 0; i < *servers; i++ {
 		c := fleet.BackendConfig{Latency: 9 * time.Millisecond, Jitter: 4 * time.Millisecond, Capacity: 64, Seed: uint64(i + 1)}
 		if i%3 == 2 {
-			c.ErrorRate = *errRate
+			c.ErrorRate, c.Fault = *errRate, fault
 		}
 		cfgs = append(cfgs, c)
 	}
@@ -42,6 +45,10 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	sort.Strings(names)
 	fmt.Fprintf(stdout, "demo: %d servers behind a real HAProxy, %v fail %.0f%% of requests; %.0f req/s for %v per policy, agent interval %v\n",
 		*servers, names, 100**errRate, *rate, *duration, *interval)
+	redispatch := fault != fleet.Fault500
+	if redispatch {
+		fmt.Fprintf(stdout, "fault: %s: %s\n", fault, faultSays[fault])
+	}
 
 	var outs []*scenario.Outcome
 	for _, pol := range []string{"static", "rules"} {
@@ -53,7 +60,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stdout, "running --policy %s ...\n", pol)
 		out, err := scenario.Scenario{
 			Servers: cfgs, Rate: *rate, Duration: *duration, Policy: pol, Interval: *interval,
-			Dir: dir, Log: zerolog.Nop(),
+			Redispatch: redispatch, Dir: dir, Log: zerolog.Nop(),
 		}.Run(ctx)
 		if err != nil {
 			return fmt.Errorf("policy %s: %w", pol, err)
@@ -62,6 +69,24 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	printTable(stdout, outs, names)
 	return nil
+}
+
+// faultSays is what HAProxy 2.6 makes of each fault, as measured
+// (docs/explanation/telemetry.md), and how the agent hears of it.
+var faultSays = map[fleet.Fault]string{
+	fleet.FaultHang:    "the server holds the request past timeout server; HAProxy answers 504 itself (sH--), counted in eresp: HAProxy's own 5xx",
+	fleet.FaultReset:   "the server resets the connection; the keep-alive client's connection is closed without an answer, counted in srv_abrt: an abort",
+	fleet.FaultRefuse:  "the server refuses connections; HAProxy redispatches them to another server (wredis): a retry the client never sees",
+	fleet.FaultGarbage: "the server answers bytes that are not HTTP; HAProxy answers 502 itself (PH--), counted in eresp: HAProxy's own 5xx",
+	fleet.FaultSlow:    "the server answers 200 after 1.5 s: a slow tail, no error",
+}
+
+func faultWords() string {
+	var w []string
+	for _, f := range fleet.Faults {
+		w = append(w, string(f))
+	}
+	return strings.Join(w, "|")
 }
 
 func printTable(w io.Writer, outs []*scenario.Outcome, faulty []string) {

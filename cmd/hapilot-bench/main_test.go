@@ -30,6 +30,7 @@ func TestCommands(t *testing.T) {
 		{[]string{"bench", "--policy", "envoy", "--envoy", "success_rate_stdev_factor"}, 1, "", "field=value"},
 		{[]string{"bench", "--policy", "envoy", "--envoy", "interval=soon"}, 1, "", "not a duration"},
 		{[]string{"bench", "--seeds", "5-1"}, 1, "", "--seeds"},
+		{[]string{"demo", "--fault", "flaky"}, 1, "", "want 500|hang|reset|refuse|garbage|slow"},
 		{[]string{"bench", "--policy", "carrier-pigeon"}, 1, "", "want static, haproxy-l7, envoy"},
 		{[]string{"bench", "overhead", "--paths", "plain,carrier-pigeon", "--duration", "1s"}, 1, "", "unknown telemetry path"},
 		{[]string{"bench", "overhead", "--paths", "plain,spoe", "--haproxy", "3.2"}, 1, "", "want NAME=PATH"},

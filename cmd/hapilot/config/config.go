@@ -561,6 +561,18 @@ func (c Config) StatsMode() counters.StatMode {
 	return counters.StatRetries
 }
 
+// StatsUnseen are the failure classes the stats path records beside the
+// per-response paths (counters.StatPoller.Unseen): retries and aborts,
+// which none sees, and HAProxy's own 502/503/504 unless the Lua companion
+// or the logs listen, which see them (the SPOE stanza's http-response
+// rule does not run for them).
+func (c Config) StatsUnseen() []window.Fail {
+	if l, _ := c.Listeners(); l.Lua.Off() && l.Syslog.Off() {
+		return nil // all of them
+	}
+	return []window.Fail{window.FailRetry, window.FailAbort}
+}
+
 // Listeners are the listen settings, parsed: each is an address or off.
 type Listeners struct {
 	SPOE, Lua, Syslog, Status netx.Address

@@ -2,6 +2,7 @@ package config
 
 import (
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -158,6 +159,30 @@ func TestStatsModeAuto(t *testing.T) {
 		}
 		if got := string(c.StatsMode()); got != tt.want {
 			t.Errorf("%v: mode %s, want %s", tt.args, got, tt.want)
+		}
+	}
+}
+
+// Beside SPOE alone, the stats path records every failure class (SPOE's
+// http-response rule sees none of HAProxy's own answers); beside the Lua
+// companion or the logs, which see HAProxy's own 502/503/504, only the
+// retries and aborts.
+func TestStatsUnseen(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{nil, "[]"},
+		{[]string{"--lua-listen", "127.0.0.1:7000"}, "[retry abort]"},
+		{[]string{"--spoe-listen", "off", "--syslog-listen", "udp://127.0.0.1:7001"}, "[retry abort]"},
+	}
+	for _, tt := range tests {
+		c, err := parse(t, "", tt.args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(c.StatsUnseen()); got != tt.want {
+			t.Errorf("%v: unseen %s, want %s", tt.args, got, tt.want)
 		}
 	}
 }

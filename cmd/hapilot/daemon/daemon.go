@@ -53,6 +53,7 @@ type Daemon struct {
 	warning atomic.Pointer[string] // what watchTelemetry found, for /status
 	advice  atomic.Pointer[string] // what adviseTelemetry found, for /status
 	silence atomic.Pointer[string] // what watchSilence found, for /status
+	blind   atomic.Pointer[string] // the blind-path check's finding, for /status
 	// spoeSeen: when SPOE last received frames; only watchSilence
 	// touches it.
 	spoeSeen pathActivity
@@ -223,7 +224,7 @@ func NewWith(c config.Config, log zerolog.Logger, o Options) (*Daemon, error) {
 	}
 	d.Store = window.New(c.Window, c.MaxServers, nil)
 	if c.Stats.Poll > 0 {
-		d.Stats = &counters.StatPoller{Sources: sources, Sink: d.Store, Mode: c.StatsMode(), Period: c.Stats.Poll,
+		d.Stats = &counters.StatPoller{Sources: sources, Sink: d.Store, Mode: c.StatsMode(), Period: c.Stats.Poll, Unseen: c.StatsUnseen(),
 			Log: log.With().Str("component", "stats").Logger()}
 	}
 	d.SPOE = &spoe.Server{Sink: d.Store, Log: log.With().Str("component", "spoe").Logger()}
@@ -374,7 +375,7 @@ func (d *Daemon) listen() error {
 		sl := d.limit("status", d.statusLn, MaxStatusConns)
 		sl.MaxLife = status.MaxConnLife
 		d.statusLn = sl
-		d.Status = &status.Server{Loop: d.Loop, Extra: []func(io.Writer){d.writeIngestMetrics, writeProcessMetrics}, Warnings: d.Warnings,
+		d.Status = &status.Server{Loop: d.Loop, Extra: []func(io.Writer){d.writeIngestMetrics, writeProcessMetrics}, Warnings: d.Warnings, Unseen: d.Unseen,
 			Ingest: d.ingestCounters, Series: func(n int) any { return d.Store.PerSecond(n) }, Token: c.StatusToken,
 			Log: log.With().Str("component", "status").Logger()}
 		if d.notifier != nil {
@@ -436,7 +437,9 @@ func (d *Daemon) ingestFigures() []figure {
 			figure{"hapilot_stats_resets_total", "Server counters found lower than before (clear counters).", false, c.Resets.Load()},
 			figure{"hapilot_stats_reloads_total", "HAProxy processes replaced behind a socket (reload, restart).", false, c.Reloads.Load()},
 			figure{"hapilot_stats_answers_total", "Answers recorded from HAProxy's counters.", false, c.Answers.Load()},
-			figure{"hapilot_stats_retried_total", "Retried attempts (wretr) recorded as failures of their server.", false, c.Retried.Load()},
+			figure{"hapilot_stats_retried_total", "Retried or redispatched attempts (wretr, wredis) recorded as failures of their server.", false, c.Retried.Load()},
+			figure{"hapilot_stats_haproxy_5xx_total", "HAProxy's own 502/503/504 for a server (eresp less srv_abrt, econ) recorded as its failures.", false, c.Proxy.Load()},
+			figure{"hapilot_stats_aborted_total", "Transfers a server aborted (srv_abrt) recorded as its failures.", false, c.Aborted.Load()},
 			figure{"hapilot_stats_clamped_total", "Server rows whose counters gained more than their period could hold, recorded at the bound.", false, c.Clamped.Load()})
 	}
 	for _, l := range d.capped {
@@ -632,13 +635,16 @@ func (d *Daemon) Reopen() {
 // Warnings lists what an operator should fix, for /status.
 func (d *Daemon) Warnings() []string {
 	var ws []string
-	for _, w := range []*string{d.silence.Load(), d.warning.Load(), d.advice.Load()} {
+	for _, w := range []*string{d.silence.Load(), d.blind.Load(), d.warning.Load(), d.advice.Load()} {
 		if w != nil {
 			ws = append(ws, *w)
 		}
 	}
 	if w := d.Loop.StateWarning(); w != "" {
 		ws = append(ws, w)
+	}
+	if u := d.Unseen(); strings.HasPrefix(u, "telemetry blind") {
+		ws = append(ws, u)
 	}
 	return ws
 }

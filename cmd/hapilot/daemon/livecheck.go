@@ -221,6 +221,15 @@ func (r *LiveReport) telemetry(ctx context.Context, c config.Config, wait time.D
 	s := d.Silence()
 	path := spoePath(d.SPOE.Counters.Events.Load(), d.SPOE.Counters.Sampled.Load())
 	r.say("telemetry: in %v, %s; %d server(s) reported, %d silent", wait, d.pathCounts(), s.Covered, len(s.Silent))
+	switch u := d.Unseen(); {
+	case strings.HasPrefix(u, "telemetry blind"):
+		r.problem("%s", u)
+	case u != "":
+		r.say("telemetry: %s", u)
+	}
+	if b := d.Blindness(); len(b.Blind) > 0 {
+		r.problem("%s", d.blindWarning(b))
+	}
 	switch {
 	case len(s.Silent) > 0:
 		r.problem("%s", d.silenceWarning(s))
@@ -249,6 +258,7 @@ func (d *Daemon) pathCounts() string {
 // agentStatus is what check --live reads of a running agent's /status.
 type agentStatus struct {
 	Warnings []string                   `json:"warnings"`
+	Unseen   string                     `json:"unseen"`
 	Ingest   map[string]uint64          `json:"ingest"`
 	Changes  map[string]json.RawMessage `json:"changes"`
 }
@@ -291,8 +301,11 @@ func (r *LiveReport) fromRunningAgent(c config.Config, st agentStatus, err error
 		return ""
 	}
 	r.say("telemetry: read from the running agent's /status at %s: %d responses recorded, %d server(s) silent", c.StatusListen, st.Ingest["events"], st.Ingest["telemetry_silent_servers"])
+	if st.Unseen != "" && !strings.HasPrefix(st.Unseen, "telemetry blind") {
+		r.say("telemetry: %s", st.Unseen)
+	}
 	for _, w := range st.Warnings {
-		if strings.HasPrefix(w, "telemetry silent") {
+		if strings.HasPrefix(w, "telemetry silent") || strings.HasPrefix(w, "telemetry blind") {
 			r.problem("%s", w)
 		}
 	}

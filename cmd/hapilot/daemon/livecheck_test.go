@@ -33,6 +33,15 @@ func TestLiveCheckProblems(t *testing.T) {
 		{"blind", func(t *testing.T) []string {
 			return []string{"--haproxy-socket", fakeRuntimeAt(t, "2.6.12", "admin"), "--spoe-listen", "off", "--stats-poll", "0"}
 		}, "the agent would be blind"},
+		// SPOE sees the answers HAProxy passes on, and nothing of its
+		// own 5xx, its retries or the aborts: with the stats path off,
+		// the check says so.
+		{"SPOE without the stats path", func(t *testing.T) []string {
+			return []string{"--haproxy-socket", fakeRuntimeAt(t, "2.6.12", "admin"), "--spoe-listen", "127.0.0.1:0", "--stats-poll", "0"}
+		}, "telemetry blind: the per-response paths cannot see HAProxy's own 502/503/504"},
+		{"the logs without the stats path", func(t *testing.T) []string {
+			return []string{"--haproxy-socket", fakeRuntimeAt(t, "2.6.12", "admin"), "--spoe-listen", "off", "--syslog-listen", "udp://127.0.0.1:0", "--stats-poll", "0"}
+		}, "telemetry blind: the per-response paths cannot see the attempts HAProxy retried"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := parseConfig(t, append(tc.args(t), "--status-listen", "off"))

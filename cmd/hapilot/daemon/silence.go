@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/hapilot/hapilot/internal/ingest/logs"
 
 	"github.com/hapilot/hapilot/internal/lib/netx"
+	"github.com/hapilot/hapilot/internal/lib/window"
 )
 
 // SampledMinAnswers is Coverage's MinAnswers once the sampled stanza's
@@ -55,6 +57,44 @@ func (d *Daemon) coverage() {
 		},
 		Delivered: d.Store.Delivered,
 	}
+	if !slices.Contains(d.Stats.Unseen, window.FailProxy) && d.Stats.Unseen != nil {
+		// The Lua companion or the logs listen: their stanzas see
+		// HAProxy's own 5xx, or should.
+		d.Stats.Sight = &counters.Sight{Delivered5xx: d.Store.Delivered5xx}
+	}
+}
+
+// Blindness is what the blind-path check found; the zero value when it
+// does not run.
+func (d *Daemon) Blindness() counters.Blindness {
+	if d.Stats == nil || d.Stats.Sight == nil {
+		return counters.Blindness{}
+	}
+	return d.Stats.Sight.Blindness()
+}
+
+// blindWarning names the servers whose HAProxy 5xx no path reports.
+func (d *Daemon) blindWarning(b counters.Blindness) string {
+	return fmt.Sprintf("telemetry blind: HAProxy answered 502/503/504 itself for %d server(s) (%s), and %s reported fewer than half of them; likely cause: the Lua companion's stanza hooks http-response, which HAProxy never runs for its own answers (a timeout, an answer that is not HTTP): write http-after-response, as examples/haproxy-lua.cfg does. Meanwhile the agent records them from HAProxy's counters",
+		len(b.Blind), strings.Join(keyNames(b.Blind, 5), ", "), d.pathNames())
+}
+
+// Unseen says what the per-response paths cannot see, by design, and who
+// makes up for it: "" when no per-response path listens.
+func (d *Daemon) Unseen() string {
+	ls, _ := d.Config.Listeners()
+	if ls.SPOE.Off() && ls.Lua.Off() && ls.Syslog.Off() {
+		return ""
+	}
+	var classes []string
+	if ls.Lua.Off() && ls.Syslog.Off() {
+		classes = append(classes, "HAProxy's own 502/503/504 (SPOE's http-response rule does not run for them)")
+	}
+	classes = append(classes, "the attempts HAProxy retried or redispatched", "transfers a server aborted under a keep-alive client")
+	if d.Stats == nil {
+		return "telemetry blind: the per-response paths cannot see " + strings.Join(classes, ", ") + ", and the stats path is off (--stats-poll 0): a server that fails so is never drained; set --stats-poll"
+	}
+	return "the per-response paths cannot see " + strings.Join(classes, ", ") + ": the stats path records them from HAProxy's counters (docs/explanation/telemetry.md)"
 }
 
 // Silence is what the silent-path check found; the zero value when it
@@ -81,6 +121,14 @@ func (d *Daemon) watchSilence(ctx context.Context) error {
 			return nil
 		case now := <-t.C:
 			d.notePathActivity(now)
+		}
+		if b := d.Blindness(); len(b.Blind) > 0 {
+			w := d.blindWarning(b)
+			if old := d.blind.Swap(&w); old == nil {
+				d.log.Error().Strs("servers", keyNames(b.Blind, 20)).Msg(w)
+			}
+		} else if d.blind.Swap(nil) != nil {
+			d.log.Info().Msg("telemetry: the paths report HAProxy's own 5xx again")
 		}
 		s := d.Silence()
 		switch {

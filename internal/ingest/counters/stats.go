@@ -3,6 +3,8 @@ package counters
 import (
 	"context"
 	"fmt"
+	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,9 +33,10 @@ const (
 	// StatCounts records every answer from HAProxy's own counters: the
 	// whole telemetry, with no stanza and no per-request cost.
 	StatCounts StatMode = "counts"
-	// StatRetries records only the attempts HAProxy retried, beside a
-	// per-response path (SPOE, Lua, logs) that reports the answers but
-	// never sees a retried one.
+	// StatRetries records only the failures a per-response path (SPOE,
+	// Lua, logs) beside it cannot see: the attempts HAProxy retried, the
+	// transfers a server aborted, and where the path does not see them
+	// (StatPoller.Unseen), HAProxy's own 502/503/504.
 	StatRetries StatMode = "retries"
 )
 
@@ -81,7 +84,9 @@ type StatCounters struct {
 	Resets  atomic.Uint64 // counters found lower than before: `clear counters`
 	Reloads atomic.Uint64 // a process replaced by a new one (reload, restart)
 	Answers atomic.Uint64 // answers recorded (StatCounts, or a silent server's)
-	Retried atomic.Uint64 // retried attempts recorded
+	Retried atomic.Uint64 // retried or redispatched attempts recorded (window.FailRetry)
+	Proxy   atomic.Uint64 // HAProxy's own 5xx for a server recorded (window.FailProxy)
+	Aborted atomic.Uint64 // server aborts recorded (window.FailAbort)
 	// Clamped counts counter gains above what their period could hold
 	// (MaxGainPerSecond), recorded at that bound.
 	Clamped atomic.Uint64
@@ -133,6 +138,18 @@ type StatPoller struct {
 	// (a reload, a restart) as the poll finds it: the agent's loop steps
 	// then, to put back the changes the new process does not hold.
 	OnReload func(addr string)
+	// Unseen are the failure classes (window.Fails) no per-response path
+	// beside the stats path reports, recorded from the counters in
+	// StatRetries mode; nil is all of them, as for SPOE, which sees only
+	// the answers HAProxy passes on. The Lua companion and the logs see
+	// HAProxy's own 502/503/504 (docs/explanation/telemetry.md), so that
+	// beside them FailProxy is left out, lest it count twice.
+	Unseen []window.Fail
+	// Sight, in StatRetries mode with FailProxy not Unseen, checks that
+	// the per-response paths do report HAProxy's own 5xx; those of a
+	// server they are blind to are recorded from the counters. Nil checks
+	// nothing.
+	Sight *Sight
 
 	Counters StatCounters
 
@@ -151,6 +168,10 @@ type procCounters struct {
 	start    int64     // the process's start, Unix seconds
 	readAt   time.Time // when it was read
 	servers  map[haproxy.ServerKey]haproxy.StatCounters
+	// counted is, per server, the attempts without an answer accounted
+	// so far: recorded as failures, or in the baseline. Stot less ReqTot
+	// less counted is the room left for failures (see classes).
+	counted map[haproxy.ServerKey]int64
 }
 
 // Run polls every Period until ctx ends.
@@ -193,15 +214,19 @@ func (p *StatPoller) Poll(ctx context.Context) {
 		ev.Err(err).Str("haproxy", src.Addr()).Msg("stats path: cannot read HAProxy's counters; nothing recorded from it this period")
 		p.failing[src.Addr()] = true
 	}
-	if p.Coverage != nil {
-		p.Coverage.Forget(func(k haproxy.ServerKey) bool {
-			for _, pc := range p.procs {
-				if _, ok := pc.servers[k]; ok {
-					return true
-				}
+	listed := func(k haproxy.ServerKey) bool {
+		for _, pc := range p.procs {
+			if _, ok := pc.servers[k]; ok {
+				return true
 			}
-			return false
-		})
+		}
+		return false
+	}
+	if p.Coverage != nil {
+		p.Coverage.Forget(listed)
+	}
+	if p.Sight != nil {
+		p.Sight.Forget(listed)
 	}
 }
 
@@ -225,7 +250,8 @@ func (p *StatPoller) pollOne(ctx context.Context, src StatSource) error {
 	if prev != nil {
 		since = min(prev.readAt.Unix(), since)
 	}
-	cur := &procCounters{instance: info.Instance(), start: info.StartTime, readAt: now, servers: make(map[haproxy.ServerKey]haproxy.StatCounters, len(rows))}
+	cur := &procCounters{instance: info.Instance(), start: info.StartTime, readAt: now, servers: make(map[haproxy.ServerKey]haproxy.StatCounters, len(rows)),
+		counted: make(map[haproxy.ServerKey]int64, len(rows))}
 	var fromZero bool // every counter of this read counts in full
 	switch {
 	case prev == nil:
@@ -247,17 +273,28 @@ func (p *StatPoller) pollOne(ctx context.Context, src StatSource) error {
 		k := haproxy.ServerKey{Backend: r.Backend, Server: r.Server}
 		cur.servers[k] = r.Counters
 		var gain haproxy.StatCounters
+		var counted int64 // the unanswered attempts accounted before this read
 		switch old, had := prev.server(k); {
 		case known && had:
 			var reset bool
 			if gain, reset = grown(old, r.Counters); reset {
 				p.Counters.Resets.Add(1)
+			} else {
+				counted = prev.counted[k]
 			}
 		case known || fromZero:
 			gain = r.Counters
 		default:
+			// A baseline: its unanswered attempts predate the window, but
+			// for those in flight.
+			cur.counted[k] = settled(r.Counters)
 			continue
 		}
+		fails := classes(gain, unanswered(r.Counters)-counted)
+		// The attempts that ended with no answer and in no class (a
+		// client that gave up) are accounted too: room they left would
+		// let a failure HAProxy counts twice count twice later.
+		cur.counted[k] = max(counted+fails[window.FailRetry]+fails[window.FailProxy]+fails[window.FailAbort], settled(r.Counters))
 		silent := false
 		if p.Coverage != nil && p.Mode == StatRetries {
 			var answers int64
@@ -266,7 +303,14 @@ func (p *StatPoller) pollOne(ctx context.Context, src StatSource) error {
 			}
 			silent = p.Coverage.Observe(k, answers, now)
 		}
-		p.record(r, gain, since, now.Unix(), silent)
+		var blind bool // the paths are blind to HAProxy's 5xx for k
+		if p.Sight != nil && p.Mode == StatRetries && !p.records(window.FailProxy) {
+			blind = p.Sight.Observe(k, gain.Hrsp[4], fails[window.FailProxy], now)
+		}
+		if !blind && !silent && !p.records(window.FailProxy) {
+			fails[window.FailProxy] = 0 // a path reports them
+		}
+		p.record(r, gain, fails, since, now.Unix(), silent)
 	}
 	p.procs[src.Addr()] = cur
 	return nil
@@ -288,7 +332,11 @@ func grown(old, cur haproxy.StatCounters) (haproxy.StatCounters, bool) {
 	d.ReqTot -= old.ReqTot
 	d.Wretr -= old.Wretr
 	d.Wredis -= old.Wredis
-	reset := d.ReqTot < 0 || d.Wretr < 0 || d.Wredis < 0
+	d.Econ -= old.Econ
+	d.Eresp -= old.Eresp
+	d.SrvAbrt -= old.SrvAbrt
+	d.Stot -= old.Stot
+	reset := d.ReqTot < 0 || d.Wretr < 0 || d.Wredis < 0 || d.Econ < 0 || d.Eresp < 0 || d.SrvAbrt < 0 || d.Stot < 0
 	for i := range d.Hrsp {
 		d.Hrsp[i] -= old.Hrsp[i]
 		reset = reset || d.Hrsp[i] < 0
@@ -297,6 +345,52 @@ func grown(old, cur haproxy.StatCounters) (haproxy.StatCounters, bool) {
 		return cur, true
 	}
 	return d, false
+}
+
+// unanswered is the attempts HAProxy sent to the server that it counted
+// no answer of (sessions less requests answered): every failure class
+// lies within it, and so does a request still in flight.
+func unanswered(c haproxy.StatCounters) int64 { return max(c.Stot-c.ReqTot, 0) }
+
+// settled is the unanswered attempts no longer in flight (Scur, the
+// server's current sessions): each is a failure HAProxy has counted by
+// now, or no failure at all. HAProxy counts a stream's failure (eresp,
+// econ, wretr, wredis) before the stream leaves Scur.
+func settled(c haproxy.StatCounters) int64 { return max(unanswered(c)-int64(max(c.Scur, 0)), 0) }
+
+// classes splits a row's gain into the failures of each class, none
+// counted twice. HAProxy counts some failures in two columns: a
+// retry-on retry that is redispatched in both wretr and wredis, a reset
+// before the answer to a client without keep-alive twice in eresp
+// (HAProxy 2.6 measured), and on some versions its own 504 in hrsp_5xx
+// as well as in eresp. So each class is bounded by room, the attempts
+// that ended with no answer counted and not yet accounted for: a
+// failure that is an answer (hrsp_5xx) is counted as one there, and an
+// attempt is counted in at most one class, taken in the order abort
+// (srv_abrt), HAProxy's own (eresp less srv_abrt, econ), retry (wretr,
+// wredis). An attempt in flight when read is room, not a failure: it
+// is accounted once its answer or its failure is counted.
+func classes(gain haproxy.StatCounters, room int64) (out [window.NumFails]int64) {
+	raw := [window.NumFails]int64{
+		window.FailAbort: gain.SrvAbrt,
+		window.FailProxy: satAdd(max(gain.Eresp-gain.SrvAbrt, 0), gain.Econ),
+		window.FailRetry: satAdd(gain.Wretr, gain.Wredis),
+	}
+	for _, f := range []window.Fail{window.FailAbort, window.FailProxy, window.FailRetry} {
+		out[f] = min(max(raw[f], 0), max(room, 0))
+		room -= out[f]
+	}
+	return out
+}
+
+// satAdd is a+b for counts (not negative), at most math.MaxInt64: a
+// counter near 2^63 must not wrap to a negative count.
+func satAdd(a, b int64) int64 {
+	a, b = max(a, 0), max(b, 0)
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // statuses stand for each answer class of StatCounters.Hrsp; "other" (no
@@ -317,7 +411,7 @@ type recorderAt interface {
 // average. In StatRetries mode only the retried attempts are recorded,
 // and the answers too where silent: no per-response path reports the
 // server (Coverage).
-func (p *StatPoller) record(r haproxy.ServerStat, gain haproxy.StatCounters, since, now int64, silent bool) {
+func (p *StatPoller) record(r haproxy.ServerStat, gain haproxy.StatCounters, fails [window.NumFails]int64, since, now int64, silent bool) {
 	at, spread := p.Sink.(recorderAt)
 	secs := max(now-since, 1)
 	if !spread {
@@ -368,9 +462,26 @@ func (p *StatPoller) record(r haproxy.ServerStat, gain haproxy.StatCounters, sin
 			}
 		}
 	}
-	if gain.Wretr > 0 {
-		p.Counters.Retried.Add(uint64(emit(window.Event{Backend: be, Server: srv, Retried: true, ResponseMs: -1, Counted: true}, gain.Wretr)))
+	for _, f := range window.Fails {
+		if fails[f] <= 0 || !p.records(f) && f != window.FailProxy {
+			continue // FailProxy: pollOne kept it only where recorded
+		}
+		n := uint64(emit(window.Event{Backend: be, Server: srv, Fail: f, ResponseMs: -1, Counted: true}, fails[f]))
+		switch f {
+		case window.FailRetry:
+			p.Counters.Retried.Add(n)
+		case window.FailProxy:
+			p.Counters.Proxy.Add(n)
+		case window.FailAbort:
+			p.Counters.Aborted.Add(n)
+		}
 	}
+}
+
+// records says whether the stats path records failures of class f: all
+// of them but in StatRetries mode, where only the Unseen.
+func (p *StatPoller) records(f window.Fail) bool {
+	return p.Mode != StatRetries || p.Unseen == nil || slices.Contains(p.Unseen, f)
 }
 
 func (p *StatPoller) now() time.Time {

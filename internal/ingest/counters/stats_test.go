@@ -28,9 +28,11 @@ func (s *statSource) ServerStats(context.Context) ([]haproxy.ServerStat, error) 
 	return s.rows, s.err
 }
 
-// row is one server's counters: ok 2xx answers, bad 5xx, retried attempts.
+// row is one server's counters: ok 2xx answers, bad 5xx, retried attempts
+// (each retried and redispatched, as retry-on with option redispatch 1
+// counts them: in wretr and wredis both).
 func row(server string, ok, bad, retried int64, rtime int) haproxy.ServerStat {
-	c := haproxy.StatCounters{ReqTot: ok + bad, Wretr: retried, Wredis: retried}
+	c := haproxy.StatCounters{ReqTot: ok + bad, Wretr: retried, Wredis: retried, Stot: satAdd(ok+bad, retried)}
 	c.Hrsp[1], c.Hrsp[4] = ok, bad
 	return haproxy.ServerStat{Backend: "app", Server: server, RespTimeMs: rtime, Counters: c}
 }
@@ -298,5 +300,41 @@ func TestStatPollerFallsBackForSilentServers(t *testing.T) {
 	}
 	if sil := p.Coverage.Silence(); len(sil.Silent) != 1 || sil.Silent[0].Server != "silent" {
 		t.Errorf("%+v", sil)
+	}
+}
+
+// A hang's session (stot) is counted when HAProxy connects, its 504
+// (eresp) timeout server later, often a poll or more after: the room
+// its session made is kept across polls while in flight (scur), so the
+// failure is counted once it shows, and a second eresp for the same
+// attempt finds no room. Sessions that ended with no answer and no
+// failure (clients that gave up) leave no room behind: a reset HAProxy
+// counts twice in eresp later still counts once.
+func TestStatPollerKeepsRoomAcrossPolls(t *testing.T) {
+	now := time.Unix(50_000, 0)
+	store := window.New(time.Minute, 16, func() time.Time { return now })
+	src := &statSource{addr: "s", info: haproxy.Info{Pid: 1, StartTime: 1}}
+	p := &StatPoller{Sources: []StatSource{src}, Sink: store, Mode: StatCounts, Log: zerolog.Nop(), Now: func() time.Time { return now }}
+	c := haproxy.StatCounters{ReqTot: 100, Stot: 103, Eresp: 3} // history: a baseline
+	c.Hrsp[1] = 100
+	for i, step := range []func(){
+		func() {},
+		func() { c.Stot += 10; c.ReqTot += 9; c.Hrsp[1] += 9; c.Scur = 1 }, // one attempt in flight
+		func() { c.Eresp++; c.Scur = 0 },                                   // its 504
+		func() { c.Eresp++ },                                               // counted again: no room left
+		func() { c.Stot += 5 },                                             // 5 clients gave up: no failure
+		func() { c.Stot++; c.Eresp += 2 },                                  // a reset counted twice (3.0)
+	} {
+		step()
+		src.rows = []haproxy.ServerStat{{Backend: "app", Server: "a", Counters: c}}
+		p.Poll(context.Background())
+		now = now.Add(time.Second)
+		if i == 1 && p.Counters.Proxy.Load() != 0 {
+			t.Fatalf("an attempt in flight counted as a failure")
+		}
+	}
+	st := store.Snapshot(0)[0]
+	if st.Proxy5xx != 2 || st.Requests != 11 || st.Err5xx != 2 {
+		t.Fatalf("%+v, want 9 answers and two HAProxy 5xx: the hang's and the reset's, once each", st)
 	}
 }

@@ -45,6 +45,12 @@ type HAProxyOptions struct {
 	// redispatch 1. Each response then carries HAProxy's retry count in
 	// RetriesHeader.
 	Retries bool
+	// Redispatch gives the backend what operators set in front of servers
+	// that may hang, reset or refuse (issue 42's setup): option
+	// http-server-close, retries 3, option redispatch and timeout server
+	// 2s. HAProxy then answers a hang with its own 504 and sends a refused
+	// connection's last retry to another server.
+	Redispatch bool
 	// SocketGroup gives the admin socket `mode 660 group SocketGroup`, as
 	// Debian's HAProxy has it (group haproxy); "" keeps mode 600.
 	SocketGroup string
@@ -214,6 +220,9 @@ frontend www
 	fmt.Fprintf(&b, "    default_backend %s\n\nbackend %s\n    balance %s\n", BackendName, BackendName, algo)
 	if o.Retries {
 		b.WriteString("    retry-on 500 502 503 504\n    retries 2\n    option redispatch 1\n")
+	}
+	if o.Redispatch {
+		b.WriteString("    option http-server-close\n    retries 3\n    option redispatch\n    timeout server 2s\n")
 	}
 	if o.HTTPCheck {
 		b.WriteString("    option httpchk GET /\n")

@@ -22,6 +22,10 @@ type Load struct {
 	Duration    time.Duration
 	Timeout     time.Duration // per request; default 5 s
 	MaxInFlight int           // default 4096; requests due beyond it are counted as failed
+	// NoKeepAlive closes the connection after each request (Connection:
+	// close): HAProxy then answers a server's reset with a 502, where a
+	// keep-alive client's connection is closed without an answer.
+	NoKeepAlive bool
 }
 
 // Second is one second of the client's view.
@@ -186,6 +190,9 @@ func (l Load) Run(ctx context.Context) *Result {
 			defer fasthttp.ReleaseRequest(req)
 			defer fasthttp.ReleaseResponse(resp)
 			req.SetRequestURI(uri)
+			if l.NoKeepAlive {
+				req.SetConnectionClose()
+			}
 			err := client.DoTimeout(req, resp, l.Timeout)
 			rc := resp.Header.Peek(RetriesHeader)
 			record(due, resp.StatusCode(), len(rc) > 0 && string(rc) != "0", spoeMs(resp.Header.Peek(SPOETimeHeader)), err)

@@ -96,6 +96,14 @@ type Scenario struct {
 	// Retries gives HAProxy's backend retry-on 500 502 503 504, retries 2
 	// and option redispatch 1 (fleet.HAProxyOptions.Retries).
 	Retries bool
+	// Redispatch gives HAProxy's backend option http-server-close,
+	// retries 3, option redispatch and timeout server 2s
+	// (fleet.HAProxyOptions.Redispatch): what operators set in front of
+	// servers that hang, reset or refuse.
+	Redispatch bool
+	// NoKeepAlive has the load's client close its connection after each
+	// request (fleet.Load.NoKeepAlive).
+	NoKeepAlive bool
 	// ServerOptions and HTTPCheck are fleet.HAProxyOptions' (HAProxy's own
 	// detection: checks and `observe layer7`).
 	ServerOptions string
@@ -183,7 +191,7 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 		return nil, err
 	}
 	opts := fleet.HAProxyOptions{Dir: s.Dir, FrontendPort: ports[0], Servers: fleet.Addrs(backends), Algo: s.Algo, Weight: s.Weight, MaxConn: s.MaxConn, Threads: s.Threads,
-		Retries: s.Retries, ServerOptions: s.ServerOptions, HTTPCheck: s.HTTPCheck, SPOETime: s.SPOETime, StockGlobal: s.StockGlobal}
+		Retries: s.Retries, Redispatch: s.Redispatch, ServerOptions: s.ServerOptions, HTTPCheck: s.HTTPCheck, SPOETime: s.SPOETime, StockGlobal: s.StockGlobal}
 	ingestArgs := []string{"--spoe-listen", "off"}
 	telemetry := s.Telemetry
 	if k, sampled, err := fleet.SampledPath(telemetry); err != nil {
@@ -373,7 +381,7 @@ func (s Scenario) Run(ctx context.Context) (*Outcome, error) {
 		}
 	}
 
-	load := fleet.Load{Addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), Rate: s.Rate, Duration: s.Duration}
+	load := fleet.Load{Addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), Rate: s.Rate, Duration: s.Duration, NoKeepAlive: s.NoKeepAlive}
 	if s.Warmup > 0 {
 		w := load
 		w.Duration = s.Warmup

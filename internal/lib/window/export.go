@@ -111,7 +111,7 @@ func (sr *Series) gains(now int64, prev *[ExportBack + 1]shipped) Delta {
 		s.Requests = gain(b.requests.Load(), &p.requests)
 		s.Err5xx = gain(b.err5xx.Load(), &p.err5xx)
 		s.Err4xx = gain(b.err4xx.Load(), &p.err4xx)
-		s.Retried = gain(b.retried.Load(), &p.retried)
+		s.Retried = gain(b.failed[FailRetry].Load(), &p.retried)
 		b.eachLatency(func(j int, c uint32) {
 			if g := gain(c, &p.latency[j]); g > 0 {
 				s.Latency = append(s.Latency, Bin{Index: uint8(j), Count: g})
@@ -181,6 +181,7 @@ func (s *Store) Add(backend, server string, sec Second) error {
 	// A peer's requests are new evidence for the sequential test too.
 	sr.totalReq.Add(uint64(sec.Requests))
 	sr.total5xx.Add(uint64(sec.Err5xx))
+	sr.totalFailed[FailRetry].Add(uint64(sec.Retried))
 	b := sr.bucketAt(s.now().Unix() - int64(sec.Ago))
 	if b == nil {
 		return nil
@@ -190,11 +191,11 @@ func (s *Store) Add(backend, server string, sec Second) error {
 	r.requests.Add(uint64(sec.Requests))
 	r.err5xx.Add(uint64(sec.Err5xx))
 	r.err4xx.Add(uint64(sec.Err4xx))
-	r.retried.Add(uint64(sec.Retried))
+	r.failed[FailRetry].Add(uint64(sec.Retried))
 	b.requests.Add(sec.Requests)
 	b.err5xx.Add(sec.Err5xx)
 	b.err4xx.Add(sec.Err4xx)
-	b.retried.Add(sec.Retried)
+	b.failed[FailRetry].Add(sec.Retried)
 	for _, l := range sec.Latency {
 		r.addLatency(int(l.Index), l.Count)
 		b.addLatency(int(l.Index), l.Count)

@@ -41,6 +41,9 @@ func naive(ms Merged, secs int64) []Stats {
 				}
 				a.st.TotalRequests += sr.totalReq.Load()
 				a.st.TotalErr5xx += sr.total5xx.Load()
+				for _, f := range Fails {
+					a.st.TotalFailed[f] += sr.totalFailed[f].Load()
+				}
 				for sec := now - secs + 1; sec <= now; sec++ {
 					bk := &sr.buckets[uint64(sec)%uint64(len(sr.buckets))]
 					if bk.sec.Load() != sec {
@@ -50,7 +53,9 @@ func naive(ms Merged, secs int64) []Stats {
 					a.st.Requests += c
 					a.st.Err5xx += uint64(bk.err5xx.Load())
 					a.st.Err4xx += uint64(bk.err4xx.Load())
-					a.st.Retried += uint64(bk.retried.Load())
+					for _, f := range Fails {
+						a.st.addFailed(f, uint64(bk.failed[f].Load()))
+					}
 					a.perSec[now-sec] += c
 					a.held[now-sec] = true
 					for j := range bk.latency {
@@ -101,7 +106,7 @@ func bucketSums(sr *Series) (req, e5, e4, retried uint64, held int64, lat [laten
 		req += uint64(b.requests.Load())
 		e5 += uint64(b.err5xx.Load())
 		e4 += uint64(b.err4xx.Load())
-		retried += uint64(b.retried.Load())
+		retried += uint64(b.failed[FailRetry].Load())
 		if b.sec.Load() != -1 {
 			held++
 		}
@@ -197,9 +202,9 @@ func TestRunningSumsEqualANaiveResum(t *testing.T) {
 							for j := range run {
 								run[j] = r.latency[j].Load()
 							}
-							if req != r.requests.Load() || e5 != r.err5xx.Load() || e4 != r.err4xx.Load() || retried != r.retried.Load() || held != r.held.Load() || lat != run {
+							if req != r.requests.Load() || e5 != r.err5xx.Load() || e4 != r.err4xx.Load() || retried != r.failed[FailRetry].Load() || held != r.held.Load() || lat != run {
 								t.Fatalf("step %d %s: buckets hold %d %d %d %d in %d, running sums %d %d %d %d in %d", step, sr.Server,
-									req, e5, e4, retried, held, r.requests.Load(), r.err5xx.Load(), r.err4xx.Load(), r.retried.Load(), r.held.Load())
+									req, e5, e4, retried, held, r.requests.Load(), r.err5xx.Load(), r.err4xx.Load(), r.failed[FailRetry].Load(), r.held.Load())
 							}
 						}
 					}
@@ -258,9 +263,9 @@ func TestRunningSumsDoNotDriftUnderRaces(t *testing.T) {
 			for j := range run {
 				run[j] = r.latency[j].Load()
 			}
-			if req != r.requests.Load() || e5 != r.err5xx.Load() || e4 != r.err4xx.Load() || retried != r.retried.Load() || held != r.held.Load() || lat != run {
+			if req != r.requests.Load() || e5 != r.err5xx.Load() || e4 != r.err4xx.Load() || retried != r.failed[FailRetry].Load() || held != r.held.Load() || lat != run {
 				t.Fatalf("%s: buckets hold %d %d %d %d in %d, running sums %d %d %d %d in %d", sr.Server,
-					req, e5, e4, retried, held, r.requests.Load(), r.err5xx.Load(), r.err4xx.Load(), r.retried.Load(), r.held.Load())
+					req, e5, e4, retried, held, r.requests.Load(), r.err5xx.Load(), r.err4xx.Load(), r.failed[FailRetry].Load(), r.held.Load())
 			}
 		}
 	}

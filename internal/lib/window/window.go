@@ -10,6 +10,7 @@
 package window
 
 import (
+	"fmt"
 	"math/bits"
 
 	"sort"
@@ -48,15 +49,76 @@ type Event struct {
 	// 0 means 1.
 	Count int
 	// Retried marks attempts HAProxy retried instead of passing on their
-	// answer (its per-server wretr): each is a request and a 5xx of this
-	// server, counted in Stats.Retried too, with no answer time. No
-	// per-response path sees them; the stats path reads them.
+	// answer (its per-server wretr and wredis): each is a request and a
+	// 5xx of this server, counted in Stats.Retried too, with no answer
+	// time. No per-response path sees them; the stats path reads them.
+	// It is Fail FailRetry, kept for the callers that set it.
 	Retried bool
+	// Fail is the class of a failure that carries no answer of the
+	// server's (the stats path reads them from HAProxy's counters): a
+	// request and a 5xx of the server, counted by class too, with no
+	// answer time. FailAnswer (0) is an answer, judged by its Status.
+	Fail Fail
 	// Counted marks events the stats path made from HAProxy's counters,
 	// as opposed to responses a per-response path (SPOE, Lua, logs)
 	// reported: Delivered counts only the latter, so that the agent can
 	// tell a telemetry path that has gone silent.
 	Counted bool
+}
+
+// Fail is a class of failure of a server's that no answer of its own
+// carries: HAProxy retried the attempt, answered for the server, or saw
+// the server abort. docs/explanation/telemetry.md says where HAProxy
+// records each and why it counts.
+type Fail uint8
+
+const (
+	// FailAnswer is no such failure: the event is an answer, a 5xx or
+	// not by its Status.
+	FailAnswer Fail = iota
+	// FailRetry is an attempt HAProxy retried on this server or
+	// redispatched to another (wretr, wredis): the client may never see
+	// it, so a policy may weigh it less than a 5xx.
+	FailRetry
+	// FailProxy is HAProxy's own 502, 503 or 504 on the server's behalf:
+	// no answer before timeout server, an answer that is not HTTP, a
+	// connection that failed on its last try (eresp less srv_abrt, econ).
+	FailProxy
+	// FailAbort is a transfer the server aborted (srv_abrt): a reset, for
+	// a keep-alive client a connection closed without an answer.
+	FailAbort
+	// NumFails bounds the classes, for arrays indexed by Fail.
+	NumFails
+)
+
+// Fails lists the failure classes (not FailAnswer), in order.
+var Fails = []Fail{FailRetry, FailProxy, FailAbort}
+
+// String names the class as /status and the docs do.
+func (f Fail) String() string {
+	switch f {
+	case FailAnswer:
+		return "answer"
+	case FailRetry:
+		return "retry"
+	case FailProxy:
+		return "haproxy-5xx"
+	case FailAbort:
+		return "abort"
+	}
+	return fmt.Sprintf("fail(%d)", uint8(f))
+}
+
+// class is the event's failure class: Retried is FailRetry, an unknown
+// class an answer's.
+func (ev *Event) class() Fail {
+	switch {
+	case ev.Fail > FailAnswer && ev.Fail < NumFails:
+		return ev.Fail
+	case ev.Retried:
+		return FailRetry
+	}
+	return FailAnswer
 }
 
 // Sink takes events. *Store is the sink of the agent; tests use others.
@@ -69,7 +131,9 @@ type bucket struct {
 	requests atomic.Uint32
 	err5xx   atomic.Uint32
 	err4xx   atomic.Uint32
-	retried  atomic.Uint32
+	// failed counts the requests of each failure class (FailAnswer's
+	// slot unused).
+	failed [NumFails]atomic.Uint32
 	// used marks the latency bins written this second, so that readers
 	// visit those only (a server's answers fall in a few bins of 112).
 	// It sits beside the counts, in the cache line a read loads anyway.
@@ -113,11 +177,16 @@ type Series struct {
 	// counters (events marked Counted): Delivered is the rest. Kept on the
 	// stats path's few events rather than on every response's.
 	counted atomic.Uint64
+	// counted5xx is the part of total5xx made so: Delivered5xx is the
+	// rest.
+	counted5xx atomic.Uint64
 	// totalReq and total5xx count every request and 5xx since the series
 	// was made, never cleared: a sequential test reads the difference
 	// between two reads as the new evidence, each request exactly once,
 	// however the reads fall against the one-second buckets.
 	totalReq, total5xx atomic.Uint64
+	// totalFailed is the part of total5xx of each failure class.
+	totalFailed [NumFails]atomic.Uint64
 	// run is the sum of the buckets that hold a second, kept by the
 	// writers and the clears, so that a read of the whole window costs
 	// the same whatever its span (see running).
@@ -131,7 +200,8 @@ type Series struct {
 // when a reader sweeps their buckets (sweep).
 type running struct {
 	// The fields a read loads come first, in one cache line.
-	requests, err5xx, err4xx, retried atomic.Uint64
+	requests, err5xx, err4xx atomic.Uint64
+	failed                   [NumFails]atomic.Uint64
 	// used marks the latency bins ever written, so that a read visits
 	// those only.
 	used [usedWords]atomic.Uint64
@@ -231,9 +301,12 @@ func (s *Store) RecordAt(sec int64, ev Event) {
 	s.events.Add(uint64(n))
 	if ev.Counted {
 		sr.counted.Add(uint64(n))
+		if ev.class() != FailAnswer || ev.Status >= 500 && ev.Status <= 599 {
+			sr.counted5xx.Add(uint64(n))
+		}
 	}
-	if ev.Retried {
-		sr.recordRetried(sec, n)
+	if f := ev.class(); f != FailAnswer {
+		sr.recordFailed(sec, f, n)
 		return
 	}
 	sr.record(sec, ev.Status, ev.ResponseMs, n)
@@ -253,6 +326,21 @@ func (s *Store) Delivered(backend, server string) uint64 {
 	}
 	counted := sr.counted.Load()
 	total := sr.totalReq.Load()
+	if counted > total {
+		return 0
+	}
+	return total - counted
+}
+
+// Delivered5xx is how many 5xx answers the per-response paths reported
+// for backend/server since its series was made: its 5xx less those
+// recorded Counted. Exact as Delivered is.
+func (s *Store) Delivered5xx(backend, server string) uint64 {
+	sr, ok := (*s.series.Load())[backend][server]
+	if !ok {
+		return 0
+	}
+	counted, total := sr.counted5xx.Load(), sr.total5xx.Load()
 	if counted > total {
 		return 0
 	}
@@ -347,7 +435,9 @@ func (sr *Series) clear(b *bucket) {
 	sub(&r.requests, b.requests.Swap(0))
 	sub(&r.err5xx, b.err5xx.Swap(0))
 	sub(&r.err4xx, b.err4xx.Swap(0))
-	sub(&r.retried, b.retried.Swap(0))
+	for f := range b.failed {
+		sub(&r.failed[f], b.failed[f].Swap(0))
+	}
 	for w := range b.used {
 		// A writer adds to its bin before it marks it, so a bin whose mark
 		// this swap misses keeps its count and its writer's mark to come.
@@ -391,16 +481,19 @@ func (sr *Series) sweep(now int64) {
 	}
 }
 
-func (sr *Series) recordRetried(sec int64, count uint32) {
+// recordFailed counts requests of failure class f: each a request and a
+// 5xx, with no answer time.
+func (sr *Series) recordFailed(sec int64, f Fail, count uint32) {
 	sr.totalReq.Add(uint64(count))
 	sr.total5xx.Add(uint64(count))
+	sr.totalFailed[f].Add(uint64(count))
 	if b := sr.bucketAt(sec); b != nil {
 		sr.run.requests.Add(uint64(count))
 		sr.run.err5xx.Add(uint64(count))
-		sr.run.retried.Add(uint64(count))
+		sr.run.failed[f].Add(uint64(count))
 		b.requests.Add(count)
 		b.err5xx.Add(count)
-		b.retried.Add(count)
+		b.failed[f].Add(count)
 	}
 }
 
@@ -464,11 +557,16 @@ type Stats struct {
 	Requests uint64 `json:"requests"`
 	Err5xx   uint64 `json:"err_5xx"`
 	Err4xx   uint64 `json:"err_4xx"`
-	// Retried is attempts HAProxy retried (in Requests and Err5xx too).
-	Retried uint64 `json:"retried,omitempty"`
-	P50Ms   int    `json:"p50_ms"`
-	P95Ms   int    `json:"p95_ms"`
-	P99Ms   int    `json:"p99_ms"`
+	// Retried is attempts HAProxy retried or redispatched, Proxy5xx
+	// HAProxy's own 502/503/504 for the server, Aborted transfers the
+	// server aborted: the failure classes (Fail), each in Requests and
+	// Err5xx too. Err5xx less the three is the 5xx answers.
+	Retried  uint64 `json:"retried,omitempty"`
+	Proxy5xx uint64 `json:"proxy_5xx,omitempty"`
+	Aborted  uint64 `json:"aborted,omitempty"`
+	P50Ms    int    `json:"p50_ms"`
+	P95Ms    int    `json:"p95_ms"`
+	P99Ms    int    `json:"p99_ms"`
 	// Seconds is how many of the window's one-second buckets hold data.
 	Seconds int `json:"seconds"`
 	// RatePerSec is requests per second over the seconds that hold data,
@@ -481,6 +579,37 @@ type Stats struct {
 	// rules' sequential test takes the difference between two reads.
 	TotalRequests uint64 `json:"total_requests,omitempty"`
 	TotalErr5xx   uint64 `json:"total_err_5xx,omitempty"`
+	// TotalFailed is the part of TotalErr5xx of each failure class
+	// (FailAnswer's slot: none), for a test that weighs the classes.
+	TotalFailed [NumFails]uint64 `json:"-"`
+}
+
+// Failed is the window's requests of failure class f: Retried, Proxy5xx
+// or Aborted; for FailAnswer, the 5xx answers.
+func (st Stats) Failed(f Fail) uint64 {
+	switch f {
+	case FailRetry:
+		return st.Retried
+	case FailProxy:
+		return st.Proxy5xx
+	case FailAbort:
+		return st.Aborted
+	case FailAnswer:
+		return st.Err5xx - min(st.Err5xx, st.Retried+st.Proxy5xx+st.Aborted)
+	}
+	return 0
+}
+
+// addFailed adds n to the window's count of class f.
+func (st *Stats) addFailed(f Fail, n uint64) {
+	switch f {
+	case FailRetry:
+		st.Retried += n
+	case FailProxy:
+		st.Proxy5xx += n
+	case FailAbort:
+		st.Aborted += n
+	}
 }
 
 // ErrorRate is the share of requests that ended in 5xx.
@@ -712,6 +841,9 @@ func (a *accumulator) reset(backend, server string) {
 func (a *accumulator) add(sr *Series, now int64, alone bool) {
 	a.st.TotalRequests += sr.totalReq.Load()
 	a.st.TotalErr5xx += sr.total5xx.Load()
+	for _, f := range Fails {
+		a.st.TotalFailed[f] += sr.totalFailed[f].Load()
+	}
 	n := int64(len(sr.buckets))
 	if a.secs == n {
 		sr.sweep(now)
@@ -735,7 +867,9 @@ func (a *accumulator) add(sr *Series, now int64, alone bool) {
 		a.held[now-sec] = true
 		a.st.Err5xx += uint64(b.err5xx.Load())
 		a.st.Err4xx += uint64(b.err4xx.Load())
-		a.st.Retried += uint64(b.retried.Load())
+		for _, f := range Fails {
+			a.st.addFailed(f, uint64(b.failed[f].Load()))
+		}
 		b.eachLatency(func(j int, c uint32) {
 			a.hist[j] += uint64(c)
 			a.timed += uint64(c)
@@ -755,7 +889,9 @@ func (a *accumulator) addRunning(sr *Series, now int64, alone bool) {
 	a.st.Requests += r.requests.Load()
 	a.st.Err5xx += r.err5xx.Load()
 	a.st.Err4xx += r.err4xx.Load()
-	a.st.Retried += r.retried.Load()
+	for _, f := range Fails {
+		a.st.addFailed(f, r.failed[f].Load())
+	}
 	for w := range r.used {
 		for set := r.used[w].Load(); set != 0; set &= set - 1 {
 			j := w<<6 | bits.TrailingZeros64(set)

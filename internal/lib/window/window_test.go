@@ -294,3 +294,64 @@ func TestPerSecond(t *testing.T) {
 		t.Fatalf("requests %v 5xx %v p99 %v", g.Requests, g.Err5xx, g.P99Ms)
 	}
 }
+
+// Each failure class is a request and a 5xx of its server, counted in its
+// own figure and total, with no answer time; a 5xx answer is class
+// FailAnswer; an event's Retried is FailRetry.
+func TestFailureClassesCountOnce(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	s := New(60*time.Second, 10, clk.Now)
+	for i := 0; i < 10; i++ {
+		s.Record(ev("be", "a", 200, 5))
+	}
+	s.Record(ev("be", "a", 503, 5))
+	for _, e := range []Event{
+		{Fail: FailRetry, Count: 2},
+		{Retried: true, Count: 1},
+		{Fail: FailProxy, Count: 3},
+		{Fail: FailAbort, Count: 4},
+		{Fail: NumFails + 3, Status: 200}, // an unknown class is an answer
+	} {
+		e.Backend, e.Server = []byte("be"), []byte("a")
+		s.Record(e)
+	}
+	got := s.Snapshot(0)[0]
+	want := map[Fail]uint64{FailAnswer: 1, FailRetry: 3, FailProxy: 3, FailAbort: 4}
+	for f, n := range want {
+		if got.Failed(f) != n {
+			t.Errorf("%v: %d in the window, want %d", f, got.Failed(f), n)
+		}
+		if f != FailAnswer && got.TotalFailed[f] != n {
+			t.Errorf("%v: %d in the total, want %d", f, got.TotalFailed[f], n)
+		}
+	}
+	if got.Requests != 22 || got.Err5xx != 11 || got.TotalErr5xx != 11 || got.P99Ms != 5 {
+		t.Fatalf("%+v, want 22 requests, 11 5xx, p99 5 ms", got)
+	}
+	clk.t = clk.t.Add(61 * time.Second)
+	s.Record(ev("be", "a", 200, 5))
+	if got := s.Snapshot(0)[0]; got.Proxy5xx != 0 || got.Aborted != 0 || got.Retried != 0 || got.TotalFailed[FailAbort] != 4 {
+		t.Fatalf("after the window slid: %+v", got)
+	}
+}
+
+// Delivered5xx is the 5xx the per-response paths reported: the stats
+// path's (Counted) answers and failures are left out.
+func TestDelivered5xx(t *testing.T) {
+	s := New(60*time.Second, 10, nil)
+	for _, e := range []Event{
+		{Status: 504, Count: 3},                // a path's
+		{Status: 200, Count: 9},                // a path's, not a 5xx
+		{Status: 500, Count: 4, Counted: true}, // the counters'
+		{Fail: FailProxy, Count: 2, Counted: true},
+	} {
+		e.Backend, e.Server = []byte("be"), []byte("a")
+		s.Record(e)
+	}
+	if got := s.Delivered5xx("be", "a"); got != 3 {
+		t.Fatalf("delivered 5xx %d, want 3", got)
+	}
+	if got := s.Delivered5xx("be", "none"); got != 0 {
+		t.Fatalf("an unknown server: %d", got)
+	}
+}

@@ -1,0 +1,110 @@
+//go:build e2e && faults
+
+package e2e
+
+// The fault classes end to end, one real HAProxy, fleet and agent at a
+// time (about 40 s each): `make test-faults`, which CI runs, not `make
+// test`, whose e2e suite they would lengthen by about a quarter of an hour.
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hapilot/hapilot/internal/lab/fleet"
+	"github.com/hapilot/hapilot/internal/lab/labtest"
+	"github.com/hapilot/hapilot/internal/lab/scenario"
+)
+
+// Each way a real server fails, on the stats path and on SPOE (the
+// README's stanza, with the stats path beside it, as the agent runs by
+// default): the server that fails is drained, no healthy one is; a 500,
+// the server's own answer, is the control. One run at a time: each holds
+// a real HAProxy, a fleet and an agent at 300 req/s, and the drain times
+// are what is tested. Before, on both paths,
+// a hang, garbage, a reset and a refused connection reached no window.
+func TestEveryFaultDrained(t *testing.T) {
+	for _, path := range []string{"stats", "spoe"} {
+		for _, r := range []faultRun{
+			{fault: fleet.Fault500}, // the control: the server's own 500
+			{fault: fleet.FaultHang}, {fault: fleet.FaultGarbage}, {fault: fleet.FaultReset}, {fault: fleet.FaultReset, close: true}, {fault: fleet.FaultRefuse},
+		} {
+			r.path = path
+			t.Run(r.name(), func(t *testing.T) { drainsFaulty(t, r) })
+		}
+	}
+}
+
+// The Lua companion's stanza (http-after-response) and the log stanza see
+// HAProxy's own 504 for a server that hangs and its 502 for one that
+// answers garbage; the stats path beside them adds the resets and the
+// refused connections they cannot see. Before, the Lua stanza's
+// http-response rules never ran for HAProxy's own answers.
+func TestEveryFaultDrainedLuaAndLogs(t *testing.T) {
+	for _, path := range []string{"lua", "syslog"} {
+		for _, r := range []faultRun{
+			{fault: fleet.FaultHang}, {fault: fleet.FaultGarbage}, {fault: fleet.FaultReset}, {fault: fleet.FaultRefuse},
+		} {
+			r.path = path
+			t.Run(r.name(), func(t *testing.T) { drainsFaulty(t, r) })
+		}
+	}
+}
+
+// `hapilot-bench demo --fault hang`, as a reader runs it: the table's
+// rules row finds both faulty servers, and no healthy one is drained.
+func TestDemoFault(t *testing.T) {
+	labtest.RequireHAProxy(t)
+	cmd := exec.Command(benchBinary, "demo", "--fault", "hang", "--duration", "25s")
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s", out)
+	if err != nil {
+		t.Fatalf("demo: %v", err)
+	}
+	var rules string
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(l); len(f) > 0 && f[0] == "rules" {
+			rules = l
+		}
+	}
+	if rules == "" || strings.Contains(rules, "never") {
+		t.Errorf("rules row %q: want srv3 and srv6 drained", rules)
+	}
+	for _, want := range []string{"fault: hang: ", "HAProxy answers 504 itself", "healthy servers drained: none"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the demo's output lacks %q", want)
+		}
+	}
+}
+
+// A deploy, as an operator's HAProxy sees it (retries 3, option
+// redispatch): a healthy server restarted for 0.5 s, then for 3 s, is not
+// drained: each restart is a burst of retries shorter than the minimum
+// duration. A server that resets 5% of its connections for the whole run
+// is drained. Issue 41's deploy case: before, the first restart's retries
+// drained the server.
+func TestDeployRestartNotDrained(t *testing.T) {
+	servers := paperFleet(0.002, 0.002, 0.002, 0.002, 0.002, 0.002)
+	servers[2].Fault = fleet.FaultRefuse // healthy: refuses 0.2% of the time, and on Restart
+	restart := func(d time.Duration) func(*scenario.Env) {
+		return func(env *scenario.Env) {
+			if !env.Backends[2].Restart(d) {
+				t.Errorf("srv3 could not restart")
+			}
+		}
+	}
+	out := run(t, scenario.Scenario{Servers: servers, Rate: 300, Duration: 45 * time.Second, Policy: "rules",
+		Name: "deploy", Telemetry: "stats", Redispatch: true, AgentArgs: noTailGuard,
+		At: map[time.Duration]func(*scenario.Env){10 * time.Second: restart(500 * time.Millisecond), 25 * time.Second: restart(3 * time.Second)}})
+	t.Logf("client: %d 5xx, %d failed; drained %v", out.Load.Err5xx, out.Load.Failed, out.DrainedAt)
+	for s, at := range out.DrainedAt {
+		t.Errorf("%s drained at %v", s, at)
+	}
+}
+
+// The other side: resets on 5% of srv3's connections, for the run, behind
+// the same retries and redispatch, are a sustained fault: drained.
+func TestResettingServerDrained(t *testing.T) {
+	drainsFaulty(t, faultRun{path: "stats", fault: fleet.FaultReset})
+}
