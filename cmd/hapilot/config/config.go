@@ -432,7 +432,7 @@ func backendLine(name, value string) (string, string, bool) {
 // and any other value is refused with the reason, so that an upgrade
 // neither stops an agent that kept a default nor silently drops a choice.
 var retired = map[string]struct{ same, why string }{
-	"fallback":           {same: "rules", why: "the rules are always the LLM policy's fallback; `fallback none` (the study's unguarded loop) is the lab's, hapilot-bench's, not the agent's"},
+	"fallback": {same: "rules", why: "the rules are always the LLM policy's fallback; `fallback none` (the study's unguarded loop) is the lab's, hapilot-bench's, not the agent's"},
 }
 
 func applyFile(fs *flag.FlagSet, path string, skip map[string]bool) error {
