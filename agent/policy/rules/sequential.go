@@ -147,10 +147,6 @@ func (s *SeqServer) Reset() {
 	s.Flagged = false
 }
 
-func (s *SeqServer) recentSum() (n, x uint64) {
-	return s.half[0].N + s.half[1].N, s.half[0].X + s.half[1].X
-}
-
 // lastSum is the server's counts over its last k chunks (k <= recentChunks).
 func (s *SeqServer) lastSum(k int) (n, x uint64) {
 	for j := range k {
