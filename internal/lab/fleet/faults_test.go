@@ -212,8 +212,12 @@ func TestFaultsInHAProxysCounters(t *testing.T) {
 				check("eresp holds the resets, srv_abrt at most them", row["eresp"] >= n && n > 0 && row["srv_abrt"] <= n && unanswered == n)
 				check("a 502 SH-- line each", r.states["502 SH--"] == int(n))
 			case "refuse":
-				check("refused connections in wredis, none answered", row["wredis"] > 0 && unanswered == row["wredis"]+row["wretr"]+row["econ"])
-				check("the clients answered by others", r.res.Completed == r.res.Scheduled && r.res.Err5xx == 0)
+				// A connection accepted just as a refusing spell closes the
+				// socket is cut mid-request (eresp and srv_abrt, the client
+				// fails): rare, more so on an idle machine, but possible.
+				check("refused connections in wredis, none answered", row["wredis"] > 0 && unanswered == row["wredis"]+row["wretr"]+row["econ"]+row["eresp"])
+				check("the clients answered by others but for those cut mid-request",
+					r.res.Completed+r.res.Failed == r.res.Scheduled && r.res.Err5xx == 0 && int64(r.res.Failed) <= row["eresp"])
 			case "slow":
 				check("nothing failed", unanswered == 0 && row["eresp"] == 0 && row["hrsp_5xx"] == 0)
 				check("rtime_max holds the tail", row["rtime_max"] >= DefaultSlowFor.Milliseconds())
