@@ -329,7 +329,8 @@ func TestScraperKeepsItsConnectionUnderAFlood(t *testing.T) {
 	}
 	// Every stranger accepted: each one past the cap evicted another (or
 	// the scraper, which the next request would find).
-	for deadline := time.Now().Add(5 * time.Second); ln.Evicted.Load() < 4*max+1-max; time.Sleep(5 * time.Millisecond) {
+	accepted := uint64(4*max + 1) // the strangers and the scraper
+	for deadline := time.Now().Add(5 * time.Second); ln.Evicted.Load() < accepted-uint64(max); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d evictions after 5 s: the strangers were not all accepted", ln.Evicted.Load())
 		}

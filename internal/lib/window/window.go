@@ -299,13 +299,14 @@ func (s *Store) RecordAt(sec int64, ev Event) {
 		return
 	}
 	s.events.Add(uint64(n))
+	f := ev.class()
 	if ev.Counted {
 		sr.counted.Add(uint64(n))
-		if ev.class() != FailAnswer || ev.Status >= 500 && ev.Status <= 599 {
+		if f != FailAnswer || ev.Status >= 500 && ev.Status <= 599 {
 			sr.counted5xx.Add(uint64(n))
 		}
 	}
-	if f := ev.class(); f != FailAnswer {
+	if f != FailAnswer {
 		sr.recordFailed(sec, f, n)
 		return
 	}
