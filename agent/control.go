@@ -259,8 +259,10 @@ type Explanation struct {
 	Serving   int         `json:"backend_serving"`
 	Servers   int         `json:"backend_servers"`
 	Candidate bool        `json:"candidate"`
-	Paused    *Pause      `json:"paused,omitempty"`
-	Decisions []Decision  `json:"decisions"`
+	// PolicyNote is the policy's word on a server it leaves as it is.
+	PolicyNote string     `json:"policy_note,omitempty"`
+	Paused     *Pause     `json:"paused,omitempty"`
+	Decisions  []Decision `json:"decisions"`
 	// Probe is recovery's word on it: the next probe burst, the last.
 	Probe *ProbeStatus `json:"probe,omitempty"`
 }
@@ -289,6 +291,9 @@ func (l *Loop) Explain(k Key) (Explanation, error) {
 	}
 	if p, ok := l.theLedger().PausedFor(k.Backend, l.Clock.Now()); ok {
 		e.Paused = &p
+	}
+	if l.Policy.Notes != nil {
+		e.PolicyNote = l.Policy.Notes()[k]
 	}
 	if c, ok := l.Ledger()[k]; ok {
 		e.Change = &c

@@ -691,13 +691,16 @@ func (l *Loop) Ledger() map[Key]Change { return l.theLedger().Changes() }
 type Status struct {
 	Policy string `json:"policy"`
 	// PolicyStatus is the policy's own state (a model loading, say).
-	PolicyStatus any            `json:"policy_status,omitempty"`
-	Interval     string         `json:"interval"`
-	Cycle        uint64         `json:"cycle"`
-	Observed     time.Time      `json:"observed"`
-	Backends     []BackendView  `json:"backends"`
-	Changes      map[Key]Change `json:"changes"`
-	Decisions    []Decision     `json:"decisions"`
+	PolicyStatus any `json:"policy_status,omitempty"`
+	// PolicyNotes is the policy's word on servers it judges but leaves
+	// as they are, and why.
+	PolicyNotes map[Key]string `json:"policy_notes,omitempty"`
+	Interval    string         `json:"interval"`
+	Cycle       uint64         `json:"cycle"`
+	Observed    time.Time      `json:"observed"`
+	Backends    []BackendView  `json:"backends"`
+	Changes     map[Key]Change `json:"changes"`
+	Decisions   []Decision     `json:"decisions"`
 	// Candidates are the servers the policy's own test finds now, drained
 	// or refused or not: empty for a policy that cannot tell without
 	// deciding (the LLM, a Lua script).
@@ -732,13 +735,17 @@ func (l *Loop) Status() Status {
 	if l.Policy.Status != nil {
 		ps = l.Policy.Status()
 	}
+	var notes map[Key]string
+	if l.Policy.Notes != nil {
+		notes = l.Policy.Notes()
+	}
 	alone := l.LeftAlone()
 	pauses := l.theLedger().Pauses(l.Clock.Now())
 	scopes := l.Scopes()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return Status{
-		Policy: l.Policy.Name(), PolicyStatus: ps, Interval: l.Interval.String(), Cycle: l.cycle, Observed: l.last.Time,
+		Policy: l.Policy.Name(), PolicyStatus: ps, PolicyNotes: notes, Interval: l.Interval.String(), Cycle: l.cycle, Observed: l.last.Time,
 		Backends: l.last.Backends, Changes: changes, Decisions: append([]Decision(nil), l.recent...),
 		Candidates: append([]Key{}, l.candidates...), StateFile: saved, LeftAlone: alone,
 		Mode: l.mode(), Pauses: append([]Pause{}, pauses...), Inventory: append([]Held{}, l.inventory...), Scope: scopes,

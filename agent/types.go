@@ -272,6 +272,11 @@ type Policy struct {
 	Report func() any
 	// Status is a state worth showing in /status: a model loading, say.
 	Status func() any
+	// Notes is the policy's standing word on servers it judges but leaves
+	// as they are (the rules' zone server, drained once and left serving
+	// after): /status and `ctl explain` show it. Safe to call from any
+	// goroutine.
+	Notes func() map[Key]string
 	// Metrics writes the policy's counters into /metrics.
 	Metrics func(w io.Writer)
 	// Start and Close run and end a life of the policy's own (a model's

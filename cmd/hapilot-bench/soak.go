@@ -68,11 +68,10 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Float64Var(&cfg.Floor, "rules-floor", cfg.Floor, "rules: the 5xx rate under which no server is degraded")
 	fs.Float64Var(&cfg.DegradedRatio, "rules-degraded-ratio", cfg.DegradedRatio, "rules: times the backend's healthy median a degraded server's 5xx rate reaches")
 	fs.Float64Var(&cfg.ARLDays, "rules-arl-days", cfg.ARLDays, "rules: mean days between false drains a server's threshold is set for")
-	fs.Float64Var(&cfg.HealthyFloor, "rules-healthy-floor", cfg.HealthyFloor, "the healthy region's absolute upper end, where false drains are counted")
+	fs.Float64Var(&cfg.HealthyFloor, "rules-healthy-floor", cfg.HealthyFloor, "rules: the healthy region's absolute upper end")
 	fs.Float64Var(&cfg.HealthyRatio, "rules-healthy-ratio", cfg.HealthyRatio, "rules: the healthy region's upper end in times the backend's healthy median")
-	fs.Float64Var(&cfg.BurstCap, "rules-burst-cap", cfg.BurstCap, "rules: the most one chunk adds to the evidence, as a share of the threshold")
-	// issue 37 (faster detection): the burst allowance.
-	fs.IntVar(&cfg.BurstErrors, "rules-burst-errors", cfg.BurstErrors, "rules: the most errors one burst brings; one to four chunks holding more count what they would with that many forgiven, past the cap (0: the cap alone)")
+	fs.DurationVar(&cfg.MinDuration, "rules-min-duration", cfg.MinDuration, "rules: a burst of errors shorter than this never drains")
+	fs.DurationVar(&cfg.ZoneEvery, "rules-zone-every", cfg.ZoneEvery, "rules: a zone server is drained at most once this often")
 	fs.DurationVar(&cfg.BaselineSpan, "rules-baseline-span", cfg.BaselineSpan, "rules: time constant of each server's long baseline")
 	// issue 37 (slow and flapping faults): the latency model and the
 	// faults' shapes.

@@ -23,7 +23,8 @@ func TestBackendRulesKeysValidateAsTheirFlags(t *testing.T) {
 		{"rules-floor", "0", false},
 		{"rules-floor", "NaN", false},
 		{"rules-floor", "x", false},
-		{"rules-degraded-ratio", "1", true},
+		{"rules-degraded-ratio", "6", true},
+		{"rules-degraded-ratio", "5", false}, // under twice the healthy ratio: no zone between them
 		{"rules-degraded-ratio", "1000", true},
 		{"rules-degraded-ratio", "0.5", false},
 		{"rules-degraded-ratio", "+Inf", false},

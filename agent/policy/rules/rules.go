@@ -67,33 +67,31 @@ type Config struct {
 	// for, per server, in days of one-second chunks: h = ln(ARLDays·86400)
 	// + ln(4).
 	ARLDays float64
-	// BurstCap is the most one chunk may add to a CUSUM, as a share of h:
-	// one burst of errors cannot convict, persistent ones do.
-	BurstCap float64
-	// BurstErrors is the most errors one burst brings (a restart, a GC
-	// pause: all within one second). A chunk's evidence beyond BurstCap
-	// counts only as far as it would with BurstErrors fewer errors: a
-	// fault far above what one burst can bring, as at high traffic, is
-	// not held to four chunks, and a burst still adds at most BurstCap·h
-	// a chunk. 0: the cap alone.
-	BurstErrors int
 	// BaselineSpan is the time constant of each server's long baseline.
 	BaselineSpan time.Duration
 
-	// HealthyFloor and HealthyRatio bound the healthy region (regions.go):
-	// a server failing at most the larger of HealthyFloor and HealthyRatio
-	// times its backend's healthy median is healthy. The lab's soak counts
-	// false drains among such servers; the test itself does not read them
-	// yet (issue 41's robust detector will judge against the region).
+	// HealthyFloor and HealthyRatio bound the healthy region: a server
+	// failing at most the larger of HealthyFloor and HealthyRatio times its
+	// backend's healthy median is healthy, and the test's promise (at most
+	// one false drain per ARLDays) holds for every such server, whatever
+	// the fleet's spread. Between the healthy region and the degraded one
+	// (Floor, DegradedRatio) lies the zone: a server there may be drained,
+	// at most once a ZoneEvery, never cycled (regions.go).
 	HealthyFloor float64
 	HealthyRatio float64
+	// MinDuration: a burst of errors shorter than this, however large and
+	// however spread, never drains; degraded means sustained.
+	MinDuration time.Duration
+	// ZoneEvery is the least time between two drains of a server whose
+	// evidence never showed it degraded (in the zone).
+	ZoneEvery time.Duration
 }
 
 // DefaultConfig is what `hapilot run` uses unless told otherwise.
 func DefaultConfig() Config {
 	return Config{Alpha: 1e-6, MinRequests: 100, MinErrors: 5, MinRatio: 2, LatencyRatio: 5, LatencyMinMs: 50, LatencyBaselineRatio: 3,
-		Floor: 0.01, DegradedRatio: 3, ARLDays: 1000, BurstCap: 0.25, BurstErrors: 10, BaselineSpan: 6 * time.Hour,
-		HealthyFloor: 0.005, HealthyRatio: 3}
+		Floor: 0.01, DegradedRatio: 6, ARLDays: 1000, BaselineSpan: 6 * time.Hour,
+		HealthyFloor: 0.005, HealthyRatio: 3, MinDuration: 5 * time.Second, ZoneEvery: 24 * time.Hour}
 }
 
 // Policy is the rule policy. Its sequential test keeps state between
@@ -133,7 +131,7 @@ func New(cfg Config) *Policy { return &Policy{Config: cfg} }
 // the windows condemn a server.
 func NewPolicy(cfg Config) agent.Policy {
 	p := New(cfg)
-	return agent.Policy{Decider: p, Needs: p.Needs(), Evidence: p.Evidence}
+	return agent.Policy{Decider: p, Needs: p.Needs(), Evidence: p.Evidence, Notes: p.Notes}
 }
 
 func (*Policy) Name() string { return "rules" }
@@ -174,14 +172,23 @@ func (c Config) Validate() error {
 	if !(c.ARLDays >= 1.0/24 && c.ARLDays <= 1e9) {
 		errs = append(errs, fmt.Errorf("rules-arl-days %v outside [1/24, 1e9]", c.ARLDays))
 	}
-	if !(c.BurstCap > 0 && c.BurstCap <= 1) {
-		errs = append(errs, fmt.Errorf("rules-burst-cap %v outside (0, 1]", c.BurstCap))
+	// The zone between the healthy and the degraded regions keeps the
+	// test's hypotheses apart: p0 is at most half of p1.
+	if !(c.HealthyFloor > 0) {
+		errs = append(errs, fmt.Errorf("rules-healthy-floor %v: above 0", c.HealthyFloor))
+	} else if !(c.Floor >= 2*c.HealthyFloor) {
+		errs = append(errs, fmt.Errorf("rules-floor %v: at least twice rules-healthy-floor %v", c.Floor, c.HealthyFloor))
 	}
-	if c.BurstErrors < 0 || c.BurstErrors > 1e6 {
-		errs = append(errs, fmt.Errorf("rules-burst-errors %d outside [0, 1e6]", c.BurstErrors))
+	if !(c.HealthyRatio >= 1) {
+		errs = append(errs, fmt.Errorf("rules-healthy-ratio %v: at least 1", c.HealthyRatio))
+	} else if !(c.DegradedRatio >= 2*c.HealthyRatio) {
+		errs = append(errs, fmt.Errorf("rules-degraded-ratio %v: at least twice rules-healthy-ratio %v", c.DegradedRatio, c.HealthyRatio))
 	}
-	if !(c.HealthyFloor > 0 && c.HealthyFloor < maxP1) || !(c.HealthyRatio >= 1 && !math.IsInf(c.HealthyRatio, 0)) {
-		errs = append(errs, fmt.Errorf("healthy region %v, %v× the median: want a floor in (0, %v) and a ratio of at least 1", c.HealthyFloor, c.HealthyRatio, maxP1))
+	if c.MinDuration < 0 || c.MinDuration > time.Duration(maxWindow-1)*time.Second {
+		errs = append(errs, fmt.Errorf("rules-min-duration %v outside [0, %v]", c.MinDuration, time.Duration(maxWindow-1)*time.Second))
+	}
+	if c.ZoneEvery < 0 {
+		errs = append(errs, fmt.Errorf("rules-zone-every %v is negative", c.ZoneEvery))
 	}
 	if c.BaselineSpan < time.Minute {
 		errs = append(errs, fmt.Errorf("rules-baseline-span %v under a minute", c.BaselineSpan))
@@ -226,13 +233,15 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 		planned := map[string]bool{}
 		for _, c := range cands {
 			planned[c.name] = true
-			// the counts since its evidence began, as the peer check
-			// reads them (the LLM's candidates read these words too)
-			n, x := c.s.lastSum(min(max(c.s.run, 1), recentChunks))
+			n, x := c.s.RunCounts()
+			region := "degraded"
+			if c.s.Zone {
+				region = fmt.Sprintf("in the zone between healthy %.2f%% and degraded (not shown above it): drained at most once a %v", 100*sb.q.HealthyMax(), p.Config.ZoneEvery)
+			}
 			plan = append(plan, agent.Action{
 				Kind: agent.Drain, Backend: b.Name, Server: c.name,
-				Reason: fmt.Sprintf("5xx CUSUM at h %.1f: %.2f%% (%d/%d) over its evidence's %d checks, judged against %.3f%%, degraded from %.2f%%",
-					sb.q.H(), 100*float64(x)/float64(max(n, 1)), x, n, min(max(c.s.run, 1), recentChunks), 100*c.s.P0(), 100*sb.q.P1Min()),
+				Reason: fmt.Sprintf("5xx CUSUM at h %.1f: %.2f%% (%d/%d) over its evidence's %d checks, judged against %.3f%%, degraded from %.2f%%; %s",
+					sb.q.H(), 100*float64(x)/float64(max(n, 1)), x, n, c.s.run, 100*c.s.P0(), 100*sb.q.P1Min(), region),
 			})
 		}
 		if sb != nil {
@@ -244,6 +253,31 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 		}
 	}
 	return plan, nil
+}
+
+// Notes are the zone servers the test leaves serving: each condemned
+// again within ZoneEvery of its one drain in the zone, and why.
+func (p *Policy) Notes() map[agent.Key]string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out map[agent.Key]string
+	for name, sb := range p.seq {
+		for server, s := range sb.servers {
+			if !s.Left {
+				continue
+			}
+			if out == nil {
+				out = map[agent.Key]string{}
+			}
+			n, x := s.RunCounts()
+			out[agent.Key{Backend: name, Server: server}] = fmt.Sprintf(
+				"in the zone: %.2f%% (%d/%d) over its evidence's %d checks, above healthy %.2f%% but not shown above degraded %.2f%%; "+
+					"drained in the zone %s ago and left serving until %s have passed since, or its evidence shows it degraded, or the operator drains it",
+				100*float64(x)/float64(max(n, 1)), x, n, s.run, 100*sb.q.HealthyMax(), 100*sb.q.P1Min(),
+				time.Duration(sb.q.clock-s.zoneAt)*time.Second, p.Config.ZoneEvery)
+		}
+	}
+	return out
 }
 
 // Windowed is the rules as they decided before the sequential test: the

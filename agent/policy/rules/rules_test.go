@@ -170,12 +170,14 @@ func TestGolden(t *testing.T) {
 			}
 			p := New(DefaultConfig())
 			var plan agent.Plan
-			for k := range uint64(11) {
+			// The window's counts arrive over 20 one-second checks: longer
+			// than the minimum duration, so that a sustained fault is one.
+			for k := range uint64(21) {
 				obs.Time = obs.Time.Add(time.Second)
 				for _, b := range obs.Backends {
 					for i := range b.Servers {
 						w := &b.Servers[i].Window
-						w.TotalRequests, w.TotalErr5xx = k*w.Requests/10, k*w.Err5xx/10
+						w.TotalRequests, w.TotalErr5xx = k*w.Requests/20, k*w.Err5xx/20
 					}
 				}
 				if plan, err = p.Decide(context.Background(), obs); err != nil {

@@ -3,6 +3,8 @@ package rules
 import (
 	"math"
 	"slices"
+
+	"github.com/hapilot/hapilot/internal/lib/stats"
 )
 
 // The sequential test: a CUSUM (Page 1954) of the binomial log-likelihood
@@ -16,41 +18,57 @@ import (
 // change on, and its threshold h bounds the mean time between false
 // alarms at e^h chunks (Lorden 1971) whatever the traffic.
 //
+// The regions, in the operator's terms (regions.go), per backend whose
+// healthy median (the lower median of the servers' long baselines) is m:
+//
+//	healthy:  at most max(HealthyFloor, HealthyRatio × m)  (0.5%, 3×)
+//	degraded: at least max(Floor, DegradedRatio × m)       (1%, 6×)
+//	the zone: between them.
+//
 // The hypotheses, per server and chunk:
 //
 //	H0: the server fails at p0, the larger of the backend's healthy median
-//	    (the lower median of the servers' long baselines) and an upper
-//	    bound of its own long baseline, but never above half of p1min: a
-//	    server that has always been a little worse than its peers is not
-//	    degraded, and a healthy fleet's spread cannot convict it.
+//	    and an upper bound of its own long baseline, but never above the
+//	    healthy region's upper end: that end is the null's least
+//	    favourable point, so a server anywhere in the healthy region has
+//	    a negative drift, whatever the fleet's spread; a server with no
+//	    history is judged at that point.
 //	H1: the server fails at p1 = p1min × m, for m in a small bank
-//	    (1, 3, 10, 30), where p1min = max(Floor, Ratio × healthy median)
-//	    is the operator's "degraded": above an absolute floor and a
-//	    ratio of the backend's healthy median. A bank of CUSUMs stands for
-//	    the GLR over the fault's unknown size (Lai 1995): the threshold
-//	    grows by ln(bank size), the delay is within a few percent of the
-//	    CUSUM tuned to the fault.
+//	    (1, 3, 10, 30), p1min the degraded region's lower end. A bank of
+//	    CUSUMs stands for the GLR over the fault's unknown size (Lai
+//	    1995): the threshold grows by ln(bank size), the delay is within a
+//	    few percent of the CUSUM tuned to the fault.
 //
-// Each chunk's contribution is capped at BurstCap·h, so that one burst of
-// errors (a restart, a GC pause) cannot convict: it takes evidence that
-// persists over several chunks. Unless the chunk holds more errors than
-// a burst can bring: then it counts what it would say with BurstErrors
-// errors fewer (the largest burst forgiven), if that is more; and so for
-// the last 2 to poolChunks chunks pooled, from the CUSUM before them. A
-// burst (at most BurstErrors errors within one second, so over two
-// one-second chunks at most) is forgiven in every span that holds it, and
-// adds at most BurstCap·h a chunk through the cap; forgiving errors only
-// lowers a span's evidence, so on healthy traffic the statistic stays
-// under the uncapped CUSUM, whose false alarms Lorden's bound counts.
-// A fault at 20% and 300 req/s (60 errors a second) is no longer held to
-// four chunks, nor one at 5% and 300 req/s (15 a second) to three.
+// Degraded means sustained. A burst of errors shorter than MinDuration
+// touches at most W chunks (window), whatever its size and however it is
+// spread; each CUSUM keeps, over its run, the largest gain any W
+// consecutive chunks brought, and takes out what that window brought
+// beyond windowCredit·h. So a burst adds at most the credit, and the rest
+// of h must come from outside the window: from healthy traffic only, a
+// chance of about e^-(1-windowCredit)h a burst. A sustained fault loses
+// one window's worth beyond the credit: it is found about W chunks
+// later. The largest window is forgotten once it is a window past and
+// the evidence has not grown since (a burst, not a fault), so that a
+// later burst is taken out too; the credit a burst was granted comes
+// back only as the evidence falls, so bursts apart do not stack.
 //
-// A server whose CUSUM crosses h is condemned only if its errors over
-// the last recentChunks chunks are also above Floor and Ratio times the
-// lower median of its serving peers' over the same chunks: a fleet-wide
-// failure, where every server fails alike, drains nothing, and a second
-// faulty peer cannot hide the first (the lower median ignores up to half
-// the peers).
+// The statistic is bounded at h: a refused or delayed drain (the floor,
+// the cap, observe mode) leaves a server at h, not hours of evidence
+// above it, and after it heals the evidence falls below h as the healthy
+// drift takes it down.
+//
+// Checks more frequent than a second pool their counts into one-second
+// chunks: h bounds the false alarms per chunk, and so per unit of time
+// whatever --evidence-check is.
+//
+// A server whose CUSUM reaches h is condemned only if it fails more than
+// its serving peers over the same chunks, by a conditional two-sample
+// test (peerCheck) that weighs the peers' uncertainty: a fleet-wide
+// failure, where every server fails alike, drains nothing at any N from 2
+// and any rate, and a second faulty peer cannot hide the first (peers
+// significantly above the others are left out). Then, if its rate over
+// its evidence's span is not shown above the degraded line, it is in the
+// zone: condemned at most once a ZoneEvery, left serving after.
 
 // bank is the multiples of p1min the CUSUMs test.
 var bank = [...]float64{1, 3, 10, 30}
@@ -58,7 +76,11 @@ var bank = [...]float64{1, 3, 10, 30}
 const (
 	// recentChunks is the span of the peer check and of the peers' rate
 	// now, in chunks.
-	recentChunks = 40
+	recentChunks = 64
+	// peerRateChunks: the peers' rate now is read over this many of the
+	// last chunks (the ring's first ones), so that a fleet-wide failure
+	// lifts it within seconds.
+	peerRateChunks = 40
 	// refreshEvery: the backend's healthy median and each server's
 	// coefficients are recomputed every this many chunks: baselines move
 	// over hours, and the per-chunk update is then a multiply-add.
@@ -71,11 +93,30 @@ const (
 	minPeerRequests = 100
 	// maxP1 bounds an alternative below certainty (its log would be -Inf).
 	maxP1 = 0.6
-	// poolChunks: the burst allowance also pools the last 2 to this many
-	// chunks, so that a fault with fewer errors a chunk than a burst but
-	// more over a few chunks (20% at 33 req/s: 6.6 a second) is not held
-	// to the cap either. Four: past four chunks the cap alone reaches h.
-	poolChunks = 4
+	// minChunk is the shortest chunk the test takes, in seconds: checks
+	// more frequent than this pool their counts, so that the threshold,
+	// set in chunks, bounds the false drains per unit of time whatever
+	// the cadence.
+	minChunk = 1.0
+	// maxWindow bounds the minimum duration's window, in chunks.
+	maxWindow = 32
+	// windowCredit is the share of h that any one window of the minimum
+	// duration may bring: a burst inside it adds at most that, and the
+	// rest of the evidence must come from outside it.
+	windowCredit = 0.2
+	// burstTokens and burstRefill: a server may have up to burstTokens
+	// bursts forgiven in a row, and one more every burstRefill seconds.
+	// Rare bursts (a restart, a deploy, a GC pause: hours apart) are all
+	// forgiven; a burst that comes back every minute is a flapping fault.
+	burstTokens = 6
+	burstRefill = 600.0
+	// peerAlpha is the peer check's level: the chance that a server
+	// failing no more than its peers, over the same chunks, passes it.
+	peerAlpha = 1e-6
+	// degradedAlpha: a condemned server is degraded (not in the zone)
+	// when its rate over its evidence's span is above the degraded
+	// region's lower end at this level.
+	degradedAlpha = 1e-3
 )
 
 // Counts are one chunk's new requests and 5xx of one server.
@@ -83,7 +124,7 @@ type Counts struct{ N, X uint64 }
 
 // SeqServer is the sequential test's state for one server.
 type SeqServer struct {
-	// S is the CUSUM of each alternative of the bank.
+	// S is the CUSUM of each alternative of the bank, bounded by h.
 	S [len(bank)]float64
 	// en, ex: the server's long baseline, exponentially weighted sums of
 	// its requests and 5xx (time constant BaselineSpan), fed only while
@@ -97,20 +138,45 @@ type SeqServer struct {
 	ready  bool
 	recent [recentChunks]Counts
 	pos    int
-	// half: the ring's sums on its even and odd slots, kept as chunks
-	// come and go.
-	half [2]Counts
+	// pend: counts of checks shorter than minChunk, not yet a chunk.
+	pend Counts
+	// win: each alternative's increments over the last chunks of the
+	// evidence's run (a ring at wpos), their sum over the minimum
+	// duration's window, and the largest such sum in the run: the
+	// window whose excess over the credit is taken out of S.
+	win    [maxWindow][len(bank)]float64
+	wpos   int
+	raw    [len(bank)]float64
+	cut    [len(bank)]float64
+	winMax [len(bank)]float64
+	winAge [len(bank)]int
+	// cutting: the largest window is a burst being forgiven; tokens are
+	// the bursts the server may still have forgiven (burstTokens at
+	// most, one back every burstRefill seconds), spent = burstTokens
+	// minus tokens so that a new server starts with all of them.
+	cutting [len(bank)]bool
+	spent   [len(bank)]float64
+	atMax   [len(bank)]float64
+	used    [len(bank)]float64
 	// run counts the chunks since the CUSUMs were last all at zero: the
-	// span of the evidence now, Page's estimate of when a change began.
-	run int
-	// past: the CUSUMs after each of the last poolChunks chunks (at pp
-	// the oldest), where a pooled span's evidence starts from.
-	past [poolChunks][len(bank)]float64
-	pp   int
+	// span of the evidence now, Page's estimate of when a change began;
+	// runN and runX its requests and 5xx.
+	run        int
+	runN, runX uint64
 	// Chunks counts the chunks seen; Flagged is whether the CUSUM is at
-	// or over h now.
+	// h now.
 	Chunks  uint64
 	Flagged bool
+	// Zone: the server's evidence crossed h, but its rate over the
+	// evidence's span is not shown above the degraded region's lower
+	// end: it is in the zone. zoneAt is when it was last condemned so
+	// (the test's clock, seconds), zoned whether it ever was.
+	Zone   bool
+	zoneAt float64
+	zoned  bool
+	// Left: a zone server condemned again within ZoneEvery of the last
+	// time: it is left serving, not cycled.
+	Left bool
 	// lat is the server's latency baseline (latency.go): kept across
 	// drains, as en and ex are.
 	lat latBaseline
@@ -128,6 +194,9 @@ func (s *SeqServer) Max() float64 {
 // P0 is the error rate the server is judged against now.
 func (s *SeqServer) P0() float64 { return s.p0 }
 
+// RunCounts are the requests and 5xx over the evidence's span now.
+func (s *SeqServer) RunCounts() (n, x uint64) { return s.runN, s.runX }
+
 // Baseline is the server's long error rate (0 with no history).
 func (s *SeqServer) Baseline() float64 {
 	if s.en <= 0 {
@@ -136,15 +205,27 @@ func (s *SeqServer) Baseline() float64 {
 	return s.ex / s.en
 }
 
-// Reset forgets the server's evidence but not its baseline: what a drain
-// or a re-admission does.
+// Reset forgets the server's evidence but not its baseline, nor when it
+// was last condemned in the zone: what a drain or a re-admission does.
 func (s *SeqServer) Reset() {
 	s.S = [len(bank)]float64{}
-	s.past = [poolChunks][len(bank)]float64{}
 	s.recent = [recentChunks]Counts{}
-	s.half = [2]Counts{}
-	s.run = 0
-	s.Flagged = false
+	s.pend = Counts{}
+	s.endRun()
+	s.Flagged, s.Zone, s.Left = false, false, false
+}
+
+// endRun forgets the run's window and counts.
+func (s *SeqServer) endRun() {
+	s.win = [maxWindow][len(bank)]float64{}
+	s.raw = [len(bank)]float64{}
+	s.cut = [len(bank)]float64{}
+	s.winMax = [len(bank)]float64{}
+	s.winAge = [len(bank)]int{}
+	s.cutting = [len(bank)]bool{}
+	s.atMax = [len(bank)]float64{}
+	s.used = [len(bank)]float64{}
+	s.run, s.runN, s.runX = 0, 0, 0
 }
 
 // lastSum is the server's counts over its last k chunks (k <= recentChunks).
@@ -162,9 +243,13 @@ func (s *SeqServer) lastSum(k int) (n, x uint64) {
 // simulated counts exactly as Policy does with the windows' counts.
 type Sequential struct {
 	cfg     Config
-	h, cap  float64
+	h       float64
+	credit  float64
+	w       int
 	median  float64
 	chunks  uint64
+	clock   float64
+	pendDt  float64
 	scratch []float64
 	peers   []Counts
 	order   []int
@@ -174,14 +259,21 @@ type Sequential struct {
 // NewSequential returns the test of one backend under cfg.
 func NewSequential(cfg Config) *Sequential {
 	h := cfg.Threshold()
-	return &Sequential{cfg: cfg, h: h, cap: cfg.BurstCap * h}
+	return &Sequential{cfg: cfg, h: h, credit: windowCredit * h, w: cfg.window()}
+}
+
+// window is the minimum duration's window in chunks of minChunk: a burst
+// shorter than MinDuration, wherever it falls, touches at most this many.
+func (c Config) window() int {
+	d := c.MinDuration.Seconds() / minChunk
+	return min(max(int(math.Ceil(d-1e-9))+1, 1), maxWindow)
 }
 
 // Threshold is the CUSUM's h: ln of the mean chunks between false alarms
 // a server may have (ARLDays of one-second chunks), plus ln of the bank's
 // size, which keeps that bound for the bank as a whole.
 func (c Config) Threshold() float64 {
-	return math.Log(c.ARLDays*86400) + math.Log(float64(len(bank)))
+	return math.Log(c.ARLDays*86400/minChunk) + math.Log(float64(len(bank)))
 }
 
 // H is the threshold in use.
@@ -191,15 +283,42 @@ func (q *Sequential) H() float64 { return q.h }
 func (q *Sequential) Median() float64 { return q.median }
 
 // P1Min is the smallest error rate the test calls degraded now.
-func (q *Sequential) P1Min() float64 { return max(q.cfg.Floor, q.cfg.DegradedRatio*q.median) }
+func (q *Sequential) P1Min() float64 { return q.cfg.DegradedMin(q.median) }
 
-// Step feeds one chunk of dt seconds: in[i] is the new counts of srv[i],
+// HealthyMax is the healthy region's upper end now.
+func (q *Sequential) HealthyMax() float64 { return q.cfg.HealthyMax(q.median) }
+
+// Step feeds one check of dt seconds: in[i] is the new counts of srv[i],
 // serving[i] whether it takes traffic (a server that does not is reset
-// and left out). It sets each server's Flagged and returns the indexes
-// of the servers it condemns: CUSUM at or over h, and the peer check
-// passed.
+// and left out). Checks shorter than minChunk pool until they make one.
+// It sets each server's Flagged and returns the indexes of the servers
+// it condemns: evidence at h, the peer check passed, and not a zone
+// server condemned within ZoneEvery of its last time.
 func (q *Sequential) Step(dt float64, srv []*SeqServer, in []Counts, serving []bool, out []int) []int {
 	out = out[:0]
+	for i, s := range srv {
+		if !serving[i] {
+			if s.Flagged || s.Chunks > 0 || s.pend != (Counts{}) {
+				s.Reset()
+				s.Chunks = 0
+			}
+			continue
+		}
+		s.pend.N += in[i].N
+		s.pend.X += min(in[i].X, in[i].N)
+	}
+	q.pendDt += max(dt, 0)
+	if q.pendDt < minChunk-1e-6 {
+		// not a chunk yet: the last chunk's verdicts stand
+		for i, s := range srv {
+			if serving[i] && s.Flagged && !s.Left && q.passes(srv, serving, i) {
+				out = append(out, i)
+			}
+		}
+		return out
+	}
+	dt, q.pendDt = q.pendDt, 0
+	q.clock += dt
 	if q.chunks%refreshEvery == 0 {
 		q.refresh(srv, serving)
 	}
@@ -211,16 +330,10 @@ func (q *Sequential) Step(dt float64, srv []*SeqServer, in []Counts, serving []b
 	// First the recent rings, for the peers' rate now.
 	for i, s := range srv {
 		if !serving[i] {
-			if s.Flagged || s.Chunks > 0 {
-				s.Reset()
-				s.Chunks = 0
-			}
 			continue
 		}
 		s.Chunks++
-		h, old := &s.half[s.pos%2], s.recent[s.pos]
-		h.N, h.X = h.N-old.N+in[i].N, h.X-old.X+in[i].X
-		s.recent[s.pos] = in[i]
+		s.recent[s.pos] = s.pend
 		s.pos = (s.pos + 1) % recentChunks
 	}
 	peers := q.peerRate(srv, serving)
@@ -229,7 +342,8 @@ func (q *Sequential) Step(dt float64, srv []*SeqServer, in []Counts, serving []b
 		if !serving[i] {
 			continue
 		}
-		c := in[i]
+		c := s.pend
+		s.pend = Counts{}
 		if !s.ready {
 			q.coefficients(s)
 		}
@@ -240,58 +354,105 @@ func (q *Sequential) Step(dt float64, srv []*SeqServer, in []Counts, serving []b
 			// coefficients of this chunk only).
 			a, b = q.elevated(peers)
 		}
+		for k := range s.spent {
+			s.spent[k] = max(0, s.spent[k]-dt/burstRefill)
+		}
+		top := 0.0
 		// The fast path: no error and no evidence held; each alternative's
 		// successes only lower a CUSUM at zero.
-		top := 0.0
 		if c.X != 0 || s.S != [len(bank)]float64{} {
-			x, ok := float64(c.X), float64(c.N-min(c.X, c.N))
-			// Past the burst's errors: what the chunk would say had a
-			// whole burst landed in it (BurstErrors errors fewer).
-			burst := uint64(q.cfg.BurstErrors)
-			d := float64(min(c.X, burst))
-			// The same over the last w chunks pooled, from the CUSUM
-			// before them: one burst forgiven in each span.
-			var wn, wx [poolChunks + 1]float64
-			if burst > 0 {
-				for w := 2; w <= poolChunks; w++ {
-					pn, px := s.lastSum(w)
-					wn[w], wx[w] = float64(pn), float64(px)
-				}
-			}
+			x, ok := float64(c.X), float64(c.N-c.X)
+			slot := &s.win[s.wpos]
 			for k := range s.S {
-				l := min(x*a[k]+ok*b[k], q.cap)
-				if x > d && d > 0 {
-					l = max(l, (x-d)*a[k]+(ok+d)*b[k])
+				l := x*a[k] + ok*b[k]
+				// The minimum duration. raw is the plain CUSUM, and the
+				// ring holds its values over the window: gain is what
+				// the last W chunks brought.
+				raw := max(0, s.raw[k]+l)
+				gain := raw - slot[k]
+				slot[k] = raw
+				if s.winAge[k]++; s.winAge[k] > q.w && s.S[k] <= s.atMax[k] {
+					// The largest window is a window past and the evidence
+					// has not grown since: a burst, not a fault. The next
+					// one is judged afresh; the credit this one was
+					// granted comes back only as the evidence falls.
+					s.winMax[k], s.winAge[k], s.cutting[k] = 0, 0, false
 				}
-				v := s.S[k] + l
-				for w := 2; w <= poolChunks; w++ {
-					if wx[w] > float64(burst) && burst > 0 {
-						e := wx[w] - float64(burst)
-						from := s.past[(s.pp+poolChunks-w)%poolChunks][k]
-						v = max(v, from+e*a[k]+(wn[w]-wx[w]+float64(burst))*b[k])
+				s.used[k] = min(s.used[k], s.S[k])
+				if gain > s.winMax[k] {
+					// What the window gained beyond the largest before it
+					// counts as far as the run's credit goes; the rest is
+					// taken out, so that no window brings more than the
+					// credit and bursts apart do not stack theirs.
+					d := gain - s.winMax[k]
+					granted := min(d, max(0, q.credit-s.used[k]))
+					cut := d - granted
+					if cut > 0 && !s.cutting[k] && raw-s.cut[k] >= q.h {
+						// Without the cut this burst would convict: it
+						// takes one of the server's tokens. Bursts that
+						// come back again and again (a flapping fault)
+						// run out of them and count in full.
+						if s.spent[k] <= burstTokens-1 {
+							s.spent[k]++
+							s.cutting[k] = true
+						} else {
+							cut, granted = 0, d
+						}
 					}
+					s.used[k] += granted
+					s.cut[k] += cut
+					s.winMax[k], s.winAge[k], s.atMax[k] = gain, 0, -1
 				}
-				s.S[k] = max(0, v)
-				top = max(top, s.S[k])
+				// bounded: the statistic stops at h, and raw with it
+				v := min(max(0, raw-s.cut[k]), q.h)
+				s.raw[k] = min(raw, v+s.cut[k])
+				s.S[k] = v
+				if s.atMax[k] < 0 {
+					s.atMax[k] = v
+				}
+				top = max(top, v)
 			}
+			s.wpos = (s.wpos + 1) % q.w
 		}
-		s.past[s.pp] = s.S
-		s.pp = (s.pp + 1) % poolChunks
 		if top < quiet {
 			s.en = s.en*w + float64(c.N)
 			s.ex = s.ex*w + float64(c.X)
 		}
 		if top == 0 {
-			s.run = 0
+			if s.run > 0 {
+				s.endRun()
+			}
 		} else {
 			s.run++
+			s.runN += c.N
+			s.runX += c.X
 		}
 		s.Flagged = top >= q.h
-		if s.Flagged && q.peerCheck(srv, serving, i) {
-			out = append(out, i)
+		s.Left = false
+		if !s.Flagged {
+			s.Zone = false
+			continue
 		}
+		if !q.peerCheck(srv, serving, i) {
+			continue
+		}
+		s.Zone = stats.BinomialUpperTail(s.runN, s.runX, q.P1Min()) >= degradedAlpha
+		if s.Zone {
+			if s.zoned && q.clock-s.zoneAt < q.cfg.ZoneEvery.Seconds() {
+				s.Left = true
+				continue
+			}
+			s.zoned, s.zoneAt = true, q.clock
+		}
+		out = append(out, i)
 	}
 	return out
+}
+
+// passes: between chunks, a flagged server stays condemned while it
+// passed the peer check on its last chunk (Left false).
+func (q *Sequential) passes(srv []*SeqServer, serving []bool, i int) bool {
+	return q.peerCheck(srv, serving, i)
 }
 
 // peerRate is the backend's error rate now: the pooled recent counts of
@@ -305,7 +466,17 @@ func (q *Sequential) peerRate(srv []*SeqServer, serving []bool) float64 {
 	q.peers = q.peers[:0]
 	for i, s := range srv {
 		if serving[i] {
-			q.peers = append(q.peers, s.half[0], s.half[1])
+			var even, odd Counts
+			for j := range peerRateChunks {
+				c := s.recent[(s.pos-1-j+2*recentChunks)%recentChunks]
+				h := &even
+				if j%2 == 1 {
+					h = &odd
+				}
+				h.N += c.N
+				h.X += c.X
+			}
+			q.peers = append(q.peers, even, odd)
 		}
 	}
 	n := len(q.peers) / 2
@@ -335,7 +506,7 @@ func (q *Sequential) peerRate(srv []*SeqServer, serving []bool) float64 {
 		return 0
 	})
 	var tn, tx uint64
-	for _, i := range q.order[:n/2] {
+	for _, i := range q.order[:max(n/2, 1)] {
 		tn += q.peers[2*i+1].N
 		tx += q.peers[2*i+1].X
 	}
@@ -352,13 +523,14 @@ func (q *Sequential) peerRate(srv []*SeqServer, serving []bool) float64 {
 	return float64(tx) / float64(tn)
 }
 
-// elevated is the coefficients against the peers' rate r: H0 at r, the
-// alternatives DegradedRatio and more times it.
+// elevated is the coefficients against the peers' rate r: H0 at the
+// healthy region's upper end for peers failing at r, the alternatives
+// from the degraded region's lower end.
 func (q *Sequential) elevated(r float64) (a, b *[len(bank)]float64) {
-	p1min := max(q.cfg.Floor, q.cfg.DegradedRatio*r)
+	p1min := q.cfg.DegradedMin(r)
 	for k, m := range bank {
 		p1 := min(p1min*m, maxP1)
-		p0 := min(r, p1/2)
+		p0 := min(q.cfg.HealthyMax(r), p1/2)
 		q.ea[k] = math.Log(p1 / p0)
 		q.eb[k] = math.Log((1 - p1) / (1 - p0))
 	}
@@ -383,6 +555,11 @@ func (q *Sequential) refresh(srv []*SeqServer, serving []bool) {
 }
 
 // coefficients sets s's p0 and each alternative's log-likelihood ratios.
+// p0 is the larger of the backend's healthy median and an upper bound of
+// the server's own baseline, but never above the healthy region's upper
+// end: the null's least favourable point. A server anywhere in the
+// healthy region then has a negative drift against it, whatever the
+// fleet's spread, and one with no history is judged at that point.
 func (q *Sequential) coefficients(s *SeqServer) {
 	p1min := q.P1Min()
 	own := 1.0 // no history: judged against the cap below
@@ -391,7 +568,7 @@ func (q *Sequential) coefficients(s *SeqServer) {
 		// the estimate's own noise must not read as a change.
 		own = (s.ex + 3*math.Sqrt(s.ex) + 3) / s.en
 	}
-	p0 := min(max(q.median, own), p1min/2)
+	p0 := min(max(q.median, own), q.HealthyMax(), p1min/2)
 	s.p0 = p0
 	for k, m := range bank {
 		p1 := min(p1min*m, maxP1)
@@ -401,12 +578,16 @@ func (q *Sequential) coefficients(s *SeqServer) {
 	s.ready = true
 }
 
-// peerCheck: server i's errors since its evidence began (its last run
-// of chunks, at most recentChunks) are above Floor and Ratio times the
-// lower median of its serving peers' rates over the same chunks. Over
-// the same chunks: when every server begins to fail at once, each one's
-// new errors are compared with its peers' new errors, not with their
-// history. With no serving peer, only the floor applies.
+// peerCheck: server i fails more than its serving peers over the same
+// chunks (the span of its evidence, at most recentChunks), with the
+// peers' own uncertainty: a conditional two-sample test (given the
+// errors of both, the server's share of them is binomial in its share of
+// the requests when both fail alike) at peerAlpha. So a fleet-wide
+// failure drains nothing at any N from 2 and any rate, where a point
+// median of few requests reads 0. Peers significantly above the healthy
+// region of the others' lower median are left out, so that a second
+// faulty peer cannot hide the first. The server must also be above the
+// healthy region of its peers' rate, and above the healthy floor.
 func (q *Sequential) peerCheck(srv []*SeqServer, serving []bool, i int) bool {
 	k := min(max(srv[i].run, 1), recentChunks)
 	n, x := srv[i].lastSum(k)
@@ -414,19 +595,40 @@ func (q *Sequential) peerCheck(srv []*SeqServer, serving []bool, i int) bool {
 		return false
 	}
 	rate := float64(x) / float64(n)
-	if rate < q.cfg.Floor {
+	if rate <= q.cfg.HealthyFloor {
 		return false
 	}
 	q.scratch = q.scratch[:0]
+	q.peers = q.peers[:0]
 	for j, s := range srv {
 		if j != i && serving[j] {
 			pn, px := s.lastSum(k)
 			if pn > 0 {
 				q.scratch = append(q.scratch, float64(px)/float64(pn))
+				q.peers = append(q.peers, Counts{N: pn, X: px})
 			}
 		}
 	}
-	return rate >= q.cfg.DegradedRatio*lowerMedian(q.scratch)
+	if len(q.peers) == 0 {
+		return rate >= q.cfg.Floor // no peer: only the floor applies
+	}
+	limit := q.cfg.HealthyMax(lowerMedian(q.scratch))
+	var m, y uint64
+	for _, c := range q.peers {
+		if c.X > 0 && stats.BinomialUpperTail(c.N, c.X, limit) < degradedAlpha {
+			continue // a faulty peer of its own
+		}
+		m += c.N
+		y += c.X
+	}
+	if m == 0 {
+		return rate >= q.cfg.Floor
+	}
+	if rate <= q.cfg.HealthyMax(float64(y)/float64(m)) {
+		return false
+	}
+	share := float64(n) / float64(n+m)
+	return stats.BinomialUpperTail(x+y, x, share) < peerAlpha
 }
 
 // lowerMedian is the median of v, the lower of the two middle values for

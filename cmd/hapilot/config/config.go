@@ -308,8 +308,10 @@ func registerRules(fs *flag.FlagSet, r *rules.Config) {
 	fs.Float64Var(&r.Floor, "rules-floor", r.Floor, "rules: a server is degraded only above this 5xx rate (and --rules-degraded-ratio times its backend's healthy median)")
 	fs.Float64Var(&r.DegradedRatio, "rules-degraded-ratio", r.DegradedRatio, "rules: a server is degraded only at this many times its backend's healthy median 5xx rate (and above --rules-floor)")
 	fs.Float64Var(&r.ARLDays, "rules-arl-days", r.ARLDays, "rules: mean days between false drains of one server the sequential test's threshold is set for")
-	fs.Float64Var(&r.BurstCap, "rules-burst-cap", r.BurstCap, "rules: the most one evidence check may add to a server's evidence, as a share of the threshold, so that one burst of errors cannot drain it")
-	fs.IntVar(&r.BurstErrors, "rules-burst-errors", r.BurstErrors, "rules: the most 5xx one burst brings within a second; one to four evidence checks holding more count what they would with that many forgiven, past --rules-burst-cap (0: the cap alone)")
+	fs.Float64Var(&r.HealthyFloor, "rules-healthy-floor", r.HealthyFloor, "rules: a server failing at most this 5xx rate (or --rules-healthy-ratio times its backend's healthy median, the larger) is healthy: the false-drain promise holds for it, whatever the fleet's spread")
+	fs.Float64Var(&r.HealthyRatio, "rules-healthy-ratio", r.HealthyRatio, "rules: ... and a server at most this many times its backend's healthy median; between healthy and degraded lies the zone, drained at most once a --rules-zone-every")
+	fs.DurationVar(&r.MinDuration, "rules-min-duration", r.MinDuration, "rules: a burst of errors shorter than this, however large and however spread, never drains; a fault is found about this much later than without it")
+	fs.DurationVar(&r.ZoneEvery, "rules-zone-every", r.ZoneEvery, "rules: a server whose evidence never showed it degraded (in the zone) is drained at most once this often; condemned again sooner, it is left serving, with its reason on /status")
 	fs.DurationVar(&r.BaselineSpan, "rules-baseline-span", r.BaselineSpan, "rules: time constant of each server's own long 5xx baseline")
 }
 
@@ -432,7 +434,9 @@ func backendLine(name, value string) (string, string, bool) {
 // and any other value is refused with the reason, so that an upgrade
 // neither stops an agent that kept a default nor silently drops a choice.
 var retired = map[string]struct{ same, why string }{
-	"fallback": {same: "rules", why: "the rules are always the LLM policy's fallback; `fallback none` (the study's unguarded loop) is the lab's, hapilot-bench's, not the agent's"},
+	"rules-burst-cap":    {same: "0.25", why: "the minimum duration (--rules-min-duration) replaced the burst cap: a burst shorter than it never drains, whatever its size"},
+	"rules-burst-errors": {same: "10", why: "the minimum duration (--rules-min-duration) replaced the burst allowance: a burst shorter than it never drains, whatever its size"},
+	"fallback":           {same: "rules", why: "the rules are always the LLM policy's fallback; `fallback none` (the study's unguarded loop) is the lab's, hapilot-bench's, not the agent's"},
 }
 
 func applyFile(fs *flag.FlagSet, path string, skip map[string]bool) error {

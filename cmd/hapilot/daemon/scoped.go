@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/policy/rules"
@@ -28,6 +29,7 @@ func scopedRules(base rules.Config, blocks *rules.Blocks) agent.Policy {
 	// Filled as backends appear, by the loop's goroutine only: Decide
 	// and Evidence both run on it (agent.Loop.Run).
 	byKey := map[key]agent.Policy{baseKey: root}
+	var mu sync.Mutex // byKey: Notes reads it from /status's goroutine
 	split := func(obs agent.Observation) ([]agent.Policy, []agent.Observation) {
 		groups := map[key]int{}
 		var pols []agent.Policy
@@ -36,11 +38,13 @@ func scopedRules(base rules.Config, blocks *rules.Blocks) agent.Policy {
 			k, cfg := cfgOf(b.Name)
 			i, ok := groups[k]
 			if !ok {
+				mu.Lock()
 				p, ok := byKey[k]
 				if !ok {
 					p = rules.NewPolicy(cfg)
 					byKey[k] = p
 				}
+				mu.Unlock()
 				i = len(pols)
 				groups[k] = i
 				pols = append(pols, p)
@@ -54,6 +58,24 @@ func scopedRules(base rules.Config, blocks *rules.Blocks) agent.Policy {
 	}
 	p := root
 	p.Decider = scopedDecider{split: split}
+	p.Notes = func() map[agent.Key]string {
+		mu.Lock()
+		pols := make([]agent.Policy, 0, len(byKey))
+		for _, pol := range byKey {
+			pols = append(pols, pol)
+		}
+		mu.Unlock()
+		var out map[agent.Key]string
+		for _, pol := range pols {
+			for k, v := range pol.Notes() {
+				if out == nil {
+					out = map[agent.Key]string{}
+				}
+				out[k] = v
+			}
+		}
+		return out
+	}
 	if root.Evidence != nil {
 		p.Evidence = func(obs agent.Observation) []agent.Key {
 			var out []agent.Key

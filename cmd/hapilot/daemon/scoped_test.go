@@ -11,8 +11,8 @@ import (
 	"github.com/hapilot/hapilot/internal/lib/window"
 )
 
-// One server of four failing 4% against peers at 1%, 1,000 requests a
-// second each, for a minute. Under the global degraded ratio (3: 3%
+// One server of four failing 8% against peers at 1%, 1,000 requests a
+// second each, for a minute. Under the global degraded ratio (6: 6%
 // against a 1% median) the sequential test drains it; a backend whose
 // block sets rules-degraded-ratio 20 (degraded only from 20%) keeps it.
 // Each backend keeps its own test's state across the steps.
@@ -22,7 +22,7 @@ func TestScopedRulesRatio(t *testing.T) {
 		obs := agent.Observation{Time: at.Add(time.Duration(sec) * time.Second)}
 		for _, name := range []string{"loose", "strict"} {
 			b := agent.BackendView{Name: name}
-			for i, perMille := range []uint64{40, 10, 10, 10} {
+			for i, perMille := range []uint64{80, 10, 10, 10} {
 				s := string(rune('a' + i))
 				st := window.Stats{Backend: name, Server: s, Requests: 60_000, Err5xx: 60 * perMille,
 					TotalRequests: 1000 * sec, TotalErr5xx: perMille * sec}
