@@ -45,7 +45,7 @@ func TestThePromptFormTravelsWithTheModel(t *testing.T) {
 			cfg.Model, cfg.Prompt, cfg.Confirm, cfg.Gate = model, tc.flag, 1, GateAlways
 			cfg.Deadline, cfg.LoadTimeout = 2*time.Second, 10*time.Second
 			m := &Model{Server: &modelapi.Ollama{Client: api.NewClient(u, fake.Client())}, Config: cfg}
-			p := New(m, rules.NewWindowed(rules.DefaultConfig()), rules.DefaultConfig(), cfg, zerolog.Nop())
+			p := New(m, rules.NewPolicy(rules.DefaultConfig()), rules.DefaultConfig(), cfg, zerolog.Nop())
 			defer p.Close()
 			p.Start()
 			waitFor(t, func() bool { return p.PolicyStatus().(Status).State == LifeReady })

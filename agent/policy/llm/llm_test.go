@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/policy/llm/calibrate/fixtures"
 	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/agent/policy/rules"
@@ -28,8 +30,9 @@ import (
 
 const model = "fake-capable:latest"
 
-// fleet is one backend of n servers, 600 requests each; faulty ones fail
-// 5%, clearly: the rules' floor drains them on its own.
+// fleet is one backend of n servers, 1,200 requests a minute each;
+// faulty ones fail 5%, clearly: the rules' floor drains them on its own
+// (its sequential test, on the window read a second at a time: see steps).
 func fleet(now time.Time, n int, faulty ...string) agent.Observation {
 	b := agent.BackendView{Name: "app"}
 	for i := 1; i <= n; i++ {
@@ -37,21 +40,23 @@ func fleet(now time.Time, n int, faulty ...string) agent.Observation {
 		x := uint64(0)
 		for _, f := range faulty {
 			if f == name {
-				x = 30
+				x = 60
 			}
 		}
 		b.Servers = append(b.Servers, agent.ServerView{Backend: "app", Server: name, Owner: agent.OwnerNone,
 			State:  haproxy.ServerState{Backend: "app", Server: name, OpState: haproxy.OpRunning, Weight: 1, Initial: 1},
-			Window: window.Stats{Backend: "app", Server: name, Requests: 600, Err5xx: x, P50Ms: 9, P95Ms: 12, P99Ms: 14}})
+			Window: window.Stats{Backend: "app", Server: name, Requests: 1200, Err5xx: x, P50Ms: 9, P95Ms: 12, P99Ms: 14}})
 	}
 	return agent.Observation{Time: now, Cycle: 1, Backends: []agent.BackendView{b}}
 }
 
-// grey is six servers of which srv4 fails 7 of 600: suspicious (the
-// loose test flags it) and not significant at the rules' alpha.
+// grey is six servers of which srv4 fails 24 of 1,200 (2% at 20 req/s):
+// read a second at a time over the window, the rules' sequential test
+// has it a candidate (past the candidates' threshold) and condemns it
+// only about 87 s in: the grey zone, the model's to decide.
 func grey(now time.Time) agent.Observation {
 	obs := fleet(now, 6)
-	obs.Backends[0].Servers[3].Window.Err5xx = 7
+	obs.Backends[0].Servers[3].Window.Err5xx = 24
 	return obs
 }
 
@@ -68,18 +73,22 @@ func newPolicy(t *testing.T, respond ollamafake.Responder, mod func(*Config)) (*
 		mod(&cfg)
 	}
 	m := &Model{Server: &modelapi.Ollama{Client: api.NewClient(u, fake.Client())}, Config: cfg, SystemPrompt: prompt.DefaultSystemPrompt}
-	p := New(m, rules.NewWindowed(rules.DefaultConfig()), rules.DefaultConfig(), cfg, zerolog.Nop())
+	p := New(m, rules.NewPolicy(rules.DefaultConfig()), rules.DefaultConfig(), cfg, zerolog.Nop())
 	t.Cleanup(p.Close)
 	return p, fake
 }
 
 // steps runs the policy n times on obs and vets each plan as the loop
-// would, returning every accepted action.
+// would, returning every accepted action. Before the first step, the
+// window is read a second at a time through the policy's evidence hook,
+// as the loop's checks read it: the rules' floor, a sequential test,
+// judges what it has read, not a window.
 func steps(t *testing.T, p *Policy, obs agent.Observation, n int) []agent.Action {
 	t.Helper()
 	var accepted []agent.Action
 	g := agent.DefaultGuardrails().For(p.Needs())
 	for i := 0; i < n; i++ {
+		obs := feed(p, obs)
 		plan, err := p.Decide(context.Background(), obs)
 		if err != nil {
 			t.Fatalf("step %d: %v", i, err)
@@ -93,6 +102,31 @@ func steps(t *testing.T, p *Policy, obs agent.Observation, n int) []agent.Action
 		obs.Cycle++
 	}
 	return accepted
+}
+
+// timelines are each policy's stream of observations (feed).
+var timelines = struct {
+	sync.Mutex
+	m map[*Policy]*fixtures.Timeline
+}{m: map[*Policy]*fixtures.Timeline{}}
+
+// feed is obs as the loop would give p: its window read a second at a
+// time through the policy's evidence hook since p's last step (over the
+// window for the first), so that the rules' sequential test (the floor
+// and the candidates') reads what the window shows. A step no later than
+// the last one is moved a second past it: the stream goes on.
+func feed(p *Policy, obs agent.Observation) agent.Observation {
+	timelines.Lock()
+	tl := timelines.m[p]
+	if tl == nil {
+		tl = &fixtures.Timeline{}
+		timelines.m[p] = tl
+	}
+	timelines.Unlock()
+	if last := tl.At(); !last.IsZero() && !obs.Time.After(last) {
+		obs.Time = last.Add(time.Second)
+	}
+	return tl.Feed(obs, p.Hooks().Evidence)
 }
 
 // The rules are the floor: a clear fault is drained at once, whatever the
@@ -150,7 +184,7 @@ func TestGreyZoneIsTheModelsAfterConfirmation(t *testing.T) {
 		t.Fatalf("schema %s", req.Format)
 	}
 	if req.Messages[0].Role != "system" || !strings.Contains(req.Messages[1].Content, "srv4 ready none 1 1 ") ||
-		!strings.Contains(req.Messages[1].Content, "candidate: errors 1.17% vs peers 0.00%") {
+		!strings.Contains(req.Messages[1].Content, "candidate: errors: CUSUM past 12.8 of the rules' h 19.7: 2.07% (24/1160) over its evidence's 58 checks, judged against 0.500%, degraded from 1.00%") {
 		t.Fatalf("prompt:\n%s", req.Messages[1].Content)
 	}
 	c := p.Report().(Report).Call
@@ -244,7 +278,7 @@ func TestAdversarialReplies(t *testing.T) {
 
 func TestInvalidReplyIsAudited(t *testing.T) {
 	p, _ := newPolicy(t, ollamafake.Fixed("not json at all"), nil)
-	if _, err := p.Decide(context.Background(), grey(time.Unix(1000, 0))); err != nil {
+	if _, err := p.Decide(context.Background(), feed(p, grey(time.Unix(1000, 0)))); err != nil {
 		t.Fatal(err)
 	}
 	r := p.Report().(Report)
@@ -365,7 +399,7 @@ func TestContextSizedAndNeverTruncated(t *testing.T) {
 			for i := range o.Backends[0].Servers {
 				o.Backends[0].Servers[i].Backend = o.Backends[0].Name
 			}
-			o.Backends[0].Servers[2].Window.Err5xx = 7
+			o.Backends[0].Servers[2].Window.Err5xx = 24 // grey (see grey)
 			obs.Backends = append(obs.Backends, o.Backends[0])
 		}
 		return obs
@@ -467,7 +501,7 @@ func TestMetricsAndStatusDoNotWaitForACall(t *testing.T) {
 		return ollamafake.Capable(req)
 	}, func(c *Config) { c.Deadline = time.Minute })
 	defer close(release)
-	go func() { _, _ = p.Decide(context.Background(), grey(time.Unix(1000, 0))) }()
+	go func() { _, _ = p.Decide(context.Background(), feed(p, grey(time.Unix(1000, 0)))) }()
 	waitFor(t, func() bool { return len(fake.Requests()) == 1 })
 	done := make(chan string)
 	go func() {
@@ -488,10 +522,9 @@ func TestMetricsAndStatusDoNotWaitForACall(t *testing.T) {
 
 func TestShadowAuditsDisagreement(t *testing.T) {
 	p, _ := newPolicy(t, ollamafake.TriggerHappy, func(c *Config) { c.Confirm = 1 })
-	s := &shadow{Model: p, Acting: rules.NewPolicy(rules.DefaultConfig())}
-	obs := fleet(time.Unix(1000, 0), 6)
-	obs.Backends[0].Servers[0].Window.Err5xx = 4 // a few errors: enough for the loose gate, not for the rules
-	plan, err := s.Decide(context.Background(), obs)
+	s := &shadow{Model: p, Acting: p.Floor}                                        // as the daemon builds it
+	plan, err := s.Decide(context.Background(), feed(p, grey(time.Unix(1000, 0)))) // a candidate, not yet the rules'
+
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -499,7 +532,7 @@ func TestShadowAuditsDisagreement(t *testing.T) {
 		t.Fatalf("acting plan %v", plan)
 	}
 	r := s.Report().(shadowReport)
-	if !r.Compared || !r.Disagreement || len(r.OnlyModel) != 1 || r.OnlyModel[0] != "drain app/srv1 0" || len(r.OnlyActing) != 0 {
+	if !r.Compared || !r.Disagreement || len(r.OnlyModel) != 1 || r.OnlyModel[0] != "drain app/srv4 0" || len(r.OnlyActing) != 0 {
 		t.Fatalf("report %+v", r)
 	}
 }
@@ -508,8 +541,8 @@ func TestShadowAuditsDisagreement(t *testing.T) {
 // decide, and compares nothing.
 func TestShadowDoesNotCountAFailureAsAgreement(t *testing.T) {
 	p, _ := newPolicy(t, func(ollamafake.Request) ollamafake.Reply { return ollamafake.Reply{Status: 500, Error: "boom"} }, nil)
-	s := &shadow{Model: p, Acting: rules.NewPolicy(rules.DefaultConfig())}
-	if _, err := s.Decide(context.Background(), grey(time.Unix(1000, 0))); err != nil {
+	s := &shadow{Model: p, Acting: p.Floor} // as the daemon builds it
+	if _, err := s.Decide(context.Background(), feed(p, grey(time.Unix(1000, 0)))); err != nil {
 		t.Fatal(err)
 	}
 	r := s.Report().(shadowReport)
@@ -527,7 +560,11 @@ func TestSlowModelKeepsTheSchedule(t *testing.T) {
 		r.Delay = 2 * time.Second
 		return r
 	}, func(c *Config) { c.Deadline = 200 * time.Millisecond; c.Gate = GateAlways })
-	obs := fleet(time.Now(), 3, "srv3")
+	// The floor has read the last minute already (as an agent that has
+	// run that long): it condemns srv3 from the first step, whose window
+	// (the totals as they stand) brings it nothing new.
+	var tl fixtures.Timeline
+	obs := tl.Feed(fleet(time.Now(), 3, "srv3"), p.Hooks().Evidence)
 	var states []haproxy.ServerState
 	var stats []window.Stats
 	for _, s := range obs.Backends[0].Servers {
@@ -610,8 +647,8 @@ func TestNumThreadOnEveryRequest(t *testing.T) {
 // model's plan is then the floor's, the acting rules' own.
 func TestShadowDoesNotCountAGatedStepAsAgreement(t *testing.T) {
 	p, fake := newPolicy(t, ollamafake.Capable, nil)
-	s := &shadow{Model: p, Acting: rules.NewPolicy(rules.DefaultConfig())}
-	if _, err := s.Decide(context.Background(), fleet(time.Unix(1000, 0), 6)); err != nil { // all healthy: nothing to ask
+	s := &shadow{Model: p, Acting: p.Floor}                                                          // as the daemon builds it
+	if _, err := s.Decide(context.Background(), feed(p, fleet(time.Unix(1000, 0), 6))); err != nil { // all healthy: nothing to ask
 		t.Fatal(err)
 	}
 	r := s.Report().(shadowReport)

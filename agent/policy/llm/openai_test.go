@@ -209,7 +209,7 @@ func newOpenAIPolicy(t *testing.T, respond ollamafake.Responder, setup func(*oai
 		t.Fatal(err)
 	}
 	modelapi.Unwrap(m.Server).(*modelapi.OpenAI).PollEvery = time.Millisecond
-	p := New(m, rules.NewWindowed(rules.DefaultConfig()), rules.DefaultConfig(), cfg, zerolog.Nop())
+	p := New(m, rules.NewPolicy(rules.DefaultConfig()), rules.DefaultConfig(), cfg, zerolog.Nop())
 	t.Cleanup(p.Close)
 	return p, f
 }
@@ -532,10 +532,8 @@ func TestOpenAIGuards(t *testing.T) {
 // Calibration and shadow mode run unchanged through the OpenAI API.
 func TestOpenAIShadow(t *testing.T) {
 	p, _ := newOpenAIPolicy(t, ollamafake.TriggerHappy, nil, func(c *Config) { c.Confirm = 1 })
-	s := &shadow{Model: p, Acting: rules.NewPolicy(rules.DefaultConfig())}
-	obs := fleet(time.Unix(1000, 0), 6)
-	obs.Backends[0].Servers[0].Window.Err5xx = 4
-	if plan, err := s.Decide(context.Background(), obs); err != nil || len(plan) != 0 {
+	s := &shadow{Model: p, Acting: p.Floor} // as the daemon builds it
+	if plan, err := s.Decide(context.Background(), feed(p, grey(time.Unix(1000, 0)))); err != nil || len(plan) != 0 {
 		t.Fatalf("acting plan %v %v", plan, err)
 	}
 	if r := s.Report().(shadowReport); !r.Compared || !r.Disagreement || len(r.OnlyModel) != 1 {

@@ -50,10 +50,15 @@ type Report struct {
 // none.
 type Policy struct {
 	Model *Model
-	// Floor is the policy whose plan always applies (the rules). The
-	// agent always sets it; nil (no floor) is for the lab's rerun of the
-	// study's loop (internal/lab/bench.StudyLoop).
-	Floor  agent.Decider
+	// Floor is the policy whose plan always applies: the rules as
+	// --policy rules runs them (rules.NewPolicy, or the daemon's per-backend
+	// rules), their sequential test fed every observation, the steps' and
+	// the loop's evidence checks' between them (Hooks' Evidence is the
+	// floor's). With the model out of the way, the policy decides exactly
+	// as the rules do. The agent always sets it; none (a nil Decider) is
+	// for the lab's rerun of the study's loop
+	// (internal/lab/bench.StudyLoop).
+	Floor  agent.Policy
 	Config Config
 	Log    zerolog.Logger
 	Now    func() time.Time
@@ -72,21 +77,26 @@ type Policy struct {
 	NoEvidenceCheck bool
 
 	// Set by New, never changed.
-	rules    rules.Config    // the operator's: the suspects, FleetWide and evidence are judged by it
-	evidence *rules.Policy   // the operator's own test, for mayUndo
-	ctx      context.Context // the policy's life: Close ends it
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup // the life-cycle goroutine and calls in flight
+	rules  rules.Config  // the operator's: the suspects, FleetWide and evidence are judged by it
+	loose  *rules.Policy // the candidates' test: the rules' sequential one, looser (candidates.go)
+	looseH float64       // its threshold
+
+	flagMu sync.Mutex         // guards flags: the evidence hook and Decide write them
+	flags  map[agent.Key]flag // what the candidates' test flagged, and when (candidates.go)
+	ctx    context.Context    // the policy's life: Close ends it
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the life-cycle goroutine and calls in flight
 
 	// mu is held by Decide for its whole step (one step at a time), and
 	// by the life cycle to switch thinking off.
-	mu       sync.Mutex       // guards pending, think, thinkOff, shown, history, judge, report
-	pending  map[proposal]int // consecutive proposals of each action
-	think    modelapi.Think   // the mode in force
-	thinkOff int              // steps left with thinking forced off
-	shown    int              // servers per backend the prompt lists in full
-	history  []string         // the model's decisions and their outcomes
-	judge    []agent.Action   // last step's model actions, to judge now
+	mu       sync.Mutex           // guards pending, think, thinkOff, shown, history, judge, report
+	pending  map[proposal]int     // consecutive proposals of each action
+	think    modelapi.Think       // the mode in force
+	thinkOff int                  // steps left with thinking forced off
+	shown    int                  // servers per backend the prompt lists in full
+	history  []string             // the model's decisions and their outcomes
+	judge    []agent.Action       // last step's model actions, to judge now
+	brief    map[agent.Key]string // this step's errors candidates in a few words (candidates)
 	report   Report
 
 	lmu  sync.Mutex // guards life: the life cycle writes it, steps and /status read it
@@ -152,14 +162,16 @@ type callResult struct {
 }
 
 // New returns the LLM policy. Start warms the model; Close ends every call and the warm-up.
-func New(m *Model, floor agent.Decider, rc rules.Config, cfg Config, log zerolog.Logger) *Policy {
+func New(m *Model, floor agent.Policy, rc rules.Config, cfg Config, log zerolog.Logger) *Policy {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Policy{
 		Model: m, Floor: floor, Config: cfg, Log: log, Now: time.Now, WatchEvery: 30 * time.Second,
 		pending: map[proposal]int{}, think: cfg.Think, shown: cfg.MaxShown,
-		// The operator's rules find the suspects (their loose test) and
-		// decide whether a drained server's own window still condemns it.
-		rules: rc, evidence: rules.New(rc),
+		// The operator's rules find the candidates (their sequential test,
+		// looser: candidates.go) and say whether a drained server's own
+		// window is healthy again (mayUndo).
+		rules: rc,
+		loose: rules.New(candidateConfig(rc)), looseH: candidateConfig(rc).Threshold(), flags: map[agent.Key]flag{},
 		ctx: ctx, cancel: cancel, life: lifeState{state: LifeUnknown},
 	}
 }
@@ -167,11 +179,19 @@ func New(m *Model, floor agent.Decider, rc rules.Config, cfg Config, log zerolog
 func (*Policy) Name() string { return "llm" }
 
 // Hooks is the policy as the loop runs it: its decision, needs, report,
-// status, metrics and life cycle. It has no evidence test: a call costs,
-// so its cadence is the interval.
+// status, metrics and life cycle, and its floor's evidence test. The
+// loop checks that test between ticks, which feeds the floor's
+// sequential test as it feeds --policy rules (and the candidates' test
+// the same observations), and steps at once when the
+// rules condemn a server: the floor's drain does not wait for the tick.
+// The model is asked on such a step only if the gate lets it, as on any.
 func (p *Policy) Hooks() agent.Policy {
-	return agent.Policy{Decider: p, Needs: p.Needs(), Report: p.Report, Status: p.PolicyStatus,
+	hooks := agent.Policy{Decider: p, Needs: p.Needs(), Report: p.Report, Status: p.PolicyStatus,
 		Metrics: p.WriteMetrics, Start: p.Start, Close: p.Close}
+	if p.Floor.Evidence != nil {
+		hooks.Evidence = p.evidenceHook
+	}
+	return hooks
 }
 
 // Needs: as the rules, a backend of N servers may lose up to N/3 servers
@@ -208,7 +228,7 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 	if err != nil {
 		return nil, err
 	}
-	cands := p.candidates(obs, floor)
+	cands := p.candidates(ctx, obs, floor)
 	for k, c := range cands {
 		p.report.Candidates = append(p.report.Candidates, k.String()+" "+c.Why)
 	}
@@ -256,7 +276,7 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 }
 
 func (p *Policy) floorPlan(ctx context.Context, obs agent.Observation) (agent.Plan, error) {
-	if p.Floor == nil {
+	if p.Floor.Decider == nil {
 		return nil, nil
 	}
 	plan, err := p.Floor.Decide(ctx, obs)
@@ -446,7 +466,10 @@ func (p *Policy) confirm(obs agent.Observation, plan agent.Plan) agent.Plan {
 
 // mayUndo: a drain older than MinHold may be undone on the model's word
 // (which, for a drained server, only asks recovery to probe it); a
-// younger one only if the server's window no longer condemns it.
+// younger one only if the server's own window (the last minute, its
+// traffic before the drain included) lies in the rules' healthy region:
+// at most max(HealthyFloor, HealthyRatio × the lower median of its
+// serving peers' rates), the sequential test's own terms.
 func (p *Policy) mayUndo(obs agent.Observation, a agent.Action) bool {
 	b, s := obs.Find(a.Backend, a.Server)
 	if s == nil || s.Changed == nil {
@@ -455,23 +478,21 @@ func (p *Policy) mayUndo(obs agent.Observation, a agent.Action) bool {
 	if obs.Time.Sub(s.Changed.At) >= p.Config.MinHold {
 		return true
 	}
-	if s.Window.Requests < p.evidence.Config.MinRequests {
+	if s.Window.Requests < p.rules.MinRequests {
 		return false // no traffic since the drain: no evidence either way
 	}
-	// Judge the server as if it were serving, against its serving peers.
-	view := *b
-	view.Servers = append([]agent.ServerView(nil), b.Servers...)
-	for i := range view.Servers {
-		if view.Servers[i].Server == a.Server {
-			view.Servers[i].State.AdminState = 0
+	var peers []float64
+	for _, v := range b.Servers {
+		if v.Server != s.Server && v.Serving() && v.Window.Requests > 0 {
+			peers = append(peers, v.Window.ErrorRate())
 		}
 	}
-	for _, f := range p.evidence.Test(view) {
-		if f.Server == a.Server {
-			return !f.Outlier && f.Rate <= 2*f.PeerRate
-		}
+	median := 0.0
+	if len(peers) > 0 {
+		sort.Float64s(peers)
+		median = peers[(len(peers)-1)/2]
 	}
-	return false
+	return s.Window.ErrorRate() <= p.rules.HealthyMax(median)
 }
 
 // whys is the candidates as the prompt shows them.
@@ -481,17 +502,6 @@ func whys(cands map[agent.Key]rules.Suspect) map[agent.Key]string {
 		out[k] = c.Why
 	}
 	return out
-}
-
-// candidates are the operator's rules' suspects this step: the servers
-// the model should look at. Servers the floor acts on are the rules'
-// already.
-func (p *Policy) candidates(obs agent.Observation, floor agent.Plan) map[agent.Key]rules.Suspect {
-	decided := map[agent.Key]bool{}
-	for _, a := range floor {
-		decided[a.Key()] = true
-	}
-	return p.rules.Suspects(obs, decided)
 }
 
 // judgeOutcomes writes how last step's model actions turned out into the
@@ -529,7 +539,7 @@ func (p *Policy) promptInput(obs agent.Observation, cands map[agent.Key]rules.Su
 	for _, a := range floor {
 		fl[a.Key()] = string(a.Kind)
 	}
-	in := prompt.Input{Obs: obs, Candidates: whys(cands), Floor: fl, Pending: pending, Confirm: p.Config.Confirm,
+	in := prompt.Input{Obs: obs, Candidates: whys(cands), Brief: p.brief, Floor: fl, Pending: pending, Confirm: p.Config.Confirm,
 		History: p.history, DrainsPer: p.Needs().DrainsPer, MaxShown: p.shown, Style: p.Model.Form()}
 	room := p.Model.Room(think)
 	fits := func() bool {

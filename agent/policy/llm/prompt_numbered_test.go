@@ -112,7 +112,7 @@ func TestNumberedReplyActsOnItsRow(t *testing.T) {
 	}
 
 	p, _ = newPolicy(t, ollamafake.Fixed(drain("b1", "s9")), numbered)
-	plan, err := p.Decide(context.Background(), grey(time.Unix(1000, 0)))
+	plan, err := p.Decide(context.Background(), feed(p, grey(time.Unix(1000, 0))))
 	if err != nil || len(plan) != 0 {
 		t.Fatalf("plan %v, %v", plan, err)
 	}

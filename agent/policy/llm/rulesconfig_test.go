@@ -17,25 +17,28 @@ import (
 )
 
 // The policy judges the model's drains by the operator's rules, not the
-// defaults: with --rules-min-ratio 5, a server failing 3 times as often
-// as its peers is not "supported", however often a model that drains
-// whatever it sees proposes it. With the default ratio 2 the same drain
-// goes through, so the row that refuses it is the operator's ratio at
-// work.
+// defaults. Their sequential test finds the candidates, with the
+// operator's regions: with --rules-floor 0.05 (degraded only from 5%), a
+// server failing 2% is no candidate, and a model that drains whatever
+// it sees is refused it. Their --rules-min-ratio judges a candidate's
+// drain against its peers: at 25, 2% against its peers' 0.08% (24 times)
+// is not enough. Under the defaults the same drain goes through, so each
+// refusal is the operator's setting at work.
 func TestThePolicyJudgesByTheOperatorsRules(t *testing.T) {
 	now := time.Unix(1000, 0)
-	// Five servers of 1000 requests: four fail 1%, s3 3%. The rules'
-	// strict test does not drain s3 (p about 1e-4 against its better
-	// peers, above 1e-6/5), so whether it goes is the model's call.
-	servers := []fixtures.Server{{Name: "s1", Req: 1000, E5: 10}, {Name: "s2", Req: 1000, E5: 10}, {Name: "s3", Req: 1000, E5: 30},
-		{Name: "s4", Req: 1000, E5: 10}, {Name: "s5", Req: 1000, E5: 10}}
+	// Five servers of 1,200 requests a minute: four fail 0.08%, s3 2%
+	// (grey: a candidate, not yet the floor's; see grey).
+	servers := []fixtures.Server{{Name: "s1", Req: 1200, E5: 1}, {Name: "s2", Req: 1200, E5: 1}, {Name: "s3", Req: 1200, E5: 24},
+		{Name: "s4", Req: 1200, E5: 1}, {Name: "s5", Req: 1200, E5: 1}}
 	for _, tc := range []struct {
-		name     string
-		minRatio float64
-		drained  bool
+		name    string
+		set     func(*rules.Config)
+		drained bool
+		why     string
 	}{
-		{"the default ratio 2: 3x its peers is supported", 2, true},
-		{"--rules-min-ratio 5: 3x its peers is not", 5, false},
+		{"the defaults: a candidate, supported", func(*rules.Config) {}, true, ""},
+		{"--rules-floor 0.05: no candidate, nothing to ask", func(c *rules.Config) { c.Floor = 0.05 }, false, ""},
+		{"--rules-min-ratio 25: 24 times its peers is not enough", func(c *rules.Config) { c.MinRatio = 25 }, false, "the backend fails alike"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			respond, err := ollamafake.Emulation("drain-all", 1, time.Second)
@@ -48,9 +51,9 @@ func TestThePolicyJudgesByTheOperatorsRules(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.Model, cfg.Deadline, cfg.LoadTimeout = model, 2*time.Second, 10*time.Second
 			rc := rules.DefaultConfig()
-			rc.MinRatio = tc.minRatio
+			tc.set(&rc)
 			m := &Model{Server: &modelapi.Ollama{Client: api.NewClient(u, fake.Client())}, Config: cfg, SystemPrompt: prompt.DefaultSystemPrompt}
-			p := New(m, rules.NewWindowed(rc), rc, cfg, zerolog.Nop())
+			p := New(m, rules.NewPolicy(rc), rc, cfg, zerolog.Nop())
 			defer p.Close()
 			obs := agent.Observation{Time: now, Cycle: 1, Backends: []agent.BackendView{fixtures.Backend(now, "app", servers)}}
 			got := steps(t, p, obs, cfg.Confirm+1)
@@ -65,8 +68,11 @@ func TestThePolicyJudgesByTheOperatorsRules(t *testing.T) {
 			if drained != tc.drained {
 				t.Fatalf("s3 drained %v, want %v (accepted %v, candidates %q, unsupported %q)", drained, tc.drained, got, r.Candidates, r.Unsupported)
 			}
-			if !tc.drained && len(r.Unsupported) == 0 {
-				t.Fatalf("the refusal of s3 is not in the report: %+v", r)
+			if candidate := len(r.Candidates) == 1 && strings.HasPrefix(r.Candidates[0], "app/s3 errors"); candidate != (tc.why != "" || tc.drained) {
+				t.Fatalf("candidates %q", r.Candidates)
+			}
+			if tc.why != "" && !strings.Contains(strings.Join(r.Unsupported, "\n"), tc.why) {
+				t.Fatalf("the refusal of s3 (%s) is not in the report: %+v", tc.why, r)
 			}
 			for _, u := range r.Unsupported {
 				if tc.drained && strings.Contains(u, "app/s3") {

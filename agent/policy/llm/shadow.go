@@ -20,12 +20,22 @@ type shadow struct {
 }
 
 // NewShadow is shadow mode as the loop runs it: the acting policy's
-// needs and evidence test (its plan is the one that runs), the model's
+// needs and evidence test (its plan is the one that runs; acting should
+// be the model's floor, as the daemon builds it), the model's
 // status, metrics and life cycle, and the comparison as the report.
 func NewShadow(model *Policy, acting agent.Policy) agent.Policy {
 	s := &shadow{Model: model, Acting: acting}
-	return agent.Policy{Decider: s, Needs: acting.Needs, Evidence: acting.Evidence, Report: s.Report,
+	pol := agent.Policy{Decider: s, Needs: acting.Needs, Report: s.Report,
 		Status: model.PolicyStatus, Metrics: model.WriteMetrics, Start: model.Start, Close: model.Close}
+	if acting.Evidence != nil {
+		// The model's candidates' test reads what the acting rules read
+		// (the daemon makes the acting rules the model's floor too).
+		pol.Evidence = func(obs agent.Observation) []agent.Key {
+			model.feedCandidates(obs)
+			return acting.Evidence(obs)
+		}
+	}
+	return pol
 }
 
 // shadowReport is one shadow step. Compared is false when the model gave

@@ -8,7 +8,6 @@ import (
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/policy/llm"
 	"github.com/hapilot/hapilot/agent/policy/llm/calibrate"
-	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/cmd/hapilot/config"
 	"github.com/rs/zerolog"
 )
@@ -34,14 +33,23 @@ func newLLMPolicy(c config.Config, log zerolog.Logger, emit func(agent.Event)) (
 		return &agent.Event{Type: agent.EventCalibration, Time: time.Now(), Reason: why, Detail: detail}
 	}
 	// The rules are the model's floor: their drains apply whatever the
-	// model says.
-	llmPol := llm.New(model, rules.NewWindowed(c.Rules), c.Rules, cfg, log.With().Str("component", "llm").Logger())
+	// model says. They are --policy rules itself, per-backend blocks and
+	// all, fed the same observations (the policy's evidence hook is
+	// theirs): with the model unreachable, --policy llm decides exactly as
+	// --policy rules. Shadow mode's acting policy is the same one: both
+	// read each observation once (the test takes one chunk per time).
+	floor := scopedRules(c.Rules, &c.RulesBlocks)
+	llmPol := llm.New(model, floor, c.Rules, cfg, log.With().Str("component", "llm").Logger())
 	if c.Chosen() == config.PolicyShadow {
-		return llm.NewShadow(llmPol, rules.NewPolicy(c.Rules)), nil, nil
+		sh := llm.NewShadow(llmPol, floor)
+		sh.Notes = floor.Notes
+		return sh, nil, nil
 	}
+	hooks := llmPol.Hooks()
+	hooks.Notes = floor.Notes // the floor's zone servers, left serving
 	if cfg.SkipCalibration {
 		log.Warn().Str("model", cfg.Model).Msg("--skip-calibration: the model acts without a calibration record")
-		return llmPol.Hooks(), calibration(true, "--skip-calibration: the model acts without a calibration record", map[string]string{}), nil
+		return hooks, calibration(true, "--skip-calibration: the model acts without a calibration record", map[string]string{}), nil
 	}
 	llmPol.Admit = func(ctx context.Context) error {
 		sc, err := calibrate.Admit(ctx, model, cfg.CalibrationDir)
@@ -56,5 +64,5 @@ func newLLMPolicy(c config.Config, log zerolog.Logger, emit func(agent.Event)) (
 			"precision": fmt.Sprintf("%.2f", sc.Precision), "recall": fmt.Sprintf("%.2f", sc.Recall)}))
 		return nil
 	}
-	return llmPol.Hooks(), nil, nil
+	return hooks, nil, nil
 }

@@ -45,7 +45,7 @@ func studyPolicy(c config.Config, log zerolog.Logger) (agent.Policy, error) {
 		return agent.Policy{}, err
 	}
 	log.Warn().Msg("the study's loop: the model acts without hapilot's protections (the lab's runs only)")
-	p := llm.New(m, nil, c.Rules, cfg, log.With().Str("component", "llm").Logger())
+	p := llm.New(m, agent.Policy{}, c.Rules, cfg, log.With().Str("component", "llm").Logger())
 	p.NoEvidenceCheck = true
 	return p.Hooks(), nil
 }

@@ -52,7 +52,7 @@ func TestStudyLoop(t *testing.T) {
 			}
 			unguarded := map[string]bool{
 				"no step budget":    d.Loop.NoStepBudget,
-				"no floor":          p.Floor == nil,
+				"no floor":          p.Floor.Decider == nil,
 				"no evidence check": p.NoEvidenceCheck,
 				"no calibration":    p.Admit == nil,
 				"confirm 1":         p.Config.Confirm == 1,

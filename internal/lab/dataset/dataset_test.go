@@ -130,7 +130,12 @@ func labelsFollowGroundTruth(t *testing.T, style prompt.Style) {
 		}
 	}
 	t.Logf("%d examples: %d no_op, %d acting where the rules do not, %d flag a healthy server", len(ex), noops, beyondRules, suspicious)
-	if beyondRules < 50 || suspicious < 50 || noops == len(ex) {
+	// The candidates come from the rules' sequential test (at a looser
+	// threshold): it flags a healthy server far less often than the
+	// windowed loose test it replaced (10 of these 800 examples at seed
+	// 5, where that test gave over 50), so fewer no-ops teach the model
+	// to leave a flagged healthy server alone; some still must.
+	if beyondRules < 50 || suspicious < 5 || noops == len(ex) {
 		t.Fatalf("too few grey-zone actions (%d) or suspicious no-ops (%d)", beyondRules, suspicious)
 	}
 }

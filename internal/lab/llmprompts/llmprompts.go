@@ -12,6 +12,7 @@ import (
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/policy/llm"
+	"github.com/hapilot/hapilot/agent/policy/llm/calibrate/fixtures"
 	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/agent/policy/rules"
@@ -19,7 +20,7 @@ import (
 )
 
 // New is a dataset.NewPolicy: the LLM policy at its defaults with the
-// rules' windowed floor, in the prompt form style, asking server. With
+// rules' floor (their sequential test, as --policy rules runs it), in the prompt form style, asking server. With
 // production false every step is asked, with no confirmation, deadline or
 // hold, as calibration asks.
 func New(server modelapi.Server, style prompt.Style, production bool) interface {
@@ -35,5 +36,18 @@ func New(server modelapi.Server, style prompt.Style, production bool) interface 
 		cfg.Confirm, cfg.Gate, cfg.Deadline, cfg.MinHold = 1, llm.GateAlways, 0, 0
 	}
 	m := &llm.Model{Server: server, Config: cfg, SystemPrompt: cfg.Prompt.SystemPrompt()}
-	return llm.New(m, rules.NewWindowed(rules.DefaultConfig()), rules.DefaultConfig(), cfg, zerolog.Nop())
+	return &fed{Policy: llm.New(m, rules.NewPolicy(rules.DefaultConfig()), rules.DefaultConfig(), cfg, zerolog.Nop())}
+}
+
+// fed is the policy fed as the agent's loop feeds it: the simulator's
+// observations show windows, and the rules' floor (a sequential test)
+// reads each one a second at a time through the evidence hook, as
+// calibration does (fixtures.Timeline).
+type fed struct {
+	*llm.Policy
+	tl fixtures.Timeline
+}
+
+func (f *fed) Decide(ctx context.Context, obs agent.Observation) (agent.Plan, error) {
+	return f.Policy.Decide(ctx, f.tl.Feed(obs, f.Policy.Hooks().Evidence))
 }

@@ -54,8 +54,10 @@ type RecordKey struct {
 	OptionsHash string         `json:"options_hash"`
 }
 
-// promptVersion changes whenever the prompt's form changes.
-const promptVersion = "2"
+// promptVersion changes whenever the prompt's form changes. 3: the
+// candidates and their figures come from the rules' sequential test, so
+// a record calibrated on the windowed test's prompts is stale.
+const promptVersion = "3"
 
 func hash(parts ...string) string {
 	h := sha256.New()
@@ -163,7 +165,8 @@ func Run(ctx context.Context, cfg llm.Config, rc rules.Config, loop agent.Settin
 }
 
 // RunModel runs every sequence through a policy built as production
-// builds it (the rules rc as its floor, the prompt, the schema), with the model
+// builds it (the rules rc as its floor, fed each step's window a second at
+// a time as the loop's evidence checks feed it; the prompt, the schema), with the model
 // asked at every step, one confirmation, and no call cut short: each
 // call's time is measured and its 95th percentile must fit budget, the
 // deadline the loop would give each call (Config.CallBudget of the
@@ -196,8 +199,14 @@ func RunModel(ctx context.Context, m *llm.Model, rc rules.Config, budget time.Du
 	for _, seq := range fixtures.Sequences(now) {
 		cfg := m.Config
 		cfg.Confirm, cfg.Gate, cfg.Deadline, cfg.MinHold = 1, llm.GateAlways, 0, 0
-		p := llm.New(m, rules.NewWindowed(rc), rc, cfg, zerolog.Nop())
+		p := llm.New(m, rules.NewPolicy(rc), rc, cfg, zerolog.Nop())
+		// The floor is the rules' sequential test: it reads each
+		// step's window a second at a time, through the evidence hook
+		// the loop checks between ticks.
+		var tl fixtures.Timeline
+		evidence := p.Hooks().Evidence
 		for i, st := range seq.Steps {
+			st.Obs = tl.Feed(st.Obs, evidence)
 			if _, err := p.Decide(ctx, st.Obs); err != nil {
 				p.Close()
 				return nil, fmt.Errorf("calibrate %s: %w", seq.Name, err)

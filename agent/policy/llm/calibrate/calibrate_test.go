@@ -144,3 +144,28 @@ func TestCalibrationUsesTheModelsForm(t *testing.T) {
 		}
 	}
 }
+
+// A record calibrated on the windowed test's prompts (prompt version 2:
+// its candidates and their p-values) is stale once the candidates and
+// their figures are the sequential test's: the gate refuses it until the
+// model is calibrated again, in every form.
+func TestWindowedTestsRecordsAreStale(t *testing.T) {
+	m := fakeModel(t, ollamafake.Capable, nil)
+	for _, style := range prompt.Styles {
+		o := &llm.Model{Config: m.Config}
+		o.Config.Prompt = style
+		o.SystemPrompt = style.SystemPrompt()
+		old := keyFor("sha256:1", o)
+		switch style {
+		case prompt.Compact:
+			old.PromptHash = hash("2", "compact", prompt.CompactHeader, o.System())
+		case prompt.Numbered:
+			old.PromptHash = hash("2", "numbered", prompt.NumberedHeader, o.System())
+		default:
+			old.PromptHash = hash("2", prompt.Header, o.System())
+		}
+		if s := old.Stale(keyFor("sha256:1", o)); !strings.Contains(s, "the prompt") {
+			t.Errorf("%s: a record of the windowed test's prompts is not stale: %q", style, s)
+		}
+	}
+}

@@ -109,7 +109,12 @@ func compactNote(in Input, be agent.BackendView, s agent.ServerView) string {
 	k := agent.Key{Backend: be.Name, Server: s.Server}
 	var n []string
 	if why, ok := in.Candidates[k]; ok {
-		n = append(n, "candidate: "+compactWhy(why))
+		if brief, ok := in.Brief[k]; ok {
+			why = brief
+		} else {
+			why = compactWhy(why)
+		}
+		n = append(n, "candidate: "+why)
 	}
 	if a, ok := in.Floor[k]; ok {
 		n = append(n, "rules "+a)

@@ -24,6 +24,10 @@ type Input struct {
 	// Candidates: why the windows flag a server (errors in
 	// the grey zone, latency, overload). Backends with one are shown.
 	Candidates map[agent.Key]string
+	// Brief: a candidate's reason in a few words, for the compact forms
+	// (the sequential test's figures of an errors candidate); without
+	// one, the compact forms shorten its reason themselves (compactWhy).
+	Brief map[agent.Key]string
 	// Floor: what the rules already do to a server this step.
 	Floor map[agent.Key]string
 	// Pending: how many steps a proposal of the model's about a server

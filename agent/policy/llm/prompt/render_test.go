@@ -73,8 +73,13 @@ func rowsInput() Input {
 	d.State.AdminState, d.Owner = haproxy.AdminForcedDrain, agent.OwnerAgent
 	d.Changed = &agent.Change{Phase: agent.PhaseDrained, At: now.Add(-25 * time.Second)}
 	obs.Refused = map[agent.Key]string{{Backend: "app", Server: "srv1"}: "a drained server comes back only after a clean probe burst"}
-	return Input{Obs: obs, Candidates: map[agent.Key]string{{Backend: "app", Server: "srv4"}: "errors 1.17% vs peers 0.00%"}, Confirm: 2,
-		Pending: map[agent.Key]int{{Backend: "app", Server: "srv4"}: 1}, History: []string{"step 3: drain app/srv2: refused: floor"}, DrainsPer: 3, MaxShown: 12}
+	// srv4's reasons as the LLM policy writes them from the rules'
+	// sequential test (agent/policy/llm's candidates.go)
+	srv4 := agent.Key{Backend: "app", Server: "srv4"}
+	return Input{Obs: obs, Confirm: 2,
+		Candidates: map[agent.Key]string{srv4: "errors: CUSUM past 12.8 of the rules' h 19.7: 2.07% (24/1160) over its evidence's 58 checks, judged against 0.500%, degraded from 1.00%"},
+		Brief:      map[agent.Key]string{srv4: "errors S>=0.65h 2.07% over 58 checks p0 0.50% deg 1.00%"},
+		Pending:    map[agent.Key]int{{Backend: "app", Server: "srv4"}: 1}, History: []string{"step 3: drain app/srv2: refused: floor"}, DrainsPer: 3, MaxShown: 12}
 }
 
 // The prompt gives each server its peers' rate and its ratio, why it is a
@@ -85,7 +90,7 @@ func TestPromptRows(t *testing.T) {
 	for _, want := range []string{
 		Header,
 		"backend app: 6 servers, 5 serving (keep at least 3), at most 2 drains a step, 3600 requests, 5xx 0.19%",
-		"srv4 ready none 1 1 10.0 2 600 7 1.17 0.00 inf 100 0.00 9 12 candidate: errors 1.17% vs peers 0.00%; your proposal awaits confirmation (1 of 2)",
+		"srv4 ready none 1 1 10.0 2 600 7 1.17 0.00 inf 100 0.00 9 12 candidate: errors: CUSUM past 12.8 of the rules' h 19.7: 2.07% (24/1160) over its evidence's 58 checks, judged against 0.500%, degraded from 1.00%; your proposal awaits confirmation (1 of 2)",
 		"srv1 drain agent 1 1 10.0 2 600 0 0.00 0.23 0.0 100 0.00 9 12 drained by the agent 25s ago; no traffic while drained: a ready only asks for probes; refused last step:",
 		"your recent decisions, oldest first:\n- step 3: drain app/srv2: refused: floor",
 	} {
