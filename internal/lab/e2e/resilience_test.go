@@ -30,8 +30,9 @@ var noTailGuard = []string{"--p99-guard", "0"}
 // operator's maint is untouched.
 func TestAgentRestartKeepsItsDrains(t *testing.T) {
 	t.Parallel()
-	out := run(t, scenario.Scenario{Servers: paperFleet(0.05, 0, 0.05, 0, 0, 0.05, 0, 0), Rate: 300, Duration: 35 * time.Second,
-		Policy: "rules", AgentBinary: agentBinary, KillAgentAt: 15 * time.Second, RestartAgentAt: 17 * time.Second, AgentArgs: noTailGuard,
+	killAt := coldDrain // once both drains are in
+	out := run(t, scenario.Scenario{Servers: paperFleet(0.05, 0, 0.05, 0, 0, 0.05, 0, 0), Rate: 300, Duration: killAt + 20*time.Second,
+		Policy: "rules", AgentBinary: agentBinary, KillAgentAt: killAt, RestartAgentAt: killAt + 2*time.Second, AgentArgs: noTailGuard,
 		Prepare: func(ctx context.Context, rt *haproxy.Client) error {
 			return rt.SetServerState(ctx, fleet.BackendName, "srv1", haproxy.StateMaint)
 		}})
@@ -39,7 +40,7 @@ func TestAgentRestartKeepsItsDrains(t *testing.T) {
 		if out.Flips[s] != 1 || !finalState(out, s).Drain() {
 			t.Errorf("%s: %d flips, final %+v (timeline %v)", s, out.Flips[s], finalState(out, s), out.Timeline[s])
 		}
-		if at := out.DrainedAt[s]; at > 15*time.Second {
+		if at := out.DrainedAt[s]; at > killAt {
 			t.Errorf("%s drained at %v, after the kill: the test proves nothing", s, at)
 		}
 	}
@@ -158,7 +159,9 @@ func TestCapacityTightFleet(t *testing.T) {
 		"drain":  {Policy: "rules", Name: "drain", AgentArgs: []string{"--max-utilization", "0"}},
 	}
 	for name, s := range runs {
-		s.Servers, s.Weight, s.MaxConn, s.Rate, s.Duration = servers, 8, 16, 540, 60*time.Second
+		// long enough that the minute after the reweight (coldDrain
+		// from a cold start) weighs more than the seconds before it
+		s.Servers, s.Weight, s.MaxConn, s.Rate, s.Duration = servers, 8, 16, 540, coldDrain+60*time.Second
 		runs[name] = s
 	}
 	outs, audits := sideBySide(t, runs)
@@ -192,15 +195,16 @@ func TestCapacityTightFleet(t *testing.T) {
 // drained before it exits; the operator's maint stays.
 func TestGracefulShutdownRestores(t *testing.T) {
 	t.Parallel()
-	out := run(t, scenario.Scenario{Servers: paperFleet(0.05, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 16 * time.Second,
+	termAt := coldDrain // once both drains are in
+	out := run(t, scenario.Scenario{Servers: paperFleet(0.05, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: termAt + 4*time.Second,
 		Policy: "rules", AgentBinary: agentBinary, AgentArgs: []string{"--on-exit", "restore"},
-		KillAgentAt: 12 * time.Second, KillSignal: syscall.SIGTERM,
+		KillAgentAt: termAt, KillSignal: syscall.SIGTERM,
 		Prepare: func(ctx context.Context, rt *haproxy.Client) error {
 			return rt.SetServerState(ctx, fleet.BackendName, "srv1", haproxy.StateMaint)
 		}})
 	for _, s := range []string{"srv3", "srv6"} {
 		tl := out.Timeline[s]
-		if len(tl) != 2 || !tl[0].Drained || tl[0].At > 12*time.Second || tl[1].Drained || tl[1].At < 12*time.Second {
+		if len(tl) != 2 || !tl[0].Drained || tl[0].At > termAt || tl[1].Drained || tl[1].At < termAt {
 			t.Errorf("%s: want drained, then readied at the shutdown: %v", s, tl)
 		}
 		if st := finalState(out, s); st.AdminState != 0 {
@@ -220,10 +224,9 @@ func TestGracefulShutdownRestores(t *testing.T) {
 func TestSIGHUPReopensTheAuditLog(t *testing.T) {
 	t.Parallel()
 	var hupErr, moveErr error
-	// The rotation comes once the drain is in (the sequential test finds
-	// a 5% server at 50 req/s from a cold start in 4 to 8 s here).
-	hupAt, termAt := 12*time.Second, 18*time.Second
-	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0.05, 0, 0, 0, 0), Rate: 300, Duration: 22 * time.Second,
+	// The rotation comes once the drain is in (coldDrain).
+	hupAt, termAt := coldDrain, coldDrain+6*time.Second
+	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0.05, 0, 0, 0, 0), Rate: 300, Duration: termAt + 4*time.Second,
 		Policy: "rules", AgentBinary: agentBinary, AgentArgs: []string{"--on-exit", "restore"},
 		KillAgentAt: termAt, KillSignal: syscall.SIGTERM,
 		At: map[time.Duration]func(*scenario.Env){hupAt: func(env *scenario.Env) {

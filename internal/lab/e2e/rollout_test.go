@@ -306,10 +306,11 @@ func TestOfflineRestoreAfterSIGKILL(t *testing.T) {
 	var mu sync.Mutex
 	var restoreOut string
 	var restoreErr error
-	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 30 * time.Second,
-		Policy: "rules", AgentBinary: agentBinary, AgentArgs: noTailGuard, KillAgentAt: 15 * time.Second,
+	killAt := coldDrain // once both drains are in
+	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: killAt + 15*time.Second,
+		Policy: "rules", AgentBinary: agentBinary, AgentArgs: noTailGuard, KillAgentAt: killAt,
 		At: map[time.Duration]func(*scenario.Env){
-			20 * time.Second: func(env *scenario.Env) {
+			killAt + 5*time.Second: func(env *scenario.Env) {
 				dir := filepath.Dir(env.AuditLog)
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				defer cancel()
@@ -328,7 +329,7 @@ func TestOfflineRestoreAfterSIGKILL(t *testing.T) {
 		t.Fatalf("hapilot restore: %v\n%s", restoreErr, restoreOut)
 	}
 	for _, s := range []string{"srv3", "srv6"} {
-		if at, ok := out.DrainedAt[s]; !ok || at > 15*time.Second {
+		if at, ok := out.DrainedAt[s]; !ok || at > killAt {
 			t.Errorf("%s drained at %v (%v): the test proves nothing", s, at, ok)
 		}
 		if st := finalState(out, s); st.Drain() || out.Flips[s] != 2 {

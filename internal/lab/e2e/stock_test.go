@@ -151,7 +151,7 @@ func TestStockDebianConfig(t *testing.T) {
 			if silent != 0 {
 				t.Errorf("%d servers silent with the stanza in place", silent)
 			}
-			paperFaultDrained(t, out, 15*time.Second)
+			paperFaultDrained(t, out, coldDrain)
 		})
 	}
 }
@@ -229,7 +229,7 @@ func TestSilentSPOEIsNoticed(t *testing.T) {
 			t.Errorf("the error line lacks %q: %s", want, line)
 		}
 	}
-	paperFaultDrained(t, out, 20*time.Second)
+	paperFaultDrained(t, out, 8*time.Second+coldDrain)
 }
 
 func getText(t *testing.T, url string) string {
@@ -317,11 +317,11 @@ func TestMasterWorkerReload(t *testing.T) {
 	global := stockGlobal(t)
 	defaultName.Lock()
 	defer defaultName.Unlock()
-	reloadAt := 12 * time.Second
+	reloadAt := coldDrain // once both drains are in
 	var reloadErr error
 	var mu sync.Mutex
 	out, log := runLogged(t, scenario.Scenario{
-		Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 24 * time.Second, Policy: "rules",
+		Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: reloadAt + 12*time.Second, Policy: "rules",
 		Telemetry: "stock", StockGlobal: global, MasterWorker: true, AgentArgs: noTailGuard,
 		At: map[time.Duration]func(*scenario.Env){reloadAt: func(env *scenario.Env) {
 			err := env.HAProxy.Reload(context.Background())
@@ -357,7 +357,7 @@ func TestSPOEGoesSilentLater(t *testing.T) {
 	labtest.RequireHAProxy(t)
 	silentAt, faultAt := 8*time.Second, 14*time.Second
 	out, log := runLogged(t, scenario.Scenario{
-		Servers: paperFleet(0, 0, 0, 0, 0, 0), Rate: 300, Duration: 40 * time.Second, Policy: "rules",
+		Servers: paperFleet(0, 0, 0, 0, 0, 0), Rate: 300, Duration: faultAt + coldDrain + 5*time.Second, Policy: "rules",
 		At: map[time.Duration]func(*scenario.Env){
 			silentAt: func(env *scenario.Env) {
 				rt, err := haproxy.New(env.HAProxy.Socket)
@@ -382,8 +382,8 @@ func TestSPOEGoesSilentLater(t *testing.T) {
 		t.Errorf("no error line with the cause: %q", line)
 	}
 	at, ok := out.DrainedAt["srv3"]
-	if !ok || at < faultAt || at > faultAt+15*time.Second {
-		t.Errorf("srv3 drained at %v (%v), want within 15 s of the fault at %v", at, ok, faultAt)
+	if !ok || at < faultAt || at > faultAt+coldDrain {
+		t.Errorf("srv3 drained at %v (%v), want within %v of the fault at %v", at, ok, coldDrain, faultAt)
 	}
 	for s := range out.DrainedAt {
 		if s != "srv3" {
