@@ -411,9 +411,10 @@ func skipFrame(r *bufio.Reader) error {
 func TestOperatorUndoStands(t *testing.T) {
 	t.Parallel()
 	var undoErr error
-	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0), Rate: 200, Duration: 35 * time.Second, Policy: "rules",
+	undoAt := coldDrain // once the drain is in
+	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0), Rate: 200, Duration: undoAt + 20*time.Second, Policy: "rules",
 		At: map[time.Duration]func(*scenario.Env){
-			15 * time.Second: func(env *scenario.Env) {
+			undoAt: func(env *scenario.Env) {
 				rt, err := haproxy.New(env.HAProxy.Socket)
 				if err == nil {
 					err = rt.SetServerState(context.Background(), fleet.BackendName, "srv3", haproxy.StateReady)
@@ -424,7 +425,7 @@ func TestOperatorUndoStands(t *testing.T) {
 	if undoErr != nil {
 		t.Fatalf("the operator's ready: %v", undoErr)
 	}
-	if at, ok := out.DrainedAt["srv3"]; !ok || at > 15*time.Second {
+	if at, ok := out.DrainedAt["srv3"]; !ok || at > undoAt {
 		t.Fatalf("srv3 was not drained before the undo: %v (%v)", at, ok)
 	}
 	if st := finalState(out, "srv3"); st.AdminState != 0 || out.Flips["srv3"] != 2 {

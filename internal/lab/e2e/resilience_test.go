@@ -159,9 +159,7 @@ func TestCapacityTightFleet(t *testing.T) {
 		"drain":  {Policy: "rules", Name: "drain", AgentArgs: []string{"--max-utilization", "0"}},
 	}
 	for name, s := range runs {
-		// long enough that the minute after the reweight (coldDrain
-		// from a cold start) weighs more than the seconds before it
-		s.Servers, s.Weight, s.MaxConn, s.Rate, s.Duration = servers, 8, 16, 540, coldDrain+60*time.Second
+		s.Servers, s.Weight, s.MaxConn, s.Rate, s.Duration = servers, 8, 16, 540, coldDrain+40*time.Second
 		runs[name] = s
 	}
 	outs, audits := sideBySide(t, runs)
@@ -177,14 +175,23 @@ func TestCapacityTightFleet(t *testing.T) {
 		t.Fatal("a run failed")
 	}
 	sp99, rp99 := static.Load.Quantile(0.99), rules.Load.Quantile(0.99)
-	reduction := 1 - float64(rules.Load.Err5xx)/float64(static.Load.Err5xx)
-	t.Logf("p99 static %v, rules %v (%.2fx); 5xx static %d, rules %d (%.0f%% fewer); srv3 final %+v",
-		sp99, rp99, float64(rp99)/float64(sp99), static.Load.Err5xx, rules.Load.Err5xx, 100*reduction, finalState(rules, "srv3"))
+	// The 5xx once the cut is in (coldDrain from the cold start): what the
+	// weight does, not when the test found the fault.
+	after := func(r *fleet.Result) (n int) {
+		for _, s := range r.PerSecond[int(coldDrain/time.Second):] {
+			n += s.Err5xx
+		}
+		return n
+	}
+	sAfter, rAfter := after(static.Load), after(rules.Load)
+	reduction := 1 - float64(rAfter)/float64(max(sAfter, 1))
+	t.Logf("p99 static %v, rules %v (%.2fx); 5xx static %d, rules %d; after %v: static %d, rules %d (%.0f%% fewer); srv3 final %+v",
+		sp99, rp99, float64(rp99)/float64(sp99), static.Load.Err5xx, rules.Load.Err5xx, coldDrain, sAfter, rAfter, 100*reduction, finalState(rules, "srv3"))
 	if float64(rp99) > 1.5*float64(sp99) {
 		t.Errorf("p99 %v is more than 1.5x the no-policy %v", rp99, sp99)
 	}
 	if reduction < 0.5 {
-		t.Errorf("only %.0f%% of the 5xx removed", 100*reduction)
+		t.Errorf("only %.0f%% of the 5xx removed once the cut is in", 100*reduction)
 	}
 	if st := finalState(rules, "srv3"); st.Drain() || st.Weight >= 8 {
 		t.Errorf("srv3 final %+v: want a reduced weight, not a drain", st)
