@@ -20,6 +20,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hapilot/hapilot/internal/lib/wait"
+
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/internal/lib/enum"
 	"github.com/hapilot/hapilot/internal/lib/promtext"
@@ -126,7 +128,7 @@ type Notifier struct {
 	queue  chan agent.Event
 	// Sleep waits d or until ctx ends (the backoff): time.Sleep's
 	// context-aware form in production, the test's own in tests.
-	Sleep func(ctx context.Context, d time.Duration) error
+	Sleep func(ctx context.Context, d time.Duration) bool
 
 	sent, full, failed atomic.Uint64
 }
@@ -135,18 +137,7 @@ type Notifier struct {
 func New(cfg Config, log zerolog.Logger) *Notifier {
 	client := &http.Client{Timeout: cfg.Timeout, CheckRedirect: refuseRedirect}
 	return &Notifier{cfg: cfg, client: client, log: log,
-		queue: make(chan agent.Event, cmp.Or(cfg.Queue, QueueSize)), Sleep: sleep}
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+		queue: make(chan agent.Event, cmp.Or(cfg.Queue, QueueSize)), Sleep: wait.Sleep}
 }
 
 // Emit queues ev if it is one to post; with the queue full it is dropped
@@ -224,7 +215,7 @@ func (n *Notifier) deliver(ctx context.Context, ev agent.Event) {
 		if errors.As(err, &perm) || attempt == Attempts {
 			break
 		}
-		if n.Sleep(ctx, backoff) != nil {
+		if !n.Sleep(ctx, backoff) {
 			break
 		}
 		backoff = min(2*backoff, BackoffMax)

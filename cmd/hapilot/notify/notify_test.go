@@ -140,11 +140,11 @@ func TestFailingReceiver(t *testing.T) {
 			n := New(Config{URL: srv.URL, Format: FormatEvent, Timeout: time.Second}, zerolog.Nop())
 			var mu sync.Mutex
 			var slept []time.Duration
-			n.Sleep = func(_ context.Context, d time.Duration) error {
+			n.Sleep = func(_ context.Context, d time.Duration) bool {
 				mu.Lock()
 				slept = append(slept, d)
 				mu.Unlock()
-				return nil
+				return true
 			}
 			n.Emit(event(agent.EventRefused))
 			sendQueued(n)
@@ -172,7 +172,7 @@ func TestSlowReceiver(t *testing.T) {
 	defer srv.Close()
 	defer close(r.hold)
 	n := New(Config{URL: srv.URL, Format: FormatEvent, Timeout: 20 * time.Millisecond, Queue: 4}, zerolog.Nop())
-	n.Sleep = func(context.Context, time.Duration) error { return nil }
+	n.Sleep = func(context.Context, time.Duration) bool { return true }
 	for range 6 { // before the sender runs: 4 queued, 2 dropped
 		n.Emit(event(agent.EventDrain))
 	}
@@ -232,7 +232,7 @@ func TestRedirectNeverFollowed(t *testing.T) {
 			defer first.Close()
 			var logs strings.Builder
 			n := New(Config{URL: first.URL + "/services/T0/B0/PATHSECRET?token=QSECRET", Format: FormatEvent, Timeout: time.Second}, zerolog.New(&logs))
-			n.Sleep = func(context.Context, time.Duration) error { t.Error("a redirect was retried"); return nil }
+			n.Sleep = func(context.Context, time.Duration) bool { t.Error("a redirect was retried"); return true }
 			n.Emit(event(agent.EventDrain))
 			sendQueued(n)
 			if got := other.got(); len(got) != 0 {
@@ -263,7 +263,7 @@ func TestWebhookSecretsNeverLogged(t *testing.T) {
 	u := strings.Replace(dead.URL, "http://", "http://hookuser:HOOKPASS@", 1) + "/services/T0/B0/PATHSECRET?token=QSECRET"
 	var logs strings.Builder
 	n := New(Config{URL: u, Format: FormatEvent, Timeout: time.Second}, zerolog.New(&logs))
-	n.Sleep = func(context.Context, time.Duration) error { return nil }
+	n.Sleep = func(context.Context, time.Duration) bool { return true }
 	n.Emit(event(agent.EventDrain))
 	sendQueued(n)
 	if l := logs.String(); !strings.Contains(l, "connection refused") || !strings.Contains(l, strings.TrimPrefix(dead.URL, "http://")) {
