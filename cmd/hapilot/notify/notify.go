@@ -16,6 +16,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -331,8 +332,19 @@ func alertOf(ev agent.Event) alert {
 	if ev.Code != "" {
 		labels["code"] = string(ev.Code)
 	}
-	return alert{Labels: labels, Annotations: map[string]string{"summary": Text(ev), "reason": ev.Reason},
-		StartsAt: ev.Time, EndsAt: ev.Time.Add(AlertFor)}
+	annotations := map[string]string{"summary": Text(ev), "reason": ev.Reason}
+	if ev.Action != nil && ev.Action.Test != nil {
+		// the test's figures as the action carries them, in Alertmanager's
+		// only shape for values: strings
+		t := ev.Action.Test
+		annotations["test"] = t.Name
+		annotations["statistic"] = strconv.FormatFloat(t.Statistic, 'g', -1, 64)
+		annotations["threshold"] = strconv.FormatFloat(t.Threshold, 'g', -1, 64)
+		if t.PValue != nil {
+			annotations["p_value"] = strconv.FormatFloat(*t.PValue, 'g', -1, 64)
+		}
+	}
+	return alert{Labels: labels, Annotations: annotations, StartsAt: ev.Time, EndsAt: ev.Time.Add(AlertFor)}
 }
 
 func camel(s string) string {

@@ -19,8 +19,14 @@ func event(typ agent.EventType) agent.Event {
 	k := agent.Key{Backend: "app", Server: "srv3"}
 	return agent.Event{Schema: agent.EventSchema, Type: typ, Time: time.Date(2026, 12, 3, 0, 10, 0, 0, time.UTC),
 		Identity: agent.Identity{Host: "lb1", Version: "v1"}, Mode: agent.ModeEnforce, Server: &k,
-		Reason: "5xx 5.00% (90/1800) vs peers 0.03% (1/3600), p=3.1e-24"}
+		Action: &agent.Action{Kind: agent.Drain, Backend: "app", Server: "srv3", Reason: reason, Test: &agent.TestFigures{
+			Name: "windowed", Statistic: pValue, Threshold: 1e-6 / 3, PValue: &pValue, Rate: 0.05, Baseline: 1.0 / 3600}},
+		Reason: reason}
 }
+
+const reason = "5xx 5.00% (90/1800) vs peers 0.03% (1/3600), p=3.1e-24"
+
+var pValue = 3.1e-24
 
 // receiver records the bodies it takes, answering each with status.
 type receiver struct {
@@ -77,6 +83,9 @@ func TestHealthyReceiver(t *testing.T) {
 			if err := json.Unmarshal([]byte(body), &ev); err != nil || ev.Type != agent.EventDrain || ev.Schema != 1 || ev.Server.String() != "app/srv3" {
 				t.Fatalf("event payload %s: %v", body, err)
 			}
+			if f := ev.Action.Test; f == nil || f.Name != "windowed" || f.PValue == nil || *f.PValue != pValue || f.Threshold != 1e-6/3 {
+				t.Fatalf("event payload without its test's figures: %s", body)
+			}
 		}},
 		{FormatAlertmanager, func(t *testing.T, body string) {
 			var alerts []struct {
@@ -90,7 +99,8 @@ func TestHealthyReceiver(t *testing.T) {
 			}
 			a := alerts[0]
 			if a.Labels["alertname"] != "HapilotDrain" || a.Labels["server"] != "srv3" || a.Labels["backend"] != "app" ||
-				!strings.Contains(a.Annotations["summary"], "drain app/srv3") || !a.EndsAt.Equal(a.StartsAt.Add(AlertFor)) {
+				!strings.Contains(a.Annotations["summary"], "drain app/srv3") || !a.EndsAt.Equal(a.StartsAt.Add(AlertFor)) ||
+				a.Annotations["test"] != "windowed" || a.Annotations["p_value"] != "3.1e-24" || a.Annotations["statistic"] != "3.1e-24" {
 				t.Fatalf("alert %+v", a)
 			}
 		}},
