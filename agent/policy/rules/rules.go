@@ -87,6 +87,12 @@ type Config struct {
 	// yet (issue 41's robust detector will judge against the region).
 	HealthyFloor float64
 	HealthyRatio float64
+
+	// Blocks are the config's backend blocks that set a rules key
+	// (blocks.go): the backends whose sequential test takes its own
+	// floor, degraded ratio or ARL. Only NewPerBackend reads them;
+	// Validate judges each as it judges the flags.
+	Blocks *Blocks
 }
 
 // DefaultConfig is what `hapilot run` uses unless told otherwise.
@@ -145,8 +151,17 @@ func (*Policy) Name() string { return "rules" }
 // servers at N=9.
 func (*Policy) Needs() agent.Needs { return agent.Needs{DrainsPer: 3} }
 
-// Validate checks the settings an operator may give.
+// Validate checks the settings an operator may give: the flags', then
+// each backend block's over them.
 func (c Config) Validate() error {
+	if err := c.validate(); err != nil {
+		return err
+	}
+	return c.Blocks.validate(c)
+}
+
+// validate checks c's own settings, not its blocks'.
+func (c Config) validate() error {
 	var errs []error
 	for name, v := range map[string]float64{"rules-alpha": c.Alpha, "rules-min-ratio": c.MinRatio, "rules-latency-ratio": c.LatencyRatio, "rules-latency-baseline-ratio": c.LatencyBaselineRatio} {
 		if math.IsNaN(v) || math.IsInf(v, 0) {

@@ -19,6 +19,7 @@ import (
 	"github.com/hapilot/hapilot/agent/peers"
 	"github.com/hapilot/hapilot/agent/policy"
 	"github.com/hapilot/hapilot/agent/policy/luapolicy"
+	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/agent/recovery"
 	"github.com/hapilot/hapilot/agent/status"
 	"github.com/hapilot/hapilot/cmd/hapilot/config"
@@ -141,7 +142,7 @@ func newPolicy(c config.Config, log zerolog.Logger, emit func(agent.Event)) (age
 	case config.PolicyStatic:
 		return policy.NewStatic(), nil, nil
 	case config.PolicyRules:
-		return scopedRules(c.Rules, &c.RulesBlocks), nil, nil
+		return rules.NewPerBackend(c.Rules), nil, nil
 	case config.PolicyLLM, config.PolicyShadow:
 		return newLLMPolicy(c, log, emit)
 	case config.PolicyLua:
