@@ -391,86 +391,37 @@ func (d *Daemon) listen() error {
 	return nil
 }
 
-// figure is one ingest counter, named once for /metrics and for /status
-// and the live page (its key: the metric's name without hapilot_ and
-// _total).
-type figure struct {
-	metric, help string
-	gauge        bool
-	v            uint64
-}
-
-func (f figure) key() string {
-	return strings.TrimSuffix(strings.TrimPrefix(f.metric, "hapilot_"), "_total")
-}
-
-// ingestFigures are the ingest paths' and the window store's counters.
-func (d *Daemon) ingestFigures() []figure {
-	c := &d.SPOE.Counters
-	fs := []figure{
-		{"hapilot_events_total", "Responses recorded into the windows.", false, c.Events.Load()},
-		{"hapilot_ingest_errors_total", "Malformed SPOE frames or messages, dropped.", false, c.IngestErrors.Load()},
-		{"hapilot_spoe_frames_total", "SPOE NOTIFY frames received.", false, c.Frames.Load()},
-		{"hapilot_spoe_connections_total", "SPOE connections accepted.", false, c.Connections.Load()},
-		{"hapilot_spoe_unknown_messages_total", "SPOE messages of another name, skipped.", false, c.Unknown.Load()},
-		{"hapilot_no_server_responses_total", "Responses HAProxy produced with no server chosen.", false, c.NoServer.Load()},
+// ingestFigures gathers the counters each part keeps of itself (the
+// ingest paths, the audit queue, the capped listeners, the silent-path
+// check, the window store), for /metrics, /status and the live page.
+func (d *Daemon) ingestFigures() []promtext.Figure {
+	fs := d.SPOE.Figures()
+	if d.Lua != nil {
+		fs = append(fs, d.Lua.Figures()...)
 	}
-	for _, p := range []struct {
-		name string
-		c    *logs.Counters
-	}{{"lua", d.luaCounters()}, {"syslog", d.syslogCounters()}} {
-		if p.c == nil {
-			continue
-		}
-		fs = append(fs,
-			figure{"hapilot_" + p.name + "_events_total", "Responses recorded from the " + p.name + " path.", false, p.c.Events.Load()},
-			figure{"hapilot_" + p.name + "_ingest_errors_total", "Malformed " + p.name + " lines, skipped.", false, p.c.Errors.Load()},
-			figure{"hapilot_" + p.name + "_batches_total", "Batches received: Lua connections, syslog datagrams or stream messages.", false, p.c.Batches.Load()})
+	if d.Syslog != nil {
+		fs = append(fs, d.Syslog.Figures()...)
 	}
 	if d.auditQ != nil {
-		fs = append(fs, figure{"hapilot_audit_lost_total", "Audit log records lost: dropped by a full queue (a disk slower than the records, or hung) or whose write failed.", false, d.auditQ.Lost()})
+		fs = append(fs, d.auditQ.Figures()...)
 	}
-	if p := d.Stats; p != nil {
-		c := &p.Counters
-		fs = append(fs,
-			figure{"hapilot_stats_polls_total", "show stat replies read by the stats path.", false, c.Polls.Load()},
-			figure{"hapilot_stats_errors_total", "Reads of an HAProxy process's counters that failed.", false, c.Errors.Load()},
-			figure{"hapilot_stats_resets_total", "Server counters found lower than before (clear counters).", false, c.Resets.Load()},
-			figure{"hapilot_stats_reloads_total", "HAProxy processes replaced behind a socket (reload, restart).", false, c.Reloads.Load()},
-			figure{"hapilot_stats_answers_total", "Answers recorded from HAProxy's counters.", false, c.Answers.Load()},
-			figure{"hapilot_stats_retried_total", "Retried or redispatched attempts (wretr, wredis) recorded as failures of their server.", false, c.Retried.Load()},
-			figure{"hapilot_stats_haproxy_5xx_total", "HAProxy's own 502/503/504 for a server (eresp less srv_abrt, econ) recorded as its failures.", false, c.Proxy.Load()},
-			figure{"hapilot_stats_aborted_total", "Transfers a server aborted (srv_abrt) recorded as its failures.", false, c.Aborted.Load()},
-			figure{"hapilot_stats_clamped_total", "Server rows whose counters gained more than their period could hold, recorded at the bound.", false, c.Clamped.Load()})
+	if d.Stats != nil {
+		fs = append(fs, d.Stats.Figures()...)
 	}
 	for _, l := range d.capped {
-		fs = append(fs,
-			figure{"hapilot_" + l.name + "_connections_evicted_total", "Connections to the " + l.name + " listener closed at its cap to make room for a new one.", false, l.ln.Evicted.Load()},
-			figure{"hapilot_" + l.name + "_connections_turned_total", "New connections to the " + l.name + " listener closed at its cap because every open one was carrying out a request.", false, l.ln.Turned.Load()},
-			figure{"hapilot_" + l.name + "_connections_open", "Connections open on the " + l.name + " listener.", true, uint64(l.ln.Open())})
+		fs = append(fs, l.ln.Figures(l.name)...)
 	}
 	fs = append(fs, d.silenceFigures()...)
-	return append(fs,
-		figure{"hapilot_window_series", "Backend/server series held.", true, uint64(d.Store.Len())},
-		figure{"hapilot_window_bad_names_total", "Events dropped for an empty name or one over 255 bytes.", false, d.Store.BadNames()},
-		figure{"hapilot_window_dropped_events_total", "Events dropped because max-servers series were held.", false, d.Store.Dropped()})
+	return append(fs, d.Store.Figures()...)
 }
 
-func (d *Daemon) writeIngestMetrics(w io.Writer) {
-	for _, f := range d.ingestFigures() {
-		if f.gauge {
-			promtext.Gauge(w, f.metric, f.help, f.v)
-		} else {
-			promtext.Counter(w, f.metric, f.help, f.v)
-		}
-	}
-}
+func (d *Daemon) writeIngestMetrics(w io.Writer) { promtext.WriteFigures(w, d.ingestFigures()) }
 
 // ingestCounters are the same figures for /status and the live page.
 func (d *Daemon) ingestCounters() map[string]uint64 {
 	m := map[string]uint64{}
 	for _, f := range d.ingestFigures() {
-		m[f.key()] = f.v
+		m[f.Key()] = f.V
 	}
 	return m
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/hapilot/hapilot/internal/ingest/logs"
 
 	"github.com/hapilot/hapilot/internal/lib/netx"
+	"github.com/hapilot/hapilot/internal/lib/promtext"
 	"github.com/hapilot/hapilot/internal/lib/window"
 )
 
@@ -254,16 +255,16 @@ func keyNames(ks []haproxy.ServerKey, most int) []string {
 
 // silenceFigures are the silent-path check's and the abstract sockets'
 // figures, for /metrics and /status.
-func (d *Daemon) silenceFigures() []figure {
-	var fs []figure
+func (d *Daemon) silenceFigures() []promtext.Figure {
+	var fs []promtext.Figure
 	if d.Stats != nil && d.Stats.Coverage != nil {
 		s := d.Silence()
 		fs = append(fs,
-			figure{"hapilot_telemetry_silent_servers", "Servers HAProxy counts answers for that no telemetry path reports; judged from HAProxy's counters meanwhile.", true, uint64(len(s.Silent))},
-			figure{"hapilot_telemetry_silences_total", "Times a server went silent on every telemetry path.", false, s.Episodes})
+			promtext.Figure{Metric: "hapilot_telemetry_silent_servers", Help: "Servers HAProxy counts answers for that no telemetry path reports; judged from HAProxy's counters meanwhile.", Gauge: true, V: uint64(len(s.Silent))},
+			promtext.Figure{Metric: "hapilot_telemetry_silences_total", Help: "Times a server went silent on every telemetry path.", V: s.Episodes})
 	}
 	for _, r := range d.refused {
-		fs = append(fs, figure{"hapilot_" + r.path + "_peers_refused_total", "Connections or datagrams to the " + r.path + " abstract socket refused: the sender's user and group are not allowed.", false, r.r.Count.Load()})
+		fs = append(fs, promtext.Figure{Metric: "hapilot_" + r.path + "_peers_refused_total", Help: "Connections or datagrams to the " + r.path + " abstract socket refused: the sender's user and group are not allowed.", V: r.r.Count.Load()})
 	}
 	return fs
 }
