@@ -26,6 +26,7 @@ import (
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/ingest/counters"
 	"github.com/hapilot/hapilot/internal/ingest/logs"
+	"github.com/hapilot/hapilot/internal/ingest/telemetry"
 	"github.com/hapilot/hapilot/internal/lib/auditlog"
 
 	"github.com/hapilot/hapilot/cmd/hapilot/notify"
@@ -48,18 +49,13 @@ type Daemon struct {
 	Syslog *logs.SyslogServer   // nil unless --syslog-listen
 	Stats  *counters.StatPoller // nil with --stats-poll 0
 	Fleet  *peers.Node          // nil unless --fleet-bind
+	// Paths judges the telemetry paths together: silent, blind, unseen.
+	Paths *telemetry.Paths
 
 	log     zerolog.Logger
 	clients []*haproxy.Client
 	warning atomic.Pointer[string] // what watchTelemetry found, for /status
 	advice  atomic.Pointer[string] // what adviseTelemetry found, for /status
-	silence atomic.Pointer[string] // what watchSilence found, for /status
-	blind   atomic.Pointer[string] // the blind-path check's finding, for /status
-	// spoeSeen: when SPOE last received frames; only watchSilence
-	// touches it.
-	spoeSeen pathActivity
-	// refused are the abstract listeners' counts of peers turned away.
-	refused []refusals
 	// adviceEvery is adviseTelemetry's period; 0 is AdviceEvery.
 	adviceEvery time.Duration
 	readmit     *recovery.Readmitter // nil with --readmit off
@@ -229,13 +225,17 @@ func NewWith(c config.Config, log zerolog.Logger, o Options) (*Daemon, error) {
 			Log: log.With().Str("component", "stats").Logger()}
 	}
 	d.SPOE = &spoe.Server{Sink: d.Store, Log: log.With().Str("component", "spoe").Logger()}
-	d.coverage()
+	ls, _ := c.Listeners() // validated above
+	d.Paths = &telemetry.Paths{SPOEAt: ls.SPOE, LuaAt: ls.Lua, SyslogAt: ls.Syslog, PeerGroup: c.PeerGroup,
+		SPOE: d.SPOE, Stats: d.Stats, Log: log}
+	d.Paths.Cover(d.Store)
 	// The policy's own needs (its drain cap per fleet size, its step
 	// budget) are declared by the policy and read by the loop.
 	d.Loop = &agent.Loop{
 		Settings: c.Loop, Clock: agent.RealClock{}, Policy: pol, Guard: c.Guard, Identity: identity(),
 		Runtimes: runtimes, Windows: d.Store, Log: log.With().Str("component", "loop").Logger(),
 	}
+	d.Paths.OnSilent = d.Loop.TelemetrySilent
 	if d.Stats != nil {
 		// A new HAProxy process put every server back at its configured
 		// state: the loop steps at once to put the agent's changes back,
@@ -336,7 +336,7 @@ func (d *Daemon) listen() error {
 		if d.spoeLn, err = netx.ListenAddress(ls.SPOE); err != nil {
 			return fmt.Errorf("spoe-listen: %w", err)
 		}
-		d.watchPeers("spoe", d.spoeLn)
+		d.Paths.WatchPeers("spoe", d.spoeLn)
 		d.spoeLn = d.limit("spoe", d.spoeLn, MaxConns)
 		d.add(component{"spoe", func(ctx context.Context) error { return d.SPOE.Serve(ctx, d.spoeLn) }, closer(d.spoeLn)})
 	}
@@ -344,20 +344,22 @@ func (d *Daemon) listen() error {
 		if d.luaLn, err = netx.ListenAddress(ls.Lua); err != nil {
 			return fmt.Errorf("lua listen: %w", err)
 		}
-		d.watchPeers("lua", d.luaLn)
+		d.Paths.WatchPeers("lua", d.luaLn)
 		d.luaLn = d.limit("lua", d.luaLn, MaxConns)
 		d.Lua = &logs.LineServer{Sink: d.Store, Log: log.With().Str("component", "lua").Logger()}
+		d.Paths.Lua = d.Lua
 		d.add(component{"lua", func(ctx context.Context) error { return d.Lua.Serve(ctx, d.luaLn) }, closer(d.luaLn)})
 	}
 	if !ls.Syslog.Off() {
 		d.Syslog = &logs.SyslogServer{Sink: d.Store, Log: log.With().Str("component", "syslog").Logger()}
+		d.Paths.Syslog = d.Syslog
 		switch ls.Syslog.Network {
 		case netx.TCP, netx.Unix, netx.Abstract: // an HAProxy ring's forwarder
 			ln, err := netx.ListenAddress(ls.Syslog)
 			if err != nil {
 				return fmt.Errorf("syslog listen: %w", err)
 			}
-			d.watchPeers("syslog", ln)
+			d.Paths.WatchPeers("syslog", ln)
 			ln = d.limit("syslog", ln, MaxConns)
 			d.add(component{"syslog", func(ctx context.Context) error { return d.Syslog.ServeStream(ctx, ln) }, closer(ln)})
 		default:
@@ -365,7 +367,7 @@ func (d *Daemon) listen() error {
 			if err != nil {
 				return fmt.Errorf("syslog listen: %w", err)
 			}
-			d.watchPeers("syslog", pc)
+			d.Paths.WatchPeers("syslog", pc)
 			d.add(component{"syslog", func(ctx context.Context) error { return d.Syslog.Serve(ctx, pc) }, closer(pc)})
 		}
 	}
@@ -376,7 +378,7 @@ func (d *Daemon) listen() error {
 		sl := d.limit("status", d.statusLn, MaxStatusConns)
 		sl.MaxLife = status.MaxConnLife
 		d.statusLn = sl
-		d.Status = &status.Server{Loop: d.Loop, Extra: []func(io.Writer){d.writeIngestMetrics, writeProcessMetrics}, Warnings: d.Warnings, Unseen: d.Unseen,
+		d.Status = &status.Server{Loop: d.Loop, Extra: []func(io.Writer){d.writeIngestMetrics, writeProcessMetrics}, Warnings: d.Warnings, Unseen: d.Paths.Unseen,
 			Ingest: d.ingestCounters, Series: func(n int) any { return d.Store.PerSecond(n) }, Token: c.StatusToken,
 			Log: log.With().Str("component", "status").Logger()}
 		if d.notifier != nil {
@@ -411,7 +413,7 @@ func (d *Daemon) ingestFigures() []promtext.Figure {
 	for _, l := range d.capped {
 		fs = append(fs, l.ln.Figures(l.name)...)
 	}
-	fs = append(fs, d.silenceFigures()...)
+	fs = append(fs, d.Paths.Figures()...)
 	return append(fs, d.Store.Figures()...)
 }
 
@@ -439,6 +441,12 @@ func (d *Daemon) syslogCounters() *logs.Counters {
 	}
 	return &d.Syslog.Counters
 }
+
+// Silence is what the silent-path check found (Paths.Silence).
+func (d *Daemon) Silence() counters.Silence { return d.Paths.Silence() }
+
+// Blindness is what the blind-path check found (Paths.Blindness).
+func (d *Daemon) Blindness() counters.Blindness { return d.Paths.Blindness() }
 
 // Events is how many responses every path recorded together.
 func (d *Daemon) Events() uint64 {
@@ -527,8 +535,8 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	run("loop", d.Loop.Run)
 	run("telemetry watch", d.watchTelemetry)
 	run("telemetry advice", d.adviseTelemetry)
-	if d.Stats != nil && d.Stats.Coverage != nil {
-		run("telemetry silence", d.watchSilence)
+	if d.Paths.Covered() {
+		run("telemetry silence", d.Paths.WatchSilence)
 	}
 	d.log.Info().Str("spoe", d.SPOEAddr()).Str("lua", d.LuaAddr()).Str("syslog", d.Config.SyslogListen).Str("status", d.StatusAddr()).Strs("haproxy", d.Config.HAProxySockets).
 		Str("stats_poll", statsPoll(d.Config)).Str("fleet", d.fleetLine()).
@@ -586,8 +594,8 @@ func (d *Daemon) Reopen() {
 
 // Warnings lists what an operator should fix, for /status.
 func (d *Daemon) Warnings() []string {
-	var ws []string
-	for _, w := range []*string{d.silence.Load(), d.blind.Load(), d.warning.Load(), d.advice.Load()} {
+	ws := d.Paths.Warnings()
+	for _, w := range []*string{d.warning.Load(), d.advice.Load()} {
 		if w != nil {
 			ws = append(ws, *w)
 		}
@@ -595,7 +603,7 @@ func (d *Daemon) Warnings() []string {
 	if w := d.Loop.StateWarning(); w != "" {
 		ws = append(ws, w)
 	}
-	if u := d.Unseen(); strings.HasPrefix(u, "telemetry blind") {
+	if u := d.Paths.Unseen(); strings.HasPrefix(u, "telemetry blind") {
 		ws = append(ws, u)
 	}
 	return ws

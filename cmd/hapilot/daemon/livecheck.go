@@ -221,18 +221,18 @@ func (r *LiveReport) telemetry(ctx context.Context, c config.Config, wait time.D
 	s := d.Silence()
 	path := spoePath(d.SPOE.Counters.Events.Load(), d.SPOE.Counters.Sampled.Load())
 	r.say("telemetry: in %v, %s; %d server(s) reported, %d silent", wait, d.pathCounts(), s.Covered, len(s.Silent))
-	switch u := d.Unseen(); {
+	switch u := d.Paths.Unseen(); {
 	case strings.HasPrefix(u, "telemetry blind"):
 		r.problem("%s", u)
 	case u != "":
 		r.say("telemetry: %s", u)
 	}
 	if b := d.Blindness(); len(b.Blind) > 0 {
-		r.problem("%s", d.blindWarning(b))
+		r.problem("%s", d.Paths.BlindWarning(b))
 	}
 	switch {
 	case len(s.Silent) > 0:
-		r.problem("%s", d.silenceWarning(s))
+		r.problem("%s", d.Paths.SilenceWarning(s))
 	case d.Stats != nil && d.Stats.Counters.Polls.Load() > 0 && d.Store.Events() == 0:
 		r.say("telemetry: HAProxy served no traffic in %v, so whether the paths deliver cannot be told yet; run again under traffic", wait)
 	}
