@@ -52,17 +52,14 @@ type Daemon struct {
 	// Paths judges the telemetry paths together: silent, blind, unseen.
 	Paths *telemetry.Paths
 
-	log     zerolog.Logger
-	clients []*haproxy.Client
-	warning atomic.Pointer[string] // what watchTelemetry found, for /status
-	advice  atomic.Pointer[string] // what adviseTelemetry found, for /status
-	// adviceEvery is adviseTelemetry's period; 0 is AdviceEvery.
-	adviceEvery time.Duration
-	readmit     *recovery.Readmitter // nil with --readmit off
-	spoeLn      net.Listener
-	luaLn       net.Listener
-	statusLn    net.Listener
-	controlLn   net.Listener
+	log       zerolog.Logger
+	clients   []*haproxy.Client
+	warning   atomic.Pointer[string] // what watchTelemetry found, for /status
+	readmit   *recovery.Readmitter   // nil with --readmit off
+	spoeLn    net.Listener
+	luaLn     net.Listener
+	statusLn  net.Listener
+	controlLn net.Listener
 	// capped are the stream listeners, by the name their metrics use.
 	capped []namedListener
 	audit  *auditlog.File // nil without --audit-log
@@ -206,6 +203,7 @@ func NewWith(c config.Config, log zerolog.Logger, o Options) (*Daemon, error) {
 	}
 	var runtimes []agent.Runtime
 	var sources []counters.StatSource
+	var infos []telemetry.InfoSource
 	for _, s := range c.HAProxySockets {
 		cl, err := haproxy.New(s)
 		if err != nil {
@@ -217,6 +215,7 @@ func NewWith(c config.Config, log zerolog.Logger, o Options) (*Daemon, error) {
 		cl.MaxRows = c.MaxStatRows
 		runtimes = append(runtimes, cl)
 		sources = append(sources, cl)
+		infos = append(infos, cl)
 		d.clients = append(d.clients, cl)
 	}
 	d.Store = window.New(c.Window, c.MaxServers, nil)
@@ -227,7 +226,7 @@ func NewWith(c config.Config, log zerolog.Logger, o Options) (*Daemon, error) {
 	d.SPOE = &spoe.Server{Sink: d.Store, Log: log.With().Str("component", "spoe").Logger()}
 	ls, _ := c.Listeners() // validated above
 	d.Paths = &telemetry.Paths{SPOEAt: ls.SPOE, LuaAt: ls.Lua, SyslogAt: ls.Syslog, PeerGroup: c.PeerGroup,
-		SPOE: d.SPOE, Stats: d.Stats, Log: log}
+		SPOE: d.SPOE, Stats: d.Stats, Runtimes: infos, Log: log}
 	d.Paths.Cover(d.Store)
 	// The policy's own needs (its drain cap per fleet size, its step
 	// budget) are declared by the policy and read by the loop.
@@ -534,7 +533,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	}
 	run("loop", d.Loop.Run)
 	run("telemetry watch", d.watchTelemetry)
-	run("telemetry advice", d.adviseTelemetry)
+	run("telemetry advice", d.Paths.Advise)
 	if d.Paths.Covered() {
 		run("telemetry silence", d.Paths.WatchSilence)
 	}
@@ -595,10 +594,11 @@ func (d *Daemon) Reopen() {
 // Warnings lists what an operator should fix, for /status.
 func (d *Daemon) Warnings() []string {
 	ws := d.Paths.Warnings()
-	for _, w := range []*string{d.warning.Load(), d.advice.Load()} {
-		if w != nil {
-			ws = append(ws, *w)
-		}
+	if w := d.warning.Load(); w != nil {
+		ws = append(ws, *w)
+	}
+	if a := d.Paths.Advised(); a != "" {
+		ws = append(ws, a)
 	}
 	if w := d.Loop.StateWarning(); w != "" {
 		ws = append(ws, w)

@@ -16,6 +16,7 @@ import (
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/cmd/hapilot/config"
 	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/internal/ingest/telemetry"
 	"github.com/rs/zerolog"
 )
 
@@ -111,7 +112,7 @@ func LiveCheck(ctx context.Context, c config.Config, wait time.Duration) LiveRep
 	}
 	path := r.telemetry(ctx, c, wait, running, runErr)
 	for _, v := range versions {
-		if a := TelemetryAdvice(v, path); a != "" {
+		if a := telemetry.Advice(v, path); a != "" {
 			r.say("advice for HAProxy %s: %s", v, a)
 		}
 	}
@@ -219,7 +220,7 @@ func (r *LiveReport) telemetry(ctx context.Context, c config.Config, wait time.D
 		r.problem("listening: %v", err)
 	}
 	s := d.Silence()
-	path := spoePath(d.SPOE.Counters.Events.Load(), d.SPOE.Counters.Sampled.Load())
+	path := telemetry.SPOEPath(d.SPOE.Counters.Events.Load(), d.SPOE.Counters.Sampled.Load())
 	r.say("telemetry: in %v, %s; %d server(s) reported, %d silent", wait, d.pathCounts(), s.Covered, len(s.Silent))
 	switch u := d.Paths.Unseen(); {
 	case strings.HasPrefix(u, "telemetry blind"):
@@ -309,5 +310,5 @@ func (r *LiveReport) fromRunningAgent(c config.Config, st agentStatus, err error
 			r.problem("%s", w)
 		}
 	}
-	return spoePath(st.Ingest["events"], 0)
+	return telemetry.SPOEPath(st.Ingest["events"], 0)
 }

@@ -50,9 +50,14 @@ type Paths struct {
 	// OnSilent hears of each silence once, and again when its likely
 	// cause changes: the event log's and the webhook's hook.
 	OnSilent func(silentFor time.Duration, why string)
+	// Runtimes are the runtime sockets, whose HAProxy version the advice
+	// is for; AdviceEvery is Advise's period (0: AdviceEvery).
+	Runtimes    []InfoSource
+	AdviceEvery time.Duration
 
 	silence atomic.Pointer[string] // what WatchSilence found
 	blind   atomic.Pointer[string] // the blind-path check's finding
+	advice  atomic.Pointer[string] // what Advise found
 	// spoeSeen: when SPOE last received frames; only WatchSilence
 	// touches it.
 	spoeSeen pathActivity
