@@ -1,10 +1,6 @@
 package daemon
 
 import (
-	"context"
-	"fmt"
-	"time"
-
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/policy/llm"
 	"github.com/hapilot/hapilot/agent/policy/llm/calibrate"
@@ -29,10 +25,6 @@ func newLLMPolicy(c config.Config, log zerolog.Logger, emit func(agent.Event)) (
 	if err != nil {
 		return agent.Policy{}, nil, err
 	}
-	calibration := func(mayAct bool, why string, detail map[string]string) *agent.Event {
-		detail["model"], detail["may_act"] = cfg.Model, fmt.Sprint(mayAct)
-		return &agent.Event{Type: agent.EventCalibration, Time: time.Now(), Reason: why, Detail: detail}
-	}
 	// The rules are the model's floor: their drains apply whatever the
 	// model says.
 	llmPol := llm.New(model, rules.NewWindowed(c.Rules), c.Rules, cfg, log.With().Str("component", "llm").Logger())
@@ -41,20 +33,9 @@ func newLLMPolicy(c config.Config, log zerolog.Logger, emit func(agent.Event)) (
 	}
 	if cfg.SkipCalibration {
 		log.Warn().Str("model", cfg.Model).Msg("--skip-calibration: the model acts without a calibration record")
-		return llmPol.Hooks(), calibration(true, "--skip-calibration: the model acts without a calibration record", map[string]string{}), nil
+		v := calibrate.Skipped(cfg.Model)
+		return llmPol.Hooks(), &v, nil
 	}
-	llmPol.Admit = func(ctx context.Context) error {
-		sc, err := calibrate.Admit(ctx, model, cfg.CalibrationDir)
-		if err != nil {
-			err = fmt.Errorf("%w (run `hapilot calibrate --model %s`, or --skip-calibration)", err, cfg.Model)
-			emit(*calibration(false, err.Error(), map[string]string{}))
-			return err
-		}
-		log.Info().Str("model", cfg.Model).Str("digest", sc.Key.Digest).Float64("precision", sc.Precision).Float64("recall", sc.Recall).
-			Msg("calibrated model may act")
-		emit(*calibration(true, "calibrated model may act", map[string]string{"digest": sc.Key.Digest,
-			"precision": fmt.Sprintf("%.2f", sc.Precision), "recall": fmt.Sprintf("%.2f", sc.Recall)}))
-		return nil
-	}
+	llmPol.Admit = calibrate.Gate(model, cfg, log, emit)
 	return llmPol.Hooks(), nil, nil
 }
