@@ -24,7 +24,7 @@ import (
 	"github.com/hapilot/hapilot/internal/ingest/counters"
 	"github.com/hapilot/hapilot/internal/lib/enum"
 
-	"github.com/hapilot/hapilot/cmd/hapilot/notify"
+	"github.com/hapilot/hapilot/agent/notify"
 	"github.com/hapilot/hapilot/internal/lib/netx"
 	"github.com/hapilot/hapilot/internal/lib/window"
 	"github.com/rs/zerolog"

@@ -29,7 +29,7 @@ import (
 	"github.com/hapilot/hapilot/internal/ingest/telemetry"
 	"github.com/hapilot/hapilot/internal/lib/auditlog"
 
-	"github.com/hapilot/hapilot/cmd/hapilot/notify"
+	"github.com/hapilot/hapilot/agent/notify"
 	"github.com/hapilot/hapilot/internal/ingest/spoe"
 	"github.com/hapilot/hapilot/internal/lib/netx"
 	"github.com/hapilot/hapilot/internal/lib/promtext"
