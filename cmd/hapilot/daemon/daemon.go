@@ -12,7 +12,6 @@ import (
 	"net"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
@@ -54,8 +53,7 @@ type Daemon struct {
 
 	log       zerolog.Logger
 	clients   []*haproxy.Client
-	warning   atomic.Pointer[string] // what watchTelemetry found, for /status
-	readmit   *recovery.Readmitter   // nil with --readmit off
+	readmit   *recovery.Readmitter // nil with --readmit off
 	spoeLn    net.Listener
 	luaLn     net.Listener
 	statusLn  net.Listener
@@ -106,10 +104,6 @@ func (d *Daemon) add(c component) { d.parts = append(d.parts, c) }
 
 // closer adapts an io.Closer's Close to a component's.
 func closer(c io.Closer) func() { return func() { c.Close() } }
-
-// NoEventsAfter is how long the agent waits for its first response from
-// HAProxy before it warns that none arrives.
-const NoEventsAfter = 30 * time.Second
 
 // Connection caps: HAProxy holds a handful of SPOE connections per
 // process, the Lua companion one per flush, a ring one; /status is for
@@ -226,7 +220,7 @@ func NewWith(c config.Config, log zerolog.Logger, o Options) (*Daemon, error) {
 	d.SPOE = &spoe.Server{Sink: d.Store, Log: log.With().Str("component", "spoe").Logger()}
 	ls, _ := c.Listeners() // validated above
 	d.Paths = &telemetry.Paths{SPOEAt: ls.SPOE, LuaAt: ls.Lua, SyslogAt: ls.Syslog, PeerGroup: c.PeerGroup,
-		SPOE: d.SPOE, Stats: d.Stats, Runtimes: infos, Log: log}
+		SPOE: d.SPOE, Stats: d.Stats, Runtimes: infos, Sockets: c.HAProxySockets, Log: log}
 	d.Paths.Cover(d.Store)
 	// The policy's own needs (its drain cap per fleet size, its step
 	// budget) are declared by the policy and read by the loop.
@@ -447,19 +441,9 @@ func (d *Daemon) Silence() counters.Silence { return d.Paths.Silence() }
 // Blindness is what the blind-path check found (Paths.Blindness).
 func (d *Daemon) Blindness() counters.Blindness { return d.Paths.Blindness() }
 
-// Events is how many responses every path recorded together.
-func (d *Daemon) Events() uint64 {
-	n := d.SPOE.Counters.Events.Load()
-	for _, c := range []*logs.Counters{d.luaCounters(), d.syslogCounters()} {
-		if c != nil {
-			n += c.Events.Load()
-		}
-	}
-	if d.Stats != nil {
-		n += d.Stats.Counters.Answers.Load()
-	}
-	return n
-}
+// Events is how many responses every path recorded together
+// (Paths.Events).
+func (d *Daemon) Events() uint64 { return d.Paths.Events() }
 
 // SPOEAddr and StatusAddr are the bound addresses (useful with port 0).
 func (d *Daemon) SPOEAddr() string {
@@ -532,7 +516,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		d.Loop.Emit(ev)
 	}
 	run("loop", d.Loop.Run)
-	run("telemetry watch", d.watchTelemetry)
+	run("telemetry watch", d.Paths.WatchFirstResponse)
 	run("telemetry advice", d.Paths.Advise)
 	if d.Paths.Covered() {
 		run("telemetry silence", d.Paths.WatchSilence)
@@ -594,12 +578,6 @@ func (d *Daemon) Reopen() {
 // Warnings lists what an operator should fix, for /status.
 func (d *Daemon) Warnings() []string {
 	ws := d.Paths.Warnings()
-	if w := d.warning.Load(); w != nil {
-		ws = append(ws, *w)
-	}
-	if a := d.Paths.Advised(); a != "" {
-		ws = append(ws, a)
-	}
 	if w := d.Loop.StateWarning(); w != "" {
 		ws = append(ws, w)
 	}
@@ -607,64 +585,6 @@ func (d *Daemon) Warnings() []string {
 		ws = append(ws, u)
 	}
 	return ws
-}
-
-// watchTelemetry warns, once in the log and for as long as it holds in
-// /status, when no response has reached the windows NoEventsAfter after
-// the start: the stanza is missing from haproxy.cfg, or HAProxy cannot
-// reach the agent.
-func (d *Daemon) watchTelemetry(ctx context.Context) error {
-	const wait = NoEventsAfter
-	t := time.NewTicker(wait)
-	defer t.Stop()
-	for logged := false; ; {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		w := d.telemetryWarning(wait)
-		if w == "" {
-			d.warning.Store(nil)
-			continue
-		}
-		d.warning.Store(&w)
-		if !logged {
-			d.log.Warn().Msg(w)
-			logged = true
-		}
-	}
-}
-
-// telemetryWarning is the warning while no response has been recorded,
-// "" once one has.
-func (d *Daemon) telemetryWarning(waited time.Duration) string {
-	if d.Events() > 0 || d.Store.Events() > 0 {
-		return ""
-	}
-	c := d.Config
-	ls, _ := c.Listeners() // validated in New
-	var paths []string
-	if !ls.SPOE.Off() {
-		paths = append(paths, "SPOE at "+c.SPOEListen+" (the stanza of examples/haproxy.cfg)")
-	}
-	if !ls.Lua.Off() {
-		paths = append(paths, "the Lua companion at "+c.LuaListen+" (examples/haproxy-lua.cfg)")
-	}
-	if !ls.Syslog.Off() {
-		paths = append(paths, "logs at "+c.SyslogListen+" (examples/haproxy-syslog*.cfg)")
-	}
-	if d.Stats != nil && d.Stats.Mode == counters.StatCounts {
-		paths = append(paths, "HAProxy's counters through "+strings.Join(c.HAProxySockets, ", ")+" (no traffic yet, or the socket does not answer)")
-	}
-	msg := fmt.Sprintf("no response reported by HAProxy in %v, through %s: ", waited, strings.Join(paths, "; "))
-	if !ls.SPOE.Off() || !ls.Lua.Off() || !ls.Syslog.Off() {
-		msg += "check that haproxy.cfg holds the stanza and that HAProxy can reach the agent's socket (its group, mode 0660); " +
-			"with no access to the frontend, run with --spoe-listen off and the agent reads HAProxy's own counters"
-	} else {
-		msg += "check that the backends take traffic"
-	}
-	return msg
 }
 
 // preflight checks every runtime socket once: one the agent may not use

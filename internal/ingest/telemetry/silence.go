@@ -54,10 +54,16 @@ type Paths struct {
 	// is for; AdviceEvery is Advise's period (0: AdviceEvery).
 	Runtimes    []InfoSource
 	AdviceEvery time.Duration
+	// Sockets are the runtime sockets' addresses, named when no
+	// response arrives through the counters.
+	Sockets []string
+	// store is where the paths deliver (Cover's).
+	store *window.Store
 
 	silence atomic.Pointer[string] // what WatchSilence found
 	blind   atomic.Pointer[string] // the blind-path check's finding
 	advice  atomic.Pointer[string] // what Advise found
+	none    atomic.Pointer[string] // what WatchFirstResponse found
 	// spoeSeen: when SPOE last received frames; only WatchSilence
 	// touches it.
 	spoeSeen pathActivity
@@ -86,6 +92,7 @@ func (p *Paths) WatchPeers(path string, l any) {
 // per-response path listens and the stats path reads the counters
 // beside it. store is where the paths deliver.
 func (p *Paths) Cover(store *window.Store) {
+	p.store = store
 	if p.Stats == nil || p.Stats.Mode != counters.StatRetries {
 		return
 	}
@@ -151,11 +158,12 @@ func (p *Paths) Silence() counters.Silence {
 	return p.Stats.Coverage.Silence()
 }
 
-// Warnings are the silence's and the blindness's warnings while they
-// last, for /status and the live page.
+// Warnings are what the paths' watches found while it lasts (a silence,
+// a blindness, no response at all), and the advice once given, for
+// /status and the live page.
 func (p *Paths) Warnings() []string {
 	var ws []string
-	for _, w := range []*string{p.silence.Load(), p.blind.Load()} {
+	for _, w := range []*string{p.silence.Load(), p.blind.Load(), p.none.Load(), p.advice.Load()} {
 		if w != nil {
 			ws = append(ws, *w)
 		}
