@@ -50,48 +50,49 @@ func TestGuardrails(t *testing.T) {
 		obs     *Observation
 		plan    Plan
 		accept  []bool
-		reason  string // a word of the last refusal
-		applied int    // weight applied by the last accepted set_weight
+		code    Refusal // the last refusal's code
+		applied int     // weight applied by the last accepted set_weight
 	}{
 		{"one drain", six, Plan{drain("s3")}, []bool{true}, "", 0},
-		{"second drain refused", six, Plan{drain("s3"), drain("s6")}, []bool{true, false}, "drain per step", 0},
+		{"second drain refused", six, Plan{drain("s3"), drain("s6")}, []bool{true, false}, RefusedDrainCap, 0},
 		{"max 3 actions", six, Plan{
 			{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 90}, {Kind: SetWeight, Backend: "app", Server: "s2", Weight: 90},
 			{Kind: SetWeight, Backend: "app", Server: "s4", Weight: 90}, {Kind: SetWeight, Backend: "app", Server: "s5", Weight: 90}},
-			[]bool{true, true, true, false}, "actions per step", 0},
-		{"unknown server", six, Plan{drain("s9")}, []bool{false}, "unknown server", 0},
-		{"unknown backend", six, Plan{{Kind: Drain, Backend: "nope", Server: "s1"}}, []bool{false}, "unknown server", 0},
-		{"operator maint untouched", obsOf(sv("s1"), sv("s2", operatorMaint), sv("s3")), Plan{{Kind: Ready, Backend: "app", Server: "s2"}}, []bool{false}, "operator", 0},
-		{"operator maint not drained", obsOf(sv("s1"), sv("s2", operatorMaint), sv("s3")), Plan{drain("s2")}, []bool{false}, "operator", 0},
+			[]bool{true, true, true, false}, RefusedActionCap, 0},
+		{"unknown server", six, Plan{drain("s9")}, []bool{false}, RefusedUnknownServer, 0},
+		{"unknown backend", six, Plan{{Kind: Drain, Backend: "nope", Server: "s1"}}, []bool{false}, RefusedUnknownServer, 0},
+		{"operator maint untouched", obsOf(sv("s1"), sv("s2", operatorMaint), sv("s3")), Plan{{Kind: Ready, Backend: "app", Server: "s2"}}, []bool{false}, RefusedOperator, 0},
+		{"operator maint not drained", obsOf(sv("s1"), sv("s2", operatorMaint), sv("s3")), Plan{drain("s2")}, []bool{false}, RefusedOperator, 0},
 		{"recovery readies what the agent drained", obsOf(sv("s1"), sv("s2", drainedByAgent)), Plan{{Kind: Ready, Backend: "app", Server: "s2", Origin: OriginRecovery}}, []bool{true}, "", 0},
-		{"a policy's ready of a drained server waits for probes", obsOf(sv("s1"), sv("s2", drainedByAgent)), Plan{{Kind: Ready, Backend: "app", Server: "s2"}}, []bool{false}, "probe burst", 0},
-		{"ready a server nobody drained", obsOf(sv("s1"), sv("s2")), Plan{{Kind: Ready, Backend: "app", Server: "s2"}}, []bool{false}, "nothing to undo", 0},
-		{"floor of 2 servers", obsOf(sv("s1"), sv("s2", drainedByAgent)), Plan{drain("s1")}, []bool{false}, "below the floor", 0},
-		{"floor of 3 servers", obsOf(sv("s1"), sv("s2"), sv("s3", drainedByAgent)), Plan{drain("s1")}, []bool{false}, "below the floor", 0},
+		{"a policy's ready of a drained server waits for probes", obsOf(sv("s1"), sv("s2", drainedByAgent)), Plan{{Kind: Ready, Backend: "app", Server: "s2"}}, []bool{false}, RefusedNeedsProbe, 0},
+		{"ready a server nobody drained", obsOf(sv("s1"), sv("s2")), Plan{{Kind: Ready, Backend: "app", Server: "s2"}}, []bool{false}, RefusedNotAgents, 0},
+		{"floor of 2 servers", obsOf(sv("s1"), sv("s2", drainedByAgent)), Plan{drain("s1")}, []bool{false}, RefusedFloor, 0},
+		{"floor of 3 servers", obsOf(sv("s1"), sv("s2"), sv("s3", drainedByAgent)), Plan{drain("s1")}, []bool{false}, RefusedFloor, 0},
 		{"3 servers: one drain fits", obsOf(sv("s1"), sv("s2"), sv("s3")), Plan{drain("s1")}, []bool{true}, "", 0},
-		{"weight 0 counts against the floor", obsOf(sv("s1", func(v *ServerView) { v.State.Weight = 30; v.State.Initial = 30 }), sv("s2", drainedByAgent)), Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 0}}, []bool{false}, "floor", 0},
+		{"weight 0 counts against the floor", obsOf(sv("s1", func(v *ServerView) { v.State.Weight = 30; v.State.Initial = 30 }), sv("s2", drainedByAgent)), Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 0}}, []bool{false}, RefusedFloor, 0},
 		{"weight step clamped", six, Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 10}}, []bool{true}, "", 50},
 		{"a raise stops at the configured weight", obsOf(sv("s1", func(v *ServerView) {
 			v.State.Weight = 60
 			v.Owner = OwnerAgent
 			v.Changed = &Change{Phase: PhaseCut, Weight: 60}
 		}), sv("s2")), Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 999}}, []bool{true}, "", 100},
-		{"no raise past the configured weight", six, Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 101}}, []bool{false}, "above the configured 100", 0},
-		{"weight unchanged", six, Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 100}}, []bool{false}, "already", 0},
-		{"one action per server", six, Plan{drain("s1"), {Kind: SetWeight, Backend: "app", Server: "s1", Weight: 90}}, []bool{true, false}, "per server", 0},
-		{"already drained", obsOf(sv("s1"), sv("s2"), sv("s3", drainedByAgent)), Plan{drain("s3")}, []bool{false}, "already drained", 0},
-		{"unknown kind", six, Plan{{Kind: "reboot", Backend: "app", Server: "s1"}}, []bool{false}, "unknown action", 0},
+		{"no raise past the configured weight", six, Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 101}}, []bool{false}, RefusedAboveConfig, 0},
+		{"weight unchanged", six, Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 100}}, []bool{false}, RefusedNoChange, 0},
+		{"one action per server", six, Plan{drain("s1"), {Kind: SetWeight, Backend: "app", Server: "s1", Weight: 90}}, []bool{true, false}, RefusedTouched, 0},
+		{"already drained", obsOf(sv("s1"), sv("s2"), sv("s3", drainedByAgent)), Plan{drain("s3")}, []bool{false}, RefusedNoChange, 0},
+		{"unknown kind", six, Plan{{Kind: "reboot", Backend: "app", Server: "s1"}}, []bool{false}, RefusedUnknownKind, 0},
 	}
 	g := DefaultGuardrails()
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			vs := g.Vet(tc.obs, tc.plan)
 			var got []bool
-			lastReason, lastWeight := "", 0
+			var lastCode Refusal
+			lastWeight := 0
 			for _, v := range vs {
 				got = append(got, v.Accepted)
 				if !v.Accepted {
-					lastReason = v.Reason
+					lastCode = v.Code
 					if v.Reason == "" {
 						t.Errorf("refusal without a reason: %+v", v)
 					}
@@ -102,8 +103,8 @@ func TestGuardrails(t *testing.T) {
 			if !reflect.DeepEqual(got, tc.accept) {
 				t.Fatalf("accepted %v, want %v (%+v)", got, tc.accept, vs)
 			}
-			if !strings.Contains(lastReason, tc.reason) {
-				t.Fatalf("reason %q, want %q", lastReason, tc.reason)
+			if lastCode != tc.code {
+				t.Fatalf("refused with %q, want %q (%+v)", lastCode, tc.code, vs)
 			}
 			if tc.applied != 0 && lastWeight != tc.applied {
 				t.Fatalf("applied weight %d, want %d", lastWeight, tc.applied)
@@ -221,7 +222,7 @@ func TestOperatorOverrideIsRespected(t *testing.T) {
 	rt.Set("s2", func(s *haproxy.ServerState) { s.AdminState = haproxy.AdminForcedMaint })
 	pol.plans = []Plan{{{Kind: Ready, Backend: "app", Server: "s2"}}}
 	rec := l.Step(context.Background())
-	if len(rt.TakeCommands()) != 1 || rec.Verdicts[0].Accepted || !strings.Contains(rec.Verdicts[0].Reason, "operator") {
+	if len(rt.TakeCommands()) != 1 || rec.Verdicts[0].Accepted || rec.Verdicts[0].Code != RefusedOperator {
 		t.Fatalf("verdicts %+v", rec.Verdicts)
 	}
 	if len(l.Ledger()) != 0 {
@@ -271,7 +272,7 @@ func TestSeveralSocketsAllReceiveTheAction(t *testing.T) {
 	a.Add(haproxy.ServerState{Backend: "app", Server: "s9", OpState: haproxy.OpRunning, Weight: 10, Initial: 10})
 	pol.plans = []Plan{{drain("s9")}}
 	rec = l.Step(context.Background())
-	if rec.Verdicts[0].Accepted || !strings.Contains(rec.Verdicts[0].Reason, "unknown server") {
+	if rec.Verdicts[0].Accepted || rec.Verdicts[0].Code != RefusedUnknownServer {
 		t.Fatalf("s9 verdict %+v", rec.Verdicts[0])
 	}
 }
@@ -354,7 +355,7 @@ func TestCapacityAwareDrain(t *testing.T) {
 		t.Fatalf("low load: %+v", v[0])
 	}
 	// Past saving: even a smaller weight overloads the others.
-	if v := g.Vet(fleet(3600), Plan{drain("s1")}); v[0].Accepted || !strings.Contains(v[0].Reason, "capacity") {
+	if v := g.Vet(fleet(3600), Plan{drain("s1")}); v[0].Accepted || v[0].Code != RefusedCapacity {
 		t.Fatalf("overloaded: %+v", v[0])
 	}
 	// Half a second of data: 30 requests each looks like a trickle, but
@@ -364,7 +365,7 @@ func TestCapacityAwareDrain(t *testing.T) {
 	for i := range young.Backends[0].Servers {
 		young.Backends[0].Servers[i].Recent.Seconds, young.Backends[0].Servers[i].Recent.RatePerSec = 1, 0
 	}
-	if v := g.Vet(young, Plan{drain("s1")}); v[0].Accepted || !strings.Contains(v[0].Reason, "too little history") {
+	if v := g.Vet(young, Plan{drain("s1")}); v[0].Accepted || v[0].Code != RefusedCapacity || !strings.Contains(v[0].Reason, "too little history") {
 		t.Fatalf("young data: %+v", v[0])
 	}
 	g.MaxUtilization = 0
@@ -380,7 +381,7 @@ func TestTailHoldRefusesDrain(t *testing.T) {
 		v.State.Weight = 2
 	}), sv("s3"), sv("s4"))
 	o.Time = now
-	if v := DefaultGuardrails().Vet(o, Plan{drain("s2")}); v[0].Accepted || !strings.Contains(v[0].Reason, "p99") {
+	if v := DefaultGuardrails().Vet(o, Plan{drain("s2")}); v[0].Accepted || v[0].Code != RefusedTailHold {
 		t.Fatalf("verdict %+v", v[0])
 	}
 	o.Time = now.Add(2 * time.Minute)
@@ -425,7 +426,7 @@ func TestCapacityCoversWeightCuts(t *testing.T) {
 	if v := g.Vet(fleet(500), Plan{cut}); !v[0].Accepted || v[0].Applied.Weight != 0 {
 		t.Fatalf("cut at low load: %+v", v[0])
 	}
-	if v := g.Vet(fleet(3600), Plan{cut}); v[0].Accepted || !strings.Contains(v[0].Reason, "capacity") {
+	if v := g.Vet(fleet(3600), Plan{cut}); v[0].Accepted || v[0].Code != RefusedCapacity {
 		t.Fatalf("cut past saving: %+v", v[0])
 	}
 }
@@ -483,7 +484,7 @@ func TestTailHoldOutlivesAFullReady(t *testing.T) {
 	}
 	clk.Advance(time.Minute)
 	r := l.Step(context.Background())
-	if cmds := rt.TakeCommands(); len(cmds) != 0 || !strings.Contains(r.Verdicts[0].Reason, "held from draining") {
+	if cmds := rt.TakeCommands(); len(cmds) != 0 || r.Verdicts[0].Code != RefusedTailHold {
 		t.Fatalf("drained again within the hold: %q %+v", cmds, r.Verdicts[0])
 	}
 }
@@ -506,7 +507,7 @@ func TestOperatorUndoStands(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		clk.Advance(time.Minute)
 		r := l.Step(context.Background())
-		if got := rt.TakeCommands(); len(got) != 0 || !strings.Contains(r.Verdicts[0].Reason, "the operator undid") {
+		if got := rt.TakeCommands(); len(got) != 0 || r.Verdicts[0].Code != RefusedOperator || !strings.Contains(r.Verdicts[0].Reason, "the operator undid") {
 			t.Fatalf("step %d after the undo: commands %q, verdict %+v", i+1, got, r.Verdicts[0])
 		}
 	}

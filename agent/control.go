@@ -128,7 +128,7 @@ func (l *Loop) release(ctx context.Context, v *ServerView, by string) Released {
 		Msg("released by the operator: back to its configured state, and theirs until then")
 	k := r.Server
 	l.emit(Event{Type: EventRelease, Server: &k, By: by, Until: r.Until, Reason: "released by the operator; the agent's change was: " + r.Was.Reason,
-		Detail: map[string]string{"was": string(r.Was.Phase)}, Evidence: evidenceOf(nil, v, "")})
+		Detail: map[string]string{"was": string(r.Was.Phase)}, Evidence: evidenceOf(nil, v, nil)})
 	return r
 }
 

@@ -1,10 +1,6 @@
 package agent
 
-import (
-	"regexp"
-	"strconv"
-	"time"
-)
+import "time"
 
 // EventSchema is the event log's schema version: every line carries it,
 // and it changes only when a field changes meaning or goes away
@@ -89,8 +85,9 @@ type Event struct {
 }
 
 // Evidence is a server's figures behind an event: its window against
-// its serving peers', and the test's p-value when the policy's reason
-// states one (the rules do).
+// its serving peers', and the p-value of the action's test where it has
+// one (the windowed test's; the test's other figures are the action's
+// own, in Action.Test).
 type Evidence struct {
 	Requests      uint64   `json:"requests"`
 	Err5xx        uint64   `json:"err_5xx"`
@@ -110,11 +107,9 @@ type EventSink interface {
 	Emit(Event)
 }
 
-// pValue reads "p=1.2e-09" from a policy's reason.
-var pValue = regexp.MustCompile(`\bp=([0-9.]+(?:e[-+]?[0-9]+)?)`)
-
-// evidenceOf is s's window against its backend's other serving servers.
-func evidenceOf(b *BackendView, s *ServerView, reason string) *Evidence {
+// evidenceOf is s's window against its backend's other serving servers,
+// with the p-value of test, the action's, where it has one.
+func evidenceOf(b *BackendView, s *ServerView, test *TestFigures) *Evidence {
 	if s == nil {
 		return nil
 	}
@@ -128,10 +123,9 @@ func evidenceOf(b *BackendView, s *ServerView, reason string) *Evidence {
 			}
 		}
 	}
-	if m := pValue.FindStringSubmatch(reason); m != nil {
-		if v, err := strconv.ParseFloat(m[1], 64); err == nil {
-			e.PValue = &v
-		}
+	if test != nil && test.PValue != nil {
+		p := *test.PValue
+		e.PValue = &p
 	}
 	return e
 }

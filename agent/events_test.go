@@ -97,3 +97,42 @@ func TestFallbackEvents(t *testing.T) {
 		t.Fatalf("fallback events %q, want %q", reasons, want)
 	}
 }
+
+// An action's event carries the figures of the test behind it as the
+// policy set them, and the evidence's p-value is the test's own: never
+// read back out of the reason's words (a p= in a reason that no test
+// stands behind gives none).
+func TestEventsCarryTheTestsFigures(t *testing.T) {
+	p := 3.1e-24
+	tests := []struct {
+		name  string
+		test  *TestFigures
+		want  *float64 // the evidence's p-value
+		words string
+	}{
+		{"sequential: statistic and threshold, no p-value",
+			&TestFigures{Name: "sequential", Statistic: 25.5, Threshold: 19.7, Rate: 0.05, Baseline: 0.005}, nil, "5xx CUSUM at h 19.7"},
+		{"windowed: its p-value", &TestFigures{Name: "windowed", Statistic: p, Threshold: 0.01 / 4, PValue: &p, Rate: 0.05, Baseline: 0.0003}, &p, "5xx 5.00% vs peers 0.03%"},
+		{"a p= in the words alone is no p-value", nil, nil, "the model says p=0.001"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
+			l, _, pol, _ := newLoop(rt)
+			var c collected
+			l.Events = &c
+			pol.plans = []Plan{{{Kind: Drain, Backend: "app", Server: "s2", Reason: tc.words, Test: tc.test}}}
+			l.Step(context.Background())
+			if len(c) != 1 || c[0].Type != EventDrain || c[0].Evidence == nil {
+				t.Fatalf("events %+v, want one drain with its evidence", c)
+			}
+			e := c[0]
+			if !reflect.DeepEqual(e.Action.Test, tc.test) {
+				t.Errorf("the action's figures %+v, want %+v", e.Action.Test, tc.test)
+			}
+			if !reflect.DeepEqual(e.Evidence.PValue, tc.want) {
+				t.Errorf("the evidence's p-value %v, want %v", e.Evidence.PValue, tc.want)
+			}
+		})
+	}
+}

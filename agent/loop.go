@@ -442,7 +442,7 @@ func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decisio
 			if !d.repeat {
 				a, k := v.Proposed, v.Proposed.Key()
 				l.emit(Event{Type: EventRefused, Time: rec.Time, Cycle: rec.Cycle, Server: &k, Action: &a, Code: v.Code, Reason: v.Reason,
-					Evidence: evidenceOf(b, sv, a.Reason)})
+					Evidence: evidenceOf(b, sv, a.Test)})
 			}
 		} else if why := l.holdBack(v.Applied, rec.Time); why != "" {
 			applied := v.Applied
@@ -453,13 +453,13 @@ func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decisio
 			if !d.repeat {
 				a, k := v.Applied, v.Applied.Key()
 				l.emit(Event{Type: EventWould, Time: rec.Time, Cycle: rec.Cycle, Server: &k, Action: &a, Reason: why,
-					Detail: map[string]string{"would": string(d.WouldKind)}, Evidence: evidenceOf(b, sv, a.Reason)})
+					Detail: map[string]string{"would": string(d.WouldKind)}, Evidence: evidenceOf(b, sv, a.Test)})
 			}
 		} else {
 			var ev *Evidence
 			typ := actionEvent(v.Applied)
 			if sv != nil {
-				ev = evidenceOf(b, sv, v.Applied.Reason) // before the command changes the view
+				ev = evidenceOf(b, sv, v.Applied.Test) // before the command changes the view
 				if v.Applied.Kind == SetWeight && v.Applied.Weight > sv.State.Weight {
 					typ = EventRestore // a canary's ramp back up
 				}

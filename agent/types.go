@@ -186,6 +186,30 @@ type Action struct {
 	// NoDrainFor, on a Ready, keeps the server from being drained again
 	// for that long (the tail-latency guard).
 	NoDrainFor time.Duration `json:"no_drain_for,omitempty"`
+	// Test is the figures of the test behind the action, where a policy
+	// ran one (the rules do); Reason is their text for people, never
+	// parsed back.
+	Test *TestFigures `json:"test,omitempty"`
+}
+
+// TestFigures is a test's verdict on one server, as numbers: its
+// statistic against the threshold that condemns it, its p-value where
+// the test has one, and the server's rate against the one it is judged
+// by.
+type TestFigures struct {
+	// Name is the test: "sequential" (the rules' CUSUM), "windowed" (the
+	// binomial test against the peers), "latency" (the median against the
+	// peers').
+	Name      string  `json:"name"`
+	Statistic float64 `json:"statistic"`
+	Threshold float64 `json:"threshold"`
+	// PValue is the windowed test's; the sequential test has none.
+	PValue *float64 `json:"p_value,omitempty"`
+	// Rate is the server's 5xx share over the evidence, Baseline the
+	// share it is judged against (the sequential test's healthy rate,
+	// the windowed test's peers'); neither is set by the latency test.
+	Rate     float64 `json:"rate,omitempty"`
+	Baseline float64 `json:"baseline,omitempty"`
 }
 
 // Key is the action's server.

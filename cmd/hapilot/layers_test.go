@@ -26,7 +26,7 @@ const (
 	edge    room = "HAProxy's edge (haproxy, spoe, lua, examples)"
 	ingest  room = "telemetry ingest (internal/ingest)"
 	decide  room = "the agent (agent)"
-	wiring  room = "wiring (cmd/hapilot/{config,daemon,ctl,notify})"
+	wiring  room = "wiring (cmd/hapilot/{config,daemon,ctl})"
 	lab     room = "the lab (internal/lab)"
 	command room = "commands (cmd/hapilot, cmd/hapilot-bench)"
 )
@@ -54,7 +54,7 @@ func roomOf(rel string) (room, bool) {
 		return ingest, true
 	case under("agent"):
 		return decide, true
-	case under("cmd/hapilot/config"), under("cmd/hapilot/daemon"), under("cmd/hapilot/ctl"), under("cmd/hapilot/notify"):
+	case under("cmd/hapilot/config"), under("cmd/hapilot/daemon"), under("cmd/hapilot/ctl"):
 		return wiring, true
 	case under("internal/lab"):
 		return lab, true
@@ -133,6 +133,9 @@ func TestRoomsRefuseABackArrow(t *testing.T) {
 		{"internal/lib/netx", "haproxy", false},
 		{"internal/lab/e2e", "cmd/hapilot/daemon", true},
 		{"cmd/hapilot/daemon", "internal/lab/fakes", false},
+		{"agent/notify", "cmd/hapilot/config", false},
+		{"internal/ingest/telemetry", "agent", false},
+		{"internal/ingest/telemetry", "internal/ingest/spoe", true},
 	} {
 		from, _ := roomOf(c.from)
 		to, _ := roomOf(c.to)

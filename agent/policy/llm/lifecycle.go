@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hapilot/hapilot/internal/lib/wait"
+
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/policy/llm/calibrate/fixtures"
 	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
@@ -34,7 +36,7 @@ func (p *Policy) run(ctx context.Context) {
 			}
 			p.setLife(LifeUnreachable, err)
 			p.Log.Warn().Err(err).Dur("retry_in", backoff).Msg("the model is not usable yet; the rules act meanwhile")
-			if !sleep(ctx, backoff) {
+			if !wait.Sleep(ctx, backoff) {
 				return
 			}
 			backoff = min(2*backoff, 30*time.Second)
@@ -122,7 +124,7 @@ func (p *Policy) load(ctx context.Context) error {
 // watch loads the model again whenever it is found unloaded, until ctx
 // ends or the server cannot be reached.
 func (p *Policy) watch(ctx context.Context) {
-	for sleep(ctx, p.WatchEvery) {
+	for wait.Sleep(ctx, p.WatchEvery) {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		loaded, err := p.Model.Loaded(wctx)
 		cancel()
@@ -137,17 +139,6 @@ func (p *Policy) watch(ctx context.Context) {
 				return
 			}
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

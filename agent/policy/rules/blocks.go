@@ -35,8 +35,7 @@ func IsOverrideKey(key string) bool {
 }
 
 // Set reads one key's value. It parses only: what range a value may take
-// is Config.Validate's to say (Blocks.Validate), for a block as for a
-// flag.
+// is Config.Validate's to say, for a block as for a flag.
 func (o *Override) Set(key, value string) error {
 	f, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
 	if err != nil {
@@ -144,17 +143,16 @@ func (bs *Blocks) For(backend string) Override {
 	return out
 }
 
-// Validate judges each block by Config.Validate, the flags' own check,
-// over base (the flags' settings). When base itself is invalid its
-// errors are the flags' to report, and the blocks are judged once it is
-// fixed: every block would repeat them.
-func (bs *Blocks) Validate(base Config) error {
-	if bs == nil || base.Validate() != nil {
+// validate judges each block by the flags' own check over base (the
+// flags' settings, valid: Config.Validate reports base's errors alone,
+// since every block would repeat them).
+func (bs *Blocks) validate(base Config) error {
+	if bs == nil {
 		return nil
 	}
 	var errs []error
 	for _, b := range bs.list {
-		if err := b.Over(base).Validate(); err != nil {
+		if err := b.Over(base).validate(); err != nil {
 			errs = append(errs, fmt.Errorf("backend %s: %w", b.Pattern, err))
 		}
 	}

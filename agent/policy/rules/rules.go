@@ -85,6 +85,12 @@ type Config struct {
 	// ZoneEvery is the least time between two drains of a server whose
 	// evidence never showed it degraded (in the zone).
 	ZoneEvery time.Duration
+
+	// Blocks are the config's backend blocks that set a rules key
+	// (blocks.go): the backends whose sequential test takes its own
+	// floor, degraded ratio or ARL. Only NewPerBackend reads them;
+	// Validate judges each as it judges the flags.
+	Blocks *Blocks
 }
 
 // DefaultConfig is what `hapilot run` uses unless told otherwise.
@@ -143,8 +149,17 @@ func (*Policy) Name() string { return "rules" }
 // servers at N=9.
 func (*Policy) Needs() agent.Needs { return agent.Needs{DrainsPer: 3} }
 
-// Validate checks the settings an operator may give.
+// Validate checks the settings an operator may give: the flags', then
+// each backend block's over them.
 func (c Config) Validate() error {
+	if err := c.validate(); err != nil {
+		return err
+	}
+	return c.Blocks.validate(c)
+}
+
+// validate checks c's own settings, not its blocks'.
+func (c Config) validate() error {
 	var errs []error
 	for name, v := range map[string]float64{"rules-alpha": c.Alpha, "rules-min-ratio": c.MinRatio, "rules-latency-ratio": c.LatencyRatio, "rules-latency-baseline-ratio": c.LatencyBaselineRatio} {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
@@ -203,7 +218,30 @@ type Finding struct {
 	PeerN, PeerX   uint64
 	P              float64
 	Rate, PeerRate float64
-	Outlier        bool
+	// Threshold is the p-value under which the server is an outlier:
+	// Alpha over the serving servers (Bonferroni's correction).
+	Threshold float64
+	Outlier   bool
+}
+
+// The names of the tests whose figures an action carries (agent.TestFigures).
+const (
+	SequentialTest = "sequential"
+	WindowedTest   = "windowed"
+	LatencyTest    = "latency"
+)
+
+// windowedFigures is f's verdict as the action carries it: the p-value
+// is the statistic, under the corrected alpha.
+func (p *Policy) windowedFigures(f Finding) *agent.TestFigures {
+	pv := f.P
+	return &agent.TestFigures{Name: WindowedTest, Statistic: f.P, Threshold: f.Threshold, PValue: &pv, Rate: f.Rate, Baseline: f.PeerRate}
+}
+
+// latencyFigures is s's verdict: its median over its peers', against
+// LatencyRatio.
+func (p *Policy) latencyFigures(s SlowServer) *agent.TestFigures {
+	return &agent.TestFigures{Name: LatencyTest, Statistic: s.Ratio, Threshold: p.Config.LatencyRatio}
 }
 
 // Decide proposes a drain for every server the sequential test condemns,
@@ -242,12 +280,14 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 				Kind: agent.Drain, Backend: b.Name, Server: c.name,
 				Reason: fmt.Sprintf("5xx CUSUM at h %.1f: %.2f%% (%d/%d) over its evidence's %d checks, judged against %.3f%%, degraded from %.2f%%; %s",
 					sb.q.H(), 100*float64(x)/float64(max(n, 1)), x, n, c.s.run, 100*c.s.P0(), 100*sb.q.P1Min(), region),
+				Test: &agent.TestFigures{Name: SequentialTest, Statistic: c.s.Max(), Threshold: sb.q.H(),
+					Rate: float64(x) / float64(max(n, 1)), Baseline: c.s.P0()},
 			})
 		}
 		if sb != nil {
 			for _, s := range sb.slow {
 				if !planned[s.Server] {
-					plan = append(plan, agent.Action{Kind: agent.Drain, Backend: b.Name, Server: s.Server, Reason: s.Reason})
+					plan = append(plan, agent.Action{Kind: agent.Drain, Backend: b.Name, Server: s.Server, Reason: s.Reason, Test: p.latencyFigures(s)})
 				}
 			}
 		}
@@ -310,11 +350,12 @@ func (w *Windowed) Decide(ctx context.Context, obs agent.Observation) (agent.Pla
 				Kind: agent.Drain, Backend: b.Name, Server: f.Server,
 				Reason: fmt.Sprintf("5xx %.2f%% (%d/%d) vs peers %.2f%% (%d/%d), p=%.2g",
 					100*f.Rate, f.X, f.N, 100*f.PeerRate, f.PeerX, f.PeerN, f.P),
+				Test: p.windowedFigures(f),
 			})
 		}
 		for _, s := range p.Slow(b) {
 			if !planned[s.Server] {
-				plan = append(plan, agent.Action{Kind: agent.Drain, Backend: b.Name, Server: s.Server, Reason: s.Reason})
+				plan = append(plan, agent.Action{Kind: agent.Drain, Backend: b.Name, Server: s.Server, Reason: s.Reason, Test: p.latencyFigures(s)})
 			}
 		}
 	}
@@ -435,7 +476,7 @@ func (p *Policy) Test(b agent.BackendView) []Finding {
 	half := len(serving) / 2 // of the len-1 others, rounded up
 	out := make([]Finding, 0, len(serving))
 	for i, s := range serving {
-		f := Finding{Server: s.Server, N: s.Window.Requests, X: s.Window.Err5xx, P: 1}
+		f := Finding{Server: s.Server, N: s.Window.Requests, X: s.Window.Err5xx, P: 1, Threshold: threshold}
 		// The others are in ascending order of error rate; the peers are
 		// the first half of them, and any that tie with the last taken.
 		others := 0

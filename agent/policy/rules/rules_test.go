@@ -254,3 +254,102 @@ func TestLatencyOutliers(t *testing.T) {
 		t.Errorf("latency off: drained %v", got)
 	}
 }
+
+// sequentialPlan is Decide's plan for testdata's observation f once its
+// windows have come in, as TestGolden feeds them.
+func sequentialPlan(t *testing.T, f string) agent.Plan {
+	t.Helper()
+	raw, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var obs agent.Observation
+	if err := json.Unmarshal(raw, &obs); err != nil {
+		t.Fatal(err)
+	}
+	p := New(DefaultConfig())
+	var plan agent.Plan
+	// over 20 one-second checks, longer than the minimum duration, as
+	// TestGolden feeds it
+	for k := range uint64(21) {
+		obs.Time = obs.Time.Add(time.Second)
+		for _, b := range obs.Backends {
+			for i := range b.Servers {
+				w := &b.Servers[i].Window
+				w.TotalRequests, w.TotalErr5xx = k*w.Requests/20, k*w.Err5xx/20
+			}
+		}
+		if plan, err = p.Decide(context.Background(), obs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return plan
+}
+
+// Every action the rules propose carries its test's figures, and they
+// are the ones that condemn: the statistic at or past the threshold (a
+// p-value under it), the p-value the windowed test's own, the rates the
+// counts' shares.
+func TestActionsCarryTheirFigures(t *testing.T) {
+	cfg := DefaultConfig()
+	windowed := func() agent.Plan {
+		b := agent.BackendView{Name: "app", Servers: []agent.ServerView{server("srv1", 3000, 1), server("srv2", 3000, 150), server("srv3", 3000, 2), server("srv4", 3000, 0)}}
+		plan, err := NewWindowed(cfg).Decide(context.Background(), agent.Observation{Backends: []agent.BackendView{b}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return plan
+	}
+	slow := func() agent.Plan {
+		return planOf(t, New(cfg), agent.BackendView{Name: "app", Servers: []agent.ServerView{slowServer("srv1", 300, 11), slowServer("srv2", 300, 220), slowServer("srv3", 300, 11)}})
+	}
+	tests := []struct {
+		name      string
+		plan      func() agent.Plan
+		test      string
+		threshold float64
+		rates     bool
+		pValue    bool
+	}{
+		{"sequential", func() agent.Plan { return sequentialPlan(t, "testdata/two-faulty-of-six.json") }, SequentialTest, cfg.Threshold(), true, false},
+		{"windowed", windowed, WindowedTest, cfg.Alpha / 4, true, true},
+		{"latency", slow, LatencyTest, cfg.LatencyRatio, false, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			plan := tc.plan()
+			if len(plan) == 0 {
+				t.Fatal("no action")
+			}
+			for _, a := range plan {
+				f := a.Test
+				if f == nil || f.Name != tc.test || f.Threshold != tc.threshold {
+					t.Fatalf("%s: figures %+v, want the %s test's at threshold %v", a.Server, f, tc.test, tc.threshold)
+				}
+				condemned := f.Statistic >= f.Threshold
+				if tc.pValue {
+					condemned = f.Statistic < f.Threshold && f.PValue != nil && *f.PValue == f.Statistic &&
+						strings.Contains(a.Reason, fmt.Sprintf("p=%.2g", *f.PValue))
+				} else if f.PValue != nil {
+					t.Errorf("%s: a p-value %v where the test has none", a.Server, *f.PValue)
+				}
+				if !condemned {
+					t.Errorf("%s: figures %+v do not condemn it", a.Server, f)
+				}
+				if tc.rates && !(f.Rate > f.Baseline && f.Baseline > 0 && strings.Contains(a.Reason, fmt.Sprintf("%.2f%%", 100*f.Rate))) {
+					t.Errorf("%s: rate %v against %v, reason %q", a.Server, f.Rate, f.Baseline, a.Reason)
+				}
+			}
+		})
+	}
+}
+
+// planOf is Decide's plan for one backend.
+func planOf(t *testing.T, p *Policy, b agent.BackendView) agent.Plan {
+	t.Helper()
+	plan, err := p.Decide(context.Background(), agent.Observation{Backends: []agent.BackendView{b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plan
+}

@@ -24,7 +24,7 @@ import (
 	"github.com/hapilot/hapilot/internal/ingest/counters"
 	"github.com/hapilot/hapilot/internal/lib/enum"
 
-	"github.com/hapilot/hapilot/cmd/hapilot/notify"
+	"github.com/hapilot/hapilot/agent/notify"
 	"github.com/hapilot/hapilot/internal/lib/netx"
 	"github.com/hapilot/hapilot/internal/lib/window"
 	"github.com/rs/zerolog"
@@ -79,10 +79,6 @@ type Config struct {
 	LLM      llm.Config
 	Fleet    peers.Config
 	Notify   notify.Config
-
-	// RulesBlocks are the rules' keys of the backend blocks (rules-floor,
-	// ...): the rules' own value, judged by the same Validate as Rules.
-	RulesBlocks rules.Blocks
 }
 
 // Bounds on the windows: one bucket a second per series, allocated when a
@@ -238,7 +234,7 @@ func Register(fs *flag.FlagSet) *Config {
 	fs.DurationVar(&c.Loop.OperatorHold, "operator-hold", c.Loop.OperatorHold, "how long an operator's undo of the agent's change stands: the agent leaves that server alone until then, or until its state changes again")
 	fs.DurationVar(&c.Loop.ReapplyWithin, "reapply-within", c.Loop.ReapplyWithin, "at start, a change from the state file that an HAProxy reload lost is applied again only if the file was written this recently, and only on the HAProxy it was made on; otherwise the server is judged afresh")
 	fs.Var(&c.OnExit, "on-exit", "on SIGTERM: keep the agent's drains, or restore every server it changed: "+enum.Join(OnExits...))
-	fs.Var(backendFlag{scope: &c.Guard.Scope, rules: &c.RulesBlocks}, "backend", "a backend's own settings, PATTERN.KEY=VALUE (repeatable; in the config file also `backend.PATTERN.KEY VALUE`): PATTERN is a name or a glob, KEY one of "+strings.Join(backendKeys(), ", ")+"; every block a backend matches applies, later over earlier; a rules key takes the values its flag takes")
+	fs.Var(backendFlag{scope: &c.Guard.Scope, rules: &c.Rules}, "backend", "a backend's own settings, PATTERN.KEY=VALUE (repeatable; in the config file also `backend.PATTERN.KEY VALUE`): PATTERN is a name or a glob, KEY one of "+strings.Join(backendKeys(), ", ")+"; every block a backend matches applies, later over earlier; a rules key takes the values its flag takes")
 	registerGuard(fs, &c.Guard)
 	registerRecovery(fs, &c.Recovery)
 	registerRules(fs, &c.Rules)
@@ -387,7 +383,7 @@ func backendKeys() []string {
 // lists it among the blocks a backend matched.
 type backendFlag struct {
 	scope *agent.Scope
-	rules *rules.Blocks
+	rules *rules.Config // its Blocks, made at the first rules key
 }
 
 func (f backendFlag) String() string {
@@ -403,7 +399,10 @@ func (f backendFlag) Set(v string) error {
 		return fmt.Errorf("%w (keys: %s)", err, strings.Join(backendKeys(), ", "))
 	}
 	if rules.IsOverrideKey(key) {
-		if err := f.rules.Set(pattern, key, value); err != nil {
+		if f.rules.Blocks == nil {
+			f.rules.Blocks = &rules.Blocks{}
+		}
+		if err := f.rules.Blocks.Set(pattern, key, value); err != nil {
 			return fmt.Errorf("backend %s: %w", pattern, err)
 		}
 		return f.scope.Declare(pattern)
@@ -541,7 +540,7 @@ func (c *Config) Validate() error {
 	if c.Shadow && c.Policy != PolicyRules && c.Policy != PolicyShadow {
 		errs = append(errs, fmt.Errorf("--shadow contradicts --policy %s: shadow mode is its own policy, --policy shadow (the model decides, the rules act)", c.Policy))
 	}
-	errs = append(errs, c.Notify.Validate(), c.Fleet.Validate(), c.Stats.Validate(), c.Guard.Validate(), c.Rules.Validate(), c.RulesBlocks.Validate(c.Rules), c.Recovery.Validate())
+	errs = append(errs, c.Notify.Validate(), c.Fleet.Validate(), c.Stats.Validate(), c.Guard.Validate(), c.Rules.Validate(), c.Recovery.Validate())
 	if c.UsesModel() {
 		errs = append(errs, c.LLM.Validate())
 	}

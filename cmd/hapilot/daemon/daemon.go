@@ -12,22 +12,23 @@ import (
 	"net"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/peers"
 	"github.com/hapilot/hapilot/agent/policy"
 	"github.com/hapilot/hapilot/agent/policy/luapolicy"
+	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/agent/recovery"
 	"github.com/hapilot/hapilot/agent/status"
 	"github.com/hapilot/hapilot/cmd/hapilot/config"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/ingest/counters"
 	"github.com/hapilot/hapilot/internal/ingest/logs"
+	"github.com/hapilot/hapilot/internal/ingest/telemetry"
 	"github.com/hapilot/hapilot/internal/lib/auditlog"
 
-	"github.com/hapilot/hapilot/cmd/hapilot/notify"
+	"github.com/hapilot/hapilot/agent/notify"
 	"github.com/hapilot/hapilot/internal/ingest/spoe"
 	"github.com/hapilot/hapilot/internal/lib/netx"
 	"github.com/hapilot/hapilot/internal/lib/promtext"
@@ -47,25 +48,16 @@ type Daemon struct {
 	Syslog *logs.SyslogServer   // nil unless --syslog-listen
 	Stats  *counters.StatPoller // nil with --stats-poll 0
 	Fleet  *peers.Node          // nil unless --fleet-bind
+	// Paths judges the telemetry paths together: silent, blind, unseen.
+	Paths *telemetry.Paths
 
-	log     zerolog.Logger
-	clients []*haproxy.Client
-	warning atomic.Pointer[string] // what watchTelemetry found, for /status
-	advice  atomic.Pointer[string] // what adviseTelemetry found, for /status
-	silence atomic.Pointer[string] // what watchSilence found, for /status
-	blind   atomic.Pointer[string] // the blind-path check's finding, for /status
-	// spoeSeen: when SPOE last received frames; only watchSilence
-	// touches it.
-	spoeSeen pathActivity
-	// refused are the abstract listeners' counts of peers turned away.
-	refused []refusals
-	// adviceEvery is adviseTelemetry's period; 0 is AdviceEvery.
-	adviceEvery time.Duration
-	readmit     *recovery.Readmitter // nil with --readmit off
-	spoeLn      net.Listener
-	luaLn       net.Listener
-	statusLn    net.Listener
-	controlLn   net.Listener
+	log       zerolog.Logger
+	clients   []*haproxy.Client
+	readmit   *recovery.Readmitter // nil with --readmit off
+	spoeLn    net.Listener
+	luaLn     net.Listener
+	statusLn  net.Listener
+	controlLn net.Listener
 	// capped are the stream listeners, by the name their metrics use.
 	capped []namedListener
 	audit  *auditlog.File // nil without --audit-log
@@ -113,10 +105,6 @@ func (d *Daemon) add(c component) { d.parts = append(d.parts, c) }
 // closer adapts an io.Closer's Close to a component's.
 func closer(c io.Closer) func() { return func() { c.Close() } }
 
-// NoEventsAfter is how long the agent waits for its first response from
-// HAProxy before it warns that none arrives.
-const NoEventsAfter = 30 * time.Second
-
 // Connection caps: HAProxy holds a handful of SPOE connections per
 // process, the Lua companion one per flush, a ring one; /status is for
 // people and scrapers. At a cap, the open connection that has done least
@@ -141,7 +129,7 @@ func newPolicy(c config.Config, log zerolog.Logger, emit func(agent.Event)) (age
 	case config.PolicyStatic:
 		return policy.NewStatic(), nil, nil
 	case config.PolicyRules:
-		return scopedRules(c.Rules, &c.RulesBlocks), nil, nil
+		return rules.NewPerBackend(c.Rules), nil, nil
 	case config.PolicyLLM, config.PolicyShadow:
 		return newLLMPolicy(c, log, emit)
 	case config.PolicyLua:
@@ -209,6 +197,7 @@ func NewWith(c config.Config, log zerolog.Logger, o Options) (*Daemon, error) {
 	}
 	var runtimes []agent.Runtime
 	var sources []counters.StatSource
+	var infos []telemetry.InfoSource
 	for _, s := range c.HAProxySockets {
 		cl, err := haproxy.New(s)
 		if err != nil {
@@ -220,6 +209,7 @@ func NewWith(c config.Config, log zerolog.Logger, o Options) (*Daemon, error) {
 		cl.MaxRows = c.MaxStatRows
 		runtimes = append(runtimes, cl)
 		sources = append(sources, cl)
+		infos = append(infos, cl)
 		d.clients = append(d.clients, cl)
 	}
 	d.Store = window.New(c.Window, c.MaxServers, nil)
@@ -228,13 +218,17 @@ func NewWith(c config.Config, log zerolog.Logger, o Options) (*Daemon, error) {
 			Log: log.With().Str("component", "stats").Logger()}
 	}
 	d.SPOE = &spoe.Server{Sink: d.Store, Log: log.With().Str("component", "spoe").Logger()}
-	d.coverage()
+	ls, _ := c.Listeners() // validated above
+	d.Paths = &telemetry.Paths{SPOEAt: ls.SPOE, LuaAt: ls.Lua, SyslogAt: ls.Syslog, PeerGroup: c.PeerGroup,
+		SPOE: d.SPOE, Stats: d.Stats, Runtimes: infos, Sockets: c.HAProxySockets, Log: log}
+	d.Paths.Cover(d.Store)
 	// The policy's own needs (its drain cap per fleet size, its step
 	// budget) are declared by the policy and read by the loop.
 	d.Loop = &agent.Loop{
 		Settings: c.Loop, Clock: agent.RealClock{}, Policy: pol, Guard: c.Guard, Identity: identity(),
 		Runtimes: runtimes, Windows: d.Store, Log: log.With().Str("component", "loop").Logger(),
 	}
+	d.Paths.OnSilent = d.Loop.TelemetrySilent
 	if d.Stats != nil {
 		// A new HAProxy process put every server back at its configured
 		// state: the loop steps at once to put the agent's changes back,
@@ -335,7 +329,7 @@ func (d *Daemon) listen() error {
 		if d.spoeLn, err = netx.ListenAddress(ls.SPOE); err != nil {
 			return fmt.Errorf("spoe-listen: %w", err)
 		}
-		d.watchPeers("spoe", d.spoeLn)
+		d.Paths.WatchPeers("spoe", d.spoeLn)
 		d.spoeLn = d.limit("spoe", d.spoeLn, MaxConns)
 		d.add(component{"spoe", func(ctx context.Context) error { return d.SPOE.Serve(ctx, d.spoeLn) }, closer(d.spoeLn)})
 	}
@@ -343,20 +337,22 @@ func (d *Daemon) listen() error {
 		if d.luaLn, err = netx.ListenAddress(ls.Lua); err != nil {
 			return fmt.Errorf("lua listen: %w", err)
 		}
-		d.watchPeers("lua", d.luaLn)
+		d.Paths.WatchPeers("lua", d.luaLn)
 		d.luaLn = d.limit("lua", d.luaLn, MaxConns)
 		d.Lua = &logs.LineServer{Sink: d.Store, Log: log.With().Str("component", "lua").Logger()}
+		d.Paths.Lua = d.Lua
 		d.add(component{"lua", func(ctx context.Context) error { return d.Lua.Serve(ctx, d.luaLn) }, closer(d.luaLn)})
 	}
 	if !ls.Syslog.Off() {
 		d.Syslog = &logs.SyslogServer{Sink: d.Store, Log: log.With().Str("component", "syslog").Logger()}
+		d.Paths.Syslog = d.Syslog
 		switch ls.Syslog.Network {
 		case netx.TCP, netx.Unix, netx.Abstract: // an HAProxy ring's forwarder
 			ln, err := netx.ListenAddress(ls.Syslog)
 			if err != nil {
 				return fmt.Errorf("syslog listen: %w", err)
 			}
-			d.watchPeers("syslog", ln)
+			d.Paths.WatchPeers("syslog", ln)
 			ln = d.limit("syslog", ln, MaxConns)
 			d.add(component{"syslog", func(ctx context.Context) error { return d.Syslog.ServeStream(ctx, ln) }, closer(ln)})
 		default:
@@ -364,7 +360,7 @@ func (d *Daemon) listen() error {
 			if err != nil {
 				return fmt.Errorf("syslog listen: %w", err)
 			}
-			d.watchPeers("syslog", pc)
+			d.Paths.WatchPeers("syslog", pc)
 			d.add(component{"syslog", func(ctx context.Context) error { return d.Syslog.Serve(ctx, pc) }, closer(pc)})
 		}
 	}
@@ -375,7 +371,7 @@ func (d *Daemon) listen() error {
 		sl := d.limit("status", d.statusLn, MaxStatusConns)
 		sl.MaxLife = status.MaxConnLife
 		d.statusLn = sl
-		d.Status = &status.Server{Loop: d.Loop, Extra: []func(io.Writer){d.writeIngestMetrics, writeProcessMetrics}, Warnings: d.Warnings, Unseen: d.Unseen,
+		d.Status = &status.Server{Loop: d.Loop, Extra: []func(io.Writer){d.writeIngestMetrics, writeProcessMetrics}, Warnings: d.Warnings, Unseen: d.Paths.Unseen,
 			Ingest: d.ingestCounters, Series: func(n int) any { return d.Store.PerSecond(n) }, Token: c.StatusToken,
 			Log: log.With().Str("component", "status").Logger()}
 		if d.notifier != nil {
@@ -390,86 +386,37 @@ func (d *Daemon) listen() error {
 	return nil
 }
 
-// figure is one ingest counter, named once for /metrics and for /status
-// and the live page (its key: the metric's name without hapilot_ and
-// _total).
-type figure struct {
-	metric, help string
-	gauge        bool
-	v            uint64
-}
-
-func (f figure) key() string {
-	return strings.TrimSuffix(strings.TrimPrefix(f.metric, "hapilot_"), "_total")
-}
-
-// ingestFigures are the ingest paths' and the window store's counters.
-func (d *Daemon) ingestFigures() []figure {
-	c := &d.SPOE.Counters
-	fs := []figure{
-		{"hapilot_events_total", "Responses recorded into the windows.", false, c.Events.Load()},
-		{"hapilot_ingest_errors_total", "Malformed SPOE frames or messages, dropped.", false, c.IngestErrors.Load()},
-		{"hapilot_spoe_frames_total", "SPOE NOTIFY frames received.", false, c.Frames.Load()},
-		{"hapilot_spoe_connections_total", "SPOE connections accepted.", false, c.Connections.Load()},
-		{"hapilot_spoe_unknown_messages_total", "SPOE messages of another name, skipped.", false, c.Unknown.Load()},
-		{"hapilot_no_server_responses_total", "Responses HAProxy produced with no server chosen.", false, c.NoServer.Load()},
+// ingestFigures gathers the counters each part keeps of itself (the
+// ingest paths, the audit queue, the capped listeners, the silent-path
+// check, the window store), for /metrics, /status and the live page.
+func (d *Daemon) ingestFigures() []promtext.Figure {
+	fs := d.SPOE.Figures()
+	if d.Lua != nil {
+		fs = append(fs, d.Lua.Figures()...)
 	}
-	for _, p := range []struct {
-		name string
-		c    *logs.Counters
-	}{{"lua", d.luaCounters()}, {"syslog", d.syslogCounters()}} {
-		if p.c == nil {
-			continue
-		}
-		fs = append(fs,
-			figure{"hapilot_" + p.name + "_events_total", "Responses recorded from the " + p.name + " path.", false, p.c.Events.Load()},
-			figure{"hapilot_" + p.name + "_ingest_errors_total", "Malformed " + p.name + " lines, skipped.", false, p.c.Errors.Load()},
-			figure{"hapilot_" + p.name + "_batches_total", "Batches received: Lua connections, syslog datagrams or stream messages.", false, p.c.Batches.Load()})
+	if d.Syslog != nil {
+		fs = append(fs, d.Syslog.Figures()...)
 	}
 	if d.auditQ != nil {
-		fs = append(fs, figure{"hapilot_audit_lost_total", "Audit log records lost: dropped by a full queue (a disk slower than the records, or hung) or whose write failed.", false, d.auditQ.Lost()})
+		fs = append(fs, d.auditQ.Figures()...)
 	}
-	if p := d.Stats; p != nil {
-		c := &p.Counters
-		fs = append(fs,
-			figure{"hapilot_stats_polls_total", "show stat replies read by the stats path.", false, c.Polls.Load()},
-			figure{"hapilot_stats_errors_total", "Reads of an HAProxy process's counters that failed.", false, c.Errors.Load()},
-			figure{"hapilot_stats_resets_total", "Server counters found lower than before (clear counters).", false, c.Resets.Load()},
-			figure{"hapilot_stats_reloads_total", "HAProxy processes replaced behind a socket (reload, restart).", false, c.Reloads.Load()},
-			figure{"hapilot_stats_answers_total", "Answers recorded from HAProxy's counters.", false, c.Answers.Load()},
-			figure{"hapilot_stats_retried_total", "Retried or redispatched attempts (wretr, wredis) recorded as failures of their server.", false, c.Retried.Load()},
-			figure{"hapilot_stats_haproxy_5xx_total", "HAProxy's own 502/503/504 for a server (eresp less srv_abrt, econ) recorded as its failures.", false, c.Proxy.Load()},
-			figure{"hapilot_stats_aborted_total", "Transfers a server aborted (srv_abrt) recorded as its failures.", false, c.Aborted.Load()},
-			figure{"hapilot_stats_clamped_total", "Server rows whose counters gained more than their period could hold, recorded at the bound.", false, c.Clamped.Load()})
+	if d.Stats != nil {
+		fs = append(fs, d.Stats.Figures()...)
 	}
 	for _, l := range d.capped {
-		fs = append(fs,
-			figure{"hapilot_" + l.name + "_connections_evicted_total", "Connections to the " + l.name + " listener closed at its cap to make room for a new one.", false, l.ln.Evicted.Load()},
-			figure{"hapilot_" + l.name + "_connections_turned_total", "New connections to the " + l.name + " listener closed at its cap because every open one was carrying out a request.", false, l.ln.Turned.Load()},
-			figure{"hapilot_" + l.name + "_connections_open", "Connections open on the " + l.name + " listener.", true, uint64(l.ln.Open())})
+		fs = append(fs, l.ln.Figures(l.name)...)
 	}
-	fs = append(fs, d.silenceFigures()...)
-	return append(fs,
-		figure{"hapilot_window_series", "Backend/server series held.", true, uint64(d.Store.Len())},
-		figure{"hapilot_window_bad_names_total", "Events dropped for an empty name or one over 255 bytes.", false, d.Store.BadNames()},
-		figure{"hapilot_window_dropped_events_total", "Events dropped because max-servers series were held.", false, d.Store.Dropped()})
+	fs = append(fs, d.Paths.Figures()...)
+	return append(fs, d.Store.Figures()...)
 }
 
-func (d *Daemon) writeIngestMetrics(w io.Writer) {
-	for _, f := range d.ingestFigures() {
-		if f.gauge {
-			promtext.Gauge(w, f.metric, f.help, f.v)
-		} else {
-			promtext.Counter(w, f.metric, f.help, f.v)
-		}
-	}
-}
+func (d *Daemon) writeIngestMetrics(w io.Writer) { promtext.WriteFigures(w, d.ingestFigures()) }
 
 // ingestCounters are the same figures for /status and the live page.
 func (d *Daemon) ingestCounters() map[string]uint64 {
 	m := map[string]uint64{}
 	for _, f := range d.ingestFigures() {
-		m[f.key()] = f.v
+		m[f.Key()] = f.V
 	}
 	return m
 }
@@ -488,19 +435,15 @@ func (d *Daemon) syslogCounters() *logs.Counters {
 	return &d.Syslog.Counters
 }
 
-// Events is how many responses every path recorded together.
-func (d *Daemon) Events() uint64 {
-	n := d.SPOE.Counters.Events.Load()
-	for _, c := range []*logs.Counters{d.luaCounters(), d.syslogCounters()} {
-		if c != nil {
-			n += c.Events.Load()
-		}
-	}
-	if d.Stats != nil {
-		n += d.Stats.Counters.Answers.Load()
-	}
-	return n
-}
+// Silence is what the silent-path check found (Paths.Silence).
+func (d *Daemon) Silence() counters.Silence { return d.Paths.Silence() }
+
+// Blindness is what the blind-path check found (Paths.Blindness).
+func (d *Daemon) Blindness() counters.Blindness { return d.Paths.Blindness() }
+
+// Events is how many responses every path recorded together
+// (Paths.Events).
+func (d *Daemon) Events() uint64 { return d.Paths.Events() }
 
 // SPOEAddr and StatusAddr are the bound addresses (useful with port 0).
 func (d *Daemon) SPOEAddr() string {
@@ -573,10 +516,10 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		d.Loop.Emit(ev)
 	}
 	run("loop", d.Loop.Run)
-	run("telemetry watch", d.watchTelemetry)
-	run("telemetry advice", d.adviseTelemetry)
-	if d.Stats != nil && d.Stats.Coverage != nil {
-		run("telemetry silence", d.watchSilence)
+	run("telemetry watch", d.Paths.WatchFirstResponse)
+	run("telemetry advice", d.Paths.Advise)
+	if d.Paths.Covered() {
+		run("telemetry silence", d.Paths.WatchSilence)
 	}
 	d.log.Info().Str("spoe", d.SPOEAddr()).Str("lua", d.LuaAddr()).Str("syslog", d.Config.SyslogListen).Str("status", d.StatusAddr()).Strs("haproxy", d.Config.HAProxySockets).
 		Str("stats_poll", statsPoll(d.Config)).Str("fleet", d.fleetLine()).
@@ -634,77 +577,14 @@ func (d *Daemon) Reopen() {
 
 // Warnings lists what an operator should fix, for /status.
 func (d *Daemon) Warnings() []string {
-	var ws []string
-	for _, w := range []*string{d.silence.Load(), d.blind.Load(), d.warning.Load(), d.advice.Load()} {
-		if w != nil {
-			ws = append(ws, *w)
-		}
-	}
+	ws := d.Paths.Warnings()
 	if w := d.Loop.StateWarning(); w != "" {
 		ws = append(ws, w)
 	}
-	if u := d.Unseen(); strings.HasPrefix(u, "telemetry blind") {
+	if u := d.Paths.Unseen(); strings.HasPrefix(u, "telemetry blind") {
 		ws = append(ws, u)
 	}
 	return ws
-}
-
-// watchTelemetry warns, once in the log and for as long as it holds in
-// /status, when no response has reached the windows NoEventsAfter after
-// the start: the stanza is missing from haproxy.cfg, or HAProxy cannot
-// reach the agent.
-func (d *Daemon) watchTelemetry(ctx context.Context) error {
-	const wait = NoEventsAfter
-	t := time.NewTicker(wait)
-	defer t.Stop()
-	for logged := false; ; {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		w := d.telemetryWarning(wait)
-		if w == "" {
-			d.warning.Store(nil)
-			continue
-		}
-		d.warning.Store(&w)
-		if !logged {
-			d.log.Warn().Msg(w)
-			logged = true
-		}
-	}
-}
-
-// telemetryWarning is the warning while no response has been recorded,
-// "" once one has.
-func (d *Daemon) telemetryWarning(waited time.Duration) string {
-	if d.Events() > 0 || d.Store.Events() > 0 {
-		return ""
-	}
-	c := d.Config
-	ls, _ := c.Listeners() // validated in New
-	var paths []string
-	if !ls.SPOE.Off() {
-		paths = append(paths, "SPOE at "+c.SPOEListen+" (the stanza of examples/haproxy.cfg)")
-	}
-	if !ls.Lua.Off() {
-		paths = append(paths, "the Lua companion at "+c.LuaListen+" (examples/haproxy-lua.cfg)")
-	}
-	if !ls.Syslog.Off() {
-		paths = append(paths, "logs at "+c.SyslogListen+" (examples/haproxy-syslog*.cfg)")
-	}
-	if d.Stats != nil && d.Stats.Mode == counters.StatCounts {
-		paths = append(paths, "HAProxy's counters through "+strings.Join(c.HAProxySockets, ", ")+" (no traffic yet, or the socket does not answer)")
-	}
-	msg := fmt.Sprintf("no response reported by HAProxy in %v, through %s: ", waited, strings.Join(paths, "; "))
-	if !ls.SPOE.Off() || !ls.Lua.Off() || !ls.Syslog.Off() {
-		msg += "check that haproxy.cfg holds the stanza and that HAProxy can reach the agent's socket (its group, mode 0660); " +
-			"with no access to the frontend, run with --spoe-listen off and the agent reads HAProxy's own counters"
-	} else {
-		msg += "check that the backends take traffic"
-	}
-	return msg
 }
 
 // preflight checks every runtime socket once: one the agent may not use

@@ -201,14 +201,14 @@ func TestTelemetryWarning(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer d.Close()
-			w := d.telemetryWarning(30 * time.Second)
+			w := d.Paths.NoResponse(30 * time.Second)
 			for _, s := range tt.want {
 				if !strings.Contains(w, s) {
 					t.Errorf("warning %q lacks %q", w, s)
 				}
 			}
 			d.Store.Record(window.Event{Backend: []byte("app"), Server: []byte("s1"), Status: 200})
-			if w := d.telemetryWarning(30 * time.Second); w != "" {
+			if w := d.Paths.NoResponse(30 * time.Second); w != "" {
 				t.Errorf("still warned after a response: %q", w)
 			}
 		})

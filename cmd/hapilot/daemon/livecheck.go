@@ -16,6 +16,7 @@ import (
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/cmd/hapilot/config"
 	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/internal/ingest/telemetry"
 	"github.com/rs/zerolog"
 )
 
@@ -111,7 +112,7 @@ func LiveCheck(ctx context.Context, c config.Config, wait time.Duration) LiveRep
 	}
 	path := r.telemetry(ctx, c, wait, running, runErr)
 	for _, v := range versions {
-		if a := TelemetryAdvice(v, path); a != "" {
+		if a := telemetry.Advice(v, path); a != "" {
 			r.say("advice for HAProxy %s: %s", v, a)
 		}
 	}
@@ -219,20 +220,20 @@ func (r *LiveReport) telemetry(ctx context.Context, c config.Config, wait time.D
 		r.problem("listening: %v", err)
 	}
 	s := d.Silence()
-	path := spoePath(d.SPOE.Counters.Events.Load(), d.SPOE.Counters.Sampled.Load())
+	path := telemetry.SPOEPath(d.SPOE.Counters.Events.Load(), d.SPOE.Counters.Sampled.Load())
 	r.say("telemetry: in %v, %s; %d server(s) reported, %d silent", wait, d.pathCounts(), s.Covered, len(s.Silent))
-	switch u := d.Unseen(); {
+	switch u := d.Paths.Unseen(); {
 	case strings.HasPrefix(u, "telemetry blind"):
 		r.problem("%s", u)
 	case u != "":
 		r.say("telemetry: %s", u)
 	}
 	if b := d.Blindness(); len(b.Blind) > 0 {
-		r.problem("%s", d.blindWarning(b))
+		r.problem("%s", d.Paths.BlindWarning(b))
 	}
 	switch {
 	case len(s.Silent) > 0:
-		r.problem("%s", d.silenceWarning(s))
+		r.problem("%s", d.Paths.SilenceWarning(s))
 	case d.Stats != nil && d.Stats.Counters.Polls.Load() > 0 && d.Store.Events() == 0:
 		r.say("telemetry: HAProxy served no traffic in %v, so whether the paths deliver cannot be told yet; run again under traffic", wait)
 	}
@@ -309,5 +310,5 @@ func (r *LiveReport) fromRunningAgent(c config.Config, st agentStatus, err error
 			r.problem("%s", w)
 		}
 	}
-	return spoePath(st.Ingest["events"], 0)
+	return telemetry.SPOEPath(st.Ingest["events"], 0)
 }

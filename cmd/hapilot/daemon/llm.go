@@ -1,13 +1,10 @@
 package daemon
 
 import (
-	"context"
-	"fmt"
-	"time"
-
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/policy/llm"
 	"github.com/hapilot/hapilot/agent/policy/llm/calibrate"
+	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/cmd/hapilot/config"
 	"github.com/rs/zerolog"
 )
@@ -28,17 +25,13 @@ func newLLMPolicy(c config.Config, log zerolog.Logger, emit func(agent.Event)) (
 	if err != nil {
 		return agent.Policy{}, nil, err
 	}
-	calibration := func(mayAct bool, why string, detail map[string]string) *agent.Event {
-		detail["model"], detail["may_act"] = cfg.Model, fmt.Sprint(mayAct)
-		return &agent.Event{Type: agent.EventCalibration, Time: time.Now(), Reason: why, Detail: detail}
-	}
 	// The rules are the model's floor: their drains apply whatever the
 	// model says. They are --policy rules itself, per-backend blocks and
 	// all, fed the same observations (the policy's evidence hook is
 	// theirs): with the model unreachable, --policy llm decides exactly as
 	// --policy rules. Shadow mode's acting policy is the same one: both
 	// read each observation once (the test takes one chunk per time).
-	floor := scopedRules(c.Rules, &c.RulesBlocks)
+	floor := rules.NewPerBackend(c.Rules)
 	llmPol := llm.New(model, floor, c.Rules, cfg, log.With().Str("component", "llm").Logger())
 	if c.Chosen() == config.PolicyShadow {
 		sh := llm.NewShadow(llmPol, floor)
@@ -49,20 +42,9 @@ func newLLMPolicy(c config.Config, log zerolog.Logger, emit func(agent.Event)) (
 	hooks.Notes = floor.Notes // the floor's zone servers, left serving
 	if cfg.SkipCalibration {
 		log.Warn().Str("model", cfg.Model).Msg("--skip-calibration: the model acts without a calibration record")
-		return hooks, calibration(true, "--skip-calibration: the model acts without a calibration record", map[string]string{}), nil
+		v := calibrate.Skipped(cfg.Model)
+		return hooks, &v, nil
 	}
-	llmPol.Admit = func(ctx context.Context) error {
-		sc, err := calibrate.Admit(ctx, model, cfg.CalibrationDir)
-		if err != nil {
-			err = fmt.Errorf("%w (run `hapilot calibrate --model %s`, or --skip-calibration)", err, cfg.Model)
-			emit(*calibration(false, err.Error(), map[string]string{}))
-			return err
-		}
-		log.Info().Str("model", cfg.Model).Str("digest", sc.Key.Digest).Float64("precision", sc.Precision).Float64("recall", sc.Recall).
-			Msg("calibrated model may act")
-		emit(*calibration(true, "calibrated model may act", map[string]string{"digest": sc.Key.Digest,
-			"precision": fmt.Sprintf("%.2f", sc.Precision), "recall": fmt.Sprintf("%.2f", sc.Recall)}))
-		return nil
-	}
+	llmPol.Admit = calibrate.Gate(model, cfg, log, emit)
 	return hooks, nil, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lib/enum"
+	"github.com/hapilot/hapilot/internal/lib/promtext"
 	"github.com/hapilot/hapilot/internal/lib/window"
 	"github.com/rs/zerolog"
 )
@@ -489,4 +490,20 @@ func (p *StatPoller) now() time.Time {
 		return time.Now()
 	}
 	return p.Now()
+}
+
+// Figures are the stats path's counters, for /metrics and /status.
+func (p *StatPoller) Figures() []promtext.Figure {
+	c := &p.Counters
+	return []promtext.Figure{
+		{Metric: "hapilot_stats_polls_total", Help: "show stat replies read by the stats path.", V: c.Polls.Load()},
+		{Metric: "hapilot_stats_errors_total", Help: "Reads of an HAProxy process's counters that failed.", V: c.Errors.Load()},
+		{Metric: "hapilot_stats_resets_total", Help: "Server counters found lower than before (clear counters).", V: c.Resets.Load()},
+		{Metric: "hapilot_stats_reloads_total", Help: "HAProxy processes replaced behind a socket (reload, restart).", V: c.Reloads.Load()},
+		{Metric: "hapilot_stats_answers_total", Help: "Answers recorded from HAProxy's counters.", V: c.Answers.Load()},
+		{Metric: "hapilot_stats_retried_total", Help: "Retried or redispatched attempts (wretr, wredis) recorded as failures of their server.", V: c.Retried.Load()},
+		{Metric: "hapilot_stats_haproxy_5xx_total", Help: "HAProxy's own 502/503/504 for a server (eresp less srv_abrt, econ) recorded as its failures.", V: c.Proxy.Load()},
+		{Metric: "hapilot_stats_aborted_total", Help: "Transfers a server aborted (srv_abrt) recorded as its failures.", V: c.Aborted.Load()},
+		{Metric: "hapilot_stats_clamped_total", Help: "Server rows whose counters gained more than their period could hold, recorded at the bound.", V: c.Clamped.Load()},
+	}
 }

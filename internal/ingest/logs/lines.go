@@ -15,6 +15,7 @@ import (
 
 	"github.com/hapilot/hapilot/internal/lib/bytesconv"
 	"github.com/hapilot/hapilot/internal/lib/netx"
+	"github.com/hapilot/hapilot/internal/lib/promtext"
 	"github.com/hapilot/hapilot/internal/lib/window"
 	"github.com/rs/zerolog"
 )
@@ -183,3 +184,19 @@ func (s *LineServer) ReadBatch(ctx context.Context, conn net.Conn) {
 		record(&s.Counters, s.Sink, line)
 	}
 }
+
+// figures are a log path's counters under its name (lua, syslog).
+func (c *Counters) figures(name string) []promtext.Figure {
+	return []promtext.Figure{
+		{Metric: "hapilot_" + name + "_events_total", Help: "Responses recorded from the " + name + " path.", V: c.Events.Load()},
+		{Metric: "hapilot_" + name + "_ingest_errors_total", Help: "Malformed " + name + " lines, skipped.", V: c.Errors.Load()},
+		{Metric: "hapilot_" + name + "_batches_total", Help: "Batches received: Lua connections, syslog datagrams or stream messages.", V: c.Batches.Load()},
+	}
+}
+
+// Figures are the Lua companion's path's counters, for /metrics and
+// /status.
+func (s *LineServer) Figures() []promtext.Figure { return s.Counters.figures("lua") }
+
+// Figures are the logs' path's counters, for /metrics and /status.
+func (s *SyslogServer) Figures() []promtext.Figure { return s.Counters.figures("syslog") }

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/internal/lib/netx"
+	"github.com/hapilot/hapilot/internal/lib/promtext"
 	"github.com/hapilot/hapilot/internal/lib/window"
 	"github.com/negasus/haproxy-spoe-go/frame"
 	"github.com/negasus/haproxy-spoe-go/varint"
@@ -339,4 +340,17 @@ func parseHello(payload []byte) (hello, error) {
 		}
 	}
 	return h, nil
+}
+
+// Figures are the SPOE path's counters, for /metrics and /status.
+func (s *Server) Figures() []promtext.Figure {
+	c := &s.Counters
+	return []promtext.Figure{
+		{Metric: "hapilot_events_total", Help: "Responses recorded into the windows.", V: c.Events.Load()},
+		{Metric: "hapilot_ingest_errors_total", Help: "Malformed SPOE frames or messages, dropped.", V: c.IngestErrors.Load()},
+		{Metric: "hapilot_spoe_frames_total", Help: "SPOE NOTIFY frames received.", V: c.Frames.Load()},
+		{Metric: "hapilot_spoe_connections_total", Help: "SPOE connections accepted.", V: c.Connections.Load()},
+		{Metric: "hapilot_spoe_unknown_messages_total", Help: "SPOE messages of another name, skipped.", V: c.Unknown.Load()},
+		{Metric: "hapilot_no_server_responses_total", Help: "Responses HAProxy produced with no server chosen.", V: c.NoServer.Load()},
+	}
 }

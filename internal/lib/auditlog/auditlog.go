@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hapilot/hapilot/internal/lib/promtext"
 	"github.com/hapilot/hapilot/internal/lib/safefile"
 	"github.com/rs/zerolog"
 )
@@ -210,4 +211,9 @@ func (q *Queue) Close(wait time.Duration) error {
 		q.lose(n, "the audit log's disk took no record at stop: records lost")
 		return fmt.Errorf("audit log: the disk took nothing for %v at stop; %d queued records lost", wait, n)
 	}
+}
+
+// Figures are the queue's losses, for /metrics and /status.
+func (q *Queue) Figures() []promtext.Figure {
+	return []promtext.Figure{{Metric: "hapilot_audit_lost_total", Help: "Audit log records lost: dropped by a full queue (a disk slower than the records, or hung) or whose write failed.", V: q.Lost()}}
 }

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hapilot/hapilot/internal/lib/promtext"
 	"github.com/rs/zerolog"
 )
 
@@ -173,4 +174,14 @@ func (l *Listener) Open() int {
 func (l *Listener) Close() error {
 	l.once.Do(func() { close(l.done) })
 	return l.Listener.Close()
+}
+
+// Figures are the listener's counts at its cap, under the name of the
+// path it serves (spoe, lua, syslog, status), for /metrics and /status.
+func (l *Listener) Figures(name string) []promtext.Figure {
+	return []promtext.Figure{
+		{Metric: "hapilot_" + name + "_connections_evicted_total", Help: "Connections to the " + name + " listener closed at its cap to make room for a new one.", V: l.Evicted.Load()},
+		{Metric: "hapilot_" + name + "_connections_turned_total", Help: "New connections to the " + name + " listener closed at its cap because every open one was carrying out a request.", V: l.Turned.Load()},
+		{Metric: "hapilot_" + name + "_connections_open", Help: "Connections open on the " + name + " listener.", Gauge: true, V: uint64(l.Open())},
+	}
 }

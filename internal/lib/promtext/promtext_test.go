@@ -27,3 +27,16 @@ x_seconds_count 4
 		t.Fatalf("got:\n%s\nwant:\n%s", b.String(), want)
 	}
 }
+
+func TestFigures(t *testing.T) {
+	var b strings.Builder
+	fs := []Figure{{"hapilot_x_total", "X.", false, 3}, {"hapilot_y_open", "Y.", true, 2}}
+	WriteFigures(&b, fs)
+	want := "# HELP hapilot_x_total X.\n# TYPE hapilot_x_total counter\nhapilot_x_total 3\n# HELP hapilot_y_open Y.\n# TYPE hapilot_y_open gauge\nhapilot_y_open 2\n"
+	if b.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
+	}
+	if fs[0].Key() != "x" || fs[1].Key() != "y_open" {
+		t.Errorf("keys %q %q", fs[0].Key(), fs[1].Key())
+	}
+}

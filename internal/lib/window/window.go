@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/hapilot/hapilot/internal/lib/promtext"
 )
 
 // Defaults for a Store.
@@ -1118,4 +1120,13 @@ func (s *Store) PerSecond(n int) []Seconds {
 		return out[i].Server < out[j].Server
 	})
 	return out
+}
+
+// Figures are the store's counters, for /metrics and /status.
+func (s *Store) Figures() []promtext.Figure {
+	return []promtext.Figure{
+		{Metric: "hapilot_window_series", Help: "Backend/server series held.", Gauge: true, V: uint64(s.Len())},
+		{Metric: "hapilot_window_bad_names_total", Help: "Events dropped for an empty name or one over 255 bytes.", V: s.BadNames()},
+		{Metric: "hapilot_window_dropped_events_total", Help: "Events dropped because max-servers series were held.", V: s.Dropped()},
+	}
 }

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/hapilot/hapilot/internal/lib/wait"
 )
 
 // OpenAI is the OpenAI-compatible API that llama-server, vLLM, SGLang,
@@ -427,7 +429,7 @@ func (o *OpenAI) Warm(ctx context.Context, req Request) (time.Duration, error) {
 		case healthReady:
 			return time.Since(start), nil
 		case healthLoading:
-			if !sleep(ctx, o.PollEvery) {
+			if !wait.Sleep(ctx, o.PollEvery) {
 				return 0, fmt.Errorf("llm: load %s: the server was still loading it: %w", req.Model, ctx.Err())
 			}
 			continue
@@ -607,15 +609,4 @@ func hash(parts ...string) string {
 		fmt.Fprintf(h, "%d:%s;", len(p), p)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

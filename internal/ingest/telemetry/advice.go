@@ -1,4 +1,4 @@
-package daemon
+package telemetry
 
 import (
 	"context"
@@ -51,12 +51,12 @@ func (p pathCost) on(v haproxy.Version) float64 {
 	return p.before31
 }
 
-// TelemetryAdvice is the one line the agent logs when the telemetry path
+// Advice is the one line the agent logs when the telemetry path
 // in use costs the running HAProxy more than AdviseAbove its plain CPU
 // while another costs at most CheapAtMost and isolates the paper fault
 // within SameDetection of it; "" otherwise, or for a path or version it
 // does not know.
-func TelemetryAdvice(version, path string) string {
+func Advice(version, path string) string {
 	v, ok := haproxy.ParseVersion(version)
 	if !ok {
 		return ""
@@ -88,10 +88,10 @@ func TelemetryAdvice(version, path string) string {
 		cur.how, v, cur.on(v), best.how, best.on(v), (best.isolated - cur.isolated).Seconds())
 }
 
-// spoePath names the SPOE stanza in use from what the agent received:
+// SPOEPath names the SPOE stanza in use from what the agent received:
 // "spoe-sampled" once a message carried a sample above 1, "spoe" once
 // messages came without, "" before any.
-func spoePath(events, sampled uint64) string {
+func SPOEPath(events, sampled uint64) string {
 	switch {
 	case sampled > 0:
 		return "spoe-sampled"
@@ -105,32 +105,38 @@ func spoePath(events, sampled uint64) string {
 // until it has given it.
 const AdviceEvery = 30 * time.Second
 
-// adviceNow is the advice for what the agent receives now and the
+// InfoSource is a runtime socket's `show info`: the HAProxy version the
+// advice is for.
+type InfoSource interface {
+	ShowInfo(ctx context.Context) (haproxy.Info, error)
+}
+
+// AdviceNow is the advice for what the agent receives now and the
 // HAProxy versions its sockets report; "" when there is none (yet).
-func (d *Daemon) adviceNow(ctx context.Context) string {
-	path := spoePath(d.SPOE.Counters.Events.Load(), d.SPOE.Counters.Sampled.Load())
+func (p *Paths) AdviceNow(ctx context.Context) string {
+	path := SPOEPath(p.SPOE.Counters.Events.Load(), p.SPOE.Counters.Sampled.Load())
 	if path == "" {
 		return ""
 	}
-	for _, c := range d.clients {
+	for _, c := range p.Runtimes {
 		ictx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		info, err := c.ShowInfo(ictx)
 		cancel()
 		if err != nil {
 			continue
 		}
-		if a := TelemetryAdvice(info.Version, path); a != "" {
+		if a := Advice(info.Version, path); a != "" {
 			return a
 		}
 	}
 	return ""
 }
 
-// adviseTelemetry looks every d.adviceEvery (AdviceEvery by default) for
-// advice; the first it finds is logged once and shown in /status and on
-// the live page from then on.
-func (d *Daemon) adviseTelemetry(ctx context.Context) error {
-	every := d.adviceEvery
+// Advise looks every p.AdviceEvery (AdviceEvery by default) for advice;
+// the first it finds is logged once and kept for /status and the live
+// page (Advised) from then on.
+func (p *Paths) Advise(ctx context.Context) error {
+	every := p.AdviceEvery
 	if every <= 0 {
 		every = AdviceEvery
 	}
@@ -142,10 +148,18 @@ func (d *Daemon) adviseTelemetry(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		if a := d.adviceNow(ctx); a != "" {
-			d.advice.Store(&a)
-			d.log.Warn().Msg(a)
+		if a := p.AdviceNow(ctx); a != "" {
+			p.advice.Store(&a)
+			p.Log.Warn().Msg(a)
 			return nil
 		}
 	}
+}
+
+// Advised is the advice Advise gave, "" before any.
+func (p *Paths) Advised() string {
+	if a := p.advice.Load(); a != nil {
+		return *a
+	}
+	return ""
 }

@@ -19,8 +19,14 @@ func event(typ agent.EventType) agent.Event {
 	k := agent.Key{Backend: "app", Server: "srv3"}
 	return agent.Event{Schema: agent.EventSchema, Type: typ, Time: time.Date(2026, 12, 3, 0, 10, 0, 0, time.UTC),
 		Identity: agent.Identity{Host: "lb1", Version: "v1"}, Mode: agent.ModeEnforce, Server: &k,
-		Reason: "5xx 5.00% (90/1800) vs peers 0.03% (1/3600), p=3.1e-24"}
+		Action: &agent.Action{Kind: agent.Drain, Backend: "app", Server: "srv3", Reason: reason, Test: &agent.TestFigures{
+			Name: "windowed", Statistic: pValue, Threshold: 1e-6 / 3, PValue: &pValue, Rate: 0.05, Baseline: 1.0 / 3600}},
+		Reason: reason}
 }
+
+const reason = "5xx 5.00% (90/1800) vs peers 0.03% (1/3600), p=3.1e-24"
+
+var pValue = 3.1e-24
 
 // receiver records the bodies it takes, answering each with status.
 type receiver struct {
@@ -77,6 +83,9 @@ func TestHealthyReceiver(t *testing.T) {
 			if err := json.Unmarshal([]byte(body), &ev); err != nil || ev.Type != agent.EventDrain || ev.Schema != 1 || ev.Server.String() != "app/srv3" {
 				t.Fatalf("event payload %s: %v", body, err)
 			}
+			if f := ev.Action.Test; f == nil || f.Name != "windowed" || f.PValue == nil || *f.PValue != pValue || f.Threshold != 1e-6/3 {
+				t.Fatalf("event payload without its test's figures: %s", body)
+			}
 		}},
 		{FormatAlertmanager, func(t *testing.T, body string) {
 			var alerts []struct {
@@ -90,7 +99,8 @@ func TestHealthyReceiver(t *testing.T) {
 			}
 			a := alerts[0]
 			if a.Labels["alertname"] != "HapilotDrain" || a.Labels["server"] != "srv3" || a.Labels["backend"] != "app" ||
-				!strings.Contains(a.Annotations["summary"], "drain app/srv3") || !a.EndsAt.Equal(a.StartsAt.Add(AlertFor)) {
+				!strings.Contains(a.Annotations["summary"], "drain app/srv3") || !a.EndsAt.Equal(a.StartsAt.Add(AlertFor)) ||
+				a.Annotations["test"] != "windowed" || a.Annotations["p_value"] != "3.1e-24" || a.Annotations["statistic"] != "3.1e-24" {
 				t.Fatalf("alert %+v", a)
 			}
 		}},
@@ -140,11 +150,11 @@ func TestFailingReceiver(t *testing.T) {
 			n := New(Config{URL: srv.URL, Format: FormatEvent, Timeout: time.Second}, zerolog.Nop())
 			var mu sync.Mutex
 			var slept []time.Duration
-			n.Sleep = func(_ context.Context, d time.Duration) error {
+			n.Sleep = func(_ context.Context, d time.Duration) bool {
 				mu.Lock()
 				slept = append(slept, d)
 				mu.Unlock()
-				return nil
+				return true
 			}
 			n.Emit(event(agent.EventRefused))
 			sendQueued(n)
@@ -172,7 +182,7 @@ func TestSlowReceiver(t *testing.T) {
 	defer srv.Close()
 	defer close(r.hold)
 	n := New(Config{URL: srv.URL, Format: FormatEvent, Timeout: 20 * time.Millisecond, Queue: 4}, zerolog.Nop())
-	n.Sleep = func(context.Context, time.Duration) error { return nil }
+	n.Sleep = func(context.Context, time.Duration) bool { return true }
 	for range 6 { // before the sender runs: 4 queued, 2 dropped
 		n.Emit(event(agent.EventDrain))
 	}
@@ -232,7 +242,7 @@ func TestRedirectNeverFollowed(t *testing.T) {
 			defer first.Close()
 			var logs strings.Builder
 			n := New(Config{URL: first.URL + "/services/T0/B0/PATHSECRET?token=QSECRET", Format: FormatEvent, Timeout: time.Second}, zerolog.New(&logs))
-			n.Sleep = func(context.Context, time.Duration) error { t.Error("a redirect was retried"); return nil }
+			n.Sleep = func(context.Context, time.Duration) bool { t.Error("a redirect was retried"); return true }
 			n.Emit(event(agent.EventDrain))
 			sendQueued(n)
 			if got := other.got(); len(got) != 0 {
@@ -263,7 +273,7 @@ func TestWebhookSecretsNeverLogged(t *testing.T) {
 	u := strings.Replace(dead.URL, "http://", "http://hookuser:HOOKPASS@", 1) + "/services/T0/B0/PATHSECRET?token=QSECRET"
 	var logs strings.Builder
 	n := New(Config{URL: u, Format: FormatEvent, Timeout: time.Second}, zerolog.New(&logs))
-	n.Sleep = func(context.Context, time.Duration) error { return nil }
+	n.Sleep = func(context.Context, time.Duration) bool { return true }
 	n.Emit(event(agent.EventDrain))
 	sendQueued(n)
 	if l := logs.String(); !strings.Contains(l, "connection refused") || !strings.Contains(l, strings.TrimPrefix(dead.URL, "http://")) {

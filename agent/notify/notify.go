@@ -16,9 +16,12 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/hapilot/hapilot/internal/lib/wait"
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/internal/lib/enum"
@@ -126,7 +129,7 @@ type Notifier struct {
 	queue  chan agent.Event
 	// Sleep waits d or until ctx ends (the backoff): time.Sleep's
 	// context-aware form in production, the test's own in tests.
-	Sleep func(ctx context.Context, d time.Duration) error
+	Sleep func(ctx context.Context, d time.Duration) bool
 
 	sent, full, failed atomic.Uint64
 }
@@ -135,18 +138,7 @@ type Notifier struct {
 func New(cfg Config, log zerolog.Logger) *Notifier {
 	client := &http.Client{Timeout: cfg.Timeout, CheckRedirect: refuseRedirect}
 	return &Notifier{cfg: cfg, client: client, log: log,
-		queue: make(chan agent.Event, cmp.Or(cfg.Queue, QueueSize)), Sleep: sleep}
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+		queue: make(chan agent.Event, cmp.Or(cfg.Queue, QueueSize)), Sleep: wait.Sleep}
 }
 
 // Emit queues ev if it is one to post; with the queue full it is dropped
@@ -224,7 +216,7 @@ func (n *Notifier) deliver(ctx context.Context, ev agent.Event) {
 		if errors.As(err, &perm) || attempt == Attempts {
 			break
 		}
-		if n.Sleep(ctx, backoff) != nil {
+		if !n.Sleep(ctx, backoff) {
 			break
 		}
 		backoff = min(2*backoff, BackoffMax)
@@ -340,8 +332,19 @@ func alertOf(ev agent.Event) alert {
 	if ev.Code != "" {
 		labels["code"] = string(ev.Code)
 	}
-	return alert{Labels: labels, Annotations: map[string]string{"summary": Text(ev), "reason": ev.Reason},
-		StartsAt: ev.Time, EndsAt: ev.Time.Add(AlertFor)}
+	annotations := map[string]string{"summary": Text(ev), "reason": ev.Reason}
+	if ev.Action != nil && ev.Action.Test != nil {
+		// the test's figures as the action carries them, in Alertmanager's
+		// only shape for values: strings
+		t := ev.Action.Test
+		annotations["test"] = t.Name
+		annotations["statistic"] = strconv.FormatFloat(t.Statistic, 'g', -1, 64)
+		annotations["threshold"] = strconv.FormatFloat(t.Threshold, 'g', -1, 64)
+		if t.PValue != nil {
+			annotations["p_value"] = strconv.FormatFloat(*t.PValue, 'g', -1, 64)
+		}
+	}
+	return alert{Labels: labels, Annotations: annotations, StartsAt: ev.Time, EndsAt: ev.Time.Add(AlertFor)}
 }
 
 func camel(s string) string {
