@@ -1,11 +1,11 @@
 package rules
 
 import (
-	"sync"
 	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/hapilot/hapilot/agent"
 )
