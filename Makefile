@@ -151,12 +151,12 @@ demo: deps build
 
 # Static checks, the unit tests (with the fuzz seed corpora) under the race
 # detector, then the end-to-end tests against a real HAProxy.
-# Every way a real server fails (issue 42), on every telemetry path,
-# against a real HAProxy with retries 3 and option redispatch: one HAProxy,
-# fleet and agent at a time, about 40 s each
-# (internal/lab/e2e/faults_long_test.go).
+# Every way a real server fails (issue 42), on every telemetry path, and a
+# deploy's restarts (issue 41), against a real HAProxy with retries 3 and
+# option redispatch: one HAProxy, fleet and agent at a time, about 40 s
+# each (internal/lab/e2e/faults_long_test.go).
 test-faults: deps build
-	$(GO) test -tags e2e,faults -count=1 -v -timeout 25m -run '^(TestEveryFaultDrained|TestEveryFaultDrainedLuaAndLogs|TestDemoFault)$$' ./internal/lab/e2e/
+	$(GO) test -tags e2e,faults -count=1 -v -timeout 25m -run '^(TestEveryFaultDrained|TestEveryFaultDrainedLuaAndLogs|TestDemoFault|TestDeployRestartNotDrained|TestResettingServerDrained)$$' ./internal/lab/e2e/
 
 # Fleet mode end to end: 3 HAProxy nodes and 3 agents on loopback (pooled
 # detection against one node and against the fleet off; the decider

@@ -10,9 +10,11 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hapilot/hapilot/internal/lab/fleet"
 	"github.com/hapilot/hapilot/internal/lab/labtest"
+	"github.com/hapilot/hapilot/internal/lab/scenario"
 )
 
 // Each way a real server fails, on the stats path and on SPOE (the
@@ -74,4 +76,35 @@ func TestDemoFault(t *testing.T) {
 			t.Errorf("the demo's output lacks %q", want)
 		}
 	}
+}
+
+// A deploy, as an operator's HAProxy sees it (retries 3, option
+// redispatch): a healthy server restarted for 0.5 s, then for 3 s, is not
+// drained: each restart is a burst of retries shorter than the minimum
+// duration. A server that resets 5% of its connections for the whole run
+// is drained. Issue 41's deploy case: before, the first restart's retries
+// drained the server.
+func TestDeployRestartNotDrained(t *testing.T) {
+	servers := paperFleet(0.002, 0.002, 0.002, 0.002, 0.002, 0.002)
+	servers[2].Fault = fleet.FaultRefuse // healthy: refuses 0.2% of the time, and on Restart
+	restart := func(d time.Duration) func(*scenario.Env) {
+		return func(env *scenario.Env) {
+			if !env.Backends[2].Restart(d) {
+				t.Errorf("srv3 could not restart")
+			}
+		}
+	}
+	out := run(t, scenario.Scenario{Servers: servers, Rate: 300, Duration: 45 * time.Second, Policy: "rules",
+		Name: "deploy", Telemetry: "stats", Redispatch: true, AgentArgs: noTailGuard,
+		At: map[time.Duration]func(*scenario.Env){10 * time.Second: restart(500 * time.Millisecond), 25 * time.Second: restart(3 * time.Second)}})
+	t.Logf("client: %d 5xx, %d failed; drained %v", out.Load.Err5xx, out.Load.Failed, out.DrainedAt)
+	for s, at := range out.DrainedAt {
+		t.Errorf("%s drained at %v", s, at)
+	}
+}
+
+// The other side: resets on 5% of srv3's connections, for the run, behind
+// the same retries and redispatch, are a sustained fault: drained.
+func TestResettingServerDrained(t *testing.T) {
+	drainsFaulty(t, faultRun{path: "stats", fault: fleet.FaultReset})
 }

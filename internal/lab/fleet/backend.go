@@ -98,6 +98,7 @@ type Backend struct {
 	rng       *rand.Rand
 	srv       *fasthttp.Server
 	ln        net.Listener
+	flap      *flapListener // FaultRefuse's listener, for Restart
 	served    atomic.Uint64
 	failed    atomic.Uint64
 	// done ends the hangs and the refusing listener's spells on Close.
@@ -135,7 +136,8 @@ func StartBackend(cfg BackendConfig) (*Backend, error) {
 	}
 	b.srv = &fasthttp.Server{Handler: b.handle, Name: "fleet", Concurrency: 100000, Logger: quiet{}}
 	if cfg.Fault == FaultRefuse {
-		fl := &flapListener{addr: b.Addr, cur: ln, conns: make(chan net.Conn), done: b.done}
+		fl := &flapListener{addr: b.Addr, cur: ln, conns: make(chan net.Conn), done: b.done, down: make(chan time.Duration)}
+		b.flap = fl
 		b.ln = fl
 		go fl.run(b)
 	}
@@ -151,6 +153,21 @@ func (quiet) Printf(string, ...any) {}
 // Fault is how this backend's failing requests fail.
 func (b *Backend) Fault() Fault { return b.cfg.Fault }
 
+// Restart closes a FaultRefuse backend's listening socket for d, now, as
+// a restart does: every connection meanwhile is refused. It returns once
+// the socket is closed; false for another kind of backend.
+func (b *Backend) Restart(d time.Duration) bool {
+	if b.flap == nil {
+		return false
+	}
+	select {
+	case b.flap.down <- d:
+		return true
+	case <-b.done:
+		return false
+	}
+}
+
 // RefusingSpells counts the spells FaultRefuse closed the listener for.
 func (b *Backend) RefusingSpells() uint64 { return b.refused.Load() }
 
@@ -162,8 +179,11 @@ type flapListener struct {
 	addr  string
 	conns chan net.Conn
 	done  chan struct{}
-	mu    sync.Mutex
-	cur   net.Listener // nil during a spell
+	// down asks for one refusing spell of the length given, now: a
+	// restart, as a deploy makes one.
+	down chan time.Duration
+	mu   sync.Mutex
+	cur  net.Listener // nil during a spell
 }
 
 // run accepts from the socket of the moment and flaps it until done: each
@@ -190,13 +210,14 @@ func (fl *flapListener) run(b *Backend) {
 				}
 			}
 		}()
-		open := b.openSpell()
+		open, spell := b.openSpell(), refuseSpell
 		select {
 		case <-fl.done:
 			ln.Close()
 			<-accepted
 			return
 		case <-time.After(open):
+		case spell = <-fl.down:
 		}
 		fl.mu.Lock()
 		fl.cur = nil
@@ -207,7 +228,7 @@ func (fl *flapListener) run(b *Backend) {
 		select {
 		case <-fl.done:
 			return
-		case <-time.After(refuseSpell):
+		case <-time.After(spell):
 		}
 		// Open again on the same address; Go's listeners set SO_REUSEADDR.
 		for {
