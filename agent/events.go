@@ -114,7 +114,7 @@ type EventSink interface {
 var pValue = regexp.MustCompile(`\bp=([0-9.]+(?:e[-+]?[0-9]+)?)`)
 
 // evidenceOf is s's window against its backend's other serving servers.
-func evidenceOf(b *BackendView, s *ServerView, reason string) *Evidence {
+func EvidenceOf(b *BackendView, s *ServerView, reason string) *Evidence {
 	if s == nil {
 		return nil
 	}
@@ -134,47 +134,4 @@ func evidenceOf(b *BackendView, s *ServerView, reason string) *Evidence {
 		}
 	}
 	return e
-}
-
-// emit stamps ev and hands it to the sink, if any.
-func (l *Loop) emit(ev Event) {
-	if l.Events == nil {
-		return
-	}
-	ev.Schema, ev.Identity = EventSchema, l.Identity
-	if ev.Time.IsZero() {
-		ev.Time = l.Clock.Now()
-	}
-	if ev.Mode == "" {
-		ev.Mode = l.mode()
-	}
-	l.Events.Emit(ev)
-}
-
-// Emit records an event from outside the loop (the daemon's telemetry
-// watch, a model's fallback, a calibration verdict), stamped like the
-// loop's own.
-func (l *Loop) Emit(ev Event) { l.emit(ev) }
-
-// TelemetrySilent records that no response has reached the windows for
-// silentFor, with the paths the agent listens on: the hook the
-// telemetry watch calls.
-func (l *Loop) TelemetrySilent(silentFor time.Duration, why string) {
-	l.emit(Event{Type: EventTelemetrySilent, Reason: why, Detail: map[string]string{"silent_for": silentFor.String()}})
-}
-
-// Start records the agent's start, in its mode.
-func (l *Loop) Start() {
-	l.emit(Event{Type: EventStart, Reason: "hapilot starting in " + string(l.mode()) + " mode"})
-}
-
-// actionEvent is the event of an action sent.
-func actionEvent(a Action) EventType {
-	switch a.Kind {
-	case Drain:
-		return EventDrain
-	case SetWeight:
-		return EventCut
-	}
-	return EventRestore
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/internal/lib/netx"
 	"github.com/hapilot/hapilot/internal/lib/promtext"
 	"github.com/rs/zerolog"
@@ -25,7 +26,7 @@ import (
 
 // Server serves GET /status and GET /metrics, read-only.
 type Server struct {
-	Loop *agent.Loop
+	Loop *loop.Loop
 	// Extra writes further metrics (ingest counters, window store).
 	Extra []func(io.Writer)
 	// Warnings, when set, lists what an operator should fix (no telemetry
@@ -58,7 +59,7 @@ func (p printf) Printf(format string, args ...any) { p.log.Debug().Msgf(format, 
 
 // WriteLoopMetrics writes the loop's counters, and its policy's if it
 // keeps any.
-func WriteLoopMetrics(w io.Writer, l *agent.Loop) {
+func WriteLoopMetrics(w io.Writer, l *loop.Loop) {
 	m := l.Metrics()
 	promtext.Counter(w, "hapilot_cycles_total", "Control-loop steps run.", m.Cycles)
 	promtext.Counter(w, "hapilot_cycles_skipped_total", "Schedule slots skipped because a step overran.", m.Skipped)
@@ -87,7 +88,7 @@ func WriteLoopMetrics(w io.Writer, l *agent.Loop) {
 // writeControlMetrics writes what an operator alerts on: the mode, the
 // pauses, what the agent holds, its refusals and would-actions, and
 // whether it still steps.
-func writeControlMetrics(w io.Writer, l *agent.Loop, m agent.Counters) {
+func writeControlMetrics(w io.Writer, l *loop.Loop, m agent.Counters) {
 	st := l.Status()
 	var modes []promtext.Sample
 	for _, md := range agent.Modes {
@@ -203,7 +204,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		enc := json.NewEncoder(ctx)
 		enc.SetIndent("", "  ")
 		st := struct {
-			agent.Status
+			loop.Status
 			Warnings []string          `json:"warnings,omitempty"`
 			Unseen   string            `json:"unseen,omitempty"`
 			Ingest   map[string]uint64 `json:"ingest,omitempty"`

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/agent/policy/rules"
@@ -536,7 +537,7 @@ func TestSlowModelKeepsTheSchedule(t *testing.T) {
 	}
 	rt := fakes.WithStates("fake", states)
 	audit := &strings.Builder{}
-	l := &agent.Loop{Clock: agent.RealClock{}, Settings: agent.Settings{Interval: 250 * time.Millisecond}, Policy: p.Hooks(), Guard: agent.DefaultGuardrails(),
+	l := &loop.Loop{Clock: agent.RealClock{}, Settings: agent.Settings{Interval: 250 * time.Millisecond}, Policy: p.Hooks(), Guard: agent.DefaultGuardrails(),
 		Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(stats...), Audit: audit, Log: zerolog.Nop()}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second+100*time.Millisecond)
 	defer cancel()

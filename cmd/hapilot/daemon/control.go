@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/ledger"
+	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/cmd/hapilot/ctl"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lib/netx"
@@ -140,9 +142,9 @@ type CtlStatus struct {
 	// Backends are the backends the last step saw, each in scope or not,
 	// with its own floor, caps and action.
 	Backends  []agent.BackendScope `json:"backends"`
-	Holding   []agent.Holding      `json:"holding"`
-	Inventory []agent.Held         `json:"inventory"`
-	StateFile *agent.SaveStatus    `json:"state_file,omitempty"`
+	Holding   []loop.Holding       `json:"holding"`
+	Inventory []loop.Held          `json:"inventory"`
+	StateFile *ledger.SaveStatus   `json:"state_file,omitempty"`
 }
 
 // control carries out one request.
@@ -169,7 +171,7 @@ func (d *Daemon) control(ctx context.Context, req ctl.Request, by string) ctl.An
 			result, err = l.Explain(k)
 			break
 		}
-		var r agent.Released
+		var r loop.Released
 		r, err = l.Release(ctx, k, by)
 		result = r
 		if err == nil {
@@ -207,7 +209,7 @@ func (d *Daemon) control(ctx context.Context, req ctl.Request, by string) ctl.An
 			msg += fmt.Sprintf("; still paused: %s", rest[0].Why())
 		}
 	case ctl.Restore:
-		var rs []agent.Released
+		var rs []loop.Released
 		rs, err = l.Restore(ctx, by)
 		result = rs
 		msg = fmt.Sprintf("%d server(s) brought back to their configured state; each is the operator's for the hold time", len(rs))

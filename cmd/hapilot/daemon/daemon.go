@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/ledger"
+	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/agent/peers"
 	"github.com/hapilot/hapilot/agent/policy"
 	"github.com/hapilot/hapilot/agent/policy/luapolicy"
@@ -40,7 +42,7 @@ type Daemon struct {
 	Config config.Config
 	Store  *window.Store
 	SPOE   *spoe.Server
-	Loop   *agent.Loop
+	Loop   *loop.Loop
 	Status *status.Server
 
 	Lua    *logs.LineServer     // nil unless --lua-listen
@@ -73,7 +75,7 @@ type Daemon struct {
 	// never stops the loop; lost records are counted.
 	auditQ *auditlog.Queue
 	// stopState ends the state file's writer (Serve starts it).
-	stopState func(wait time.Duration) agent.SaveStatus
+	stopState func(wait time.Duration) ledger.SaveStatus
 	// sinks receive the loop's events: the audit log, the webhook.
 	sinks fanout
 	// startEvents are written once the loop's sinks are in place: what
@@ -231,7 +233,7 @@ func NewWith(c config.Config, log zerolog.Logger, o Options) (*Daemon, error) {
 	d.coverage()
 	// The policy's own needs (its drain cap per fleet size, its step
 	// budget) are declared by the policy and read by the loop.
-	d.Loop = &agent.Loop{
+	d.Loop = &loop.Loop{
 		Settings: c.Loop, Clock: agent.RealClock{}, Policy: pol, Guard: c.Guard, Identity: identity(),
 		Runtimes: runtimes, Windows: d.Store, Log: log.With().Str("component", "loop").Logger(),
 	}
@@ -610,7 +612,7 @@ func (d *Daemon) exit() {
 	}
 	st := d.Loop.FlushState
 	if d.stopState != nil {
-		st = func() agent.SaveStatus { return d.stopState(StateStopWait) }
+		st = func() ledger.SaveStatus { return d.stopState(StateStopWait) }
 	}
 	if st := st(); !st.Saved {
 		d.log.Error().Str("file", st.File).Time("unsaved_since", st.UnsavedSince).Str("error", st.Error).

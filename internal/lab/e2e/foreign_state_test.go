@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/fleet"
 	"github.com/hapilot/hapilot/internal/lab/haproxyproc"
@@ -114,7 +115,7 @@ func TestStateFileOfAnotherHAProxyNotReapplied(t *testing.T) {
 	// The second agent, on the second HAProxy, with the same file.
 	b := start("b")
 	second := startAgent(t, ctx, zerolog.Nop(), b.h.agentArgs("--policy", "rules", "--readmit", "off", "--state-file", state))
-	var st agent.Status
+	var st loop.Status
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		if st = second.Loop.Status(); st.Cycle >= 3 {
 			break

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
@@ -83,7 +84,7 @@ func (c *trafficClock) SleepUntil(ctx context.Context, t time.Time) error {
 type rig struct {
 	clk   *fakes.Clock
 	store *window.Store
-	loop  *agent.Loop
+	loop  *loop.Loop
 	audit *countingWriter
 	feed  func(sec int64)
 	sec   int64
@@ -127,7 +128,7 @@ func newRigWith(servers, backends int, rate float64, errRate func(i int, sec int
 			}
 		}
 	}
-	r.loop = &agent.Loop{Clock: r.clk, Settings: agent.DefaultSettings(), Policy: rules.NewPolicy(rules.DefaultConfig()),
+	r.loop = &loop.Loop{Clock: r.clk, Settings: agent.DefaultSettings(), Policy: rules.NewPolicy(rules.DefaultConfig()),
 		Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{fakes.WithStates("fake", states)}, Windows: r.store,
 		Audit: r.audit, Log: zerolog.Nop()}
 	// Fill the windows; the first step sets the sequential test's marks.

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/agent/recovery"
 	"github.com/hapilot/hapilot/haproxy"
@@ -336,7 +337,7 @@ func readmitTrial(c ReadmitCell, rng *rand.Rand) (trial, error) {
 		return recovery.BurstResult{Sent: k, MedianMs: 10}
 	}
 	pol := &condemned{keys: []string{names[0]}}
-	l := &agent.Loop{Clock: clk, Settings: agent.Settings{Interval: c.Interval, Mode: agent.ModeEnforce, OperatorHold: time.Hour},
+	l := &loop.Loop{Clock: clk, Settings: agent.Settings{Interval: c.Interval, Mode: agent.ModeEnforce, OperatorHold: time.Hour},
 		Policy: agent.PolicyOf(pol), Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: w,
 		Recovery: rec, Log: zerolog.Nop()}
 	ctx := context.Background()

@@ -1,4 +1,4 @@
-package agent
+package loop
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
 	"github.com/rs/zerolog"
@@ -38,8 +39,8 @@ func TestStalledSocketNeitherStallsNorLeaks(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := runtime.NumGoroutine()
-	l := &Loop{Clock: RealClock{}, Settings: Settings{Interval: 100 * time.Millisecond}, Policy: PolicyOf(&scripted{}), Guard: DefaultGuardrails(),
-		Runtimes: []Runtime{client}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
+	l := &Loop{Clock: agent.RealClock{}, Settings: agent.Settings{Interval: 100 * time.Millisecond}, Policy: agent.PolicyOf(&scripted{}), Guard: agent.DefaultGuardrails(),
+		Runtimes: []agent.Runtime{client}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
 	start := time.Now()

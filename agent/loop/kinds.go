@@ -1,10 +1,11 @@
-package agent
+package loop
 
 import (
 	"fmt"
 	"slices"
 	"sync"
 
+	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/haproxy"
 )
 
@@ -51,9 +52,9 @@ func (cur *kind) add(st haproxy.ServerStat) {
 }
 
 // leftAlone is why the agent leaves server k alone, "" when it governs it.
-func (l *Loop) leftAlone(k Key, kd kind) string { return leaveAlone(k, kd, l.HashBackends) }
+func (l *Loop) leftAlone(k agent.Key, kd kind) string { return leaveAlone(k, kd, l.HashBackends) }
 
-func leaveAlone(k Key, kd kind, hashBackends []string) string {
+func leaveAlone(k agent.Key, kd kind, hashBackends []string) string {
 	switch {
 	case kd.tcp:
 		return AloneTCP
@@ -93,19 +94,19 @@ func Untouched(st haproxy.ServerStat, s haproxy.ServerState, hashBackends []stri
 // alone is the servers left alone and why, as the last step found them.
 type alone struct {
 	mu     sync.Mutex // guards why and logged
-	why    map[Key]string
-	logged map[Key]string // what was logged for each, so that each is said once
+	why    map[agent.Key]string
+	logged map[agent.Key]string // what was logged for each, so that each is said once
 }
 
 // note records this step's servers left alone, and returns those whose
 // reason is new since it was last logged.
-func (a *alone) note(now map[Key]string) map[Key]string {
+func (a *alone) note(now map[agent.Key]string) map[agent.Key]string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.logged == nil {
-		a.logged = map[Key]string{}
+		a.logged = map[agent.Key]string{}
 	}
-	fresh := map[Key]string{}
+	fresh := map[agent.Key]string{}
 	for k, why := range now {
 		if a.logged[k] != why {
 			fresh[k] = why
@@ -123,10 +124,10 @@ func (a *alone) note(now map[Key]string) map[Key]string {
 
 // LeftAlone lists the servers the agent leaves alone, with the reason for
 // each, as of the last step.
-func (l *Loop) LeftAlone() map[Key]string {
+func (l *Loop) LeftAlone() map[agent.Key]string {
 	l.alone.mu.Lock()
 	defer l.alone.mu.Unlock()
-	out := make(map[Key]string, len(l.alone.why))
+	out := make(map[agent.Key]string, len(l.alone.why))
 	for k, v := range l.alone.why {
 		out[k] = v
 	}
@@ -137,12 +138,12 @@ func (l *Loop) LeftAlone() map[Key]string {
 // whose address changed: a server-template slot that DNS gave another
 // host is a new server, and the old host's errors must not count against
 // it. Only Step calls it.
-func (l *Loop) readdress(k Key, addr string) {
+func (l *Loop) readdress(k agent.Key, addr string) {
 	if addr == "" || addr == "-" { // "-": a slot the resolver left without one
 		return
 	}
 	if l.addrs == nil {
-		l.addrs = map[Key]string{}
+		l.addrs = map[agent.Key]string{}
 	}
 	was, seen := l.addrs[k]
 	l.addrs[k] = addr

@@ -1,4 +1,4 @@
-package agent
+package loop
 
 import (
 	"context"
@@ -9,39 +9,41 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/ledger"
 	"github.com/rs/zerolog"
 )
 
 // Recovery proposes re-admissions each step (see agent/recovery). Its
 // actions pass the guardrails like any policy's.
 type Recovery interface {
-	Plan(ctx context.Context, obs Observation) Plan
+	Plan(ctx context.Context, obs agent.Observation) agent.Plan
 	// RequestProbe asks for a server drained by the agent to be probed as
 	// soon as its backoff allows: what a policy's ready of a drained
 	// server becomes.
-	RequestProbe(server Key)
+	RequestProbe(server agent.Key)
 }
 
 // Loop is the decision goroutine. Set the exported fields, then call Run,
 // or Step to drive it by hand.
 type Loop struct {
-	Settings
-	Clock    Clock
+	agent.Settings
+	Clock    agent.Clock
 	Lookback time.Duration // how much of the windows a policy sees; 0 = all
 	// RecentSpan is the short window for load and tail latency (default
 	// 10 s): the long one still holds the time before the last action.
 	RecentSpan time.Duration
-	Policy     Policy
+	Policy     agent.Policy
 	// Guard bounds every plan; the policy's Needs may widen its drain cap.
-	Guard    Guardrails
-	Runtimes []Runtime
-	Windows  Windows
+	Guard    agent.Guardrails
+	Runtimes []agent.Runtime
+	Windows  agent.Windows
 	Recovery Recovery  // nil: drained servers stay drained
 	Audit    io.Writer // one JSON line per step (--audit-steps); nil for none
 	// Events receives what happened (actions, refusals, would-actions,
 	// operator commands), each once; nil for none. Identity stamps them.
-	Events   EventSink
-	Identity Identity
+	Events   agent.EventSink
+	Identity agent.Identity
 	Log      zerolog.Logger
 	// NoStepBudget lets a step, and its policy call, run as long as the
 	// policy takes: the cadence slips instead of the call being cut short.
@@ -50,28 +52,28 @@ type Loop struct {
 	NoStepBudget bool
 
 	ledgerOnce sync.Once
-	ledger     *Ledger
+	ledger     *ledger.Ledger
 	// alone: the servers the last step left alone, and why (scope.go).
 	alone alone
 	// addrs: each server's address at the last step (readdress); only
 	// Step touches it.
-	addrs map[Key]string
+	addrs map[agent.Key]string
 	// lastRefusals: what was refused last step and why, so that a policy
 	// repeating a refused proposal is logged once at warn, then at debug;
 	// refusedServers, the same by server, for the next observation. Only
 	// Step touches them.
-	lastRefusals   map[ActionID]string
-	refusedServers map[Key]string
+	lastRefusals   map[agent.ActionID]string
+	refusedServers map[agent.Key]string
 	// reapplyLogged: the HAProxy epoch each lost change was last logged
 	// under, so that one held back step after step is logged once.
-	reapplyLogged map[Key]string
+	reapplyLogged map[agent.Key]string
 	// fallingBack: the last step's report named a fallback (the model's
 	// policy left the step to the rules), so that a run of them is one
 	// event.
 	fallingBack bool
 	// lastWould: the would-actions of the last step, so that one held
 	// back step after step is logged once at info, then at debug.
-	lastWould map[ActionID]string
+	lastWould map[agent.ActionID]string
 
 	// stepMu makes a step and an operator's command (release, restore)
 	// take turns: both read the servers and change them through the
@@ -85,7 +87,7 @@ type Loop struct {
 	inventoried bool
 	// drains is each backend's drains of the last hour, for the rate
 	// cap. Only Step and the operator's commands touch it, under stepMu.
-	drains drainLog
+	drains agent.DrainLog
 
 	// wakeMu guards woken and wakeSleep: Wake (any goroutine) ends the
 	// loop's sleep between ticks, so that a reload's lost changes go back
@@ -99,15 +101,15 @@ type Loop struct {
 	// candidates: the servers the policy's test found at the last step
 	// or check. A check steps only for a server not in it; /status shows
 	// it.
-	candidates []Key
-	last       Observation
-	recent     []Decision
-	metrics    Counters
+	candidates []agent.Key
+	last       agent.Observation
+	recent     []agent.Decision
+	metrics    agent.Counters
 	// inventory is what the first step found held (drain, maint, or a
 	// weight the agent set), and by whom.
 	inventory []Held
 	// wouldNow is what the last step held back, for /metrics.
-	wouldNow []Would
+	wouldNow []agent.Would
 	// lastHour is the last step's drains of the last hour, by backend.
 	lastHour map[string]int
 }
@@ -119,20 +121,20 @@ const MaxTriggered = 3
 
 // theLedger is the loop's ledger, read from StateFile on first use
 // unless OpenState read it before.
-func (l *Loop) theLedger() *Ledger {
-	l.ledgerOnce.Do(func() { l.setLedger(NewLedger(l.StateFile, l.Log)) })
+func (l *Loop) theLedger() *ledger.Ledger {
+	l.ledgerOnce.Do(func() { l.setLedger(ledger.NewLedger(l.StateFile, l.Log)) })
 	return l.ledger
 }
 
-func (l *Loop) setLedger(ledger *Ledger) {
-	ledger.OperatorHold = l.OperatorHold
+func (l *Loop) setLedger(lg *ledger.Ledger) {
+	lg.OperatorHold = l.OperatorHold
 	if l.ReapplyWithin > 0 { // else the ledger's default
-		ledger.ReapplyWithin = l.ReapplyWithin
+		lg.ReapplyWithin = l.ReapplyWithin
 	}
 	if l.Clock != nil {
-		ledger.Now = l.Clock.Now
+		lg.Now = l.Clock.Now
 	}
-	l.ledger = ledger
+	l.ledger = lg
 }
 
 // OpenState reads the state file before the loop runs: a path that is
@@ -142,9 +144,9 @@ func (l *Loop) setLedger(ledger *Ledger) {
 func (l *Loop) OpenState() error {
 	var err error
 	l.ledgerOnce.Do(func() {
-		var ledger *Ledger
-		if ledger, err = OpenLedger(l.StateFile, l.Log); err == nil {
-			l.setLedger(ledger)
+		var lg *ledger.Ledger
+		if lg, err = ledger.OpenLedger(l.StateFile, l.Log); err == nil {
+			l.setLedger(lg)
 		}
 	})
 	if err != nil {
@@ -164,13 +166,13 @@ func (l *Loop) StateWarning() string {
 
 // FlushState writes the state file again if a write failed, and says
 // where it stands: each step starts with it, and the agent's exit.
-func (l *Loop) FlushState() SaveStatus { return l.theLedger().Flush() }
+func (l *Loop) FlushState() ledger.SaveStatus { return l.theLedger().Flush() }
 
 // WriteStateInBackground writes the state file from a goroutine of its
 // own from now on (Ledger.WriteInBackground): a hung disk never stops
 // the loop. stop writes the latest state and ends it, waiting at most
 // its bound.
-func (l *Loop) WriteStateInBackground() (stop func(wait time.Duration) SaveStatus) {
+func (l *Loop) WriteStateInBackground() (stop func(wait time.Duration) ledger.SaveStatus) {
 	return l.theLedger().WriteInBackground()
 }
 
@@ -281,14 +283,14 @@ func (l *Loop) waitFor(ctx context.Context, slot time.Time) error {
 // newEvidence runs the policy's test on the last step's servers with the
 // windows as they are now, and returns the servers it finds that the last
 // step or check did not.
-func (l *Loop) newEvidence() []Key {
+func (l *Loop) newEvidence() []agent.Key {
 	l.mu.Lock()
 	last, known := l.last, toSet(l.candidates)
 	l.mu.Unlock()
 	if last.Time.IsZero() {
 		return nil // no step yet: nothing known of the servers' states
 	}
-	var fresh []Key
+	var fresh []agent.Key
 	found := l.Policy.Evidence(l.refreshed(last))
 	for _, k := range found {
 		if !known[k] {
@@ -301,19 +303,19 @@ func (l *Loop) newEvidence() []Key {
 
 // setCandidates keeps what the policy's test found, for the next check
 // and for /status.
-func (l *Loop) setCandidates(found []Key) {
+func (l *Loop) setCandidates(found []agent.Key) {
 	l.mu.Lock()
 	l.candidates = found
 	l.mu.Unlock()
 }
 
 // refreshed is a copy of obs with the windows read again.
-func (l *Loop) refreshed(obs Observation) Observation {
+func (l *Loop) refreshed(obs agent.Observation) agent.Observation {
 	windows := l.readWindows(obs.Lookback, obs.RecentSpan)
 	obs.Time = l.Clock.Now()
-	backends := make([]BackendView, len(obs.Backends))
+	backends := make([]agent.BackendView, len(obs.Backends))
 	for i, b := range obs.Backends {
-		servers := make([]ServerView, len(b.Servers))
+		servers := make([]agent.ServerView, len(b.Servers))
 		for j, s := range b.Servers {
 			windows.set(&s)
 			servers[j] = s
@@ -325,8 +327,8 @@ func (l *Loop) refreshed(obs Observation) Observation {
 	return obs
 }
 
-func toSet(keys []Key) map[Key]bool {
-	m := make(map[Key]bool, len(keys))
+func toSet(keys []agent.Key) map[agent.Key]bool {
+	m := make(map[agent.Key]bool, len(keys))
 	for _, k := range keys {
 		m[k] = true
 	}
@@ -346,22 +348,22 @@ func (l *Loop) stepIn(ctx context.Context, slot time.Time) {
 }
 
 // Step runs one observe-decide-vet-apply-audit cycle.
-func (l *Loop) Step(ctx context.Context) Record { return l.step(ctx, nil) }
+func (l *Loop) Step(ctx context.Context) agent.Record { return l.step(ctx, nil) }
 
 // step runs one cycle; triggeredBy names the servers whose evidence ran
 // it between ticks, nil for a scheduled step. A triggered step leaves
 // recovery to the ticks.
-func (l *Loop) step(ctx context.Context, triggeredBy []Key) Record {
+func (l *Loop) step(ctx context.Context, triggeredBy []agent.Key) agent.Record {
 	return l.stepFor(ctx, triggeredBy, "")
 }
 
 // stepWoken is the step Wake asks for: like a triggered one, it leaves
 // recovery to the ticks.
-func (l *Loop) stepWoken(ctx context.Context, why string) Record {
+func (l *Loop) stepWoken(ctx context.Context, why string) agent.Record {
 	return l.stepFor(ctx, nil, why)
 }
 
-func (l *Loop) stepFor(ctx context.Context, triggeredBy []Key, woken string) Record {
+func (l *Loop) stepFor(ctx context.Context, triggeredBy []agent.Key, woken string) agent.Record {
 	l.stepMu.Lock()
 	defer l.stepMu.Unlock()
 	began := l.Clock.Now()
@@ -391,19 +393,19 @@ func (l *Loop) stepFor(ctx context.Context, triggeredBy []Key, woken string) Rec
 }
 
 // begin numbers the step and opens its record.
-func (l *Loop) begin(now time.Time) Record {
+func (l *Loop) begin(now time.Time) agent.Record {
 	l.mu.Lock()
 	l.cycle++
 	cycle := l.cycle
 	l.mu.Unlock()
-	return Record{Time: now, Cycle: cycle, Policy: l.Policy.Name(), Plan: Plan{}, Verdicts: []Verdict{}, Commands: []CommandResult{}}
+	return agent.Record{Time: now, Cycle: cycle, Policy: l.Policy.Name(), Plan: agent.Plan{}, Verdicts: []agent.Verdict{}, Commands: []agent.CommandResult{}}
 }
 
 // plan is the step's whole proposal: changes a reload lost first, then
 // recovery's re-admissions, then the policy's plan. The policy's call
 // ends by PolicyBudget from the step's start (or the step's own end, if
 // sooner): that context is the one budget every policy keeps to.
-func (l *Loop) plan(ctx context.Context, obs Observation, reapply Plan, rec *Record) Plan {
+func (l *Loop) plan(ctx context.Context, obs agent.Observation, reapply agent.Plan, rec *agent.Record) agent.Plan {
 	pctx, cancel := ctx, context.CancelFunc(func() {})
 	if !l.NoStepBudget {
 		pctx, cancel = context.WithDeadline(ctx, rec.Time.Add(l.PolicyBudget()))
@@ -427,67 +429,67 @@ func (l *Loop) plan(ctx context.Context, obs Observation, reapply Plan, rec *Rec
 }
 
 // act applies every accepted verdict and logs every refusal.
-func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decision {
-	decisions := make([]Decision, 0, len(rec.Verdicts))
-	refusals, woulds := map[ActionID]string{}, map[ActionID]string{}
+func (l *Loop) act(ctx context.Context, obs *agent.Observation, rec *agent.Record) []agent.Decision {
+	decisions := make([]agent.Decision, 0, len(rec.Verdicts))
+	refusals, woulds := map[agent.ActionID]string{}, map[agent.ActionID]string{}
 	for _, v := range rec.Verdicts {
-		d := Decision{Time: rec.Time, Cycle: rec.Cycle, Verdict: v}
+		d := agent.Decision{Time: rec.Time, Cycle: rec.Cycle, Verdict: v}
 		b, sv := obs.Find(v.Proposed.Backend, v.Proposed.Server)
 		if !v.Accepted {
-			d.Outcome = OutcomeRefused
-			d.repeat = l.refused(v, refusals)
-			if v.Code == RefusedNeedsProbe && l.Recovery != nil {
+			d.Outcome = agent.OutcomeRefused
+			d.Repeat = l.refused(v, refusals)
+			if v.Code == agent.RefusedNeedsProbe && l.Recovery != nil {
 				l.Recovery.RequestProbe(v.Proposed.Key())
 			}
-			if !d.repeat {
+			if !d.Repeat {
 				a, k := v.Proposed, v.Proposed.Key()
-				l.emit(Event{Type: EventRefused, Time: rec.Time, Cycle: rec.Cycle, Server: &k, Action: &a, Code: v.Code, Reason: v.Reason,
-					Evidence: evidenceOf(b, sv, a.Reason)})
+				l.emit(agent.Event{Type: agent.EventRefused, Time: rec.Time, Cycle: rec.Cycle, Server: &k, Action: &a, Code: v.Code, Reason: v.Reason,
+					Evidence: agent.EvidenceOf(b, sv, a.Reason)})
 			}
 		} else if why := l.holdBack(v.Applied, rec.Time); why != "" {
 			applied := v.Applied
-			d.Outcome, d.Would, d.WouldKind, d.WouldApply = OutcomeObserved, why, WouldKindOf(applied), &applied
-			d.Verdict.Applied = Action{} // nothing was: what it would have sent is WouldApply
-			d.repeat = l.would(v.Applied, why, woulds)
-			rec.Would = append(rec.Would, Would{Kind: d.WouldKind, Action: v.Applied, Why: why})
-			if !d.repeat {
+			d.Outcome, d.Would, d.WouldKind, d.WouldApply = agent.OutcomeObserved, why, agent.WouldKindOf(applied), &applied
+			d.Verdict.Applied = agent.Action{} // nothing was: what it would have sent is WouldApply
+			d.Repeat = l.would(v.Applied, why, woulds)
+			rec.Would = append(rec.Would, agent.Would{Kind: d.WouldKind, Action: v.Applied, Why: why})
+			if !d.Repeat {
 				a, k := v.Applied, v.Applied.Key()
-				l.emit(Event{Type: EventWould, Time: rec.Time, Cycle: rec.Cycle, Server: &k, Action: &a, Reason: why,
-					Detail: map[string]string{"would": string(d.WouldKind)}, Evidence: evidenceOf(b, sv, a.Reason)})
+				l.emit(agent.Event{Type: agent.EventWould, Time: rec.Time, Cycle: rec.Cycle, Server: &k, Action: &a, Reason: why,
+					Detail: map[string]string{"would": string(d.WouldKind)}, Evidence: agent.EvidenceOf(b, sv, a.Reason)})
 			}
 		} else {
-			var ev *Evidence
+			var ev *agent.Evidence
 			typ := actionEvent(v.Applied)
 			if sv != nil {
-				ev = evidenceOf(b, sv, v.Applied.Reason) // before the command changes the view
-				if v.Applied.Kind == SetWeight && v.Applied.Weight > sv.State.Weight {
-					typ = EventRestore // a canary's ramp back up
+				ev = agent.EvidenceOf(b, sv, v.Applied.Reason) // before the command changes the view
+				if v.Applied.Kind == agent.SetWeight && v.Applied.Weight > sv.State.Weight {
+					typ = agent.EventRestore // a canary's ramp back up
 				}
 			}
 			results := l.apply(ctx, obs, v.Applied)
 			rec.Commands = append(rec.Commands, results...)
 			d.Error = l.applied(v.Applied, results, rec)
-			d.Outcome = OutcomeApplied
+			d.Outcome = agent.OutcomeApplied
 			if d.Error != "" {
-				d.Outcome = OutcomeFailed
+				d.Outcome = agent.OutcomeFailed
 			}
 			a, k := v.Applied, v.Applied.Key()
-			e := Event{Type: typ, Time: rec.Time, Cycle: rec.Cycle, Server: &k, Action: &a, Reason: a.Reason, Evidence: ev}
+			e := agent.Event{Type: typ, Time: rec.Time, Cycle: rec.Cycle, Server: &k, Action: &a, Reason: a.Reason, Evidence: ev}
 			if d.Error != "" {
 				e.Detail = map[string]string{"error": d.Error}
 			}
 			l.emit(e)
-			if v.Applied.Kind == Drain && v.Applied.Counted() && tookAny(results) {
-				l.drains.add(v.Applied.Backend, rec.Time) // a partial drain is one too
+			if v.Applied.Kind == agent.Drain && v.Applied.Counted() && tookAny(results) {
+				l.drains.Add(v.Applied.Backend, rec.Time) // a partial drain is one too
 			}
 		}
 		decisions = append(decisions, d)
 	}
 	l.lastRefusals, l.lastWould = refusals, woulds
 	l.mu.Lock()
-	l.wouldNow = append([]Would(nil), rec.Would...)
+	l.wouldNow = append([]agent.Would(nil), rec.Would...)
 	l.mu.Unlock()
-	l.refusedServers = map[Key]string{}
+	l.refusedServers = map[agent.Key]string{}
 	for _, v := range rec.Verdicts {
 		if !v.Accepted {
 			l.refusedServers[v.Proposed.Key()] = v.Reason
@@ -497,31 +499,31 @@ func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decisio
 }
 
 // drainsLastHour counts each backend's drains in the hour before now.
-func (l *Loop) drainsLastHour(obs Observation, now time.Time) map[string]int {
+func (l *Loop) drainsLastHour(obs agent.Observation, now time.Time) map[string]int {
 	if l.drains == nil {
-		l.drains = drainLog{}
+		l.drains = agent.DrainLog{}
 	}
 	out := map[string]int{}
 	for _, b := range obs.Backends {
-		out[b.Name] = l.drains.within(b.Name, now)
+		out[b.Name] = l.drains.Within(b.Name, now)
 	}
 	return out
 }
 
 // Scopes is how each backend of the last step stands against the
 // config's backend blocks and the caps.
-func (l *Loop) Scopes() []BackendScope {
+func (l *Loop) Scopes() []agent.BackendScope {
 	l.mu.Lock()
 	backends := l.last.Backends
 	hour := l.lastHour
 	l.mu.Unlock()
-	out := make([]BackendScope, 0, len(backends))
+	out := make([]agent.BackendScope, 0, len(backends))
 	for _, b := range backends {
 		bs := l.Guard.Scope.For(b.Name)
-		sc := BackendScope{Backend: b.Name, InScope: bs.InScope(), Blocks: bs.Pattern, Action: ActionDrain, LeaveAlone: bs.LeaveAlone,
+		sc := agent.BackendScope{Backend: b.Name, InScope: bs.InScope(), Blocks: bs.Pattern, Action: agent.ActionDrain, LeaveAlone: bs.LeaveAlone,
 			Drains: hour[b.Name]}
 		if bs.Maint() {
-			sc.Action = ActionMaint
+			sc.Action = agent.ActionMaint
 		}
 		if bs.MinServing != nil {
 			sc.MinServing = *bs.MinServing
@@ -530,7 +532,7 @@ func (l *Loop) Scopes() []BackendScope {
 			sc.MaxDrained = bs.MaxDrained.String()
 		}
 		if l.Guard.DrainsPerHour > 0 {
-			sc.Rates = &RateSummary{PerHour: l.Guard.DrainsPerHour, Used: hour[b.Name]}
+			sc.Rates = &agent.RateSummary{PerHour: l.Guard.DrainsPerHour, Used: hour[b.Name]}
 		}
 		out = append(out, sc)
 	}
@@ -540,7 +542,7 @@ func (l *Loop) Scopes() []BackendScope {
 // noteFallback writes a fallback event when a step's policy report
 // names one ("fallback": why, as the model's policy reports it) after a
 // step that did not: a run of fallbacks is one event.
-func (l *Loop) noteFallback(rec *Record) {
+func (l *Loop) noteFallback(rec *agent.Record) {
 	b, err := json.Marshal(rec.PolicyReport)
 	var r struct {
 		Fallback string `json:"fallback"`
@@ -549,13 +551,13 @@ func (l *Loop) noteFallback(rec *Record) {
 		r.Fallback = "" // a report that is no object names no fallback
 	}
 	if r.Fallback != "" && !l.fallingBack {
-		l.emit(Event{Type: EventFallback, Time: rec.Time, Cycle: rec.Cycle, Reason: r.Fallback, Detail: map[string]string{"policy": rec.Policy}})
+		l.emit(agent.Event{Type: agent.EventFallback, Time: rec.Time, Cycle: rec.Cycle, Reason: r.Fallback, Detail: map[string]string{"policy": rec.Policy}})
 	}
 	l.fallingBack = r.Fallback != ""
 }
 
 // tookAny reports whether some HAProxy took the command.
-func tookAny(results []CommandResult) bool {
+func tookAny(results []agent.CommandResult) bool {
 	for _, r := range results {
 		if r.Error == "" {
 			return true
@@ -566,7 +568,7 @@ func tookAny(results []CommandResult) bool {
 
 // holdBack says why a vetted action is not sent ("" when it is): the
 // observe mode, or a pause of its backend or of every backend.
-func (l *Loop) holdBack(a Action, now time.Time) string {
+func (l *Loop) holdBack(a agent.Action, now time.Time) string {
 	if l.Mode.Observing() {
 		return "observe mode"
 	}
@@ -578,7 +580,7 @@ func (l *Loop) holdBack(a Action, now time.Time) string {
 
 // would logs an action held back, with what it would have done and
 // why: at info the first time, at debug while it repeats.
-func (l *Loop) would(a Action, why string, woulds map[ActionID]string) (repeat bool) {
+func (l *Loop) would(a agent.Action, why string, woulds map[agent.ActionID]string) (repeat bool) {
 	k := a.ID()
 	woulds[k] = why
 	repeat = l.lastWould[k] == why
@@ -586,14 +588,14 @@ func (l *Loop) would(a Action, why string, woulds map[ActionID]string) (repeat b
 	if repeat {
 		ev = l.Log.Debug()
 	}
-	ev.Str("would", string(WouldKindOf(a))).Str("server", a.Key().String()).Int("weight", a.Weight).Str("reason", a.Reason).
-		Str("held_back", why).Msg("would " + string(WouldKindOf(a)) + "; not sent")
+	ev.Str("would", string(agent.WouldKindOf(a))).Str("server", a.Key().String()).Int("weight", a.Weight).Str("reason", a.Reason).
+		Str("held_back", why).Msg("would " + string(agent.WouldKindOf(a)) + "; not sent")
 	return repeat
 }
 
 // refused logs a refusal with its reason: at warn the first time, at
 // debug while the same refusal repeats step after step.
-func (l *Loop) refused(v Verdict, refusals map[ActionID]string) (repeat bool) {
+func (l *Loop) refused(v agent.Verdict, refusals map[agent.ActionID]string) (repeat bool) {
 	server := v.Proposed.Key().String()
 	rk := v.Proposed.ID()
 	refusals[rk] = v.Reason
@@ -609,7 +611,7 @@ func (l *Loop) refused(v Verdict, refusals map[ActionID]string) (repeat bool) {
 // applied logs an applied action and returns its error, if any process
 // failed it; one that some processes took and others did not is marked
 // partial in the record, never silently half-done.
-func (l *Loop) applied(a Action, results []CommandResult, rec *Record) string {
+func (l *Loop) applied(a agent.Action, results []agent.CommandResult, rec *agent.Record) string {
 	server := a.Key().String()
 	var errs []string
 	for _, r := range results {
@@ -632,13 +634,13 @@ func (l *Loop) applied(a Action, results []CommandResult, rec *Record) string {
 
 // finish counts the step, keeps its view for /status and writes its
 // audit record.
-func (l *Loop) finish(rec *Record, obs *Observation, began time.Time, decisions []Decision) {
+func (l *Loop) finish(rec *agent.Record, obs *agent.Observation, began time.Time, decisions []agent.Decision) {
 	dur := l.Clock.Now().Sub(began).Seconds()
 	rec.DurationMs = dur * 1000
 	l.mu.Lock()
-	l.metrics.add(rec, decisions, dur)
+	l.metrics.Count(rec, decisions, dur)
 	for _, d := range decisions {
-		if !d.repeat {
+		if !d.Repeat {
 			l.recent = append(l.recent, d)
 		}
 	}
@@ -655,7 +657,7 @@ func (l *Loop) finish(rec *Record, obs *Observation, began time.Time, decisions 
 
 // Undo readies every server the agent drained and puts back every weight
 // it changed, on every HAProxy (`--on-exit restore`).
-func (l *Loop) Undo(ctx context.Context) []CommandResult {
+func (l *Loop) Undo(ctx context.Context) []agent.CommandResult {
 	l.stepMu.Lock() // never beside a step: both read the servers and change them
 	defer l.stepMu.Unlock()
 	if l.mode().Observing() {
@@ -673,11 +675,11 @@ func (l *Loop) Undo(ctx context.Context) []CommandResult {
 		l.Log.Error().Err(err).Msg("cannot read server states: the agent's changes stay in place")
 		return nil
 	}
-	var out []CommandResult
+	var out []agent.CommandResult
 	for _, b := range obs.Backends {
 		for _, s := range b.Servers {
-			if s.Owner == OwnerAgent {
-				out = append(out, l.apply(ctx, &obs, Action{Kind: Ready, Backend: s.Backend, Server: s.Server, Reason: "agent exit", Origin: OriginRestore})...)
+			if s.Owner == agent.OwnerAgent {
+				out = append(out, l.apply(ctx, &obs, agent.Action{Kind: agent.Ready, Backend: s.Backend, Server: s.Server, Reason: "agent exit", Origin: agent.OriginRestore})...)
 			}
 		}
 	}
@@ -685,45 +687,45 @@ func (l *Loop) Undo(ctx context.Context) []CommandResult {
 }
 
 // Ledger returns the agent's changes in force.
-func (l *Loop) Ledger() map[Key]Change { return l.theLedger().Changes() }
+func (l *Loop) Ledger() map[agent.Key]agent.Change { return l.theLedger().Changes() }
 
 // Status is what GET /status answers.
 type Status struct {
 	Policy string `json:"policy"`
 	// PolicyStatus is the policy's own state (a model loading, say).
-	PolicyStatus any            `json:"policy_status,omitempty"`
-	Interval     string         `json:"interval"`
-	Cycle        uint64         `json:"cycle"`
-	Observed     time.Time      `json:"observed"`
-	Backends     []BackendView  `json:"backends"`
-	Changes      map[Key]Change `json:"changes"`
-	Decisions    []Decision     `json:"decisions"`
+	PolicyStatus any                        `json:"policy_status,omitempty"`
+	Interval     string                     `json:"interval"`
+	Cycle        uint64                     `json:"cycle"`
+	Observed     time.Time                  `json:"observed"`
+	Backends     []agent.BackendView        `json:"backends"`
+	Changes      map[agent.Key]agent.Change `json:"changes"`
+	Decisions    []agent.Decision           `json:"decisions"`
 	// Candidates are the servers the policy's own test finds now, drained
 	// or refused or not: empty for a policy that cannot tell without
 	// deciding (the LLM, a Lua script).
-	Candidates []Key `json:"candidates"`
+	Candidates []agent.Key `json:"candidates"`
 	// StateFile is where the state file stands (saved, or unsaved since
 	// a failed write); absent without --state-file.
-	StateFile *SaveStatus `json:"state_file,omitempty"`
+	StateFile *ledger.SaveStatus `json:"state_file,omitempty"`
 	// LeftAlone are the servers the agent neither judges nor acts on, and
 	// why: backups, agent-checked servers, hash-balanced backends.
-	LeftAlone map[Key]string `json:"left_alone,omitempty"`
+	LeftAlone map[agent.Key]string `json:"left_alone,omitempty"`
 	// Mode is observe or enforce; Pauses the pauses in force. While
 	// either holds an action back, it is a decision with "would" set.
-	Mode   Mode    `json:"mode"`
-	Pauses []Pause `json:"pauses"`
+	Mode   agent.Mode    `json:"mode"`
+	Pauses []agent.Pause `json:"pauses"`
 	// Inventory is every server the first step found in drain or maint,
 	// or at a weight the agent set, and who holds it.
 	Inventory []Held `json:"inventory"`
 	// Scope is how each backend stands against the config's backend
 	// blocks: in scope or not, its floor, caps and action.
-	Scope []BackendScope `json:"scope"`
+	Scope []agent.BackendScope `json:"scope"`
 }
 
 // Status is a copy of the loop's latest view, for people and scripts.
 func (l *Loop) Status() Status {
 	changes := l.Ledger()
-	var saved *SaveStatus
+	var saved *ledger.SaveStatus
 	if l.StateFile != "" {
 		st := l.theLedger().Saved()
 		saved = &st
@@ -739,23 +741,23 @@ func (l *Loop) Status() Status {
 	defer l.mu.Unlock()
 	return Status{
 		Policy: l.Policy.Name(), PolicyStatus: ps, Interval: l.Interval.String(), Cycle: l.cycle, Observed: l.last.Time,
-		Backends: l.last.Backends, Changes: changes, Decisions: append([]Decision(nil), l.recent...),
-		Candidates: append([]Key{}, l.candidates...), StateFile: saved, LeftAlone: alone,
-		Mode: l.mode(), Pauses: append([]Pause{}, pauses...), Inventory: append([]Held{}, l.inventory...), Scope: scopes,
+		Backends: l.last.Backends, Changes: changes, Decisions: append([]agent.Decision(nil), l.recent...),
+		Candidates: append([]agent.Key{}, l.candidates...), StateFile: saved, LeftAlone: alone,
+		Mode: l.mode(), Pauses: append([]agent.Pause{}, pauses...), Inventory: append([]Held{}, l.inventory...), Scope: scopes,
 	}
 }
 
 // Metrics is a copy of the loop's counters, with the state file's.
-func (l *Loop) Metrics() Counters {
+func (l *Loop) Metrics() agent.Counters {
 	saved := l.theLedger().Saved()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	m := l.metrics
-	m.RefusedBy = make(map[Refusal]uint64, len(l.metrics.RefusedBy))
+	m.RefusedBy = make(map[agent.Refusal]uint64, len(l.metrics.RefusedBy))
 	for c, n := range l.metrics.RefusedBy {
 		m.RefusedBy[c] = n
 	}
-	m.Would = make(map[WouldKind]uint64, len(l.metrics.Would))
+	m.Would = make(map[agent.WouldKind]uint64, len(l.metrics.Would))
 	for k, n := range l.metrics.Would {
 		m.Would[k] = n
 	}
@@ -765,19 +767,19 @@ func (l *Loop) Metrics() Counters {
 
 // WouldNow is every action the last step vetted and held back (observe
 // mode, a pause), for a per-server metric to alert on.
-func (l *Loop) WouldNow() []Would {
+func (l *Loop) WouldNow() []agent.Would {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]Would(nil), l.wouldNow...)
+	return append([]agent.Would(nil), l.wouldNow...)
 }
 
 // mode is the mode in force; a Loop built without one enforces.
-func (l *Loop) mode() Mode {
+func (l *Loop) mode() agent.Mode {
 	if l.Mode == "" {
-		return ModeEnforce
+		return agent.ModeEnforce
 	}
 	return l.Mode
 }
 
 // Pauses are the pauses in force now.
-func (l *Loop) Pauses() []Pause { return l.theLedger().Pauses(l.Clock.Now()) }
+func (l *Loop) Pauses() []agent.Pause { return l.theLedger().Pauses(l.Clock.Now()) }

@@ -1,4 +1,4 @@
-package agent
+package loop
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
 )
@@ -17,12 +18,12 @@ import (
 func TestReloadLostDrainIsReapplied(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3", "s4", "s5", "s6")
 	l, _, pol, _ := newLoop(rt)
-	pol.plans = []Plan{{drain("s3")}, {drain("s6")}}
+	pol.plans = []agent.Plan{{drain("s3")}, {drain("s6")}}
 	l.Step(context.Background())
 	l.Step(context.Background())
 	rt.TakeCommands()
 	rt.Reload()
-	pol.plans = []Plan{{drain("s1")}} // and the policy wants one more
+	pol.plans = []agent.Plan{{drain("s1")}} // and the policy wants one more
 	rec := l.Step(context.Background())
 	got := rt.TakeCommands()
 	want := []string{"set server app/s3 state drain", "set server app/s6 state drain"}
@@ -49,7 +50,7 @@ func TestReloadLostDrainIsReapplied(t *testing.T) {
 func TestUndoneDrainIsNotReapplied(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3")
 	l, _, pol, _ := newLoop(rt)
-	pol.plans = []Plan{{drain("s2")}}
+	pol.plans = []agent.Plan{{drain("s2")}}
 	l.Step(context.Background())
 	rt.TakeCommands()
 	rt.Set("s2", func(s *haproxy.ServerState) { s.AdminState = 0 })
@@ -67,7 +68,7 @@ func TestStateFileAcrossAgentRestarts(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3", "s4", "s5", "s6")
 	first, _, pol, _ := newLoop(rt)
 	first.StateFile = file
-	pol.plans = []Plan{{drain("s2")}, {drain("s4")}}
+	pol.plans = []agent.Plan{{drain("s2")}, {drain("s4")}}
 	first.Step(context.Background())
 	first.Step(context.Background())
 	rt.TakeCommands()
@@ -82,11 +83,11 @@ func TestStateFileAcrossAgentRestarts(t *testing.T) {
 	if got := rt.TakeCommands(); len(got) != 0 {
 		t.Fatalf("restart sent %q", got)
 	}
-	owners := map[string]Owner{}
+	owners := map[string]agent.Owner{}
 	for _, s := range rec.Servers {
 		owners[s.Server] = s.Owner
 	}
-	if owners["s2"] != OwnerAgent || owners["s4"] != OwnerAgent {
+	if owners["s2"] != agent.OwnerAgent || owners["s4"] != agent.OwnerAgent {
 		t.Fatalf("owners after restart %v", owners)
 	}
 
@@ -109,7 +110,7 @@ func TestUndoRestoresEverything(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
 	l, _, pol, _ := newLoop(rt)
 	rt.Set("s4", func(s *haproxy.ServerState) { s.AdminState = haproxy.AdminForcedMaint })
-	pol.plans = []Plan{{drain("s2"), {Kind: SetWeight, Backend: "app", Server: "s1", Weight: 5}}}
+	pol.plans = []agent.Plan{{drain("s2"), {Kind: agent.SetWeight, Backend: "app", Server: "s1", Weight: 5}}}
 	l.Step(context.Background())
 	rt.TakeCommands()
 	l.Undo(context.Background())
@@ -129,10 +130,10 @@ func TestUndoRestoresEverything(t *testing.T) {
 func TestUndoInObserveModeSendsNothing(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
 	l, _, pol, _ := newLoop(rt)
-	pol.plans = []Plan{{drain("s2")}}
+	pol.plans = []agent.Plan{{drain("s2")}}
 	l.Step(context.Background())
 	rt.TakeCommands()
-	l.Mode = ModeObserve
+	l.Mode = agent.ModeObserve
 	if res := l.Undo(context.Background()); res != nil || rt.TakeCommands() != nil || len(l.Ledger()) != 1 {
 		t.Fatalf("undo in observe mode: %v, ledger %v", res, l.Ledger())
 	}

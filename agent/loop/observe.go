@@ -1,4 +1,4 @@
-package agent
+package loop
 
 import (
 	"context"
@@ -7,40 +7,26 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/ledger"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lib/window"
 )
 
-// Runtime is the part of the runtime API the loop uses; *haproxy.Client
-// implements it, tests use a recording fake.
-type Runtime interface {
-	Addr() string
-	ShowInfo(ctx context.Context) (haproxy.Info, error)
-	ServerStats(ctx context.Context) ([]haproxy.ServerStat, error)
-	ShowServersState(ctx context.Context) ([]haproxy.ServerState, error)
-	SetServerState(ctx context.Context, backend, server string, st haproxy.AdminState) error
-	SetWeight(ctx context.Context, backend, server string, weight int) error
-}
-
-// Windows is where observations come from; *window.Store implements it.
-type Windows interface {
-	Snapshot(last time.Duration) []window.Stats
-}
-
-func key(backend, server string) Key { return Key{Backend: backend, Server: server} }
+func key(backend, server string) agent.Key { return agent.Key{Backend: backend, Server: server} }
 
 // processes is every HAProxy's view of its servers, merged: a server
 // serves only if every process lets it, and only servers every process
 // knows can be acted on.
 type processes struct {
-	epoch string // the processes' instances, joined
-	site  Site   // the HAProxy they are: sockets and node names, joined
+	epoch string     // the processes' instances, joined
+	site  agent.Site // the HAProxy they are: sockets and node names, joined
 	// order is the servers in HAProxy's order, as the first process's
 	// server states list them; byKey finds each. One entry holds all a
 	// server's figures, so that a step at 10,000 servers looks each up
 	// once, not once a figure.
 	order []*procServer
-	byKey map[Key]*procServer
+	byKey map[agent.Key]*procServer
 	pool  []procServer // the entries, a few allocations for all
 	count int
 }
@@ -55,7 +41,7 @@ type procServer struct {
 }
 
 // entry is k's entry, made when first seen.
-func (p *processes) entry(k Key) *procServer {
+func (p *processes) entry(k agent.Key) *procServer {
 	if e, ok := p.byKey[k]; ok {
 		return e
 	}
@@ -70,7 +56,7 @@ func (p *processes) entry(k Key) *procServer {
 }
 
 // everyProcess is k's merged state, when every process lists it.
-func (p *processes) everyProcess(k Key) (*haproxy.ServerState, bool) {
+func (p *processes) everyProcess(k agent.Key) (*haproxy.ServerState, bool) {
 	e, ok := p.byKey[k]
 	if !ok || e.seenBy != p.count {
 		return nil, false
@@ -79,7 +65,7 @@ func (p *processes) everyProcess(k Key) (*haproxy.ServerState, bool) {
 }
 
 // readProcesses reads every runtime's info, stats and server states.
-func readProcesses(ctx context.Context, runtimes []Runtime) (*processes, error) {
+func readProcesses(ctx context.Context, runtimes []agent.Runtime) (*processes, error) {
 	if len(runtimes) == 0 {
 		return nil, fmt.Errorf("no runtime socket")
 	}
@@ -91,7 +77,7 @@ func readProcesses(ctx context.Context, runtimes []Runtime) (*processes, error) 
 			return nil, fmt.Errorf("read info from %s: %w", rt.Addr(), err)
 		}
 		instances = append(instances, info.Instance())
-		sites = append(sites, string(SiteOf(rt.Addr(), info)))
+		sites = append(sites, string(agent.SiteOf(rt.Addr(), info)))
 		stats, err := rt.ServerStats(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("read stats from %s: %w", rt.Addr(), err)
@@ -100,7 +86,7 @@ func readProcesses(ctx context.Context, runtimes []Runtime) (*processes, error) 
 			// Sized by the first process's servers: grown one by one,
 			// the map of 10,000 servers rehashed a tenth of a step.
 			n := len(stats)
-			p.byKey, p.pool, p.order = make(map[Key]*procServer, n), make([]procServer, 0, n), make([]*procServer, 0, n)
+			p.byKey, p.pool, p.order = make(map[agent.Key]*procServer, n), make([]procServer, 0, n), make([]*procServer, 0, n)
 		}
 		p.addStats(stats)
 		states, err := rt.ShowServersState(ctx)
@@ -109,13 +95,13 @@ func readProcesses(ctx context.Context, runtimes []Runtime) (*processes, error) 
 		}
 		p.addStates(states)
 	}
-	p.epoch, p.site = strings.Join(instances, ","), Site(strings.Join(sites, ","))
+	p.epoch, p.site = strings.Join(instances, ","), agent.Site(strings.Join(sites, ","))
 	return p, nil
 }
 
 func (p *processes) addStats(stats []haproxy.ServerStat) {
 	if p.byKey == nil {
-		p.byKey = map[Key]*procServer{}
+		p.byKey = map[agent.Key]*procServer{}
 	}
 	for _, st := range stats {
 		e := p.entry(key(st.Backend, st.Server))
@@ -129,7 +115,7 @@ func (p *processes) addStats(stats []haproxy.ServerStat) {
 
 func (p *processes) addStates(states []haproxy.ServerState) {
 	if p.byKey == nil {
-		p.byKey = map[Key]*procServer{}
+		p.byKey = map[agent.Key]*procServer{}
 	}
 	for _, s := range states {
 		e := p.entry(key(s.Backend, s.Server))
@@ -162,10 +148,10 @@ func (p *processes) everywhere() []*procServer {
 // observe builds the step's observation from the processes and the
 // windows, with the ledger's word on who holds each server. It also
 // returns the changes a reload lost, to be applied again.
-func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observation, Plan, error) {
+func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (agent.Observation, agent.Plan, error) {
 	procs, err := readProcesses(ctx, l.Runtimes)
 	if err != nil {
-		return Observation{}, nil, err
+		return agent.Observation{}, nil, err
 	}
 	ledger := l.theLedger()
 	if was, changed := ledger.SetEpoch(procs.epoch); changed && was != "" {
@@ -177,12 +163,12 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 		span = 10 * time.Second
 	}
 	windows := l.readWindows(l.Lookback, span)
-	obs := Observation{Time: now, Cycle: cycle, Lookback: l.Lookback, RecentSpan: span}
-	var reapply Plan
+	obs := agent.Observation{Time: now, Cycle: cycle, Lookback: l.Lookback, RecentSpan: span}
+	var reapply agent.Plan
 	var held []Held
 	all := procs.everywhere()
 	places := l.places.of(all, windows)
-	present := make(map[Key]bool, len(all))
+	present := make(map[agent.Key]bool, len(all))
 	index := map[string]int{} // backend name -> its place in obs.Backends
 	// Each backend's servers are counted first so that its slice is made
 	// once: appending 10,000 views of 456 bytes copied each several times.
@@ -190,7 +176,7 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 	for _, e := range all {
 		perBackend[e.state.Backend]++
 	}
-	leftAlone := map[Key]string{}
+	leftAlone := map[agent.Key]string{}
 	for i, e := range all {
 		s := e.state
 		k := key(s.Backend, s.Server)
@@ -200,7 +186,7 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 			continue
 		}
 		l.readdress(k, s.Addr)
-		v := ServerView{Backend: s.Backend, Server: s.Server, State: s, MaxConn: e.maxconn, RespTimeMs: e.rtime}
+		v := agent.ServerView{Backend: s.Backend, Server: s.Server, State: s, MaxConn: e.maxconn, RespTimeMs: e.rtime}
 		windows.setAt(&v, places[i])
 		var lost bool
 		v.Owner, v.Changed, lost = ledger.Reconcile(k, s, now)
@@ -214,7 +200,7 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 				ev = l.Log.Debug()
 			}
 			if l.reapplyLogged == nil {
-				l.reapplyLogged = map[Key]string{}
+				l.reapplyLogged = map[agent.Key]string{}
 			}
 			l.reapplyLogged[k] = procs.epoch
 			ev.Stringer("server", k).Str("phase", string(v.Changed.Phase)).Msg("a reload lost the agent's change; applying it again")
@@ -224,7 +210,7 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 			held = append(held, h)
 		}
 		label := ""
-		if v.Owner == OwnerOperator && (s.Drain() || s.Maint()) {
+		if v.Owner == agent.OwnerOperator && (s.Drain() || s.Maint()) {
 			label = s.Label()
 		}
 		ledger.SeeOperator(k, label)
@@ -232,7 +218,7 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 		if !ok {
 			bi = len(obs.Backends)
 			index[s.Backend] = bi
-			obs.Backends = append(obs.Backends, BackendView{Name: s.Backend, Servers: make([]ServerView, 0, perBackend[s.Backend])})
+			obs.Backends = append(obs.Backends, agent.BackendView{Name: s.Backend, Servers: make([]agent.ServerView, 0, perBackend[s.Backend])})
 		}
 		obs.Backends[bi].Servers = append(obs.Backends[bi].Servers, v)
 	}
@@ -256,10 +242,10 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (Observ
 // twice (each had been a tenth of a step).
 type windowsRead struct {
 	long, recent []window.Stats
-	at           map[Key]int32
+	at           map[agent.Key]int32
 	// recentAt is the recent read's own index, made only where its series
 	// are not the long read's, place for place.
-	recentAt map[Key]int32
+	recentAt map[agent.Key]int32
 }
 
 // bothWindows is a Windows that reads two spans in one pass
@@ -288,8 +274,8 @@ func (l *Loop) readWindows(long, recent time.Duration) *windowsRead {
 	return w
 }
 
-func index(stats []window.Stats) map[Key]int32 {
-	at := make(map[Key]int32, len(stats))
+func index(stats []window.Stats) map[agent.Key]int32 {
+	at := make(map[agent.Key]int32, len(stats))
 	for i, st := range stats {
 		at[key(st.Backend, st.Server)] = int32(i)
 	}
@@ -297,7 +283,7 @@ func index(stats []window.Stats) map[Key]int32 {
 }
 
 // place is k's place in the long read, -1 where it holds no series for k.
-func (w *windowsRead) place(k Key) int32 {
+func (w *windowsRead) place(k agent.Key) int32 {
 	if w.at == nil {
 		w.at = index(w.long)
 	}
@@ -308,15 +294,15 @@ func (w *windowsRead) place(k Key) int32 {
 }
 
 // holds says whether the long read's place i is k's series.
-func (w *windowsRead) holds(i int32, k Key) bool {
+func (w *windowsRead) holds(i int32, k agent.Key) bool {
 	return int(i) < len(w.long) && w.long[i].Backend == k.Backend && w.long[i].Server == k.Server
 }
 
 // set is SetWindows from this read.
-func (w *windowsRead) set(v *ServerView) { w.setAt(v, w.place(key(v.Backend, v.Server))) }
+func (w *windowsRead) set(v *agent.ServerView) { w.setAt(v, w.place(key(v.Backend, v.Server))) }
 
 // setAt is set with v's place in the long read known (-1: none).
-func (w *windowsRead) setAt(v *ServerView, i int32) {
+func (w *windowsRead) setAt(v *agent.ServerView, i int32) {
 	v.Window, v.Recent = window.Stats{}, window.Stats{}
 	if i >= 0 {
 		v.Window = w.long[i]
@@ -338,7 +324,7 @@ func (w *windowsRead) setAt(v *ServerView, i int32) {
 // step until a server comes or goes, so a step checks the places kept,
 // comparing names in order, instead of finding 10,000 servers by hash.
 type viewPlaces struct {
-	keys   []Key
+	keys   []agent.Key
 	places []int32
 }
 
@@ -380,20 +366,11 @@ func (p *viewPlaces) fit(servers []*procServer, w *windowsRead) bool {
 	return placed == len(w.long)
 }
 
-// SetWindows gives v its long and recent window figures, named after v
-// even where the windows hold no series for it yet.
-func (v *ServerView) SetWindows(long, recent map[Key]window.Stats) {
-	k := key(v.Backend, v.Server)
-	v.Window, v.Recent = long[k], recent[k]
-	v.Window.Backend, v.Window.Server = v.Backend, v.Server
-	v.Recent.Backend, v.Recent.Server = v.Backend, v.Server
-}
-
 // reapplyAction puts back a change a reload lost.
-func reapplyAction(v ServerView) Action {
-	a := Action{Kind: Drain, Backend: v.Backend, Server: v.Server, Reason: "re-applied after a reload: " + v.Changed.Reason, Origin: OriginReapply}
-	if v.Changed.Phase != PhaseDrained {
-		a.Kind, a.Weight = SetWeight, v.Changed.Weight
+func reapplyAction(v agent.ServerView) agent.Action {
+	a := agent.Action{Kind: agent.Drain, Backend: v.Backend, Server: v.Server, Reason: "re-applied after a reload: " + v.Changed.Reason, Origin: agent.OriginReapply}
+	if v.Changed.Phase != agent.PhaseDrained {
+		a.Kind, a.Weight = agent.SetWeight, v.Changed.Weight
 	}
 	return a
 }
@@ -428,10 +405,10 @@ const (
 // Held is a server found in drain or maint, or at a weight the agent
 // set, and who holds it.
 type Held struct {
-	Server Key    `json:"server"`
-	State  string `json:"state"`
-	Weight int    `json:"weight"`
-	Holder Holder `json:"holder"`
+	Server agent.Key `json:"server"`
+	State  string    `json:"state"`
+	Weight int       `json:"weight"`
+	Holder Holder    `json:"holder"`
 	// Since is when the agent's change began (its own only).
 	Since time.Time `json:"since,omitzero"`
 	// Reason is the agent's reason for its change (its own only).
@@ -441,10 +418,10 @@ type Held struct {
 // holder classifies v for the start-up inventory: ok is false for a
 // server at its configured state that nobody holds. Called before the
 // step records what it saw of the operator's servers.
-func holder(v ServerView, ledger *Ledger) (Held, bool) {
+func holder(v agent.ServerView, ledger *ledger.Ledger) (Held, bool) {
 	h := Held{Server: v.Key(), State: v.State.Label(), Weight: v.State.Weight}
 	switch {
-	case v.Owner == OwnerAgent && v.Changed != nil:
+	case v.Owner == agent.OwnerAgent && v.Changed != nil:
 		h.Holder, h.Since, h.Reason = HeldByAgent, v.Changed.At, v.Changed.Reason
 	case !v.State.Drain() && !v.State.Maint():
 		return h, false
@@ -467,7 +444,7 @@ func (l *Loop) takeInventory(held []Held) {
 			l.Log.Warn().Stringer("server", h.Server).Str("state", h.State).
 				Msg("found out of rotation with no record of who set it: left alone, as an operator's; bring it back by hand if no one meant it")
 			k := h.Server
-			l.emit(Event{Type: EventUnknownServer, Server: &k, Reason: "found " + h.State + " at start with no record of who set it: left alone",
+			l.emit(agent.Event{Type: agent.EventUnknownServer, Server: &k, Reason: "found " + h.State + " at start with no record of who set it: left alone",
 				Detail: map[string]string{"state": h.State}})
 		}
 	}

@@ -1,4 +1,4 @@
-package agent
+package loop
 
 import (
 	"context"
@@ -7,13 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
 )
 
-func scopeOf(t *testing.T, lines ...string) Scope {
+func scopeOf(t *testing.T, lines ...string) agent.Scope {
 	t.Helper()
-	var s Scope
+	var s agent.Scope
 	for _, l := range lines {
 		if err := s.Set(l); err != nil {
 			t.Fatal(err)
@@ -41,7 +42,7 @@ func TestScopeSet(t *testing.T) {
 		{"[.enabled=true", "pattern"},
 	}
 	for _, tc := range tests {
-		var s Scope
+		var s agent.Scope
 		err := s.Set(tc.in)
 		if (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
 			t.Errorf("Set(%q) = %v, want %q", tc.in, err, tc.err)
@@ -49,7 +50,7 @@ func TestScopeSet(t *testing.T) {
 	}
 	s := scopeOf(t, "api-*.max-drained=2", "api-*.action=maint", "api-eu.max-drained=1", "api.v2.enabled=false")
 	eu := s.For("api-eu")
-	if *eu.MaxDrained != (Cap{N: 1}) || !eu.Maint() || eu.Pattern != "api-*,api-eu" || !eu.InScope() {
+	if *eu.MaxDrained != (agent.Cap{N: 1}) || !eu.Maint() || eu.Pattern != "api-*,api-eu" || !eu.InScope() {
 		t.Errorf("api-eu: %+v", eu)
 	}
 	if s.For("api.v2").InScope() || !s.For("web").InScope() {
@@ -75,48 +76,48 @@ func TestScopeSet(t *testing.T) {
 
 // The scope's guards, each refusal with its code and reason.
 func TestScopeGuards(t *testing.T) {
-	two := func() *Observation {
-		return &Observation{Backends: []BackendView{
-			{Name: "app", Servers: []ServerView{sv("s1"), sv("s2"), sv("s3"), sv("s4"), sv("s5", drainedByAgent), sv("s6")}},
-			{Name: "web", Servers: []ServerView{{Backend: "web", Server: "w1", Owner: OwnerNone, State: haproxy.ServerState{Backend: "web", Server: "w1", OpState: haproxy.OpRunning, Weight: 1, Initial: 1}},
-				{Backend: "web", Server: "w2", Owner: OwnerNone, State: haproxy.ServerState{Backend: "web", Server: "w2", OpState: haproxy.OpRunning, Weight: 1, Initial: 1}}}},
+	two := func() *agent.Observation {
+		return &agent.Observation{Backends: []agent.BackendView{
+			{Name: "app", Servers: []agent.ServerView{sv("s1"), sv("s2"), sv("s3"), sv("s4"), sv("s5", drainedByAgent), sv("s6")}},
+			{Name: "web", Servers: []agent.ServerView{{Backend: "web", Server: "w1", Owner: agent.OwnerNone, State: haproxy.ServerState{Backend: "web", Server: "w1", OpState: haproxy.OpRunning, Weight: 1, Initial: 1}},
+				{Backend: "web", Server: "w2", Owner: agent.OwnerNone, State: haproxy.ServerState{Backend: "web", Server: "w2", OpState: haproxy.OpRunning, Weight: 1, Initial: 1}}}},
 		}}
 	}
 	tests := []struct {
 		name   string
 		scope  []string
-		global Cap
+		global agent.Cap
 		perH   int
 		hour   map[string]int
-		plan   Plan
+		plan   agent.Plan
 		accept []bool
-		code   Refusal // of the last refusal
+		code   agent.Refusal // of the last refusal
 	}{
-		{"in scope", nil, Cap{}, 0, nil, Plan{drain("s2")}, []bool{true}, ""},
-		{"out of scope", []string{"app.enabled=false"}, Cap{}, 0, nil, Plan{drain("s2")}, []bool{false}, RefusedOutOfScope},
-		{"out of scope by glob", []string{"a*.enabled=false"}, Cap{}, 0, nil, Plan{drain("s2")}, []bool{false}, RefusedOutOfScope},
-		{"out of scope: recovery's ready still passes", []string{"app.enabled=false"}, Cap{}, 0, nil,
-			Plan{{Kind: Ready, Backend: "app", Server: "s5", Origin: OriginRecovery}}, []bool{true}, ""},
-		{"left alone", []string{"app.leave-alone=s1,s2"}, Cap{}, 0, nil, Plan{drain("s2")}, []bool{false}, RefusedLeftAlone},
-		{"left alone: others not", []string{"app.leave-alone=s1"}, Cap{}, 0, nil, Plan{drain("s2")}, []bool{true}, ""},
-		{"max-drained 1 with one held", []string{"app.max-drained=1"}, Cap{}, 0, nil, Plan{drain("s2")}, []bool{false}, RefusedMaxDrained},
-		{"max-drained 2", []string{"app.max-drained=2"}, Cap{}, 0, nil, Plan{drain("s2")}, []bool{true}, ""},
-		{"max-drained 34% of 6 is 2", []string{"app.max-drained=34%"}, Cap{}, 0, nil, Plan{drain("s2")}, []bool{true}, ""},
-		{"max-drained 20% of 6 is 1", []string{"app.max-drained=20%"}, Cap{}, 0, nil, Plan{drain("s2")}, []bool{false}, RefusedMaxDrained},
-		{"global max-drained 1", nil, Cap{N: 1}, 0, nil, Plan{drain("s2")}, []bool{false}, RefusedMaxDrained},
-		{"rate cap reached", nil, Cap{}, 2, map[string]int{"app": 2}, Plan{drain("s2")}, []bool{false}, RefusedRateCap},
-		{"rate cap not reached", nil, Cap{}, 2, map[string]int{"app": 1}, Plan{drain("s2")}, []bool{true}, ""},
-		{"per-backend floor", []string{"app.min-serving=5"}, Cap{}, 0, nil, Plan{drain("s2")}, []bool{false}, RefusedFloor},
+		{"in scope", nil, agent.Cap{}, 0, nil, agent.Plan{drain("s2")}, []bool{true}, ""},
+		{"out of scope", []string{"app.enabled=false"}, agent.Cap{}, 0, nil, agent.Plan{drain("s2")}, []bool{false}, agent.RefusedOutOfScope},
+		{"out of scope by glob", []string{"a*.enabled=false"}, agent.Cap{}, 0, nil, agent.Plan{drain("s2")}, []bool{false}, agent.RefusedOutOfScope},
+		{"out of scope: recovery's ready still passes", []string{"app.enabled=false"}, agent.Cap{}, 0, nil,
+			agent.Plan{{Kind: agent.Ready, Backend: "app", Server: "s5", Origin: agent.OriginRecovery}}, []bool{true}, ""},
+		{"left alone", []string{"app.leave-alone=s1,s2"}, agent.Cap{}, 0, nil, agent.Plan{drain("s2")}, []bool{false}, agent.RefusedLeftAlone},
+		{"left alone: others not", []string{"app.leave-alone=s1"}, agent.Cap{}, 0, nil, agent.Plan{drain("s2")}, []bool{true}, ""},
+		{"max-drained 1 with one held", []string{"app.max-drained=1"}, agent.Cap{}, 0, nil, agent.Plan{drain("s2")}, []bool{false}, agent.RefusedMaxDrained},
+		{"max-drained 2", []string{"app.max-drained=2"}, agent.Cap{}, 0, nil, agent.Plan{drain("s2")}, []bool{true}, ""},
+		{"max-drained 34% of 6 is 2", []string{"app.max-drained=34%"}, agent.Cap{}, 0, nil, agent.Plan{drain("s2")}, []bool{true}, ""},
+		{"max-drained 20% of 6 is 1", []string{"app.max-drained=20%"}, agent.Cap{}, 0, nil, agent.Plan{drain("s2")}, []bool{false}, agent.RefusedMaxDrained},
+		{"global max-drained 1", nil, agent.Cap{N: 1}, 0, nil, agent.Plan{drain("s2")}, []bool{false}, agent.RefusedMaxDrained},
+		{"rate cap reached", nil, agent.Cap{}, 2, map[string]int{"app": 2}, agent.Plan{drain("s2")}, []bool{false}, agent.RefusedRateCap},
+		{"rate cap not reached", nil, agent.Cap{}, 2, map[string]int{"app": 1}, agent.Plan{drain("s2")}, []bool{true}, ""},
+		{"per-backend floor", []string{"app.min-serving=5"}, agent.Cap{}, 0, nil, agent.Plan{drain("s2")}, []bool{false}, agent.RefusedFloor},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			g := DefaultGuardrails()
+			g := agent.DefaultGuardrails()
 			g.Scope, g.MaxDrained, g.DrainsPerHour = scopeOf(t, tc.scope...), tc.global, tc.perH
 			obs := two()
 			obs.DrainsLastHour = tc.hour
 			vs := g.Vet(obs, tc.plan)
 			var got []bool
-			var code Refusal
+			var code agent.Refusal
 			for _, v := range vs {
 				got = append(got, v.Accepted)
 				if !v.Accepted {
@@ -143,21 +144,21 @@ func TestMaintActionAndRateCap(t *testing.T) {
 	l.Guard.Scope = scopeOf(t, "app.action=maint")
 	l.Guard.DrainsPerHour = 1
 	l.Guard.MinServing = 1
-	pol.plans = []Plan{{drain("s2")}, {drain("s3")}, nil, {drain("s3")}}
+	pol.plans = []agent.Plan{{drain("s2")}, {drain("s3")}, nil, {drain("s3")}}
 	l.Step(ctx)
 	if got := rt.TakeCommands(); !reflect.DeepEqual(got, []string{"set server app/s2 state maint"}) {
 		t.Fatalf("commands %q", got)
 	}
 	rec := l.Step(ctx)
-	if got := rt.TakeCommands(); got != nil || rec.Verdicts[0].Code != RefusedRateCap {
+	if got := rt.TakeCommands(); got != nil || rec.Verdicts[0].Code != agent.RefusedRateCap {
 		t.Fatalf("second drain within the hour: %q %+v", got, rec.Verdicts)
 	}
-	if c := l.Ledger()[Key{Backend: "app", Server: "s2"}]; c.Phase != PhaseDrained || !c.Maint {
+	if c := l.Ledger()[agent.Key{Backend: "app", Server: "s2"}]; c.Phase != agent.PhaseDrained || !c.Maint {
 		t.Fatalf("the maint is not the agent's: %v", l.Ledger())
 	}
 	clk.Advance(time.Hour)
 	l.Step(ctx)
-	if _, err := l.Release(ctx, Key{Backend: "app", Server: "s2"}, "test"); err != nil {
+	if _, err := l.Release(ctx, agent.Key{Backend: "app", Server: "s2"}, "test"); err != nil {
 		t.Fatal(err)
 	}
 	l.Step(ctx)
@@ -165,7 +166,7 @@ func TestMaintActionAndRateCap(t *testing.T) {
 		t.Fatalf("after the hour: %q", got)
 	}
 	sc := l.Status().Scope
-	if len(sc) != 1 || sc[0].Action != ActionMaint || sc[0].Rates == nil || sc[0].Rates.Used != 0 {
+	if len(sc) != 1 || sc[0].Action != agent.ActionMaint || sc[0].Rates == nil || sc[0].Rates.Used != 0 {
 		t.Fatalf("scope %+v", sc)
 	}
 }

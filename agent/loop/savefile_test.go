@@ -1,11 +1,10 @@
-package agent
+package loop
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/ledger"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
 	"github.com/hapilot/hapilot/internal/lib/auditlog"
 	"github.com/hapilot/hapilot/internal/lib/safefile"
@@ -21,9 +22,9 @@ import (
 )
 
 // savedChanges reads the state file as the next start would.
-func savedChanges(t *testing.T, path string) map[Key]Change {
+func savedChanges(t *testing.T, path string) map[agent.Key]agent.Change {
 	t.Helper()
-	return NewLedger(path, zerolog.Nop()).Changes()
+	return ledger.NewLedger(path, zerolog.Nop()).Changes()
 }
 
 // A write of the state file that fails is tried again at the next step
@@ -41,7 +42,7 @@ func TestFailedSaveIsRetried(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
 	l, clk, pol, _ := newLoop(rt)
 	l.StateFile = file
-	pol.plans = []Plan{{drain("s2")}}
+	pol.plans = []agent.Plan{{drain("s2")}}
 
 	// The folder is gone, a file in its place: every write fails.
 	if err := os.Rename(dir, dir+".away"); err != nil {
@@ -79,7 +80,7 @@ func TestFailedSaveIsRetried(t *testing.T) {
 	if m := l.Metrics(); m.StateUnsaved || m.StateFailedWrites != 2 {
 		t.Fatalf("metrics %+v", m)
 	}
-	if got := savedChanges(t, file); got[mustKey("app/s2")].Phase != PhaseDrained {
+	if got := savedChanges(t, file); got[mustKey("app/s2")].Phase != agent.PhaseDrained {
 		t.Fatalf("the state file holds %+v, want s2 drained", got)
 	}
 }
@@ -119,7 +120,7 @@ func TestUnreadableStateFileKeptAside(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			l := NewLedger(file, zerolog.Nop())
+			l := ledger.NewLedger(file, zerolog.Nop())
 			if n := len(l.Changes()); n != 0 {
 				t.Fatalf("%d changes read from an unreadable file", n)
 			}
@@ -134,7 +135,7 @@ func TestUnreadableStateFileKeptAside(t *testing.T) {
 			if l.Saved().KeptAside != kept[0] {
 				t.Fatalf("save status %+v, want it to name %s", l.Saved(), kept[0])
 			}
-			if got := savedChanges(t, file); got[mustKey("app/s2")].Phase != PhaseDrained {
+			if got := savedChanges(t, file); got[mustKey("app/s2")].Phase != agent.PhaseDrained {
 				t.Fatalf("the new state file holds %+v", got)
 			}
 		})
@@ -149,7 +150,7 @@ func TestOpenLedgerRefusesAFIFO(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := OpenLedger(fifo, zerolog.Nop()); !errors.Is(err, safefile.ErrNotRegular) || !strings.Contains(err.Error(), "FIFO") {
+	if _, err := ledger.OpenLedger(fifo, zerolog.Nop()); !errors.Is(err, safefile.ErrNotRegular) || !strings.Contains(err.Error(), "FIFO") {
 		t.Fatalf("err %v", err)
 	}
 	l, _, _, _ := newLoop(fakes.NewRuntime("s1"))
@@ -208,7 +209,7 @@ func TestFullDiskLosesNothing(t *testing.T) {
 		}
 		pad.Close()
 	}
-	pol.plans = []Plan{nil, {drain("s2")}}
+	pol.plans = []agent.Plan{nil, {drain("s2")}}
 	for i := 0; i < 3; i++ {
 		clk.Advance(l.Interval)
 		l.Step(context.Background())
@@ -227,7 +228,7 @@ func TestFullDiskLosesNothing(t *testing.T) {
 	if st := l.Status().StateFile; !st.Saved {
 		t.Fatalf("unsaved once space came back: %+v", st)
 	}
-	if got := savedChanges(t, file); got[mustKey("app/s2")].Phase != PhaseDrained {
+	if got := savedChanges(t, file); got[mustKey("app/s2")].Phase != agent.PhaseDrained {
 		t.Fatalf("the state file holds %+v, want s2 drained", got)
 	}
 	b, err := os.ReadFile(auditPath)
@@ -246,39 +247,9 @@ func TestFullDiskLosesNothing(t *testing.T) {
 	if torn != 1 {
 		t.Fatalf("%d torn audit lines, want the one the full disk cut", torn)
 	}
-	var last Record
+	var last agent.Record
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.Cycle != 5 {
 		t.Fatalf("the last audit line (%v) is not step 5's record whole: %.200s", err, lines[len(lines)-1])
-	}
-}
-
-// The state file is never written larger than the agent reads back at
-// start (MaxStateFile): a state that outgrew it leaves the last readable
-// file, unsaved and said so, rather than a file the next start would
-// set aside with every drain it named.
-func TestStateFileNeverOutgrowsItsReader(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "state.json")
-	l := NewLedger(file, zerolog.Nop())
-	l.Drain(key("app", "s1"), time.Unix(1000, 0), "test", 0.5, 0, false)
-	// Enough servers seen held by the operator to outgrow the bound, put
-	// in memory at once (one write each would take minutes).
-	l.mu.Lock()
-	name := strings.Repeat("s", 200)
-	for i := 0; i*len(name) < MaxStateFile; i++ { // each is more than len(name) bytes in the file
-		l.operatorSeen[key("big", fmt.Sprintf("%s%d", name, i))] = "drain"
-	}
-	l.mu.Unlock()
-	l.Drain(key("app", "s2"), time.Unix(1001, 0), "test", 0.5, 0, false)
-	st := l.Saved()
-	if st.Saved || !strings.Contains(st.Error, "over the") {
-		t.Fatalf("save status %+v", st)
-	}
-	fi, err := os.Stat(file)
-	if err != nil || fi.Size() > MaxStateFile {
-		t.Fatalf("state file %v, %v", fi, err)
-	}
-	if got := savedChanges(t, file); len(got) != 1 {
-		t.Fatalf("the next start reads %v, want the last state it can read (s1)", got)
 	}
 }
 
@@ -297,10 +268,10 @@ func TestHungStateDiskNeverStopsTheLoop(t *testing.T) {
 	hung := func(path string, data []byte) error {
 		entered <- struct{}{}
 		<-release
-		return replaceFile(path, data)
+		return ledger.ReplaceFile(path, data)
 	}
-	stop := l.theLedger().writeInBackground(hung)
-	pol.plans = []Plan{{drain("s2")}}
+	stop := l.theLedger().WriteInBackgroundWith(hung)
+	pol.plans = []agent.Plan{{drain("s2")}}
 	stepped := make(chan struct{})
 	go func() { l.Step(ctx); close(stepped) }()
 	select {
@@ -315,7 +286,7 @@ func TestHungStateDiskNeverStopsTheLoop(t *testing.T) {
 	if st := l.theLedger().Saved(); !st.Saved {
 		t.Fatalf("unsaved before the write was stuck: %+v", st)
 	}
-	clk.Advance(StuckWrite + time.Second)
+	clk.Advance(ledger.StuckWrite + time.Second)
 	if st := l.theLedger().Saved(); st.Saved || !strings.Contains(st.Error, "hung disk") {
 		t.Fatalf("a stuck write reads as saved: %+v", st)
 	}
@@ -323,7 +294,7 @@ func TestHungStateDiskNeverStopsTheLoop(t *testing.T) {
 	if st := stop(30 * time.Second); !st.Saved {
 		t.Fatalf("after the disk answered: %+v", st)
 	}
-	if got := savedChanges(t, file); got[key("app", "s2")].Phase != PhaseDrained {
+	if got := savedChanges(t, file); got[key("app", "s2")].Phase != agent.PhaseDrained {
 		t.Fatalf("the next start reads %v", got)
 	}
 }

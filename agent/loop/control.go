@@ -1,4 +1,4 @@
-package agent
+package loop
 
 import (
 	"context"
@@ -9,20 +9,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/ledger"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/rs/zerolog"
 )
 
-// ErrRefused marks an operator's command the agent will not carry out;
-// the error's text says why.
-var ErrRefused = errors.New("refused")
-
 // Released is one server an operator's command brought back.
 type Released struct {
-	Server Key `json:"server"`
+	Server agent.Key `json:"server"`
 	// Was is the agent's change it ended.
-	Was      Change          `json:"was"`
-	Commands []CommandResult `json:"commands"`
+	Was      agent.Change          `json:"was"`
+	Commands []agent.CommandResult `json:"commands"`
 	// Until is when the server stops being the operator's: the agent
 	// does not act on it before, unless its state changes.
 	Until time.Time `json:"until"`
@@ -37,14 +35,14 @@ func (l *Loop) releaseHold() time.Duration {
 	if l.OperatorHold > 0 {
 		return l.OperatorHold
 	}
-	return DefaultOperatorHold
+	return agent.DefaultOperatorHold
 }
 
 // Release brings server k back to its configured state now, and leaves
 // it to the operator for the hold time: the agent's own change only.
 // It acts in observe mode and while paused too: it is the operator's
 // command, not the agent's decision.
-func (l *Loop) Release(ctx context.Context, k Key, by string) (Released, error) {
+func (l *Loop) Release(ctx context.Context, k agent.Key, by string) (Released, error) {
 	l.stepMu.Lock()
 	defer l.stepMu.Unlock()
 	obs, err := l.observeNow(ctx)
@@ -53,11 +51,11 @@ func (l *Loop) Release(ctx context.Context, k Key, by string) (Released, error) 
 	}
 	_, v := obs.Find(k.Backend, k.Server)
 	if v == nil {
-		return Released{Server: k}, fmt.Errorf("%w: no server %s in HAProxy", ErrRefused, k)
+		return Released{Server: k}, fmt.Errorf("%w: no server %s in HAProxy", agent.ErrRefused, k)
 	}
-	if v.Owner != OwnerAgent || v.Changed == nil {
+	if v.Owner != agent.OwnerAgent || v.Changed == nil {
 		return Released{Server: k}, fmt.Errorf("%w: %s is not the agent's change (owner %s, %s, weight %d of %d): the agent only releases its own",
-			ErrRefused, k, v.Owner, v.State.Label(), v.State.Weight, v.State.Initial)
+			agent.ErrRefused, k, v.Owner, v.State.Label(), v.State.Weight, v.State.Initial)
 	}
 	r := l.release(ctx, v, by)
 	if r.Error != "" {
@@ -78,7 +76,7 @@ func (l *Loop) Restore(ctx context.Context, by string) ([]Released, error) {
 	var errs []error
 	for _, b := range obs.Backends {
 		for i := range b.Servers {
-			if v := &b.Servers[i]; v.Owner == OwnerAgent && v.Changed != nil {
+			if v := &b.Servers[i]; v.Owner == agent.OwnerAgent && v.Changed != nil {
 				r := l.release(ctx, v, by)
 				if r.Error != "" {
 					errs = append(errs, fmt.Errorf("%s: %s", r.Server, r.Error))
@@ -91,7 +89,7 @@ func (l *Loop) Restore(ctx context.Context, by string) ([]Released, error) {
 }
 
 // observeNow reads the servers for an operator's command.
-func (l *Loop) observeNow(ctx context.Context) (Observation, error) {
+func (l *Loop) observeNow(ctx context.Context) (agent.Observation, error) {
 	l.mu.Lock()
 	cycle := l.cycle
 	l.mu.Unlock()
@@ -104,7 +102,7 @@ func (l *Loop) observeNow(ctx context.Context) (Observation, error) {
 
 // release sends v back to its configured state and records it in the
 // ledger. Called with stepMu held.
-func (l *Loop) release(ctx context.Context, v *ServerView, by string) Released {
+func (l *Loop) release(ctx context.Context, v *agent.ServerView, by string) Released {
 	now := l.Clock.Now()
 	r := Released{Server: v.Key(), Was: *v.Changed}
 	var took bool
@@ -116,7 +114,7 @@ func (l *Loop) release(ctx context.Context, v *ServerView, by string) Released {
 	}
 	r.Until = now.Add(l.releaseHold())
 	l.theLedger().Release(r.Server, v.State.Initial, now, l.releaseHold())
-	if v.Changed.Phase == PhaseDrained {
+	if v.Changed.Phase == agent.PhaseDrained {
 		if f, ok := l.Windows.(forgetter); ok {
 			f.Forget(v.Backend, v.Server) // its errors before the drain are history
 		}
@@ -127,24 +125,24 @@ func (l *Loop) release(ctx context.Context, v *ServerView, by string) Released {
 	l.Log.Warn().Stringer("server", r.Server).Str("was", string(r.Was.Phase)).Str("by", by).Time("operator_until", r.Until).
 		Msg("released by the operator: back to its configured state, and theirs until then")
 	k := r.Server
-	l.emit(Event{Type: EventRelease, Server: &k, By: by, Until: r.Until, Reason: "released by the operator; the agent's change was: " + r.Was.Reason,
-		Detail: map[string]string{"was": string(r.Was.Phase)}, Evidence: evidenceOf(nil, v, "")})
+	l.emit(agent.Event{Type: agent.EventRelease, Server: &k, By: by, Until: r.Until, Reason: "released by the operator; the agent's change was: " + r.Was.Reason,
+		Detail: map[string]string{"was": string(r.Was.Phase)}, Evidence: agent.EvidenceOf(nil, v, "")})
 	return r
 }
 
 // sendRestore sends the commands that bring a server at state s back to
 // its configured state (restoreCommands, every undo's) to every runtime;
 // took is true when at least one took all of them.
-func sendRestore(ctx context.Context, runtimes []Runtime, s haproxy.ServerState) (results []CommandResult, took bool) {
+func sendRestore(ctx context.Context, runtimes []agent.Runtime, s haproxy.ServerState) (results []agent.CommandResult, took bool) {
 	cmds, err := restoreCommands(s)
 	if err != nil {
-		return []CommandResult{{Command: "restore " + s.Backend + "/" + s.Server, Error: err.Error()}}, false
+		return []agent.CommandResult{{Command: "restore " + s.Backend + "/" + s.Server, Error: err.Error()}}, false
 	}
 	results, n := sendAll(ctx, runtimes, cmds)
 	return results, n > 0
 }
 
-func commandErrors(results []CommandResult) string {
+func commandErrors(results []agent.CommandResult) string {
 	var errs []string
 	for _, r := range results {
 		if r.Error != "" {
@@ -163,21 +161,21 @@ func commandErrors(results []CommandResult) string {
 // (no such backend in HAProxy, a typo, one out of scope) is refused: a
 // pause there would read as holding while the agent acts on the backend
 // the operator meant.
-func (l *Loop) Pause(ctx context.Context, backend string, d time.Duration, by string) (Pause, error) {
-	if backend != AllBackends {
+func (l *Loop) Pause(ctx context.Context, backend string, d time.Duration, by string) (agent.Pause, error) {
+	if backend != agent.AllBackends {
 		if err := l.pausable(ctx, backend); err != nil {
-			return Pause{Backend: backend}, err
+			return agent.Pause{Backend: backend}, err
 		}
 	}
 	now := l.Clock.Now()
-	p := Pause{Backend: backend, Since: now, By: by}
+	p := agent.Pause{Backend: backend, Since: now, By: by}
 	if d > 0 {
 		p.Until = now.Add(d)
 	}
 	if err := l.theLedger().SetPause(p); err != nil {
 		return p, err
 	}
-	l.emit(Event{Type: EventPause, Backend: backend, By: by, Until: p.Until, Reason: p.Why()})
+	l.emit(agent.Event{Type: agent.EventPause, Backend: backend, By: by, Until: p.Until, Reason: p.Why()})
 	l.Log.Warn().Str("backend", backend).Time("until", p.Until).Str("by", by).Msg("paused: the agent observes and sends nothing there")
 	return p, nil
 }
@@ -189,7 +187,7 @@ func (l *Loop) Pause(ctx context.Context, backend string, d time.Duration, by st
 // now: a backend a reload just added), and in scope.
 func (l *Loop) pausable(ctx context.Context, backend string) error {
 	if err := haproxy.ValidName(backend); err != nil {
-		return fmt.Errorf("%w: pause: not a backend name: %v", ErrRefused, err)
+		return fmt.Errorf("%w: pause: not a backend name: %v", agent.ErrRefused, err)
 	}
 	l.mu.Lock()
 	names := backendNames(l.last)
@@ -204,17 +202,17 @@ func (l *Loop) pausable(ctx context.Context, backend string) error {
 		names = backendNames(obs)
 	}
 	if !slices.Contains(names, backend) {
-		return fmt.Errorf("%w: pause: no backend %s among the %d the agent governs in HAProxy%s: nothing paused", ErrRefused, backend, len(names), someNames(names))
+		return fmt.Errorf("%w: pause: no backend %s among the %d the agent governs in HAProxy%s: nothing paused", agent.ErrRefused, backend, len(names), someNames(names))
 	}
 	if bs := l.Guard.Scope.For(backend); !bs.InScope() {
-		return fmt.Errorf("%w: pause: backend %s is out of scope (enabled false in the config's backend %s block): the agent already sends nothing there", ErrRefused, backend, bs.Pattern)
+		return fmt.Errorf("%w: pause: backend %s is out of scope (enabled false in the config's backend %s block): the agent already sends nothing there", agent.ErrRefused, backend, bs.Pattern)
 	}
 	return nil
 }
 
 // backendNames are obs's backends: those with a server the agent
 // governs (a backend it leaves wholly alone is not among them).
-func backendNames(obs Observation) []string {
+func backendNames(obs agent.Observation) []string {
 	out := make([]string, 0, len(obs.Backends))
 	for _, b := range obs.Backends {
 		out = append(out, b.Name)
@@ -237,11 +235,11 @@ func someNames(names []string) string {
 
 // Resume ends the pause of backend (AllBackends: the pause of every
 // backend; "": every pause), and returns those it ended.
-func (l *Loop) Resume(backend, by string) []Pause {
+func (l *Loop) Resume(backend, by string) []agent.Pause {
 	ended := l.theLedger().ClearPause(backend)
 	for _, p := range ended {
 		l.Log.Warn().Str("backend", p.Backend).Str("by", by).Msg("resumed: the agent acts again")
-		l.emit(Event{Type: EventResume, Backend: p.Backend, By: by, Reason: "resumed"})
+		l.emit(agent.Event{Type: agent.EventResume, Backend: p.Backend, By: by, Reason: "resumed"})
 	}
 	return ended
 }
@@ -249,39 +247,30 @@ func (l *Loop) Resume(backend, by string) []Pause {
 // Explanation is what the agent knows of one server: its last view, the
 // agent's change, whether its test finds it, and the recent decisions.
 type Explanation struct {
-	Server Key  `json:"server"`
-	Mode   Mode `json:"mode"`
+	Server agent.Key  `json:"server"`
+	Mode   agent.Mode `json:"mode"`
 	// Change is the agent's change in force on it now, if any.
-	Change *Change `json:"change,omitempty"`
+	Change *agent.Change `json:"change,omitempty"`
 	// View is the server as HAProxy showed it at the last step's start,
 	// with its windows, before that step's commands.
-	View      *ServerView `json:"view"`
-	Serving   int         `json:"backend_serving"`
-	Servers   int         `json:"backend_servers"`
-	Candidate bool        `json:"candidate"`
-	Paused    *Pause      `json:"paused,omitempty"`
-	Decisions []Decision  `json:"decisions"`
+	View      *agent.ServerView `json:"view"`
+	Serving   int               `json:"backend_serving"`
+	Servers   int               `json:"backend_servers"`
+	Candidate bool              `json:"candidate"`
+	Paused    *agent.Pause      `json:"paused,omitempty"`
+	Decisions []agent.Decision  `json:"decisions"`
 	// Probe is recovery's word on it: the next probe burst, the last.
-	Probe *ProbeStatus `json:"probe,omitempty"`
-}
-
-// ProbeStatus is where recovery stands with a drained server.
-type ProbeStatus struct {
-	// Next is when the next probe burst may start.
-	Next         time.Time `json:"next,omitzero"`
-	LastBurst    string    `json:"last_burst,omitempty"`
-	FailedBursts int       `json:"failed_bursts"`
-	Drains       int       `json:"drains"`
+	Probe *agent.ProbeStatus `json:"probe,omitempty"`
 }
 
 // prober is a Recovery that can say where a server's probes stand.
 type prober interface {
-	Probe(k Key) (ProbeStatus, bool)
+	Probe(k agent.Key) (agent.ProbeStatus, bool)
 }
 
 // Explain says what the agent knows of k as of its last step.
-func (l *Loop) Explain(k Key) (Explanation, error) {
-	e := Explanation{Server: k, Mode: l.mode(), Decisions: []Decision{}}
+func (l *Loop) Explain(k agent.Key) (Explanation, error) {
+	e := Explanation{Server: k, Mode: l.mode(), Decisions: []agent.Decision{}}
 	if p, ok := l.Recovery.(prober); ok {
 		if st, ok := p.Probe(k); ok {
 			e.Probe = &st
@@ -298,9 +287,9 @@ func (l *Loop) Explain(k Key) (Explanation, error) {
 	b, v := l.last.Find(k.Backend, k.Server)
 	if v == nil {
 		if l.last.Time.IsZero() {
-			return e, fmt.Errorf("%w: no step has read HAProxy yet", ErrRefused)
+			return e, fmt.Errorf("%w: no step has read HAProxy yet", agent.ErrRefused)
 		}
-		return e, fmt.Errorf("%w: no server %s in the last step's view", ErrRefused, k)
+		return e, fmt.Errorf("%w: no server %s in the last step's view", agent.ErrRefused, k)
 	}
 	cp := *v
 	e.View, e.Serving, e.Servers = &cp, b.ServingCount(), len(b.Servers)
@@ -317,14 +306,14 @@ func (l *Loop) Explain(k Key) (Explanation, error) {
 
 // Holding is one change the agent holds, for `hapilot ctl list`.
 type Holding struct {
-	Server Key `json:"server"`
-	Change
+	Server agent.Key `json:"server"`
+	agent.Change
 }
 
 // List is every change the agent holds, by server.
 func (l *Loop) List() []Holding { return listChanges(l.Ledger()) }
 
-func listChanges(changes map[Key]Change) []Holding {
+func listChanges(changes map[agent.Key]agent.Change) []Holding {
 	out := make([]Holding, 0, len(changes))
 	for k, c := range changes {
 		out = append(out, Holding{Server: k, Change: c})
@@ -339,16 +328,16 @@ func listChanges(changes map[Key]Change) []Holding {
 // operator for hold like a release. A server someone changed since is
 // left as it is, and said so, as is one whose change was made on another
 // HAProxy than the one runtimes reach.
-func RestoreFromState(ctx context.Context, file string, runtimes []Runtime, hold time.Duration, now time.Time, log zerolog.Logger) ([]Released, error) {
+func RestoreFromState(ctx context.Context, file string, runtimes []agent.Runtime, hold time.Duration, now time.Time, log zerolog.Logger) ([]Released, error) {
 	if file == "" {
-		return nil, fmt.Errorf("%w: no state file: nothing records the agent's changes", ErrRefused)
+		return nil, fmt.Errorf("%w: no state file: nothing records the agent's changes", agent.ErrRefused)
 	}
-	ledger, err := OpenLedger(file, log)
+	ledger, err := ledger.OpenLedger(file, log)
 	if err != nil {
 		return nil, err
 	}
 	if st := ledger.Saved(); st.KeptAside != "" {
-		return nil, fmt.Errorf("%w: the state file could not be read (kept as %s): nothing records the agent's changes", ErrRefused, st.KeptAside)
+		return nil, fmt.Errorf("%w: the state file could not be read (kept as %s): nothing records the agent's changes", agent.ErrRefused, st.KeptAside)
 	}
 	procs, err := readProcesses(ctx, runtimes)
 	if err != nil {
@@ -367,7 +356,7 @@ func RestoreFromState(ctx context.Context, file string, runtimes []Runtime, hold
 			// The file's change is another HAProxy's: this one's server
 			// of the same name is someone else's to undo.
 			r.Error = fmt.Sprintf("made on another HAProxy (%s), not this one (%s): left as it is", h.Change.Site, procs.site)
-		case !h.Change.holds(*s):
+		case !h.Change.Holds(*s):
 			r.Error = fmt.Sprintf("no longer the agent's change (%s, weight %d of %d): left as it is", s.Label(), s.Weight, s.Initial)
 			ledger.Lose(h.Server)
 		default:
