@@ -21,10 +21,11 @@ import (
 )
 
 // Ledger owns the agent's changes: who changed each server, when, to
-// what, in which HAProxy epoch. Every transition is one method, and each
-// writes the state file, so the agent's own restarts lose nothing: a
-// write that fails (a full disk) is tried again at every Flush until one
-// succeeds, and the ledger says it is unsaved meanwhile. It is safe for
+// what, in which HAProxy epoch. Every transition is one method, and
+// writes the state file (once for all of a Batch's: a step's), so the
+// agent's own restarts lose nothing: a write that fails (a full disk) is
+// tried again at every Flush until one succeeds, and the ledger says it
+// is unsaved meanwhile. It is safe for
 // concurrent use (the status server reads it).
 type Ledger struct {
 	file string // "" keeps the ledger in memory only
@@ -40,6 +41,9 @@ type Ledger struct {
 	// lost is applied again at start only if the file was written within
 	// it; else the server is judged afresh.
 	ReapplyWithin time.Duration
+	// Replace writes the state file whole; nil means ReplaceFile. Set
+	// it before the ledger is shared (a test counts the writes).
+	Replace func(path string, data []byte) error
 
 	// mu guards the fields below. Methods without a lock of their own say
 	// that their caller must hold it (or runs before the ledger is shared:
@@ -60,6 +64,11 @@ type Ledger struct {
 	// bg, when set, writes the file from a goroutine of its own (see
 	// WriteInBackground): save hands it each new state and returns.
 	bg *stateWriter
+	// batch counts the batches under way (Batch), and dirty says a
+	// transition made in one is not yet saved: a step's transitions are
+	// one write of the state file, at its end.
+	batch int
+	dirty bool
 
 	epoch   string
 	site    agent.Site
@@ -215,7 +224,7 @@ func (l *Ledger) Reconcile(k agent.Key, s haproxy.ServerState, now time.Time) (o
 			return agent.OwnerOperator, nil, false
 		}
 		delete(l.overrides, k)
-		l.save()
+		l.changed()
 	}
 	if c := l.changes[k]; c != nil && l.fromFile[k] {
 		delete(l.fromFile, k)
@@ -227,7 +236,7 @@ func (l *Ledger) Reconcile(k agent.Key, s haproxy.ServerState, now time.Time) (o
 			if foreign {
 				l.foreign[k] = c
 			}
-			l.save()
+			l.changed()
 		}
 	}
 	if c := l.changes[k]; c != nil {
@@ -247,7 +256,7 @@ func (l *Ledger) Reconcile(k agent.Key, s haproxy.ServerState, now time.Time) (o
 		if l.OperatorHold > 0 {
 			l.overrides[k] = Override{Until: now.Add(l.OperatorHold), AdminState: s.AdminState, Weight: s.Weight}
 		}
-		l.save()
+		l.changed()
 		if l.OperatorHold > 0 {
 			return agent.OwnerOperator, nil, false
 		}
@@ -328,7 +337,7 @@ func (l *Ledger) Ready(k agent.Key, weight, initial int, at time.Time, reason st
 		return
 	}
 	delete(l.changes, k)
-	l.save()
+	l.changed()
 }
 
 // OverriddenUntil is when an operator's undo of the agent's change on k
@@ -357,7 +366,7 @@ func (l *Ledger) Adopt(k agent.Key) {
 	defer l.mu.Unlock()
 	if c := l.changes[k]; c != nil {
 		c.Epoch = l.epoch
-		l.save()
+		l.changed()
 	}
 }
 
@@ -372,7 +381,7 @@ func (l *Ledger) Lose(k agent.Key) {
 func (l *Ledger) lose(k agent.Key) {
 	if _, ok := l.changes[k]; ok {
 		delete(l.changes, k)
-		l.save()
+		l.changed()
 	}
 }
 
@@ -381,6 +390,8 @@ func (l *Ledger) lose(k agent.Key) {
 func (l *Ledger) Keep(present map[agent.Key]bool, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.batch++ // every entry it drops, one write
+	defer l.endBatch()
 	for k, until := range l.holds {
 		if !present[k] || !until.After(now) {
 			delete(l.holds, k)
@@ -394,14 +405,14 @@ func (l *Ledger) Keep(present map[agent.Key]bool, now time.Time) {
 	for k := range l.operatorSeen {
 		if !present[k] {
 			delete(l.operatorSeen, k)
-			l.save()
+			l.changed()
 		}
 	}
 	for b, p := range l.pauses {
 		if !p.Active(now) {
 			l.log.Info().Str("backend", b).Time("until", p.Until).Msg("pause over: the agent acts again")
 			delete(l.pauses, b)
-			l.save()
+			l.changed()
 		}
 	}
 	for k, c := range l.changes {
@@ -430,7 +441,7 @@ func (l *Ledger) put(k agent.Key, c *agent.Change) {
 	delete(l.fromFile, k)
 	delete(l.foreign, k)
 	l.changes[k] = c
-	l.save()
+	l.changed()
 }
 
 // Changes returns a copy of the changes in force, keyed "backend/server".
@@ -558,6 +569,55 @@ func (l *Ledger) load() error {
 	return nil
 }
 
+// replacer is what writes the state file: Replace, else ReplaceFile.
+func (l *Ledger) replacer() func(path string, data []byte) error {
+	if l.Replace != nil {
+		return l.Replace
+	}
+	return ReplaceFile
+}
+
+// changed marks the state dirty after a transition: it is saved at the
+// end of the batch under way (a step, an operator's command), else at
+// once. Called with l.mu held.
+func (l *Ledger) changed() {
+	if l.batch > 0 {
+		l.dirty = true
+		return
+	}
+	l.save()
+}
+
+// Batch defers the state file's writes until end: every transition in
+// between marks the state dirty, and end saves it once, if anything
+// changed. A step is one batch, so that its transitions are one write
+// (and one fsync) instead of one each, none of them inside a transition.
+// Batches nest: the outermost end saves. end may be called more than
+// once; the first call counts.
+func (l *Ledger) Batch() (end func()) {
+	l.mu.Lock()
+	l.batch++
+	l.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			l.endBatch()
+		})
+	}
+}
+
+// endBatch ends one batch, and saves a dirty state at the outermost.
+// Called with l.mu held.
+func (l *Ledger) endBatch() {
+	l.batch--
+	if l.batch == 0 && l.dirty {
+		l.dirty = false
+		l.save()
+	}
+}
+
 // save replaces the state file atomically, after keeping an unreadable
 // one aside. A failure leaves the ledger unsaved, for Flush to try again.
 // Called with l.mu held.
@@ -591,7 +651,7 @@ func (l *Ledger) save() {
 			return
 		}
 		if err == nil {
-			err = ReplaceFile(l.file, append(b, '\n'))
+			err = l.replacer()(l.file, append(b, '\n'))
 		}
 	}
 	l.wrote(err)
@@ -702,11 +762,7 @@ const StuckWrite = 10 * time.Second
 // once the latest state is written, waiting at most wait, and reports
 // where the file stands.
 func (l *Ledger) WriteInBackground() (stop func(wait time.Duration) SaveStatus) {
-	return l.WriteInBackgroundWith(ReplaceFile)
-}
-
-// writeInBackground is WriteInBackground writing with replace.
-func (l *Ledger) WriteInBackgroundWith(replace func(path string, data []byte) error) (stop func(wait time.Duration) SaveStatus) {
+	replace := l.replacer()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.file == "" || l.bg != nil {
@@ -739,7 +795,7 @@ func (l *Ledger) WriteInBackgroundWith(replace func(path string, data []byte) er
 // stateWriter is the goroutine of WriteInBackground.
 type stateWriter struct {
 	file    string
-	replace func(path string, data []byte) error // replaceFile
+	replace func(path string, data []byte) error // the ledger's Replace
 	next    chan []byte                          // the state waiting to be written: one, the latest
 	quit    chan struct{}
 	done    chan struct{}
@@ -796,7 +852,7 @@ func (w *stateWriter) write(l *Ledger, b []byte) {
 	l.mu.Unlock()
 }
 
-// replaceFile writes data to a new file of a random name beside path
+// ReplaceFile writes data to a new file of a random name beside path
 // (created exclusively, so a planted link is never followed), syncs it,
 // and renames it over path, which replaces a link at path rather than
 // write through it. The new file keeps the owner, group and mode of the
@@ -855,7 +911,7 @@ func (l *Ledger) Release(k agent.Key, initial int, now time.Time, hold time.Dura
 	delete(l.changes, k)
 	delete(l.holds, k)
 	l.overrides[k] = Override{Until: now.Add(hold), AdminState: 0, Weight: initial, Released: true}
-	l.save()
+	l.changed()
 }
 
 // MaxPauses bounds the backends' pauses held at once: a pause is an
@@ -890,7 +946,7 @@ func (l *Ledger) SetPause(p agent.Pause) error {
 		}
 	}
 	l.pauses[p.Backend] = p
-	l.save()
+	l.changed()
 	return nil
 }
 
@@ -907,7 +963,7 @@ func (l *Ledger) ClearPause(backend string) []agent.Pause {
 		}
 	}
 	if len(ended) > 0 {
-		l.save()
+		l.changed()
 	}
 	return ended
 }
@@ -957,7 +1013,7 @@ func (l *Ledger) SeeOperator(k agent.Key, label string) {
 	} else {
 		l.operatorSeen[k] = label
 	}
-	l.save()
+	l.changed()
 }
 
 // SeenOperator reports whether k was last seen held by the operator.

@@ -68,6 +68,7 @@ func (l *Loop) Release(ctx context.Context, k agent.Key, by string) (Released, e
 func (l *Loop) Restore(ctx context.Context, by string) ([]Released, error) {
 	l.stepMu.Lock()
 	defer l.stepMu.Unlock()
+	defer l.theLedger().Batch()() // every release, one write
 	obs, err := l.observeNow(ctx)
 	if err != nil {
 		return nil, err
@@ -332,11 +333,11 @@ func RestoreFromState(ctx context.Context, file string, runtimes []agent.Runtime
 	if file == "" {
 		return nil, fmt.Errorf("%w: no state file: nothing records the agent's changes", agent.ErrRefused)
 	}
-	ledger, err := ledger.OpenLedger(file, log)
+	lg, err := ledger.OpenLedger(file, log)
 	if err != nil {
 		return nil, err
 	}
-	if st := ledger.Saved(); st.KeptAside != "" {
+	if st := lg.Saved(); st.KeptAside != "" {
 		return nil, fmt.Errorf("%w: the state file could not be read (kept as %s): nothing records the agent's changes", agent.ErrRefused, st.KeptAside)
 	}
 	procs, err := readProcesses(ctx, runtimes)
@@ -345,20 +346,21 @@ func RestoreFromState(ctx context.Context, file string, runtimes []agent.Runtime
 	}
 	out := []Released{}
 	var errs []error
-	for _, h := range listChanges(ledger.Changes()) {
+	end := lg.Batch() // every release, one write
+	for _, h := range listChanges(lg.Changes()) {
 		r := Released{Server: h.Server, Was: h.Change}
 		s, ok := procs.everyProcess(h.Server)
 		switch {
 		case !ok:
 			r.Error = "not in every HAProxy: left as it is"
-			ledger.Lose(h.Server)
+			lg.Lose(h.Server)
 		case h.Change.Site != "" && h.Change.Site != procs.site:
 			// The file's change is another HAProxy's: this one's server
 			// of the same name is someone else's to undo.
 			r.Error = fmt.Sprintf("made on another HAProxy (%s), not this one (%s): left as it is", h.Change.Site, procs.site)
 		case !h.Change.Holds(*s):
 			r.Error = fmt.Sprintf("no longer the agent's change (%s, weight %d of %d): left as it is", s.Label(), s.Weight, s.Initial)
-			ledger.Lose(h.Server)
+			lg.Lose(h.Server)
 		default:
 			var took bool
 			if r.Commands, took = sendRestore(ctx, runtimes, *s); !took {
@@ -367,11 +369,12 @@ func RestoreFromState(ctx context.Context, file string, runtimes []agent.Runtime
 				break
 			}
 			r.Until = now.Add(hold)
-			ledger.Release(h.Server, s.Initial, now, hold)
+			lg.Release(h.Server, s.Initial, now, hold)
 		}
 		out = append(out, r)
 	}
-	if st := ledger.Flush(); !st.Saved {
+	end()
+	if st := lg.Flush(); !st.Saved {
 		errs = append(errs, fmt.Errorf("state file %s unsaved: %s", st.File, st.Error))
 	}
 	return out, errors.Join(errs...)

@@ -370,6 +370,8 @@ func (l *Loop) stepFor(ctx context.Context, triggeredBy []agent.Key, woken strin
 	// A state file a write failed on is written again before anything
 	// else: its changes must not wait for the next one.
 	l.FlushState()
+	// The step's transitions are one write of the state file, at its end.
+	defer l.theLedger().Batch()()
 	rec := l.begin(began)
 	rec.TriggeredBy, rec.Woken = triggeredBy, woken
 	obs, reapply, err := l.observe(ctx, began, rec.Cycle)
@@ -660,6 +662,7 @@ func (l *Loop) finish(rec *agent.Record, obs *agent.Observation, began time.Time
 func (l *Loop) Undo(ctx context.Context) []agent.CommandResult {
 	l.stepMu.Lock() // never beside a step: both read the servers and change them
 	defer l.stepMu.Unlock()
+	defer l.theLedger().Batch()()
 	if l.mode().Observing() {
 		// Observe mode's promise is that nothing the agent decides
 		// changes HAProxy; the operator's own commands (ctl restore,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/ledger"
+	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
 	"github.com/hapilot/hapilot/internal/lib/auditlog"
 	"github.com/hapilot/hapilot/internal/lib/safefile"
@@ -270,7 +271,9 @@ func TestHungStateDiskNeverStopsTheLoop(t *testing.T) {
 		<-release
 		return ledger.ReplaceFile(path, data)
 	}
-	stop := l.theLedger().WriteInBackgroundWith(hung)
+	lg := l.theLedger()
+	lg.Replace = hung
+	stop := lg.WriteInBackground()
 	pol.plans = []agent.Plan{{drain("s2")}}
 	stepped := make(chan struct{})
 	go func() { l.Step(ctx); close(stepped) }()
@@ -297,4 +300,94 @@ func TestHungStateDiskNeverStopsTheLoop(t *testing.T) {
 	if got := savedChanges(t, file); got[key("app", "s2")].Phase != agent.PhaseDrained {
 		t.Fatalf("the next start reads %v", got)
 	}
+}
+
+// A step writes the state file once, whatever number of transitions it
+// makes: a transition marks the state dirty, and the step saves at its
+// end. Here the first step sees s6 held by the operator and drains s2
+// and cuts s5 (three transitions, one write carrying all of them); a
+// step that changes nothing writes nothing; ctl restore's two releases
+// are one write; and a step that finds three of those servers gone from
+// HAProxy drops their entries in one write. Before, the ledger wrote the
+// file inside every transition, and Keep once per entry it dropped.
+func TestAStepWritesTheStateFileOnce(t *testing.T) {
+	ctx := context.Background()
+	setup := func(t *testing.T) (*Loop, *int, string) {
+		file := filepath.Join(t.TempDir(), "state.json")
+		rt := fakes.NewRuntime("s1", "s2", "s3", "s4", "s5", "s6")
+		rt.Set("s6", func(s *haproxy.ServerState) { s.AdminState = haproxy.AdminForcedMaint }) // the operator's
+		l, _, pol, _ := newLoop(rt)
+		l.StateFile = file
+		writes := new(int)
+		l.theLedger().Replace = func(path string, data []byte) error {
+			*writes++
+			return ledger.ReplaceFile(path, data)
+		}
+		pol.plans = []agent.Plan{{drain("s2"), {Kind: agent.SetWeight, Backend: "app", Server: "s5", Weight: 2}}}
+		l.Step(ctx)
+		if got := rt.TakeCommands(); len(got) != 2 {
+			t.Fatalf("first step's commands %q", got)
+		}
+		return l, writes, file
+	}
+	t.Run("a step", func(t *testing.T) {
+		l, writes, file := setup(t)
+		if *writes != 1 {
+			t.Fatalf("the first step's three transitions wrote the state file %d times, want 1", *writes)
+		}
+		st := readState(t, file)
+		if c := savedChanges(t, file); c[key("app", "s2")].Phase != agent.PhaseDrained || c[key("app", "s5")].Phase != agent.PhaseCut {
+			t.Fatalf("the one write lacks a transition: %v", c)
+		}
+		if _, ok := st.OperatorSeen[key("app", "s6")]; !ok {
+			t.Fatalf("the one write lacks the operator's s6: %+v", st.OperatorSeen)
+		}
+		l.Step(ctx)
+		if *writes != 1 {
+			t.Fatalf("a step that changes nothing wrote the state file (%d writes in all)", *writes)
+		}
+		l.Runtimes = []agent.Runtime{fakes.NewRuntime("s1", "s3", "s4")} // s2, s5, s6 gone
+		before := *writes
+		l.Step(ctx)
+		if n := *writes - before; n != 1 {
+			t.Fatalf("a step that lost three entries wrote the state file %d times, want 1", n)
+		}
+		if st := readState(t, file); len(st.Changes) != 0 || len(st.OperatorSeen) != 0 {
+			t.Fatalf("the gone servers' entries are still in the file: %+v", st)
+		}
+	})
+	t.Run("ctl restore", func(t *testing.T) {
+		l, writes, file := setup(t)
+		before := *writes
+		if _, err := l.Restore(ctx, "test"); err != nil {
+			t.Fatal(err)
+		}
+		if n := *writes - before; n != 1 {
+			t.Fatalf("ctl restore's two releases wrote the state file %d times, want 1", n)
+		}
+		if c := savedChanges(t, file); len(c) != 0 {
+			t.Fatalf("released changes still in the file: %v", c)
+		}
+	})
+}
+
+// readState reads the state file's layout, for what Changes does not
+// show.
+func readState(t *testing.T, file string) struct {
+	Changes      map[agent.Key]json.RawMessage `json:"changes"`
+	OperatorSeen map[agent.Key]string          `json:"operator_seen"`
+} {
+	t.Helper()
+	var st struct {
+		Changes      map[agent.Key]json.RawMessage `json:"changes"`
+		OperatorSeen map[agent.Key]string          `json:"operator_seen"`
+	}
+	b, err := os.ReadFile(file)
+	if err == nil {
+		err = json.Unmarshal(b, &st)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
