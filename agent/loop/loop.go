@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/guard"
 	"github.com/hapilot/hapilot/agent/ledger"
 	"github.com/rs/zerolog"
 )
@@ -35,7 +36,7 @@ type Loop struct {
 	RecentSpan time.Duration
 	Policy     agent.Policy
 	// Guard bounds every plan; the policy's Needs may widen its drain cap.
-	Guard    agent.Guardrails
+	Guard    guard.Guardrails
 	Runtimes []agent.Runtime
 	Windows  agent.Windows
 	Recovery Recovery  // nil: drained servers stay drained
@@ -87,7 +88,7 @@ type Loop struct {
 	inventoried bool
 	// drains is each backend's drains of the last hour, for the rate
 	// cap. Only Step and the operator's commands touch it, under stepMu.
-	drains agent.DrainLog
+	drains guard.DrainLog
 
 	// wakeMu guards woken and wakeSleep: Wake (any goroutine) ends the
 	// loop's sleep between ticks, so that a reload's lost changes go back
@@ -503,7 +504,7 @@ func (l *Loop) act(ctx context.Context, obs *agent.Observation, rec *agent.Recor
 // drainsLastHour counts each backend's drains in the hour before now.
 func (l *Loop) drainsLastHour(obs agent.Observation, now time.Time) map[string]int {
 	if l.drains == nil {
-		l.drains = agent.DrainLog{}
+		l.drains = guard.DrainLog{}
 	}
 	out := map[string]int{}
 	for _, b := range obs.Backends {
@@ -514,18 +515,18 @@ func (l *Loop) drainsLastHour(obs agent.Observation, now time.Time) map[string]i
 
 // Scopes is how each backend of the last step stands against the
 // config's backend blocks and the caps.
-func (l *Loop) Scopes() []agent.BackendScope {
+func (l *Loop) Scopes() []guard.BackendScope {
 	l.mu.Lock()
 	backends := l.last.Backends
 	hour := l.lastHour
 	l.mu.Unlock()
-	out := make([]agent.BackendScope, 0, len(backends))
+	out := make([]guard.BackendScope, 0, len(backends))
 	for _, b := range backends {
 		bs := l.Guard.Scope.For(b.Name)
-		sc := agent.BackendScope{Backend: b.Name, InScope: bs.InScope(), Blocks: bs.Pattern, Action: agent.ActionDrain, LeaveAlone: bs.LeaveAlone,
+		sc := guard.BackendScope{Backend: b.Name, InScope: bs.InScope(), Blocks: bs.Pattern, Action: guard.ActionDrain, LeaveAlone: bs.LeaveAlone,
 			Drains: hour[b.Name]}
 		if bs.Maint() {
-			sc.Action = agent.ActionMaint
+			sc.Action = guard.ActionMaint
 		}
 		if bs.MinServing != nil {
 			sc.MinServing = *bs.MinServing
@@ -534,7 +535,7 @@ func (l *Loop) Scopes() []agent.BackendScope {
 			sc.MaxDrained = bs.MaxDrained.String()
 		}
 		if l.Guard.DrainsPerHour > 0 {
-			sc.Rates = &agent.RateSummary{PerHour: l.Guard.DrainsPerHour, Used: hour[b.Name]}
+			sc.Rates = &guard.RateSummary{PerHour: l.Guard.DrainsPerHour, Used: hour[b.Name]}
 		}
 		out = append(out, sc)
 	}
@@ -722,7 +723,7 @@ type Status struct {
 	Inventory []Held `json:"inventory"`
 	// Scope is how each backend stands against the config's backend
 	// blocks: in scope or not, its floor, caps and action.
-	Scope []agent.BackendScope `json:"scope"`
+	Scope []guard.BackendScope `json:"scope"`
 }
 
 // Status is a copy of the loop's latest view, for people and scripts.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/guard"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
 	"github.com/rs/zerolog"
@@ -39,7 +40,7 @@ func TestStalledSocketNeitherStallsNorLeaks(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := runtime.NumGoroutine()
-	l := &Loop{Clock: agent.RealClock{}, Settings: agent.Settings{Interval: 100 * time.Millisecond}, Policy: agent.PolicyOf(&scripted{}), Guard: agent.DefaultGuardrails(),
+	l := &Loop{Clock: agent.RealClock{}, Settings: agent.Settings{Interval: 100 * time.Millisecond}, Policy: agent.PolicyOf(&scripted{}), Guard: guard.DefaultGuardrails(),
 		Runtimes: []agent.Runtime{client}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()

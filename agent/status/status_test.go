@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/guard"
 	"github.com/hapilot/hapilot/agent/ledger"
 	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
@@ -33,7 +34,7 @@ func (d drainOnce) Decide(context.Context, agent.Observation) (agent.Plan, error
 func TestStatusAndMetricsEndpoints(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3")
 	l := &loop.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second}, Policy: agent.PolicyOf(drainOnce{"s2"}),
-		Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
+		Guard: guard.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
 	l.Step(context.Background())
 	s := &Server{Loop: l, Extra: []func(io.Writer){func(w io.Writer) { promtext.Counter(w, "hapilot_extra_total", "x", 7) }}}
 	do := func(method, path string) (int, string) {
@@ -75,7 +76,7 @@ func TestStatusAndMetricsEndpoints(t *testing.T) {
 func TestBigBodiesAreNotRead(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2")
 	l := &loop.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second}, Policy: agent.PolicyOf(drainOnce{"s2"}),
-		Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
+		Guard: guard.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +103,7 @@ func TestBigBodiesAreNotRead(t *testing.T) {
 func TestPageSeriesAndToken(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3")
 	l := &loop.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second}, Policy: agent.PolicyOf(drainOnce{"s2"}),
-		Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
+		Guard: guard.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
 	l.Step(context.Background())
 	s := &Server{Loop: l, Series: func(n int) any { return []int{n} }, Ingest: func() map[string]uint64 { return map[string]uint64{"events": 3} }}
 	do := func(path, auth string) (int, string, *fasthttp.ResponseHeader) {
@@ -154,7 +155,7 @@ func TestPageSeriesAndToken(t *testing.T) {
 func TestStatusShowsTheFleet(t *testing.T) {
 	rt := fakes.NewRuntime("s1")
 	l := &loop.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second}, Policy: agent.PolicyOf(drainOnce{"s1"}),
-		Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
+		Guard: guard.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
 	for _, tc := range []struct {
 		name  string
 		fleet func() any
@@ -188,7 +189,7 @@ func TestStatusShowsTheFleet(t *testing.T) {
 func TestUnsavedStateShown(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3")
 	l := &loop.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second, StateFile: t.TempDir() + "/gone/state.json"},
-		Policy: agent.PolicyOf(drainOnce{"s2"}), Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
+		Policy: agent.PolicyOf(drainOnce{"s2"}), Guard: guard.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
 	l.Step(context.Background())
 	s := &Server{Loop: l}
 	get := func(path string) string {
@@ -257,7 +258,7 @@ func get(c net.Conn, r *bufio.Reader, path, token string) (string, error) {
 
 func testLoop() *loop.Loop {
 	return &loop.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second}, Policy: agent.PolicyOf(drainOnce{"s1"}),
-		Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{fakes.NewRuntime("s1")}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
+		Guard: guard.DefaultGuardrails(), Runtimes: []agent.Runtime{fakes.NewRuntime("s1")}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
 }
 
 // A scraper with the token is answered at once while every place of the
@@ -367,7 +368,7 @@ func TestConnectionLifeIsBounded(t *testing.T) {
 func TestObserveAndPauseMetrics(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3")
 	l := &loop.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second, Mode: agent.ModeObserve},
-		Policy: agent.PolicyOf(drainOnce{"s2"}), Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
+		Policy: agent.PolicyOf(drainOnce{"s2"}), Guard: guard.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
 	if _, err := l.Pause(context.Background(), "app", time.Minute, "test"); err != nil {
 		t.Fatal(err)
 	}

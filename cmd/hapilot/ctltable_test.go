@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/guard"
 	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/cmd/hapilot/ctl"
 	"github.com/hapilot/hapilot/cmd/hapilot/daemon"
@@ -55,7 +56,7 @@ func TestCtlPrintsTablesAndJSON(t *testing.T) {
 		ctl.List: holding,
 		ctl.Status: daemon.CtlStatus{Mode: agent.ModeEnforce, Policy: "rules", Interval: "10s", Cycle: 42, Observed: at,
 			Pauses:    []agent.Pause{{Backend: "app", Since: at, By: "ctl uid 0 pid 1"}},
-			Backends:  []agent.BackendScope{{Backend: "app", InScope: true, Action: agent.ActionDrain, Drains: 1}},
+			Backends:  []guard.BackendScope{{Backend: "app", InScope: true, Action: guard.ActionDrain, Drains: 1}},
 			Holding:   holding,
 			Inventory: []loop.Held{{Server: srv3, State: "drain", Weight: 1, Holder: loop.HeldByAgent, Since: at, Reason: "5xx 4.9%"}}},
 		ctl.Restore: []loop.Released{{Server: srv3, Was: holding[0].Change, Until: at.Add(30 * time.Minute)}},

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/guard"
 	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
@@ -79,7 +80,7 @@ func newPolicy(t *testing.T, respond ollamafake.Responder, mod func(*Config)) (*
 func steps(t *testing.T, p *Policy, obs agent.Observation, n int) []agent.Action {
 	t.Helper()
 	var accepted []agent.Action
-	g := agent.DefaultGuardrails().For(p.Needs())
+	g := guard.DefaultGuardrails().For(p.Needs())
 	for i := 0; i < n; i++ {
 		plan, err := p.Decide(context.Background(), obs)
 		if err != nil {
@@ -537,7 +538,7 @@ func TestSlowModelKeepsTheSchedule(t *testing.T) {
 	}
 	rt := fakes.WithStates("fake", states)
 	audit := &strings.Builder{}
-	l := &loop.Loop{Clock: agent.RealClock{}, Settings: agent.Settings{Interval: 250 * time.Millisecond}, Policy: p.Hooks(), Guard: agent.DefaultGuardrails(),
+	l := &loop.Loop{Clock: agent.RealClock{}, Settings: agent.Settings{Interval: 250 * time.Millisecond}, Policy: p.Hooks(), Guard: guard.DefaultGuardrails(),
 		Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(stats...), Audit: audit, Log: zerolog.Nop()}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second+100*time.Millisecond)
 	defer cancel()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/guard"
 	"github.com/hapilot/hapilot/agent/ledger"
 	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/cmd/hapilot/ctl"
@@ -141,7 +142,7 @@ type CtlStatus struct {
 	Pauses   []agent.Pause `json:"pauses"`
 	// Backends are the backends the last step saw, each in scope or not,
 	// with its own floor, caps and action.
-	Backends  []agent.BackendScope `json:"backends"`
+	Backends  []guard.BackendScope `json:"backends"`
 	Holding   []loop.Holding       `json:"holding"`
 	Inventory []loop.Held          `json:"inventory"`
 	StateFile *ledger.SaveStatus   `json:"state_file,omitempty"`

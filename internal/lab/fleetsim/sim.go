@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/guard"
 	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/agent/peers"
 	"github.com/hapilot/hapilot/agent/policy/rules"
@@ -241,7 +242,7 @@ func startNode(ctx context.Context, s Setup, name string, key []byte, seed strin
 	}
 	rt := fakes.WithStates(name, states)
 	loop := &loop.Loop{Clock: agent.RealClock{}, Settings: agent.Settings{Interval: s.Interval, EvidenceCheck: time.Second}, Policy: peers.Wrap(rules.NewPolicy(rules.DefaultConfig()), node),
-		Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: store, Log: zerolog.Nop()}
+		Guard: guard.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: store, Log: zerolog.Nop()}
 	node.SetChanges(loop.Ledger)
 	nctx, cancel := context.WithCancel(ctx)
 	n := &simNode{name: name, node: node, loop: loop, rt: rt, store: store, tr: tr, cancel: cancel, stopped: make(chan struct{})}

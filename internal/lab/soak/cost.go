@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/guard"
 	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/haproxy"
@@ -129,7 +130,7 @@ func newRigWith(servers, backends int, rate float64, errRate func(i int, sec int
 		}
 	}
 	r.loop = &loop.Loop{Clock: r.clk, Settings: agent.DefaultSettings(), Policy: rules.NewPolicy(rules.DefaultConfig()),
-		Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{fakes.WithStates("fake", states)}, Windows: r.store,
+		Guard: guard.DefaultGuardrails(), Runtimes: []agent.Runtime{fakes.WithStates("fake", states)}, Windows: r.store,
 		Audit: r.audit, Log: zerolog.Nop()}
 	// Fill the windows; the first step sets the sequential test's marks.
 	r.advance(70)

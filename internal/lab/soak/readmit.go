@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/guard"
 	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/agent/recovery"
@@ -338,7 +339,7 @@ func readmitTrial(c ReadmitCell, rng *rand.Rand) (trial, error) {
 	}
 	pol := &condemned{keys: []string{names[0]}}
 	l := &loop.Loop{Clock: clk, Settings: agent.Settings{Interval: c.Interval, Mode: agent.ModeEnforce, OperatorHold: time.Hour},
-		Policy: agent.PolicyOf(pol), Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: w,
+		Policy: agent.PolicyOf(pol), Guard: guard.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: w,
 		Recovery: rec, Log: zerolog.Nop()}
 	ctx := context.Background()
 	l.Step(ctx) // drains srv1

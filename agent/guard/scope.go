@@ -1,4 +1,4 @@
-package agent
+package guard
 
 import (
 	"errors"
@@ -298,7 +298,7 @@ type RateSummary struct {
 	Used    int `json:"used"`
 }
 
-// drainLog keeps each backend's drains of the last hour, for the rate
+// DrainLog keeps each backend's drains of the last hour, for the rate
 // cap. It lives in memory: a restart forgets it, which errs toward
 // letting a drain through, never toward holding one the floor allows.
 type DrainLog map[string][]time.Time
