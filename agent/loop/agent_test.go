@@ -82,7 +82,7 @@ func TestStepSendsExactCommands(t *testing.T) {
 	if len(first.Verdicts) != 3 || !first.Verdicts[0].Accepted || first.Verdicts[1].Reason == "" || len(first.Commands) != 1 || len(first.Servers) != 4 {
 		t.Fatalf("audit record %+v", first)
 	}
-	m := l.metrics
+	m := l.st.metrics
 	if m.Cycles != 4 || m.Applied != 2 || m.Refused != 4 {
 		t.Fatalf("metrics %+v", m)
 	}
@@ -93,7 +93,7 @@ func TestOperatorOverrideIsRespected(t *testing.T) {
 	l, _, pol, _ := newLoop(rt)
 	pol.plans = []agent.Plan{{drain("s2")}}
 	l.Step(context.Background())
-	if _, ok := l.Ledger()[mustKey("app/s2")]; !ok {
+	if _, ok := l.View().Ledger()[mustKey("app/s2")]; !ok {
 		t.Fatal("drain not in the ledger")
 	}
 	// The operator puts s2 in maint: it is theirs now.
@@ -103,8 +103,8 @@ func TestOperatorOverrideIsRespected(t *testing.T) {
 	if len(rt.TakeCommands()) != 1 || rec.Verdicts[0].Accepted || !strings.Contains(rec.Verdicts[0].Reason, "operator") {
 		t.Fatalf("verdicts %+v", rec.Verdicts)
 	}
-	if len(l.Ledger()) != 0 {
-		t.Fatalf("ledger %v", l.Ledger())
+	if len(l.View().Ledger()) != 0 {
+		t.Fatalf("ledger %v", l.View().Ledger())
 	}
 }
 
@@ -117,7 +117,7 @@ func TestStateErrorMeansNoAction(t *testing.T) {
 	if rec.Error == "" || pol.calls != 0 || len(rt.TakeCommands()) != 0 {
 		t.Fatalf("record %+v, policy calls %d", rec, pol.calls)
 	}
-	if l.metrics.StateErrors != 1 {
+	if l.st.metrics.StateErrors != 1 {
 		t.Fatal("state error not counted")
 	}
 }
@@ -127,7 +127,7 @@ func TestPolicyErrorMeansNoAction(t *testing.T) {
 	l, _, pol, _ := newLoop(rt)
 	pol.err = errors.New("model said nonsense")
 	rec := l.Step(context.Background())
-	if rec.PolicyError == "" || len(rt.TakeCommands()) != 0 || l.metrics.PolicyErrors != 1 {
+	if rec.PolicyError == "" || len(rt.TakeCommands()) != 0 || l.st.metrics.PolicyErrors != 1 {
 		t.Fatalf("record %+v", rec)
 	}
 }
@@ -167,7 +167,7 @@ func TestPartialApplyIsReported(t *testing.T) {
 	if !reflect.DeepEqual(rec.Partial, []string{"drain app/s1"}) || len(rec.Commands) != 2 || rec.Commands[1].Error == "" {
 		t.Fatalf("record %+v", rec)
 	}
-	st := l.Status()
+	st := l.View().Status()
 	if len(st.Decisions) != 1 || !strings.Contains(st.Decisions[0].Error, "partial: applied on 1 of 2") {
 		t.Fatalf("decision %+v", st.Decisions)
 	}
@@ -197,8 +197,8 @@ func TestRunKeepsSchedule(t *testing.T) {
 	if !reflect.DeepEqual(starts, want) {
 		t.Fatalf("steps at %v, want %v", starts, want)
 	}
-	if l.metrics.Skipped != 2 {
-		t.Fatalf("skipped %d, want 2", l.metrics.Skipped)
+	if l.st.metrics.Skipped != 2 {
+		t.Fatalf("skipped %d, want 2", l.st.metrics.Skipped)
 	}
 }
 
@@ -389,7 +389,7 @@ func TestOperatorUndoStands(t *testing.T) {
 			t.Fatalf("step %d after the undo: commands %q, verdict %+v", i+1, got, r.Verdicts[0])
 		}
 	}
-	if st := l.Status(); st.Backends[0].Servers[1].OperatorUntil.IsZero() {
+	if st := l.View().Status(); st.Backends[0].Servers[1].OperatorUntil.IsZero() {
 		t.Fatalf("/status does not show the hold: %+v", st.Backends[0].Servers[1])
 	}
 	clk.Advance(10 * time.Minute) // the hold ends: the server is free again

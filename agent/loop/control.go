@@ -15,6 +15,14 @@ import (
 	"github.com/rs/zerolog"
 )
 
+// Control is the operator's commands on the loop (`hapilot ctl` and
+// --on-exit restore): release, restore, pause, resume, explain, undo.
+// Each takes its turn with the step. Get it with Loop.Control.
+type Control struct{ l *Loop }
+
+// Control is the loop's operator commands.
+func (l *Loop) Control() Control { return Control{l} }
+
 // Released is one server an operator's command brought back.
 type Released struct {
 	Server agent.Key `json:"server"`
@@ -42,9 +50,10 @@ func (l *Loop) releaseHold() time.Duration {
 // it to the operator for the hold time: the agent's own change only.
 // It acts in observe mode and while paused too: it is the operator's
 // command, not the agent's decision.
-func (l *Loop) Release(ctx context.Context, k agent.Key, by string) (Released, error) {
-	l.stepMu.Lock()
-	defer l.stepMu.Unlock()
+func (c Control) Release(ctx context.Context, k agent.Key, by string) (Released, error) {
+	l := c.l
+	l.st.stepMu.Lock()
+	defer l.st.stepMu.Unlock()
 	obs, err := l.observeNow(ctx)
 	if err != nil {
 		return Released{Server: k}, err
@@ -65,9 +74,10 @@ func (l *Loop) Release(ctx context.Context, k agent.Key, by string) (Released, e
 }
 
 // Restore releases every server the agent changed.
-func (l *Loop) Restore(ctx context.Context, by string) ([]Released, error) {
-	l.stepMu.Lock()
-	defer l.stepMu.Unlock()
+func (c Control) Restore(ctx context.Context, by string) ([]Released, error) {
+	l := c.l
+	l.st.stepMu.Lock()
+	defer l.st.stepMu.Unlock()
 	defer l.theLedger().Batch()() // every release, one write
 	obs, err := l.observeNow(ctx)
 	if err != nil {
@@ -91,9 +101,9 @@ func (l *Loop) Restore(ctx context.Context, by string) ([]Released, error) {
 
 // observeNow reads the servers for an operator's command.
 func (l *Loop) observeNow(ctx context.Context) (agent.Observation, error) {
-	l.mu.Lock()
-	cycle := l.cycle
-	l.mu.Unlock()
+	l.st.mu.Lock()
+	cycle := l.st.cycle
+	l.st.mu.Unlock()
 	obs, _, err := l.observe(ctx, l.Clock.Now(), cycle)
 	if err != nil {
 		return obs, fmt.Errorf("read server states: %w", err)
@@ -162,7 +172,8 @@ func commandErrors(results []agent.CommandResult) string {
 // (no such backend in HAProxy, a typo, one out of scope) is refused: a
 // pause there would read as holding while the agent acts on the backend
 // the operator meant.
-func (l *Loop) Pause(ctx context.Context, backend string, d time.Duration, by string) (agent.Pause, error) {
+func (c Control) Pause(ctx context.Context, backend string, d time.Duration, by string) (agent.Pause, error) {
+	l := c.l
 	if backend != agent.AllBackends {
 		if err := l.pausable(ctx, backend); err != nil {
 			return agent.Pause{Backend: backend}, err
@@ -190,13 +201,13 @@ func (l *Loop) pausable(ctx context.Context, backend string) error {
 	if err := haproxy.ValidName(backend); err != nil {
 		return fmt.Errorf("%w: pause: not a backend name: %v", agent.ErrRefused, err)
 	}
-	l.mu.Lock()
-	names := backendNames(l.last)
-	l.mu.Unlock()
+	l.st.mu.Lock()
+	names := backendNames(l.st.last)
+	l.st.mu.Unlock()
 	if !slices.Contains(names, backend) {
-		l.stepMu.Lock()
+		l.st.stepMu.Lock()
 		obs, err := l.observeNow(ctx)
-		l.stepMu.Unlock()
+		l.st.stepMu.Unlock()
 		if err != nil {
 			return fmt.Errorf("cannot check that the agent governs backend %s: %w", backend, err)
 		}
@@ -236,7 +247,8 @@ func someNames(names []string) string {
 
 // Resume ends the pause of backend (AllBackends: the pause of every
 // backend; "": every pause), and returns those it ended.
-func (l *Loop) Resume(backend, by string) []agent.Pause {
+func (c Control) Resume(backend, by string) []agent.Pause {
+	l := c.l
 	ended := l.theLedger().ClearPause(backend)
 	for _, p := range ended {
 		l.Log.Warn().Str("backend", p.Backend).Str("by", by).Msg("resumed: the agent acts again")
@@ -270,7 +282,8 @@ type prober interface {
 }
 
 // Explain says what the agent knows of k as of its last step.
-func (l *Loop) Explain(k agent.Key) (Explanation, error) {
+func (c Control) Explain(k agent.Key) (Explanation, error) {
+	l := c.l
 	e := Explanation{Server: k, Mode: l.mode(), Decisions: []agent.Decision{}}
 	if p, ok := l.Recovery.(prober); ok {
 		if st, ok := p.Probe(k); ok {
@@ -280,39 +293,30 @@ func (l *Loop) Explain(k agent.Key) (Explanation, error) {
 	if p, ok := l.theLedger().PausedFor(k.Backend, l.Clock.Now()); ok {
 		e.Paused = &p
 	}
-	if c, ok := l.Ledger()[k]; ok {
+	if c, ok := l.theLedger().Changes()[k]; ok {
 		e.Change = &c
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b, v := l.last.Find(k.Backend, k.Server)
+	l.st.mu.Lock()
+	defer l.st.mu.Unlock()
+	b, v := l.st.last.Find(k.Backend, k.Server)
 	if v == nil {
-		if l.last.Time.IsZero() {
+		if l.st.last.Time.IsZero() {
 			return e, fmt.Errorf("%w: no step has read HAProxy yet", agent.ErrRefused)
 		}
 		return e, fmt.Errorf("%w: no server %s in the last step's view", agent.ErrRefused, k)
 	}
 	cp := *v
 	e.View, e.Serving, e.Servers = &cp, b.ServingCount(), len(b.Servers)
-	for _, c := range l.candidates {
+	for _, c := range l.st.candidates {
 		e.Candidate = e.Candidate || c == k
 	}
-	for _, d := range l.recent {
+	for _, d := range l.st.recent {
 		if d.Proposed.Key() == k {
 			e.Decisions = append(e.Decisions, d)
 		}
 	}
 	return e, nil
 }
-
-// Holding is one change the agent holds, for `hapilot ctl list`.
-type Holding struct {
-	Server agent.Key `json:"server"`
-	agent.Change
-}
-
-// List is every change the agent holds, by server.
-func (l *Loop) List() []Holding { return listChanges(l.Ledger()) }
 
 func listChanges(changes map[agent.Key]agent.Change) []Holding {
 	out := make([]Holding, 0, len(changes))
@@ -378,4 +382,37 @@ func RestoreFromState(ctx context.Context, file string, runtimes []agent.Runtime
 		errs = append(errs, fmt.Errorf("state file %s unsaved: %s", st.File, st.Error))
 	}
 	return out, errors.Join(errs...)
+}
+
+// Undo readies every server the agent drained and puts back every weight
+// it changed, on every HAProxy (`--on-exit restore`).
+func (c Control) Undo(ctx context.Context) []agent.CommandResult {
+	l := c.l
+	l.st.stepMu.Lock() // never beside a step: both read the servers and change them
+	defer l.st.stepMu.Unlock()
+	defer l.theLedger().Batch()()
+	if l.mode().Observing() {
+		// Observe mode's promise is that nothing the agent decides
+		// changes HAProxy; the operator's own commands (ctl restore,
+		// hapilot restore) still do.
+		l.Log.Warn().Msg("observe mode: --on-exit restore sends nothing; `hapilot ctl restore` or `hapilot restore` brings back what an earlier run changed")
+		return nil
+	}
+	l.st.mu.Lock()
+	cycle := l.st.cycle
+	l.st.mu.Unlock()
+	obs, _, err := l.observe(ctx, l.Clock.Now(), cycle)
+	if err != nil {
+		l.Log.Error().Err(err).Msg("cannot read server states: the agent's changes stay in place")
+		return nil
+	}
+	var out []agent.CommandResult
+	for _, b := range obs.Backends {
+		for _, s := range b.Servers {
+			if s.Owner == agent.OwnerAgent {
+				out = append(out, l.apply(ctx, &obs, agent.Action{Kind: agent.Ready, Backend: s.Backend, Server: s.Server, Reason: "agent exit", Origin: agent.OriginRestore})...)
+			}
+		}
+	}
+	return out
 }

@@ -41,7 +41,7 @@ func TestHeldBackActions(t *testing.T) {
 			l, _, pol, _ := newLoop(rt)
 			l.Mode = tc.mode
 			if tc.pause != "" {
-				_, err := l.Pause(ctx, tc.pause, 0, "test")
+				_, err := l.Control().Pause(ctx, tc.pause, 0, "test")
 				if (err != nil) != (tc.pause == "other") || (err != nil && !errors.Is(err, agent.ErrRefused)) {
 					t.Fatalf("pause %s: %v", tc.pause, err)
 				}
@@ -52,27 +52,27 @@ func TestHeldBackActions(t *testing.T) {
 			if got := rt.TakeCommands(); !reflect.DeepEqual(got, tc.wantCmds) {
 				t.Fatalf("commands %q, want %q", got, tc.wantCmds)
 			}
-			m := l.Metrics()
+			m := l.View().Metrics()
 			if tc.wantWhy == "" {
-				if len(rec.Would) != 0 || len(l.Ledger()) != 1 || m.Applied != 1 {
-					t.Fatalf("would %+v, ledger %v, applied %d", rec.Would, l.Ledger(), m.Applied)
+				if len(rec.Would) != 0 || len(l.View().Ledger()) != 1 || m.Applied != 1 {
+					t.Fatalf("would %+v, ledger %v, applied %d", rec.Would, l.View().Ledger(), m.Applied)
 				}
 				return
 			}
 			if len(rec.Would) != 1 || rec.Would[0].Kind != agent.WouldDrain || rec.Would[0].Action.Server != "s2" || !strings.Contains(rec.Would[0].Why, tc.wantWhy) {
 				t.Fatalf("would %+v, want a would-drain of s2 for %q", rec.Would, tc.wantWhy)
 			}
-			if len(l.Ledger()) != 0 || m.Applied != 0 || m.Refused != 1 || m.RefusedBy[agent.RefusedDrainCap] != 1 {
-				t.Fatalf("ledger %v, counters %+v", l.Ledger(), m)
+			if len(l.View().Ledger()) != 0 || m.Applied != 0 || m.Refused != 1 || m.RefusedBy[agent.RefusedDrainCap] != 1 {
+				t.Fatalf("ledger %v, counters %+v", l.View().Ledger(), m)
 			}
-			st := l.Status()
+			st := l.View().Status()
 			if d := st.Decisions[0]; d.Would == "" || d.WouldKind != agent.WouldDrain {
 				t.Fatalf("status decision %+v", d)
 			}
 			// The same would-action a second step is counted once.
 			l.Step(ctx)
-			if rt.TakeCommands() != nil || l.Metrics().Would[agent.WouldDrain] != 1 {
-				t.Fatalf("second step: would %v", l.Metrics().Would)
+			if rt.TakeCommands() != nil || l.View().Metrics().Would[agent.WouldDrain] != 1 {
+				t.Fatalf("second step: would %v", l.View().Metrics().Would)
 			}
 		})
 	}
@@ -86,7 +86,7 @@ func TestPauseForAndSurvivesRestart(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
 	l, clk, pol, _ := newLoop(rt)
 	l.StateFile = file
-	if _, err := l.Pause(ctx, "app", 2*time.Minute, "test"); err != nil {
+	if _, err := l.Control().Pause(ctx, "app", 2*time.Minute, "test"); err != nil {
 		t.Fatal(err)
 	}
 	pol.plans = []agent.Plan{{drain("s2")}}
@@ -97,7 +97,7 @@ func TestPauseForAndSurvivesRestart(t *testing.T) {
 	// A new agent on the same state file is paused too.
 	l2, _, pol2, _ := newLoop(rt)
 	l2.Clock, l2.StateFile = clk, file
-	if p := l2.Pauses(); len(p) != 1 || p[0].Backend != "app" {
+	if p := l2.View().Pauses(); len(p) != 1 || p[0].Backend != "app" {
 		t.Fatalf("pauses after restart %+v", p)
 	}
 	pol2.plans = []agent.Plan{{drain("s2")}, {drain("s2")}}
@@ -111,14 +111,14 @@ func TestPauseForAndSurvivesRestart(t *testing.T) {
 	if got := rt.TakeCommands(); !reflect.DeepEqual(got, []string{"set server app/s2 state drain"}) {
 		t.Fatalf("after the pause: commands %q", got)
 	}
-	if p := l2.Pauses(); len(p) != 0 {
+	if p := l2.View().Pauses(); len(p) != 0 {
 		t.Fatalf("expired pause still listed: %+v", p)
 	}
 
-	if _, err := l2.Pause(ctx, agent.AllBackends, 0, "test"); err != nil {
+	if _, err := l2.Control().Pause(ctx, agent.AllBackends, 0, "test"); err != nil {
 		t.Fatal(err)
 	}
-	if ended := l2.Resume("", "test"); len(ended) != 1 || ended[0].Backend != agent.AllBackends {
+	if ended := l2.Control().Resume("", "test"); len(ended) != 1 || ended[0].Backend != agent.AllBackends {
 		t.Fatalf("resume ended %+v", ended)
 	}
 }
@@ -138,7 +138,7 @@ func TestRelease(t *testing.T) {
 	for _, tc := range []struct {
 		server, why string
 	}{{"s4", "not the agent's change (owner operator"}, {"s1", "not the agent's change (owner none"}, {"s9", "no server app/s9"}} {
-		_, err := l.Release(ctx, agent.Key{Backend: "app", Server: tc.server}, "test")
+		_, err := l.Control().Release(ctx, agent.Key{Backend: "app", Server: tc.server}, "test")
 		if !errors.Is(err, agent.ErrRefused) || !strings.Contains(err.Error(), tc.why) {
 			t.Errorf("release %s: %v, want refused for %q", tc.server, err, tc.why)
 		}
@@ -147,7 +147,7 @@ func TestRelease(t *testing.T) {
 		t.Fatalf("refused releases sent %q", got)
 	}
 
-	r, err := l.Release(ctx, agent.Key{Backend: "app", Server: "s2"}, "test")
+	r, err := l.Control().Release(ctx, agent.Key{Backend: "app", Server: "s2"}, "test")
 	if err != nil || r.Was.Phase != agent.PhaseDrained || !r.Until.Equal(clk.Now().Add(agent.DefaultOperatorHold)) {
 		t.Fatalf("release: %+v, %v", r, err)
 	}
@@ -179,8 +179,8 @@ func TestRestore(t *testing.T) {
 			l.Step(ctx)
 			l.Step(ctx)
 			rt.TakeCommands()
-			if len(l.Ledger()) != 3 {
-				t.Fatalf("ledger %v", l.Ledger())
+			if len(l.View().Ledger()) != 3 {
+				t.Fatalf("ledger %v", l.View().Ledger())
 			}
 			// The operator readies s3 behind the agent's back.
 			rt.Set("s3", func(s *haproxy.ServerState) { s.AdminState = 0 })
@@ -189,7 +189,7 @@ func TestRestore(t *testing.T) {
 			if offline {
 				got, err = RestoreFromState(ctx, file, []agent.Runtime{rt}, time.Hour, clk.Now(), zerolog.Nop())
 			} else {
-				got, err = l.Restore(ctx, "test")
+				got, err = l.Control().Restore(ctx, "test")
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -205,11 +205,11 @@ func TestRestore(t *testing.T) {
 				}
 				l2, _, _, _ := newLoop(rt)
 				l2.StateFile = file
-				if len(l2.Ledger()) != 0 {
-					t.Fatalf("state file after offline restore holds %v", l2.Ledger())
+				if len(l2.View().Ledger()) != 0 {
+					t.Fatalf("state file after offline restore holds %v", l2.View().Ledger())
 				}
-			} else if len(got) != 2 || len(l.Ledger()) != 0 {
-				t.Fatalf("restore %+v, ledger %v", got, l.Ledger())
+			} else if len(got) != 2 || len(l.View().Ledger()) != 0 {
+				t.Fatalf("restore %+v, ledger %v", got, l.View().Ledger())
 			}
 		})
 	}
@@ -235,15 +235,15 @@ func TestInventoryAfterRestart(t *testing.T) {
 	l2.StateFile = file
 	l2.Step(ctx)
 	got := map[string]Holder{}
-	for _, h := range l2.Status().Inventory {
+	for _, h := range l2.View().Status().Inventory {
 		got[h.Server.Server] = h.Holder
 	}
 	want := map[string]Holder{"s2": HeldByAgent, "s5": HeldByOperator, "s6": HeldByUnknown}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("inventory %v, want %v", got, want)
 	}
-	if c, ok := l2.Ledger()[agent.Key{Backend: "app", Server: "s2"}]; !ok || c.Phase != agent.PhaseDrained {
-		t.Fatalf("the restarted agent does not own its drain: %v", l2.Ledger())
+	if c, ok := l2.View().Ledger()[agent.Key{Backend: "app", Server: "s2"}]; !ok || c.Phase != agent.PhaseDrained {
+		t.Fatalf("the restarted agent does not own its drain: %v", l2.View().Ledger())
 	}
 }
 
@@ -263,21 +263,21 @@ func TestExplain(t *testing.T) {
 	ctx := context.Background()
 	rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
 	l, clk, pol, _ := newLoop(rt)
-	if _, err := l.Explain(agent.Key{Backend: "app", Server: "s2"}); !errors.Is(err, agent.ErrRefused) || !strings.Contains(err.Error(), "no step has read HAProxy yet") {
+	if _, err := l.Control().Explain(agent.Key{Backend: "app", Server: "s2"}); !errors.Is(err, agent.ErrRefused) || !strings.Contains(err.Error(), "no step has read HAProxy yet") {
 		t.Fatalf("before a step: %v", err)
 	}
 	l.Recovery = probing{at: clk.Now().Add(time.Minute)}
 	pol.plans = []agent.Plan{{drain("s2"), drain("s1")}}
 	l.Step(ctx)
-	e, err := l.Explain(agent.Key{Backend: "app", Server: "s2"})
+	e, err := l.Control().Explain(agent.Key{Backend: "app", Server: "s2"})
 	if err != nil || e.View == nil || e.Change == nil || e.Change.Phase != agent.PhaseDrained || e.Serving != 4 || e.Servers != 4 || len(e.Decisions) != 1 ||
 		e.Probe == nil || !e.Probe.Next.Equal(clk.Now().Add(time.Minute)) {
 		t.Fatalf("explain s2: %+v, %v", e, err)
 	}
-	if e, err := l.Explain(agent.Key{Backend: "app", Server: "s1"}); err != nil || len(e.Decisions) != 1 || e.Decisions[0].Code != agent.RefusedDrainCap || e.Probe != nil {
+	if e, err := l.Control().Explain(agent.Key{Backend: "app", Server: "s1"}); err != nil || len(e.Decisions) != 1 || e.Decisions[0].Code != agent.RefusedDrainCap || e.Probe != nil {
 		t.Fatalf("explain s1: %+v, %v", e, err)
 	}
-	if _, err := l.Explain(agent.Key{Backend: "app", Server: "s9"}); !errors.Is(err, agent.ErrRefused) {
+	if _, err := l.Control().Explain(agent.Key{Backend: "app", Server: "s9"}); !errors.Is(err, agent.ErrRefused) {
 		t.Fatalf("explain s9: %v", err)
 	}
 }

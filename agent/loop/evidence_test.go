@@ -152,7 +152,7 @@ func TestEvidenceTriggersAStepBetweenTicks(t *testing.T) {
 			if !reflect.DeepEqual(drained, tt.drained) {
 				t.Errorf("drained %v, want %v", drained, tt.drained)
 			}
-			if m := l.Metrics(); m.Triggered != uint64(len(tt.triggered)) {
+			if m := l.View().Metrics(); m.Triggered != uint64(len(tt.triggered)) {
 				t.Errorf("metrics count %d triggered steps, want %d", m.Triggered, len(tt.triggered))
 			}
 		})

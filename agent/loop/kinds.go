@@ -122,18 +122,6 @@ func (a *alone) note(now map[agent.Key]string) map[agent.Key]string {
 	return fresh
 }
 
-// LeftAlone lists the servers the agent leaves alone, with the reason for
-// each, as of the last step.
-func (l *Loop) LeftAlone() map[agent.Key]string {
-	l.alone.mu.Lock()
-	defer l.alone.mu.Unlock()
-	out := make(map[agent.Key]string, len(l.alone.why))
-	for k, v := range l.alone.why {
-		out[k] = v
-	}
-	return out
-}
-
 // readdress notes each server's address, and empties the window of one
 // whose address changed: a server-template slot that DNS gave another
 // host is a new server, and the old host's errors must not count against
@@ -142,11 +130,11 @@ func (l *Loop) readdress(k agent.Key, addr string) {
 	if addr == "" || addr == "-" { // "-": a slot the resolver left without one
 		return
 	}
-	if l.addrs == nil {
-		l.addrs = map[agent.Key]string{}
+	if l.st.addrs == nil {
+		l.st.addrs = map[agent.Key]string{}
 	}
-	was, seen := l.addrs[k]
-	l.addrs[k] = addr
+	was, seen := l.st.addrs[k]
+	l.st.addrs[k] = addr
 	if !seen || was == addr {
 		return
 	}

@@ -52,6 +52,13 @@ type Loop struct {
 	// unguarded loop does (internal/lab/bench.StudyLoop).
 	NoStepBudget bool
 
+	// st is what the loop keeps from one step to the next, which its
+	// Control and View share.
+	st state
+}
+
+// state is the loop's memory between steps, and its locks.
+type state struct {
 	ledgerOnce sync.Once
 	ledger     *ledger.Ledger
 	// alone: the servers the last step left alone, and why (scope.go).
@@ -123,8 +130,8 @@ const MaxTriggered = 3
 // theLedger is the loop's ledger, read from StateFile on first use
 // unless OpenState read it before.
 func (l *Loop) theLedger() *ledger.Ledger {
-	l.ledgerOnce.Do(func() { l.setLedger(ledger.NewLedger(l.StateFile, l.Log)) })
-	return l.ledger
+	l.st.ledgerOnce.Do(func() { l.setLedger(ledger.NewLedger(l.StateFile, l.Log)) })
+	return l.st.ledger
 }
 
 func (l *Loop) setLedger(lg *ledger.Ledger) {
@@ -135,7 +142,7 @@ func (l *Loop) setLedger(lg *ledger.Ledger) {
 	if l.Clock != nil {
 		lg.Now = l.Clock.Now
 	}
-	l.ledger = lg
+	l.st.ledger = lg
 }
 
 // OpenState reads the state file before the loop runs: a path that is
@@ -144,25 +151,16 @@ func (l *Loop) setLedger(lg *ledger.Ledger) {
 // use reads the file and keeps such a path aside.
 func (l *Loop) OpenState() error {
 	var err error
-	l.ledgerOnce.Do(func() {
+	l.st.ledgerOnce.Do(func() {
 		var lg *ledger.Ledger
 		if lg, err = ledger.OpenLedger(l.StateFile, l.Log); err == nil {
 			l.setLedger(lg)
 		}
 	})
 	if err != nil {
-		l.ledgerOnce = sync.Once{} // nothing was read: a later use reads again
+		l.st.ledgerOnce = sync.Once{} // nothing was read: a later use reads again
 	}
 	return err
-}
-
-// StateWarning is what /status must warn of the state file ("" when
-// nothing): one found at start that could not be read (SaveStatus.Warning).
-func (l *Loop) StateWarning() string {
-	if l.StateFile == "" {
-		return ""
-	}
-	return l.theLedger().Saved().Warning()
 }
 
 // FlushState writes the state file again if a write failed, and says
@@ -196,9 +194,9 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 		if late := l.Clock.Now().Sub(slot); late >= l.Interval {
 			missed := int64(late / l.Interval) // slots whose time passed during this step
-			l.mu.Lock()
-			l.metrics.Skipped += uint64(missed)
-			l.mu.Unlock()
+			l.st.mu.Lock()
+			l.st.metrics.Skipped += uint64(missed)
+			l.st.mu.Unlock()
 			l.Log.Warn().Dur("step", late).Int64("slots_skipped", missed).Msg("step overran its interval")
 			k += missed
 		}
@@ -211,11 +209,11 @@ func (l *Loop) Run(ctx context.Context) error {
 // the next tick). Wakes that come while a step runs are one more step
 // after it. Safe from any goroutine.
 func (l *Loop) Wake(why string) {
-	l.wakeMu.Lock()
-	defer l.wakeMu.Unlock()
-	l.woken = why
-	if l.wakeSleep != nil {
-		l.wakeSleep()
+	l.st.wakeMu.Lock()
+	defer l.st.wakeMu.Unlock()
+	l.st.woken = why
+	if l.st.wakeSleep != nil {
+		l.st.wakeSleep()
 	}
 }
 
@@ -223,19 +221,19 @@ func (l *Loop) Wake(why string) {
 func (l *Loop) sleep(ctx context.Context, t time.Time) (woken string, err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	l.wakeMu.Lock()
-	if woken = l.woken; woken != "" {
-		l.woken = ""
-		l.wakeMu.Unlock()
+	l.st.wakeMu.Lock()
+	if woken = l.st.woken; woken != "" {
+		l.st.woken = ""
+		l.st.wakeMu.Unlock()
 		return woken, nil
 	}
-	l.wakeSleep = cancel
-	l.wakeMu.Unlock()
+	l.st.wakeSleep = cancel
+	l.st.wakeMu.Unlock()
 	err = l.Clock.SleepUntil(sctx, t)
-	l.wakeMu.Lock()
-	l.wakeSleep = nil
-	woken, l.woken = l.woken, ""
-	l.wakeMu.Unlock()
+	l.st.wakeMu.Lock()
+	l.st.wakeSleep = nil
+	woken, l.st.woken = l.st.woken, ""
+	l.st.wakeMu.Unlock()
 	if ctx.Err() != nil {
 		return "", ctx.Err()
 	}
@@ -285,9 +283,9 @@ func (l *Loop) waitFor(ctx context.Context, slot time.Time) error {
 // windows as they are now, and returns the servers it finds that the last
 // step or check did not.
 func (l *Loop) newEvidence() []agent.Key {
-	l.mu.Lock()
-	last, known := l.last, toSet(l.candidates)
-	l.mu.Unlock()
+	l.st.mu.Lock()
+	last, known := l.st.last, toSet(l.st.candidates)
+	l.st.mu.Unlock()
 	if last.Time.IsZero() {
 		return nil // no step yet: nothing known of the servers' states
 	}
@@ -305,9 +303,9 @@ func (l *Loop) newEvidence() []agent.Key {
 // setCandidates keeps what the policy's test found, for the next check
 // and for /status.
 func (l *Loop) setCandidates(found []agent.Key) {
-	l.mu.Lock()
-	l.candidates = found
-	l.mu.Unlock()
+	l.st.mu.Lock()
+	l.st.candidates = found
+	l.st.mu.Unlock()
 }
 
 // refreshed is a copy of obs with the windows read again.
@@ -365,8 +363,8 @@ func (l *Loop) stepWoken(ctx context.Context, why string) agent.Record {
 }
 
 func (l *Loop) stepFor(ctx context.Context, triggeredBy []agent.Key, woken string) agent.Record {
-	l.stepMu.Lock()
-	defer l.stepMu.Unlock()
+	l.st.stepMu.Lock()
+	defer l.st.stepMu.Unlock()
 	began := l.Clock.Now()
 	// A state file a write failed on is written again before anything
 	// else: its changes must not wait for the next one.
@@ -383,7 +381,7 @@ func (l *Loop) stepFor(ctx context.Context, triggeredBy []agent.Key, woken strin
 		return rec
 	}
 	rec.Servers = summarize(&obs)
-	obs.Refused = l.refusedServers
+	obs.Refused = l.st.refusedServers
 	rec.Plan = append(rec.Plan, l.plan(ctx, obs, reapply, &rec)...)
 	if l.Policy.Evidence != nil {
 		l.setCandidates(l.Policy.Evidence(obs))
@@ -397,10 +395,10 @@ func (l *Loop) stepFor(ctx context.Context, triggeredBy []agent.Key, woken strin
 
 // begin numbers the step and opens its record.
 func (l *Loop) begin(now time.Time) agent.Record {
-	l.mu.Lock()
-	l.cycle++
-	cycle := l.cycle
-	l.mu.Unlock()
+	l.st.mu.Lock()
+	l.st.cycle++
+	cycle := l.st.cycle
+	l.st.mu.Unlock()
 	return agent.Record{Time: now, Cycle: cycle, Policy: l.Policy.Name(), Plan: agent.Plan{}, Verdicts: []agent.Verdict{}, Commands: []agent.CommandResult{}}
 }
 
@@ -483,19 +481,19 @@ func (l *Loop) act(ctx context.Context, obs *agent.Observation, rec *agent.Recor
 			}
 			l.emit(e)
 			if v.Applied.Kind == agent.Drain && v.Applied.Counted() && tookAny(results) {
-				l.drains.Add(v.Applied.Backend, rec.Time) // a partial drain is one too
+				l.st.drains.Add(v.Applied.Backend, rec.Time) // a partial drain is one too
 			}
 		}
 		decisions = append(decisions, d)
 	}
-	l.lastRefusals, l.lastWould = refusals, woulds
-	l.mu.Lock()
-	l.wouldNow = append([]agent.Would(nil), rec.Would...)
-	l.mu.Unlock()
-	l.refusedServers = map[agent.Key]string{}
+	l.st.lastRefusals, l.st.lastWould = refusals, woulds
+	l.st.mu.Lock()
+	l.st.wouldNow = append([]agent.Would(nil), rec.Would...)
+	l.st.mu.Unlock()
+	l.st.refusedServers = map[agent.Key]string{}
 	for _, v := range rec.Verdicts {
 		if !v.Accepted {
-			l.refusedServers[v.Proposed.Key()] = v.Reason
+			l.st.refusedServers[v.Proposed.Key()] = v.Reason
 		}
 	}
 	return decisions
@@ -503,41 +501,12 @@ func (l *Loop) act(ctx context.Context, obs *agent.Observation, rec *agent.Recor
 
 // drainsLastHour counts each backend's drains in the hour before now.
 func (l *Loop) drainsLastHour(obs agent.Observation, now time.Time) map[string]int {
-	if l.drains == nil {
-		l.drains = guard.DrainLog{}
+	if l.st.drains == nil {
+		l.st.drains = guard.DrainLog{}
 	}
 	out := map[string]int{}
 	for _, b := range obs.Backends {
-		out[b.Name] = l.drains.Within(b.Name, now)
-	}
-	return out
-}
-
-// Scopes is how each backend of the last step stands against the
-// config's backend blocks and the caps.
-func (l *Loop) Scopes() []guard.BackendScope {
-	l.mu.Lock()
-	backends := l.last.Backends
-	hour := l.lastHour
-	l.mu.Unlock()
-	out := make([]guard.BackendScope, 0, len(backends))
-	for _, b := range backends {
-		bs := l.Guard.Scope.For(b.Name)
-		sc := guard.BackendScope{Backend: b.Name, InScope: bs.InScope(), Blocks: bs.Pattern, Action: guard.ActionDrain, LeaveAlone: bs.LeaveAlone,
-			Drains: hour[b.Name]}
-		if bs.Maint() {
-			sc.Action = guard.ActionMaint
-		}
-		if bs.MinServing != nil {
-			sc.MinServing = *bs.MinServing
-		}
-		if bs.MaxDrained != nil {
-			sc.MaxDrained = bs.MaxDrained.String()
-		}
-		if l.Guard.DrainsPerHour > 0 {
-			sc.Rates = &guard.RateSummary{PerHour: l.Guard.DrainsPerHour, Used: hour[b.Name]}
-		}
-		out = append(out, sc)
+		out[b.Name] = l.st.drains.Within(b.Name, now)
 	}
 	return out
 }
@@ -553,10 +522,10 @@ func (l *Loop) noteFallback(rec *agent.Record) {
 	if err != nil || json.Unmarshal(b, &r) != nil {
 		r.Fallback = "" // a report that is no object names no fallback
 	}
-	if r.Fallback != "" && !l.fallingBack {
+	if r.Fallback != "" && !l.st.fallingBack {
 		l.emit(agent.Event{Type: agent.EventFallback, Time: rec.Time, Cycle: rec.Cycle, Reason: r.Fallback, Detail: map[string]string{"policy": rec.Policy}})
 	}
-	l.fallingBack = r.Fallback != ""
+	l.st.fallingBack = r.Fallback != ""
 }
 
 // tookAny reports whether some HAProxy took the command.
@@ -586,7 +555,7 @@ func (l *Loop) holdBack(a agent.Action, now time.Time) string {
 func (l *Loop) would(a agent.Action, why string, woulds map[agent.ActionID]string) (repeat bool) {
 	k := a.ID()
 	woulds[k] = why
-	repeat = l.lastWould[k] == why
+	repeat = l.st.lastWould[k] == why
 	ev := l.Log.Info()
 	if repeat {
 		ev = l.Log.Debug()
@@ -602,7 +571,7 @@ func (l *Loop) refused(v agent.Verdict, refusals map[agent.ActionID]string) (rep
 	server := v.Proposed.Key().String()
 	rk := v.Proposed.ID()
 	refusals[rk] = v.Reason
-	repeat = l.lastRefusals[rk] == v.Reason
+	repeat = l.st.lastRefusals[rk] == v.Reason
 	ev := l.Log.Warn()
 	if repeat {
 		ev = l.Log.Debug()
@@ -640,141 +609,22 @@ func (l *Loop) applied(a agent.Action, results []agent.CommandResult, rec *agent
 func (l *Loop) finish(rec *agent.Record, obs *agent.Observation, began time.Time, decisions []agent.Decision) {
 	dur := l.Clock.Now().Sub(began).Seconds()
 	rec.DurationMs = dur * 1000
-	l.mu.Lock()
-	l.metrics.Count(rec, decisions, dur)
+	l.st.mu.Lock()
+	l.st.metrics.Count(rec, decisions, dur)
 	for _, d := range decisions {
 		if !d.Repeat {
-			l.recent = append(l.recent, d)
+			l.st.recent = append(l.st.recent, d)
 		}
 	}
-	if n := len(l.recent); n > recentDecisions {
-		l.recent = append(l.recent[:0], l.recent[n-recentDecisions:]...)
+	if n := len(l.st.recent); n > recentDecisions {
+		l.st.recent = append(l.st.recent[:0], l.st.recent[n-recentDecisions:]...)
 	}
 	if obs != nil {
-		l.last = *obs
-		l.lastHour = obs.DrainsLastHour
+		l.st.last = *obs
+		l.st.lastHour = obs.DrainsLastHour
 	}
-	l.mu.Unlock()
+	l.st.mu.Unlock()
 	l.writeAudit(rec)
-}
-
-// Undo readies every server the agent drained and puts back every weight
-// it changed, on every HAProxy (`--on-exit restore`).
-func (l *Loop) Undo(ctx context.Context) []agent.CommandResult {
-	l.stepMu.Lock() // never beside a step: both read the servers and change them
-	defer l.stepMu.Unlock()
-	defer l.theLedger().Batch()()
-	if l.mode().Observing() {
-		// Observe mode's promise is that nothing the agent decides
-		// changes HAProxy; the operator's own commands (ctl restore,
-		// hapilot restore) still do.
-		l.Log.Warn().Msg("observe mode: --on-exit restore sends nothing; `hapilot ctl restore` or `hapilot restore` brings back what an earlier run changed")
-		return nil
-	}
-	l.mu.Lock()
-	cycle := l.cycle
-	l.mu.Unlock()
-	obs, _, err := l.observe(ctx, l.Clock.Now(), cycle)
-	if err != nil {
-		l.Log.Error().Err(err).Msg("cannot read server states: the agent's changes stay in place")
-		return nil
-	}
-	var out []agent.CommandResult
-	for _, b := range obs.Backends {
-		for _, s := range b.Servers {
-			if s.Owner == agent.OwnerAgent {
-				out = append(out, l.apply(ctx, &obs, agent.Action{Kind: agent.Ready, Backend: s.Backend, Server: s.Server, Reason: "agent exit", Origin: agent.OriginRestore})...)
-			}
-		}
-	}
-	return out
-}
-
-// Ledger returns the agent's changes in force.
-func (l *Loop) Ledger() map[agent.Key]agent.Change { return l.theLedger().Changes() }
-
-// Status is what GET /status answers.
-type Status struct {
-	Policy string `json:"policy"`
-	// PolicyStatus is the policy's own state (a model loading, say).
-	PolicyStatus any                        `json:"policy_status,omitempty"`
-	Interval     string                     `json:"interval"`
-	Cycle        uint64                     `json:"cycle"`
-	Observed     time.Time                  `json:"observed"`
-	Backends     []agent.BackendView        `json:"backends"`
-	Changes      map[agent.Key]agent.Change `json:"changes"`
-	Decisions    []agent.Decision           `json:"decisions"`
-	// Candidates are the servers the policy's own test finds now, drained
-	// or refused or not: empty for a policy that cannot tell without
-	// deciding (the LLM, a Lua script).
-	Candidates []agent.Key `json:"candidates"`
-	// StateFile is where the state file stands (saved, or unsaved since
-	// a failed write); absent without --state-file.
-	StateFile *ledger.SaveStatus `json:"state_file,omitempty"`
-	// LeftAlone are the servers the agent neither judges nor acts on, and
-	// why: backups, agent-checked servers, hash-balanced backends.
-	LeftAlone map[agent.Key]string `json:"left_alone,omitempty"`
-	// Mode is observe or enforce; Pauses the pauses in force. While
-	// either holds an action back, it is a decision with "would" set.
-	Mode   agent.Mode    `json:"mode"`
-	Pauses []agent.Pause `json:"pauses"`
-	// Inventory is every server the first step found in drain or maint,
-	// or at a weight the agent set, and who holds it.
-	Inventory []Held `json:"inventory"`
-	// Scope is how each backend stands against the config's backend
-	// blocks: in scope or not, its floor, caps and action.
-	Scope []guard.BackendScope `json:"scope"`
-}
-
-// Status is a copy of the loop's latest view, for people and scripts.
-func (l *Loop) Status() Status {
-	changes := l.Ledger()
-	var saved *ledger.SaveStatus
-	if l.StateFile != "" {
-		st := l.theLedger().Saved()
-		saved = &st
-	}
-	var ps any
-	if l.Policy.Status != nil {
-		ps = l.Policy.Status()
-	}
-	alone := l.LeftAlone()
-	pauses := l.theLedger().Pauses(l.Clock.Now())
-	scopes := l.Scopes()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return Status{
-		Policy: l.Policy.Name(), PolicyStatus: ps, Interval: l.Interval.String(), Cycle: l.cycle, Observed: l.last.Time,
-		Backends: l.last.Backends, Changes: changes, Decisions: append([]agent.Decision(nil), l.recent...),
-		Candidates: append([]agent.Key{}, l.candidates...), StateFile: saved, LeftAlone: alone,
-		Mode: l.mode(), Pauses: append([]agent.Pause{}, pauses...), Inventory: append([]Held{}, l.inventory...), Scope: scopes,
-	}
-}
-
-// Metrics is a copy of the loop's counters, with the state file's.
-func (l *Loop) Metrics() agent.Counters {
-	saved := l.theLedger().Saved()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	m := l.metrics
-	m.RefusedBy = make(map[agent.Refusal]uint64, len(l.metrics.RefusedBy))
-	for c, n := range l.metrics.RefusedBy {
-		m.RefusedBy[c] = n
-	}
-	m.Would = make(map[agent.WouldKind]uint64, len(l.metrics.Would))
-	for k, n := range l.metrics.Would {
-		m.Would[k] = n
-	}
-	m.StateUnsaved, m.StateFailedWrites = !saved.Saved, saved.FailedWrites
-	return m
-}
-
-// WouldNow is every action the last step vetted and held back (observe
-// mode, a pause), for a per-server metric to alert on.
-func (l *Loop) WouldNow() []agent.Would {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]agent.Would(nil), l.wouldNow...)
 }
 
 // mode is the mode in force; a Loop built without one enforces.
@@ -784,6 +634,3 @@ func (l *Loop) mode() agent.Mode {
 	}
 	return l.Mode
 }
-
-// Pauses are the pauses in force now.
-func (l *Loop) Pauses() []agent.Pause { return l.theLedger().Pauses(l.Clock.Now()) }

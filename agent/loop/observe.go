@@ -167,7 +167,7 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (agent.
 	var reapply agent.Plan
 	var held []Held
 	all := procs.everywhere()
-	places := l.places.of(all, windows)
+	places := l.st.places.of(all, windows)
 	present := make(map[agent.Key]bool, len(all))
 	index := map[string]int{} // backend name -> its place in obs.Backends
 	// Each backend's servers are counted first so that its slice is made
@@ -196,13 +196,13 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (agent.
 			// Once per server and HAProxy epoch: held back (observe mode,
 			// a pause), the re-application is proposed every step.
 			ev := l.Log.Warn()
-			if l.reapplyLogged[k] == procs.epoch {
+			if l.st.reapplyLogged[k] == procs.epoch {
 				ev = l.Log.Debug()
 			}
-			if l.reapplyLogged == nil {
-				l.reapplyLogged = map[agent.Key]string{}
+			if l.st.reapplyLogged == nil {
+				l.st.reapplyLogged = map[agent.Key]string{}
 			}
-			l.reapplyLogged[k] = procs.epoch
+			l.st.reapplyLogged[k] = procs.epoch
 			ev.Stringer("server", k).Str("phase", string(v.Changed.Phase)).Msg("a reload lost the agent's change; applying it again")
 			reapply = append(reapply, reapplyAction(v))
 		}
@@ -222,13 +222,13 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (agent.
 		}
 		obs.Backends[bi].Servers = append(obs.Backends[bi].Servers, v)
 	}
-	for k, why := range l.alone.note(leftAlone) {
+	for k, why := range l.st.alone.note(leftAlone) {
 		l.Log.Info().Stringer("server", k).Str("why", why).Msg("left alone: neither judged nor acted on")
 	}
 	ledger.Keep(present, now)
 	l.retain(procs)
-	if !l.inventoried {
-		l.inventoried = true
+	if !l.st.inventoried {
+		l.st.inventoried = true
 		l.takeInventory(held)
 	}
 	sort.Slice(obs.Backends, func(i, j int) bool { return obs.Backends[i].Name < obs.Backends[j].Name })
@@ -450,7 +450,7 @@ func (l *Loop) takeInventory(held []Held) {
 	}
 	l.Log.Info().Int("agent", counts[HeldByAgent]).Int("operator", counts[HeldByOperator]).Int("unknown", counts[HeldByUnknown]).
 		Msg("servers held at start")
-	l.mu.Lock()
-	l.inventory = held
-	l.mu.Unlock()
+	l.st.mu.Lock()
+	l.st.inventory = held
+	l.st.mu.Unlock()
 }

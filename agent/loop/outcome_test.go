@@ -45,7 +45,7 @@ func TestDecisionsSayWhatWasDone(t *testing.T) {
 			l.Mode = tc.mode
 			pol.plans = []agent.Plan{tc.plan}
 			l.Step(context.Background())
-			st := l.Status()
+			st := l.View().Status()
 			var got []agent.Outcome
 			for _, d := range st.Decisions {
 				got = append(got, d.Outcome)

@@ -35,8 +35,8 @@ func TestReloadLostDrainIsReapplied(t *testing.T) {
 	if len(got) != 3 || got[2] != "set server app/s1 state drain" {
 		t.Fatalf("commands %q", got)
 	}
-	if n := len(l.Ledger()); n != 3 {
-		t.Fatalf("ledger %v", l.Ledger())
+	if n := len(l.View().Ledger()); n != 3 {
+		t.Fatalf("ledger %v", l.View().Ledger())
 	}
 	// A further step with nothing lost sends nothing.
 	l.Step(context.Background())
@@ -55,8 +55,8 @@ func TestUndoneDrainIsNotReapplied(t *testing.T) {
 	rt.TakeCommands()
 	rt.Set("s2", func(s *haproxy.ServerState) { s.AdminState = 0 })
 	l.Step(context.Background())
-	if got := rt.TakeCommands(); len(got) != 0 || len(l.Ledger()) != 0 {
-		t.Fatalf("commands %q, ledger %v", got, l.Ledger())
+	if got := rt.TakeCommands(); len(got) != 0 || len(l.View().Ledger()) != 0 {
+		t.Fatalf("commands %q, ledger %v", got, l.View().Ledger())
 	}
 }
 
@@ -96,8 +96,8 @@ func TestStateFileAcrossAgentRestarts(t *testing.T) {
 	third, _, _, _ := newLoop(rt)
 	third.StateFile = file
 	third.Step(context.Background())
-	if got := rt.TakeCommands(); len(got) != 0 || len(third.Ledger()) != 1 {
-		t.Fatalf("operator's ready: commands %q, ledger %v", got, third.Ledger())
+	if got := rt.TakeCommands(); len(got) != 0 || len(third.View().Ledger()) != 1 {
+		t.Fatalf("operator's ready: commands %q, ledger %v", got, third.View().Ledger())
 	}
 	rt.Reload()
 	third.Step(context.Background())
@@ -113,15 +113,15 @@ func TestUndoRestoresEverything(t *testing.T) {
 	pol.plans = []agent.Plan{{drain("s2"), {Kind: agent.SetWeight, Backend: "app", Server: "s1", Weight: 5}}}
 	l.Step(context.Background())
 	rt.TakeCommands()
-	l.Undo(context.Background())
+	l.Control().Undo(context.Background())
 	got := rt.TakeCommands()
 	want := []string{"set weight app/s1 10", "set server app/s2 state ready"}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("undo sent %q, want %q", got, want)
 	}
 	st, _ := rt.ShowServersState(context.Background())
-	if st[3].AdminState != haproxy.AdminForcedMaint || len(l.Ledger()) != 0 {
-		t.Fatalf("operator's maint %+v, ledger %v", st[3], l.Ledger())
+	if st[3].AdminState != haproxy.AdminForcedMaint || len(l.View().Ledger()) != 0 {
+		t.Fatalf("operator's maint %+v, ledger %v", st[3], l.View().Ledger())
 	}
 }
 
@@ -134,7 +134,7 @@ func TestUndoInObserveModeSendsNothing(t *testing.T) {
 	l.Step(context.Background())
 	rt.TakeCommands()
 	l.Mode = agent.ModeObserve
-	if res := l.Undo(context.Background()); res != nil || rt.TakeCommands() != nil || len(l.Ledger()) != 1 {
-		t.Fatalf("undo in observe mode: %v, ledger %v", res, l.Ledger())
+	if res := l.Control().Undo(context.Background()); res != nil || rt.TakeCommands() != nil || len(l.View().Ledger()) != 1 {
+		t.Fatalf("undo in observe mode: %v, ledger %v", res, l.View().Ledger())
 	}
 }

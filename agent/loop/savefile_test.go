@@ -56,13 +56,13 @@ func TestFailedSaveIsRetried(t *testing.T) {
 	if got := rt.TakeCommands(); len(got) != 1 {
 		t.Fatalf("commands %q", got)
 	}
-	st := l.Status().StateFile
+	st := l.View().Status().StateFile
 	if st == nil || st.Saved || st.Error == "" || !st.UnsavedSince.Equal(clk.Now()) || st.FailedWrites != 1 {
 		t.Fatalf("after the failed write: %+v", st)
 	}
 	clk.Advance(l.Interval)
 	l.Step(context.Background()) // still failing: tried, and counted
-	if m := l.Metrics(); !m.StateUnsaved || m.StateFailedWrites != 2 {
+	if m := l.View().Metrics(); !m.StateUnsaved || m.StateFailedWrites != 2 {
 		t.Fatalf("metrics %+v, want unsaved after 2 failed writes", m)
 	}
 
@@ -75,10 +75,10 @@ func TestFailedSaveIsRetried(t *testing.T) {
 	}
 	clk.Advance(l.Interval)
 	l.Step(context.Background())
-	if st := l.Status().StateFile; st == nil || !st.Saved || st.Error != "" || !st.UnsavedSince.IsZero() {
+	if st := l.View().Status().StateFile; st == nil || !st.Saved || st.Error != "" || !st.UnsavedSince.IsZero() {
 		t.Fatalf("after the folder came back: %+v", st)
 	}
-	if m := l.Metrics(); m.StateUnsaved || m.StateFailedWrites != 2 {
+	if m := l.View().Metrics(); m.StateUnsaved || m.StateFailedWrites != 2 {
 		t.Fatalf("metrics %+v", m)
 	}
 	if got := savedChanges(t, file); got[mustKey("app/s2")].Phase != agent.PhaseDrained {
@@ -218,7 +218,7 @@ func TestFullDiskLosesNothing(t *testing.T) {
 	if got := rt.TakeCommands(); len(got) != 1 {
 		t.Fatalf("commands %q", got)
 	}
-	if st := l.Status().StateFile; st.Saved {
+	if st := l.View().Status().StateFile; st.Saved {
 		t.Fatalf("saved on a full disk: %+v", st)
 	}
 	if err := os.Remove(fill); err != nil {
@@ -226,7 +226,7 @@ func TestFullDiskLosesNothing(t *testing.T) {
 	}
 	clk.Advance(l.Interval)
 	l.Step(context.Background())
-	if st := l.Status().StateFile; !st.Saved {
+	if st := l.View().Status().StateFile; !st.Saved {
 		t.Fatalf("unsaved once space came back: %+v", st)
 	}
 	if got := savedChanges(t, file); got[mustKey("app/s2")].Phase != agent.PhaseDrained {
@@ -359,7 +359,7 @@ func TestAStepWritesTheStateFileOnce(t *testing.T) {
 	t.Run("ctl restore", func(t *testing.T) {
 		l, writes, file := setup(t)
 		before := *writes
-		if _, err := l.Restore(ctx, "test"); err != nil {
+		if _, err := l.Control().Restore(ctx, "test"); err != nil {
 			t.Fatal(err)
 		}
 		if n := *writes - before; n != 1 {

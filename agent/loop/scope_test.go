@@ -41,19 +41,19 @@ func TestMaintActionAndRateCap(t *testing.T) {
 	if got := rt.TakeCommands(); got != nil || rec.Verdicts[0].Code != agent.RefusedRateCap {
 		t.Fatalf("second drain within the hour: %q %+v", got, rec.Verdicts)
 	}
-	if c := l.Ledger()[agent.Key{Backend: "app", Server: "s2"}]; c.Phase != agent.PhaseDrained || !c.Maint {
-		t.Fatalf("the maint is not the agent's: %v", l.Ledger())
+	if c := l.View().Ledger()[agent.Key{Backend: "app", Server: "s2"}]; c.Phase != agent.PhaseDrained || !c.Maint {
+		t.Fatalf("the maint is not the agent's: %v", l.View().Ledger())
 	}
 	clk.Advance(time.Hour)
 	l.Step(ctx)
-	if _, err := l.Release(ctx, agent.Key{Backend: "app", Server: "s2"}, "test"); err != nil {
+	if _, err := l.Control().Release(ctx, agent.Key{Backend: "app", Server: "s2"}, "test"); err != nil {
 		t.Fatal(err)
 	}
 	l.Step(ctx)
 	if got := rt.TakeCommands(); !reflect.DeepEqual(got, []string{"set server app/s2 state ready", "set server app/s3 state maint"}) {
 		t.Fatalf("after the hour: %q", got)
 	}
-	sc := l.Status().Scope
+	sc := l.View().Status().Scope
 	if len(sc) != 1 || sc[0].Action != guard.ActionMaint || sc[0].Rates == nil || sc[0].Rates.Used != 0 {
 		t.Fatalf("scope %+v", sc)
 	}

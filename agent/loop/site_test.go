@@ -40,7 +40,7 @@ func TestStateFileReappliedOnlyOnItsHAProxyWhileRecent(t *testing.T) {
 		t.Fatalf("the first agent sent %q", got)
 	}
 	s2 := agent.Key{Backend: "app", Server: "s2"}
-	if c := first.Ledger()[s2]; c.Site != "/run/haproxy-a/admin.sock node " {
+	if c := first.View().Ledger()[s2]; c.Site != "/run/haproxy-a/admin.sock node " {
 		t.Fatalf("the change's site %q", c.Site)
 	}
 
@@ -65,12 +65,12 @@ func TestStateFileReappliedOnlyOnItsHAProxyWhileRecent(t *testing.T) {
 	}
 	notTakenUp := func(l *Loop, want string) {
 		t.Helper()
-		st := l.Status().StateFile
+		st := l.View().Status().StateFile
 		if st == nil || len(st.NotReapplied) != 1 || st.NotReapplied[0].Server != s2 || !strings.Contains(st.NotReapplied[0].Why, want) {
 			t.Fatalf("not re-applied: %+v, want s2: %q", st, want)
 		}
-		if _, ok := l.Ledger()[s2]; ok {
-			t.Fatalf("the change is still the agent's: %v", l.Ledger())
+		if _, ok := l.View().Ledger()[s2]; ok {
+			t.Fatalf("the change is still the agent's: %v", l.View().Ledger())
 		}
 	}
 
@@ -96,7 +96,7 @@ func TestStateFileReappliedOnlyOnItsHAProxyWhileRecent(t *testing.T) {
 			t.Fatalf("sent %q", cmds)
 		}
 		notTakenUp(l, "made on another HAProxy")
-		if v := l.Status().Backends[0].Servers[1]; v.Server != "s2" || v.Owner != agent.OwnerOperator {
+		if v := l.View().Status().Backends[0].Servers[1]; v.Server != "s2" || v.Owner != agent.OwnerOperator {
 			t.Fatalf("s2 reads as %+v, want the operator's", v)
 		}
 		// Nor does the offline restore ready it.

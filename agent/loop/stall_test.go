@@ -51,9 +51,9 @@ func TestStalledSocketNeitherStallsNorLeaks(t *testing.T) {
 	if took := time.Since(start); took > 2*time.Second {
 		t.Fatalf("Run took %v", took)
 	}
-	l.mu.Lock()
-	m := l.metrics
-	l.mu.Unlock()
+	l.st.mu.Lock()
+	m := l.st.metrics
+	l.st.mu.Unlock()
 	// A step that waited on the socket past its budget would skip about
 	// every other slot, and one that waited for good would make one
 	// cycle. A third of the slots is the bound, not one: under -race, with

@@ -104,8 +104,8 @@ func TestUntrustedStateFileRefused(t *testing.T) {
 				if err != nil {
 					t.Fatalf("a trusted file refused: %v", err)
 				}
-				if _, ok := l.Ledger()[agent.Key{Backend: "app", Server: "s2"}]; !ok {
-					t.Fatalf("the trusted file's change was not read: %v", l.Ledger())
+				if _, ok := l.View().Ledger()[agent.Key{Backend: "app", Server: "s2"}]; !ok {
+					t.Fatalf("the trusted file's change was not read: %v", l.View().Ledger())
 				}
 				return
 			}
@@ -135,7 +135,7 @@ func TestUntrustedStateFileRefused(t *testing.T) {
 			if cmds := rt.TakeCommands(); len(cmds) != 0 {
 				t.Fatalf("the first step sent %q", cmds)
 			}
-			if w := l2.StateWarning(); !strings.Contains(w, "could not be read at start") || !strings.Contains(w, "kept as") {
+			if w := l2.View().StateWarning(); !strings.Contains(w, "could not be read at start") || !strings.Contains(w, "kept as") {
 				t.Fatalf("warning %q", w)
 			}
 		})

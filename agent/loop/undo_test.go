@@ -46,7 +46,7 @@ func TestEveryUndoSendsTheSameCommands(t *testing.T) {
 		if got := rt.TakeCommands(); len(got) != 2 {
 			t.Fatalf("setup commands %q", got)
 		}
-		if c := l.Ledger(); c[key("app", "s2")].Phase != agent.PhaseDrained || c[key("app", "s5")].Phase != agent.PhaseCut {
+		if c := l.View().Ledger(); c[key("app", "s2")].Phase != agent.PhaseDrained || c[key("app", "s5")].Phase != agent.PhaseCut {
 			t.Fatalf("setup ledger %v", c)
 		}
 		return l, rt, file, clk
@@ -58,15 +58,15 @@ func TestEveryUndoSendsTheSameCommands(t *testing.T) {
 		undo func(t *testing.T, l *Loop, rt *fakes.Runtime, file string, clk *fakes.Clock)
 		want []string
 	}{
-		{"--on-exit restore", func(t *testing.T, l *Loop, _ *fakes.Runtime, _ string, _ *fakes.Clock) { l.Undo(ctx) }, append(s2, s5...)},
+		{"--on-exit restore", func(t *testing.T, l *Loop, _ *fakes.Runtime, _ string, _ *fakes.Clock) { l.Control().Undo(ctx) }, append(s2, s5...)},
 		{"ctl restore", func(t *testing.T, l *Loop, _ *fakes.Runtime, _ string, _ *fakes.Clock) {
-			if _, err := l.Restore(ctx, "test"); err != nil {
+			if _, err := l.Control().Restore(ctx, "test"); err != nil {
 				t.Fatal(err)
 			}
 		}, append(s2, s5...)},
 		{"ctl release", func(t *testing.T, l *Loop, _ *fakes.Runtime, _ string, _ *fakes.Clock) {
 			for _, s := range []string{"s2", "s5"} {
-				if _, err := l.Release(ctx, key("app", s), "test"); err != nil {
+				if _, err := l.Control().Release(ctx, key("app", s), "test"); err != nil {
 					t.Fatal(err)
 				}
 			}

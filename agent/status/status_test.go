@@ -369,7 +369,7 @@ func TestObserveAndPauseMetrics(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3")
 	l := &loop.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second, Mode: agent.ModeObserve},
 		Policy: agent.PolicyOf(drainOnce{"s2"}), Guard: guard.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
-	if _, err := l.Pause(context.Background(), "app", time.Minute, "test"); err != nil {
+	if _, err := l.Control().Pause(context.Background(), "app", time.Minute, "test"); err != nil {
 		t.Fatal(err)
 	}
 	l.Step(context.Background())

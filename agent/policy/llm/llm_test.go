@@ -547,7 +547,7 @@ func TestSlowModelKeepsTheSchedule(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(audit.String()), "\n")
-	if m := l.Metrics(); len(lines) < 8 || m.Skipped != 0 {
+	if m := l.View().Metrics(); len(lines) < 8 || m.Skipped != 0 {
 		t.Fatalf("%d steps in %v; counters %+v", len(lines), time.Since(start), m)
 	}
 	if p.counters.deadlineMisses < 1 || p.counters.busy < 5 || p.counters.fallbacks != p.counters.deadlineMisses+p.counters.busy {

@@ -288,7 +288,7 @@ func (d *Daemon) joinFleet() error {
 	if err != nil {
 		return fmt.Errorf("%w%s", err, netx.Hint(err))
 	}
-	d.Fleet.SetChanges(d.Loop.Ledger)
+	d.Fleet.SetChanges(d.Loop.View().Ledger)
 	d.Loop.Policy = peers.Wrap(d.Loop.Policy, d.Fleet)
 	if d.Loop.Recovery != nil {
 		d.Loop.Recovery = peers.Recovery{Inner: d.Loop.Recovery, Node: d.Fleet}
@@ -583,7 +583,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	d.log.Info().Str("spoe", d.SPOEAddr()).Str("lua", d.LuaAddr()).Str("syslog", d.Config.SyslogListen).Str("status", d.StatusAddr()).Strs("haproxy", d.Config.HAProxySockets).
 		Str("stats_poll", statsPoll(d.Config)).Str("fleet", d.fleetLine()).
 		Str("policy", string(d.Config.Chosen())).Dur("interval", d.Config.Loop.Interval).
-		Str("mode", string(d.Loop.Status().Mode)).Str("control", d.ControlAddr()).Str("state_file", d.Config.Loop.StateFile).Msg("hapilot running")
+		Str("mode", string(d.Loop.View().Status().Mode)).Str("control", d.ControlAddr()).Str("state_file", d.Config.Loop.StateFile).Msg("hapilot running")
 	wg.Wait()
 	close(errs)
 	var all []error
@@ -606,7 +606,7 @@ const StateStopWait = 5 * time.Second
 func (d *Daemon) exit() {
 	if d.Config.OnExit == config.OnExitRestore {
 		uctx, cancel := context.WithTimeout(context.Background(), OnExitTimeout)
-		results := d.Loop.Undo(uctx)
+		results := d.Loop.Control().Undo(uctx)
 		cancel()
 		d.log.Info().Int("commands", len(results)).Msg("--on-exit restore: the agent's changes undone")
 	}
@@ -642,7 +642,7 @@ func (d *Daemon) Warnings() []string {
 			ws = append(ws, *w)
 		}
 	}
-	if w := d.Loop.StateWarning(); w != "" {
+	if w := d.Loop.View().StateWarning(); w != "" {
 		ws = append(ws, w)
 	}
 	if u := d.Unseen(); strings.HasPrefix(u, "telemetry blind") {

@@ -44,7 +44,7 @@ func ctlHAProxy(t *testing.T, ctx context.Context, extra int, args ...string) (s
 	sock, state = filepath.Join(dir, "ctl.sock"), filepath.Join(dir, "state.json")
 	dm := startAgent(t, ctx, zerolog.Nop(), append([]string{"--haproxy-socket", socket, "--spoe-listen", "off", "--status-listen", "off",
 		"--interval", "1s", "--mode", "observe", "--state-file", state, "--control-socket", "unix:" + sock, "--backend", "web.enabled=false"}, args...))
-	for deadline := time.Now().Add(20 * time.Second); dm.Loop.Status().Observed.IsZero(); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(20 * time.Second); dm.Loop.View().Status().Observed.IsZero(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the agent's first step never read HAProxy")
 		}

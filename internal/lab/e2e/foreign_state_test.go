@@ -99,7 +99,7 @@ func TestStateFileOfAnotherHAProxyNotReapplied(t *testing.T) {
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	go fleet.Load{Addr: fmt.Sprintf("127.0.0.1:%d", a.port), Rate: 300, Duration: 60 * time.Second}.Run(loadCtx)
 	for deadline := time.Now().Add(45 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if _, ok := first.Loop.Status().Changes[srv3]; ok {
+		if _, ok := first.Loop.View().Status().Changes[srv3]; ok {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -117,7 +117,7 @@ func TestStateFileOfAnotherHAProxyNotReapplied(t *testing.T) {
 	second := startAgent(t, ctx, zerolog.Nop(), b.h.agentArgs("--policy", "rules", "--readmit", "off", "--state-file", state))
 	var st loop.Status
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if st = second.Loop.Status(); st.Cycle >= 3 {
+		if st = second.Loop.View().Status(); st.Cycle >= 3 {
 			break
 		}
 		if time.Now().After(deadline) {

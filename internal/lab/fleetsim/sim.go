@@ -243,7 +243,7 @@ func startNode(ctx context.Context, s Setup, name string, key []byte, seed strin
 	rt := fakes.WithStates(name, states)
 	loop := &loop.Loop{Clock: agent.RealClock{}, Settings: agent.Settings{Interval: s.Interval, EvidenceCheck: time.Second}, Policy: peers.Wrap(rules.NewPolicy(rules.DefaultConfig()), node),
 		Guard: guard.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: store, Log: zerolog.Nop()}
-	node.SetChanges(loop.Ledger)
+	node.SetChanges(loop.View().Ledger)
 	nctx, cancel := context.WithCancel(ctx)
 	n := &simNode{name: name, node: node, loop: loop, rt: rt, store: store, tr: tr, cancel: cancel, stopped: make(chan struct{})}
 	var wg sync.WaitGroup

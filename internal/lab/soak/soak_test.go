@@ -121,7 +121,7 @@ func TestSoakAgreesWithTheLoop(t *testing.T) {
 	if err := r.loop.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range r.loop.Status().Decisions {
+	for _, d := range r.loop.View().Status().Decisions {
 		if d.Verdict.Accepted && d.Verdict.Applied.Kind == "drain" {
 			if d.Verdict.Applied.Server != "srv4" {
 				t.Errorf("healthy %s drained at %v", d.Verdict.Applied.Server, d.Time)
