@@ -216,67 +216,162 @@ func (l *Ledger) SetSite(site agent.Site) {
 // that someone else undid or replaced is lost, and the server is the
 // operator's for OperatorHold, even back at its configured state: their
 // word stands until then, or until the server's state changes again.
+// It is Judge and Apply in one.
 func (l *Ledger) Reconcile(k agent.Key, s haproxy.ServerState, now time.Time) (owner agent.Owner, ch *agent.Change, reapply bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	j := l.judge(k, s, now, l.epoch, l.site)
+	l.apply(j)
+	return j.Owner, j.Change, j.Reapply
+}
+
+// Judgment is the ledger's word on one server as one observation finds
+// it (Judge), with the transition that word makes, which Apply records:
+// an observation reads the ledger, and the step writes what it found.
+type Judgment struct {
+	Server agent.Key
+	// Owner holds the server; Change is the agent's change in force on
+	// it (its own only), adopted under the observation's epoch; Reapply:
+	// a reload lost it, and the loop applies it again.
+	Owner   agent.Owner
+	Change  *agent.Change
+	Reapply bool
+	// OperatorUntil is when an operator's override of the agent's change
+	// stops holding the agent off, as of the judgment (zero: none).
+	OperatorUntil time.Time
+
+	state        haproxy.ServerState
+	epoch        string
+	site         agent.Site
+	dropOverride bool // the override stands no more
+	fromFile     bool // the state file's change is judged here
+	// notHere: the file's change is not taken up here, and why; foreign:
+	// it is another HAProxy's, kept in the file for its agent.
+	notHere string
+	foreign bool
+	adopt   bool      // the change holds: adopted under epoch and site
+	lose    bool      // someone else undid or replaced the change
+	hold    *Override // the operator's override the loss starts
+}
+
+// Judge is Reconcile without the write: who holds server k, whose
+// merged state is s, at now, under the HAProxy of epoch and site, and
+// the transition that makes, for Apply. It changes nothing.
+func (l *Ledger) Judge(k agent.Key, s haproxy.ServerState, now time.Time, epoch string, site agent.Site) Judgment {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.judge(k, s, now, epoch, site)
+}
+
+// judge is Judge. Called with l.mu held.
+func (l *Ledger) judge(k agent.Key, s haproxy.ServerState, now time.Time, epoch string, site agent.Site) Judgment {
+	j := Judgment{Server: k, state: s, epoch: epoch, site: site}
 	if o, ok := l.overrides[k]; ok {
 		if now.Before(o.Until) && s.AdminState == o.AdminState && s.Weight == o.Weight {
-			return agent.OwnerOperator, nil, false
+			j.Owner, j.OperatorUntil = agent.OwnerOperator, o.Until
+			return j
 		}
-		delete(l.overrides, k)
-		l.changed()
+		j.dropOverride = true
 	}
-	if c := l.changes[k]; c != nil && l.fromFile[k] {
-		delete(l.fromFile, k)
-		if why, foreign := l.notForHere(c, s, now); why != "" {
-			l.log.Warn().Stringer("server", k).Str("phase", string(c.Phase)).Time("at", c.At).Str("why", why).
-				Msg("a change from the state file is not taken up: the server is judged afresh")
-			l.notReapplied = append(l.notReapplied, agent.NotReapplied{Server: k, Change: *c, Why: why})
-			delete(l.changes, k)
-			if foreign {
-				l.foreign[k] = c
-			}
-			l.changed()
+	c := l.changes[k]
+	if c != nil && l.fromFile[k] {
+		j.fromFile = true
+		if why, foreign := notForHere(c, s, now, epoch, site, l.ReapplyWithin); why != "" {
+			j.notHere, j.foreign = why, foreign
+			c = nil
 		}
 	}
-	if c := l.changes[k]; c != nil {
+	if c != nil {
 		pristine := s.AdminState == 0 && s.Weight == s.Initial
 		switch {
 		case c.Holds(s):
-			c.Epoch, c.Site = l.epoch, l.site
+			j.adopt = true
 			cp := *c
-			return agent.OwnerAgent, &cp, false
-		case pristine && c.Epoch != l.epoch:
+			cp.Epoch, cp.Site = epoch, site
+			j.Owner, j.Change = agent.OwnerAgent, &cp
+			return j
+		case pristine && c.Epoch != epoch:
 			cp := *c
-			return agent.OwnerAgent, &cp, true
+			j.Owner, j.Change, j.Reapply = agent.OwnerAgent, &cp, true
+			return j
 		}
-		l.log.Warn().Stringer("server", k).Str("phase", string(c.Phase)).Str("now", s.Label()).Int("weight", s.Weight).
-			Dur("for", l.OperatorHold).Msg("the agent's change was overridden outside the agent; leaving the server to the operator")
-		delete(l.changes, k)
+		j.lose = true
 		if l.OperatorHold > 0 {
-			l.overrides[k] = Override{Until: now.Add(l.OperatorHold), AdminState: s.AdminState, Weight: s.Weight}
-		}
-		l.changed()
-		if l.OperatorHold > 0 {
-			return agent.OwnerOperator, nil, false
+			j.hold = &Override{Until: now.Add(l.OperatorHold), AdminState: s.AdminState, Weight: s.Weight}
+			j.Owner, j.OperatorUntil = agent.OwnerOperator, j.hold.Until
+			return j
 		}
 	}
 	if s.AdminState != 0 || s.Weight != s.Initial {
-		return agent.OwnerOperator, nil, false
+		j.Owner = agent.OwnerOperator
+	} else {
+		j.Owner = agent.OwnerNone
 	}
-	return agent.OwnerNone, nil, false
+	return j
+}
+
+// Apply records the transitions of judgments an observation made
+// (Judge), in their order.
+func (l *Ledger) Apply(judgments []Judgment) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, j := range judgments {
+		l.apply(j)
+	}
+}
+
+// apply records one judgment's transition. Called with l.mu held.
+func (l *Ledger) apply(j Judgment) {
+	k := j.Server
+	if j.dropOverride {
+		delete(l.overrides, k)
+		l.changed()
+	}
+	if j.fromFile {
+		delete(l.fromFile, k)
+	}
+	if j.notHere != "" {
+		c := l.changes[k]
+		l.log.Warn().Stringer("server", k).Str("phase", string(c.Phase)).Time("at", c.At).Str("why", j.notHere).
+			Msg("a change from the state file is not taken up: the server is judged afresh")
+		l.notReapplied = append(l.notReapplied, agent.NotReapplied{Server: k, Change: *c, Why: j.notHere})
+		delete(l.changes, k)
+		if j.foreign {
+			l.foreign[k] = c
+		}
+		l.changed()
+	}
+	if c := l.changes[k]; c != nil && j.adopt {
+		c.Epoch, c.Site = j.epoch, j.site
+	}
+	if c := l.changes[k]; c != nil && j.lose {
+		l.log.Warn().Stringer("server", k).Str("phase", string(c.Phase)).Str("now", j.state.Label()).Int("weight", j.state.Weight).
+			Dur("for", l.OperatorHold).Msg("the agent's change was overridden outside the agent; leaving the server to the operator")
+		delete(l.changes, k)
+		if j.hold != nil {
+			l.overrides[k] = *j.hold
+		}
+		l.changed()
+	}
+}
+
+// Epoch is the HAProxy processes last recorded (SetEpoch).
+func (l *Ledger) Epoch() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.epoch
 }
 
 // notForHere says why a change read from the state file is not the
 // agent's on the HAProxy it finds, "" when it is: it was made on another
 // HAProxy (a per-user file used against a second one, a file copied from
 // another host), or a reload lost it longer ago than ReapplyWithin, when
-// the server's faults may be long over. Called with l.mu held.
-func (l *Ledger) notForHere(c *agent.Change, s haproxy.ServerState, now time.Time) (why string, foreign bool) {
-	if c.Site != "" && l.site != "" && c.Site != l.site {
-		return fmt.Sprintf("made on another HAProxy (%s), not this one (%s)", c.Site, l.site), true
+// the server's faults may be long over.
+func notForHere(c *agent.Change, s haproxy.ServerState, now time.Time, epoch string, site agent.Site, within time.Duration) (why string, foreign bool) {
+	if c.Site != "" && site != "" && c.Site != site {
+		return fmt.Sprintf("made on another HAProxy (%s), not this one (%s)", c.Site, site), true
 	}
-	lost := s.AdminState == 0 && s.Weight == s.Initial && !c.Holds(s) && c.Epoch != l.epoch
+	lost := s.AdminState == 0 && s.Weight == s.Initial && !c.Holds(s) && c.Epoch != epoch
 	if !lost {
 		return "", false
 	}
@@ -284,8 +379,8 @@ func (l *Ledger) notForHere(c *agent.Change, s haproxy.ServerState, now time.Tim
 	if c.At.After(ref) {
 		ref = c.At // a file of an earlier agent: the change's own time
 	}
-	if age := now.Sub(ref); age > l.ReapplyWithin {
-		return fmt.Sprintf("lost to a reload, and last recorded %v ago, beyond --reapply-within %v", age.Round(time.Second), l.ReapplyWithin), false
+	if age := now.Sub(ref); age > within {
+		return fmt.Sprintf("lost to a reload, and last recorded %v ago, beyond --reapply-within %v", age.Round(time.Second), within), false
 	}
 	return "", false
 }

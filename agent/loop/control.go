@@ -104,10 +104,11 @@ func (l *Loop) observeNow(ctx context.Context) (agent.Observation, error) {
 	l.st.mu.Lock()
 	cycle := l.st.cycle
 	l.st.mu.Unlock()
-	obs, _, err := l.observe(ctx, l.Clock.Now(), cycle)
+	obs, _, f, err := l.observe(ctx, l.Clock.Now(), cycle)
 	if err != nil {
 		return obs, fmt.Errorf("read server states: %w", err)
 	}
+	l.settle(f)
 	return obs, nil
 }
 
@@ -401,11 +402,12 @@ func (c Control) Undo(ctx context.Context) []agent.CommandResult {
 	l.st.mu.Lock()
 	cycle := l.st.cycle
 	l.st.mu.Unlock()
-	obs, _, err := l.observe(ctx, l.Clock.Now(), cycle)
+	obs, _, f, err := l.observe(ctx, l.Clock.Now(), cycle)
 	if err != nil {
 		l.Log.Error().Err(err).Msg("cannot read server states: the agent's changes stay in place")
 		return nil
 	}
+	l.settle(f)
 	var out []agent.CommandResult
 	for _, b := range obs.Backends {
 		for _, s := range b.Servers {

@@ -373,13 +373,14 @@ func (l *Loop) stepFor(ctx context.Context, triggeredBy []agent.Key, woken strin
 	defer l.theLedger().Batch()()
 	rec := l.begin(began)
 	rec.TriggeredBy, rec.Woken = triggeredBy, woken
-	obs, reapply, err := l.observe(ctx, began, rec.Cycle)
+	obs, reapply, found, err := l.observe(ctx, began, rec.Cycle)
 	if err != nil {
 		rec.Error = err.Error()
 		l.Log.Error().Err(err).Uint64("cycle", rec.Cycle).Msg("cannot read server states; not acting this step")
 		l.finish(&rec, nil, began, nil)
 		return rec
 	}
+	l.settle(found)
 	rec.Servers = summarize(&obs)
 	obs.Refused = l.st.refusedServers
 	rec.Plan = append(rec.Plan, l.plan(ctx, obs, reapply, &rec)...)

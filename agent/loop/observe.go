@@ -147,17 +147,17 @@ func (p *processes) everywhere() []*procServer {
 
 // observe builds the step's observation from the processes and the
 // windows, with the ledger's word on who holds each server. It also
-// returns the changes a reload lost, to be applied again.
-func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (agent.Observation, agent.Plan, error) {
+// returns the changes a reload lost, to be applied again, and what it
+// found that the loop must record (settle): observe only reads. The
+// windows' places it keeps from step to step are a memo of where each
+// server's series lies, not a record.
+func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (agent.Observation, agent.Plan, *found, error) {
 	procs, err := readProcesses(ctx, l.Runtimes)
 	if err != nil {
-		return agent.Observation{}, nil, err
+		return agent.Observation{}, nil, nil, err
 	}
-	ledger := l.theLedger()
-	if was, changed := ledger.SetEpoch(procs.epoch); changed && was != "" {
-		l.Log.Warn().Str("was", was).Str("now", procs.epoch).Msg("HAProxy reloaded or restarted")
-	}
-	ledger.SetSite(procs.site)
+	lg := l.theLedger()
+	f := &found{now: now, procs: procs, present: make(map[agent.Key]bool, len(procs.order)), leftAlone: map[agent.Key]string{}}
 	span := l.RecentSpan
 	if span <= 0 {
 		span = 10 * time.Second
@@ -165,10 +165,8 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (agent.
 	windows := l.readWindows(l.Lookback, span)
 	obs := agent.Observation{Time: now, Cycle: cycle, Lookback: l.Lookback, RecentSpan: span}
 	var reapply agent.Plan
-	var held []Held
 	all := procs.everywhere()
 	places := l.st.places.of(all, windows)
-	present := make(map[agent.Key]bool, len(all))
 	index := map[string]int{} // backend name -> its place in obs.Backends
 	// Each backend's servers are counted first so that its slice is made
 	// once: appending 10,000 views of 456 bytes copied each several times.
@@ -176,44 +174,35 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (agent.
 	for _, e := range all {
 		perBackend[e.state.Backend]++
 	}
-	leftAlone := map[agent.Key]string{}
+	f.judgments = make([]ledger.Judgment, 0, len(all))
 	for i, e := range all {
 		s := e.state
 		k := key(s.Backend, s.Server)
-		present[k] = true
+		f.present[k] = true
 		if why := l.leftAlone(k, e.kind); why != "" {
-			leftAlone[k] = why
+			f.leftAlone[k] = why
 			continue
 		}
-		l.readdress(k, s.Addr)
+		f.addrs = append(f.addrs, addrOf{k, s.Addr})
 		v := agent.ServerView{Backend: s.Backend, Server: s.Server, State: s, MaxConn: e.maxconn, RespTimeMs: e.rtime}
 		windows.setAt(&v, places[i])
-		var lost bool
-		v.Owner, v.Changed, lost = ledger.Reconcile(k, s, now)
-		v.NoDrainUntil = ledger.HeldUntil(k, now)
-		v.OperatorUntil = ledger.OverriddenUntil(k)
-		if lost {
-			// Once per server and HAProxy epoch: held back (observe mode,
-			// a pause), the re-application is proposed every step.
-			ev := l.Log.Warn()
-			if l.st.reapplyLogged[k] == procs.epoch {
-				ev = l.Log.Debug()
-			}
-			if l.st.reapplyLogged == nil {
-				l.st.reapplyLogged = map[agent.Key]string{}
-			}
-			l.st.reapplyLogged[k] = procs.epoch
-			ev.Stringer("server", k).Str("phase", string(v.Changed.Phase)).Msg("a reload lost the agent's change; applying it again")
+		j := lg.Judge(k, s, now, procs.epoch, procs.site)
+		f.judgments = append(f.judgments, j)
+		v.Owner, v.Changed = j.Owner, j.Change
+		v.NoDrainUntil = lg.HeldUntil(k, now)
+		v.OperatorUntil = j.OperatorUntil
+		if j.Reapply {
+			f.reapplied = append(f.reapplied, v)
 			reapply = append(reapply, reapplyAction(v))
 		}
-		if h, ok := holder(v, ledger); ok {
-			held = append(held, h)
+		if h, ok := holder(v, lg); ok {
+			f.held = append(f.held, h)
 		}
 		label := ""
 		if v.Owner == agent.OwnerOperator && (s.Drain() || s.Maint()) {
 			label = s.Label()
 		}
-		ledger.SeeOperator(k, label)
+		f.seen = append(f.seen, seenAs{k, label})
 		bi, ok := index[s.Backend]
 		if !ok {
 			bi = len(obs.Backends)
@@ -222,17 +211,79 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (agent.
 		}
 		obs.Backends[bi].Servers = append(obs.Backends[bi].Servers, v)
 	}
-	for k, why := range l.st.alone.note(leftAlone) {
+	sort.Slice(obs.Backends, func(i, j int) bool { return obs.Backends[i].Name < obs.Backends[j].Name })
+	return obs, reapply, f, nil
+}
+
+// found is what an observation found that the loop records (settle):
+// the HAProxy it read, the ledger's judgments, the servers present and
+// those left alone, each server's address, what the operator holds, and
+// the changes a reload lost.
+type found struct {
+	now       time.Time
+	procs     *processes
+	judgments []ledger.Judgment
+	present   map[agent.Key]bool
+	leftAlone map[agent.Key]string
+	addrs     []addrOf
+	seen      []seenAs
+	held      []Held
+	reapplied []agent.ServerView
+}
+
+// addrOf is a server's address as an observation found it.
+type addrOf struct {
+	k    agent.Key
+	addr string
+}
+
+// seenAs is a server's state when the operator holds it ("" when not).
+type seenAs struct {
+	k     agent.Key
+	label string
+}
+
+// settle records what observe found, in the order observe found it: the
+// HAProxy's epoch and site, the ledger's judgments, the operator's
+// servers, the servers gone; the windows of servers gone or readdressed;
+// the servers left alone, and, at the first step, the inventory. Called
+// with stepMu held.
+func (l *Loop) settle(f *found) {
+	lg := l.theLedger()
+	if was, changed := lg.SetEpoch(f.procs.epoch); changed && was != "" {
+		l.Log.Warn().Str("was", was).Str("now", f.procs.epoch).Msg("HAProxy reloaded or restarted")
+	}
+	lg.SetSite(f.procs.site)
+	lg.Apply(f.judgments)
+	for _, v := range f.reapplied {
+		// Once per server and HAProxy epoch: held back (observe mode,
+		// a pause), the re-application is proposed every step.
+		k := v.Key()
+		ev := l.Log.Warn()
+		if l.st.reapplyLogged[k] == f.procs.epoch {
+			ev = l.Log.Debug()
+		}
+		if l.st.reapplyLogged == nil {
+			l.st.reapplyLogged = map[agent.Key]string{}
+		}
+		l.st.reapplyLogged[k] = f.procs.epoch
+		ev.Stringer("server", k).Str("phase", string(v.Changed.Phase)).Msg("a reload lost the agent's change; applying it again")
+	}
+	for _, s := range f.seen {
+		lg.SeeOperator(s.k, s.label)
+	}
+	for _, a := range f.addrs {
+		l.readdress(a.k, a.addr)
+	}
+	for k, why := range l.st.alone.note(f.leftAlone) {
 		l.Log.Info().Stringer("server", k).Str("why", why).Msg("left alone: neither judged nor acted on")
 	}
-	ledger.Keep(present, now)
-	l.retain(procs)
+	lg.Keep(f.present, f.now)
+	l.retain(f.procs)
 	if !l.st.inventoried {
 		l.st.inventoried = true
-		l.takeInventory(held)
+		l.takeInventory(f.held)
 	}
-	sort.Slice(obs.Backends, func(i, j int) bool { return obs.Backends[i].Name < obs.Backends[j].Name })
-	return obs, reapply, nil
 }
 
 // windowsRead is one read of the long and the recent window, looked up by
@@ -418,14 +469,14 @@ type Held struct {
 // holder classifies v for the start-up inventory: ok is false for a
 // server at its configured state that nobody holds. Called before the
 // step records what it saw of the operator's servers.
-func holder(v agent.ServerView, ledger *ledger.Ledger) (Held, bool) {
+func holder(v agent.ServerView, lg *ledger.Ledger) (Held, bool) {
 	h := Held{Server: v.Key(), State: v.State.Label(), Weight: v.State.Weight}
 	switch {
 	case v.Owner == agent.OwnerAgent && v.Changed != nil:
 		h.Holder, h.Since, h.Reason = HeldByAgent, v.Changed.At, v.Changed.Reason
 	case !v.State.Drain() && !v.State.Maint():
 		return h, false
-	case !v.OperatorUntil.IsZero() || ledger.SeenOperator(v.Key()):
+	case !v.OperatorUntil.IsZero() || lg.SeenOperator(v.Key()):
 		h.Holder = HeldByOperator
 	default:
 		h.Holder = HeldByUnknown
