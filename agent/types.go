@@ -330,3 +330,13 @@ type ProbeStatus struct {
 	FailedBursts int       `json:"failed_bursts"`
 	Drains       int       `json:"drains"`
 }
+
+// Recovery proposes re-admissions each step (see agent/recovery). Its
+// actions pass the guardrails like any policy's.
+type Recovery interface {
+	Plan(ctx context.Context, obs Observation) Plan
+	// RequestProbe asks for a server drained by the agent to be probed as
+	// soon as its backoff allows: what a policy's ready of a drained
+	// server becomes.
+	RequestProbe(server Key)
+}

@@ -15,16 +15,6 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Recovery proposes re-admissions each step (see agent/recovery). Its
-// actions pass the guardrails like any policy's.
-type Recovery interface {
-	Plan(ctx context.Context, obs agent.Observation) agent.Plan
-	// RequestProbe asks for a server drained by the agent to be probed as
-	// soon as its backoff allows: what a policy's ready of a drained
-	// server becomes.
-	RequestProbe(server agent.Key)
-}
-
 // Loop is the decision goroutine. Set the exported fields, then call Run,
 // or Step to drive it by hand.
 type Loop struct {
@@ -39,8 +29,8 @@ type Loop struct {
 	Guard    guard.Guardrails
 	Runtimes []agent.Runtime
 	Windows  agent.Windows
-	Recovery Recovery  // nil: drained servers stay drained
-	Audit    io.Writer // one JSON line per step (--audit-steps); nil for none
+	Recovery agent.Recovery // nil: drained servers stay drained
+	Audit    io.Writer      // one JSON line per step (--audit-steps); nil for none
 	// Events receives what happened (actions, refusals, would-actions,
 	// operator commands), each once; nil for none. Identity stamps them.
 	Events   agent.EventSink

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
-	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/internal/lib/window"
 )
 
@@ -274,7 +273,7 @@ func (n *Node) evidence(test func(agent.Observation) []agent.Key, obs agent.Obse
 // elsewhere holds: their way back is that decider's probes, followed
 // here by reconcile.
 type Recovery struct {
-	Inner loop.Recovery
+	Inner agent.Recovery
 	Node  *Node
 }
 
