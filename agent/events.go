@@ -72,7 +72,7 @@ type Event struct {
 	Backend string `json:"backend,omitempty"`
 	// Action is the action sent, refused or held back.
 	Action *Action `json:"action,omitempty"`
-	// Code is a refusal's code (agent/guard.go).
+	// Code is a refusal's code (verdict.go).
 	Code Refusal `json:"code,omitempty"`
 	// Reason says why: the policy's reason for an action, the guard's for
 	// a refusal, the pause for a would-action.

@@ -21,5 +21,5 @@ func mustKey(s string) agent.Key {
 // savedChanges are the changes the next start reads from path.
 func savedChanges(t *testing.T, path string) map[agent.Key]agent.Change {
 	t.Helper()
-	return NewLedger(path, zerolog.Nop()).Changes()
+	return New(path, zerolog.Nop()).Changes()
 }

@@ -110,7 +110,7 @@ type Override struct {
 // hundred bytes, and --max-servers of them fit many times over.
 const MaxStateFile = 16 << 20
 
-// OpenLedger reads file, if it exists, and returns the ledger it holds.
+// Open reads file, if it exists, and returns the ledger it holds.
 // A path that is not a regular file (a FIFO, a link, a directory, a
 // device) is an error: the agent refuses to start on it, and checking it
 // never blocks. So is a file someone other than the agent's user, root or
@@ -119,7 +119,7 @@ const MaxStateFile = 16 << 20
 // version, too big) is logged, kept aside as FILE.bad-TIME, and the
 // ledger starts empty: the servers it named then read as the operator's,
 // which is the safe side.
-func OpenLedger(file string, log zerolog.Logger) (*Ledger, error) {
+func Open(file string, log zerolog.Logger) (*Ledger, error) {
 	l := newLedger(file, log)
 	err := l.load()
 	if errors.Is(err, safefile.ErrNotRegular) {
@@ -134,9 +134,9 @@ func OpenLedger(file string, log zerolog.Logger) (*Ledger, error) {
 	return l, nil
 }
 
-// NewLedger is OpenLedger for callers that cannot refuse to start: a
+// New is Open for callers that cannot refuse to start: a
 // path that is not a regular file is kept aside like an unreadable one.
-func NewLedger(file string, log zerolog.Logger) *Ledger {
+func New(file string, log zerolog.Logger) *Ledger {
 	l := newLedger(file, log)
 	if err := l.load(); err != nil {
 		l.unreadable(err)

@@ -63,7 +63,7 @@ func TestLedgerTransitions(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			l := NewLedger("", zerolog.Nop())
+			l := New("", zerolog.Nop())
 			l.SetEpoch("1@1")
 			tc.steps(l)
 			if held := l.HeldUntil(k, t0); !held.Equal(tc.held) {
@@ -119,7 +119,7 @@ func TestLedgerReconcile(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			l := NewLedger("", zerolog.Nop())
+			l := New("", zerolog.Nop())
 			l.OperatorHold = agent.DefaultOperatorHold
 			l.SetEpoch("e1")
 			tc.change(l)
@@ -143,14 +143,14 @@ func TestLedgerReadsVersion1(t *testing.T) {
 	if err := os.WriteFile(path, []byte(v1), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got := NewLedger(path, zerolog.Nop()).Changes()
+	got := New(path, zerolog.Nop()).Changes()
 	if len(got) != 2 || got[mustKey("app/s1")].Phase != agent.PhaseDrained || got[mustKey("app/s1")].ErrorRate != 0.05 || got[mustKey("app/s2")].Phase != agent.PhaseCut || got[mustKey("app/s2")].Weight != 3 {
 		t.Fatalf("changes %+v", got)
 	}
 	// The next change writes version 2, which reads back the same.
-	l := NewLedger(path, zerolog.Nop())
+	l := New(path, zerolog.Nop())
 	l.Drain(mustKey("app/s4"), time.Unix(1000, 0).UTC(), "x", 0, 0, false)
-	if again := NewLedger(path, zerolog.Nop()).Changes(); len(again) != 3 || again[mustKey("app/s4")].Phase != agent.PhaseDrained {
+	if again := New(path, zerolog.Nop()).Changes(); len(again) != 3 || again[mustKey("app/s4")].Phase != agent.PhaseDrained {
 		t.Fatalf("after rewrite %+v", again)
 	}
 }
@@ -169,7 +169,7 @@ func TestStateFileFollowsNoLink(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	l := NewLedger(state, zerolog.Nop())
+	l := New(state, zerolog.Nop())
 	l.Drain(mustKey("app/s1"), time.Unix(1000, 0), "x", 0, 0, false)
 	if b, _ := os.ReadFile(victim); string(b) != "precious" {
 		t.Fatalf("the victim was overwritten: %q", b)
@@ -177,7 +177,7 @@ func TestStateFileFollowsNoLink(t *testing.T) {
 	if fi, err := os.Lstat(state); err != nil || fi.Mode()&os.ModeSymlink != 0 {
 		t.Fatalf("the state file is still a link: %v", err)
 	}
-	if got := NewLedger(state, zerolog.Nop()).Changes(); len(got) != 1 {
+	if got := New(state, zerolog.Nop()).Changes(); len(got) != 1 {
 		t.Fatalf("state %+v", got)
 	}
 }
@@ -188,7 +188,7 @@ func TestStateFileFollowsNoLink(t *testing.T) {
 // set aside with every drain it named.
 func TestStateFileNeverOutgrowsItsReader(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "state.json")
-	l := NewLedger(file, zerolog.Nop())
+	l := New(file, zerolog.Nop())
 	l.Drain(key("app", "s1"), time.Unix(1000, 0), "test", 0.5, 0, false)
 	// Enough servers seen held by the operator to outgrow the bound, put
 	// in memory at once (one write each would take minutes).

@@ -30,7 +30,7 @@ type command struct {
 // and its configured weight when it is at another (a cut, a canary
 // weight recovery staged). Every undo sends exactly these, so that no
 // path leaves what another would have brought back: --on-exit restore
-// (Loop.Undo), `ctl release` and `ctl restore` (Loop.release), `hapilot
+// (Control.Undo), `ctl release` and `ctl restore` (Loop.release), `hapilot
 // restore` (RestoreFromState), and recovery's undo of a weight cut.
 func restoreCommands(s haproxy.ServerState) ([]command, error) {
 	var cmds []command

@@ -338,7 +338,7 @@ func RestoreFromState(ctx context.Context, file string, runtimes []agent.Runtime
 	if file == "" {
 		return nil, fmt.Errorf("%w: no state file: nothing records the agent's changes", agent.ErrRefused)
 	}
-	lg, err := ledger.OpenLedger(file, log)
+	lg, err := ledger.Open(file, log)
 	if err != nil {
 		return nil, err
 	}

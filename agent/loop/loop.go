@@ -51,7 +51,7 @@ type Loop struct {
 type state struct {
 	ledgerOnce sync.Once
 	ledger     *ledger.Ledger
-	// alone: the servers the last step left alone, and why (scope.go).
+	// alone: the servers the last step left alone, and why (kinds.go).
 	alone alone
 	// addrs: each server's address at the last step (readdress); only
 	// Step touches it.
@@ -120,7 +120,7 @@ const MaxTriggered = 3
 // theLedger is the loop's ledger, read from StateFile on first use
 // unless OpenState read it before.
 func (l *Loop) theLedger() *ledger.Ledger {
-	l.st.ledgerOnce.Do(func() { l.setLedger(ledger.NewLedger(l.StateFile, l.Log)) })
+	l.st.ledgerOnce.Do(func() { l.setLedger(ledger.New(l.StateFile, l.Log)) })
 	return l.st.ledger
 }
 
@@ -137,13 +137,13 @@ func (l *Loop) setLedger(lg *ledger.Ledger) {
 
 // OpenState reads the state file before the loop runs: a path that is
 // not a regular file (a FIFO, a link, a directory) is an error here, for
-// the agent to refuse to start (see OpenLedger). Without it, the first
+// the agent to refuse to start (see ledger.Open). Without it, the first
 // use reads the file and keeps such a path aside.
 func (l *Loop) OpenState() error {
 	var err error
 	l.st.ledgerOnce.Do(func() {
 		var lg *ledger.Ledger
-		if lg, err = ledger.OpenLedger(l.StateFile, l.Log); err == nil {
+		if lg, err = ledger.Open(l.StateFile, l.Log); err == nil {
 			l.setLedger(lg)
 		}
 	})

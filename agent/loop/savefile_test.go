@@ -25,7 +25,7 @@ import (
 // savedChanges reads the state file as the next start would.
 func savedChanges(t *testing.T, path string) map[agent.Key]agent.Change {
 	t.Helper()
-	return ledger.NewLedger(path, zerolog.Nop()).Changes()
+	return ledger.New(path, zerolog.Nop()).Changes()
 }
 
 // A write of the state file that fails is tried again at the next step
@@ -121,7 +121,7 @@ func TestUnreadableStateFileKeptAside(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			l := ledger.NewLedger(file, zerolog.Nop())
+			l := ledger.New(file, zerolog.Nop())
 			if n := len(l.Changes()); n != 0 {
 				t.Fatalf("%d changes read from an unreadable file", n)
 			}
@@ -143,7 +143,7 @@ func TestUnreadableStateFileKeptAside(t *testing.T) {
 	}
 }
 
-// A state file that is not a regular file is refused by OpenLedger, at
+// A state file that is not a regular file is refused by ledger.Open, at
 // once: a FIFO blocked the first read before, inside the once that
 // /status waits on too.
 func TestOpenLedgerRefusesAFIFO(t *testing.T) {
@@ -151,7 +151,7 @@ func TestOpenLedgerRefusesAFIFO(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ledger.OpenLedger(fifo, zerolog.Nop()); !errors.Is(err, safefile.ErrNotRegular) || !strings.Contains(err.Error(), "FIFO") {
+	if _, err := ledger.Open(fifo, zerolog.Nop()); !errors.Is(err, safefile.ErrNotRegular) || !strings.Contains(err.Error(), "FIFO") {
 		t.Fatalf("err %v", err)
 	}
 	l, _, _, _ := newLoop(fakes.NewRuntime("s1"))

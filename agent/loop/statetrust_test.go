@@ -176,7 +176,7 @@ func TestRestoreKeepsTheStateFilesOwner(t *testing.T) {
 		t.Fatalf("after restore the state file is %d:%d %04o, want %d:%d 0640", uid, gid, perm, nobody, nobody)
 	}
 	// The release's hold is in it, for the service's next start.
-	if l := ledger.NewLedger(file, zerolog.Nop()); l.OverriddenUntil(agent.Key{Backend: "app", Server: "s2"}).IsZero() {
+	if l := ledger.New(file, zerolog.Nop()); l.OverriddenUntil(agent.Key{Backend: "app", Server: "s2"}).IsZero() {
 		t.Fatal("the operator's hold is not in the state file")
 	}
 }

@@ -97,10 +97,10 @@ func TestEveryUndoSendsTheSameCommands(t *testing.T) {
 					t.Errorf("%s left at admin %d, weight %d of %d", s.Server, s.AdminState, s.Weight, s.Initial)
 				}
 			}
-			if _, ok := ledger.NewLedger(file, zerolog.Nop()).Changes()[key("app", "s5")]; ok {
-				t.Errorf("s5's cut still on record: %v", ledger.NewLedger(file, zerolog.Nop()).Changes())
+			if _, ok := ledger.New(file, zerolog.Nop()).Changes()[key("app", "s5")]; ok {
+				t.Errorf("s5's cut still on record: %v", ledger.New(file, zerolog.Nop()).Changes())
 			}
-			if c, ok := ledger.NewLedger(file, zerolog.Nop()).Changes()[key("app", "s2")]; ok && len(tc.want) > 1 {
+			if c, ok := ledger.New(file, zerolog.Nop()).Changes()[key("app", "s2")]; ok && len(tc.want) > 1 {
 				t.Errorf("s2 still on record after its undo: %+v", c)
 			}
 		})

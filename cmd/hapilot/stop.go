@@ -351,7 +351,7 @@ func (s *stopper) fromState(ctx context.Context, who, file string, c *config.Con
 		s.say("%s: no state file at %s: nothing recorded", who, file)
 		return
 	}
-	ledger, err := ledger.OpenLedger(file, s.log)
+	ledger, err := ledger.Open(file, s.log)
 	if err != nil {
 		s.failed = append(s.failed, fmt.Sprintf("%s: %v", who, err))
 		return

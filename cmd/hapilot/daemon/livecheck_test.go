@@ -61,7 +61,7 @@ func TestLiveCheckProblems(t *testing.T) {
 func TestLiveCheckNamesTheStoppedAgentsDrains(t *testing.T) {
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state.json")
-	ledger := ledger.NewLedger(state, zerolog.Nop())
+	ledger := ledger.New(state, zerolog.Nop())
 	ledger.Drain(agent.Key{Backend: "app", Server: "srv1"}, time.Unix(1700000100, 0), "5xx", 0.05, 0, false)
 	if st := ledger.Flush(); !st.Saved {
 		t.Fatalf("state file: %+v", st)

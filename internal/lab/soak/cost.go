@@ -19,7 +19,7 @@ import (
 )
 
 // CostResult is what the agent's loop costs at one size: the real loop
-// (agent.Loop with the rules policy, the guardrails, a window store fed
+// (loop.Loop with the rules policy, the guardrails, a window store fed
 // each simulated second, a recording fake runtime socket) on an injected
 // clock.
 type CostResult struct {

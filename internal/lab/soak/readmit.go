@@ -2,7 +2,7 @@ package soak
 
 // Re-admission: how long a healed server takes to come back to full
 // weight, and what a server costs clients while it comes back, through
-// the agent's real loop (agent.Loop, its guardrails and ledger, a fake
+// the agent's real loop (loop.Loop, its guardrails and ledger, a fake
 // runtime socket) and the real recovery (agent/recovery), on an injected
 // clock. What is simulated: the traffic (Poisson, split by weight among
 // the serving servers, binomial 5xx), the probe bursts (each probe fails

@@ -97,7 +97,7 @@ func TestBound(t *testing.T) {
 	}
 }
 
-// TestSoakAgreesWithTheLoop: the real loop (agent.Loop, the rules
+// TestSoakAgreesWithTheLoop: the real loop (loop.Loop, the rules
 // policy, the guardrails, the window store, evidence checks every second
 // under Run) drains a 5% server that starts failing after a steady
 // state, in about the time the soak finds for the same cell, and no
