@@ -11,6 +11,7 @@ import (
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/ledger"
+	"github.com/hapilot/hapilot/agent/merge"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/rs/zerolog"
 )
@@ -345,7 +346,7 @@ func RestoreFromState(ctx context.Context, file string, runtimes []agent.Runtime
 	if st := lg.Saved(); st.KeptAside != "" {
 		return nil, fmt.Errorf("%w: the state file could not be read (kept as %s): nothing records the agent's changes", agent.ErrRefused, st.KeptAside)
 	}
-	procs, err := readProcesses(ctx, runtimes)
+	procs, err := merge.Read(ctx, runtimes)
 	if err != nil {
 		return nil, fmt.Errorf("read server states: %w", err)
 	}
@@ -354,15 +355,15 @@ func RestoreFromState(ctx context.Context, file string, runtimes []agent.Runtime
 	end := lg.Batch() // every release, one write
 	for _, h := range listChanges(lg.Changes()) {
 		r := Released{Server: h.Server, Was: h.Change}
-		s, ok := procs.everyProcess(h.Server)
+		s, ok := procs.EveryProcess(h.Server)
 		switch {
 		case !ok:
 			r.Error = "not in every HAProxy: left as it is"
 			lg.Lose(h.Server)
-		case h.Change.Site != "" && h.Change.Site != procs.site:
+		case h.Change.Site != "" && h.Change.Site != procs.Site:
 			// The file's change is another HAProxy's: this one's server
 			// of the same name is someone else's to undo.
-			r.Error = fmt.Sprintf("made on another HAProxy (%s), not this one (%s): left as it is", h.Change.Site, procs.site)
+			r.Error = fmt.Sprintf("made on another HAProxy (%s), not this one (%s): left as it is", h.Change.Site, procs.Site)
 		case !h.Change.Holds(*s):
 			r.Error = fmt.Sprintf("no longer the agent's change (%s, weight %d of %d): left as it is", s.Label(), s.Weight, s.Initial)
 			lg.Lose(h.Server)

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/merge"
 	"github.com/hapilot/hapilot/haproxy"
 )
 
@@ -32,38 +33,19 @@ func hashedReason(algo string) string {
 	return fmt.Sprintf("balance %s sends each server its own request mix, so the same-mix test does not hold: name the backend in --hash-backends to govern it", algo)
 }
 
-// kind is what `show stat` says of a server beyond its counters, merged
-// over the processes.
-type kind struct {
-	backup, agentCheck, tcp bool
-	algo                    string
-}
-
-// add merges one process's row: a server is a backup, agent-checked or
-// in tcp mode if any process says so, and its algorithm is a hashing one's
-// when any process hashes.
-func (cur *kind) add(st haproxy.ServerStat) {
-	cur.backup = cur.backup || st.Backup
-	cur.agentCheck = cur.agentCheck || st.AgentCheck
-	cur.tcp = cur.tcp || st.TCP
-	if st.Hashed() || cur.algo == "" {
-		cur.algo = st.Algo
-	}
-}
-
 // leftAlone is why the agent leaves server k alone, "" when it governs it.
-func (l *Loop) leftAlone(k agent.Key, kd kind) string { return leaveAlone(k, kd, l.HashBackends) }
+func (l *Loop) leftAlone(k agent.Key, kd merge.Kind) string { return leaveAlone(k, kd, l.HashBackends) }
 
-func leaveAlone(k agent.Key, kd kind, hashBackends []string) string {
+func leaveAlone(k agent.Key, kd merge.Kind, hashBackends []string) string {
 	switch {
-	case kd.tcp:
+	case kd.TCP:
 		return AloneTCP
-	case kd.backup:
+	case kd.Backup:
 		return AloneBackup
-	case kd.agentCheck:
+	case kd.AgentCheck:
 		return AloneAgentCheck
-	case slices.Contains(haproxy.HashAlgos, kd.algo) && !slices.Contains(hashBackends, k.Backend):
-		return hashedReason(kd.algo)
+	case slices.Contains(haproxy.HashAlgos, kd.Algo) && !slices.Contains(hashBackends, k.Backend):
+		return hashedReason(kd.Algo)
 	}
 	return ""
 }
@@ -75,7 +57,7 @@ func leaveAlone(k agent.Key, kd kind, hashBackends []string) string {
 // holds in maintenance). `hapilot check --live` prints it per server.
 func Untouched(st haproxy.ServerStat, s haproxy.ServerState, hashBackends []string) string {
 	k := key(st.Backend, st.Server)
-	if why := leaveAlone(k, kind{backup: st.Backup, agentCheck: st.AgentCheck, tcp: st.TCP, algo: st.Algo}, hashBackends); why != "" {
+	if why := leaveAlone(k, merge.Kind{Backup: st.Backup, AgentCheck: st.AgentCheck, TCP: st.TCP, Algo: st.Algo}, hashBackends); why != "" {
 		return why
 	}
 	switch {

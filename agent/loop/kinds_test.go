@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/hapilot/hapilot/agent"
-	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/agent/merge"
 )
 
 // Each kind of server real configs hold is governed or left alone, with
@@ -15,43 +15,28 @@ func TestLeftAlone(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		k    agent.Key
-		kind kind
+		Kind merge.Kind
 		want string // a part of the reason; "" governed
 	}{
-		{"an active server, round robin", agent.Key{Backend: "app", Server: "s1"}, kind{algo: "roundrobin"}, ""},
-		{"leastconn", agent.Key{Backend: "app", Server: "s1"}, kind{algo: "leastconn"}, ""},
-		{"random", agent.Key{Backend: "app", Server: "s1"}, kind{algo: "unknown"}, ""},
-		{"a TCP backend", agent.Key{Backend: "db", Server: "s1"}, kind{tcp: true, algo: "roundrobin"}, "not mode http"},
-		{"a backup server", agent.Key{Backend: "app", Server: "b1"}, kind{backup: true, algo: "roundrobin"}, "backup server"},
-		{"under agent-check", agent.Key{Backend: "app", Server: "s2"}, kind{agentCheck: true, algo: "roundrobin"}, "agent-check"},
-		{"balance uri", agent.Key{Backend: "cache", Server: "s1"}, kind{algo: "uri"}, "balance uri"},
-		{"balance source", agent.Key{Backend: "sticky", Server: "s1"}, kind{algo: "source"}, "--hash-backends"},
-		{"balance hdr", agent.Key{Backend: "h", Server: "s1"}, kind{algo: "hdr"}, "balance hdr"},
-		{"balance url_param", agent.Key{Backend: "h", Server: "s1"}, kind{algo: "url_param"}, "balance url_param"},
-		{"balance rdp-cookie", agent.Key{Backend: "h", Server: "s1"}, kind{algo: "rdp-cookie"}, "balance rdp-cookie"},
-		{"balance hash", agent.Key{Backend: "h", Server: "s1"}, kind{algo: "hash"}, "balance hash"},
-		{"a hash backend the operator named", agent.Key{Backend: "opted", Server: "s1"}, kind{algo: "uri"}, ""},
-		{"a backup in a named hash backend", agent.Key{Backend: "opted", Server: "b1"}, kind{backup: true, algo: "uri"}, "backup server"},
+		{"an active server, round robin", agent.Key{Backend: "app", Server: "s1"}, merge.Kind{Algo: "roundrobin"}, ""},
+		{"leastconn", agent.Key{Backend: "app", Server: "s1"}, merge.Kind{Algo: "leastconn"}, ""},
+		{"random", agent.Key{Backend: "app", Server: "s1"}, merge.Kind{Algo: "unknown"}, ""},
+		{"a TCP backend", agent.Key{Backend: "db", Server: "s1"}, merge.Kind{TCP: true, Algo: "roundrobin"}, "not mode http"},
+		{"a backup server", agent.Key{Backend: "app", Server: "b1"}, merge.Kind{Backup: true, Algo: "roundrobin"}, "backup server"},
+		{"under agent-check", agent.Key{Backend: "app", Server: "s2"}, merge.Kind{AgentCheck: true, Algo: "roundrobin"}, "agent-check"},
+		{"balance uri", agent.Key{Backend: "cache", Server: "s1"}, merge.Kind{Algo: "uri"}, "balance uri"},
+		{"balance source", agent.Key{Backend: "sticky", Server: "s1"}, merge.Kind{Algo: "source"}, "--hash-backends"},
+		{"balance hdr", agent.Key{Backend: "h", Server: "s1"}, merge.Kind{Algo: "hdr"}, "balance hdr"},
+		{"balance url_param", agent.Key{Backend: "h", Server: "s1"}, merge.Kind{Algo: "url_param"}, "balance url_param"},
+		{"balance rdp-cookie", agent.Key{Backend: "h", Server: "s1"}, merge.Kind{Algo: "rdp-cookie"}, "balance rdp-cookie"},
+		{"balance hash", agent.Key{Backend: "h", Server: "s1"}, merge.Kind{Algo: "hash"}, "balance hash"},
+		{"a hash backend the operator named", agent.Key{Backend: "opted", Server: "s1"}, merge.Kind{Algo: "uri"}, ""},
+		{"a backup in a named hash backend", agent.Key{Backend: "opted", Server: "b1"}, merge.Kind{Backup: true, Algo: "uri"}, "backup server"},
 	} {
-		got := l.leftAlone(tc.k, tc.kind)
+		got := l.leftAlone(tc.k, tc.Kind)
 		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
-	}
-}
-
-// show stat's rows give each server its kind, merged over processes: a
-// server is a backup or under agent-check if any process says so, and
-// has its backend's algorithm.
-func TestStatsGiveKinds(t *testing.T) {
-	p := &processes{}
-	p.addStats([]haproxy.ServerStat{{Backend: "app", Server: "s1", Algo: "roundrobin"}, {Backend: "app", Server: "b1", Backup: true, Algo: "roundrobin"}})
-	p.addStats([]haproxy.ServerStat{{Backend: "app", Server: "s1", AgentCheck: true, Algo: "roundrobin"}})
-	if k := p.byKey[agent.Key{Backend: "app", Server: "s1"}].kind; !k.agentCheck || k.backup || k.algo != "roundrobin" {
-		t.Errorf("s1: %+v", k)
-	}
-	if k := p.byKey[agent.Key{Backend: "app", Server: "b1"}].kind; !k.backup {
-		t.Errorf("b1: %+v", k)
 	}
 }
 

@@ -2,148 +2,16 @@ package loop
 
 import (
 	"context"
-	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/ledger"
-	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/agent/merge"
 	"github.com/hapilot/hapilot/internal/lib/window"
 )
 
 func key(backend, server string) agent.Key { return agent.Key{Backend: backend, Server: server} }
-
-// processes is every HAProxy's view of its servers, merged: a server
-// serves only if every process lets it, and only servers every process
-// knows can be acted on.
-type processes struct {
-	epoch string     // the processes' instances, joined
-	site  agent.Site // the HAProxy they are: sockets and node names, joined
-	// order is the servers in HAProxy's order, as the first process's
-	// server states list them; byKey finds each. One entry holds all a
-	// server's figures, so that a step at 10,000 servers looks each up
-	// once, not once a figure.
-	order []*procServer
-	byKey map[agent.Key]*procServer
-	pool  []procServer // the entries, a few allocations for all
-	count int
-}
-
-// procServer is what the processes say of one server, merged.
-type procServer struct {
-	state   haproxy.ServerState // merged: the most restrictive of the processes'
-	seenBy  int                 // processes whose server states list it
-	maxconn int                 // the smallest of the processes' limits, 0 unknown
-	rtime   int                 // the slowest process's average
-	kind    kind
-}
-
-// entry is k's entry, made when first seen.
-func (p *processes) entry(k agent.Key) *procServer {
-	if e, ok := p.byKey[k]; ok {
-		return e
-	}
-	if len(p.pool) == cap(p.pool) {
-		// A new array: the entries already handed out stay where they are.
-		p.pool = make([]procServer, 0, max(16, cap(p.pool)))
-	}
-	p.pool = append(p.pool, procServer{})
-	e := &p.pool[len(p.pool)-1]
-	p.byKey[k] = e
-	return e
-}
-
-// everyProcess is k's merged state, when every process lists it.
-func (p *processes) everyProcess(k agent.Key) (*haproxy.ServerState, bool) {
-	e, ok := p.byKey[k]
-	if !ok || e.seenBy != p.count {
-		return nil, false
-	}
-	return &e.state, true
-}
-
-// readProcesses reads every runtime's info, stats and server states.
-func readProcesses(ctx context.Context, runtimes []agent.Runtime) (*processes, error) {
-	if len(runtimes) == 0 {
-		return nil, fmt.Errorf("no runtime socket")
-	}
-	p := &processes{count: len(runtimes)}
-	var instances, sites []string
-	for _, rt := range runtimes {
-		info, err := rt.ShowInfo(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("read info from %s: %w", rt.Addr(), err)
-		}
-		instances = append(instances, info.Instance())
-		sites = append(sites, string(agent.SiteOf(rt.Addr(), info)))
-		stats, err := rt.ServerStats(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("read stats from %s: %w", rt.Addr(), err)
-		}
-		if p.byKey == nil {
-			// Sized by the first process's servers: grown one by one,
-			// the map of 10,000 servers rehashed a tenth of a step.
-			n := len(stats)
-			p.byKey, p.pool, p.order = make(map[agent.Key]*procServer, n), make([]procServer, 0, n), make([]*procServer, 0, n)
-		}
-		p.addStats(stats)
-		states, err := rt.ShowServersState(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("read states from %s: %w", rt.Addr(), err)
-		}
-		p.addStates(states)
-	}
-	p.epoch, p.site = strings.Join(instances, ","), agent.Site(strings.Join(sites, ","))
-	return p, nil
-}
-
-func (p *processes) addStats(stats []haproxy.ServerStat) {
-	if p.byKey == nil {
-		p.byKey = map[agent.Key]*procServer{}
-	}
-	for _, st := range stats {
-		e := p.entry(key(st.Backend, st.Server))
-		if st.MaxConn > 0 && (e.maxconn == 0 || st.MaxConn < e.maxconn) {
-			e.maxconn = st.MaxConn
-		}
-		e.rtime = max(e.rtime, st.RespTimeMs)
-		e.kind.add(st)
-	}
-}
-
-func (p *processes) addStates(states []haproxy.ServerState) {
-	if p.byKey == nil {
-		p.byKey = map[agent.Key]*procServer{}
-	}
-	for _, s := range states {
-		e := p.entry(key(s.Backend, s.Server))
-		e.seenBy++
-		if e.seenBy == 1 {
-			e.state = s
-			p.order = append(p.order, e)
-			continue
-		}
-		m := &e.state
-		m.AdminState |= s.AdminState
-		m.Weight = min(m.Weight, s.Weight)
-		if s.OpState != haproxy.OpRunning {
-			m.OpState = s.OpState
-		}
-	}
-}
-
-// everywhere lists, in HAProxy's order, the servers every process knows.
-func (p *processes) everywhere() []*procServer {
-	out := make([]*procServer, 0, len(p.order))
-	for _, e := range p.order {
-		if e.seenBy == p.count {
-			out = append(out, e)
-		}
-	}
-	return out
-}
 
 // observe builds the step's observation from the processes and the
 // windows, with the ledger's word on who holds each server. It also
@@ -152,12 +20,12 @@ func (p *processes) everywhere() []*procServer {
 // windows' places it keeps from step to step are a memo of where each
 // server's series lies, not a record.
 func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (agent.Observation, agent.Plan, *found, error) {
-	procs, err := readProcesses(ctx, l.Runtimes)
+	procs, err := merge.Read(ctx, l.Runtimes)
 	if err != nil {
 		return agent.Observation{}, nil, nil, err
 	}
 	lg := l.theLedger()
-	f := &found{now: now, procs: procs, present: make(map[agent.Key]bool, len(procs.order)), leftAlone: map[agent.Key]string{}}
+	f := &found{now: now, procs: procs, present: make(map[agent.Key]bool, len(procs.Order)), leftAlone: map[agent.Key]string{}}
 	span := l.RecentSpan
 	if span <= 0 {
 		span = 10 * time.Second
@@ -165,28 +33,28 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (agent.
 	windows := l.readWindows(l.Lookback, span)
 	obs := agent.Observation{Time: now, Cycle: cycle, Lookback: l.Lookback, RecentSpan: span}
 	var reapply agent.Plan
-	all := procs.everywhere()
+	all := procs.Everywhere()
 	places := l.st.places.of(all, windows)
 	index := map[string]int{} // backend name -> its place in obs.Backends
 	// Each backend's servers are counted first so that its slice is made
 	// once: appending 10,000 views of 456 bytes copied each several times.
 	perBackend := map[string]int{}
 	for _, e := range all {
-		perBackend[e.state.Backend]++
+		perBackend[e.State.Backend]++
 	}
 	f.judgments = make([]ledger.Judgment, 0, len(all))
 	for i, e := range all {
-		s := e.state
+		s := e.State
 		k := key(s.Backend, s.Server)
 		f.present[k] = true
-		if why := l.leftAlone(k, e.kind); why != "" {
+		if why := l.leftAlone(k, e.Kind); why != "" {
 			f.leftAlone[k] = why
 			continue
 		}
 		f.addrs = append(f.addrs, addrOf{k, s.Addr})
-		v := agent.ServerView{Backend: s.Backend, Server: s.Server, State: s, MaxConn: e.maxconn, RespTimeMs: e.rtime}
+		v := agent.ServerView{Backend: s.Backend, Server: s.Server, State: s, MaxConn: e.MaxConn, RespTimeMs: e.RespTimeMs}
 		windows.setAt(&v, places[i])
-		j := lg.Judge(k, s, now, procs.epoch, procs.site)
+		j := lg.Judge(k, s, now, procs.Epoch, procs.Site)
 		f.judgments = append(f.judgments, j)
 		v.Owner, v.Changed = j.Owner, j.Change
 		v.NoDrainUntil = lg.HeldUntil(k, now)
@@ -221,7 +89,7 @@ func (l *Loop) observe(ctx context.Context, now time.Time, cycle uint64) (agent.
 // the changes a reload lost.
 type found struct {
 	now       time.Time
-	procs     *processes
+	procs     *merge.Processes
 	judgments []ledger.Judgment
 	present   map[agent.Key]bool
 	leftAlone map[agent.Key]string
@@ -250,23 +118,23 @@ type seenAs struct {
 // with stepMu held.
 func (l *Loop) settle(f *found) {
 	lg := l.theLedger()
-	if was, changed := lg.SetEpoch(f.procs.epoch); changed && was != "" {
-		l.Log.Warn().Str("was", was).Str("now", f.procs.epoch).Msg("HAProxy reloaded or restarted")
+	if was, changed := lg.SetEpoch(f.procs.Epoch); changed && was != "" {
+		l.Log.Warn().Str("was", was).Str("now", f.procs.Epoch).Msg("HAProxy reloaded or restarted")
 	}
-	lg.SetSite(f.procs.site)
+	lg.SetSite(f.procs.Site)
 	lg.Apply(f.judgments)
 	for _, v := range f.reapplied {
 		// Once per server and HAProxy epoch: held back (observe mode,
 		// a pause), the re-application is proposed every step.
 		k := v.Key()
 		ev := l.Log.Warn()
-		if l.st.reapplyLogged[k] == f.procs.epoch {
+		if l.st.reapplyLogged[k] == f.procs.Epoch {
 			ev = l.Log.Debug()
 		}
 		if l.st.reapplyLogged == nil {
 			l.st.reapplyLogged = map[agent.Key]string{}
 		}
-		l.st.reapplyLogged[k] = f.procs.epoch
+		l.st.reapplyLogged[k] = f.procs.Epoch
 		ev.Stringer("server", k).Str("phase", string(v.Changed.Phase)).Msg("a reload lost the agent's change; applying it again")
 	}
 	for _, s := range f.seen {
@@ -380,13 +248,13 @@ type viewPlaces struct {
 }
 
 // of is each server's place in w, in the order of servers.
-func (p *viewPlaces) of(servers []*procServer, w *windowsRead) []int32 {
+func (p *viewPlaces) of(servers []*merge.Server, w *windowsRead) []int32 {
 	if p.fit(servers, w) {
 		return p.places
 	}
 	p.keys, p.places = p.keys[:0], p.places[:0]
 	for _, e := range servers {
-		k := key(e.state.Backend, e.state.Server)
+		k := key(e.State.Backend, e.State.Server)
 		p.keys = append(p.keys, k)
 		p.places = append(p.places, w.place(k))
 	}
@@ -397,14 +265,14 @@ func (p *viewPlaces) of(servers []*procServer, w *windowsRead) []int32 {
 // servers in the same order, each place holding its server's series, and
 // every series of w placed (so that a server kept without one still has
 // none).
-func (p *viewPlaces) fit(servers []*procServer, w *windowsRead) bool {
+func (p *viewPlaces) fit(servers []*merge.Server, w *windowsRead) bool {
 	if len(p.keys) != len(servers) {
 		return false
 	}
 	placed := 0
 	for i, e := range servers {
 		k := p.keys[i]
-		if k.Backend != e.state.Backend || k.Server != e.state.Server {
+		if k.Backend != e.State.Backend || k.Server != e.State.Server {
 			return false
 		}
 		if at := p.places[i]; at >= 0 {
@@ -428,12 +296,12 @@ func reapplyAction(v agent.ServerView) agent.Action {
 
 // retain drops the windows' series of servers no HAProxy reports, so
 // that names that only arrive in events cannot fill the store for good.
-func (l *Loop) retain(procs *processes) {
+func (l *Loop) retain(procs *merge.Processes) {
 	r, ok := l.Windows.(retainer)
 	if !ok {
 		return
 	}
-	if n := r.Retain(func(b, s string) bool { e, known := procs.byKey[key(b, s)]; return known && e.seenBy > 0 }); n > 0 {
+	if n := r.Retain(func(b, s string) bool { e, known := procs.ByKey[key(b, s)]; return known && e.SeenBy > 0 }); n > 0 {
 		l.Log.Warn().Int("series", n).Msg("dropped the windows of servers HAProxy does not report")
 	}
 }

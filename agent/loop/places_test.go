@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/merge"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lib/window"
 )
@@ -54,9 +55,9 @@ func TestViewPlacesFollowServersAndSeries(t *testing.T) {
 		for _, s := range st.recent {
 			recent[key(s.Backend, s.Server)] = s
 		}
-		entries := make([]*procServer, len(st.servers))
+		entries := make([]*merge.Server, len(st.servers))
 		for i, s := range st.servers {
-			entries[i] = &procServer{state: s}
+			entries[i] = &merge.Server{State: s}
 		}
 		places := p.of(entries, w)
 		for i, s := range st.servers {

@@ -150,15 +150,16 @@ func TestRoomsRefuseABackArrow(t *testing.T) {
 // agentRooms are the rooms inside the agent, one job each, and the
 // agent's packages each may import ("x/..." is x and every package under
 // it; "x" is x alone). The shared types (agent) stand on nothing of the
-// agent; the guardrails and the ledger on the types only, neither on the
-// other; the loop on those three, and nothing calls into the loop but the
+// agent; the guardrails, the ledger and the merge of HAProxy's processes
+// on the types only, none on another; the loop on those four, and nothing calls into the loop but the
 // read side that shows it. Policies, recovery and fleet mode are handed to
 // the loop: none of them reaches the loop or the ledger.
 var agentRooms = map[string][]string{
 	"agent":          nil,
 	"agent/guard":    {"agent"},
 	"agent/ledger":   {"agent"},
-	"agent/loop":     {"agent", "agent/guard", "agent/ledger"},
+	"agent/merge":    {"agent"},
+	"agent/loop":     {"agent", "agent/guard", "agent/ledger", "agent/merge"},
 	"agent/status":   {"agent", "agent/guard", "agent/ledger", "agent/loop"},
 	"agent/policy":   {"agent", "agent/guard", "agent/policy/..."},
 	"agent/recovery": {"agent", "agent/policy/..."},
@@ -221,6 +222,8 @@ func TestAgentRoomsRefuseABackArrow(t *testing.T) {
 		{"agent", "agent/ledger", false},
 		{"agent/ledger", "agent/loop", false},
 		{"agent/ledger", "agent/guard", false},
+		{"agent/merge", "agent/ledger", false},
+		{"agent/loop", "agent/merge", true},
 		{"agent/guard", "agent/ledger", false},
 		{"agent/policy/rules", "agent/loop", false},
 		{"agent/recovery", "agent/ledger", false},
