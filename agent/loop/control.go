@@ -55,6 +55,7 @@ func (c Control) Release(ctx context.Context, k agent.Key, by string) (Released,
 	l := c.l
 	l.st.stepMu.Lock()
 	defer l.st.stepMu.Unlock()
+	defer l.theLedger().Batch()() // what it reads and the release, one write
 	obs, err := l.observeNow(ctx)
 	if err != nil {
 		return Released{Server: k}, err
@@ -176,6 +177,7 @@ func commandErrors(results []agent.CommandResult) string {
 // the operator meant.
 func (c Control) Pause(ctx context.Context, backend string, d time.Duration, by string) (agent.Pause, error) {
 	l := c.l
+	defer l.theLedger().Batch()() // what it reads and the pause, one write
 	if backend != agent.AllBackends {
 		if err := l.pausable(ctx, backend); err != nil {
 			return agent.Pause{Backend: backend}, err
