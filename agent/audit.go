@@ -1,12 +1,7 @@
 package agent
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
 	"time"
-
-	"github.com/hapilot/hapilot/internal/lib/auditlog"
 )
 
 // CommandResult is one command sent to one HAProxy.
@@ -84,7 +79,7 @@ type Decision struct {
 	WouldKind  WouldKind `json:"would_kind,omitempty"`
 	WouldApply *Action   `json:"would_apply,omitempty"`
 
-	repeat bool // the same refusal as the step before: counted, not listed again
+	Repeat bool `json:"-"` // the same refusal as the step before: counted, not listed again
 }
 
 // Outcome is what came of a vetted proposal.
@@ -124,7 +119,7 @@ type Counters struct {
 // 10 s interval's budget.
 var DurationBuckets = [...]float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 
-func (m *Counters) add(rec *Record, decisions []Decision, seconds float64) {
+func (m *Counters) Count(rec *Record, decisions []Decision, seconds float64) {
 	m.Cycles++
 	if len(rec.TriggeredBy) > 0 {
 		m.Triggered++
@@ -148,7 +143,7 @@ func (m *Counters) add(rec *Record, decisions []Decision, seconds float64) {
 	for _, d := range decisions {
 		switch {
 		case d.Would != "":
-			if !d.repeat {
+			if !d.Repeat {
 				if m.Would == nil {
 					m.Would = map[WouldKind]uint64{}
 				}
@@ -168,41 +163,5 @@ func (m *Counters) add(rec *Record, decisions []Decision, seconds float64) {
 		if c.Error != "" {
 			m.CommandErrors++
 		}
-	}
-}
-
-func summarize(obs *Observation) []ServerSummary {
-	n := 0
-	for _, b := range obs.Backends {
-		n += len(b.Servers)
-	}
-	if n == 0 {
-		return nil // the audit line's "servers": null, as before
-	}
-	out := make([]ServerSummary, 0, n)
-	for _, b := range obs.Backends {
-		for _, s := range b.Servers {
-			out = append(out, ServerSummary{
-				Backend: s.Backend, Server: s.Server, State: s.State.Label(), Owner: s.Owner, Weight: s.State.Weight,
-				Requests: s.Window.Requests, Err5xx: s.Window.Err5xx, P99Ms: s.Window.P99Ms,
-			})
-		}
-	}
-	return out
-}
-
-// writeAudit appends rec to the audit log as one JSON line.
-func (l *Loop) writeAudit(rec *Record) {
-	if l.Audit == nil {
-		return
-	}
-	rec.Schema, rec.Type, rec.Identity = EventSchema, EventStep, l.Identity
-	b, err := json.Marshal(rec)
-	if err == nil {
-		b = append(b, '\n')
-		_, err = l.Audit.Write(b)
-	}
-	if err != nil && !errors.Is(err, auditlog.ErrLost) { // a queue that drops counts and logs its own
-		l.Log.Error().Err(fmt.Errorf("audit record of step %d: %w", rec.Cycle, err)).Msg("cannot write audit record")
 	}
 }

@@ -68,7 +68,7 @@ type Event struct {
 	Backend string `json:"backend,omitempty"`
 	// Action is the action sent, refused or held back.
 	Action *Action `json:"action,omitempty"`
-	// Code is a refusal's code (agent/guard.go).
+	// Code is a refusal's code (verdict.go).
 	Code Refusal `json:"code,omitempty"`
 	// Reason says why: the policy's reason for an action, the guard's for
 	// a refusal, the pause for a would-action.
@@ -107,9 +107,9 @@ type EventSink interface {
 	Emit(Event)
 }
 
-// evidenceOf is s's window against its backend's other serving servers,
+// EvidenceOf is s's window against its backend's other serving servers,
 // with the p-value of test, the action's, where it has one.
-func evidenceOf(b *BackendView, s *ServerView, test *TestFigures) *Evidence {
+func EvidenceOf(b *BackendView, s *ServerView, test *TestFigures) *Evidence {
 	if s == nil {
 		return nil
 	}
@@ -128,47 +128,4 @@ func evidenceOf(b *BackendView, s *ServerView, test *TestFigures) *Evidence {
 		e.PValue = &p
 	}
 	return e
-}
-
-// emit stamps ev and hands it to the sink, if any.
-func (l *Loop) emit(ev Event) {
-	if l.Events == nil {
-		return
-	}
-	ev.Schema, ev.Identity = EventSchema, l.Identity
-	if ev.Time.IsZero() {
-		ev.Time = l.Clock.Now()
-	}
-	if ev.Mode == "" {
-		ev.Mode = l.mode()
-	}
-	l.Events.Emit(ev)
-}
-
-// Emit records an event from outside the loop (the daemon's telemetry
-// watch, a model's fallback, a calibration verdict), stamped like the
-// loop's own.
-func (l *Loop) Emit(ev Event) { l.emit(ev) }
-
-// TelemetrySilent records that no response has reached the windows for
-// silentFor, with the paths the agent listens on: the hook the
-// telemetry watch calls.
-func (l *Loop) TelemetrySilent(silentFor time.Duration, why string) {
-	l.emit(Event{Type: EventTelemetrySilent, Reason: why, Detail: map[string]string{"silent_for": silentFor.String()}})
-}
-
-// Start records the agent's start, in its mode.
-func (l *Loop) Start() {
-	l.emit(Event{Type: EventStart, Reason: "hapilot starting in " + string(l.mode()) + " mode"})
-}
-
-// actionEvent is the event of an action sent.
-func actionEvent(a Action) EventType {
-	switch a.Kind {
-	case Drain:
-		return EventDrain
-	case SetWeight:
-		return EventCut
-	}
-	return EventRestore
 }

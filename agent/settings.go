@@ -88,3 +88,10 @@ func (s Settings) StepBudget() time.Duration { return s.Interval * StepTenths / 
 // start: a model call's deadline, a Lua script's, and calibration's,
 // which scores a model at the deadline the loop would give it.
 func (s Settings) PolicyBudget() time.Duration { return s.Interval * PolicyTenths / 10 }
+
+// DefaultOperatorHold is how long an operator's undo stands by default.
+const DefaultOperatorHold = 30 * time.Minute
+
+// DefaultReapplyWithin is how recent a state file's change must be for a
+// restarted agent to apply it again when a reload lost it.
+const DefaultReapplyWithin = 30 * time.Minute

@@ -6,6 +6,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -319,4 +320,52 @@ type Needs struct {
 	// in one step (at least the guardrails' MaxDrains), floor and capacity
 	// permitting. 0 keeps MaxDrains for the whole step.
 	DrainsPer int
+}
+
+// Runtime is the part of the runtime API the loop uses; *haproxy.Client
+// implements it, tests use a recording fake.
+type Runtime interface {
+	Addr() string
+	ShowInfo(ctx context.Context) (haproxy.Info, error)
+	ServerStats(ctx context.Context) ([]haproxy.ServerStat, error)
+	ShowServersState(ctx context.Context) ([]haproxy.ServerState, error)
+	SetServerState(ctx context.Context, backend, server string, st haproxy.AdminState) error
+	SetWeight(ctx context.Context, backend, server string, weight int) error
+}
+
+// Windows is where observations come from; *window.Store implements it.
+type Windows interface {
+	Snapshot(last time.Duration) []window.Stats
+}
+
+// SetWindows gives v its long and recent window figures, named after v
+// even where the windows hold no series for it yet.
+func (v *ServerView) SetWindows(long, recent map[Key]window.Stats) {
+	k := Key{Backend: v.Backend, Server: v.Server}
+	v.Window, v.Recent = long[k], recent[k]
+	v.Window.Backend, v.Window.Server = v.Backend, v.Server
+	v.Recent.Backend, v.Recent.Server = v.Backend, v.Server
+}
+
+// ErrRefused marks an operator's command the agent will not carry out;
+// the error's text says why.
+var ErrRefused = errors.New("refused")
+
+// ProbeStatus is where recovery stands with a drained server.
+type ProbeStatus struct {
+	// Next is when the next probe burst may start.
+	Next         time.Time `json:"next,omitzero"`
+	LastBurst    string    `json:"last_burst,omitempty"`
+	FailedBursts int       `json:"failed_bursts"`
+	Drains       int       `json:"drains"`
+}
+
+// Recovery proposes re-admissions each step (see agent/recovery). Its
+// actions pass the guardrails like any policy's.
+type Recovery interface {
+	Plan(ctx context.Context, obs Observation) Plan
+	// RequestProbe asks for a server drained by the agent to be probed as
+	// soon as its backoff allows: what a policy's ready of a drained
+	// server becomes.
+	RequestProbe(server Key)
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/guard"
+	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
 	"github.com/hapilot/hapilot/internal/lib/window"
@@ -139,8 +141,8 @@ func TestSlowStart(t *testing.T) {
 			if tc.mode != "" {
 				mode = tc.mode
 			}
-			l := &agent.Loop{Clock: clk, Settings: agent.Settings{Interval: 10 * time.Second, Mode: mode, OperatorHold: time.Hour},
-				Policy: agent.PolicyOf(&drainOnce{}), Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt},
+			l := &loop.Loop{Clock: clk, Settings: agent.Settings{Interval: 10 * time.Second, Mode: mode, OperatorHold: time.Hour},
+				Policy: agent.PolicyOf(&drainOnce{}), Guard: guard.DefaultGuardrails(), Runtimes: []agent.Runtime{rt},
 				Windows: w, Recovery: r, Audit: &bytes.Buffer{}, Log: zerolog.Nop()}
 			got := []string{}
 			var paid uint64 // srv2's 5xx to clients after the drain

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/internal/lib/netx"
 	"github.com/hapilot/hapilot/internal/lib/promtext"
 	"github.com/rs/zerolog"
@@ -25,7 +26,7 @@ import (
 
 // Server serves GET /status and GET /metrics, read-only.
 type Server struct {
-	Loop *agent.Loop
+	Loop *loop.Loop
 	// Extra writes further metrics (ingest counters, window store).
 	Extra []func(io.Writer)
 	// Warnings, when set, lists what an operator should fix (no telemetry
@@ -58,8 +59,8 @@ func (p printf) Printf(format string, args ...any) { p.log.Debug().Msgf(format, 
 
 // WriteLoopMetrics writes the loop's counters, and its policy's if it
 // keeps any.
-func WriteLoopMetrics(w io.Writer, l *agent.Loop) {
-	m := l.Metrics()
+func WriteLoopMetrics(w io.Writer, l *loop.Loop) {
+	m := l.View().Metrics()
 	promtext.Counter(w, "hapilot_cycles_total", "Control-loop steps run.", m.Cycles)
 	promtext.Counter(w, "hapilot_cycles_skipped_total", "Schedule slots skipped because a step overran.", m.Skipped)
 	promtext.Counter(w, "hapilot_cycles_triggered_total", "Steps run between ticks because the policy's test found a new server.", m.Triggered)
@@ -87,8 +88,8 @@ func WriteLoopMetrics(w io.Writer, l *agent.Loop) {
 // writeControlMetrics writes what an operator alerts on: the mode, the
 // pauses, what the agent holds, its refusals and would-actions, and
 // whether it still steps.
-func writeControlMetrics(w io.Writer, l *agent.Loop, m agent.Counters) {
-	st := l.Status()
+func writeControlMetrics(w io.Writer, l *loop.Loop, m agent.Counters) {
+	st := l.View().Status()
 	var modes []promtext.Sample
 	for _, md := range agent.Modes {
 		modes = append(modes, promtext.Sample{Labels: []string{"mode", string(md)}, Value: b2f(st.Mode == md)})
@@ -100,7 +101,7 @@ func writeControlMetrics(w io.Writer, l *agent.Loop, m agent.Counters) {
 	}
 	promtext.Family(w, "hapilot_paused", "gauge", "1 for each pause in force (backend \"*\": every backend): the agent observes there.", pauses)
 	var held []promtext.Sample
-	for _, h := range l.List() {
+	for _, h := range l.View().List() {
 		held = append(held, promtext.Sample{Labels: []string{"backend", h.Server.Backend, "server", h.Server.Server, "phase", string(h.Phase)}, Value: 1})
 	}
 	promtext.Family(w, "hapilot_held", "gauge", "1 for each server the agent holds out of its configured state, by phase (drained, cut, canary).", held)
@@ -110,7 +111,7 @@ func writeControlMetrics(w io.Writer, l *agent.Loop, m agent.Counters) {
 	}
 	promtext.Family(w, "hapilot_would_actions_total", "counter", "Vetted actions held back (observe mode, a pause), by what they would have done; one held back step after step counts once.", would)
 	var wouldNow []promtext.Sample
-	for _, a := range l.WouldNow() {
+	for _, a := range l.View().WouldNow() {
 		wouldNow = append(wouldNow, promtext.Sample{Labels: []string{"backend", a.Action.Backend, "server", a.Action.Server, "kind", string(a.Kind)}, Value: 1})
 	}
 	promtext.Family(w, "hapilot_would_action", "gauge", "1 for each action the last step vetted and held back (observe mode, a pause), by server and what it would have done: alert on hapilot_would_action{kind=\"drain\"}.", wouldNow)
@@ -203,12 +204,12 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		enc := json.NewEncoder(ctx)
 		enc.SetIndent("", "  ")
 		st := struct {
-			agent.Status
+			loop.Status
 			Warnings []string          `json:"warnings,omitempty"`
 			Unseen   string            `json:"unseen,omitempty"`
 			Ingest   map[string]uint64 `json:"ingest,omitempty"`
 			Fleet    any               `json:"fleet,omitempty"`
-		}{Status: s.Loop.Status()}
+		}{Status: s.Loop.View().Status()}
 		if s.Unseen != nil {
 			st.Unseen = s.Unseen()
 		}

@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/guard"
+	"github.com/hapilot/hapilot/agent/ledger"
+	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
 	"github.com/hapilot/hapilot/internal/lib/netx"
 	"github.com/hapilot/hapilot/internal/lib/promtext"
@@ -30,8 +33,8 @@ func (d drainOnce) Decide(context.Context, agent.Observation) (agent.Plan, error
 
 func TestStatusAndMetricsEndpoints(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3")
-	l := &agent.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second}, Policy: agent.PolicyOf(drainOnce{"s2"}),
-		Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
+	l := &loop.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second}, Policy: agent.PolicyOf(drainOnce{"s2"}),
+		Guard: guard.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
 	l.Step(context.Background())
 	s := &Server{Loop: l, Extra: []func(io.Writer){func(w io.Writer) { promtext.Counter(w, "hapilot_extra_total", "x", 7) }}}
 	do := func(method, path string) (int, string) {
@@ -42,7 +45,7 @@ func TestStatusAndMetricsEndpoints(t *testing.T) {
 		return ctx.Response.StatusCode(), string(ctx.Response.Body())
 	}
 	code, body := do("GET", "/status")
-	var st agent.Status
+	var st loop.Status
 	if code != 200 || json.Unmarshal([]byte(body), &st) != nil || st.Cycle != 1 || len(st.Backends) != 1 || len(st.Decisions) != 1 || st.Changes[agent.Key{Backend: "app", Server: "s2"}].Phase != agent.PhaseDrained {
 		t.Fatalf("status %d %s", code, body)
 	}
@@ -72,8 +75,8 @@ func TestStatusAndMetricsEndpoints(t *testing.T) {
 // to 1.8 GB.
 func TestBigBodiesAreNotRead(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2")
-	l := &agent.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second}, Policy: agent.PolicyOf(drainOnce{"s2"}),
-		Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
+	l := &loop.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second}, Policy: agent.PolicyOf(drainOnce{"s2"}),
+		Guard: guard.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -99,8 +102,8 @@ func TestBigBodiesAreNotRead(t *testing.T) {
 // endpoint asks for it, by header or by query.
 func TestPageSeriesAndToken(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3")
-	l := &agent.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second}, Policy: agent.PolicyOf(drainOnce{"s2"}),
-		Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
+	l := &loop.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second}, Policy: agent.PolicyOf(drainOnce{"s2"}),
+		Guard: guard.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
 	l.Step(context.Background())
 	s := &Server{Loop: l, Series: func(n int) any { return []int{n} }, Ingest: func() map[string]uint64 { return map[string]uint64{"events": 3} }}
 	do := func(path, auth string) (int, string, *fasthttp.ResponseHeader) {
@@ -151,8 +154,8 @@ func TestPageSeriesAndToken(t *testing.T) {
 // In fleet mode, /status carries the fleet's state under "fleet".
 func TestStatusShowsTheFleet(t *testing.T) {
 	rt := fakes.NewRuntime("s1")
-	l := &agent.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second}, Policy: agent.PolicyOf(drainOnce{"s1"}),
-		Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
+	l := &loop.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second}, Policy: agent.PolicyOf(drainOnce{"s1"}),
+		Guard: guard.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
 	for _, tc := range []struct {
 		name  string
 		fleet func() any
@@ -185,8 +188,8 @@ func TestStatusShowsTheFleet(t *testing.T) {
 // it.
 func TestUnsavedStateShown(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3")
-	l := &agent.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second, StateFile: t.TempDir() + "/gone/state.json"},
-		Policy: agent.PolicyOf(drainOnce{"s2"}), Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
+	l := &loop.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second, StateFile: t.TempDir() + "/gone/state.json"},
+		Policy: agent.PolicyOf(drainOnce{"s2"}), Guard: guard.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
 	l.Step(context.Background())
 	s := &Server{Loop: l}
 	get := func(path string) string {
@@ -197,7 +200,7 @@ func TestUnsavedStateShown(t *testing.T) {
 		return string(ctx.Response.Body())
 	}
 	var st struct {
-		StateFile *agent.SaveStatus `json:"state_file"`
+		StateFile *ledger.SaveStatus `json:"state_file"`
 	}
 	if err := json.Unmarshal([]byte(get("/status")), &st); err != nil || st.StateFile == nil || st.StateFile.Saved ||
 		!st.StateFile.UnsavedSince.Equal(time.Unix(1000, 0)) || !strings.Contains(st.StateFile.Error, "no such file") {
@@ -253,9 +256,9 @@ func get(c net.Conn, r *bufio.Reader, path, token string) (string, error) {
 	return fmt.Sprint(resp.StatusCode()), nil
 }
 
-func testLoop() *agent.Loop {
-	return &agent.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second}, Policy: agent.PolicyOf(drainOnce{"s1"}),
-		Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{fakes.NewRuntime("s1")}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
+func testLoop() *loop.Loop {
+	return &loop.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second}, Policy: agent.PolicyOf(drainOnce{"s1"}),
+		Guard: guard.DefaultGuardrails(), Runtimes: []agent.Runtime{fakes.NewRuntime("s1")}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
 }
 
 // A scraper with the token is answered at once while every place of the
@@ -364,9 +367,9 @@ func TestConnectionLifeIsBounded(t *testing.T) {
 // would-actions by kind and the refusals by code.
 func TestObserveAndPauseMetrics(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3")
-	l := &agent.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second, Mode: agent.ModeObserve},
-		Policy: agent.PolicyOf(drainOnce{"s2"}), Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
-	if _, err := l.Pause(context.Background(), "app", time.Minute, "test"); err != nil {
+	l := &loop.Loop{Clock: fakes.NewClock(time.Unix(1000, 0)), Settings: agent.Settings{Interval: time.Second, Mode: agent.ModeObserve},
+		Policy: agent.PolicyOf(drainOnce{"s2"}), Guard: guard.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
+	if _, err := l.Control().Pause(context.Background(), "app", time.Minute, "test"); err != nil {
 		t.Fatal(err)
 	}
 	l.Step(context.Background())

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/cmd/hapilot/config"
 	"github.com/hapilot/hapilot/cmd/hapilot/ctl"
 	"github.com/hapilot/hapilot/haproxy"
@@ -175,7 +176,7 @@ func cmdRestore(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if hold <= 0 {
 		hold = agent.DefaultOperatorHold
 	}
-	released, err := agent.RestoreFromState(rctx, file, runtimes, hold, time.Now(), log)
+	released, err := loop.RestoreFromState(rctx, file, runtimes, hold, time.Now(), log)
 	for _, r := range released {
 		switch {
 		case r.Error != "":

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/cmd/hapilot/ctl"
 	"github.com/hapilot/hapilot/cmd/hapilot/daemon"
 )
@@ -80,24 +81,24 @@ func printTable(w io.Writer, cmd ctl.Command, ans ctl.Answer) {
 			statusTable(w, st)
 		}
 	case ctl.List:
-		var hs []agent.Holding
+		var hs []loop.Holding
 		if err = json.Unmarshal(ans.Result, &hs); err == nil {
 			holdingTable(w, hs)
 		}
 	case ctl.Explain:
-		var e agent.Explanation
+		var e loop.Explanation
 		if err = json.Unmarshal(ans.Result, &e); err == nil {
 			explainTable(w, e)
 		}
 	case ctl.Restore:
-		var rs []agent.Released
+		var rs []loop.Released
 		if err = json.Unmarshal(ans.Result, &rs); err == nil {
 			releasedTable(w, rs)
 		}
 	case ctl.Release:
-		var r agent.Released
+		var r loop.Released
 		if err = json.Unmarshal(ans.Result, &r); err == nil && r.Server.Server != "" {
-			releasedTable(w, []agent.Released{r})
+			releasedTable(w, []loop.Released{r})
 		}
 	case ctl.Pause, ctl.Resume:
 		// The message says it all.
@@ -197,7 +198,7 @@ func statusTable(w io.Writer, st daemon.CtlStatus) {
 	table(w, []string{"FOUND HELD AT START", "STATE", "WEIGHT", "HOLDER", "SINCE", "REASON"}, rows)
 }
 
-func holdingTable(w io.Writer, hs []agent.Holding) {
+func holdingTable(w io.Writer, hs []loop.Holding) {
 	if len(hs) == 0 {
 		fmt.Fprintln(w, "HELD BY THE AGENT: none")
 		return
@@ -213,7 +214,7 @@ func holdingTable(w io.Writer, hs []agent.Holding) {
 	table(w, []string{"HELD BY THE AGENT", "PHASE", "WEIGHT", "SINCE", "REASON"}, rows)
 }
 
-func explainTable(w io.Writer, e agent.Explanation) {
+func explainTable(w io.Writer, e loop.Explanation) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "server:\t%s\n", e.Server)
 	fmt.Fprintf(tw, "mode:\t%s\n", e.Mode)
@@ -266,7 +267,7 @@ func explainTable(w io.Writer, e agent.Explanation) {
 	table(w, []string{"DECISION AT", "CYCLE", "ACTION", "OUTCOME", "WHY"}, rows)
 }
 
-func releasedTable(w io.Writer, rs []agent.Released) {
+func releasedTable(w io.Writer, rs []loop.Released) {
 	if len(rs) == 0 {
 		return
 	}

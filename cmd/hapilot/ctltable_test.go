@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/guard"
+	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/cmd/hapilot/ctl"
 	"github.com/hapilot/hapilot/cmd/hapilot/daemon"
 )
@@ -49,15 +51,15 @@ func fakeAgent(t *testing.T, results map[ctl.Command]any) string {
 func TestCtlPrintsTablesAndJSON(t *testing.T) {
 	at := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
 	srv3 := agent.Key{Backend: "app", Server: "srv3"}
-	holding := []agent.Holding{{Server: srv3, Change: agent.Change{Phase: agent.PhaseDrained, At: at, Reason: "5xx 4.9%"}}}
+	holding := []loop.Holding{{Server: srv3, Change: agent.Change{Phase: agent.PhaseDrained, At: at, Reason: "5xx 4.9%"}}}
 	results := map[ctl.Command]any{
 		ctl.List: holding,
 		ctl.Status: daemon.CtlStatus{Mode: agent.ModeEnforce, Policy: "rules", Interval: "10s", Cycle: 42, Observed: at,
 			Pauses:    []agent.Pause{{Backend: "app", Since: at, By: "ctl uid 0 pid 1"}},
-			Backends:  []agent.BackendScope{{Backend: "app", InScope: true, Action: agent.ActionDrain, Drains: 1}},
+			Backends:  []guard.BackendScope{{Backend: "app", InScope: true, Action: guard.ActionDrain, Drains: 1}},
 			Holding:   holding,
-			Inventory: []agent.Held{{Server: srv3, State: "drain", Weight: 1, Holder: agent.HeldByAgent, Since: at, Reason: "5xx 4.9%"}}},
-		ctl.Restore: []agent.Released{{Server: srv3, Was: holding[0].Change, Until: at.Add(30 * time.Minute)}},
+			Inventory: []loop.Held{{Server: srv3, State: "drain", Weight: 1, Holder: loop.HeldByAgent, Since: at, Reason: "5xx 4.9%"}}},
+		ctl.Restore: []loop.Released{{Server: srv3, Was: holding[0].Change, Until: at.Add(30 * time.Minute)}},
 	}
 	sock := fakeAgent(t, results)
 	for _, tc := range []struct {

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"os/exec"
+	"path"
 	"regexp"
 	"sort"
 	"strings"
@@ -145,6 +146,99 @@ func TestRoomsRefuseABackArrow(t *testing.T) {
 		}
 		if allowed != c.ok {
 			t.Errorf("%s → %s allowed %v, want %v", c.from, c.to, allowed, c.ok)
+		}
+	}
+}
+
+// agentRooms are the rooms inside the agent, one job each, and the
+// agent's packages each may import ("x/..." is x and every package under
+// it; "x" is x alone). The shared types (agent) stand on nothing of the
+// agent; the guardrails, the ledger and the merge of HAProxy's processes
+// on the types only, none on another; the loop on those four, and nothing calls into the loop but the
+// read side that shows it. Policies, recovery and fleet mode are handed to
+// the loop: none of them reaches the loop or the ledger.
+var agentRooms = map[string][]string{
+	"agent":          nil,
+	"agent/guard":    {"agent"},
+	"agent/ledger":   {"agent"},
+	"agent/merge":    {"agent"},
+	"agent/loop":     {"agent", "agent/guard", "agent/ledger", "agent/merge"},
+	"agent/status":   {"agent", "agent/guard", "agent/ledger", "agent/loop"},
+	"agent/policy":   {"agent", "agent/guard", "agent/policy/..."},
+	"agent/recovery": {"agent", "agent/policy/..."},
+	"agent/peers":    {"agent", "agent/policy/..."},
+}
+
+// agentRoomOf is the entry of agentRooms pkg falls under: itself, or the
+// nearest folder above it that has one.
+func agentRoomOf(pkg string) (string, bool) {
+	for p := pkg; p != "." && p != ""; p = path.Dir(p) {
+		if _, ok := agentRooms[p]; ok {
+			return p, true
+		}
+	}
+	return "", false
+}
+
+// agentMayImport says whether a package of agent room r may import imp.
+func agentMayImport(r, imp string) bool {
+	for _, a := range agentRooms[r] {
+		if tree, ok := strings.CutSuffix(a, "/..."); imp == a || ok && (imp == tree || strings.HasPrefix(imp, tree+"/")) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestAgentRooms fails when a package of the agent imports one of the
+// agent's that its room does not stand on, or sits in no room.
+func TestAgentRooms(t *testing.T) {
+	for pkg, imports := range packages(t) {
+		if pkg != "agent" && !strings.HasPrefix(pkg, "agent/") {
+			continue
+		}
+		r, ok := agentRoomOf(pkg)
+		if !ok {
+			t.Errorf("%s is in no room of the agent: place it in agentRooms", pkg)
+			continue
+		}
+		for _, imp := range imports {
+			if imp != "agent" && !strings.HasPrefix(imp, "agent/") {
+				continue // the outer rooms' rule
+			}
+			if !agentMayImport(r, imp) {
+				t.Errorf("%s (room %s) imports %s: its room does not stand on that one", pkg, r, imp)
+			}
+		}
+	}
+}
+
+func TestAgentRoomsRefuseABackArrow(t *testing.T) {
+	for _, c := range []struct {
+		from, to string
+		ok       bool
+	}{
+		{"agent/loop", "agent/ledger", true},
+		{"agent/loop", "agent/guard", true},
+		{"agent/policy/llm", "agent/policy/rules", true},
+		{"agent/policy/rules", "agent/guard", true},
+		{"agent", "agent/ledger", false},
+		{"agent/ledger", "agent/loop", false},
+		{"agent/ledger", "agent/guard", false},
+		{"agent/merge", "agent/ledger", false},
+		{"agent/loop", "agent/merge", true},
+		{"agent/guard", "agent/ledger", false},
+		{"agent/policy/rules", "agent/loop", false},
+		{"agent/recovery", "agent/ledger", false},
+		{"agent/peers", "agent/loop", false},
+		{"agent/loop", "agent/policy/rules", false},
+	} {
+		r, ok := agentRoomOf(c.from)
+		if !ok {
+			t.Fatalf("%s in no room", c.from)
+		}
+		if got := agentMayImport(r, c.to); got != c.ok {
+			t.Errorf("%s → %s allowed %v, want %v", c.from, c.to, got, c.ok)
 		}
 	}
 }

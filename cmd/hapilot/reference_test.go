@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/loop"
 )
 
 // settingRE matches a setting's own line in `hapilot defaults`: the name,
@@ -93,7 +93,7 @@ func TestStatusReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	fields := append([]string(nil), statusWrapperFields...)
-	st := reflect.TypeOf(agent.Status{})
+	st := reflect.TypeOf(loop.Status{})
 	for i := 0; i < st.NumField(); i++ {
 		name, _, _ := strings.Cut(st.Field(i).Tag.Get("json"), ",")
 		if name == "" || name == "-" {

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/ledger"
+	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/cmd/hapilot/config"
 	"github.com/hapilot/hapilot/cmd/hapilot/ctl"
 	"github.com/hapilot/hapilot/haproxy"
@@ -263,7 +265,7 @@ func (s *stopper) askRestore(ctx context.Context, a agentProc) bool {
 		ans, err := ctl.Do(cctx, a.Control, ctl.Request{Command: ctl.Restore})
 		cancel()
 		if err == nil && ans.OK {
-			var rs []agent.Released
+			var rs []loop.Released
 			_ = json.Unmarshal(ans.Result, &rs)
 			s.say("%s: asked over %s to restore: %s", a, a.Control, released(rs))
 			return true
@@ -294,7 +296,7 @@ func (s *stopper) agentLeft(ctx context.Context, a agentProc) {
 	cctx, cancel := context.WithTimeout(ctx, ctl.Timeout)
 	defer cancel()
 	ans, err := ctl.Do(cctx, a.Control, ctl.Request{Command: ctl.List})
-	var hs []agent.Holding
+	var hs []loop.Holding
 	if err == nil && ans.OK {
 		err = json.Unmarshal(ans.Result, &hs)
 	}
@@ -349,7 +351,7 @@ func (s *stopper) fromState(ctx context.Context, who, file string, c *config.Con
 		s.say("%s: no state file at %s: nothing recorded", who, file)
 		return
 	}
-	ledger, err := agent.OpenLedger(file, s.log)
+	ledger, err := ledger.Open(file, s.log)
 	if err != nil {
 		s.failed = append(s.failed, fmt.Sprintf("%s: %v", who, err))
 		return
@@ -383,7 +385,7 @@ func (s *stopper) fromState(ctx context.Context, who, file string, c *config.Con
 	}
 	rctx, cancel := context.WithTimeout(ctx, ctl.Timeout)
 	defer cancel()
-	rs, err := agent.RestoreFromState(rctx, file, runtimes, hold, time.Now(), s.log)
+	rs, err := loop.RestoreFromState(rctx, file, runtimes, hold, time.Now(), s.log)
 	s.say("%s: restored from %s: %s", who, file, released(rs))
 	if err != nil {
 		s.failed = append(s.failed, fmt.Sprintf("%s: %v", who, err))
@@ -396,7 +398,7 @@ func (s *stopper) fromState(ctx context.Context, who, file string, c *config.Con
 }
 
 // released says what a restore brought back, and what it left and why.
-func released(rs []agent.Released) string {
+func released(rs []loop.Released) string {
 	if len(rs) == 0 {
 		return "nothing to bring back"
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/cmd/hapilot/ctl"
 	"github.com/rs/zerolog"
 )
@@ -92,7 +93,7 @@ func TestFindAgentsReadsEachAgentsSettings(t *testing.T) {
 // control socket nor a state file is left running with the reason. A
 // process of `sleep` stands for each agent, so that a SIGTERM shows.
 func TestStopperStopsOnlyWhatItUndid(t *testing.T) {
-	held := []agent.Holding{{Server: agent.Key{Backend: "app", Server: "srv3"}, Change: agent.Change{Phase: agent.PhaseDrained, At: time.Unix(1700000000, 0)}}}
+	held := []loop.Holding{{Server: agent.Key{Backend: "app", Server: "srv3"}, Change: agent.Change{Phase: agent.PhaseDrained, At: time.Unix(1700000000, 0)}}}
 	for _, tc := range []struct {
 		name      string
 		restoreOK bool
@@ -148,11 +149,11 @@ func TestStopperStopsOnlyWhatItUndid(t *testing.T) {
 	}
 }
 
-func restoreAnswer(t *testing.T, ok bool, held []agent.Holding) ctl.Answer {
+func restoreAnswer(t *testing.T, ok bool, held []loop.Holding) ctl.Answer {
 	if !ok {
 		return ctl.Answer{Error: "failed: read server states: permission denied"}
 	}
-	rs := []agent.Released{{Server: held[0].Server, Was: held[0].Change}}
+	rs := []loop.Released{{Server: held[0].Server, Was: held[0].Change}}
 	return ctl.Answer{OK: true, Message: "1 server(s) brought back", Result: mustJSON(t, rs)}
 }
 

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/guard"
+	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/agent/policy/llm/calibrate/fixtures"
 	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
 	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
@@ -86,7 +88,7 @@ func newPolicy(t *testing.T, respond ollamafake.Responder, mod func(*Config)) (*
 func steps(t *testing.T, p *Policy, obs agent.Observation, n int) []agent.Action {
 	t.Helper()
 	var accepted []agent.Action
-	g := agent.DefaultGuardrails().For(p.Needs())
+	g := guard.DefaultGuardrails().For(p.Needs())
 	for i := 0; i < n; i++ {
 		obs := feed(p, obs)
 		plan, err := p.Decide(context.Background(), obs)
@@ -573,7 +575,7 @@ func TestSlowModelKeepsTheSchedule(t *testing.T) {
 	}
 	rt := fakes.WithStates("fake", states)
 	audit := &strings.Builder{}
-	l := &agent.Loop{Clock: agent.RealClock{}, Settings: agent.Settings{Interval: 250 * time.Millisecond}, Policy: p.Hooks(), Guard: agent.DefaultGuardrails(),
+	l := &loop.Loop{Clock: agent.RealClock{}, Settings: agent.Settings{Interval: 250 * time.Millisecond}, Policy: p.Hooks(), Guard: guard.DefaultGuardrails(),
 		Runtimes: []agent.Runtime{rt}, Windows: fakes.NewWindows(stats...), Audit: audit, Log: zerolog.Nop()}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second+100*time.Millisecond)
 	defer cancel()
@@ -582,7 +584,7 @@ func TestSlowModelKeepsTheSchedule(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(audit.String()), "\n")
-	if m := l.Metrics(); len(lines) < 8 || m.Skipped != 0 {
+	if m := l.View().Metrics(); len(lines) < 8 || m.Skipped != 0 {
 		t.Fatalf("%d steps in %v; counters %+v", len(lines), time.Since(start), m)
 	}
 	if p.counters.deadlineMisses < 1 || p.counters.busy < 5 || p.counters.fallbacks != p.counters.deadlineMisses+p.counters.busy {

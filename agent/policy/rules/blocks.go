@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/guard"
 )
 
 // Override is what one backend block of the config sets of the
@@ -136,7 +136,7 @@ func (bs *Blocks) For(backend string) Override {
 		return out
 	}
 	for _, b := range bs.list {
-		if agent.MatchBackend(b.Pattern, backend) {
+		if guard.MatchBackend(b.Pattern, backend) {
 			out = out.merge(b.Override)
 		}
 	}

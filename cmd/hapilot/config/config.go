@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/guard"
 	"github.com/hapilot/hapilot/agent/peers"
 	"github.com/hapilot/hapilot/agent/policy/llm"
 	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
@@ -73,7 +74,7 @@ type Config struct {
 	Shadow bool
 
 	Stats    counters.StatsConfig
-	Guard    agent.Guardrails
+	Guard    guard.Guardrails
 	Rules    rules.Config
 	Recovery recovery.Config
 	LLM      llm.Config
@@ -179,7 +180,7 @@ func Default() Config {
 		StatusListen: "127.0.0.1:9310", LogFormat: LogAuto, LogLevel: "info", OnExit: OnExitKeep,
 		ControlSocket: DefaultControlSocket,
 		Stats:         counters.DefaultStatsConfig(),
-		Guard:         agent.DefaultGuardrails(), Rules: rules.DefaultConfig(), Recovery: recovery.DefaultConfig(), LLM: llm.DefaultConfig(),
+		Guard:         guard.DefaultGuardrails(), Rules: rules.DefaultConfig(), Recovery: recovery.DefaultConfig(), LLM: llm.DefaultConfig(),
 		Fleet: peers.DefaultConfig(), Notify: notify.DefaultConfig(),
 	}
 }
@@ -276,7 +277,7 @@ func registerFleet(fs *flag.FlagSet, f *peers.Config) {
 	fs.DurationVar(&f.Timeout, "fleet-timeout", f.Timeout, "fleet: a peer silent this long is out of the picture: its backends pass to the next agent, and an agent that hears no one decides alone")
 }
 
-func registerGuard(fs *flag.FlagSet, g *agent.Guardrails) {
+func registerGuard(fs *flag.FlagSet, g *guard.Guardrails) {
 	fs.Var(capFlag{&g.MaxDrained}, "max-drained", "most servers the agent holds drained across every backend: a count, or a percentage of every server (0: no cap)")
 	fs.IntVar(&g.DrainsPerHour, "max-drains-per-hour", g.DrainsPerHour, "most drains the agent sends to one backend in any hour (0: no cap)")
 	fs.IntVar(&g.MinServing, "min-serving", g.MinServing, "fewest servers a backend is left serving (0: half, rounded up, at least one)")
@@ -356,7 +357,7 @@ func Parse(fs *flag.FlagSet, args []string) error {
 }
 
 // capFlag is --max-drained.
-type capFlag struct{ c *agent.Cap }
+type capFlag struct{ c *guard.Cap }
 
 func (f capFlag) String() string {
 	if f.c == nil {
@@ -366,14 +367,14 @@ func (f capFlag) String() string {
 }
 
 func (f capFlag) Set(s string) (err error) {
-	*f.c, err = agent.ParseCap(s)
+	*f.c, err = guard.ParseCap(s)
 	return err
 }
 
 // backendKeys are every key a backend block may set: the guardrails'
 // and the rules'.
 func backendKeys() []string {
-	return append(append([]string{}, agent.BackendKeys...), rules.OverrideKeys...)
+	return append(append([]string{}, guard.BackendKeys...), rules.OverrideKeys...)
 }
 
 // backendFlag is --backend: each key goes to the part that owns it, the
@@ -382,7 +383,7 @@ func backendKeys() []string {
 // of rules keys only is declared in the scope too, so that /status
 // lists it among the blocks a backend matched.
 type backendFlag struct {
-	scope *agent.Scope
+	scope *guard.Scope
 	rules *rules.Config // its Blocks, made at the first rules key
 }
 
@@ -394,7 +395,7 @@ func (f backendFlag) String() string {
 }
 
 func (f backendFlag) Set(v string) error {
-	pattern, key, value, err := agent.SplitBackend(v)
+	pattern, key, value, err := guard.SplitBackend(v)
 	if err != nil {
 		return fmt.Errorf("%w (keys: %s)", err, strings.Join(backendKeys(), ", "))
 	}
@@ -407,7 +408,7 @@ func (f backendFlag) Set(v string) error {
 		}
 		return f.scope.Declare(pattern)
 	}
-	for _, k := range agent.BackendKeys {
+	for _, k := range guard.BackendKeys {
 		if k == key {
 			return f.scope.SetKey(pattern, key, value)
 		}

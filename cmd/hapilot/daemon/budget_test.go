@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/agent/policy/llm"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
 	"github.com/hapilot/hapilot/internal/lab/ollamafake"
@@ -56,7 +57,7 @@ func TestEveryPolicyStopsAtTheStepsDeadline(t *testing.T) {
 			if pol.Close != nil {
 				defer pol.Close()
 			}
-			l := &agent.Loop{Settings: c.Loop, Clock: agent.RealClock{}, Policy: pol, Guard: c.Guard,
+			l := &loop.Loop{Settings: c.Loop, Clock: agent.RealClock{}, Policy: pol, Guard: c.Guard,
 				Runtimes: []agent.Runtime{fakes.NewRuntime("s1", "s2", "s3")}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
 			ctx, cancel := context.WithTimeout(context.Background(), c.Loop.StepBudget())
 			defer cancel()

@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/guard"
+	"github.com/hapilot/hapilot/agent/ledger"
+	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/cmd/hapilot/ctl"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lib/netx"
@@ -139,10 +142,10 @@ type CtlStatus struct {
 	Pauses   []agent.Pause `json:"pauses"`
 	// Backends are the backends the last step saw, each in scope or not,
 	// with its own floor, caps and action.
-	Backends  []agent.BackendScope `json:"backends"`
-	Holding   []agent.Holding      `json:"holding"`
-	Inventory []agent.Held         `json:"inventory"`
-	StateFile *agent.SaveStatus    `json:"state_file,omitempty"`
+	Backends  []guard.BackendScope `json:"backends"`
+	Holding   []loop.Holding       `json:"holding"`
+	Inventory []loop.Held          `json:"inventory"`
+	StateFile *ledger.SaveStatus   `json:"state_file,omitempty"`
 }
 
 // control carries out one request.
@@ -153,12 +156,12 @@ func (d *Daemon) control(ctx context.Context, req ctl.Request, by string) ctl.An
 	var err error
 	switch req.Command {
 	case ctl.Status:
-		st := l.Status()
+		st := l.View().Status()
 		cs := CtlStatus{Mode: st.Mode, Policy: st.Policy, Interval: st.Interval, Cycle: st.Cycle, Observed: st.Observed,
-			Pauses: st.Pauses, Backends: st.Scope, Holding: l.List(), Inventory: st.Inventory, StateFile: st.StateFile}
+			Pauses: st.Pauses, Backends: st.Scope, Holding: l.View().List(), Inventory: st.Inventory, StateFile: st.StateFile}
 		result = cs
 	case ctl.List:
-		result = l.List()
+		result = l.View().List()
 	case ctl.Explain, ctl.Release:
 		var k agent.Key
 		if k, err = haproxy.ParseServerKey(req.Server); err != nil {
@@ -166,11 +169,11 @@ func (d *Daemon) control(ctx context.Context, req ctl.Request, by string) ctl.An
 			break
 		}
 		if req.Command == ctl.Explain {
-			result, err = l.Explain(k)
+			result, err = l.Control().Explain(k)
 			break
 		}
-		var r agent.Released
-		r, err = l.Release(ctx, k, by)
+		var r loop.Released
+		r, err = l.Control().Release(ctx, k, by)
 		result = r
 		if err == nil {
 			msg = fmt.Sprintf("released %s: back to its configured state; the agent leaves it alone until %s, or until its state changes",
@@ -189,13 +192,13 @@ func (d *Daemon) control(ctx context.Context, req ctl.Request, by string) ctl.An
 			backend = agent.AllBackends
 		}
 		var p agent.Pause
-		if p, err = l.Pause(ctx, backend, dur, by); err != nil {
+		if p, err = l.Control().Pause(ctx, backend, dur, by); err != nil {
 			break
 		}
 		result, msg = p, p.Why()+": the agent observes and sends nothing there; `hapilot ctl resume` ends it"
 	case ctl.Resume:
 		backend := req.Backend
-		ended := l.Resume(backend, by)
+		ended := l.Control().Resume(backend, by)
 		result = ended
 		switch {
 		case len(ended) == 0:
@@ -203,12 +206,12 @@ func (d *Daemon) control(ctx context.Context, req ctl.Request, by string) ctl.An
 		default:
 			msg = fmt.Sprintf("%d pause(s) ended", len(ended))
 		}
-		if rest := l.Pauses(); len(rest) > 0 {
+		if rest := l.View().Pauses(); len(rest) > 0 {
 			msg += fmt.Sprintf("; still paused: %s", rest[0].Why())
 		}
 	case ctl.Restore:
-		var rs []agent.Released
-		rs, err = l.Restore(ctx, by)
+		var rs []loop.Released
+		rs, err = l.Control().Restore(ctx, by)
 		result = rs
 		msg = fmt.Sprintf("%d server(s) brought back to their configured state; each is the operator's for the hold time", len(rs))
 	default:

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/ledger"
+	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/agent/peers"
 	"github.com/hapilot/hapilot/agent/policy"
 	"github.com/hapilot/hapilot/agent/policy/luapolicy"
@@ -41,7 +43,7 @@ type Daemon struct {
 	Config config.Config
 	Store  *window.Store
 	SPOE   *spoe.Server
-	Loop   *agent.Loop
+	Loop   *loop.Loop
 	Status *status.Server
 
 	Lua    *logs.LineServer     // nil unless --lua-listen
@@ -65,7 +67,7 @@ type Daemon struct {
 	// never stops the loop; lost records are counted.
 	auditQ *auditlog.Queue
 	// stopState ends the state file's writer (Serve starts it).
-	stopState func(wait time.Duration) agent.SaveStatus
+	stopState func(wait time.Duration) ledger.SaveStatus
 	// sinks receive the loop's events: the audit log, the webhook.
 	sinks fanout
 	// startEvents are written once the loop's sinks are in place: what
@@ -224,7 +226,7 @@ func NewWith(c config.Config, log zerolog.Logger, o Options) (*Daemon, error) {
 	d.Paths.Cover(d.Store)
 	// The policy's own needs (its drain cap per fleet size, its step
 	// budget) are declared by the policy and read by the loop.
-	d.Loop = &agent.Loop{
+	d.Loop = &loop.Loop{
 		Settings: c.Loop, Clock: agent.RealClock{}, Policy: pol, Guard: c.Guard, Identity: identity(),
 		Runtimes: runtimes, Windows: d.Store, Log: log.With().Str("component", "loop").Logger(),
 	}
@@ -280,7 +282,7 @@ func (d *Daemon) joinFleet() error {
 	if err != nil {
 		return fmt.Errorf("%w%s", err, netx.Hint(err))
 	}
-	d.Fleet.SetChanges(d.Loop.Ledger)
+	d.Fleet.SetChanges(d.Loop.View().Ledger)
 	d.Loop.Policy = peers.Wrap(d.Loop.Policy, d.Fleet)
 	if d.Loop.Recovery != nil {
 		d.Loop.Recovery = peers.Recovery{Inner: d.Loop.Recovery, Node: d.Fleet}
@@ -524,7 +526,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	d.log.Info().Str("spoe", d.SPOEAddr()).Str("lua", d.LuaAddr()).Str("syslog", d.Config.SyslogListen).Str("status", d.StatusAddr()).Strs("haproxy", d.Config.HAProxySockets).
 		Str("stats_poll", statsPoll(d.Config)).Str("fleet", d.fleetLine()).
 		Str("policy", string(d.Config.Chosen())).Dur("interval", d.Config.Loop.Interval).
-		Str("mode", string(d.Loop.Status().Mode)).Str("control", d.ControlAddr()).Str("state_file", d.Config.Loop.StateFile).Msg("hapilot running")
+		Str("mode", string(d.Loop.View().Status().Mode)).Str("control", d.ControlAddr()).Str("state_file", d.Config.Loop.StateFile).Msg("hapilot running")
 	wg.Wait()
 	close(errs)
 	var all []error
@@ -547,13 +549,13 @@ const StateStopWait = 5 * time.Second
 func (d *Daemon) exit() {
 	if d.Config.OnExit == config.OnExitRestore {
 		uctx, cancel := context.WithTimeout(context.Background(), OnExitTimeout)
-		results := d.Loop.Undo(uctx)
+		results := d.Loop.Control().Undo(uctx)
 		cancel()
 		d.log.Info().Int("commands", len(results)).Msg("--on-exit restore: the agent's changes undone")
 	}
 	st := d.Loop.FlushState
 	if d.stopState != nil {
-		st = func() agent.SaveStatus { return d.stopState(StateStopWait) }
+		st = func() ledger.SaveStatus { return d.stopState(StateStopWait) }
 	}
 	if st := st(); !st.Saved {
 		d.log.Error().Str("file", st.File).Time("unsaved_since", st.UnsavedSince).Str("error", st.Error).
@@ -578,7 +580,7 @@ func (d *Daemon) Reopen() {
 // Warnings lists what an operator should fix, for /status.
 func (d *Daemon) Warnings() []string {
 	ws := d.Paths.Warnings()
-	if w := d.Loop.StateWarning(); w != "" {
+	if w := d.Loop.View().StateWarning(); w != "" {
 		ws = append(ws, w)
 	}
 	if u := d.Paths.Unseen(); strings.HasPrefix(u, "telemetry blind") {

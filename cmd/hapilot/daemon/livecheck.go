@@ -13,7 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/ledger"
+	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/cmd/hapilot/config"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/ingest/telemetry"
@@ -72,7 +73,7 @@ func LiveCheck(ctx context.Context, c config.Config, wait time.Duration) LiveRep
 		// No agent answers: its state file still says which drains are
 		// its own, and a drain there is not "someone"'s.
 		if file, err := c.StateFileIn(os.Getenv); err == nil && file != "" {
-			changes, err := agent.ReadChanges(file)
+			changes, err := ledger.ReadChanges(file)
 			if err != nil {
 				r.say("state file %s: %v: the agent's own changes cannot be told from the operator's", file, err)
 			}
@@ -149,7 +150,7 @@ func (r *LiveReport) scope(ctx context.Context, cl *haproxy.Client, hashBackends
 			order = append(order, st.Backend)
 		}
 		k := haproxy.ServerKey{Backend: st.Backend, Server: st.Server}
-		why := agent.Untouched(st, byKey[k], hashBackends)
+		why := loop.Untouched(st, byKey[k], hashBackends)
 		// (A change a reload lost shows the configured state: governed.)
 		if whose, ours := owned[k.String()]; ours && !atConfigured(byKey[k]) {
 			b.governed = append(b.governed, st.Server+" ("+whose+")")

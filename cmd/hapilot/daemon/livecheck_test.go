@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/ledger"
 	"github.com/rs/zerolog"
 )
 
@@ -60,7 +61,7 @@ func TestLiveCheckProblems(t *testing.T) {
 func TestLiveCheckNamesTheStoppedAgentsDrains(t *testing.T) {
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state.json")
-	ledger := agent.NewLedger(state, zerolog.Nop())
+	ledger := ledger.New(state, zerolog.Nop())
 	ledger.Drain(agent.Key{Backend: "app", Server: "srv1"}, time.Unix(1700000100, 0), "5xx", 0.05, 0, false)
 	if st := ledger.Flush(); !st.Saved {
 		t.Fatalf("state file: %+v", st)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/ledger"
 	"github.com/hapilot/hapilot/cmd/hapilot/ctl"
 	"github.com/hapilot/hapilot/internal/lab/haproxyproc"
 	"github.com/rs/zerolog"
@@ -43,7 +44,7 @@ func ctlHAProxy(t *testing.T, ctx context.Context, extra int, args ...string) (s
 	sock, state = filepath.Join(dir, "ctl.sock"), filepath.Join(dir, "state.json")
 	dm := startAgent(t, ctx, zerolog.Nop(), append([]string{"--haproxy-socket", socket, "--spoe-listen", "off", "--status-listen", "off",
 		"--interval", "1s", "--mode", "observe", "--state-file", state, "--control-socket", "unix:" + sock, "--backend", "web.enabled=false"}, args...))
-	for deadline := time.Now().Add(20 * time.Second); dm.Loop.Status().Observed.IsZero(); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(20 * time.Second); dm.Loop.View().Status().Observed.IsZero(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the agent's first step never read HAProxy")
 		}
@@ -54,13 +55,13 @@ func ctlHAProxy(t *testing.T, ctx context.Context, extra int, args ...string) (s
 // `ctl pause` takes only a backend the agent governs in HAProxy: a typo
 // (ap for app) is refused with a non-zero rc and the names it could have
 // meant, an out-of-scope backend is refused, and the pauses held are
-// bounded (agent.MaxPauses), so the state file and `ctl status` stay
+// bounded (ledger.MaxPauses), so the state file and `ctl status` stay
 // readable whatever is asked.
 func TestCtlPauseOnlyWhatTheAgentGoverns(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	sock, state := ctlHAProxy(t, ctx, agent.MaxPauses)
+	sock, state := ctlHAProxy(t, ctx, ledger.MaxPauses)
 
 	// Through the binary: the operator's rc.
 	out, err := exec.CommandContext(ctx, agentBinary, "ctl", "--socket", "unix:"+sock, "pause", "ap").CombinedOutput()
@@ -84,13 +85,13 @@ func TestCtlPauseOnlyWhatTheAgentGoverns(t *testing.T) {
 		t.Fatalf("pause app again: %+v", a)
 	}
 	// app holds one pause; b000.. fill the rest, and the next is refused.
-	for i := 0; i < agent.MaxPauses-1; i++ {
+	for i := 0; i < ledger.MaxPauses-1; i++ {
 		if a := pause(fmt.Sprintf("b%03d", i)); !a.OK {
 			t.Fatalf("pause %d: %+v", i, a)
 		}
 	}
-	last := fmt.Sprintf("b%03d", agent.MaxPauses-1)
-	if a := pause(last); a.OK || !strings.Contains(a.Error, fmt.Sprintf("%d backends' pauses held", agent.MaxPauses)) {
+	last := fmt.Sprintf("b%03d", ledger.MaxPauses-1)
+	if a := pause(last); a.OK || !strings.Contains(a.Error, fmt.Sprintf("%d backends' pauses held", ledger.MaxPauses)) {
 		t.Fatalf("pause past the bound: %+v", a)
 	}
 	// Pausing every backend, the safe side, is never refused.
@@ -104,7 +105,7 @@ func TestCtlPauseOnlyWhatTheAgentGoverns(t *testing.T) {
 		t.Fatalf("pause after a resume: %+v", a)
 	}
 	a, err := ctl.Do(ctx, sock, ctl.Request{Command: ctl.Status})
-	if err != nil || !a.OK || strings.Count(string(a.Result), `"by":"ctl uid`) != agent.MaxPauses+1 {
+	if err != nil || !a.OK || strings.Count(string(a.Result), `"by":"ctl uid`) != ledger.MaxPauses+1 {
 		t.Fatalf("status: %v, %.300s", err, a.Result)
 	}
 	// The state file is written by its own goroutine: wait for the last

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/fleet"
 	"github.com/hapilot/hapilot/internal/lab/haproxyproc"
@@ -98,7 +99,7 @@ func TestStateFileOfAnotherHAProxyNotReapplied(t *testing.T) {
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	go fleet.Load{Addr: fmt.Sprintf("127.0.0.1:%d", a.port), Rate: 300, Duration: 60 * time.Second}.Run(loadCtx)
 	for deadline := time.Now().Add(45 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if _, ok := first.Loop.Status().Changes[srv3]; ok {
+		if _, ok := first.Loop.View().Status().Changes[srv3]; ok {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -114,9 +115,9 @@ func TestStateFileOfAnotherHAProxyNotReapplied(t *testing.T) {
 	// The second agent, on the second HAProxy, with the same file.
 	b := start("b")
 	second := startAgent(t, ctx, zerolog.Nop(), b.h.agentArgs("--policy", "rules", "--readmit", "off", "--state-file", state))
-	var st agent.Status
+	var st loop.Status
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if st = second.Loop.Status(); st.Cycle >= 3 {
+		if st = second.Loop.View().Status(); st.Cycle >= 3 {
 			break
 		}
 		if time.Now().After(deadline) {

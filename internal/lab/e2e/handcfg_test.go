@@ -6,12 +6,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/hapilot/hapilot/spoe"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hapilot/hapilot/spoe"
 
 	"github.com/hapilot/hapilot/cmd/hapilot/config"
 	"github.com/hapilot/hapilot/cmd/hapilot/daemon"

@@ -150,7 +150,7 @@ backend opted
 	// check --live against this HAProxy, while the agent runs (it reads
 	// the running agent's /status for the telemetry), once srv3 is the
 	// agent's drain.
-	for deadline := time.Now().Add(30 * time.Second); len(d.Loop.Status().Changes) == 0; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); len(d.Loop.View().Status().Changes) == 0; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the agent drained nothing within 30 s")
 		}
@@ -167,7 +167,7 @@ backend opted
 	for _, s := range states {
 		got[s.Backend+"/"+s.Server] = s
 	}
-	st := d.Loop.Status()
+	st := d.Loop.View().Status()
 	t.Logf("changes %v", st.Changes)
 	t.Logf("left alone %v", st.LeftAlone)
 	t.Logf("check --live (%v):\n%s", lerr, live)

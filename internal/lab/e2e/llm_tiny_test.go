@@ -7,13 +7,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/hapilot/hapilot/internal/lab/llmprompts"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hapilot/hapilot/internal/lab/llmprompts"
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/policy/llm/prompt"

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/internal/lab/fleet"
 	"github.com/hapilot/hapilot/internal/lab/haproxyproc"
 	"github.com/hapilot/hapilot/internal/lab/scenario"
@@ -74,7 +75,7 @@ func TestObserveModeOnPaperFault(t *testing.T) {
 		t.Fatal(scrapeErr)
 	}
 	// /status: the mode, and the would-drains among the decisions.
-	var st agent.Status
+	var st loop.Status
 	if err := json.Unmarshal([]byte(status), &st); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/ledger"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/haproxyproc"
 	"github.com/hapilot/hapilot/internal/lab/labtest"
@@ -73,7 +74,7 @@ func TestRootRestoreLeavesTheStateFileToTheService(t *testing.T) {
 		t.Fatal(err)
 	}
 	state := filepath.Join(lib, "state.json")
-	agent.NewLedger(state, zerolog.Nop()).Drain(agent.Key{Backend: "app", Server: "srv2"}, time.Now(), "5xx", 0.05, 0, false)
+	ledger.New(state, zerolog.Nop()).Drain(agent.Key{Backend: "app", Server: "srv2"}, time.Now(), "5xx", 0.05, 0, false)
 	if err := os.Chown(state, nobody, nobody); err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +111,7 @@ func TestRootRestoreLeavesTheStateFileToTheService(t *testing.T) {
 	if err != nil || strings.Contains(out, "could not be read") || !strings.Contains(out, "0 server(s) in the state file") {
 		t.Fatalf("as the service's user: %v\n%s", err, out)
 	}
-	if l := agent.NewLedger(state, zerolog.Nop()); l.OverriddenUntil(agent.Key{Backend: "app", Server: "srv2"}).IsZero() {
+	if l := ledger.New(state, zerolog.Nop()); l.OverriddenUntil(agent.Key{Backend: "app", Server: "srv2"}).IsZero() {
 		t.Fatal("the operator's hold is not in the state file")
 	}
 }

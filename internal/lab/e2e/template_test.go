@@ -195,10 +195,10 @@ backend app
 	if a := states()[faulty].AdminState; a != haproxy.AdminForcedDrain|haproxy.AdminDNSMaint {
 		t.Errorf("%s: admin_state %#x, want 0x28", faulty, a)
 	}
-	cycle := d.Loop.Status().Cycle
-	waitFor("three steps more", func() bool { return d.Loop.Status().Cycle >= cycle+3 })
+	cycle := d.Loop.View().Status().Cycle
+	waitFor("three steps more", func() bool { return d.Loop.View().Status().Cycle >= cycle+3 })
 	k := haproxy.ServerKey{Backend: "app", Server: faulty}
-	st := d.Loop.Status()
+	st := d.Loop.View().Status()
 	if ch, ok := st.Changes[k]; !ok || ch.Phase != "drained" {
 		t.Errorf("%s is no longer the agent's drain: changes %v", faulty, st.Changes)
 	}
@@ -218,8 +218,8 @@ backend app
 	ns.set(hosts[1], hosts[2], hosts[4])
 	waitFor("a slot given the new host", func() bool { return slotOf(hosts[4]) != "" })
 	moved := slotOf(hosts[4])
-	cycle = d.Loop.Status().Cycle
-	waitFor("two steps after", func() bool { return d.Loop.Status().Cycle >= cycle+2 })
+	cycle = d.Loop.View().Status().Cycle
+	waitFor("two steps after", func() bool { return d.Loop.View().Status().Cycle >= cycle+2 })
 	if !strings.Contains(log.String(), `"server":"app/`+moved+`","was":"`) || !strings.Contains(log.String(), `"now":"`+hosts[4]+`"`) {
 		t.Errorf("the re-addressed slot %s was not noticed", moved)
 	}

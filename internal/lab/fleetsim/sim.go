@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/guard"
+	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/agent/peers"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/haproxy"
@@ -68,7 +70,7 @@ type Result struct {
 type simNode struct {
 	name    string
 	node    *peers.Node
-	loop    *agent.Loop
+	loop    *loop.Loop
 	rt      *fakes.Runtime
 	store   *window.Store
 	tr      *counting
@@ -239,9 +241,9 @@ func startNode(ctx context.Context, s Setup, name string, key []byte, seed strin
 		return nil, err
 	}
 	rt := fakes.WithStates(name, states)
-	loop := &agent.Loop{Clock: agent.RealClock{}, Settings: agent.Settings{Interval: s.Interval, EvidenceCheck: time.Second}, Policy: peers.Wrap(rules.NewPolicy(rules.DefaultConfig()), node),
-		Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: store, Log: zerolog.Nop()}
-	node.SetChanges(loop.Ledger)
+	loop := &loop.Loop{Clock: agent.RealClock{}, Settings: agent.Settings{Interval: s.Interval, EvidenceCheck: time.Second}, Policy: peers.Wrap(rules.NewPolicy(rules.DefaultConfig()), node),
+		Guard: guard.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: store, Log: zerolog.Nop()}
+	node.SetChanges(loop.View().Ledger)
 	nctx, cancel := context.WithCancel(ctx)
 	n := &simNode{name: name, node: node, loop: loop, rt: rt, store: store, tr: tr, cancel: cancel, stopped: make(chan struct{})}
 	var wg sync.WaitGroup

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/guard"
+	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
@@ -17,7 +19,7 @@ import (
 )
 
 // CostResult is what the agent's loop costs at one size: the real loop
-// (agent.Loop with the rules policy, the guardrails, a window store fed
+// (loop.Loop with the rules policy, the guardrails, a window store fed
 // each simulated second, a recording fake runtime socket) on an injected
 // clock.
 type CostResult struct {
@@ -83,7 +85,7 @@ func (c *trafficClock) SleepUntil(ctx context.Context, t time.Time) error {
 type rig struct {
 	clk   *fakes.Clock
 	store *window.Store
-	loop  *agent.Loop
+	loop  *loop.Loop
 	audit *countingWriter
 	feed  func(sec int64)
 	sec   int64
@@ -127,8 +129,8 @@ func newRigWith(servers, backends int, rate float64, errRate func(i int, sec int
 			}
 		}
 	}
-	r.loop = &agent.Loop{Clock: r.clk, Settings: agent.DefaultSettings(), Policy: rules.NewPolicy(rules.DefaultConfig()),
-		Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{fakes.WithStates("fake", states)}, Windows: r.store,
+	r.loop = &loop.Loop{Clock: r.clk, Settings: agent.DefaultSettings(), Policy: rules.NewPolicy(rules.DefaultConfig()),
+		Guard: guard.DefaultGuardrails(), Runtimes: []agent.Runtime{fakes.WithStates("fake", states)}, Windows: r.store,
 		Audit: r.audit, Log: zerolog.Nop()}
 	// Fill the windows; the first step sets the sequential test's marks.
 	r.advance(70)

@@ -2,7 +2,7 @@ package soak
 
 // Re-admission: how long a healed server takes to come back to full
 // weight, and what a server costs clients while it comes back, through
-// the agent's real loop (agent.Loop, its guardrails and ledger, a fake
+// the agent's real loop (loop.Loop, its guardrails and ledger, a fake
 // runtime socket) and the real recovery (agent/recovery), on an injected
 // clock. What is simulated: the traffic (Poisson, split by weight among
 // the serving servers, binomial 5xx), the probe bursts (each probe fails
@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/guard"
+	"github.com/hapilot/hapilot/agent/loop"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/agent/recovery"
 	"github.com/hapilot/hapilot/haproxy"
@@ -336,8 +338,8 @@ func readmitTrial(c ReadmitCell, rng *rand.Rand) (trial, error) {
 		return recovery.BurstResult{Sent: k, MedianMs: 10}
 	}
 	pol := &condemned{keys: []string{names[0]}}
-	l := &agent.Loop{Clock: clk, Settings: agent.Settings{Interval: c.Interval, Mode: agent.ModeEnforce, OperatorHold: time.Hour},
-		Policy: agent.PolicyOf(pol), Guard: agent.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: w,
+	l := &loop.Loop{Clock: clk, Settings: agent.Settings{Interval: c.Interval, Mode: agent.ModeEnforce, OperatorHold: time.Hour},
+		Policy: agent.PolicyOf(pol), Guard: guard.DefaultGuardrails(), Runtimes: []agent.Runtime{rt}, Windows: w,
 		Recovery: rec, Log: zerolog.Nop()}
 	ctx := context.Background()
 	l.Step(ctx) // drains srv1

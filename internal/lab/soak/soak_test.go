@@ -100,7 +100,7 @@ func TestBound(t *testing.T) {
 	}
 }
 
-// TestSoakAgreesWithTheLoop: the real loop (agent.Loop, the rules
+// TestSoakAgreesWithTheLoop: the real loop (loop.Loop, the rules
 // policy, the guardrails, the window store, evidence checks every second
 // under Run) drains a 5% server that starts failing after a steady
 // state, in about the time the soak finds for the same cell, and no
@@ -124,7 +124,7 @@ func TestSoakAgreesWithTheLoop(t *testing.T) {
 	if err := r.loop.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range r.loop.Status().Decisions {
+	for _, d := range r.loop.View().Status().Decisions {
 		if d.Verdict.Accepted && d.Verdict.Applied.Kind == "drain" {
 			if d.Verdict.Applied.Server != "srv4" {
 				t.Errorf("healthy %s drained at %v", d.Verdict.Applied.Server, d.Time)

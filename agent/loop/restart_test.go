@@ -1,4 +1,4 @@
-package agent
+package loop
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
 )
@@ -17,12 +18,12 @@ import (
 func TestReloadLostDrainIsReapplied(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3", "s4", "s5", "s6")
 	l, _, pol, _ := newLoop(rt)
-	pol.plans = []Plan{{drain("s3")}, {drain("s6")}}
+	pol.plans = []agent.Plan{{drain("s3")}, {drain("s6")}}
 	l.Step(context.Background())
 	l.Step(context.Background())
 	rt.TakeCommands()
 	rt.Reload()
-	pol.plans = []Plan{{drain("s1")}} // and the policy wants one more
+	pol.plans = []agent.Plan{{drain("s1")}} // and the policy wants one more
 	rec := l.Step(context.Background())
 	got := rt.TakeCommands()
 	want := []string{"set server app/s3 state drain", "set server app/s6 state drain"}
@@ -34,8 +35,8 @@ func TestReloadLostDrainIsReapplied(t *testing.T) {
 	if len(got) != 3 || got[2] != "set server app/s1 state drain" {
 		t.Fatalf("commands %q", got)
 	}
-	if n := len(l.Ledger()); n != 3 {
-		t.Fatalf("ledger %v", l.Ledger())
+	if n := len(l.View().Ledger()); n != 3 {
+		t.Fatalf("ledger %v", l.View().Ledger())
 	}
 	// A further step with nothing lost sends nothing.
 	l.Step(context.Background())
@@ -49,13 +50,13 @@ func TestReloadLostDrainIsReapplied(t *testing.T) {
 func TestUndoneDrainIsNotReapplied(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3")
 	l, _, pol, _ := newLoop(rt)
-	pol.plans = []Plan{{drain("s2")}}
+	pol.plans = []agent.Plan{{drain("s2")}}
 	l.Step(context.Background())
 	rt.TakeCommands()
 	rt.Set("s2", func(s *haproxy.ServerState) { s.AdminState = 0 })
 	l.Step(context.Background())
-	if got := rt.TakeCommands(); len(got) != 0 || len(l.Ledger()) != 0 {
-		t.Fatalf("commands %q, ledger %v", got, l.Ledger())
+	if got := rt.TakeCommands(); len(got) != 0 || len(l.View().Ledger()) != 0 {
+		t.Fatalf("commands %q, ledger %v", got, l.View().Ledger())
 	}
 }
 
@@ -67,7 +68,7 @@ func TestStateFileAcrossAgentRestarts(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3", "s4", "s5", "s6")
 	first, _, pol, _ := newLoop(rt)
 	first.StateFile = file
-	pol.plans = []Plan{{drain("s2")}, {drain("s4")}}
+	pol.plans = []agent.Plan{{drain("s2")}, {drain("s4")}}
 	first.Step(context.Background())
 	first.Step(context.Background())
 	rt.TakeCommands()
@@ -82,11 +83,11 @@ func TestStateFileAcrossAgentRestarts(t *testing.T) {
 	if got := rt.TakeCommands(); len(got) != 0 {
 		t.Fatalf("restart sent %q", got)
 	}
-	owners := map[string]Owner{}
+	owners := map[string]agent.Owner{}
 	for _, s := range rec.Servers {
 		owners[s.Server] = s.Owner
 	}
-	if owners["s2"] != OwnerAgent || owners["s4"] != OwnerAgent {
+	if owners["s2"] != agent.OwnerAgent || owners["s4"] != agent.OwnerAgent {
 		t.Fatalf("owners after restart %v", owners)
 	}
 
@@ -95,8 +96,8 @@ func TestStateFileAcrossAgentRestarts(t *testing.T) {
 	third, _, _, _ := newLoop(rt)
 	third.StateFile = file
 	third.Step(context.Background())
-	if got := rt.TakeCommands(); len(got) != 0 || len(third.Ledger()) != 1 {
-		t.Fatalf("operator's ready: commands %q, ledger %v", got, third.Ledger())
+	if got := rt.TakeCommands(); len(got) != 0 || len(third.View().Ledger()) != 1 {
+		t.Fatalf("operator's ready: commands %q, ledger %v", got, third.View().Ledger())
 	}
 	rt.Reload()
 	third.Step(context.Background())
@@ -109,18 +110,18 @@ func TestUndoRestoresEverything(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
 	l, _, pol, _ := newLoop(rt)
 	rt.Set("s4", func(s *haproxy.ServerState) { s.AdminState = haproxy.AdminForcedMaint })
-	pol.plans = []Plan{{drain("s2"), {Kind: SetWeight, Backend: "app", Server: "s1", Weight: 5}}}
+	pol.plans = []agent.Plan{{drain("s2"), {Kind: agent.SetWeight, Backend: "app", Server: "s1", Weight: 5}}}
 	l.Step(context.Background())
 	rt.TakeCommands()
-	l.Undo(context.Background())
+	l.Control().Undo(context.Background())
 	got := rt.TakeCommands()
 	want := []string{"set weight app/s1 10", "set server app/s2 state ready"}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("undo sent %q, want %q", got, want)
 	}
 	st, _ := rt.ShowServersState(context.Background())
-	if st[3].AdminState != haproxy.AdminForcedMaint || len(l.Ledger()) != 0 {
-		t.Fatalf("operator's maint %+v, ledger %v", st[3], l.Ledger())
+	if st[3].AdminState != haproxy.AdminForcedMaint || len(l.View().Ledger()) != 0 {
+		t.Fatalf("operator's maint %+v, ledger %v", st[3], l.View().Ledger())
 	}
 }
 
@@ -129,11 +130,11 @@ func TestUndoRestoresEverything(t *testing.T) {
 func TestUndoInObserveModeSendsNothing(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
 	l, _, pol, _ := newLoop(rt)
-	pol.plans = []Plan{{drain("s2")}}
+	pol.plans = []agent.Plan{{drain("s2")}}
 	l.Step(context.Background())
 	rt.TakeCommands()
-	l.Mode = ModeObserve
-	if res := l.Undo(context.Background()); res != nil || rt.TakeCommands() != nil || len(l.Ledger()) != 1 {
-		t.Fatalf("undo in observe mode: %v, ledger %v", res, l.Ledger())
+	l.Mode = agent.ModeObserve
+	if res := l.Control().Undo(context.Background()); res != nil || rt.TakeCommands() != nil || len(l.View().Ledger()) != 1 {
+		t.Fatalf("undo in observe mode: %v, ledger %v", res, l.View().Ledger())
 	}
 }

@@ -1,8 +1,10 @@
-package agent
+package loop
 
 import (
 	"testing"
 
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/merge"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lib/window"
 )
@@ -46,20 +48,20 @@ func TestViewPlacesFollowServersAndSeries(t *testing.T) {
 		if len(w.recent) != len(w.long) {
 			w.recentAt = index(w.recent)
 		}
-		long, recent := map[Key]window.Stats{}, map[Key]window.Stats{}
+		long, recent := map[agent.Key]window.Stats{}, map[agent.Key]window.Stats{}
 		for _, s := range st.long {
 			long[key(s.Backend, s.Server)] = s
 		}
 		for _, s := range st.recent {
 			recent[key(s.Backend, s.Server)] = s
 		}
-		entries := make([]*procServer, len(st.servers))
+		entries := make([]*merge.Server, len(st.servers))
 		for i, s := range st.servers {
-			entries[i] = &procServer{state: s}
+			entries[i] = &merge.Server{State: s}
 		}
 		places := p.of(entries, w)
 		for i, s := range st.servers {
-			got := ServerView{Backend: s.Backend, Server: s.Server}
+			got := agent.ServerView{Backend: s.Backend, Server: s.Server}
 			want := got
 			w.setAt(&got, places[i])
 			want.SetWindows(long, recent)

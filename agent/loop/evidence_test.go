@@ -1,4 +1,4 @@
-package agent
+package loop
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
 )
 
@@ -15,14 +16,14 @@ import (
 // test is a function of the clock, standing for evidence that arrives.
 type evidenced struct {
 	find  func(now time.Time) []string // server names found at now
-	clock Clock
+	clock agent.Clock
 	steps []time.Time
 	stop  func(now time.Time) // called at each check, to end the run
 }
 
 func (e *evidenced) Name() string { return "evidenced" }
 
-func (e *evidenced) Evidence(obs Observation) []Key {
+func (e *evidenced) Evidence(obs agent.Observation) []agent.Key {
 	if e.stop != nil {
 		e.stop(e.clock.Now())
 	}
@@ -30,7 +31,7 @@ func (e *evidenced) Evidence(obs Observation) []Key {
 	for _, s := range e.find(e.clock.Now()) {
 		found[s] = true
 	}
-	var out []Key
+	var out []agent.Key
 	for _, b := range obs.Backends {
 		for _, s := range b.Servers {
 			if found[s.Server] && s.Serving() {
@@ -41,14 +42,14 @@ func (e *evidenced) Evidence(obs Observation) []Key {
 	return out
 }
 
-func (e *evidenced) Decide(_ context.Context, obs Observation) (Plan, error) {
+func (e *evidenced) Decide(_ context.Context, obs agent.Observation) (agent.Plan, error) {
 	e.steps = append(e.steps, e.clock.Now())
-	var plan Plan
+	var plan agent.Plan
 	for _, k := range e.Evidence(obs) {
 		for _, b := range obs.Backends {
 			for _, s := range b.Servers {
 				if key(b.Name, s.Server) == k {
-					plan = append(plan, Action{Kind: Drain, Backend: b.Name, Server: s.Server, Reason: "found"})
+					plan = append(plan, agent.Action{Kind: agent.Drain, Backend: b.Name, Server: s.Server, Reason: "found"})
 				}
 			}
 		}
@@ -109,7 +110,7 @@ func TestEvidenceTriggersAStepBetweenTicks(t *testing.T) {
 			l.Guard.MaxDrains = 4
 			start := clk.Now()
 			pol := &evidenced{clock: clk, find: func(now time.Time) []string { return tt.found(now.Sub(start)) }}
-			l.Policy, l.Interval, l.EvidenceCheck = Policy{Decider: pol, Evidence: pol.Evidence}, 10*time.Second, time.Second
+			l.Policy, l.Interval, l.EvidenceCheck = agent.Policy{Decider: pol, Evidence: pol.Evidence}, 10*time.Second, time.Second
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			pol.stop = func(now time.Time) {
@@ -151,18 +152,18 @@ func TestEvidenceTriggersAStepBetweenTicks(t *testing.T) {
 			if !reflect.DeepEqual(drained, tt.drained) {
 				t.Errorf("drained %v, want %v", drained, tt.drained)
 			}
-			if m := l.Metrics(); m.Triggered != uint64(len(tt.triggered)) {
+			if m := l.View().Metrics(); m.Triggered != uint64(len(tt.triggered)) {
 				t.Errorf("metrics count %d triggered steps, want %d", m.Triggered, len(tt.triggered))
 			}
 		})
 	}
 }
 
-func records(t *testing.T, audit *bytes.Buffer) []Record {
+func records(t *testing.T, audit *bytes.Buffer) []agent.Record {
 	t.Helper()
-	var out []Record
+	var out []agent.Record
 	for _, line := range bytes.Split(bytes.TrimSpace(audit.Bytes()), []byte("\n")) {
-		var r Record
+		var r agent.Record
 		if err := json.Unmarshal(line, &r); err != nil {
 			t.Fatalf("audit line %q: %v", line, err)
 		}

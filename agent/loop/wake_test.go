@@ -1,4 +1,4 @@
-package agent
+package loop
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
 )
 
@@ -32,7 +33,7 @@ func TestWakeReappliesALostDrainAtOnce(t *testing.T) {
 				at := now.Sub(start)
 				return when(at >= time.Second && at < 2*time.Second, "s2")
 			}}
-			l.Policy, l.Interval, l.EvidenceCheck = Policy{Decider: pol, Evidence: pol.Evidence}, 10*time.Second, time.Second
+			l.Policy, l.Interval, l.EvidenceCheck = agent.Policy{Decider: pol, Evidence: pol.Evidence}, 10*time.Second, time.Second
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			pol.stop = func(now time.Time) {
@@ -78,20 +79,20 @@ func TestWakeReappliesALostDrainAtOnce(t *testing.T) {
 func TestWakeEndsTheSleep(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2")
 	l, _, _, _ := newLoop(rt)
-	l.Clock, l.Interval = RealClock{}, time.Hour
-	steps := make(chan Record, 8)
+	l.Clock, l.Interval = agent.RealClock{}, time.Hour
+	steps := make(chan agent.Record, 8)
 	l.Audit = stepWriter(steps)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- l.Run(ctx) }() // owned here: cancel ends it, done says so
-	waitStep := func(what string) Record {
+	waitStep := func(what string) agent.Record {
 		t.Helper()
 		select {
 		case r := <-steps:
 			return r
 		case <-time.After(10 * time.Second):
 			t.Fatalf("no step %s", what)
-			return Record{}
+			return agent.Record{}
 		}
 	}
 	if r := waitStep("at the start"); r.Woken != "" {
@@ -108,10 +109,10 @@ func TestWakeEndsTheSleep(t *testing.T) {
 }
 
 // stepWriter is an audit writer that hands each step's record on.
-type stepWriter chan Record
+type stepWriter chan agent.Record
 
 func (w stepWriter) Write(p []byte) (int, error) {
-	var r Record
+	var r agent.Record
 	if err := json.Unmarshal(p, &r); err == nil {
 		w <- r
 	}

@@ -1,13 +1,14 @@
-package agent
+package loop
 
 import (
 	"context"
 
+	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/haproxy"
 )
 
 // mustKey is a test's "backend/server", parsed.
-func mustKey(s string) Key {
+func mustKey(s string) agent.Key {
 	k, err := haproxy.ParseServerKey(s)
 	if err != nil {
 		panic(err)
@@ -17,7 +18,7 @@ func mustKey(s string) Key {
 
 // scripted returns the plans it is given, one per step.
 type scripted struct {
-	plans  []Plan
+	plans  []agent.Plan
 	calls  int
 	err    error
 	onCall func()
@@ -25,7 +26,7 @@ type scripted struct {
 
 func (s *scripted) Name() string { return "scripted" }
 
-func (s *scripted) Decide(context.Context, Observation) (Plan, error) {
+func (s *scripted) Decide(context.Context, agent.Observation) (agent.Plan, error) {
 	s.calls++
 	if s.onCall != nil {
 		s.onCall()

@@ -1,4 +1,4 @@
-package agent
+package ledger
 
 import (
 	"encoding/json"
@@ -14,104 +14,18 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lib/safefile"
 	"github.com/rs/zerolog"
 )
 
-// Phase is where a server the agent changed stands. Only the ledger's
-// transitions move a server from one phase to another; recovery and the
-// policies read it and never work it out for themselves.
-type Phase string
-
-const (
-	// PhaseDrained: the agent drained the server.
-	PhaseDrained Phase = "drained"
-	// PhaseCut: the server serves at a weight the agent cut (a policy's
-	// set_weight, or a drain the capacity check turned into a cut).
-	PhaseCut Phase = "cut"
-	// PhaseCanary: the agent brought a drained server back at a reduced
-	// weight; full weight returns once its live traffic is clean.
-	PhaseCanary Phase = "canary"
-)
-
-// Change is a change the agent made and still holds.
-type Change struct {
-	Phase  Phase     `json:"phase"`
-	Weight int       `json:"weight,omitempty"` // cut and canary: the weight the agent set
-	At     time.Time `json:"at"`               // when the phase began
-	Reason string    `json:"reason,omitempty"`
-	// ErrorRate is the server's 5xx rate when it was drained, which sizes
-	// the probe burst that may bring it back.
-	ErrorRate float64 `json:"error_rate,omitempty"`
-	// BaselineP99Ms is the backend's recent p99 just before a drain, what
-	// the tail-latency guard compares against.
-	BaselineP99Ms float64 `json:"baseline_p99_ms,omitempty"`
-	// Epoch names the HAProxy processes the change was applied to (see
-	// haproxy.Info.Instance). A server back at its configured state under
-	// a new epoch lost the change to a reload or restart; under the same
-	// epoch, someone undid it.
-	Epoch string `json:"epoch"`
-	// Maint: the drain went out as maint (the backend's action), so
-	// that not even persistent sessions reach the server.
-	Maint bool `json:"maint,omitempty"`
-	// Site is the HAProxy the change was made on (see Site): a state
-	// file read at start re-applies only what was made on the HAProxy
-	// the agent now finds. "" in files of earlier agents.
-	Site Site `json:"haproxy,omitempty"`
-	// Saved is when an agent holding the change last wrote the state
-	// file: a restarted agent re-applies a change a reload lost only
-	// while this is recent (Ledger.ReapplyWithin).
-	Saved time.Time `json:"saved,omitzero"`
-}
-
-// Site names an HAProxy across its reloads and restarts, unlike an
-// epoch: the runtime socket the agent reaches it by and its node name
-// (`show info`'s node: global's `node`, else the host's name), for each
-// runtime socket, joined. Another HAProxy on the same host has another
-// socket; the same socket path on another host (a state file copied
-// there) has another node name. Pid and start time change with every
-// reload, so they are the epoch's, not the site's.
-type Site string
-
-// SiteOf is the site of the HAProxy reached at addr that answered info.
-func SiteOf(addr string, info haproxy.Info) Site {
-	return Site(addr + " node " + info.Node)
-}
-
-// DefaultReapplyWithin is how recent a state file's change must be for a
-// restarted agent to apply it again when a reload lost it.
-const DefaultReapplyWithin = 30 * time.Minute
-
-// NotReapplied is a change read from the state file at start that the
-// agent did not take up, and why: made on another HAProxy, or lost to a
-// reload longer ago than ReapplyWithin. The server is judged afresh.
-type NotReapplied struct {
-	Server Key    `json:"server"`
-	Change Change `json:"change"`
-	Why    string `json:"why"`
-}
-
-// holds reports whether s shows this change in force.
-func (c *Change) holds(s haproxy.ServerState) bool {
-	// The resolver's bits (a server-template slot whose name stopped
-	// resolving) come and go with DNS, not with anyone's word: a drained
-	// slot that also enters resolver maintenance is still the agent's.
-	admin := s.AdminState &^ (haproxy.AdminDNSMaint | haproxy.AdminHostnameMaint)
-	if c.Phase == PhaseDrained && c.Maint {
-		return admin == haproxy.AdminForcedMaint
-	}
-	if c.Phase == PhaseDrained {
-		return admin == haproxy.AdminForcedDrain
-	}
-	return admin == 0 && s.Weight == c.Weight
-}
-
 // Ledger owns the agent's changes: who changed each server, when, to
-// what, in which HAProxy epoch. Every transition is one method, and each
-// writes the state file, so the agent's own restarts lose nothing: a
-// write that fails (a full disk) is tried again at every Flush until one
-// succeeds, and the ledger says it is unsaved meanwhile. It is safe for
+// what, in which HAProxy epoch. Every transition is one method, and
+// writes the state file (once for all of a Batch's: a step's), so the
+// agent's own restarts lose nothing: a write that fails (a full disk) is
+// tried again at every Flush until one succeeds, and the ledger says it
+// is unsaved meanwhile. It is safe for
 // concurrent use (the status server reads it).
 type Ledger struct {
 	file string // "" keeps the ledger in memory only
@@ -127,6 +41,9 @@ type Ledger struct {
 	// lost is applied again at start only if the file was written within
 	// it; else the server is judged afresh.
 	ReapplyWithin time.Duration
+	// Replace writes the state file whole; nil means ReplaceFile. Set
+	// it before the ledger is shared (a test counts the writes).
+	Replace func(path string, data []byte) error
 
 	// mu guards the fields below. Methods without a lock of their own say
 	// that their caller must hold it (or runs before the ledger is shared:
@@ -147,30 +64,35 @@ type Ledger struct {
 	// bg, when set, writes the file from a goroutine of its own (see
 	// WriteInBackground): save hands it each new state and returns.
 	bg *stateWriter
+	// batch counts the batches under way (Batch), and dirty says a
+	// transition made in one is not yet saved: a step's transitions are
+	// one write of the state file, at its end.
+	batch int
+	dirty bool
 
 	epoch   string
-	site    Site
-	changes map[Key]*Change
+	site    agent.Site
+	changes map[agent.Key]*agent.Change
 	// fromFile are the changes read from the state file that no step has
 	// judged yet against the HAProxy it finds (Reconcile).
-	fromFile map[Key]bool
+	fromFile map[agent.Key]bool
 	// foreign are the file's changes made on another HAProxy: not this
 	// agent's, but written back as they were, so that the agent of that
 	// HAProxy still finds them.
-	foreign      map[Key]*Change
-	notReapplied []NotReapplied
+	foreign      map[agent.Key]*agent.Change
+	notReapplied []agent.NotReapplied
 	// holds keep a server the tail guard brought back to full weight from
 	// being drained again until the time given, after its change is over.
-	holds map[Key]time.Time
+	holds map[agent.Key]time.Time
 	// overrides are operators' undos of the agent's changes, which stand.
-	overrides map[Key]Override
+	overrides map[agent.Key]Override
 	// pauses hold the agent's actions back, by backend (AllBackends for
 	// every one); they survive restarts with the state file.
-	pauses map[string]Pause
+	pauses map[string]agent.Pause
 	// operatorSeen are the servers the agent saw held by someone else
 	// (drain or maint), with the state it saw: after a restart they read
 	// as the operator's, not as unknown.
-	operatorSeen map[Key]string
+	operatorSeen map[agent.Key]string
 }
 
 // Override is an operator's undo of the agent's change: the server is
@@ -188,7 +110,7 @@ type Override struct {
 // hundred bytes, and --max-servers of them fit many times over.
 const MaxStateFile = 16 << 20
 
-// OpenLedger reads file, if it exists, and returns the ledger it holds.
+// Open reads file, if it exists, and returns the ledger it holds.
 // A path that is not a regular file (a FIFO, a link, a directory, a
 // device) is an error: the agent refuses to start on it, and checking it
 // never blocks. So is a file someone other than the agent's user, root or
@@ -197,7 +119,7 @@ const MaxStateFile = 16 << 20
 // version, too big) is logged, kept aside as FILE.bad-TIME, and the
 // ledger starts empty: the servers it named then read as the operator's,
 // which is the safe side.
-func OpenLedger(file string, log zerolog.Logger) (*Ledger, error) {
+func Open(file string, log zerolog.Logger) (*Ledger, error) {
 	l := newLedger(file, log)
 	err := l.load()
 	if errors.Is(err, safefile.ErrNotRegular) {
@@ -212,9 +134,9 @@ func OpenLedger(file string, log zerolog.Logger) (*Ledger, error) {
 	return l, nil
 }
 
-// NewLedger is OpenLedger for callers that cannot refuse to start: a
+// New is Open for callers that cannot refuse to start: a
 // path that is not a regular file is kept aside like an unreadable one.
-func NewLedger(file string, log zerolog.Logger) *Ledger {
+func New(file string, log zerolog.Logger) *Ledger {
 	l := newLedger(file, log)
 	if err := l.load(); err != nil {
 		l.unreadable(err)
@@ -223,9 +145,9 @@ func NewLedger(file string, log zerolog.Logger) *Ledger {
 }
 
 func newLedger(file string, log zerolog.Logger) *Ledger {
-	return &Ledger{file: file, log: log, changes: map[Key]*Change{}, holds: map[Key]time.Time{}, overrides: map[Key]Override{},
-		pauses: map[string]Pause{}, operatorSeen: map[Key]string{}, fromFile: map[Key]bool{}, foreign: map[Key]*Change{},
-		ReapplyWithin: DefaultReapplyWithin}
+	return &Ledger{file: file, log: log, changes: map[agent.Key]*agent.Change{}, holds: map[agent.Key]time.Time{}, overrides: map[agent.Key]Override{},
+		pauses: map[string]agent.Pause{}, operatorSeen: map[agent.Key]string{}, fromFile: map[agent.Key]bool{}, foreign: map[agent.Key]*agent.Change{},
+		ReapplyWithin: agent.DefaultReapplyWithin}
 }
 
 func (l *Ledger) now() time.Time {
@@ -281,14 +203,11 @@ func (l *Ledger) SetEpoch(epoch string) (was string, changed bool) {
 }
 
 // SetSite records the HAProxy now observed (see Site).
-func (l *Ledger) SetSite(site Site) {
+func (l *Ledger) SetSite(site agent.Site) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.site = site
 }
-
-// DefaultOperatorHold is how long an operator's undo stands by default.
-const DefaultOperatorHold = 30 * time.Minute
 
 // Reconcile says who holds server k, whose merged state is s, at now. A
 // change still in force is adopted under the current epoch. One that a
@@ -297,67 +216,162 @@ const DefaultOperatorHold = 30 * time.Minute
 // that someone else undid or replaced is lost, and the server is the
 // operator's for OperatorHold, even back at its configured state: their
 // word stands until then, or until the server's state changes again.
-func (l *Ledger) Reconcile(k Key, s haproxy.ServerState, now time.Time) (owner Owner, ch *Change, reapply bool) {
+// It is Judge and Apply in one.
+func (l *Ledger) Reconcile(k agent.Key, s haproxy.ServerState, now time.Time) (owner agent.Owner, ch *agent.Change, reapply bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	j := l.judge(k, s, now, l.epoch, l.site)
+	l.apply(j)
+	return j.Owner, j.Change, j.Reapply
+}
+
+// Judgment is the ledger's word on one server as one observation finds
+// it (Judge), with the transition that word makes, which Apply records:
+// an observation reads the ledger, and the step writes what it found.
+type Judgment struct {
+	Server agent.Key
+	// Owner holds the server; Change is the agent's change in force on
+	// it (its own only), adopted under the observation's epoch; Reapply:
+	// a reload lost it, and the loop applies it again.
+	Owner   agent.Owner
+	Change  *agent.Change
+	Reapply bool
+	// OperatorUntil is when an operator's override of the agent's change
+	// stops holding the agent off, as of the judgment (zero: none).
+	OperatorUntil time.Time
+
+	state        haproxy.ServerState
+	epoch        string
+	site         agent.Site
+	dropOverride bool // the override stands no more
+	fromFile     bool // the state file's change is judged here
+	// notHere: the file's change is not taken up here, and why; foreign:
+	// it is another HAProxy's, kept in the file for its agent.
+	notHere string
+	foreign bool
+	adopt   bool      // the change holds: adopted under epoch and site
+	lose    bool      // someone else undid or replaced the change
+	hold    *Override // the operator's override the loss starts
+}
+
+// Judge is Reconcile without the write: who holds server k, whose
+// merged state is s, at now, under the HAProxy of epoch and site, and
+// the transition that makes, for Apply. It changes nothing.
+func (l *Ledger) Judge(k agent.Key, s haproxy.ServerState, now time.Time, epoch string, site agent.Site) Judgment {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.judge(k, s, now, epoch, site)
+}
+
+// judge is Judge. Called with l.mu held.
+func (l *Ledger) judge(k agent.Key, s haproxy.ServerState, now time.Time, epoch string, site agent.Site) Judgment {
+	j := Judgment{Server: k, state: s, epoch: epoch, site: site}
 	if o, ok := l.overrides[k]; ok {
 		if now.Before(o.Until) && s.AdminState == o.AdminState && s.Weight == o.Weight {
-			return OwnerOperator, nil, false
+			j.Owner, j.OperatorUntil = agent.OwnerOperator, o.Until
+			return j
 		}
-		delete(l.overrides, k)
-		l.save()
+		j.dropOverride = true
 	}
-	if c := l.changes[k]; c != nil && l.fromFile[k] {
-		delete(l.fromFile, k)
-		if why, foreign := l.notForHere(c, s, now); why != "" {
-			l.log.Warn().Stringer("server", k).Str("phase", string(c.Phase)).Time("at", c.At).Str("why", why).
-				Msg("a change from the state file is not taken up: the server is judged afresh")
-			l.notReapplied = append(l.notReapplied, NotReapplied{Server: k, Change: *c, Why: why})
-			delete(l.changes, k)
-			if foreign {
-				l.foreign[k] = c
-			}
-			l.save()
+	c := l.changes[k]
+	if c != nil && l.fromFile[k] {
+		j.fromFile = true
+		if why, foreign := notForHere(c, s, now, epoch, site, l.ReapplyWithin); why != "" {
+			j.notHere, j.foreign = why, foreign
+			c = nil
 		}
 	}
-	if c := l.changes[k]; c != nil {
+	if c != nil {
 		pristine := s.AdminState == 0 && s.Weight == s.Initial
 		switch {
-		case c.holds(s):
-			c.Epoch, c.Site = l.epoch, l.site
+		case c.Holds(s):
+			j.adopt = true
 			cp := *c
-			return OwnerAgent, &cp, false
-		case pristine && c.Epoch != l.epoch:
+			cp.Epoch, cp.Site = epoch, site
+			j.Owner, j.Change = agent.OwnerAgent, &cp
+			return j
+		case pristine && c.Epoch != epoch:
 			cp := *c
-			return OwnerAgent, &cp, true
+			j.Owner, j.Change, j.Reapply = agent.OwnerAgent, &cp, true
+			return j
 		}
-		l.log.Warn().Stringer("server", k).Str("phase", string(c.Phase)).Str("now", s.Label()).Int("weight", s.Weight).
-			Dur("for", l.OperatorHold).Msg("the agent's change was overridden outside the agent; leaving the server to the operator")
-		delete(l.changes, k)
+		j.lose = true
 		if l.OperatorHold > 0 {
-			l.overrides[k] = Override{Until: now.Add(l.OperatorHold), AdminState: s.AdminState, Weight: s.Weight}
-		}
-		l.save()
-		if l.OperatorHold > 0 {
-			return OwnerOperator, nil, false
+			j.hold = &Override{Until: now.Add(l.OperatorHold), AdminState: s.AdminState, Weight: s.Weight}
+			j.Owner, j.OperatorUntil = agent.OwnerOperator, j.hold.Until
+			return j
 		}
 	}
 	if s.AdminState != 0 || s.Weight != s.Initial {
-		return OwnerOperator, nil, false
+		j.Owner = agent.OwnerOperator
+	} else {
+		j.Owner = agent.OwnerNone
 	}
-	return OwnerNone, nil, false
+	return j
+}
+
+// Apply records the transitions of judgments an observation made
+// (Judge), in their order.
+func (l *Ledger) Apply(judgments []Judgment) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, j := range judgments {
+		l.apply(j)
+	}
+}
+
+// apply records one judgment's transition. Called with l.mu held.
+func (l *Ledger) apply(j Judgment) {
+	k := j.Server
+	if j.dropOverride {
+		delete(l.overrides, k)
+		l.changed()
+	}
+	if j.fromFile {
+		delete(l.fromFile, k)
+	}
+	if j.notHere != "" {
+		c := l.changes[k]
+		l.log.Warn().Stringer("server", k).Str("phase", string(c.Phase)).Time("at", c.At).Str("why", j.notHere).
+			Msg("a change from the state file is not taken up: the server is judged afresh")
+		l.notReapplied = append(l.notReapplied, agent.NotReapplied{Server: k, Change: *c, Why: j.notHere})
+		delete(l.changes, k)
+		if j.foreign {
+			l.foreign[k] = c
+		}
+		l.changed()
+	}
+	if c := l.changes[k]; c != nil && j.adopt {
+		c.Epoch, c.Site = j.epoch, j.site
+	}
+	if c := l.changes[k]; c != nil && j.lose {
+		l.log.Warn().Stringer("server", k).Str("phase", string(c.Phase)).Str("now", j.state.Label()).Int("weight", j.state.Weight).
+			Dur("for", l.OperatorHold).Msg("the agent's change was overridden outside the agent; leaving the server to the operator")
+		delete(l.changes, k)
+		if j.hold != nil {
+			l.overrides[k] = *j.hold
+		}
+		l.changed()
+	}
+}
+
+// Epoch is the HAProxy processes last recorded (SetEpoch).
+func (l *Ledger) Epoch() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.epoch
 }
 
 // notForHere says why a change read from the state file is not the
 // agent's on the HAProxy it finds, "" when it is: it was made on another
 // HAProxy (a per-user file used against a second one, a file copied from
 // another host), or a reload lost it longer ago than ReapplyWithin, when
-// the server's faults may be long over. Called with l.mu held.
-func (l *Ledger) notForHere(c *Change, s haproxy.ServerState, now time.Time) (why string, foreign bool) {
-	if c.Site != "" && l.site != "" && c.Site != l.site {
-		return fmt.Sprintf("made on another HAProxy (%s), not this one (%s)", c.Site, l.site), true
+// the server's faults may be long over.
+func notForHere(c *agent.Change, s haproxy.ServerState, now time.Time, epoch string, site agent.Site, within time.Duration) (why string, foreign bool) {
+	if c.Site != "" && site != "" && c.Site != site {
+		return fmt.Sprintf("made on another HAProxy (%s), not this one (%s)", c.Site, site), true
 	}
-	lost := s.AdminState == 0 && s.Weight == s.Initial && !c.holds(s) && c.Epoch != l.epoch
+	lost := s.AdminState == 0 && s.Weight == s.Initial && !c.Holds(s) && c.Epoch != epoch
 	if !lost {
 		return "", false
 	}
@@ -365,35 +379,35 @@ func (l *Ledger) notForHere(c *Change, s haproxy.ServerState, now time.Time) (wh
 	if c.At.After(ref) {
 		ref = c.At // a file of an earlier agent: the change's own time
 	}
-	if age := now.Sub(ref); age > l.ReapplyWithin {
-		return fmt.Sprintf("lost to a reload, and last recorded %v ago, beyond --reapply-within %v", age.Round(time.Second), l.ReapplyWithin), false
+	if age := now.Sub(ref); age > within {
+		return fmt.Sprintf("lost to a reload, and last recorded %v ago, beyond --reapply-within %v", age.Round(time.Second), within), false
 	}
 	return "", false
 }
 
 // Drain records that the agent drained k.
-func (l *Ledger) Drain(k Key, at time.Time, reason string, errorRate, baselineP99Ms float64, maint bool) {
+func (l *Ledger) Drain(k agent.Key, at time.Time, reason string, errorRate, baselineP99Ms float64, maint bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.put(k, &Change{Phase: PhaseDrained, At: at, Reason: reason, ErrorRate: errorRate, BaselineP99Ms: baselineP99Ms, Maint: maint})
+	l.put(k, &agent.Change{Phase: agent.PhaseDrained, At: at, Reason: reason, ErrorRate: errorRate, BaselineP99Ms: baselineP99Ms, Maint: maint})
 }
 
 // Cut records that the agent set k's weight to weight, with the
 // backend's p99 before it for the tail guard. On a drained server that
 // only stages the weight it will come back at, so the drain stays the
 // change in force; back at the configured weight, the change is over.
-func (l *Ledger) Cut(k Key, weight, initial int, at time.Time, reason string, baselineP99Ms float64) {
+func (l *Ledger) Cut(k agent.Key, weight, initial int, at time.Time, reason string, baselineP99Ms float64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	c := l.changes[k]
 	switch {
-	case c != nil && c.Phase == PhaseDrained:
+	case c != nil && c.Phase == agent.PhaseDrained:
 		return
 	case weight == initial:
 		l.lose(k)
 		return
 	}
-	next := &Change{Phase: PhaseCut, Weight: weight, At: at, Reason: reason, BaselineP99Ms: baselineP99Ms}
+	next := &agent.Change{Phase: agent.PhaseCut, Weight: weight, At: at, Reason: reason, BaselineP99Ms: baselineP99Ms}
 	if c != nil {
 		// A weight moves within its phase, against the level before the
 		// first change.
@@ -407,30 +421,30 @@ func (l *Ledger) Cut(k Key, weight, initial int, at time.Time, reason string, ba
 // anything else is back to normal and leaves the ledger. With noDrainFor
 // set (the tail guard), the server is held from another drain until
 // at+noDrainFor either way.
-func (l *Ledger) Ready(k Key, weight, initial int, at time.Time, reason string, noDrainFor time.Duration) {
+func (l *Ledger) Ready(k agent.Key, weight, initial int, at time.Time, reason string, noDrainFor time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if noDrainFor > 0 {
 		l.holds[k] = at.Add(noDrainFor)
 	}
-	if c := l.changes[k]; c != nil && c.Phase == PhaseDrained && weight != initial {
-		l.put(k, &Change{Phase: PhaseCanary, Weight: weight, At: at, Reason: reason})
+	if c := l.changes[k]; c != nil && c.Phase == agent.PhaseDrained && weight != initial {
+		l.put(k, &agent.Change{Phase: agent.PhaseCanary, Weight: weight, At: at, Reason: reason})
 		return
 	}
 	delete(l.changes, k)
-	l.save()
+	l.changed()
 }
 
 // OverriddenUntil is when an operator's undo of the agent's change on k
 // stops holding the agent off (zero: none).
-func (l *Ledger) OverriddenUntil(k Key) time.Time {
+func (l *Ledger) OverriddenUntil(k agent.Key) time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.overrides[k].Until
 }
 
 // HeldUntil is when k's hold on draining ends (zero: none).
-func (l *Ledger) HeldUntil(k Key, now time.Time) time.Time {
+func (l *Ledger) HeldUntil(k agent.Key, now time.Time) time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	until := l.holds[k]
@@ -442,35 +456,37 @@ func (l *Ledger) HeldUntil(k Key, now time.Time) time.Time {
 
 // Adopt records that k's change, lost to a reload, was applied again
 // under the current epoch.
-func (l *Ledger) Adopt(k Key) {
+func (l *Ledger) Adopt(k agent.Key) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if c := l.changes[k]; c != nil {
 		c.Epoch = l.epoch
-		l.save()
+		l.changed()
 	}
 }
 
 // Lose forgets k's change: undone, overridden, or the server is gone.
-func (l *Ledger) Lose(k Key) {
+func (l *Ledger) Lose(k agent.Key) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lose(k)
 }
 
 // lose forgets k's change. The caller must hold l.mu.
-func (l *Ledger) lose(k Key) {
+func (l *Ledger) lose(k agent.Key) {
 	if _, ok := l.changes[k]; ok {
 		delete(l.changes, k)
-		l.save()
+		l.changed()
 	}
 }
 
 // Keep loses the change of every server not in present: a server gone
 // from HAProxy takes the agent's change with it. Holds past now go too.
-func (l *Ledger) Keep(present map[Key]bool, now time.Time) {
+func (l *Ledger) Keep(present map[agent.Key]bool, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.batch++ // every entry it drops, one write
+	defer l.endBatch()
 	for k, until := range l.holds {
 		if !present[k] || !until.After(now) {
 			delete(l.holds, k)
@@ -484,14 +500,14 @@ func (l *Ledger) Keep(present map[Key]bool, now time.Time) {
 	for k := range l.operatorSeen {
 		if !present[k] {
 			delete(l.operatorSeen, k)
-			l.save()
+			l.changed()
 		}
 	}
 	for b, p := range l.pauses {
 		if !p.Active(now) {
 			l.log.Info().Str("backend", b).Time("until", p.Until).Msg("pause over: the agent acts again")
 			delete(l.pauses, b)
-			l.save()
+			l.changed()
 		}
 	}
 	for k, c := range l.changes {
@@ -504,7 +520,7 @@ func (l *Ledger) Keep(present map[Key]bool, now time.Time) {
 			delete(l.changes, k)
 			delete(l.fromFile, k)
 			l.foreign[k] = c
-			l.notReapplied = append(l.notReapplied, NotReapplied{Server: k, Change: *c,
+			l.notReapplied = append(l.notReapplied, agent.NotReapplied{Server: k, Change: *c,
 				Why: fmt.Sprintf("made on another HAProxy (%s), not this one (%s)", c.Site, l.site)})
 			continue
 		}
@@ -515,12 +531,12 @@ func (l *Ledger) Keep(present map[Key]bool, now time.Time) {
 
 // put records c as k's change under the current epoch. Called with l.mu
 // held.
-func (l *Ledger) put(k Key, c *Change) {
+func (l *Ledger) put(k agent.Key, c *agent.Change) {
 	c.Epoch, c.Site = l.epoch, l.site
 	delete(l.fromFile, k)
 	delete(l.foreign, k)
 	l.changes[k] = c
-	l.save()
+	l.changed()
 }
 
 // Changes returns a copy of the changes in force, keyed "backend/server".
@@ -528,7 +544,7 @@ func (l *Ledger) put(k Key, c *Change) {
 // nothing (an unreadable file is an error, not set aside): `hapilot
 // check --live` names the stopped agent's own drains with it. A missing
 // file holds none.
-func ReadChanges(file string) (map[Key]Change, error) {
+func ReadChanges(file string) (map[agent.Key]agent.Change, error) {
 	l := newLedger(file, zerolog.Nop())
 	if err := l.load(); err != nil {
 		return nil, err
@@ -536,10 +552,10 @@ func ReadChanges(file string) (map[Key]Change, error) {
 	return l.Changes(), nil
 }
 
-func (l *Ledger) Changes() map[Key]Change {
+func (l *Ledger) Changes() map[agent.Key]agent.Change {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make(map[Key]Change, len(l.changes))
+	out := make(map[agent.Key]agent.Change, len(l.changes))
 	for k, c := range l.changes {
 		out[k] = *c
 	}
@@ -549,15 +565,15 @@ func (l *Ledger) Changes() map[Key]Change {
 // stateFile is the file's layout. Version 1 named the change's kind
 // ("drain" or "set_weight") where version 2 names its phase.
 type stateFile struct {
-	Version   int               `json:"version"`
-	Changes   map[Key]*Change   `json:"changes"`
-	Holds     map[Key]time.Time `json:"holds,omitempty"`
-	Overrides map[Key]Override  `json:"operator_overrides,omitempty"`
+	Version   int                         `json:"version"`
+	Changes   map[agent.Key]*agent.Change `json:"changes"`
+	Holds     map[agent.Key]time.Time     `json:"holds,omitempty"`
+	Overrides map[agent.Key]Override      `json:"operator_overrides,omitempty"`
 	// Pauses and OperatorSeen came after version 2 without a new
 	// version: a file without them reads as none, and an older agent
 	// ignores them.
-	Pauses       map[string]Pause `json:"pauses,omitempty"`
-	OperatorSeen map[Key]string   `json:"operator_seen,omitempty"`
+	Pauses       map[string]agent.Pause `json:"pauses,omitempty"`
+	OperatorSeen map[agent.Key]string   `json:"operator_seen,omitempty"`
 	// Saved is when the file was written.
 	Saved time.Time `json:"saved,omitzero"`
 }
@@ -565,8 +581,8 @@ type stateFile struct {
 // oldChange is what earlier files held that Change no longer does: the
 // kind (version 1), and a canary's hold on draining, now kept in holds.
 type oldChange struct {
-	Kind         Kind      `json:"kind"`
-	NoDrainUntil time.Time `json:"no_drain_until"`
+	Kind         agent.Kind `json:"kind"`
+	NoDrainUntil time.Time  `json:"no_drain_until"`
 }
 
 func (l *Ledger) load() error {
@@ -605,7 +621,7 @@ func (l *Ledger) load() error {
 	if st.Version != 1 && st.Version != 2 {
 		return fmt.Errorf("state file %s: version %d, want 1 or 2", l.file, st.Version)
 	}
-	var old struct{ Changes map[Key]oldChange }
+	var old struct{ Changes map[agent.Key]oldChange }
 	if err := json.Unmarshal(b, &old); err != nil {
 		return fmt.Errorf("state file %s: %w", l.file, err)
 	}
@@ -614,17 +630,17 @@ func (l *Ledger) load() error {
 		switch {
 		case c == nil:
 			continue
-		case st.Version == 1 && o.Kind == Drain:
-			c.Phase = PhaseDrained
-		case st.Version == 1 && o.Kind == SetWeight:
-			c.Phase = PhaseCut
+		case st.Version == 1 && o.Kind == agent.Drain:
+			c.Phase = agent.PhaseDrained
+		case st.Version == 1 && o.Kind == agent.SetWeight:
+			c.Phase = agent.PhaseCut
 		}
 		if o.NoDrainUntil.After(l.holds[k]) {
 			l.holds[k] = o.NoDrainUntil
 		}
 	}
 	for k, c := range st.Changes {
-		if c != nil && (c.Phase == PhaseDrained || c.Phase == PhaseCut || c.Phase == PhaseCanary) {
+		if c != nil && (c.Phase == agent.PhaseDrained || c.Phase == agent.PhaseCut || c.Phase == agent.PhaseCanary) {
 			l.changes[k] = c
 			l.fromFile[k] = true
 		}
@@ -648,6 +664,55 @@ func (l *Ledger) load() error {
 	return nil
 }
 
+// replacer is what writes the state file: Replace, else ReplaceFile.
+func (l *Ledger) replacer() func(path string, data []byte) error {
+	if l.Replace != nil {
+		return l.Replace
+	}
+	return ReplaceFile
+}
+
+// changed marks the state dirty after a transition: it is saved at the
+// end of the batch under way (a step, an operator's command), else at
+// once. Called with l.mu held.
+func (l *Ledger) changed() {
+	if l.batch > 0 {
+		l.dirty = true
+		return
+	}
+	l.save()
+}
+
+// Batch defers the state file's writes until end: every transition in
+// between marks the state dirty, and end saves it once, if anything
+// changed. A step is one batch, so that its transitions are one write
+// (and one fsync) instead of one each, none of them inside a transition.
+// Batches nest: the outermost end saves. end may be called more than
+// once; the first call counts.
+func (l *Ledger) Batch() (end func()) {
+	l.mu.Lock()
+	l.batch++
+	l.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			l.endBatch()
+		})
+	}
+}
+
+// endBatch ends one batch, and saves a dirty state at the outermost.
+// Called with l.mu held.
+func (l *Ledger) endBatch() {
+	l.batch--
+	if l.batch == 0 && l.dirty {
+		l.dirty = false
+		l.save()
+	}
+}
+
 // save replaces the state file atomically, after keeping an unreadable
 // one aside. A failure leaves the ledger unsaved, for Flush to try again.
 // Called with l.mu held.
@@ -658,7 +723,7 @@ func (l *Ledger) save() {
 	err := l.keepAside()
 	if err == nil {
 		now := l.now().UTC()
-		changes := make(map[Key]*Change, len(l.changes)+len(l.foreign))
+		changes := make(map[agent.Key]*agent.Change, len(l.changes)+len(l.foreign))
 		for k, c := range l.foreign {
 			changes[k] = c
 		}
@@ -681,7 +746,7 @@ func (l *Ledger) save() {
 			return
 		}
 		if err == nil {
-			err = replaceFile(l.file, append(b, '\n'))
+			err = l.replacer()(l.file, append(b, '\n'))
 		}
 	}
 	l.wrote(err)
@@ -733,7 +798,7 @@ type SaveStatus struct {
 	Unreadable string `json:"unreadable,omitempty"`
 	// NotReapplied are the changes read from the file at start that the
 	// agent did not take up, and why.
-	NotReapplied []NotReapplied `json:"not_reapplied,omitempty"`
+	NotReapplied []agent.NotReapplied `json:"not_reapplied,omitempty"`
 }
 
 // Warning is what an operator must hear of the state file, "" when
@@ -764,7 +829,7 @@ func (l *Ledger) Saved() SaveStatus {
 // saveStatus is what Saved reports. The caller must hold l.mu.
 func (l *Ledger) saveStatus() SaveStatus {
 	st := SaveStatus{File: l.file, Saved: !l.unsaved, FailedWrites: l.failures, KeptAside: l.keptAside, Unreadable: l.unreadErr,
-		NotReapplied: append([]NotReapplied(nil), l.notReapplied...)}
+		NotReapplied: append([]agent.NotReapplied(nil), l.notReapplied...)}
 	if l.unsaved {
 		st.UnsavedSince, st.Error = l.since, l.saveErr.Error()
 	}
@@ -792,11 +857,7 @@ const StuckWrite = 10 * time.Second
 // once the latest state is written, waiting at most wait, and reports
 // where the file stands.
 func (l *Ledger) WriteInBackground() (stop func(wait time.Duration) SaveStatus) {
-	return l.writeInBackground(replaceFile)
-}
-
-// writeInBackground is WriteInBackground writing with replace.
-func (l *Ledger) writeInBackground(replace func(path string, data []byte) error) (stop func(wait time.Duration) SaveStatus) {
+	replace := l.replacer()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.file == "" || l.bg != nil {
@@ -829,7 +890,7 @@ func (l *Ledger) writeInBackground(replace func(path string, data []byte) error)
 // stateWriter is the goroutine of WriteInBackground.
 type stateWriter struct {
 	file    string
-	replace func(path string, data []byte) error // replaceFile
+	replace func(path string, data []byte) error // the ledger's Replace
 	next    chan []byte                          // the state waiting to be written: one, the latest
 	quit    chan struct{}
 	done    chan struct{}
@@ -886,14 +947,14 @@ func (w *stateWriter) write(l *Ledger, b []byte) {
 	l.mu.Unlock()
 }
 
-// replaceFile writes data to a new file of a random name beside path
+// ReplaceFile writes data to a new file of a random name beside path
 // (created exclusively, so a planted link is never followed), syncs it,
 // and renames it over path, which replaces a link at path rather than
 // write through it. The new file keeps the owner, group and mode of the
 // one it replaces (mode 0640 for a first one), never writable by group
 // or others: `sudo hapilot restore` must not leave root's file where the
 // service's user can no longer read it.
-func replaceFile(path string, data []byte) error {
+func ReplaceFile(path string, data []byte) error {
 	mode, uid, gid := fs.FileMode(0o640), -1, -1
 	if fi, err := os.Lstat(path); err == nil && fi.Mode().IsRegular() {
 		mode = fi.Mode().Perm() &^ 0o022
@@ -939,13 +1000,13 @@ func replaceFile(path string, data []byte) error {
 // configured state through the agent (hapilot ctl release or restore):
 // the change is over, and the server is the operator's until now+hold
 // or until its state changes, like any undo of theirs.
-func (l *Ledger) Release(k Key, initial int, now time.Time, hold time.Duration) {
+func (l *Ledger) Release(k agent.Key, initial int, now time.Time, hold time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.changes, k)
 	delete(l.holds, k)
 	l.overrides[k] = Override{Until: now.Add(hold), AdminState: 0, Weight: initial, Released: true}
-	l.save()
+	l.changed()
 }
 
 // MaxPauses bounds the backends' pauses held at once: a pause is an
@@ -958,38 +1019,38 @@ const MaxPauses = 256
 // SetPause holds the agent's actions back on p.Backend (AllBackends:
 // everywhere), replacing any pause of that scope. A backend's new pause
 // past MaxPauses is refused; pauses over at p.Since make room first.
-func (l *Ledger) SetPause(p Pause) error {
+func (l *Ledger) SetPause(p agent.Pause) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	held := len(l.pauses)
-	if _, ok := l.pauses[AllBackends]; ok {
+	if _, ok := l.pauses[agent.AllBackends]; ok {
 		held--
 	}
-	if _, ok := l.pauses[p.Backend]; !ok && p.Backend != AllBackends && held >= MaxPauses {
+	if _, ok := l.pauses[p.Backend]; !ok && p.Backend != agent.AllBackends && held >= MaxPauses {
 		for b, q := range l.pauses {
 			if !q.Active(p.Since) {
 				delete(l.pauses, b)
 			}
 		}
 		held = len(l.pauses)
-		if _, ok := l.pauses[AllBackends]; ok {
+		if _, ok := l.pauses[agent.AllBackends]; ok {
 			held--
 		}
 		if held >= MaxPauses {
-			return fmt.Errorf("%w: pause: %d backends' pauses held, the most the agent keeps: resume some, or pause every backend", ErrRefused, held)
+			return fmt.Errorf("%w: pause: %d backends' pauses held, the most the agent keeps: resume some, or pause every backend", agent.ErrRefused, held)
 		}
 	}
 	l.pauses[p.Backend] = p
-	l.save()
+	l.changed()
 	return nil
 }
 
 // ClearPause ends the pause of backend (AllBackends: the pause of every
 // backend; "": every pause) and returns those it ended.
-func (l *Ledger) ClearPause(backend string) []Pause {
+func (l *Ledger) ClearPause(backend string) []agent.Pause {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var ended []Pause
+	var ended []agent.Pause
 	for b, p := range l.pauses {
 		if backend == "" || b == backend {
 			ended = append(ended, p)
@@ -997,46 +1058,46 @@ func (l *Ledger) ClearPause(backend string) []Pause {
 		}
 	}
 	if len(ended) > 0 {
-		l.save()
+		l.changed()
 	}
 	return ended
 }
 
 // Pauses lists the pauses in force at now, every backend's first.
-func (l *Ledger) Pauses(now time.Time) []Pause {
+func (l *Ledger) Pauses(now time.Time) []agent.Pause {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []Pause
+	var out []agent.Pause
 	for b, p := range l.pauses {
-		if b != AllBackends && p.Active(now) {
+		if b != agent.AllBackends && p.Active(now) {
 			out = append(out, p)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Backend < out[j].Backend })
-	if p, ok := l.pauses[AllBackends]; ok && p.Active(now) {
-		out = append([]Pause{p}, out...)
+	if p, ok := l.pauses[agent.AllBackends]; ok && p.Active(now) {
+		out = append([]agent.Pause{p}, out...)
 	}
 	return out
 }
 
 // PausedFor is the pause that holds backend's actions back at now, if
 // any: every backend's first.
-func (l *Ledger) PausedFor(backend string, now time.Time) (Pause, bool) {
+func (l *Ledger) PausedFor(backend string, now time.Time) (agent.Pause, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, b := range []string{AllBackends, backend} {
+	for _, b := range []string{agent.AllBackends, backend} {
 		if p, ok := l.pauses[b]; ok && p.Active(now) {
 			return p, true
 		}
 	}
-	return Pause{}, false
+	return agent.Pause{}, false
 }
 
 // SeeOperator records whether k is held by someone else (drain or
 // maint, label its state) or not (label ""), so that after a restart
 // the agent can tell the operator's servers from ones it never saw
 // change.
-func (l *Ledger) SeeOperator(k Key, label string) {
+func (l *Ledger) SeeOperator(k agent.Key, label string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.operatorSeen[k] == label {
@@ -1047,11 +1108,11 @@ func (l *Ledger) SeeOperator(k Key, label string) {
 	} else {
 		l.operatorSeen[k] = label
 	}
-	l.save()
+	l.changed()
 }
 
 // SeenOperator reports whether k was last seen held by the operator.
-func (l *Ledger) SeenOperator(k Key) bool {
+func (l *Ledger) SeenOperator(k agent.Key) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	_, ok := l.operatorSeen[k]

@@ -1,11 +1,14 @@
-package agent
+package ledger
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/rs/zerolog"
 )
@@ -18,49 +21,49 @@ func TestLedgerTransitions(t *testing.T) {
 	tests := []struct {
 		name  string
 		steps func(l *Ledger)
-		phase Phase // "" when the server should have left the ledger
-		want  Change
+		phase agent.Phase // "" when the server should have left the ledger
+		want  agent.Change
 		held  time.Time // the hold on draining it leaves, if any
 	}{
-		{"drain", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20, false) }, PhaseDrained,
-			Change{ErrorRate: 0.05, BaselineP99Ms: 20, At: t0}, time.Time{}},
+		{"drain", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20, false) }, agent.PhaseDrained,
+			agent.Change{ErrorRate: 0.05, BaselineP99Ms: 20, At: t0}, time.Time{}},
 		{"drain then ready at full weight", func(l *Ledger) {
 			l.Drain(k, t0, "5xx", 0.05, 20, false)
 			l.Ready(k, 8, 8, t0.Add(time.Minute), "probes clean", 0)
-		}, "", Change{}, time.Time{}},
+		}, "", agent.Change{}, time.Time{}},
 		{"drain, canary weight staged, ready", func(l *Ledger) {
 			l.Drain(k, t0, "5xx", 0.05, 20, false)
 			l.Cut(k, 2, 8, t0.Add(time.Minute), "canary weight", 0) // staged: still drained
 			l.Ready(k, 2, 8, t0.Add(2*time.Minute), "probes clean", 10*time.Minute)
-		}, PhaseCanary, Change{Weight: 2, At: t0.Add(2 * time.Minute)}, t0.Add(12 * time.Minute)},
+		}, agent.PhaseCanary, agent.Change{Weight: 2, At: t0.Add(2 * time.Minute)}, t0.Add(12 * time.Minute)},
 		{"a weight staged on a drained server keeps the drain", func(l *Ledger) {
 			l.Drain(k, t0, "5xx", 0.05, 20, false)
 			l.Cut(k, 2, 8, t0.Add(time.Minute), "canary weight", 0)
-		}, PhaseDrained, Change{ErrorRate: 0.05, BaselineP99Ms: 20, At: t0}, time.Time{}},
-		{"cut", func(l *Ledger) { l.Cut(k, 3, 8, t0, "capacity", 0) }, PhaseCut, Change{Weight: 3, At: t0}, time.Time{}},
+		}, agent.PhaseDrained, agent.Change{ErrorRate: 0.05, BaselineP99Ms: 20, At: t0}, time.Time{}},
+		{"cut", func(l *Ledger) { l.Cut(k, 3, 8, t0, "capacity", 0) }, agent.PhaseCut, agent.Change{Weight: 3, At: t0}, time.Time{}},
 		{"cut back to the configured weight", func(l *Ledger) {
 			l.Cut(k, 3, 8, t0, "capacity", 0)
 			l.Cut(k, 8, 8, t0.Add(time.Minute), "clean", 0)
-		}, "", Change{}, time.Time{}},
+		}, "", agent.Change{}, time.Time{}},
 		{"canary promoted", func(l *Ledger) {
 			l.Drain(k, t0, "5xx", 0.05, 20, false)
 			l.Ready(k, 2, 8, t0, "probes clean", 0)
 			l.Cut(k, 8, 8, t0.Add(time.Minute), "live traffic clean", 0)
-		}, "", Change{}, time.Time{}},
+		}, "", agent.Change{}, time.Time{}},
 		{"a canary's weight moves within its phase", func(l *Ledger) {
 			l.Drain(k, t0, "5xx", 0.05, 20, false)
 			l.Ready(k, 2, 8, t0, "probes clean", 0)
 			l.Cut(k, 4, 8, t0.Add(time.Minute), "half way", 0)
-		}, PhaseCanary, Change{Weight: 4, At: t0.Add(time.Minute)}, time.Time{}},
-		{"lose", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20, false); l.Lose(k) }, "", Change{}, time.Time{}},
+		}, agent.PhaseCanary, agent.Change{Weight: 4, At: t0.Add(time.Minute)}, time.Time{}},
+		{"lose", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20, false); l.Lose(k) }, "", agent.Change{}, time.Time{}},
 		{"a server gone from HAProxy", func(l *Ledger) {
 			l.Drain(k, t0, "5xx", 0.05, 20, false)
-			l.Keep(map[Key]bool{mustKey("app/s2"): true}, t0)
-		}, "", Change{}, time.Time{}},
+			l.Keep(map[agent.Key]bool{mustKey("app/s2"): true}, t0)
+		}, "", agent.Change{}, time.Time{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			l := NewLedger("", zerolog.Nop())
+			l := New("", zerolog.Nop())
 			l.SetEpoch("1@1")
 			tc.steps(l)
 			if held := l.HeldUntil(k, t0); !held.Equal(tc.held) {
@@ -100,30 +103,30 @@ func TestLedgerReconcile(t *testing.T) {
 		change       func(l *Ledger)
 		epoch        string
 		state        haproxy.ServerState
-		owner        Owner
+		owner        agent.Owner
 		reapply, has bool
 	}{
-		{"untouched", func(*Ledger) {}, "e1", ready, OwnerNone, false, false},
-		{"the operator's maint", func(*Ledger) {}, "e1", maint, OwnerOperator, false, false},
-		{"our drain in force", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, false) }, "e1", drained, OwnerAgent, false, true},
-		{"our cut in force", func(l *Ledger) { l.Cut(mustKey("app/s1"), 3, 8, t0, "", 0) }, "e1", cut, OwnerAgent, false, true},
-		{"a reload lost our drain", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, false) }, "e2", ready, OwnerAgent, true, true},
-		{"someone readied our drain: their word stands", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, false) }, "e1", ready, OwnerOperator, false, false},
-		{"someone put our drain in maint", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, false) }, "e1", maint, OwnerOperator, false, false},
-		{"our drain, and the resolver's maint too (0x28)", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, false) }, "e1", drainedDNS, OwnerAgent, false, true},
-		{"our cut, its name no longer resolving", func(l *Ledger) { l.Cut(mustKey("app/s1"), 3, 8, t0, "", 0) }, "e1", cutDNS, OwnerAgent, false, true},
-		{"a reload, then the operator's maint", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, false) }, "e2", maint, OwnerOperator, false, false},
+		{"untouched", func(*Ledger) {}, "e1", ready, agent.OwnerNone, false, false},
+		{"the operator's maint", func(*Ledger) {}, "e1", maint, agent.OwnerOperator, false, false},
+		{"our drain in force", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, false) }, "e1", drained, agent.OwnerAgent, false, true},
+		{"our cut in force", func(l *Ledger) { l.Cut(mustKey("app/s1"), 3, 8, t0, "", 0) }, "e1", cut, agent.OwnerAgent, false, true},
+		{"a reload lost our drain", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, false) }, "e2", ready, agent.OwnerAgent, true, true},
+		{"someone readied our drain: their word stands", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, false) }, "e1", ready, agent.OwnerOperator, false, false},
+		{"someone put our drain in maint", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, false) }, "e1", maint, agent.OwnerOperator, false, false},
+		{"our drain, and the resolver's maint too (0x28)", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, false) }, "e1", drainedDNS, agent.OwnerAgent, false, true},
+		{"our cut, its name no longer resolving", func(l *Ledger) { l.Cut(mustKey("app/s1"), 3, 8, t0, "", 0) }, "e1", cutDNS, agent.OwnerAgent, false, true},
+		{"a reload, then the operator's maint", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, false) }, "e2", maint, agent.OwnerOperator, false, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			l := NewLedger("", zerolog.Nop())
-			l.OperatorHold = DefaultOperatorHold
+			l := New("", zerolog.Nop())
+			l.OperatorHold = agent.DefaultOperatorHold
 			l.SetEpoch("e1")
 			tc.change(l)
 			l.SetEpoch(tc.epoch)
 			owner, ch, reapply := l.Reconcile(mustKey("app/s1"), tc.state, t0)
 			_, has := l.Changes()[mustKey("app/s1")]
-			if owner != tc.owner || reapply != tc.reapply || has != tc.has || (owner == OwnerAgent) != (ch != nil) {
+			if owner != tc.owner || reapply != tc.reapply || has != tc.has || (owner == agent.OwnerAgent) != (ch != nil) {
 				t.Fatalf("owner %s change %+v reapply %v kept %v; want %s %v %v", owner, ch, reapply, has, tc.owner, tc.reapply, tc.has)
 			}
 		})
@@ -140,14 +143,14 @@ func TestLedgerReadsVersion1(t *testing.T) {
 	if err := os.WriteFile(path, []byte(v1), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got := NewLedger(path, zerolog.Nop()).Changes()
-	if len(got) != 2 || got[mustKey("app/s1")].Phase != PhaseDrained || got[mustKey("app/s1")].ErrorRate != 0.05 || got[mustKey("app/s2")].Phase != PhaseCut || got[mustKey("app/s2")].Weight != 3 {
+	got := New(path, zerolog.Nop()).Changes()
+	if len(got) != 2 || got[mustKey("app/s1")].Phase != agent.PhaseDrained || got[mustKey("app/s1")].ErrorRate != 0.05 || got[mustKey("app/s2")].Phase != agent.PhaseCut || got[mustKey("app/s2")].Weight != 3 {
 		t.Fatalf("changes %+v", got)
 	}
 	// The next change writes version 2, which reads back the same.
-	l := NewLedger(path, zerolog.Nop())
+	l := New(path, zerolog.Nop())
 	l.Drain(mustKey("app/s4"), time.Unix(1000, 0).UTC(), "x", 0, 0, false)
-	if again := NewLedger(path, zerolog.Nop()).Changes(); len(again) != 3 || again[mustKey("app/s4")].Phase != PhaseDrained {
+	if again := New(path, zerolog.Nop()).Changes(); len(again) != 3 || again[mustKey("app/s4")].Phase != agent.PhaseDrained {
 		t.Fatalf("after rewrite %+v", again)
 	}
 }
@@ -166,7 +169,7 @@ func TestStateFileFollowsNoLink(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	l := NewLedger(state, zerolog.Nop())
+	l := New(state, zerolog.Nop())
 	l.Drain(mustKey("app/s1"), time.Unix(1000, 0), "x", 0, 0, false)
 	if b, _ := os.ReadFile(victim); string(b) != "precious" {
 		t.Fatalf("the victim was overwritten: %q", b)
@@ -174,7 +177,37 @@ func TestStateFileFollowsNoLink(t *testing.T) {
 	if fi, err := os.Lstat(state); err != nil || fi.Mode()&os.ModeSymlink != 0 {
 		t.Fatalf("the state file is still a link: %v", err)
 	}
-	if got := NewLedger(state, zerolog.Nop()).Changes(); len(got) != 1 {
+	if got := New(state, zerolog.Nop()).Changes(); len(got) != 1 {
 		t.Fatalf("state %+v", got)
+	}
+}
+
+// The state file is never written larger than the agent reads back at
+// start (MaxStateFile): a state that outgrew it leaves the last readable
+// file, unsaved and said so, rather than a file the next start would
+// set aside with every drain it named.
+func TestStateFileNeverOutgrowsItsReader(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "state.json")
+	l := New(file, zerolog.Nop())
+	l.Drain(key("app", "s1"), time.Unix(1000, 0), "test", 0.5, 0, false)
+	// Enough servers seen held by the operator to outgrow the bound, put
+	// in memory at once (one write each would take minutes).
+	l.mu.Lock()
+	name := strings.Repeat("s", 200)
+	for i := 0; i*len(name) < MaxStateFile; i++ { // each is more than len(name) bytes in the file
+		l.operatorSeen[key("big", fmt.Sprintf("%s%d", name, i))] = "drain"
+	}
+	l.mu.Unlock()
+	l.Drain(key("app", "s2"), time.Unix(1001, 0), "test", 0.5, 0, false)
+	st := l.Saved()
+	if st.Saved || !strings.Contains(st.Error, "over the") {
+		t.Fatalf("save status %+v", st)
+	}
+	fi, err := os.Stat(file)
+	if err != nil || fi.Size() > MaxStateFile {
+		t.Fatalf("state file %v, %v", fi, err)
+	}
+	if got := savedChanges(t, file); len(got) != 1 {
+		t.Fatalf("the next start reads %v, want the last state it can read (s1)", got)
 	}
 }

@@ -1,28 +1,29 @@
-package agent
+package loop
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/guard"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
 	"github.com/hapilot/hapilot/internal/lib/window"
 	"github.com/rs/zerolog"
 )
 
-func obsOf(servers ...ServerView) *Observation {
-	return &Observation{Backends: []BackendView{{Name: "app", Servers: servers}}}
+func obsOf(servers ...agent.ServerView) *agent.Observation {
+	return &agent.Observation{Backends: []agent.BackendView{{Name: "app", Servers: servers}}}
 }
 
-func sv(name string, mod ...func(*ServerView)) ServerView {
-	v := ServerView{Backend: "app", Server: name, Owner: OwnerNone,
+func sv(name string, mod ...func(*agent.ServerView)) agent.ServerView {
+	v := agent.ServerView{Backend: "app", Server: name, Owner: agent.OwnerNone,
 		State: haproxy.ServerState{Backend: "app", Server: name, OpState: haproxy.OpRunning, Weight: 100, Initial: 100}}
 	for _, m := range mod {
 		m(&v)
@@ -30,136 +31,13 @@ func sv(name string, mod ...func(*ServerView)) ServerView {
 	return v
 }
 
-func drainedByAgent(v *ServerView) {
-	v.State.AdminState = haproxy.AdminForcedDrain
-	v.Owner = OwnerAgent
-	v.Changed = &Change{Phase: PhaseDrained}
-}
+func drain(s string) agent.Action { return agent.Action{Kind: agent.Drain, Backend: "app", Server: s} }
 
-func operatorMaint(v *ServerView) {
-	v.State.AdminState = haproxy.AdminForcedMaint
-	v.Owner = OwnerOperator
-}
-
-func drain(s string) Action { return Action{Kind: Drain, Backend: "app", Server: s} }
-
-func TestGuardrails(t *testing.T) {
-	six := obsOf(sv("s1"), sv("s2"), sv("s3"), sv("s4"), sv("s5"), sv("s6"))
-	tests := []struct {
-		name    string
-		obs     *Observation
-		plan    Plan
-		accept  []bool
-		code    Refusal // the last refusal's code
-		applied int     // weight applied by the last accepted set_weight
-	}{
-		{"one drain", six, Plan{drain("s3")}, []bool{true}, "", 0},
-		{"second drain refused", six, Plan{drain("s3"), drain("s6")}, []bool{true, false}, RefusedDrainCap, 0},
-		{"max 3 actions", six, Plan{
-			{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 90}, {Kind: SetWeight, Backend: "app", Server: "s2", Weight: 90},
-			{Kind: SetWeight, Backend: "app", Server: "s4", Weight: 90}, {Kind: SetWeight, Backend: "app", Server: "s5", Weight: 90}},
-			[]bool{true, true, true, false}, RefusedActionCap, 0},
-		{"unknown server", six, Plan{drain("s9")}, []bool{false}, RefusedUnknownServer, 0},
-		{"unknown backend", six, Plan{{Kind: Drain, Backend: "nope", Server: "s1"}}, []bool{false}, RefusedUnknownServer, 0},
-		{"operator maint untouched", obsOf(sv("s1"), sv("s2", operatorMaint), sv("s3")), Plan{{Kind: Ready, Backend: "app", Server: "s2"}}, []bool{false}, RefusedOperator, 0},
-		{"operator maint not drained", obsOf(sv("s1"), sv("s2", operatorMaint), sv("s3")), Plan{drain("s2")}, []bool{false}, RefusedOperator, 0},
-		{"recovery readies what the agent drained", obsOf(sv("s1"), sv("s2", drainedByAgent)), Plan{{Kind: Ready, Backend: "app", Server: "s2", Origin: OriginRecovery}}, []bool{true}, "", 0},
-		{"a policy's ready of a drained server waits for probes", obsOf(sv("s1"), sv("s2", drainedByAgent)), Plan{{Kind: Ready, Backend: "app", Server: "s2"}}, []bool{false}, RefusedNeedsProbe, 0},
-		{"ready a server nobody drained", obsOf(sv("s1"), sv("s2")), Plan{{Kind: Ready, Backend: "app", Server: "s2"}}, []bool{false}, RefusedNotAgents, 0},
-		{"floor of 2 servers", obsOf(sv("s1"), sv("s2", drainedByAgent)), Plan{drain("s1")}, []bool{false}, RefusedFloor, 0},
-		{"floor of 3 servers", obsOf(sv("s1"), sv("s2"), sv("s3", drainedByAgent)), Plan{drain("s1")}, []bool{false}, RefusedFloor, 0},
-		{"3 servers: one drain fits", obsOf(sv("s1"), sv("s2"), sv("s3")), Plan{drain("s1")}, []bool{true}, "", 0},
-		{"weight 0 counts against the floor", obsOf(sv("s1", func(v *ServerView) { v.State.Weight = 30; v.State.Initial = 30 }), sv("s2", drainedByAgent)), Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 0}}, []bool{false}, RefusedFloor, 0},
-		{"weight step clamped", six, Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 10}}, []bool{true}, "", 50},
-		{"a raise stops at the configured weight", obsOf(sv("s1", func(v *ServerView) {
-			v.State.Weight = 60
-			v.Owner = OwnerAgent
-			v.Changed = &Change{Phase: PhaseCut, Weight: 60}
-		}), sv("s2")), Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 999}}, []bool{true}, "", 100},
-		{"no raise past the configured weight", six, Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 101}}, []bool{false}, RefusedAboveConfig, 0},
-		{"weight unchanged", six, Plan{{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 100}}, []bool{false}, RefusedNoChange, 0},
-		{"one action per server", six, Plan{drain("s1"), {Kind: SetWeight, Backend: "app", Server: "s1", Weight: 90}}, []bool{true, false}, RefusedTouched, 0},
-		{"already drained", obsOf(sv("s1"), sv("s2"), sv("s3", drainedByAgent)), Plan{drain("s3")}, []bool{false}, RefusedNoChange, 0},
-		{"unknown kind", six, Plan{{Kind: "reboot", Backend: "app", Server: "s1"}}, []bool{false}, RefusedUnknownKind, 0},
-	}
-	g := DefaultGuardrails()
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			vs := g.Vet(tc.obs, tc.plan)
-			var got []bool
-			var lastCode Refusal
-			lastWeight := 0
-			for _, v := range vs {
-				got = append(got, v.Accepted)
-				if !v.Accepted {
-					lastCode = v.Code
-					if v.Reason == "" {
-						t.Errorf("refusal without a reason: %+v", v)
-					}
-				} else if v.Applied.Kind == SetWeight {
-					lastWeight = v.Applied.Weight
-				}
-			}
-			if !reflect.DeepEqual(got, tc.accept) {
-				t.Fatalf("accepted %v, want %v (%+v)", got, tc.accept, vs)
-			}
-			if lastCode != tc.code {
-				t.Fatalf("refused with %q, want %q (%+v)", lastCode, tc.code, vs)
-			}
-			if tc.applied != 0 && lastWeight != tc.applied {
-				t.Fatalf("applied weight %d, want %d", lastWeight, tc.applied)
-			}
-		})
-	}
-}
-
-func TestDrainCapScalesWithFleet(t *testing.T) {
-	var servers []ServerView
-	var plan Plan
-	for i := 0; i < 24; i++ {
-		name := fmt.Sprintf("s%d", i)
-		servers = append(servers, sv(name))
-		if i < 4 {
-			plan = append(plan, drain(name))
-		}
-	}
-	g := DefaultGuardrails()
-	count := func() int {
-		n := 0
-		for _, v := range g.Vet(obsOf(servers...), plan) {
-			if v.Accepted {
-				n++
-			}
-		}
-		return n
-	}
-	if n := count(); n != 1 {
-		t.Fatalf("without DrainsPer: %d drains", n)
-	}
-	g.DrainsPer = 10
-	if n := count(); n != 2 { // 24 servers / 10
-		t.Fatalf("with DrainsPer 10: %d drains", n)
-	}
-}
-
-func TestFloor(t *testing.T) {
-	g := DefaultGuardrails()
-	for n, want := range map[int]int{0: 1, 1: 1, 2: 1, 3: 2, 6: 3, 9: 5} {
-		if got := g.Floor(n); got != want {
-			t.Errorf("Floor(%d) = %d, want %d", n, got, want)
-		}
-	}
-	g.MinServing = 4
-	if g.Floor(9) != 4 {
-		t.Error("MinServing ignored")
-	}
-}
-
-func newLoop(rt ...Runtime) (*Loop, *fakes.Clock, *scripted, *bytes.Buffer) {
+func newLoop(rt ...agent.Runtime) (*Loop, *fakes.Clock, *scripted, *bytes.Buffer) {
 	clk := fakes.NewClock(time.Unix(1000, 0))
 	pol := &scripted{}
 	audit := &bytes.Buffer{}
-	l := &Loop{Clock: clk, Settings: Settings{Interval: time.Second}, Policy: PolicyOf(pol), Guard: DefaultGuardrails(), Runtimes: rt,
+	l := &Loop{Clock: clk, Settings: agent.Settings{Interval: time.Second}, Policy: agent.PolicyOf(pol), Guard: guard.DefaultGuardrails(), Runtimes: rt,
 		Windows: fakes.NewWindows(), Audit: audit, Log: zerolog.Nop()}
 	return l, clk, pol, audit
 }
@@ -170,10 +48,10 @@ func TestStepSendsExactCommands(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
 	l, _, pol, audit := newLoop(rt)
 	rt.Set("s4", func(s *haproxy.ServerState) { s.AdminState = haproxy.AdminForcedMaint }) // operator's
-	pol.plans = []Plan{
+	pol.plans = []agent.Plan{
 		{drain("s2"), drain("s3"), drain("s4")},
 		{drain("s3")},
-		{{Kind: Ready, Backend: "app", Server: "s4", Origin: OriginRecovery}, {Kind: Ready, Backend: "app", Server: "s2", Origin: OriginRecovery}},
+		{{Kind: agent.Ready, Backend: "app", Server: "s4", Origin: agent.OriginRecovery}, {Kind: agent.Ready, Backend: "app", Server: "s2", Origin: agent.OriginRecovery}},
 		nil,
 	}
 	want := [][]string{
@@ -197,14 +75,14 @@ func TestStepSendsExactCommands(t *testing.T) {
 	if len(lines) != 4 {
 		t.Fatalf("%d audit lines", len(lines))
 	}
-	var first Record
+	var first agent.Record
 	if err := json.Unmarshal([]byte(lines[0]), &first); err != nil {
 		t.Fatal(err)
 	}
 	if len(first.Verdicts) != 3 || !first.Verdicts[0].Accepted || first.Verdicts[1].Reason == "" || len(first.Commands) != 1 || len(first.Servers) != 4 {
 		t.Fatalf("audit record %+v", first)
 	}
-	m := l.metrics
+	m := l.st.metrics
 	if m.Cycles != 4 || m.Applied != 2 || m.Refused != 4 {
 		t.Fatalf("metrics %+v", m)
 	}
@@ -213,20 +91,20 @@ func TestStepSendsExactCommands(t *testing.T) {
 func TestOperatorOverrideIsRespected(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3")
 	l, _, pol, _ := newLoop(rt)
-	pol.plans = []Plan{{drain("s2")}}
+	pol.plans = []agent.Plan{{drain("s2")}}
 	l.Step(context.Background())
-	if _, ok := l.Ledger()[mustKey("app/s2")]; !ok {
+	if _, ok := l.View().Ledger()[mustKey("app/s2")]; !ok {
 		t.Fatal("drain not in the ledger")
 	}
 	// The operator puts s2 in maint: it is theirs now.
 	rt.Set("s2", func(s *haproxy.ServerState) { s.AdminState = haproxy.AdminForcedMaint })
-	pol.plans = []Plan{{{Kind: Ready, Backend: "app", Server: "s2"}}}
+	pol.plans = []agent.Plan{{{Kind: agent.Ready, Backend: "app", Server: "s2"}}}
 	rec := l.Step(context.Background())
-	if len(rt.TakeCommands()) != 1 || rec.Verdicts[0].Accepted || rec.Verdicts[0].Code != RefusedOperator {
+	if len(rt.TakeCommands()) != 1 || rec.Verdicts[0].Accepted || rec.Verdicts[0].Code != agent.RefusedOperator {
 		t.Fatalf("verdicts %+v", rec.Verdicts)
 	}
-	if len(l.Ledger()) != 0 {
-		t.Fatalf("ledger %v", l.Ledger())
+	if len(l.View().Ledger()) != 0 {
+		t.Fatalf("ledger %v", l.View().Ledger())
 	}
 }
 
@@ -234,12 +112,12 @@ func TestStateErrorMeansNoAction(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2")
 	rt.Fail = errors.New("connection refused")
 	l, _, pol, _ := newLoop(rt)
-	pol.plans = []Plan{{drain("s1")}}
+	pol.plans = []agent.Plan{{drain("s1")}}
 	rec := l.Step(context.Background())
 	if rec.Error == "" || pol.calls != 0 || len(rt.TakeCommands()) != 0 {
 		t.Fatalf("record %+v, policy calls %d", rec, pol.calls)
 	}
-	if l.metrics.StateErrors != 1 {
+	if l.st.metrics.StateErrors != 1 {
 		t.Fatal("state error not counted")
 	}
 }
@@ -249,7 +127,7 @@ func TestPolicyErrorMeansNoAction(t *testing.T) {
 	l, _, pol, _ := newLoop(rt)
 	pol.err = errors.New("model said nonsense")
 	rec := l.Step(context.Background())
-	if rec.PolicyError == "" || len(rt.TakeCommands()) != 0 || l.metrics.PolicyErrors != 1 {
+	if rec.PolicyError == "" || len(rt.TakeCommands()) != 0 || l.st.metrics.PolicyErrors != 1 {
 		t.Fatalf("record %+v", rec)
 	}
 }
@@ -260,7 +138,7 @@ func TestSeveralSocketsAllReceiveTheAction(t *testing.T) {
 	// Only b has s3 drained by an operator: merged, s3 is the operator's.
 	b.Set("s3", func(s *haproxy.ServerState) { s.AdminState = haproxy.AdminForcedDrain })
 	l, _, pol, _ := newLoop(a, b)
-	pol.plans = []Plan{{drain("s1"), drain("s3")}}
+	pol.plans = []agent.Plan{{drain("s1"), drain("s3")}}
 	rec := l.Step(context.Background())
 	if got := append(a.TakeCommands(), b.TakeCommands()...); !reflect.DeepEqual(got, []string{"set server app/s1 state drain", "set server app/s1 state drain"}) {
 		t.Fatalf("commands %q", got)
@@ -270,9 +148,9 @@ func TestSeveralSocketsAllReceiveTheAction(t *testing.T) {
 	}
 	// A server only one HAProxy knows is unknown to the loop.
 	a.Add(haproxy.ServerState{Backend: "app", Server: "s9", OpState: haproxy.OpRunning, Weight: 10, Initial: 10})
-	pol.plans = []Plan{{drain("s9")}}
+	pol.plans = []agent.Plan{{drain("s9")}}
 	rec = l.Step(context.Background())
-	if rec.Verdicts[0].Accepted || rec.Verdicts[0].Code != RefusedUnknownServer {
+	if rec.Verdicts[0].Accepted || rec.Verdicts[0].Code != agent.RefusedUnknownServer {
 		t.Fatalf("s9 verdict %+v", rec.Verdicts[0])
 	}
 }
@@ -284,12 +162,12 @@ func TestPartialApplyIsReported(t *testing.T) {
 	b.SetAddr("fake2")
 	b.FailSet = &haproxy.CommandError{Command: "set server app/s1 state drain", Reply: "Permission denied"}
 	l, _, pol, _ := newLoop(a, b)
-	pol.plans = []Plan{{drain("s1")}}
+	pol.plans = []agent.Plan{{drain("s1")}}
 	rec := l.Step(context.Background())
 	if !reflect.DeepEqual(rec.Partial, []string{"drain app/s1"}) || len(rec.Commands) != 2 || rec.Commands[1].Error == "" {
 		t.Fatalf("record %+v", rec)
 	}
-	st := l.Status()
+	st := l.View().Status()
 	if len(st.Decisions) != 1 || !strings.Contains(st.Decisions[0].Error, "partial: applied on 1 of 2") {
 		t.Fatalf("decision %+v", st.Decisions)
 	}
@@ -319,8 +197,8 @@ func TestRunKeepsSchedule(t *testing.T) {
 	if !reflect.DeepEqual(starts, want) {
 		t.Fatalf("steps at %v, want %v", starts, want)
 	}
-	if l.metrics.Skipped != 2 {
-		t.Fatalf("skipped %d, want 2", l.metrics.Skipped)
+	if l.st.metrics.Skipped != 2 {
+		t.Fatalf("skipped %d, want 2", l.st.metrics.Skipped)
 	}
 }
 
@@ -329,10 +207,10 @@ func TestRunKeepsSchedule(t *testing.T) {
 // that does not; at low load it stays a drain.
 // capacityFleet is four servers of weight 8 and maxconn 4, each with
 // perServer requests over the last 10 s at 11 ms.
-func capacityFleet(perServer uint64) *Observation {
-	var servers []ServerView
+func capacityFleet(perServer uint64) *agent.Observation {
+	var servers []agent.ServerView
 	for _, n := range []string{"s1", "s2", "s3", "s4"} {
-		servers = append(servers, sv(n, func(v *ServerView) {
+		servers = append(servers, sv(n, func(v *agent.ServerView) {
 			v.State.Weight, v.State.Initial, v.MaxConn = 8, 8, 4
 			v.Recent = window.Stats{Requests: perServer, P50Ms: 11, Seconds: 10, RatePerSec: float64(perServer) / 10}
 		}))
@@ -344,18 +222,18 @@ func capacityFleet(perServer uint64) *Observation {
 
 func TestCapacityAwareDrain(t *testing.T) {
 	fleet := capacityFleet
-	g := DefaultGuardrails()
+	g := guard.DefaultGuardrails()
 	// 936 req/s over 4 servers of 4/0.011 = 364 req/s each: 64% busy.
 	// Drained, the others would run at 86%; weight 1 keeps them at 82%.
-	v := g.Vet(fleet(2340), Plan{drain("s1")})
-	if !v[0].Accepted || v[0].Applied.Kind != SetWeight || v[0].Applied.Weight != 1 || !strings.Contains(v[0].Applied.Reason, "capacity") {
+	v := g.Vet(fleet(2340), agent.Plan{drain("s1")})
+	if !v[0].Accepted || v[0].Applied.Kind != agent.SetWeight || v[0].Applied.Weight != 1 || !strings.Contains(v[0].Applied.Reason, "capacity") {
 		t.Fatalf("verdict %+v", v[0])
 	}
-	if v := g.Vet(fleet(500), Plan{drain("s1")}); !v[0].Accepted || v[0].Applied.Kind != Drain {
+	if v := g.Vet(fleet(500), agent.Plan{drain("s1")}); !v[0].Accepted || v[0].Applied.Kind != agent.Drain {
 		t.Fatalf("low load: %+v", v[0])
 	}
 	// Past saving: even a smaller weight overloads the others.
-	if v := g.Vet(fleet(3600), Plan{drain("s1")}); v[0].Accepted || v[0].Code != RefusedCapacity {
+	if v := g.Vet(fleet(3600), agent.Plan{drain("s1")}); v[0].Accepted || v[0].Code != agent.RefusedCapacity {
 		t.Fatalf("overloaded: %+v", v[0])
 	}
 	// Half a second of data: 30 requests each looks like a trickle, but
@@ -365,27 +243,27 @@ func TestCapacityAwareDrain(t *testing.T) {
 	for i := range young.Backends[0].Servers {
 		young.Backends[0].Servers[i].Recent.Seconds, young.Backends[0].Servers[i].Recent.RatePerSec = 1, 0
 	}
-	if v := g.Vet(young, Plan{drain("s1")}); v[0].Accepted || v[0].Code != RefusedCapacity || !strings.Contains(v[0].Reason, "too little history") {
+	if v := g.Vet(young, agent.Plan{drain("s1")}); v[0].Accepted || v[0].Code != agent.RefusedCapacity || !strings.Contains(v[0].Reason, "too little history") {
 		t.Fatalf("young data: %+v", v[0])
 	}
 	g.MaxUtilization = 0
-	if v := g.Vet(fleet(2340), Plan{drain("s1")}); v[0].Applied.Kind != Drain {
+	if v := g.Vet(fleet(2340), agent.Plan{drain("s1")}); v[0].Applied.Kind != agent.Drain {
 		t.Fatalf("capacity check off: %+v", v[0])
 	}
 }
 
 func TestTailHoldRefusesDrain(t *testing.T) {
 	now := time.Unix(5000, 0)
-	o := obsOf(sv("s1"), sv("s2", func(v *ServerView) {
-		v.Owner, v.Changed, v.NoDrainUntil = OwnerAgent, &Change{Phase: PhaseCanary, Weight: 2}, now.Add(time.Minute)
+	o := obsOf(sv("s1"), sv("s2", func(v *agent.ServerView) {
+		v.Owner, v.Changed, v.NoDrainUntil = agent.OwnerAgent, &agent.Change{Phase: agent.PhaseCanary, Weight: 2}, now.Add(time.Minute)
 		v.State.Weight = 2
 	}), sv("s3"), sv("s4"))
 	o.Time = now
-	if v := DefaultGuardrails().Vet(o, Plan{drain("s2")}); v[0].Accepted || v[0].Code != RefusedTailHold {
+	if v := guard.DefaultGuardrails().Vet(o, agent.Plan{drain("s2")}); v[0].Accepted || v[0].Code != agent.RefusedTailHold {
 		t.Fatalf("verdict %+v", v[0])
 	}
 	o.Time = now.Add(2 * time.Minute)
-	if v := DefaultGuardrails().Vet(o, Plan{drain("s2")}); !v[0].Accepted {
+	if v := guard.DefaultGuardrails().Vet(o, agent.Plan{drain("s2")}); !v[0].Accepted {
 		t.Fatalf("after the hold: %+v", v[0])
 	}
 }
@@ -395,9 +273,9 @@ func TestTailHoldRefusesDrain(t *testing.T) {
 // for a policy that declares DrainsPer 3, one for a policy that does not.
 func TestLoopReadsPolicyNeeds(t *testing.T) {
 	for _, tc := range []struct {
-		needs Needs
+		needs agent.Needs
 		want  int
-	}{{Needs{}, 1}, {Needs{DrainsPer: 3}, 3}} {
+	}{{agent.Needs{}, 1}, {agent.Needs{DrainsPer: 3}, 3}} {
 		var names []string
 		for i := 1; i <= 9; i++ {
 			names = append(names, "s"+string(rune('0'+i)))
@@ -405,7 +283,7 @@ func TestLoopReadsPolicyNeeds(t *testing.T) {
 		rt := fakes.NewRuntime(names...)
 		l, _, pol, _ := newLoop(rt)
 		l.Policy.Needs = tc.needs
-		pol.plans = []Plan{{drain("s3"), drain("s6"), drain("s9")}}
+		pol.plans = []agent.Plan{{drain("s3"), drain("s6"), drain("s9")}}
 		l.Step(context.Background())
 		if got := len(rt.TakeCommands()); got != tc.want {
 			t.Errorf("needs %+v: %d drains sent, want %d", tc.needs, got, tc.want)
@@ -418,24 +296,24 @@ func TestLoopReadsPolicyNeeds(t *testing.T) {
 // load stands.
 func TestCapacityCoversWeightCuts(t *testing.T) {
 	fleet := capacityFleet
-	g := DefaultGuardrails()
-	cut := Action{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 0}
-	if v := g.Vet(fleet(2340), Plan{cut}); !v[0].Accepted || v[0].Applied.Weight != 1 || !strings.Contains(v[0].Applied.Reason, "capacity") {
+	g := guard.DefaultGuardrails()
+	cut := agent.Action{Kind: agent.SetWeight, Backend: "app", Server: "s1", Weight: 0}
+	if v := g.Vet(fleet(2340), agent.Plan{cut}); !v[0].Accepted || v[0].Applied.Weight != 1 || !strings.Contains(v[0].Applied.Reason, "capacity") {
 		t.Fatalf("cut to 0 at 64%% load: %+v", v[0])
 	}
-	if v := g.Vet(fleet(500), Plan{cut}); !v[0].Accepted || v[0].Applied.Weight != 0 {
+	if v := g.Vet(fleet(500), agent.Plan{cut}); !v[0].Accepted || v[0].Applied.Weight != 0 {
 		t.Fatalf("cut at low load: %+v", v[0])
 	}
-	if v := g.Vet(fleet(3600), Plan{cut}); v[0].Accepted || v[0].Code != RefusedCapacity {
+	if v := g.Vet(fleet(3600), agent.Plan{cut}); v[0].Accepted || v[0].Code != agent.RefusedCapacity {
 		t.Fatalf("cut past saving: %+v", v[0])
 	}
 }
 
 // recordingRecovery plans nothing and records the probes it is asked for.
-type recordingRecovery struct{ asked []Key }
+type recordingRecovery struct{ asked []agent.Key }
 
-func (r *recordingRecovery) Plan(context.Context, Observation) Plan { return nil }
-func (r *recordingRecovery) RequestProbe(k Key)                     { r.asked = append(r.asked, k) }
+func (r *recordingRecovery) Plan(context.Context, agent.Observation) agent.Plan { return nil }
+func (r *recordingRecovery) RequestProbe(k agent.Key)                           { r.asked = append(r.asked, k) }
 
 // The harm paths a model opened, closed for every policy: a weight raise
 // past the configured weight sends nothing, and a ready of a drained
@@ -445,8 +323,8 @@ func TestNoPolicyRaisesAWeightOrSkipsProbes(t *testing.T) {
 	l, _, pol, _ := newLoop(rt)
 	rec := &recordingRecovery{}
 	l.Recovery = rec
-	raise := Action{Kind: SetWeight, Backend: "app", Server: "s1", Weight: 51}
-	pol.plans = []Plan{{raise}, {raise}, {drain("s2")}, {{Kind: Ready, Backend: "app", Server: "s2"}}}
+	raise := agent.Action{Kind: agent.SetWeight, Backend: "app", Server: "s1", Weight: 51}
+	pol.plans = []agent.Plan{{raise}, {raise}, {drain("s2")}, {{Kind: agent.Ready, Backend: "app", Server: "s2"}}}
 	for i := 0; i < 2; i++ {
 		r := l.Step(context.Background())
 		if cmds := rt.TakeCommands(); len(cmds) != 0 || r.Verdicts[0].Accepted {
@@ -458,7 +336,7 @@ func TestNoPolicyRaisesAWeightOrSkipsProbes(t *testing.T) {
 		t.Fatalf("drain: %q", cmds)
 	}
 	r := l.Step(context.Background())
-	if cmds := rt.TakeCommands(); len(cmds) != 0 || r.Verdicts[0].Code != RefusedNeedsProbe || len(rec.asked) != 1 || rec.asked[0] != mustKey("app/s2") {
+	if cmds := rt.TakeCommands(); len(cmds) != 0 || r.Verdicts[0].Code != agent.RefusedNeedsProbe || len(rec.asked) != 1 || rec.asked[0] != mustKey("app/s2") {
 		t.Fatalf("ready without probes: commands %q, verdict %+v, probes asked %v", cmds, r.Verdicts[0], rec.asked)
 	}
 	if rt.State("s2").AdminState != haproxy.AdminForcedDrain {
@@ -472,9 +350,9 @@ func TestTailHoldOutlivesAFullReady(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
 	rt.Set("s2", func(s *haproxy.ServerState) { s.Weight, s.Initial = 1, 1 })
 	l, clk, pol, _ := newLoop(rt)
-	pol.plans = []Plan{
+	pol.plans = []agent.Plan{
 		{drain("s2")},
-		{{Kind: Ready, Backend: "app", Server: "s2", Origin: OriginRecovery, NoDrainFor: 10 * time.Minute}},
+		{{Kind: agent.Ready, Backend: "app", Server: "s2", Origin: agent.OriginRecovery, NoDrainFor: 10 * time.Minute}},
 		{drain("s2")},
 	}
 	l.Step(context.Background())
@@ -484,7 +362,7 @@ func TestTailHoldOutlivesAFullReady(t *testing.T) {
 	}
 	clk.Advance(time.Minute)
 	r := l.Step(context.Background())
-	if cmds := rt.TakeCommands(); len(cmds) != 0 || r.Verdicts[0].Code != RefusedTailHold {
+	if cmds := rt.TakeCommands(); len(cmds) != 0 || r.Verdicts[0].Code != agent.RefusedTailHold {
 		t.Fatalf("drained again within the hold: %q %+v", cmds, r.Verdicts[0])
 	}
 }
@@ -498,7 +376,7 @@ func TestOperatorUndoStands(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
 	l, clk, pol, _ := newLoop(rt)
 	l.OperatorHold = 10 * time.Minute
-	pol.plans = []Plan{{drain("s2")}, {drain("s2")}, {drain("s2")}, {drain("s2")}}
+	pol.plans = []agent.Plan{{drain("s2")}, {drain("s2")}, {drain("s2")}, {drain("s2")}}
 	l.Step(context.Background())
 	if got := rt.TakeCommands(); len(got) != 1 {
 		t.Fatalf("first drain: %q", got)
@@ -507,11 +385,11 @@ func TestOperatorUndoStands(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		clk.Advance(time.Minute)
 		r := l.Step(context.Background())
-		if got := rt.TakeCommands(); len(got) != 0 || r.Verdicts[0].Code != RefusedOperator || !strings.Contains(r.Verdicts[0].Reason, "the operator undid") {
+		if got := rt.TakeCommands(); len(got) != 0 || r.Verdicts[0].Code != agent.RefusedOperator || !strings.Contains(r.Verdicts[0].Reason, "the operator undid") {
 			t.Fatalf("step %d after the undo: commands %q, verdict %+v", i+1, got, r.Verdicts[0])
 		}
 	}
-	if st := l.Status(); st.Backends[0].Servers[1].OperatorUntil.IsZero() {
+	if st := l.View().Status(); st.Backends[0].Servers[1].OperatorUntil.IsZero() {
 		t.Fatalf("/status does not show the hold: %+v", st.Backends[0].Servers[1])
 	}
 	clk.Advance(10 * time.Minute) // the hold ends: the server is free again

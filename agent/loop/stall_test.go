@@ -1,4 +1,4 @@
-package agent
+package loop
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/guard"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
 	"github.com/rs/zerolog"
@@ -38,8 +40,8 @@ func TestStalledSocketNeitherStallsNorLeaks(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := runtime.NumGoroutine()
-	l := &Loop{Clock: RealClock{}, Settings: Settings{Interval: 100 * time.Millisecond}, Policy: PolicyOf(&scripted{}), Guard: DefaultGuardrails(),
-		Runtimes: []Runtime{client}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
+	l := &Loop{Clock: agent.RealClock{}, Settings: agent.Settings{Interval: 100 * time.Millisecond}, Policy: agent.PolicyOf(&scripted{}), Guard: guard.DefaultGuardrails(),
+		Runtimes: []agent.Runtime{client}, Windows: fakes.NewWindows(), Log: zerolog.Nop()}
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -49,9 +51,9 @@ func TestStalledSocketNeitherStallsNorLeaks(t *testing.T) {
 	if took := time.Since(start); took > 2*time.Second {
 		t.Fatalf("Run took %v", took)
 	}
-	l.mu.Lock()
-	m := l.metrics
-	l.mu.Unlock()
+	l.st.mu.Lock()
+	m := l.st.metrics
+	l.st.mu.Unlock()
 	// A step that waited on the socket past its budget would skip about
 	// every other slot, and one that waited for good would make one
 	// cycle. A third of the slots is the bound, not one: under -race, with

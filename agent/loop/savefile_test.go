@@ -1,11 +1,10 @@
-package agent
+package loop
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/ledger"
+	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
 	"github.com/hapilot/hapilot/internal/lib/auditlog"
 	"github.com/hapilot/hapilot/internal/lib/safefile"
@@ -21,9 +23,9 @@ import (
 )
 
 // savedChanges reads the state file as the next start would.
-func savedChanges(t *testing.T, path string) map[Key]Change {
+func savedChanges(t *testing.T, path string) map[agent.Key]agent.Change {
 	t.Helper()
-	return NewLedger(path, zerolog.Nop()).Changes()
+	return ledger.New(path, zerolog.Nop()).Changes()
 }
 
 // A write of the state file that fails is tried again at the next step
@@ -41,7 +43,7 @@ func TestFailedSaveIsRetried(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
 	l, clk, pol, _ := newLoop(rt)
 	l.StateFile = file
-	pol.plans = []Plan{{drain("s2")}}
+	pol.plans = []agent.Plan{{drain("s2")}}
 
 	// The folder is gone, a file in its place: every write fails.
 	if err := os.Rename(dir, dir+".away"); err != nil {
@@ -54,13 +56,13 @@ func TestFailedSaveIsRetried(t *testing.T) {
 	if got := rt.TakeCommands(); len(got) != 1 {
 		t.Fatalf("commands %q", got)
 	}
-	st := l.Status().StateFile
+	st := l.View().Status().StateFile
 	if st == nil || st.Saved || st.Error == "" || !st.UnsavedSince.Equal(clk.Now()) || st.FailedWrites != 1 {
 		t.Fatalf("after the failed write: %+v", st)
 	}
 	clk.Advance(l.Interval)
 	l.Step(context.Background()) // still failing: tried, and counted
-	if m := l.Metrics(); !m.StateUnsaved || m.StateFailedWrites != 2 {
+	if m := l.View().Metrics(); !m.StateUnsaved || m.StateFailedWrites != 2 {
 		t.Fatalf("metrics %+v, want unsaved after 2 failed writes", m)
 	}
 
@@ -73,13 +75,13 @@ func TestFailedSaveIsRetried(t *testing.T) {
 	}
 	clk.Advance(l.Interval)
 	l.Step(context.Background())
-	if st := l.Status().StateFile; st == nil || !st.Saved || st.Error != "" || !st.UnsavedSince.IsZero() {
+	if st := l.View().Status().StateFile; st == nil || !st.Saved || st.Error != "" || !st.UnsavedSince.IsZero() {
 		t.Fatalf("after the folder came back: %+v", st)
 	}
-	if m := l.Metrics(); m.StateUnsaved || m.StateFailedWrites != 2 {
+	if m := l.View().Metrics(); m.StateUnsaved || m.StateFailedWrites != 2 {
 		t.Fatalf("metrics %+v", m)
 	}
-	if got := savedChanges(t, file); got[mustKey("app/s2")].Phase != PhaseDrained {
+	if got := savedChanges(t, file); got[mustKey("app/s2")].Phase != agent.PhaseDrained {
 		t.Fatalf("the state file holds %+v, want s2 drained", got)
 	}
 }
@@ -119,7 +121,7 @@ func TestUnreadableStateFileKeptAside(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			l := NewLedger(file, zerolog.Nop())
+			l := ledger.New(file, zerolog.Nop())
 			if n := len(l.Changes()); n != 0 {
 				t.Fatalf("%d changes read from an unreadable file", n)
 			}
@@ -134,14 +136,14 @@ func TestUnreadableStateFileKeptAside(t *testing.T) {
 			if l.Saved().KeptAside != kept[0] {
 				t.Fatalf("save status %+v, want it to name %s", l.Saved(), kept[0])
 			}
-			if got := savedChanges(t, file); got[mustKey("app/s2")].Phase != PhaseDrained {
+			if got := savedChanges(t, file); got[mustKey("app/s2")].Phase != agent.PhaseDrained {
 				t.Fatalf("the new state file holds %+v", got)
 			}
 		})
 	}
 }
 
-// A state file that is not a regular file is refused by OpenLedger, at
+// A state file that is not a regular file is refused by ledger.Open, at
 // once: a FIFO blocked the first read before, inside the once that
 // /status waits on too.
 func TestOpenLedgerRefusesAFIFO(t *testing.T) {
@@ -149,7 +151,7 @@ func TestOpenLedgerRefusesAFIFO(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := OpenLedger(fifo, zerolog.Nop()); !errors.Is(err, safefile.ErrNotRegular) || !strings.Contains(err.Error(), "FIFO") {
+	if _, err := ledger.Open(fifo, zerolog.Nop()); !errors.Is(err, safefile.ErrNotRegular) || !strings.Contains(err.Error(), "FIFO") {
 		t.Fatalf("err %v", err)
 	}
 	l, _, _, _ := newLoop(fakes.NewRuntime("s1"))
@@ -208,7 +210,7 @@ func TestFullDiskLosesNothing(t *testing.T) {
 		}
 		pad.Close()
 	}
-	pol.plans = []Plan{nil, {drain("s2")}}
+	pol.plans = []agent.Plan{nil, {drain("s2")}}
 	for i := 0; i < 3; i++ {
 		clk.Advance(l.Interval)
 		l.Step(context.Background())
@@ -216,7 +218,7 @@ func TestFullDiskLosesNothing(t *testing.T) {
 	if got := rt.TakeCommands(); len(got) != 1 {
 		t.Fatalf("commands %q", got)
 	}
-	if st := l.Status().StateFile; st.Saved {
+	if st := l.View().Status().StateFile; st.Saved {
 		t.Fatalf("saved on a full disk: %+v", st)
 	}
 	if err := os.Remove(fill); err != nil {
@@ -224,10 +226,10 @@ func TestFullDiskLosesNothing(t *testing.T) {
 	}
 	clk.Advance(l.Interval)
 	l.Step(context.Background())
-	if st := l.Status().StateFile; !st.Saved {
+	if st := l.View().Status().StateFile; !st.Saved {
 		t.Fatalf("unsaved once space came back: %+v", st)
 	}
-	if got := savedChanges(t, file); got[mustKey("app/s2")].Phase != PhaseDrained {
+	if got := savedChanges(t, file); got[mustKey("app/s2")].Phase != agent.PhaseDrained {
 		t.Fatalf("the state file holds %+v, want s2 drained", got)
 	}
 	b, err := os.ReadFile(auditPath)
@@ -246,39 +248,9 @@ func TestFullDiskLosesNothing(t *testing.T) {
 	if torn != 1 {
 		t.Fatalf("%d torn audit lines, want the one the full disk cut", torn)
 	}
-	var last Record
+	var last agent.Record
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.Cycle != 5 {
 		t.Fatalf("the last audit line (%v) is not step 5's record whole: %.200s", err, lines[len(lines)-1])
-	}
-}
-
-// The state file is never written larger than the agent reads back at
-// start (MaxStateFile): a state that outgrew it leaves the last readable
-// file, unsaved and said so, rather than a file the next start would
-// set aside with every drain it named.
-func TestStateFileNeverOutgrowsItsReader(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "state.json")
-	l := NewLedger(file, zerolog.Nop())
-	l.Drain(key("app", "s1"), time.Unix(1000, 0), "test", 0.5, 0, false)
-	// Enough servers seen held by the operator to outgrow the bound, put
-	// in memory at once (one write each would take minutes).
-	l.mu.Lock()
-	name := strings.Repeat("s", 200)
-	for i := 0; i*len(name) < MaxStateFile; i++ { // each is more than len(name) bytes in the file
-		l.operatorSeen[key("big", fmt.Sprintf("%s%d", name, i))] = "drain"
-	}
-	l.mu.Unlock()
-	l.Drain(key("app", "s2"), time.Unix(1001, 0), "test", 0.5, 0, false)
-	st := l.Saved()
-	if st.Saved || !strings.Contains(st.Error, "over the") {
-		t.Fatalf("save status %+v", st)
-	}
-	fi, err := os.Stat(file)
-	if err != nil || fi.Size() > MaxStateFile {
-		t.Fatalf("state file %v, %v", fi, err)
-	}
-	if got := savedChanges(t, file); len(got) != 1 {
-		t.Fatalf("the next start reads %v, want the last state it can read (s1)", got)
 	}
 }
 
@@ -297,10 +269,12 @@ func TestHungStateDiskNeverStopsTheLoop(t *testing.T) {
 	hung := func(path string, data []byte) error {
 		entered <- struct{}{}
 		<-release
-		return replaceFile(path, data)
+		return ledger.ReplaceFile(path, data)
 	}
-	stop := l.theLedger().writeInBackground(hung)
-	pol.plans = []Plan{{drain("s2")}}
+	lg := l.theLedger()
+	lg.Replace = hung
+	stop := lg.WriteInBackground()
+	pol.plans = []agent.Plan{{drain("s2")}}
 	stepped := make(chan struct{})
 	go func() { l.Step(ctx); close(stepped) }()
 	select {
@@ -315,7 +289,7 @@ func TestHungStateDiskNeverStopsTheLoop(t *testing.T) {
 	if st := l.theLedger().Saved(); !st.Saved {
 		t.Fatalf("unsaved before the write was stuck: %+v", st)
 	}
-	clk.Advance(StuckWrite + time.Second)
+	clk.Advance(ledger.StuckWrite + time.Second)
 	if st := l.theLedger().Saved(); st.Saved || !strings.Contains(st.Error, "hung disk") {
 		t.Fatalf("a stuck write reads as saved: %+v", st)
 	}
@@ -323,7 +297,97 @@ func TestHungStateDiskNeverStopsTheLoop(t *testing.T) {
 	if st := stop(30 * time.Second); !st.Saved {
 		t.Fatalf("after the disk answered: %+v", st)
 	}
-	if got := savedChanges(t, file); got[key("app", "s2")].Phase != PhaseDrained {
+	if got := savedChanges(t, file); got[key("app", "s2")].Phase != agent.PhaseDrained {
 		t.Fatalf("the next start reads %v", got)
 	}
+}
+
+// A step writes the state file once, whatever number of transitions it
+// makes: a transition marks the state dirty, and the step saves at its
+// end. Here the first step sees s6 held by the operator and drains s2
+// and cuts s5 (three transitions, one write carrying all of them); a
+// step that changes nothing writes nothing; ctl restore's two releases
+// are one write; and a step that finds three of those servers gone from
+// HAProxy drops their entries in one write. Before, the ledger wrote the
+// file inside every transition, and Keep once per entry it dropped.
+func TestAStepWritesTheStateFileOnce(t *testing.T) {
+	ctx := context.Background()
+	setup := func(t *testing.T) (*Loop, *int, string) {
+		file := filepath.Join(t.TempDir(), "state.json")
+		rt := fakes.NewRuntime("s1", "s2", "s3", "s4", "s5", "s6")
+		rt.Set("s6", func(s *haproxy.ServerState) { s.AdminState = haproxy.AdminForcedMaint }) // the operator's
+		l, _, pol, _ := newLoop(rt)
+		l.StateFile = file
+		writes := new(int)
+		l.theLedger().Replace = func(path string, data []byte) error {
+			*writes++
+			return ledger.ReplaceFile(path, data)
+		}
+		pol.plans = []agent.Plan{{drain("s2"), {Kind: agent.SetWeight, Backend: "app", Server: "s5", Weight: 2}}}
+		l.Step(ctx)
+		if got := rt.TakeCommands(); len(got) != 2 {
+			t.Fatalf("first step's commands %q", got)
+		}
+		return l, writes, file
+	}
+	t.Run("a step", func(t *testing.T) {
+		l, writes, file := setup(t)
+		if *writes != 1 {
+			t.Fatalf("the first step's three transitions wrote the state file %d times, want 1", *writes)
+		}
+		st := readState(t, file)
+		if c := savedChanges(t, file); c[key("app", "s2")].Phase != agent.PhaseDrained || c[key("app", "s5")].Phase != agent.PhaseCut {
+			t.Fatalf("the one write lacks a transition: %v", c)
+		}
+		if _, ok := st.OperatorSeen[key("app", "s6")]; !ok {
+			t.Fatalf("the one write lacks the operator's s6: %+v", st.OperatorSeen)
+		}
+		l.Step(ctx)
+		if *writes != 1 {
+			t.Fatalf("a step that changes nothing wrote the state file (%d writes in all)", *writes)
+		}
+		l.Runtimes = []agent.Runtime{fakes.NewRuntime("s1", "s3", "s4")} // s2, s5, s6 gone
+		before := *writes
+		l.Step(ctx)
+		if n := *writes - before; n != 1 {
+			t.Fatalf("a step that lost three entries wrote the state file %d times, want 1", n)
+		}
+		if st := readState(t, file); len(st.Changes) != 0 || len(st.OperatorSeen) != 0 {
+			t.Fatalf("the gone servers' entries are still in the file: %+v", st)
+		}
+	})
+	t.Run("ctl restore", func(t *testing.T) {
+		l, writes, file := setup(t)
+		before := *writes
+		if _, err := l.Control().Restore(ctx, "test"); err != nil {
+			t.Fatal(err)
+		}
+		if n := *writes - before; n != 1 {
+			t.Fatalf("ctl restore's two releases wrote the state file %d times, want 1", n)
+		}
+		if c := savedChanges(t, file); len(c) != 0 {
+			t.Fatalf("released changes still in the file: %v", c)
+		}
+	})
+}
+
+// readState reads the state file's layout, for what Changes does not
+// show.
+func readState(t *testing.T, file string) struct {
+	Changes      map[agent.Key]json.RawMessage `json:"changes"`
+	OperatorSeen map[agent.Key]string          `json:"operator_seen"`
+} {
+	t.Helper()
+	var st struct {
+		Changes      map[agent.Key]json.RawMessage `json:"changes"`
+		OperatorSeen map[agent.Key]string          `json:"operator_seen"`
+	}
+	b, err := os.ReadFile(file)
+	if err == nil {
+		err = json.Unmarshal(b, &st)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

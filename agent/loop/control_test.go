@@ -1,4 +1,4 @@
-package agent
+package loop
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
 	"github.com/rs/zerolog"
@@ -21,18 +22,18 @@ func TestHeldBackActions(t *testing.T) {
 	ctx := context.Background()
 	tests := []struct {
 		name     string
-		mode     Mode
+		mode     agent.Mode
 		pause    string // backend to pause, "" none
 		wantCmds []string
 		wantWhy  string // a word of the would's reason; "" for none
 	}{
-		{"enforce sends", ModeEnforce, "", []string{"set server app/s2 state drain"}, ""},
+		{"enforce sends", agent.ModeEnforce, "", []string{"set server app/s2 state drain"}, ""},
 		{"zero mode enforces", "", "", []string{"set server app/s2 state drain"}, ""},
-		{"observe holds back", ModeObserve, "", nil, "observe mode"},
-		{"pause of every backend", ModeEnforce, AllBackends, nil, "every backend"},
-		{"pause of its backend", ModeEnforce, "app", nil, "backend app"},
+		{"observe holds back", agent.ModeObserve, "", nil, "observe mode"},
+		{"pause of every backend", agent.ModeEnforce, agent.AllBackends, nil, "every backend"},
+		{"pause of its backend", agent.ModeEnforce, "app", nil, "backend app"},
 		// No backend other in HAProxy: the pause is refused, and holds nothing.
-		{"pause of an unknown backend", ModeEnforce, "other", []string{"set server app/s2 state drain"}, ""},
+		{"pause of an unknown backend", agent.ModeEnforce, "other", []string{"set server app/s2 state drain"}, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -40,38 +41,38 @@ func TestHeldBackActions(t *testing.T) {
 			l, _, pol, _ := newLoop(rt)
 			l.Mode = tc.mode
 			if tc.pause != "" {
-				_, err := l.Pause(ctx, tc.pause, 0, "test")
-				if (err != nil) != (tc.pause == "other") || (err != nil && !errors.Is(err, ErrRefused)) {
+				_, err := l.Control().Pause(ctx, tc.pause, 0, "test")
+				if (err != nil) != (tc.pause == "other") || (err != nil && !errors.Is(err, agent.ErrRefused)) {
 					t.Fatalf("pause %s: %v", tc.pause, err)
 				}
 			}
 			// s1's drain is refused (the drain cap): a refusal, never a would.
-			pol.plans = []Plan{{drain("s2"), drain("s1")}, {drain("s2"), drain("s1")}}
+			pol.plans = []agent.Plan{{drain("s2"), drain("s1")}, {drain("s2"), drain("s1")}}
 			rec := l.Step(ctx)
 			if got := rt.TakeCommands(); !reflect.DeepEqual(got, tc.wantCmds) {
 				t.Fatalf("commands %q, want %q", got, tc.wantCmds)
 			}
-			m := l.Metrics()
+			m := l.View().Metrics()
 			if tc.wantWhy == "" {
-				if len(rec.Would) != 0 || len(l.Ledger()) != 1 || m.Applied != 1 {
-					t.Fatalf("would %+v, ledger %v, applied %d", rec.Would, l.Ledger(), m.Applied)
+				if len(rec.Would) != 0 || len(l.View().Ledger()) != 1 || m.Applied != 1 {
+					t.Fatalf("would %+v, ledger %v, applied %d", rec.Would, l.View().Ledger(), m.Applied)
 				}
 				return
 			}
-			if len(rec.Would) != 1 || rec.Would[0].Kind != WouldDrain || rec.Would[0].Action.Server != "s2" || !strings.Contains(rec.Would[0].Why, tc.wantWhy) {
+			if len(rec.Would) != 1 || rec.Would[0].Kind != agent.WouldDrain || rec.Would[0].Action.Server != "s2" || !strings.Contains(rec.Would[0].Why, tc.wantWhy) {
 				t.Fatalf("would %+v, want a would-drain of s2 for %q", rec.Would, tc.wantWhy)
 			}
-			if len(l.Ledger()) != 0 || m.Applied != 0 || m.Refused != 1 || m.RefusedBy[RefusedDrainCap] != 1 {
-				t.Fatalf("ledger %v, counters %+v", l.Ledger(), m)
+			if len(l.View().Ledger()) != 0 || m.Applied != 0 || m.Refused != 1 || m.RefusedBy[agent.RefusedDrainCap] != 1 {
+				t.Fatalf("ledger %v, counters %+v", l.View().Ledger(), m)
 			}
-			st := l.Status()
-			if d := st.Decisions[0]; d.Would == "" || d.WouldKind != WouldDrain {
+			st := l.View().Status()
+			if d := st.Decisions[0]; d.Would == "" || d.WouldKind != agent.WouldDrain {
 				t.Fatalf("status decision %+v", d)
 			}
 			// The same would-action a second step is counted once.
 			l.Step(ctx)
-			if rt.TakeCommands() != nil || l.Metrics().Would[WouldDrain] != 1 {
-				t.Fatalf("second step: would %v", l.Metrics().Would)
+			if rt.TakeCommands() != nil || l.View().Metrics().Would[agent.WouldDrain] != 1 {
+				t.Fatalf("second step: would %v", l.View().Metrics().Would)
 			}
 		})
 	}
@@ -85,10 +86,10 @@ func TestPauseForAndSurvivesRestart(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
 	l, clk, pol, _ := newLoop(rt)
 	l.StateFile = file
-	if _, err := l.Pause(ctx, "app", 2*time.Minute, "test"); err != nil {
+	if _, err := l.Control().Pause(ctx, "app", 2*time.Minute, "test"); err != nil {
 		t.Fatal(err)
 	}
-	pol.plans = []Plan{{drain("s2")}}
+	pol.plans = []agent.Plan{{drain("s2")}}
 	if rec := l.Step(ctx); len(rec.Would) != 1 || rt.TakeCommands() != nil {
 		t.Fatalf("paused step: would %+v", rec.Would)
 	}
@@ -96,10 +97,10 @@ func TestPauseForAndSurvivesRestart(t *testing.T) {
 	// A new agent on the same state file is paused too.
 	l2, _, pol2, _ := newLoop(rt)
 	l2.Clock, l2.StateFile = clk, file
-	if p := l2.Pauses(); len(p) != 1 || p[0].Backend != "app" {
+	if p := l2.View().Pauses(); len(p) != 1 || p[0].Backend != "app" {
 		t.Fatalf("pauses after restart %+v", p)
 	}
-	pol2.plans = []Plan{{drain("s2")}, {drain("s2")}}
+	pol2.plans = []agent.Plan{{drain("s2")}, {drain("s2")}}
 	if rec := l2.Step(ctx); len(rec.Would) != 1 || rt.TakeCommands() != nil {
 		t.Fatalf("restarted, paused: would %+v", rec.Would)
 	}
@@ -110,14 +111,14 @@ func TestPauseForAndSurvivesRestart(t *testing.T) {
 	if got := rt.TakeCommands(); !reflect.DeepEqual(got, []string{"set server app/s2 state drain"}) {
 		t.Fatalf("after the pause: commands %q", got)
 	}
-	if p := l2.Pauses(); len(p) != 0 {
+	if p := l2.View().Pauses(); len(p) != 0 {
 		t.Fatalf("expired pause still listed: %+v", p)
 	}
 
-	if _, err := l2.Pause(ctx, AllBackends, 0, "test"); err != nil {
+	if _, err := l2.Control().Pause(ctx, agent.AllBackends, 0, "test"); err != nil {
 		t.Fatal(err)
 	}
-	if ended := l2.Resume("", "test"); len(ended) != 1 || ended[0].Backend != AllBackends {
+	if ended := l2.Control().Resume("", "test"); len(ended) != 1 || ended[0].Backend != agent.AllBackends {
 		t.Fatalf("resume ended %+v", ended)
 	}
 }
@@ -130,15 +131,15 @@ func TestRelease(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
 	rt.Set("s4", func(s *haproxy.ServerState) { s.AdminState = haproxy.AdminForcedMaint })
 	l, clk, pol, _ := newLoop(rt)
-	pol.plans = []Plan{{drain("s2")}, {drain("s2")}}
+	pol.plans = []agent.Plan{{drain("s2")}, {drain("s2")}}
 	l.Step(ctx)
 	rt.TakeCommands()
 
 	for _, tc := range []struct {
 		server, why string
 	}{{"s4", "not the agent's change (owner operator"}, {"s1", "not the agent's change (owner none"}, {"s9", "no server app/s9"}} {
-		_, err := l.Release(ctx, Key{Backend: "app", Server: tc.server}, "test")
-		if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tc.why) {
+		_, err := l.Control().Release(ctx, agent.Key{Backend: "app", Server: tc.server}, "test")
+		if !errors.Is(err, agent.ErrRefused) || !strings.Contains(err.Error(), tc.why) {
 			t.Errorf("release %s: %v, want refused for %q", tc.server, err, tc.why)
 		}
 	}
@@ -146,15 +147,15 @@ func TestRelease(t *testing.T) {
 		t.Fatalf("refused releases sent %q", got)
 	}
 
-	r, err := l.Release(ctx, Key{Backend: "app", Server: "s2"}, "test")
-	if err != nil || r.Was.Phase != PhaseDrained || !r.Until.Equal(clk.Now().Add(DefaultOperatorHold)) {
+	r, err := l.Control().Release(ctx, agent.Key{Backend: "app", Server: "s2"}, "test")
+	if err != nil || r.Was.Phase != agent.PhaseDrained || !r.Until.Equal(clk.Now().Add(agent.DefaultOperatorHold)) {
 		t.Fatalf("release: %+v, %v", r, err)
 	}
 	if got := rt.TakeCommands(); !reflect.DeepEqual(got, []string{"set server app/s2 state ready"}) {
 		t.Fatalf("release sent %q", got)
 	}
 	rec := l.Step(ctx)
-	if got := rt.TakeCommands(); got != nil || len(rec.Verdicts) != 1 || rec.Verdicts[0].Code != RefusedOperator {
+	if got := rt.TakeCommands(); got != nil || len(rec.Verdicts) != 1 || rec.Verdicts[0].Code != agent.RefusedOperator {
 		t.Fatalf("after release: commands %q, verdicts %+v", got, rec.Verdicts)
 	}
 }
@@ -174,21 +175,21 @@ func TestRestore(t *testing.T) {
 			rt := fakes.NewRuntime("s1", "s2", "s3", "s4", "s5", "s6")
 			l, clk, pol, _ := newLoop(rt)
 			l.StateFile = file
-			pol.plans = []Plan{{drain("s2"), {Kind: SetWeight, Backend: "app", Server: "s5", Weight: 5}}, {drain("s3")}}
+			pol.plans = []agent.Plan{{drain("s2"), {Kind: agent.SetWeight, Backend: "app", Server: "s5", Weight: 5}}, {drain("s3")}}
 			l.Step(ctx)
 			l.Step(ctx)
 			rt.TakeCommands()
-			if len(l.Ledger()) != 3 {
-				t.Fatalf("ledger %v", l.Ledger())
+			if len(l.View().Ledger()) != 3 {
+				t.Fatalf("ledger %v", l.View().Ledger())
 			}
 			// The operator readies s3 behind the agent's back.
 			rt.Set("s3", func(s *haproxy.ServerState) { s.AdminState = 0 })
 			var got []Released
 			var err error
 			if offline {
-				got, err = RestoreFromState(ctx, file, []Runtime{rt}, time.Hour, clk.Now(), zerolog.Nop())
+				got, err = RestoreFromState(ctx, file, []agent.Runtime{rt}, time.Hour, clk.Now(), zerolog.Nop())
 			} else {
-				got, err = l.Restore(ctx, "test")
+				got, err = l.Control().Restore(ctx, "test")
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -204,11 +205,11 @@ func TestRestore(t *testing.T) {
 				}
 				l2, _, _, _ := newLoop(rt)
 				l2.StateFile = file
-				if len(l2.Ledger()) != 0 {
-					t.Fatalf("state file after offline restore holds %v", l2.Ledger())
+				if len(l2.View().Ledger()) != 0 {
+					t.Fatalf("state file after offline restore holds %v", l2.View().Ledger())
 				}
-			} else if len(got) != 2 || len(l.Ledger()) != 0 {
-				t.Fatalf("restore %+v, ledger %v", got, l.Ledger())
+			} else if len(got) != 2 || len(l.View().Ledger()) != 0 {
+				t.Fatalf("restore %+v, ledger %v", got, l.View().Ledger())
 			}
 		})
 	}
@@ -224,7 +225,7 @@ func TestInventoryAfterRestart(t *testing.T) {
 	rt.Set("s5", func(s *haproxy.ServerState) { s.AdminState = haproxy.AdminForcedMaint }) // the operator's, seen
 	l, _, pol, _ := newLoop(rt)
 	l.StateFile = file
-	pol.plans = []Plan{{drain("s2")}}
+	pol.plans = []agent.Plan{{drain("s2")}}
 	l.Step(ctx)
 	rt.TakeCommands()
 	// While no agent runs, someone drains s6.
@@ -234,25 +235,25 @@ func TestInventoryAfterRestart(t *testing.T) {
 	l2.StateFile = file
 	l2.Step(ctx)
 	got := map[string]Holder{}
-	for _, h := range l2.Status().Inventory {
+	for _, h := range l2.View().Status().Inventory {
 		got[h.Server.Server] = h.Holder
 	}
 	want := map[string]Holder{"s2": HeldByAgent, "s5": HeldByOperator, "s6": HeldByUnknown}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("inventory %v, want %v", got, want)
 	}
-	if c, ok := l2.Ledger()[Key{Backend: "app", Server: "s2"}]; !ok || c.Phase != PhaseDrained {
-		t.Fatalf("the restarted agent does not own its drain: %v", l2.Ledger())
+	if c, ok := l2.View().Ledger()[agent.Key{Backend: "app", Server: "s2"}]; !ok || c.Phase != agent.PhaseDrained {
+		t.Fatalf("the restarted agent does not own its drain: %v", l2.View().Ledger())
 	}
 }
 
 // probing is a Recovery that knows one server's probes.
 type probing struct{ at time.Time }
 
-func (probing) Plan(context.Context, Observation) Plan { return nil }
-func (probing) RequestProbe(Key)                       {}
-func (p probing) Probe(k Key) (ProbeStatus, bool) {
-	return ProbeStatus{Next: p.at, LastBurst: "3 of 20 failed", FailedBursts: 1, Drains: 1}, k.Server == "s2"
+func (probing) Plan(context.Context, agent.Observation) agent.Plan { return nil }
+func (probing) RequestProbe(agent.Key)                             {}
+func (p probing) Probe(k agent.Key) (agent.ProbeStatus, bool) {
+	return agent.ProbeStatus{Next: p.at, LastBurst: "3 of 20 failed", FailedBursts: 1, Drains: 1}, k.Server == "s2"
 }
 
 // explain gives the server's last view, whether the test finds it, the
@@ -262,21 +263,21 @@ func TestExplain(t *testing.T) {
 	ctx := context.Background()
 	rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
 	l, clk, pol, _ := newLoop(rt)
-	if _, err := l.Explain(Key{Backend: "app", Server: "s2"}); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "no step has read HAProxy yet") {
+	if _, err := l.Control().Explain(agent.Key{Backend: "app", Server: "s2"}); !errors.Is(err, agent.ErrRefused) || !strings.Contains(err.Error(), "no step has read HAProxy yet") {
 		t.Fatalf("before a step: %v", err)
 	}
 	l.Recovery = probing{at: clk.Now().Add(time.Minute)}
-	pol.plans = []Plan{{drain("s2"), drain("s1")}}
+	pol.plans = []agent.Plan{{drain("s2"), drain("s1")}}
 	l.Step(ctx)
-	e, err := l.Explain(Key{Backend: "app", Server: "s2"})
-	if err != nil || e.View == nil || e.Change == nil || e.Change.Phase != PhaseDrained || e.Serving != 4 || e.Servers != 4 || len(e.Decisions) != 1 ||
+	e, err := l.Control().Explain(agent.Key{Backend: "app", Server: "s2"})
+	if err != nil || e.View == nil || e.Change == nil || e.Change.Phase != agent.PhaseDrained || e.Serving != 4 || e.Servers != 4 || len(e.Decisions) != 1 ||
 		e.Probe == nil || !e.Probe.Next.Equal(clk.Now().Add(time.Minute)) {
 		t.Fatalf("explain s2: %+v, %v", e, err)
 	}
-	if e, err := l.Explain(Key{Backend: "app", Server: "s1"}); err != nil || len(e.Decisions) != 1 || e.Decisions[0].Code != RefusedDrainCap || e.Probe != nil {
+	if e, err := l.Control().Explain(agent.Key{Backend: "app", Server: "s1"}); err != nil || len(e.Decisions) != 1 || e.Decisions[0].Code != agent.RefusedDrainCap || e.Probe != nil {
 		t.Fatalf("explain s1: %+v, %v", e, err)
 	}
-	if _, err := l.Explain(Key{Backend: "app", Server: "s9"}); !errors.Is(err, ErrRefused) {
+	if _, err := l.Control().Explain(agent.Key{Backend: "app", Server: "s9"}); !errors.Is(err, agent.ErrRefused) {
 		t.Fatalf("explain s9: %v", err)
 	}
 }

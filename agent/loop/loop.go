@@ -1,4 +1,4 @@
-package agent
+package loop
 
 import (
 	"context"
@@ -9,39 +9,32 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/guard"
+	"github.com/hapilot/hapilot/agent/ledger"
 	"github.com/rs/zerolog"
 )
-
-// Recovery proposes re-admissions each step (see agent/recovery). Its
-// actions pass the guardrails like any policy's.
-type Recovery interface {
-	Plan(ctx context.Context, obs Observation) Plan
-	// RequestProbe asks for a server drained by the agent to be probed as
-	// soon as its backoff allows: what a policy's ready of a drained
-	// server becomes.
-	RequestProbe(server Key)
-}
 
 // Loop is the decision goroutine. Set the exported fields, then call Run,
 // or Step to drive it by hand.
 type Loop struct {
-	Settings
-	Clock    Clock
+	agent.Settings
+	Clock    agent.Clock
 	Lookback time.Duration // how much of the windows a policy sees; 0 = all
 	// RecentSpan is the short window for load and tail latency (default
 	// 10 s): the long one still holds the time before the last action.
 	RecentSpan time.Duration
-	Policy     Policy
+	Policy     agent.Policy
 	// Guard bounds every plan; the policy's Needs may widen its drain cap.
-	Guard    Guardrails
-	Runtimes []Runtime
-	Windows  Windows
-	Recovery Recovery  // nil: drained servers stay drained
-	Audit    io.Writer // one JSON line per step (--audit-steps); nil for none
+	Guard    guard.Guardrails
+	Runtimes []agent.Runtime
+	Windows  agent.Windows
+	Recovery agent.Recovery // nil: drained servers stay drained
+	Audit    io.Writer      // one JSON line per step (--audit-steps); nil for none
 	// Events receives what happened (actions, refusals, would-actions,
 	// operator commands), each once; nil for none. Identity stamps them.
-	Events   EventSink
-	Identity Identity
+	Events   agent.EventSink
+	Identity agent.Identity
 	Log      zerolog.Logger
 	// NoStepBudget lets a step, and its policy call, run as long as the
 	// policy takes: the cadence slips instead of the call being cut short.
@@ -49,29 +42,36 @@ type Loop struct {
 	// unguarded loop does (internal/lab/bench.StudyLoop).
 	NoStepBudget bool
 
+	// st is what the loop keeps from one step to the next, which its
+	// Control and View share.
+	st state
+}
+
+// state is the loop's memory between steps, and its locks.
+type state struct {
 	ledgerOnce sync.Once
-	ledger     *Ledger
-	// alone: the servers the last step left alone, and why (scope.go).
+	ledger     *ledger.Ledger
+	// alone: the servers the last step left alone, and why (kinds.go).
 	alone alone
 	// addrs: each server's address at the last step (readdress); only
 	// Step touches it.
-	addrs map[Key]string
+	addrs map[agent.Key]string
 	// lastRefusals: what was refused last step and why, so that a policy
 	// repeating a refused proposal is logged once at warn, then at debug;
 	// refusedServers, the same by server, for the next observation. Only
 	// Step touches them.
-	lastRefusals   map[ActionID]string
-	refusedServers map[Key]string
+	lastRefusals   map[agent.ActionID]string
+	refusedServers map[agent.Key]string
 	// reapplyLogged: the HAProxy epoch each lost change was last logged
 	// under, so that one held back step after step is logged once.
-	reapplyLogged map[Key]string
+	reapplyLogged map[agent.Key]string
 	// fallingBack: the last step's report named a fallback (the model's
 	// policy left the step to the rules), so that a run of them is one
 	// event.
 	fallingBack bool
 	// lastWould: the would-actions of the last step, so that one held
 	// back step after step is logged once at info, then at debug.
-	lastWould map[ActionID]string
+	lastWould map[agent.ActionID]string
 
 	// stepMu makes a step and an operator's command (release, restore)
 	// take turns: both read the servers and change them through the
@@ -85,7 +85,7 @@ type Loop struct {
 	inventoried bool
 	// drains is each backend's drains of the last hour, for the rate
 	// cap. Only Step and the operator's commands touch it, under stepMu.
-	drains drainLog
+	drains guard.DrainLog
 
 	// wakeMu guards woken and wakeSleep: Wake (any goroutine) ends the
 	// loop's sleep between ticks, so that a reload's lost changes go back
@@ -99,15 +99,15 @@ type Loop struct {
 	// candidates: the servers the policy's test found at the last step
 	// or check. A check steps only for a server not in it; /status shows
 	// it.
-	candidates []Key
-	last       Observation
-	recent     []Decision
-	metrics    Counters
+	candidates []agent.Key
+	last       agent.Observation
+	recent     []agent.Decision
+	metrics    agent.Counters
 	// inventory is what the first step found held (drain, maint, or a
 	// weight the agent set), and by whom.
 	inventory []Held
 	// wouldNow is what the last step held back, for /metrics.
-	wouldNow []Would
+	wouldNow []agent.Would
 	// lastHour is the last step's drains of the last hour, by backend.
 	lastHour map[string]int
 }
@@ -119,58 +119,49 @@ const MaxTriggered = 3
 
 // theLedger is the loop's ledger, read from StateFile on first use
 // unless OpenState read it before.
-func (l *Loop) theLedger() *Ledger {
-	l.ledgerOnce.Do(func() { l.setLedger(NewLedger(l.StateFile, l.Log)) })
-	return l.ledger
+func (l *Loop) theLedger() *ledger.Ledger {
+	l.st.ledgerOnce.Do(func() { l.setLedger(ledger.New(l.StateFile, l.Log)) })
+	return l.st.ledger
 }
 
-func (l *Loop) setLedger(ledger *Ledger) {
-	ledger.OperatorHold = l.OperatorHold
+func (l *Loop) setLedger(lg *ledger.Ledger) {
+	lg.OperatorHold = l.OperatorHold
 	if l.ReapplyWithin > 0 { // else the ledger's default
-		ledger.ReapplyWithin = l.ReapplyWithin
+		lg.ReapplyWithin = l.ReapplyWithin
 	}
 	if l.Clock != nil {
-		ledger.Now = l.Clock.Now
+		lg.Now = l.Clock.Now
 	}
-	l.ledger = ledger
+	l.st.ledger = lg
 }
 
 // OpenState reads the state file before the loop runs: a path that is
 // not a regular file (a FIFO, a link, a directory) is an error here, for
-// the agent to refuse to start (see OpenLedger). Without it, the first
+// the agent to refuse to start (see ledger.Open). Without it, the first
 // use reads the file and keeps such a path aside.
 func (l *Loop) OpenState() error {
 	var err error
-	l.ledgerOnce.Do(func() {
-		var ledger *Ledger
-		if ledger, err = OpenLedger(l.StateFile, l.Log); err == nil {
-			l.setLedger(ledger)
+	l.st.ledgerOnce.Do(func() {
+		var lg *ledger.Ledger
+		if lg, err = ledger.Open(l.StateFile, l.Log); err == nil {
+			l.setLedger(lg)
 		}
 	})
 	if err != nil {
-		l.ledgerOnce = sync.Once{} // nothing was read: a later use reads again
+		l.st.ledgerOnce = sync.Once{} // nothing was read: a later use reads again
 	}
 	return err
 }
 
-// StateWarning is what /status must warn of the state file ("" when
-// nothing): one found at start that could not be read (SaveStatus.Warning).
-func (l *Loop) StateWarning() string {
-	if l.StateFile == "" {
-		return ""
-	}
-	return l.theLedger().Saved().Warning()
-}
-
 // FlushState writes the state file again if a write failed, and says
 // where it stands: each step starts with it, and the agent's exit.
-func (l *Loop) FlushState() SaveStatus { return l.theLedger().Flush() }
+func (l *Loop) FlushState() ledger.SaveStatus { return l.theLedger().Flush() }
 
 // WriteStateInBackground writes the state file from a goroutine of its
 // own from now on (Ledger.WriteInBackground): a hung disk never stops
 // the loop. stop writes the latest state and ends it, waiting at most
 // its bound.
-func (l *Loop) WriteStateInBackground() (stop func(wait time.Duration) SaveStatus) {
+func (l *Loop) WriteStateInBackground() (stop func(wait time.Duration) ledger.SaveStatus) {
 	return l.theLedger().WriteInBackground()
 }
 
@@ -193,9 +184,9 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 		if late := l.Clock.Now().Sub(slot); late >= l.Interval {
 			missed := int64(late / l.Interval) // slots whose time passed during this step
-			l.mu.Lock()
-			l.metrics.Skipped += uint64(missed)
-			l.mu.Unlock()
+			l.st.mu.Lock()
+			l.st.metrics.Skipped += uint64(missed)
+			l.st.mu.Unlock()
 			l.Log.Warn().Dur("step", late).Int64("slots_skipped", missed).Msg("step overran its interval")
 			k += missed
 		}
@@ -208,11 +199,11 @@ func (l *Loop) Run(ctx context.Context) error {
 // the next tick). Wakes that come while a step runs are one more step
 // after it. Safe from any goroutine.
 func (l *Loop) Wake(why string) {
-	l.wakeMu.Lock()
-	defer l.wakeMu.Unlock()
-	l.woken = why
-	if l.wakeSleep != nil {
-		l.wakeSleep()
+	l.st.wakeMu.Lock()
+	defer l.st.wakeMu.Unlock()
+	l.st.woken = why
+	if l.st.wakeSleep != nil {
+		l.st.wakeSleep()
 	}
 }
 
@@ -220,19 +211,19 @@ func (l *Loop) Wake(why string) {
 func (l *Loop) sleep(ctx context.Context, t time.Time) (woken string, err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	l.wakeMu.Lock()
-	if woken = l.woken; woken != "" {
-		l.woken = ""
-		l.wakeMu.Unlock()
+	l.st.wakeMu.Lock()
+	if woken = l.st.woken; woken != "" {
+		l.st.woken = ""
+		l.st.wakeMu.Unlock()
 		return woken, nil
 	}
-	l.wakeSleep = cancel
-	l.wakeMu.Unlock()
+	l.st.wakeSleep = cancel
+	l.st.wakeMu.Unlock()
 	err = l.Clock.SleepUntil(sctx, t)
-	l.wakeMu.Lock()
-	l.wakeSleep = nil
-	woken, l.woken = l.woken, ""
-	l.wakeMu.Unlock()
+	l.st.wakeMu.Lock()
+	l.st.wakeSleep = nil
+	woken, l.st.woken = l.st.woken, ""
+	l.st.wakeMu.Unlock()
 	if ctx.Err() != nil {
 		return "", ctx.Err()
 	}
@@ -281,14 +272,14 @@ func (l *Loop) waitFor(ctx context.Context, slot time.Time) error {
 // newEvidence runs the policy's test on the last step's servers with the
 // windows as they are now, and returns the servers it finds that the last
 // step or check did not.
-func (l *Loop) newEvidence() []Key {
-	l.mu.Lock()
-	last, known := l.last, toSet(l.candidates)
-	l.mu.Unlock()
+func (l *Loop) newEvidence() []agent.Key {
+	l.st.mu.Lock()
+	last, known := l.st.last, toSet(l.st.candidates)
+	l.st.mu.Unlock()
 	if last.Time.IsZero() {
 		return nil // no step yet: nothing known of the servers' states
 	}
-	var fresh []Key
+	var fresh []agent.Key
 	found := l.Policy.Evidence(l.refreshed(last))
 	for _, k := range found {
 		if !known[k] {
@@ -301,19 +292,19 @@ func (l *Loop) newEvidence() []Key {
 
 // setCandidates keeps what the policy's test found, for the next check
 // and for /status.
-func (l *Loop) setCandidates(found []Key) {
-	l.mu.Lock()
-	l.candidates = found
-	l.mu.Unlock()
+func (l *Loop) setCandidates(found []agent.Key) {
+	l.st.mu.Lock()
+	l.st.candidates = found
+	l.st.mu.Unlock()
 }
 
 // refreshed is a copy of obs with the windows read again.
-func (l *Loop) refreshed(obs Observation) Observation {
+func (l *Loop) refreshed(obs agent.Observation) agent.Observation {
 	windows := l.readWindows(obs.Lookback, obs.RecentSpan)
 	obs.Time = l.Clock.Now()
-	backends := make([]BackendView, len(obs.Backends))
+	backends := make([]agent.BackendView, len(obs.Backends))
 	for i, b := range obs.Backends {
-		servers := make([]ServerView, len(b.Servers))
+		servers := make([]agent.ServerView, len(b.Servers))
 		for j, s := range b.Servers {
 			windows.set(&s)
 			servers[j] = s
@@ -325,8 +316,8 @@ func (l *Loop) refreshed(obs Observation) Observation {
 	return obs
 }
 
-func toSet(keys []Key) map[Key]bool {
-	m := make(map[Key]bool, len(keys))
+func toSet(keys []agent.Key) map[agent.Key]bool {
+	m := make(map[agent.Key]bool, len(keys))
 	for _, k := range keys {
 		m[k] = true
 	}
@@ -346,39 +337,42 @@ func (l *Loop) stepIn(ctx context.Context, slot time.Time) {
 }
 
 // Step runs one observe-decide-vet-apply-audit cycle.
-func (l *Loop) Step(ctx context.Context) Record { return l.step(ctx, nil) }
+func (l *Loop) Step(ctx context.Context) agent.Record { return l.step(ctx, nil) }
 
 // step runs one cycle; triggeredBy names the servers whose evidence ran
 // it between ticks, nil for a scheduled step. A triggered step leaves
 // recovery to the ticks.
-func (l *Loop) step(ctx context.Context, triggeredBy []Key) Record {
+func (l *Loop) step(ctx context.Context, triggeredBy []agent.Key) agent.Record {
 	return l.stepFor(ctx, triggeredBy, "")
 }
 
 // stepWoken is the step Wake asks for: like a triggered one, it leaves
 // recovery to the ticks.
-func (l *Loop) stepWoken(ctx context.Context, why string) Record {
+func (l *Loop) stepWoken(ctx context.Context, why string) agent.Record {
 	return l.stepFor(ctx, nil, why)
 }
 
-func (l *Loop) stepFor(ctx context.Context, triggeredBy []Key, woken string) Record {
-	l.stepMu.Lock()
-	defer l.stepMu.Unlock()
+func (l *Loop) stepFor(ctx context.Context, triggeredBy []agent.Key, woken string) agent.Record {
+	l.st.stepMu.Lock()
+	defer l.st.stepMu.Unlock()
 	began := l.Clock.Now()
 	// A state file a write failed on is written again before anything
 	// else: its changes must not wait for the next one.
 	l.FlushState()
+	// The step's transitions are one write of the state file, at its end.
+	defer l.theLedger().Batch()()
 	rec := l.begin(began)
 	rec.TriggeredBy, rec.Woken = triggeredBy, woken
-	obs, reapply, err := l.observe(ctx, began, rec.Cycle)
+	obs, reapply, found, err := l.observe(ctx, began, rec.Cycle)
 	if err != nil {
 		rec.Error = err.Error()
 		l.Log.Error().Err(err).Uint64("cycle", rec.Cycle).Msg("cannot read server states; not acting this step")
 		l.finish(&rec, nil, began, nil)
 		return rec
 	}
+	l.settle(found)
 	rec.Servers = summarize(&obs)
-	obs.Refused = l.refusedServers
+	obs.Refused = l.st.refusedServers
 	rec.Plan = append(rec.Plan, l.plan(ctx, obs, reapply, &rec)...)
 	if l.Policy.Evidence != nil {
 		l.setCandidates(l.Policy.Evidence(obs))
@@ -391,19 +385,19 @@ func (l *Loop) stepFor(ctx context.Context, triggeredBy []Key, woken string) Rec
 }
 
 // begin numbers the step and opens its record.
-func (l *Loop) begin(now time.Time) Record {
-	l.mu.Lock()
-	l.cycle++
-	cycle := l.cycle
-	l.mu.Unlock()
-	return Record{Time: now, Cycle: cycle, Policy: l.Policy.Name(), Plan: Plan{}, Verdicts: []Verdict{}, Commands: []CommandResult{}}
+func (l *Loop) begin(now time.Time) agent.Record {
+	l.st.mu.Lock()
+	l.st.cycle++
+	cycle := l.st.cycle
+	l.st.mu.Unlock()
+	return agent.Record{Time: now, Cycle: cycle, Policy: l.Policy.Name(), Plan: agent.Plan{}, Verdicts: []agent.Verdict{}, Commands: []agent.CommandResult{}}
 }
 
 // plan is the step's whole proposal: changes a reload lost first, then
 // recovery's re-admissions, then the policy's plan. The policy's call
 // ends by PolicyBudget from the step's start (or the step's own end, if
 // sooner): that context is the one budget every policy keeps to.
-func (l *Loop) plan(ctx context.Context, obs Observation, reapply Plan, rec *Record) Plan {
+func (l *Loop) plan(ctx context.Context, obs agent.Observation, reapply agent.Plan, rec *agent.Record) agent.Plan {
 	pctx, cancel := ctx, context.CancelFunc(func() {})
 	if !l.NoStepBudget {
 		pctx, cancel = context.WithDeadline(ctx, rec.Time.Add(l.PolicyBudget()))
@@ -427,112 +421,83 @@ func (l *Loop) plan(ctx context.Context, obs Observation, reapply Plan, rec *Rec
 }
 
 // act applies every accepted verdict and logs every refusal.
-func (l *Loop) act(ctx context.Context, obs *Observation, rec *Record) []Decision {
-	decisions := make([]Decision, 0, len(rec.Verdicts))
-	refusals, woulds := map[ActionID]string{}, map[ActionID]string{}
+func (l *Loop) act(ctx context.Context, obs *agent.Observation, rec *agent.Record) []agent.Decision {
+	decisions := make([]agent.Decision, 0, len(rec.Verdicts))
+	refusals, woulds := map[agent.ActionID]string{}, map[agent.ActionID]string{}
 	for _, v := range rec.Verdicts {
-		d := Decision{Time: rec.Time, Cycle: rec.Cycle, Verdict: v}
+		d := agent.Decision{Time: rec.Time, Cycle: rec.Cycle, Verdict: v}
 		b, sv := obs.Find(v.Proposed.Backend, v.Proposed.Server)
 		if !v.Accepted {
-			d.Outcome = OutcomeRefused
-			d.repeat = l.refused(v, refusals)
-			if v.Code == RefusedNeedsProbe && l.Recovery != nil {
+			d.Outcome = agent.OutcomeRefused
+			d.Repeat = l.refused(v, refusals)
+			if v.Code == agent.RefusedNeedsProbe && l.Recovery != nil {
 				l.Recovery.RequestProbe(v.Proposed.Key())
 			}
-			if !d.repeat {
+			if !d.Repeat {
 				a, k := v.Proposed, v.Proposed.Key()
-				l.emit(Event{Type: EventRefused, Time: rec.Time, Cycle: rec.Cycle, Server: &k, Action: &a, Code: v.Code, Reason: v.Reason,
-					Evidence: evidenceOf(b, sv, a.Test)})
+				l.emit(agent.Event{Type: agent.EventRefused, Time: rec.Time, Cycle: rec.Cycle, Server: &k, Action: &a, Code: v.Code, Reason: v.Reason,
+					Evidence: agent.EvidenceOf(b, sv, a.Test)})
 			}
 		} else if why := l.holdBack(v.Applied, rec.Time); why != "" {
 			applied := v.Applied
-			d.Outcome, d.Would, d.WouldKind, d.WouldApply = OutcomeObserved, why, WouldKindOf(applied), &applied
-			d.Verdict.Applied = Action{} // nothing was: what it would have sent is WouldApply
-			d.repeat = l.would(v.Applied, why, woulds)
-			rec.Would = append(rec.Would, Would{Kind: d.WouldKind, Action: v.Applied, Why: why})
-			if !d.repeat {
+			d.Outcome, d.Would, d.WouldKind, d.WouldApply = agent.OutcomeObserved, why, agent.WouldKindOf(applied), &applied
+			d.Verdict.Applied = agent.Action{} // nothing was: what it would have sent is WouldApply
+			d.Repeat = l.would(v.Applied, why, woulds)
+			rec.Would = append(rec.Would, agent.Would{Kind: d.WouldKind, Action: v.Applied, Why: why})
+			if !d.Repeat {
 				a, k := v.Applied, v.Applied.Key()
-				l.emit(Event{Type: EventWould, Time: rec.Time, Cycle: rec.Cycle, Server: &k, Action: &a, Reason: why,
-					Detail: map[string]string{"would": string(d.WouldKind)}, Evidence: evidenceOf(b, sv, a.Test)})
+				l.emit(agent.Event{Type: agent.EventWould, Time: rec.Time, Cycle: rec.Cycle, Server: &k, Action: &a, Reason: why,
+					Detail: map[string]string{"would": string(d.WouldKind)}, Evidence: agent.EvidenceOf(b, sv, a.Test)})
 			}
 		} else {
-			var ev *Evidence
+			var ev *agent.Evidence
 			typ := actionEvent(v.Applied)
 			if sv != nil {
-				ev = evidenceOf(b, sv, v.Applied.Test) // before the command changes the view
-				if v.Applied.Kind == SetWeight && v.Applied.Weight > sv.State.Weight {
-					typ = EventRestore // a canary's ramp back up
+				ev = agent.EvidenceOf(b, sv, v.Applied.Test) // before the command changes the view
+				if v.Applied.Kind == agent.SetWeight && v.Applied.Weight > sv.State.Weight {
+					typ = agent.EventRestore // a canary's ramp back up
 				}
 			}
 			results := l.apply(ctx, obs, v.Applied)
 			rec.Commands = append(rec.Commands, results...)
 			d.Error = l.applied(v.Applied, results, rec)
-			d.Outcome = OutcomeApplied
+			d.Outcome = agent.OutcomeApplied
 			if d.Error != "" {
-				d.Outcome = OutcomeFailed
+				d.Outcome = agent.OutcomeFailed
 			}
 			a, k := v.Applied, v.Applied.Key()
-			e := Event{Type: typ, Time: rec.Time, Cycle: rec.Cycle, Server: &k, Action: &a, Reason: a.Reason, Evidence: ev}
+			e := agent.Event{Type: typ, Time: rec.Time, Cycle: rec.Cycle, Server: &k, Action: &a, Reason: a.Reason, Evidence: ev}
 			if d.Error != "" {
 				e.Detail = map[string]string{"error": d.Error}
 			}
 			l.emit(e)
-			if v.Applied.Kind == Drain && v.Applied.Counted() && tookAny(results) {
-				l.drains.add(v.Applied.Backend, rec.Time) // a partial drain is one too
+			if v.Applied.Kind == agent.Drain && v.Applied.Counted() && tookAny(results) {
+				l.st.drains.Add(v.Applied.Backend, rec.Time) // a partial drain is one too
 			}
 		}
 		decisions = append(decisions, d)
 	}
-	l.lastRefusals, l.lastWould = refusals, woulds
-	l.mu.Lock()
-	l.wouldNow = append([]Would(nil), rec.Would...)
-	l.mu.Unlock()
-	l.refusedServers = map[Key]string{}
+	l.st.lastRefusals, l.st.lastWould = refusals, woulds
+	l.st.mu.Lock()
+	l.st.wouldNow = append([]agent.Would(nil), rec.Would...)
+	l.st.mu.Unlock()
+	l.st.refusedServers = map[agent.Key]string{}
 	for _, v := range rec.Verdicts {
 		if !v.Accepted {
-			l.refusedServers[v.Proposed.Key()] = v.Reason
+			l.st.refusedServers[v.Proposed.Key()] = v.Reason
 		}
 	}
 	return decisions
 }
 
 // drainsLastHour counts each backend's drains in the hour before now.
-func (l *Loop) drainsLastHour(obs Observation, now time.Time) map[string]int {
-	if l.drains == nil {
-		l.drains = drainLog{}
+func (l *Loop) drainsLastHour(obs agent.Observation, now time.Time) map[string]int {
+	if l.st.drains == nil {
+		l.st.drains = guard.DrainLog{}
 	}
 	out := map[string]int{}
 	for _, b := range obs.Backends {
-		out[b.Name] = l.drains.within(b.Name, now)
-	}
-	return out
-}
-
-// Scopes is how each backend of the last step stands against the
-// config's backend blocks and the caps.
-func (l *Loop) Scopes() []BackendScope {
-	l.mu.Lock()
-	backends := l.last.Backends
-	hour := l.lastHour
-	l.mu.Unlock()
-	out := make([]BackendScope, 0, len(backends))
-	for _, b := range backends {
-		bs := l.Guard.Scope.For(b.Name)
-		sc := BackendScope{Backend: b.Name, InScope: bs.InScope(), Blocks: bs.Pattern, Action: ActionDrain, LeaveAlone: bs.LeaveAlone,
-			Drains: hour[b.Name]}
-		if bs.Maint() {
-			sc.Action = ActionMaint
-		}
-		if bs.MinServing != nil {
-			sc.MinServing = *bs.MinServing
-		}
-		if bs.MaxDrained != nil {
-			sc.MaxDrained = bs.MaxDrained.String()
-		}
-		if l.Guard.DrainsPerHour > 0 {
-			sc.Rates = &RateSummary{PerHour: l.Guard.DrainsPerHour, Used: hour[b.Name]}
-		}
-		out = append(out, sc)
+		out[b.Name] = l.st.drains.Within(b.Name, now)
 	}
 	return out
 }
@@ -540,7 +505,7 @@ func (l *Loop) Scopes() []BackendScope {
 // noteFallback writes a fallback event when a step's policy report
 // names one ("fallback": why, as the model's policy reports it) after a
 // step that did not: a run of fallbacks is one event.
-func (l *Loop) noteFallback(rec *Record) {
+func (l *Loop) noteFallback(rec *agent.Record) {
 	b, err := json.Marshal(rec.PolicyReport)
 	var r struct {
 		Fallback string `json:"fallback"`
@@ -548,14 +513,14 @@ func (l *Loop) noteFallback(rec *Record) {
 	if err != nil || json.Unmarshal(b, &r) != nil {
 		r.Fallback = "" // a report that is no object names no fallback
 	}
-	if r.Fallback != "" && !l.fallingBack {
-		l.emit(Event{Type: EventFallback, Time: rec.Time, Cycle: rec.Cycle, Reason: r.Fallback, Detail: map[string]string{"policy": rec.Policy}})
+	if r.Fallback != "" && !l.st.fallingBack {
+		l.emit(agent.Event{Type: agent.EventFallback, Time: rec.Time, Cycle: rec.Cycle, Reason: r.Fallback, Detail: map[string]string{"policy": rec.Policy}})
 	}
-	l.fallingBack = r.Fallback != ""
+	l.st.fallingBack = r.Fallback != ""
 }
 
 // tookAny reports whether some HAProxy took the command.
-func tookAny(results []CommandResult) bool {
+func tookAny(results []agent.CommandResult) bool {
 	for _, r := range results {
 		if r.Error == "" {
 			return true
@@ -566,7 +531,7 @@ func tookAny(results []CommandResult) bool {
 
 // holdBack says why a vetted action is not sent ("" when it is): the
 // observe mode, or a pause of its backend or of every backend.
-func (l *Loop) holdBack(a Action, now time.Time) string {
+func (l *Loop) holdBack(a agent.Action, now time.Time) string {
 	if l.Mode.Observing() {
 		return "observe mode"
 	}
@@ -578,26 +543,26 @@ func (l *Loop) holdBack(a Action, now time.Time) string {
 
 // would logs an action held back, with what it would have done and
 // why: at info the first time, at debug while it repeats.
-func (l *Loop) would(a Action, why string, woulds map[ActionID]string) (repeat bool) {
+func (l *Loop) would(a agent.Action, why string, woulds map[agent.ActionID]string) (repeat bool) {
 	k := a.ID()
 	woulds[k] = why
-	repeat = l.lastWould[k] == why
+	repeat = l.st.lastWould[k] == why
 	ev := l.Log.Info()
 	if repeat {
 		ev = l.Log.Debug()
 	}
-	ev.Str("would", string(WouldKindOf(a))).Str("server", a.Key().String()).Int("weight", a.Weight).Str("reason", a.Reason).
-		Str("held_back", why).Msg("would " + string(WouldKindOf(a)) + "; not sent")
+	ev.Str("would", string(agent.WouldKindOf(a))).Str("server", a.Key().String()).Int("weight", a.Weight).Str("reason", a.Reason).
+		Str("held_back", why).Msg("would " + string(agent.WouldKindOf(a)) + "; not sent")
 	return repeat
 }
 
 // refused logs a refusal with its reason: at warn the first time, at
 // debug while the same refusal repeats step after step.
-func (l *Loop) refused(v Verdict, refusals map[ActionID]string) (repeat bool) {
+func (l *Loop) refused(v agent.Verdict, refusals map[agent.ActionID]string) (repeat bool) {
 	server := v.Proposed.Key().String()
 	rk := v.Proposed.ID()
 	refusals[rk] = v.Reason
-	repeat = l.lastRefusals[rk] == v.Reason
+	repeat = l.st.lastRefusals[rk] == v.Reason
 	ev := l.Log.Warn()
 	if repeat {
 		ev = l.Log.Debug()
@@ -609,7 +574,7 @@ func (l *Loop) refused(v Verdict, refusals map[ActionID]string) (repeat bool) {
 // applied logs an applied action and returns its error, if any process
 // failed it; one that some processes took and others did not is marked
 // partial in the record, never silently half-done.
-func (l *Loop) applied(a Action, results []CommandResult, rec *Record) string {
+func (l *Loop) applied(a agent.Action, results []agent.CommandResult, rec *agent.Record) string {
 	server := a.Key().String()
 	var errs []string
 	for _, r := range results {
@@ -632,159 +597,31 @@ func (l *Loop) applied(a Action, results []CommandResult, rec *Record) string {
 
 // finish counts the step, keeps its view for /status and writes its
 // audit record.
-func (l *Loop) finish(rec *Record, obs *Observation, began time.Time, decisions []Decision) {
+func (l *Loop) finish(rec *agent.Record, obs *agent.Observation, began time.Time, decisions []agent.Decision) {
 	dur := l.Clock.Now().Sub(began).Seconds()
 	rec.DurationMs = dur * 1000
-	l.mu.Lock()
-	l.metrics.add(rec, decisions, dur)
+	l.st.mu.Lock()
+	l.st.metrics.Count(rec, decisions, dur)
 	for _, d := range decisions {
-		if !d.repeat {
-			l.recent = append(l.recent, d)
+		if !d.Repeat {
+			l.st.recent = append(l.st.recent, d)
 		}
 	}
-	if n := len(l.recent); n > recentDecisions {
-		l.recent = append(l.recent[:0], l.recent[n-recentDecisions:]...)
+	if n := len(l.st.recent); n > recentDecisions {
+		l.st.recent = append(l.st.recent[:0], l.st.recent[n-recentDecisions:]...)
 	}
 	if obs != nil {
-		l.last = *obs
-		l.lastHour = obs.DrainsLastHour
+		l.st.last = *obs
+		l.st.lastHour = obs.DrainsLastHour
 	}
-	l.mu.Unlock()
+	l.st.mu.Unlock()
 	l.writeAudit(rec)
 }
 
-// Undo readies every server the agent drained and puts back every weight
-// it changed, on every HAProxy (`--on-exit restore`).
-func (l *Loop) Undo(ctx context.Context) []CommandResult {
-	l.stepMu.Lock() // never beside a step: both read the servers and change them
-	defer l.stepMu.Unlock()
-	if l.mode().Observing() {
-		// Observe mode's promise is that nothing the agent decides
-		// changes HAProxy; the operator's own commands (ctl restore,
-		// hapilot restore) still do.
-		l.Log.Warn().Msg("observe mode: --on-exit restore sends nothing; `hapilot ctl restore` or `hapilot restore` brings back what an earlier run changed")
-		return nil
-	}
-	l.mu.Lock()
-	cycle := l.cycle
-	l.mu.Unlock()
-	obs, _, err := l.observe(ctx, l.Clock.Now(), cycle)
-	if err != nil {
-		l.Log.Error().Err(err).Msg("cannot read server states: the agent's changes stay in place")
-		return nil
-	}
-	var out []CommandResult
-	for _, b := range obs.Backends {
-		for _, s := range b.Servers {
-			if s.Owner == OwnerAgent {
-				out = append(out, l.apply(ctx, &obs, Action{Kind: Ready, Backend: s.Backend, Server: s.Server, Reason: "agent exit", Origin: OriginRestore})...)
-			}
-		}
-	}
-	return out
-}
-
-// Ledger returns the agent's changes in force.
-func (l *Loop) Ledger() map[Key]Change { return l.theLedger().Changes() }
-
-// Status is what GET /status answers.
-type Status struct {
-	Policy string `json:"policy"`
-	// PolicyStatus is the policy's own state (a model loading, say).
-	PolicyStatus any `json:"policy_status,omitempty"`
-	// PolicyNotes is the policy's word on servers it judges but leaves
-	// as they are, and why.
-	PolicyNotes map[Key]string `json:"policy_notes,omitempty"`
-	Interval    string         `json:"interval"`
-	Cycle       uint64         `json:"cycle"`
-	Observed    time.Time      `json:"observed"`
-	Backends    []BackendView  `json:"backends"`
-	Changes     map[Key]Change `json:"changes"`
-	Decisions   []Decision     `json:"decisions"`
-	// Candidates are the servers the policy's own test finds now, drained
-	// or refused or not: empty for a policy that cannot tell without
-	// deciding (the LLM, a Lua script).
-	Candidates []Key `json:"candidates"`
-	// StateFile is where the state file stands (saved, or unsaved since
-	// a failed write); absent without --state-file.
-	StateFile *SaveStatus `json:"state_file,omitempty"`
-	// LeftAlone are the servers the agent neither judges nor acts on, and
-	// why: backups, agent-checked servers, hash-balanced backends.
-	LeftAlone map[Key]string `json:"left_alone,omitempty"`
-	// Mode is observe or enforce; Pauses the pauses in force. While
-	// either holds an action back, it is a decision with "would" set.
-	Mode   Mode    `json:"mode"`
-	Pauses []Pause `json:"pauses"`
-	// Inventory is every server the first step found in drain or maint,
-	// or at a weight the agent set, and who holds it.
-	Inventory []Held `json:"inventory"`
-	// Scope is how each backend stands against the config's backend
-	// blocks: in scope or not, its floor, caps and action.
-	Scope []BackendScope `json:"scope"`
-}
-
-// Status is a copy of the loop's latest view, for people and scripts.
-func (l *Loop) Status() Status {
-	changes := l.Ledger()
-	var saved *SaveStatus
-	if l.StateFile != "" {
-		st := l.theLedger().Saved()
-		saved = &st
-	}
-	var ps any
-	if l.Policy.Status != nil {
-		ps = l.Policy.Status()
-	}
-	var notes map[Key]string
-	if l.Policy.Notes != nil {
-		notes = l.Policy.Notes()
-	}
-	alone := l.LeftAlone()
-	pauses := l.theLedger().Pauses(l.Clock.Now())
-	scopes := l.Scopes()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return Status{
-		Policy: l.Policy.Name(), PolicyStatus: ps, PolicyNotes: notes, Interval: l.Interval.String(), Cycle: l.cycle, Observed: l.last.Time,
-		Backends: l.last.Backends, Changes: changes, Decisions: append([]Decision(nil), l.recent...),
-		Candidates: append([]Key{}, l.candidates...), StateFile: saved, LeftAlone: alone,
-		Mode: l.mode(), Pauses: append([]Pause{}, pauses...), Inventory: append([]Held{}, l.inventory...), Scope: scopes,
-	}
-}
-
-// Metrics is a copy of the loop's counters, with the state file's.
-func (l *Loop) Metrics() Counters {
-	saved := l.theLedger().Saved()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	m := l.metrics
-	m.RefusedBy = make(map[Refusal]uint64, len(l.metrics.RefusedBy))
-	for c, n := range l.metrics.RefusedBy {
-		m.RefusedBy[c] = n
-	}
-	m.Would = make(map[WouldKind]uint64, len(l.metrics.Would))
-	for k, n := range l.metrics.Would {
-		m.Would[k] = n
-	}
-	m.StateUnsaved, m.StateFailedWrites = !saved.Saved, saved.FailedWrites
-	return m
-}
-
-// WouldNow is every action the last step vetted and held back (observe
-// mode, a pause), for a per-server metric to alert on.
-func (l *Loop) WouldNow() []Would {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]Would(nil), l.wouldNow...)
-}
-
 // mode is the mode in force; a Loop built without one enforces.
-func (l *Loop) mode() Mode {
+func (l *Loop) mode() agent.Mode {
 	if l.Mode == "" {
-		return ModeEnforce
+		return agent.ModeEnforce
 	}
 	return l.Mode
 }
-
-// Pauses are the pauses in force now.
-func (l *Loop) Pauses() []Pause { return l.theLedger().Pauses(l.Clock.Now()) }

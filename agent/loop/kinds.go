@@ -1,10 +1,12 @@
-package agent
+package loop
 
 import (
 	"fmt"
 	"slices"
 	"sync"
 
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/merge"
 	"github.com/hapilot/hapilot/haproxy"
 )
 
@@ -31,38 +33,19 @@ func hashedReason(algo string) string {
 	return fmt.Sprintf("balance %s sends each server its own request mix, so the same-mix test does not hold: name the backend in --hash-backends to govern it", algo)
 }
 
-// kind is what `show stat` says of a server beyond its counters, merged
-// over the processes.
-type kind struct {
-	backup, agentCheck, tcp bool
-	algo                    string
-}
-
-// add merges one process's row: a server is a backup, agent-checked or
-// in tcp mode if any process says so, and its algorithm is a hashing one's
-// when any process hashes.
-func (cur *kind) add(st haproxy.ServerStat) {
-	cur.backup = cur.backup || st.Backup
-	cur.agentCheck = cur.agentCheck || st.AgentCheck
-	cur.tcp = cur.tcp || st.TCP
-	if st.Hashed() || cur.algo == "" {
-		cur.algo = st.Algo
-	}
-}
-
 // leftAlone is why the agent leaves server k alone, "" when it governs it.
-func (l *Loop) leftAlone(k Key, kd kind) string { return leaveAlone(k, kd, l.HashBackends) }
+func (l *Loop) leftAlone(k agent.Key, kd merge.Kind) string { return leaveAlone(k, kd, l.HashBackends) }
 
-func leaveAlone(k Key, kd kind, hashBackends []string) string {
+func leaveAlone(k agent.Key, kd merge.Kind, hashBackends []string) string {
 	switch {
-	case kd.tcp:
+	case kd.TCP:
 		return AloneTCP
-	case kd.backup:
+	case kd.Backup:
 		return AloneBackup
-	case kd.agentCheck:
+	case kd.AgentCheck:
 		return AloneAgentCheck
-	case slices.Contains(haproxy.HashAlgos, kd.algo) && !slices.Contains(hashBackends, k.Backend):
-		return hashedReason(kd.algo)
+	case slices.Contains(haproxy.HashAlgos, kd.Algo) && !slices.Contains(hashBackends, k.Backend):
+		return hashedReason(kd.Algo)
 	}
 	return ""
 }
@@ -74,7 +57,7 @@ func leaveAlone(k Key, kd kind, hashBackends []string) string {
 // holds in maintenance). `hapilot check --live` prints it per server.
 func Untouched(st haproxy.ServerStat, s haproxy.ServerState, hashBackends []string) string {
 	k := key(st.Backend, st.Server)
-	if why := leaveAlone(k, kind{backup: st.Backup, agentCheck: st.AgentCheck, tcp: st.TCP, algo: st.Algo}, hashBackends); why != "" {
+	if why := leaveAlone(k, merge.Kind{Backup: st.Backup, AgentCheck: st.AgentCheck, TCP: st.TCP, Algo: st.Algo}, hashBackends); why != "" {
 		return why
 	}
 	switch {
@@ -93,19 +76,19 @@ func Untouched(st haproxy.ServerStat, s haproxy.ServerState, hashBackends []stri
 // alone is the servers left alone and why, as the last step found them.
 type alone struct {
 	mu     sync.Mutex // guards why and logged
-	why    map[Key]string
-	logged map[Key]string // what was logged for each, so that each is said once
+	why    map[agent.Key]string
+	logged map[agent.Key]string // what was logged for each, so that each is said once
 }
 
 // note records this step's servers left alone, and returns those whose
 // reason is new since it was last logged.
-func (a *alone) note(now map[Key]string) map[Key]string {
+func (a *alone) note(now map[agent.Key]string) map[agent.Key]string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.logged == nil {
-		a.logged = map[Key]string{}
+		a.logged = map[agent.Key]string{}
 	}
-	fresh := map[Key]string{}
+	fresh := map[agent.Key]string{}
 	for k, why := range now {
 		if a.logged[k] != why {
 			fresh[k] = why
@@ -121,31 +104,19 @@ func (a *alone) note(now map[Key]string) map[Key]string {
 	return fresh
 }
 
-// LeftAlone lists the servers the agent leaves alone, with the reason for
-// each, as of the last step.
-func (l *Loop) LeftAlone() map[Key]string {
-	l.alone.mu.Lock()
-	defer l.alone.mu.Unlock()
-	out := make(map[Key]string, len(l.alone.why))
-	for k, v := range l.alone.why {
-		out[k] = v
-	}
-	return out
-}
-
 // readdress notes each server's address, and empties the window of one
 // whose address changed: a server-template slot that DNS gave another
 // host is a new server, and the old host's errors must not count against
 // it. Only Step calls it.
-func (l *Loop) readdress(k Key, addr string) {
+func (l *Loop) readdress(k agent.Key, addr string) {
 	if addr == "" || addr == "-" { // "-": a slot the resolver left without one
 		return
 	}
-	if l.addrs == nil {
-		l.addrs = map[Key]string{}
+	if l.st.addrs == nil {
+		l.st.addrs = map[agent.Key]string{}
 	}
-	was, seen := l.addrs[k]
-	l.addrs[k] = addr
+	was, seen := l.st.addrs[k]
+	l.st.addrs[k] = addr
 	if !seen || was == addr {
 		return
 	}

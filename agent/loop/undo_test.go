@@ -1,4 +1,4 @@
-package agent
+package loop
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/ledger"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
 	"github.com/rs/zerolog"
@@ -14,12 +16,12 @@ import (
 
 // undoRecovery is a recovery that readies one server: the tail guard's
 // undo of a weight cut.
-type undoRecovery struct{ k Key }
+type undoRecovery struct{ k agent.Key }
 
-func (r undoRecovery) Plan(context.Context, Observation) Plan {
-	return Plan{{Kind: Ready, Backend: r.k.Backend, Server: r.k.Server, Reason: "tail-latency guard", Origin: OriginRecovery}}
+func (r undoRecovery) Plan(context.Context, agent.Observation) agent.Plan {
+	return agent.Plan{{Kind: agent.Ready, Backend: r.k.Backend, Server: r.k.Server, Reason: "tail-latency guard", Origin: agent.OriginRecovery}}
 }
-func (undoRecovery) RequestProbe(Key) {}
+func (undoRecovery) RequestProbe(agent.Key) {}
 
 // Every undo sends the same commands for the same server, and leaves it
 // at its configured state with no change of the agent's on record: here
@@ -37,14 +39,14 @@ func TestEveryUndoSendsTheSameCommands(t *testing.T) {
 		rt := fakes.NewRuntime("s1", "s2", "s3", "s4", "s5", "s6")
 		l, clk, pol, _ := newLoop(rt)
 		l.StateFile = file
-		pol.plans = []Plan{{drain("s2"), {Kind: SetWeight, Backend: "app", Server: "s5", Weight: 2}}}
+		pol.plans = []agent.Plan{{drain("s2"), {Kind: agent.SetWeight, Backend: "app", Server: "s5", Weight: 2}}}
 		l.Step(ctx)
 		rt.Set("s2", func(s *haproxy.ServerState) { s.Weight = 2 })
 		l.theLedger().Cut(key("app", "s2"), 2, 10, clk.Now(), "re-admission: canary weight before ready", 0)
 		if got := rt.TakeCommands(); len(got) != 2 {
 			t.Fatalf("setup commands %q", got)
 		}
-		if c := l.Ledger(); c[key("app", "s2")].Phase != PhaseDrained || c[key("app", "s5")].Phase != PhaseCut {
+		if c := l.View().Ledger(); c[key("app", "s2")].Phase != agent.PhaseDrained || c[key("app", "s5")].Phase != agent.PhaseCut {
 			t.Fatalf("setup ledger %v", c)
 		}
 		return l, rt, file, clk
@@ -56,21 +58,21 @@ func TestEveryUndoSendsTheSameCommands(t *testing.T) {
 		undo func(t *testing.T, l *Loop, rt *fakes.Runtime, file string, clk *fakes.Clock)
 		want []string
 	}{
-		{"--on-exit restore", func(t *testing.T, l *Loop, _ *fakes.Runtime, _ string, _ *fakes.Clock) { l.Undo(ctx) }, append(s2, s5...)},
+		{"--on-exit restore", func(t *testing.T, l *Loop, _ *fakes.Runtime, _ string, _ *fakes.Clock) { l.Control().Undo(ctx) }, append(s2, s5...)},
 		{"ctl restore", func(t *testing.T, l *Loop, _ *fakes.Runtime, _ string, _ *fakes.Clock) {
-			if _, err := l.Restore(ctx, "test"); err != nil {
+			if _, err := l.Control().Restore(ctx, "test"); err != nil {
 				t.Fatal(err)
 			}
 		}, append(s2, s5...)},
 		{"ctl release", func(t *testing.T, l *Loop, _ *fakes.Runtime, _ string, _ *fakes.Clock) {
 			for _, s := range []string{"s2", "s5"} {
-				if _, err := l.Release(ctx, key("app", s), "test"); err != nil {
+				if _, err := l.Control().Release(ctx, key("app", s), "test"); err != nil {
 					t.Fatal(err)
 				}
 			}
 		}, append(s2, s5...)},
 		{"hapilot restore", func(t *testing.T, _ *Loop, rt *fakes.Runtime, file string, clk *fakes.Clock) {
-			if _, err := RestoreFromState(ctx, file, []Runtime{rt}, time.Hour, clk.Now(), zerolog.Nop()); err != nil {
+			if _, err := RestoreFromState(ctx, file, []agent.Runtime{rt}, time.Hour, clk.Now(), zerolog.Nop()); err != nil {
 				t.Fatal(err)
 			}
 		}, append(s2, s5...)},
@@ -95,10 +97,10 @@ func TestEveryUndoSendsTheSameCommands(t *testing.T) {
 					t.Errorf("%s left at admin %d, weight %d of %d", s.Server, s.AdminState, s.Weight, s.Initial)
 				}
 			}
-			if _, ok := NewLedger(file, zerolog.Nop()).Changes()[key("app", "s5")]; ok {
-				t.Errorf("s5's cut still on record: %v", NewLedger(file, zerolog.Nop()).Changes())
+			if _, ok := ledger.New(file, zerolog.Nop()).Changes()[key("app", "s5")]; ok {
+				t.Errorf("s5's cut still on record: %v", ledger.New(file, zerolog.Nop()).Changes())
 			}
-			if c, ok := NewLedger(file, zerolog.Nop()).Changes()[key("app", "s2")]; ok && len(tc.want) > 1 {
+			if c, ok := ledger.New(file, zerolog.Nop()).Changes()[key("app", "s2")]; ok && len(tc.want) > 1 {
 				t.Errorf("s2 still on record after its undo: %+v", c)
 			}
 		})

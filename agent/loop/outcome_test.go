@@ -1,4 +1,4 @@
-package agent
+package loop
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
 )
 
@@ -17,23 +18,23 @@ import (
 func TestDecisionsSayWhatWasDone(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		mode    Mode
-		plan    Plan
-		want    []Outcome
+		mode    agent.Mode
+		plan    agent.Plan
+		want    []agent.Outcome
 		has     []string
 		hasNot  []string
 		servers string // what the view of s2 must not hold
 	}{
 		{
-			name: "observe", mode: ModeObserve, plan: Plan{drain("s2")},
-			want:   []Outcome{OutcomeObserved},
+			name: "observe", mode: agent.ModeObserve, plan: agent.Plan{drain("s2")},
+			want:   []agent.Outcome{agent.OutcomeObserved},
 			has:    []string{`"outcome":"observed"`, `"would_apply":{"kind":"drain","backend":"app","server":"s2"}`, `"would":"observe mode`},
 			hasNot: []string{`"applied"`},
 		},
 		{
-			name: "enforce", mode: ModeEnforce, plan: Plan{drain("s2"), drain("s3")},
+			name: "enforce", mode: agent.ModeEnforce, plan: agent.Plan{drain("s2"), drain("s3")},
 			// s3 would leave one of four serving: the floor refuses it.
-			want:   []Outcome{OutcomeApplied, OutcomeRefused},
+			want:   []agent.Outcome{agent.OutcomeApplied, agent.OutcomeRefused},
 			has:    []string{`"outcome":"applied","proposed":{"kind":"drain","backend":"app","server":"s2"},"accepted":true,"applied":{"kind":"drain","backend":"app","server":"s2"}`, `"outcome":"refused"`},
 			hasNot: []string{`"would_apply"`, `"applied":{"kind":""`},
 		},
@@ -42,10 +43,10 @@ func TestDecisionsSayWhatWasDone(t *testing.T) {
 			rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
 			l, _, pol, _ := newLoop(rt)
 			l.Mode = tc.mode
-			pol.plans = []Plan{tc.plan}
+			pol.plans = []agent.Plan{tc.plan}
 			l.Step(context.Background())
-			st := l.Status()
-			var got []Outcome
+			st := l.View().Status()
+			var got []agent.Outcome
 			for _, d := range st.Decisions {
 				got = append(got, d.Outcome)
 			}

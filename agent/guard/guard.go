@@ -1,10 +1,11 @@
-package agent
+package guard
 
 import (
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/haproxy"
 )
 
@@ -45,7 +46,7 @@ func DefaultGuardrails() Guardrails {
 // For returns the guardrails widened by a policy's needs: its drain cap
 // per fleet size. Nothing a policy needs loosens the floor, the operator's
 // hold or any other limit.
-func (g Guardrails) For(n Needs) Guardrails {
+func (g Guardrails) For(n agent.Needs) Guardrails {
 	if n.DrainsPer > 0 {
 		g.DrainsPer = n.DrainsPer
 	}
@@ -85,7 +86,7 @@ func (g Guardrails) Floor(n int) int {
 // capacityWeight finds the smallest weight for s that keeps every other
 // serving server of b within MaxUtilization of its throughput, where that
 // is known. why is empty when a drain is fine (or capacity unknown).
-func (g Guardrails) capacityWeight(obs *Observation, b *BackendView, serving map[string]bool, s *ServerView) (int, string) {
+func (g Guardrails) capacityWeight(obs *agent.Observation, b *agent.BackendView, serving map[string]bool, s *agent.ServerView) (int, string) {
 	if g.MaxUtilization <= 0 {
 		return 0, ""
 	}
@@ -143,78 +144,33 @@ func (g Guardrails) drainLimit(servers int) int {
 	return g.MaxDrains
 }
 
-// Refusal says why the guardrails refused an action, as a code that
-// behaviour may depend on; the verdict's Reason is its text for people.
-type Refusal string
-
-const (
-	RefusedUnknownServer Refusal = "unknown_server"
-	RefusedTouched       Refusal = "one_per_server"
-	RefusedOperator      Refusal = "operator"
-	RefusedActionCap     Refusal = "action_cap"
-	RefusedDrainCap      Refusal = "drain_cap"
-	RefusedFloor         Refusal = "floor"
-	RefusedCapacity      Refusal = "capacity"
-	RefusedTailHold      Refusal = "tail_hold"
-	RefusedNoChange      Refusal = "no_change"
-	RefusedNotAgents     Refusal = "not_agents"
-	// RefusedNeedsProbe: a ready of a drained server that did not come
-	// from recovery; the loop passes it on to recovery as a request to
-	// probe the server.
-	RefusedNeedsProbe  Refusal = "needs_probe"
-	RefusedAboveConfig Refusal = "above_config"
-	RefusedUnknownKind Refusal = "unknown_kind"
-	// RefusedOutOfScope: the backend's block says enabled false; the
-	// agent observes it and only undoes its own changes there.
-	RefusedOutOfScope Refusal = "out_of_scope"
-	// RefusedLeftAlone: the server is one its backend's block leaves
-	// alone.
-	RefusedLeftAlone Refusal = "left_alone"
-	// RefusedMaxDrained: the backend's max-drained, or --max-drained
-	// across every backend, is reached.
-	RefusedMaxDrained Refusal = "max_drained"
-	// RefusedRateCap: --max-drains-per-hour is reached on the backend.
-	RefusedRateCap Refusal = "rate_cap"
-)
-
 // refusal is a refusal's code and its text.
 type refusal struct {
-	code Refusal
+	code agent.Refusal
 	text string
 }
 
-func refuse(code Refusal, format string, args ...any) *refusal {
+func refuse(code agent.Refusal, format string, args ...any) *refusal {
 	return &refusal{code, fmt.Sprintf(format, args...)}
 }
 
-// Verdict is the guardrails' answer to one proposed action. Applied is the
-// action as it will run (a weight may be clamped).
-type Verdict struct {
-	Proposed Action `json:"proposed"`
-	Accepted bool   `json:"accepted"`
-	Applied  Action `json:"applied,omitzero"` // absent when refused
-	// Code and Reason say why it was refused.
-	Code   Refusal `json:"code,omitempty"`
-	Reason string  `json:"reason,omitempty"`
-}
-
 // Vet checks a plan against the observation, in the plan's order.
-func (g Guardrails) Vet(obs *Observation, plan Plan) []Verdict {
-	out := make([]Verdict, 0, len(plan))
+func (g Guardrails) Vet(obs *agent.Observation, plan agent.Plan) []agent.Verdict {
+	out := make([]agent.Verdict, 0, len(plan))
 	// serving after the actions accepted so far, per backend
 	serving := map[string]map[string]bool{}
-	touched := map[Key]bool{}
+	touched := map[agent.Key]bool{}
 	drains := map[string]int{} // per backend, or all under "" without DrainsPer
 	actions := 0
 	held := g.heldDrains(obs)
 	for _, a := range plan {
-		v := Verdict{Proposed: a}
+		v := agent.Verdict{Proposed: a}
 		scope := ""
 		if g.DrainsPer > 0 {
 			scope = a.Backend
 		}
 		r, applied := g.check(obs, serving, touched, a, drains[scope], actions)
-		if r == nil && applied.Kind == Drain && a.Counted() {
+		if r == nil && applied.Kind == agent.Drain && a.Counted() {
 			r = g.checkCaps(obs, held, a.Backend)
 		}
 		if r != nil {
@@ -225,7 +181,7 @@ func (g Guardrails) Vet(obs *Observation, plan Plan) []Verdict {
 		v.Accepted, v.Applied = true, applied
 		if a.Counted() {
 			actions++
-			if applied.Kind == Drain {
+			if applied.Kind == agent.Drain {
 				drains[scope]++
 				held.add(a.Backend)
 				held.step[a.Backend]++
@@ -237,33 +193,33 @@ func (g Guardrails) Vet(obs *Observation, plan Plan) []Verdict {
 	return out
 }
 
-func (g Guardrails) check(obs *Observation, serving map[string]map[string]bool, touched map[Key]bool, a Action, drains, actions int) (*refusal, Action) {
+func (g Guardrails) check(obs *agent.Observation, serving map[string]map[string]bool, touched map[agent.Key]bool, a agent.Action, drains, actions int) (*refusal, agent.Action) {
 	b, s := obs.Find(a.Backend, a.Server)
 	if s == nil {
-		return refuse(RefusedUnknownServer, "unknown server %s", a.Key()), a
+		return refuse(agent.RefusedUnknownServer, "unknown server %s", a.Key()), a
 	}
 	if touched[a.Key()] {
-		return refuse(RefusedTouched, "one action per server per step"), a
+		return refuse(agent.RefusedTouched, "one action per server per step"), a
 	}
-	if s.Owner == OwnerOperator {
+	if s.Owner == agent.OwnerOperator {
 		if !s.OperatorUntil.IsZero() {
-			return refuse(RefusedOperator, "the operator undid the agent's change (%s, weight %d of %d): theirs until %s or until its state changes",
+			return refuse(agent.RefusedOperator, "the operator undid the agent's change (%s, weight %d of %d): theirs until %s or until its state changes",
 				s.State.Label(), s.State.Weight, s.State.Initial, s.OperatorUntil.Format(time.TimeOnly)), a
 		}
-		return refuse(RefusedOperator, "held by the operator (%s, weight %d of %d): the agent never changes it", s.State.Label(), s.State.Weight, s.State.Initial), a
+		return refuse(agent.RefusedOperator, "held by the operator (%s, weight %d of %d): the agent never changes it", s.State.Label(), s.State.Weight, s.State.Initial), a
 	}
 	// Out of scope or left alone, the agent may only undo its own change.
-	if a.Kind != Ready {
+	if a.Kind != agent.Ready {
 		bs := g.Scope.For(b.Name)
 		if !bs.InScope() {
-			return refuse(RefusedOutOfScope, "backend %s is out of scope (enabled false in the config's backend %s block): the agent observes it only", b.Name, bs.Pattern), a
+			return refuse(agent.RefusedOutOfScope, "backend %s is out of scope (enabled false in the config's backend %s block): the agent observes it only", b.Name, bs.Pattern), a
 		}
 		if bs.LeftAlone(a.Server) {
-			return refuse(RefusedLeftAlone, "%s is left alone (leave-alone in the config's backend %s block)", a.Key(), bs.Pattern), a
+			return refuse(agent.RefusedLeftAlone, "%s is left alone (leave-alone in the config's backend %s block)", a.Key(), bs.Pattern), a
 		}
 	}
 	if actions >= g.MaxActions && a.Counted() {
-		return refuse(RefusedActionCap, "at most %d actions per step", g.MaxActions), a
+		return refuse(agent.RefusedActionCap, "at most %d actions per step", g.MaxActions), a
 	}
 	cur := serving[b.Name]
 	if cur == nil {
@@ -274,28 +230,28 @@ func (g Guardrails) check(obs *Observation, serving map[string]map[string]bool, 
 		serving[b.Name] = cur
 	}
 	switch a.Kind {
-	case Drain:
+	case agent.Drain:
 		return g.checkDrain(obs, b, s, cur, a, drains)
-	case Ready:
-		if s.Owner != OwnerAgent {
-			return refuse(RefusedNotAgents, "not changed by the agent: nothing to undo"), a
+	case agent.Ready:
+		if s.Owner != agent.OwnerAgent {
+			return refuse(agent.RefusedNotAgents, "not changed by the agent: nothing to undo"), a
 		}
 		// Only recovery, after its probes, brings a drained server back
 		// (and the agent's own undo as it stops, which never passes here).
-		if s.Changed != nil && s.Changed.Phase == PhaseDrained && a.Origin != OriginRecovery && a.Origin != OriginRestore {
-			return refuse(RefusedNeedsProbe, "a drained server comes back only after a clean probe burst: recovery was asked to probe it"), a
+		if s.Changed != nil && s.Changed.Phase == agent.PhaseDrained && a.Origin != agent.OriginRecovery && a.Origin != agent.OriginRestore {
+			return refuse(agent.RefusedNeedsProbe, "a drained server comes back only after a clean probe burst: recovery was asked to probe it"), a
 		}
 		cur[a.Server] = s.State.OpState == haproxy.OpRunning
 		return nil, a
-	case SetWeight:
+	case agent.SetWeight:
 		return g.checkWeight(obs, b, s, cur, a)
 	}
-	return refuse(RefusedUnknownKind, "unknown action kind %q", a.Kind), a
+	return refuse(agent.RefusedUnknownKind, "unknown action kind %q", a.Kind), a
 }
 
 // belowFloor says why taking server out of b's serving set cur would
 // leave b below its floor, or nil when it would not.
-func (g Guardrails) belowFloor(b *BackendView, cur map[string]bool, server string) *refusal {
+func (g Guardrails) belowFloor(b *agent.BackendView, cur map[string]bool, server string) *refusal {
 	count := 0
 	for _, on := range cur {
 		if on {
@@ -303,20 +259,20 @@ func (g Guardrails) belowFloor(b *BackendView, cur map[string]bool, server strin
 		}
 	}
 	if floor := g.floorOf(b); cur[server] && count-1 < floor {
-		return refuse(RefusedFloor, "would leave %s with %d serving servers, below the floor of %d", b.Name, count-1, floor)
+		return refuse(agent.RefusedFloor, "would leave %s with %d serving servers, below the floor of %d", b.Name, count-1, floor)
 	}
 	return nil
 }
 
-func (g Guardrails) checkDrain(obs *Observation, b *BackendView, s *ServerView, cur map[string]bool, a Action, drains int) (*refusal, Action) {
+func (g Guardrails) checkDrain(obs *agent.Observation, b *agent.BackendView, s *agent.ServerView, cur map[string]bool, a agent.Action, drains int) (*refusal, agent.Action) {
 	if s.State.Drain() {
-		return refuse(RefusedNoChange, "already drained"), a
+		return refuse(agent.RefusedNoChange, "already drained"), a
 	}
 	if limit := g.drainLimit(len(b.Servers)); drains >= limit && a.Counted() {
-		return refuse(RefusedDrainCap, "at most %d drain per step", limit), a
+		return refuse(agent.RefusedDrainCap, "at most %d drain per step", limit), a
 	}
 	if obs.Time.Before(s.NoDrainUntil) {
-		return refuse(RefusedTailHold, "held from draining until %s: draining it hurt the backend's p99", s.NoDrainUntil.Format(time.TimeOnly)), a
+		return refuse(agent.RefusedTailHold, "held from draining until %s: draining it hurt the backend's p99", s.NoDrainUntil.Format(time.TimeOnly)), a
 	}
 	if r := g.belowFloor(b, cur, a.Server); r != nil {
 		return r, a
@@ -324,10 +280,10 @@ func (g Guardrails) checkDrain(obs *Observation, b *BackendView, s *ServerView, 
 	if a.Counted() {
 		if w, why := g.capacityWeight(obs, b, cur, s); why != "" {
 			if w >= s.State.Weight {
-				return &refusal{RefusedCapacity, why}, a
+				return &refusal{agent.RefusedCapacity, why}, a
 			}
 			cut := a
-			cut.Kind, cut.Weight = SetWeight, w
+			cut.Kind, cut.Weight = agent.SetWeight, w
 			cut.Reason = a.Reason + "; " + why
 			return nil, cut
 		}
@@ -339,22 +295,22 @@ func (g Guardrails) checkDrain(obs *Observation, b *BackendView, s *ServerView, 
 // checkWeight bounds a weight change: at most MaxWeightStep a step, and
 // never above the server's configured weight, whichever policy asks. A
 // cut is checked against the others' capacity as a drain is.
-func (g Guardrails) checkWeight(obs *Observation, b *BackendView, s *ServerView, cur map[string]bool, a Action) (*refusal, Action) {
+func (g Guardrails) checkWeight(obs *agent.Observation, b *agent.BackendView, s *agent.ServerView, cur map[string]bool, a agent.Action) (*refusal, agent.Action) {
 	w := a.Weight
 	lo, hi := s.State.Weight-g.MaxWeightStep, s.State.Weight+g.MaxWeightStep
 	w = max(w, lo, 0)
 	w = min(w, hi, haproxy.MaxWeight, s.State.Initial)
 	if w == s.State.Weight {
 		if a.Weight > s.State.Initial {
-			return refuse(RefusedAboveConfig, "weight %d is above the configured %d: no policy raises a weight past its configuration", a.Weight, s.State.Initial), a
+			return refuse(agent.RefusedAboveConfig, "weight %d is above the configured %d: no policy raises a weight past its configuration", a.Weight, s.State.Initial), a
 		}
-		return refuse(RefusedNoChange, "weight already %d", w), a
+		return refuse(agent.RefusedNoChange, "weight already %d", w), a
 	}
 	applied := a
 	if w < s.State.Weight && cur[a.Server] && a.Counted() {
 		if least, why := g.capacityWeight(obs, b, cur, s); why != "" && w < least {
 			if least >= s.State.Weight {
-				return &refusal{RefusedCapacity, why}, a
+				return &refusal{agent.RefusedCapacity, why}, a
 			}
 			w = least
 			applied.Reason = a.Reason + "; " + why
@@ -374,7 +330,7 @@ func (g Guardrails) checkWeight(obs *Observation, b *BackendView, s *ServerView,
 
 // floorOf is b's serving floor: its block's min-serving, else the
 // global one.
-func (g Guardrails) floorOf(b *BackendView) int {
+func (g Guardrails) floorOf(b *agent.BackendView) int {
 	if bs := g.Scope.For(b.Name); bs.MinServing != nil && *bs.MinServing > 0 {
 		return *bs.MinServing
 	}
@@ -393,13 +349,13 @@ type drainsHeld struct {
 
 func (h *drainsHeld) add(backend string) { h.by[backend]++; h.total++ }
 
-func (g Guardrails) heldDrains(obs *Observation) *drainsHeld {
+func (g Guardrails) heldDrains(obs *agent.Observation) *drainsHeld {
 	h := &drainsHeld{by: map[string]int{}, step: map[string]int{}, servers: map[string]int{}}
 	for _, b := range obs.Backends {
 		h.servers[b.Name] = len(b.Servers)
 		h.all += len(b.Servers)
 		for _, s := range b.Servers {
-			if s.Owner == OwnerAgent && s.Changed != nil && s.Changed.Phase == PhaseDrained {
+			if s.Owner == agent.OwnerAgent && s.Changed != nil && s.Changed.Phase == agent.PhaseDrained {
 				h.add(b.Name)
 			}
 		}
@@ -409,21 +365,21 @@ func (g Guardrails) heldDrains(obs *Observation) *drainsHeld {
 
 // checkCaps holds a drain of backend to its max-drained, to
 // --max-drained across every backend, and to --max-drains-per-hour.
-func (g Guardrails) checkCaps(obs *Observation, held *drainsHeld, backend string) *refusal {
+func (g Guardrails) checkCaps(obs *agent.Observation, held *drainsHeld, backend string) *refusal {
 	bs := g.Scope.For(backend)
 	if bs.MaxDrained != nil {
 		if limit := bs.MaxDrained.Of(held.servers[backend]); limit > 0 && held.by[backend] >= limit {
-			return refuse(RefusedMaxDrained, "backend %s already has %d drained by the agent: its max-drained is %s (%d of %d servers)",
+			return refuse(agent.RefusedMaxDrained, "backend %s already has %d drained by the agent: its max-drained is %s (%d of %d servers)",
 				backend, held.by[backend], bs.MaxDrained, limit, held.servers[backend])
 		}
 	}
 	if limit := g.MaxDrained.Of(held.all); limit > 0 && held.total >= limit {
-		return refuse(RefusedMaxDrained, "the agent already holds %d servers drained: --max-drained is %s (%d of %d servers)",
+		return refuse(agent.RefusedMaxDrained, "the agent already holds %d servers drained: --max-drained is %s (%d of %d servers)",
 			held.total, g.MaxDrained, limit, held.all)
 	}
 	if g.DrainsPerHour > 0 {
 		if n := obs.DrainsLastHour[backend] + held.step[backend]; n >= g.DrainsPerHour {
-			return refuse(RefusedRateCap, "backend %s had %d drains in the last hour: --max-drains-per-hour is %d", backend, n, g.DrainsPerHour)
+			return refuse(agent.RefusedRateCap, "backend %s had %d drains in the last hour: --max-drains-per-hour is %d", backend, n, g.DrainsPerHour)
 		}
 	}
 	return nil

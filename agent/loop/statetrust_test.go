@@ -1,4 +1,4 @@
-package agent
+package loop
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/agent/ledger"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
 	"github.com/hapilot/hapilot/internal/lib/safefile"
@@ -25,7 +27,7 @@ func genuineState(t *testing.T, dir string) []byte {
 	rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
 	l, _, pol, _ := newLoop(rt)
 	l.StateFile = file
-	pol.plans = []Plan{{drain("s2")}}
+	pol.plans = []agent.Plan{{drain("s2")}}
 	l.Step(context.Background())
 	b, err := os.ReadFile(file)
 	if err != nil || !strings.Contains(string(b), "app/s2") {
@@ -102,8 +104,8 @@ func TestUntrustedStateFileRefused(t *testing.T) {
 				if err != nil {
 					t.Fatalf("a trusted file refused: %v", err)
 				}
-				if _, ok := l.Ledger()[Key{Backend: "app", Server: "s2"}]; !ok {
-					t.Fatalf("the trusted file's change was not read: %v", l.Ledger())
+				if _, ok := l.View().Ledger()[agent.Key{Backend: "app", Server: "s2"}]; !ok {
+					t.Fatalf("the trusted file's change was not read: %v", l.View().Ledger())
 				}
 				return
 			}
@@ -118,7 +120,7 @@ func TestUntrustedStateFileRefused(t *testing.T) {
 			// Offline restore refuses it too, and sends nothing: the
 			// operator's drain of s2 stands.
 			rt.Set("s2", func(s *haproxy.ServerState) { s.AdminState = haproxy.AdminForcedDrain })
-			if _, err := RestoreFromState(context.Background(), file, []Runtime{rt}, time.Hour, time.Unix(2000, 0), zerolog.Nop()); !errors.Is(err, safefile.ErrUntrusted) {
+			if _, err := RestoreFromState(context.Background(), file, []agent.Runtime{rt}, time.Hour, time.Unix(2000, 0), zerolog.Nop()); !errors.Is(err, safefile.ErrUntrusted) {
 				t.Fatalf("restore: %v", err)
 			}
 			if cmds := rt.TakeCommands(); len(cmds) != 0 {
@@ -133,7 +135,7 @@ func TestUntrustedStateFileRefused(t *testing.T) {
 			if cmds := rt.TakeCommands(); len(cmds) != 0 {
 				t.Fatalf("the first step sent %q", cmds)
 			}
-			if w := l2.StateWarning(); !strings.Contains(w, "could not be read at start") || !strings.Contains(w, "kept as") {
+			if w := l2.View().StateWarning(); !strings.Contains(w, "could not be read at start") || !strings.Contains(w, "kept as") {
 				t.Fatalf("warning %q", w)
 			}
 		})
@@ -163,7 +165,7 @@ func TestRestoreKeepsTheStateFilesOwner(t *testing.T) {
 	}
 	rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
 	rt.Set("s2", func(s *haproxy.ServerState) { s.AdminState = haproxy.AdminForcedDrain })
-	got, err := RestoreFromState(context.Background(), file, []Runtime{rt}, time.Hour, time.Unix(2000, 0), zerolog.Nop())
+	got, err := RestoreFromState(context.Background(), file, []agent.Runtime{rt}, time.Hour, time.Unix(2000, 0), zerolog.Nop())
 	if err != nil || len(got) != 1 || got[0].Error != "" {
 		t.Fatalf("restore %+v: %v", got, err)
 	}
@@ -174,7 +176,7 @@ func TestRestoreKeepsTheStateFilesOwner(t *testing.T) {
 		t.Fatalf("after restore the state file is %d:%d %04o, want %d:%d 0640", uid, gid, perm, nobody, nobody)
 	}
 	// The release's hold is in it, for the service's next start.
-	if l := NewLedger(file, zerolog.Nop()); l.OverriddenUntil(Key{Backend: "app", Server: "s2"}).IsZero() {
+	if l := ledger.New(file, zerolog.Nop()); l.OverriddenUntil(agent.Key{Backend: "app", Server: "s2"}).IsZero() {
 		t.Fatal("the operator's hold is not in the state file")
 	}
 }

@@ -1,4 +1,4 @@
-package agent
+package guard
 
 import (
 	"errors"
@@ -298,15 +298,15 @@ type RateSummary struct {
 	Used    int `json:"used"`
 }
 
-// drainLog keeps each backend's drains of the last hour, for the rate
+// DrainLog keeps each backend's drains of the last hour, for the rate
 // cap. It lives in memory: a restart forgets it, which errs toward
 // letting a drain through, never toward holding one the floor allows.
-type drainLog map[string][]time.Time
+type DrainLog map[string][]time.Time
 
-func (d drainLog) add(backend string, at time.Time) { d[backend] = append(d[backend], at) }
+func (d DrainLog) Add(backend string, at time.Time) { d[backend] = append(d[backend], at) }
 
 // within counts backend's drains in the hour before now, dropping older.
-func (d drainLog) within(backend string, now time.Time) int {
+func (d DrainLog) Within(backend string, now time.Time) int {
 	ts := d[backend]
 	i := 0
 	for i < len(ts) && !ts[i].After(now.Add(-time.Hour)) {

@@ -1,4 +1,4 @@
-package agent
+package loop
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/haproxy"
 	"github.com/hapilot/hapilot/internal/lab/fakes"
 	"github.com/rs/zerolog"
@@ -33,13 +34,13 @@ func TestStateFileReappliedOnlyOnItsHAProxyWhileRecent(t *testing.T) {
 	rtA := newRT("/run/haproxy-a/admin.sock")
 	first, _, pol, _ := newLoop(rtA)
 	first.StateFile = file
-	pol.plans = []Plan{{drain("s2")}}
+	pol.plans = []agent.Plan{{drain("s2")}}
 	first.Step(ctx)
 	if got := rtA.TakeCommands(); !reflect.DeepEqual(got, []string{"set server app/s2 state drain"}) {
 		t.Fatalf("the first agent sent %q", got)
 	}
-	s2 := Key{Backend: "app", Server: "s2"}
-	if c := first.Ledger()[s2]; c.Site != "/run/haproxy-a/admin.sock node " {
+	s2 := agent.Key{Backend: "app", Server: "s2"}
+	if c := first.View().Ledger()[s2]; c.Site != "/run/haproxy-a/admin.sock node " {
 		t.Fatalf("the change's site %q", c.Site)
 	}
 
@@ -64,12 +65,12 @@ func TestStateFileReappliedOnlyOnItsHAProxyWhileRecent(t *testing.T) {
 	}
 	notTakenUp := func(l *Loop, want string) {
 		t.Helper()
-		st := l.Status().StateFile
+		st := l.View().Status().StateFile
 		if st == nil || len(st.NotReapplied) != 1 || st.NotReapplied[0].Server != s2 || !strings.Contains(st.NotReapplied[0].Why, want) {
 			t.Fatalf("not re-applied: %+v, want s2: %q", st, want)
 		}
-		if _, ok := l.Ledger()[s2]; ok {
-			t.Fatalf("the change is still the agent's: %v", l.Ledger())
+		if _, ok := l.View().Ledger()[s2]; ok {
+			t.Fatalf("the change is still the agent's: %v", l.View().Ledger())
 		}
 	}
 
@@ -95,11 +96,11 @@ func TestStateFileReappliedOnlyOnItsHAProxyWhileRecent(t *testing.T) {
 			t.Fatalf("sent %q", cmds)
 		}
 		notTakenUp(l, "made on another HAProxy")
-		if v := l.Status().Backends[0].Servers[1]; v.Server != "s2" || v.Owner != OwnerOperator {
+		if v := l.View().Status().Backends[0].Servers[1]; v.Server != "s2" || v.Owner != agent.OwnerOperator {
 			t.Fatalf("s2 reads as %+v, want the operator's", v)
 		}
 		// Nor does the offline restore ready it.
-		got, err := RestoreFromState(ctx, l.StateFile, []Runtime{rtB}, time.Hour, time.Unix(2000, 0), zerolog.Nop())
+		got, err := RestoreFromState(ctx, l.StateFile, []agent.Runtime{rtB}, time.Hour, time.Unix(2000, 0), zerolog.Nop())
 		if err != nil || len(got) != 1 || !strings.Contains(got[0].Error, "made on another HAProxy") {
 			t.Fatalf("restore %+v: %v", got, err)
 		}
@@ -121,14 +122,14 @@ func TestStateFileReappliedOnlyOnItsHAProxyWhileRecent(t *testing.T) {
 	})
 	t.Run("the same HAProxy, reloaded, recent", func(t *testing.T) {
 		rtA.Reload()
-		_, cmds := start(rtA, DefaultReapplyWithin-time.Minute)
+		_, cmds := start(rtA, agent.DefaultReapplyWithin-time.Minute)
 		if !reflect.DeepEqual(cmds, []string{"set server app/s2 state drain"}) {
 			t.Fatalf("sent %q, want the drain re-applied", cmds)
 		}
 	})
 	t.Run("the same HAProxy, reloaded, stale", func(t *testing.T) {
 		rtA.Reload()
-		l, cmds := start(rtA, DefaultReapplyWithin+time.Minute)
+		l, cmds := start(rtA, agent.DefaultReapplyWithin+time.Minute)
 		if len(cmds) != 0 {
 			t.Fatalf("sent %q", cmds)
 		}
