@@ -154,7 +154,8 @@ func TestRoomsRefuseABackArrow(t *testing.T) {
 // agent's packages each may import ("x/..." is x and every package under
 // it; "x" is x alone). The shared types (agent) stand on nothing of the
 // agent; the guardrails, the ledger and the merge of HAProxy's processes
-// on the types only, none on another; the loop on those four, and nothing calls into the loop but the
+// on the types only, none on another, and so does the notifier that sends
+// the types' events; the loop on those four, and nothing calls into the loop but the
 // read side that shows it. Policies, recovery and fleet mode are handed to
 // the loop: none of them reaches the loop or the ledger.
 var agentRooms = map[string][]string{
@@ -162,6 +163,7 @@ var agentRooms = map[string][]string{
 	"agent/guard":    {"agent"},
 	"agent/ledger":   {"agent"},
 	"agent/merge":    {"agent"},
+	"agent/notify":   {"agent"},
 	"agent/loop":     {"agent", "agent/guard", "agent/ledger", "agent/merge"},
 	"agent/status":   {"agent", "agent/guard", "agent/ledger", "agent/loop"},
 	"agent/policy":   {"agent", "agent/guard", "agent/policy/..."},
