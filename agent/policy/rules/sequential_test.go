@@ -575,3 +575,32 @@ func TestZoneServerLeftWithItsReason(t *testing.T) {
 		t.Fatalf("drained %d times, note %q; want once, then left with its reason", drains, note)
 	}
 }
+
+// TestPeerCheckOverMinutes: a 2% server at 5 req/s beside two peers at
+// 0.2% makes about six errors a minute. Three things kept it serving, each
+// now gone: the peer check read only the last 64 one-second chunks, too
+// few errors for its 10⁻⁶ (it now reads back over the evidence's minutes);
+// the minimum duration's credit was the run's, so once spent every later
+// window's error was cut and the evidence stood still (a window under the
+// credit is now never cut); and the baseline learned the fault as it came
+// (it now learns each bucket 17 minutes late, unless it held evidence).
+// Before, 4 of these 10 seeds never found it in half an hour, and the
+// others took 208 to 890 s.
+func TestPeerCheckOverMinutes(t *testing.T) {
+	var times []int
+	for seed := range uint64(10) {
+		first, early := runPhases(t, DefaultConfig(), 5, []phase{{secs: 7200, rates: rates(3, 0.002, nil)},
+			{secs: 1800, rates: rates(3, 0.002, map[int]float64{1: 0.02})}}, seed)
+		if len(early) > 0 {
+			t.Fatalf("seed %d: %v condemned in the steady state", seed, early)
+		}
+		if first[0] >= 0 || first[2] >= 0 {
+			t.Errorf("seed %d: a healthy peer condemned: %v", seed, first)
+		}
+		if first[1] < 0 {
+			t.Errorf("seed %d: the 2%% server not found in 30 minutes", seed)
+		}
+		times = append(times, first[1])
+	}
+	t.Logf("found after %v s", times)
+}
