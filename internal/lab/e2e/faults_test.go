@@ -82,6 +82,7 @@ func drainsFaulty(t *testing.T, r faultRun) {
 // judges the server from HAProxy's counters meanwhile, so that it is
 // drained. Before, /status said nothing and the server was never drained.
 func TestBlindLuaStanzaIsNoticed(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var warned string
 	var unseen string
