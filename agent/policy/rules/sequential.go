@@ -41,21 +41,27 @@ import (
 //
 // Degraded means sustained. A burst of errors shorter than MinDuration
 // touches at most W chunks (window), whatever its size and however it is
-// spread; each CUSUM keeps, over its run, the largest gain any W
-// consecutive chunks brought, and takes out what that window brought
-// beyond windowCredit·h. So a burst adds at most the credit, and the rest
-// of h must come from outside the window: from healthy traffic only, a
-// chance of about e^-(1-windowCredit)h a burst. A sustained fault loses
-// one window's worth beyond the credit: it is found about W chunks
-// later. The largest window is forgotten once it is a window past and
-// the evidence has not grown since (a burst, not a fault), so that a
-// later burst is taken out too. A window that brings no more than the
-// credit is never cut: a slow fault (2% at 5 req/s) brings an error or
-// two a window, window after window, and all of it counts. (Before, the
-// credit was the run's: once spent, every later window's gain was cut,
-// and such a fault's evidence stood still for as long as it lasted.)
-// Bursts far apart end their runs between them; close ones are one
-// event longer than the minimum duration.
+// spread. Each CUSUM keeps its own values over the last W chunks, and a
+// chunk whose window (S now less S W chunks ago) brought more than
+// windowCredit·h is cut back to bring exactly that: a burst adds at most
+// the credit, and the rest of h must come from outside it, from healthy
+// traffic only, a chance of about e^-(1-windowCredit)h a burst. The cut
+// lasts W chunks in a row at most, and W a burst in an episode (chunks
+// cut with no whole window between them uncut), so that a sustained
+// fault is forgiven one window's worth at most and found about W chunks
+// later; a fault whose windows bring more than the credit now and then,
+// not in a row, is not forgiven longer. A burst that begins after a
+// quiet gap (quietGap chunks that brought no evidence) is a burst of its
+// own, with W chunks of its own, up to episodeBursts in an episode: two
+// bursts seconds apart, which Poisson bursts an hour apart make every few
+// hundred, are both forgiven. (Before, the cut compared each window with
+// the largest before it: once the window slid past a first burst, a
+// second one seconds later counted in full, and bursts of 45 errors an
+// hour apart drained 31 healthy servers per 1,000 server-days.) A window
+// that brings no more than the credit is never cut: a slow fault (2% at 5
+// req/s) brings an error or two a window, window after window, and all of
+// it counts. Errors that go on for longer than the minimum duration, one
+// burst or overlapping ones, are a fault by definition.
 //
 // The statistic is bounded at h: a refused or delayed drain (the floor,
 // the cap, observe mode) leaves a server at h, not hours of evidence
@@ -127,7 +133,13 @@ const (
 	// Rare bursts (a restart, a deploy, a GC pause: hours apart) are all
 	// forgiven; a burst that comes back every minute is a flapping fault.
 	burstTokens = 6
-	burstRefill = 600.0
+	// quietGap and episodeBursts: bursts apart by quietGap chunks that
+	// brought no evidence are each forgiven as a burst, up to
+	// episodeBursts in an episode (two bursts seconds apart: Poisson
+	// bursts an hour apart make a pair every few hundred).
+	quietGap      = 3
+	episodeBursts = 2
+	burstRefill   = 600.0
 	// peerAlpha is the peer check's level: the chance that a server
 	// failing no more than its peers, over the same chunks, passes it.
 	peerAlpha = 1e-6
@@ -173,23 +185,27 @@ type SeqServer struct {
 	curLoud, curFed bool
 	// pend: counts of checks shorter than minChunk, not yet a chunk.
 	pend Counts
-	// win: each alternative's increments over the last chunks of the
-	// evidence's run (a ring at wpos), their sum over the minimum
-	// duration's window, and the largest such sum in the run: the
-	// window whose excess over the credit is taken out of S.
-	win    [maxWindow][len(bank)]float64
-	wpos   int
-	raw    [len(bank)]float64
-	cut    [len(bank)]float64
-	winMax [len(bank)]float64
-	winAge [len(bank)]int
-	// cutting: the largest window is a burst being forgiven; tokens are
-	// the bursts the server may still have forgiven (burstTokens at
-	// most, one back every burstRefill seconds), spent = burstTokens
-	// minus tokens so that a new server starts with all of them.
-	cutting [len(bank)]bool
+	// win: each alternative's S over the last chunks of the evidence's
+	// run (a ring at wpos, W long), so that S now less its oldest is what
+	// the minimum duration's window brought. The episode of bursts under
+	// way: cuts, the chunks cut in it, allow, how many it may have cut
+	// (W a burst), inRow, the chunks cut in a row now, clean, the chunks
+	// since the last cut (W of them end the episode), quiet, the chunks in
+	// a row that brought no evidence, and gap, the most of them since the
+	// last cut. tokened: the burst under way took a token. The tokens are
+	// the bursts the server may still have forgiven (burstTokens at most,
+	// one back every burstRefill seconds), spent = burstTokens minus
+	// tokens so that a new server starts with all of them.
+	win     [maxWindow][len(bank)]float64
+	wpos    int
+	cuts    [len(bank)]int8
+	clean   [len(bank)]int8
+	inRow   [len(bank)]int8
+	allow   [len(bank)]int8
+	quiet   [len(bank)]int8
+	gap     [len(bank)]int8
+	tokened [len(bank)]bool
 	spent   [len(bank)]float64
-	atMax   [len(bank)]float64
 	// run counts the chunks since the CUSUMs were last all at zero: the
 	// span of the evidence now, Page's estimate of when a change began;
 	// runN and runX its requests and 5xx.
@@ -253,12 +269,13 @@ func (s *SeqServer) Reset() {
 // endRun forgets the run's window and counts.
 func (s *SeqServer) endRun() {
 	s.win = [maxWindow][len(bank)]float64{}
-	s.raw = [len(bank)]float64{}
-	s.cut = [len(bank)]float64{}
-	s.winMax = [len(bank)]float64{}
-	s.winAge = [len(bank)]int{}
-	s.cutting = [len(bank)]bool{}
-	s.atMax = [len(bank)]float64{}
+	s.cuts = [len(bank)]int8{}
+	s.clean = [len(bank)]int8{}
+	s.inRow = [len(bank)]int8{}
+	s.allow = [len(bank)]int8{}
+	s.quiet = [len(bank)]int8{}
+	s.gap = [len(bank)]int8{}
+	s.tokened = [len(bank)]bool{}
 	s.run, s.runN, s.runX = 0, 0, 0
 }
 
@@ -485,50 +502,74 @@ func (q *Sequential) chunk(dt float64, srv []*SeqServer, serving []bool) {
 		// successes only lower a CUSUM at zero.
 		if c.X != 0 || s.S != [len(bank)]float64{} {
 			x, ok := float64(c.X), float64(c.N-c.X)
+			// The ring holds each alternative's S over the last W chunks:
+			// slot is S a window ago, overwritten with S now.
 			slot := &s.win[s.wpos]
 			for k := range s.S {
 				l := x*a[k] + ok*b[k]
-				// The minimum duration. raw is the plain CUSUM, and the
-				// ring holds its values over the window: gain is what
-				// the last W chunks brought.
-				raw := max(0, s.raw[k]+l)
-				gain := raw - slot[k]
-				slot[k] = raw
-				if s.winAge[k]++; s.winAge[k] > q.w && s.S[k] <= s.atMax[k] {
-					// The largest window is a window past and the evidence
-					// has not grown since: a burst, not a fault. The next
-					// one is judged afresh.
-					s.winMax[k], s.winAge[k], s.cutting[k] = 0, 0, false
+				v := max(0, s.S[k]+l)
+				if l <= 0 {
+					s.quiet[k] = min(s.quiet[k]+1, quietGap) // counted up to what it is for
+					s.gap[k] = max(s.gap[k], s.quiet[k])
+				} else {
+					s.quiet[k] = 0
 				}
-				if gain > s.winMax[k] {
-					// What the window gained beyond the largest before it
-					// counts up to the credit; the rest is taken out, so
-					// that no window brings more than the credit.
-					d := gain - s.winMax[k]
-					granted := min(d, max(0, q.credit-s.winMax[k]))
-					cut := d - granted
-					if cut > 0 && !s.cutting[k] && raw-s.cut[k] >= q.h {
-						// Without the cut this burst would convict: it
-						// takes one of the server's tokens. Bursts that
-						// come back again and again (a flapping fault)
-						// run out of them and count in full.
-						if s.spent[k] <= burstTokens-1 {
-							s.spent[k]++
-							s.cutting[k] = true
-						} else {
-							cut, granted = 0, d
+				// The minimum duration: gain is what the last W chunks
+				// brought.
+				gain := v - slot[k]
+				if gain <= q.credit {
+					// No burst under way; a whole window without one ends
+					// the episode.
+					s.tokened[k], s.inRow[k] = false, 0
+					if s.clean[k] = min(s.clean[k]+1, int8(q.w)); int(s.clean[k]) >= q.w {
+						s.cuts[k], s.allow[k] = 0, 0
+					}
+				} else {
+					if s.inRow[k] == 0 {
+						// A burst begins: the episode's first, or one after
+						// a quiet gap (chunks that brought no evidence at
+						// all), which is a burst of its own.
+						if s.cuts[k] == 0 {
+							s.allow[k] = int8(q.w)
+						} else if s.gap[k] >= quietGap {
+							s.allow[k] = int8(min(int(s.allow[k])+q.w, episodeBursts*q.w))
 						}
 					}
-					s.cut[k] += cut
-					s.winMax[k], s.winAge[k], s.atMax[k] = gain, 0, -1
+					if int(s.inRow[k]) < q.w && s.cuts[k] < s.allow[k] {
+						// A burst under way: what the window brought
+						// beyond the credit is taken out, so that it
+						// brings the credit and no more, for W chunks in a
+						// row at most (a burst shorter than the minimum
+						// duration touches no more), and for W a burst in
+						// an episode (chunks cut, with no whole window
+						// between them uncut): a fault whose windows bring
+						// more than the credit now and then, not in a row,
+						// is not forgiven longer than one burst would be.
+						excess := gain - q.credit
+						if v >= q.h && !s.tokened[k] {
+							// Without the cut this burst would convict: it
+							// takes one of the server's tokens. Bursts that
+							// come back again and again (a flapping fault)
+							// run out of them and count in full.
+							if s.spent[k] <= burstTokens-1 {
+								s.spent[k]++
+								s.tokened[k] = true
+							} else {
+								excess = 0
+							}
+						}
+						v -= excess
+						s.cuts[k]++
+						s.inRow[k]++
+						s.clean[k], s.gap[k] = 0, 0
+					}
 				}
-				// bounded: the statistic stops at h, and raw with it
-				v := min(max(0, raw-s.cut[k]), q.h)
-				s.raw[k] = min(raw, v+s.cut[k])
+				// Otherwise the windows have brought more than the credit
+				// for longer than W chunks: not a burst shorter than the
+				// minimum duration, and it counts in full.
+				v = min(v, q.h) // bounded: the statistic stops at h
+				slot[k] = v
 				s.S[k] = v
-				if s.atMax[k] < 0 {
-					s.atMax[k] = v
-				}
 				top = max(top, v)
 			}
 			s.wpos = (s.wpos + 1) % q.w

@@ -65,9 +65,12 @@ func TestEveryPolicyStopsAtTheStepsDeadline(t *testing.T) {
 			if !tc.stopped(rec) {
 				t.Fatalf("the call was not cut at the step's deadline: error %q, report %+v", rec.PolicyError, rec.PolicyReport)
 			}
-			// The step ran to the policy's budget and no further: the
-			// model's 5 s and the script's forever were not waited for.
-			if took := time.Duration(rec.DurationMs * float64(time.Millisecond)); took < c.Loop.PolicyBudget()-50*time.Millisecond || took >= c.Loop.Interval {
+			// The step ran to the policy's budget, and the model's 5 s and
+			// the script's forever were not waited for. The slack past the
+			// budget is a second: a spinning Lua script is stopped at its
+			// next instruction check, which a loaded machine (load 7 on 2
+			// cores, seen) delays by a few hundred ms.
+			if took := time.Duration(rec.DurationMs * float64(time.Millisecond)); took < c.Loop.PolicyBudget()-50*time.Millisecond || took >= c.Loop.PolicyBudget()+time.Second {
 				t.Fatalf("the step took %v; the policy's budget is %v of a %v interval", took, c.Loop.PolicyBudget(), c.Loop.Interval)
 			}
 		})
