@@ -140,10 +140,13 @@ func Start(path string, cfg Config) (*Server, error) {
 		// The fleet's draws and its traffic come from the seed; the
 		// traffic's exact counts also depend on when the ticks fall.
 		rng: rand.New(rand.NewPCG(cfg.Seed, 0x6861706c6f74))}
+	// The faulty servers come from a stream of their own, so that a
+	// fleet with a fault has the same healthy rates as one without.
+	faults := rand.New(rand.NewPCG(cfg.Seed, 0x6661756c74))
 	for b := range cfg.Backends {
 		faulty := -1
 		if cfg.Fault != nil {
-			faulty = f.rng.IntN(cfg.Servers)
+			faulty = faults.IntN(cfg.Servers)
 		}
 		for i := range cfg.Servers {
 			s := &server{backend: BackendName(b), name: ServerName(i), id: i + 1, weight: cfg.Weight, changed: now,
@@ -162,6 +165,9 @@ func Start(path string, cfg Config) (*Server, error) {
 // backend and i-th server.
 func BackendName(b int) string { return fmt.Sprintf("be%02d", b) }
 func ServerName(i int) string  { return "s" + strconv.Itoa(i) }
+
+// Started is when the simulation began: a Fault's From counts from it.
+func (f *Server) Started() time.Time { return f.start }
 
 // Path is the socket's path.
 func (f *Server) Path() string { return f.path }
