@@ -324,3 +324,31 @@ frontend fe
 		}
 	}
 }
+
+// The seed draws the fleet: the same seed gives the same healthy rates,
+// another seed others; a fault draws its servers apart, leaving the
+// healthy rates as they were.
+func TestSeedDrawsTheFleet(t *testing.T) {
+	rates := func(seed uint64, fault *Fault) []float64 {
+		f, _ := start(t, Config{Backends: 10, Servers: 9, Rate: 1, Median: 0.002, Sigma: 0.3, Seed: seed, Fault: fault, Tick: time.Hour})
+		var out []float64
+		for _, tr := range f.Truths() {
+			out = append(out, tr.HealthyRate)
+		}
+		return out
+	}
+	a, b := rates(41, nil), rates(7, nil)
+	if !slices.Equal(a, rates(41, &Fault{Rate: 0.05})) {
+		t.Error("a fault changed the healthy rates of the same seed")
+	}
+	same := 0
+	for i := range a {
+		if a[i] == b[i] {
+			same++
+		}
+	}
+	if same > 0 {
+		t.Errorf("seeds 41 and 7 gave %d servers the same rate", same)
+	}
+	t.Logf("seed 41: %.4f%%..%.4f%%; seed 7: %.4f%%..%.4f%%", 100*slices.Min(a), 100*slices.Max(a), 100*slices.Min(b), 100*slices.Max(b))
+}
