@@ -49,7 +49,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func stats(t *testing.T, c *haproxy.Client) map[string]haproxy.ServerStat {
 	t.Helper()
-	rows, err := c.ServerStats(ctx(t))
+	cx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := c.ServerStats(cx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +64,9 @@ func stats(t *testing.T, c *haproxy.Client) map[string]haproxy.ServerStat {
 
 func states(t *testing.T, c *haproxy.Client) map[string]haproxy.ServerState {
 	t.Helper()
-	rows, err := c.ShowServersState(ctx(t))
+	cx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := c.ShowServersState(cx)
 	if err != nil {
 		t.Fatal(err)
 	}
