@@ -154,9 +154,12 @@ demo: deps build
 # Every way a real server fails (issue 42), on every telemetry path, and a
 # deploy's restarts (issue 41), against a real HAProxy with retries 3 and
 # option redispatch: one HAProxy, fleet and agent at a time, about 40 s
-# each (internal/lab/e2e/faults_long_test.go).
+# each (internal/lab/e2e/faults_long_test.go); and the real agent in
+# front of a fake runtime socket of 90 servers for 10 minutes, rules and
+# llm side by side (issue 41; fakesocket_long_test.go), which adds its
+# 10 minutes to the run.
 test-faults: deps build
-	$(GO) test -tags e2e,faults -count=1 -v -timeout 25m -run '^(TestEveryFaultDrained|TestEveryFaultDrainedLuaAndLogs|TestDemoFault|TestDeployRestartNotDrained|TestResettingServerDrained)$$' ./internal/lab/e2e/
+	$(GO) test -tags e2e,faults -count=1 -v -timeout 40m -run '^(TestEveryFaultDrained|TestEveryFaultDrainedLuaAndLogs|TestDemoFault|TestDeployRestartNotDrained|TestResettingServerDrained|TestRealAgentFakeFleetNoFalseDrain)$$' ./internal/lab/e2e/
 
 # Fleet mode end to end: 3 HAProxy nodes and 3 agents on loopback (pooled
 # detection against one node and against the fleet off; the decider
