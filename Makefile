@@ -162,7 +162,7 @@ test-faults: deps build
 # minutes, rules and llm (its model unreachable) side by side, no healthy
 # server touched (issue 41; internal/lab/e2e/fakesocket_long_test.go).
 # Light on CPU: CI runs it beside make soak-long.
-test-fake-fleet: build
+test-fake-fleet:
 	$(GO) test -tags e2e,faults -count=1 -v -timeout 20m -run '^TestRealAgentFakeFleetNoFalseDrain$$' ./internal/lab/e2e/
 
 # Fleet mode end to end: 3 HAProxy nodes and 3 agents on loopback (pooled
