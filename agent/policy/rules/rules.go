@@ -56,6 +56,14 @@ type Config struct {
 	// many times that baseline: a server that was always slower than its
 	// peers is not degraded (0: the peer test alone, as before).
 	LatencyBaselineRatio float64
+	// TailRatio: the tail test (tail.go) counts an answer slow at this
+	// many times the backend's p95 (and LatencyMinMs above it, scaled up
+	// to a server's own median where higher), and drains a server whose
+	// share of slow answers has grown, by a sequential test (0: off).
+	// TailFloor is the least slow share it calls degraded, as Floor is
+	// for 5xx.
+	TailRatio float64
+	TailFloor float64
 
 	// The sequential test's settings (sequential.go). A server is
 	// degraded when its error rate is above both Floor and DegradedRatio
@@ -91,7 +99,7 @@ type Config struct {
 
 // DefaultConfig is what `hapilot run` uses unless told otherwise.
 func DefaultConfig() Config {
-	return Config{Alpha: 1e-6, MinRequests: 100, MinErrors: 5, MinRatio: 2, LatencyRatio: 5, LatencyMinMs: 50, LatencyBaselineRatio: 3,
+	return Config{Alpha: 1e-6, MinRequests: 100, MinErrors: 5, MinRatio: 2, LatencyRatio: 5, LatencyMinMs: 50, LatencyBaselineRatio: 3, TailRatio: 2, TailFloor: 0.005,
 		Floor: 0.01, DegradedRatio: 3, ARLDays: 1000, BurstCap: 0.25, BurstErrors: 10, BaselineSpan: 6 * time.Hour,
 		HealthyFloor: 0.005, HealthyRatio: 3}
 }
@@ -118,6 +126,7 @@ type seqBackend struct {
 	at    time.Time
 	found map[string]bool // what the last chunk condemned
 	slow  []SlowServer    // what the latency test found on the last chunk
+	tail  *tailBackend    // the tail test (tail.go); nil when off
 	// per-call scratch, kept to spare the allocations
 	srv     []*SeqServer
 	in      []Counts
@@ -164,6 +173,12 @@ func (c Config) Validate() error {
 	}
 	if c.LatencyBaselineRatio != 0 && !(c.LatencyBaselineRatio >= 1) {
 		errs = append(errs, fmt.Errorf("rules-latency-baseline-ratio %v: 0 (off) or at least 1", c.LatencyBaselineRatio))
+	}
+	if c.TailRatio != 0 && !(c.TailRatio >= 1 && !math.IsInf(c.TailRatio, 0)) {
+		errs = append(errs, fmt.Errorf("rules-tail-ratio %v: 0 (off) or at least 1", c.TailRatio))
+	}
+	if c.TailRatio != 0 && !(c.TailFloor > 0 && c.TailFloor < maxP1) {
+		errs = append(errs, fmt.Errorf("tail floor %v outside (0, %v)", c.TailFloor, maxP1))
 	}
 	if !(c.Floor > 0 && c.Floor < maxP1) {
 		errs = append(errs, fmt.Errorf("rules-floor %v outside (0, %v)", c.Floor, maxP1))
@@ -235,10 +250,22 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 					sb.q.H(), 100*float64(x)/float64(max(n, 1)), x, n, min(max(c.s.run, 1), recentChunks), 100*c.s.P0(), 100*sb.q.P1Min()),
 			})
 		}
+		if sb != nil && sb.tail != nil {
+			for _, s := range b.Servers {
+				if _, ok := sb.tail.found[s.Server]; ok && !planned[s.Server] {
+					planned[s.Server] = true
+					plan = append(plan, agent.Action{Kind: agent.Drain, Backend: b.Name, Server: s.Server, Reason: sb.tail.reason(s.Server)})
+				}
+			}
+		}
 		if sb != nil {
 			for _, s := range sb.slow {
 				if !planned[s.Server] {
-					plan = append(plan, agent.Action{Kind: agent.Drain, Backend: b.Name, Server: s.Server, Reason: s.Reason})
+					reason := s.Reason
+					if sb.tail != nil && sb.tail.meanOnly[s.Server] {
+						reason += meanNote
+					}
+					plan = append(plan, agent.Action{Kind: agent.Drain, Backend: b.Name, Server: s.Server, Reason: reason})
 				}
 			}
 		}
@@ -301,6 +328,11 @@ func (p *Policy) Evidence(obs agent.Observation) []agent.Key {
 		if sb != nil {
 			for _, s := range sb.slow {
 				found[s.Server] = true
+			}
+			if sb.tail != nil {
+				for s := range sb.tail.found {
+					found[s] = true
+				}
 			}
 		}
 		for _, s := range b.Servers {
@@ -367,6 +399,12 @@ func (p *Policy) advance(obs agent.Observation) {
 		}
 		sb.idx = sb.q.Step(dt, sb.srv, sb.in, sb.serving, sb.idx)
 		sb.slow = p.SlowBaseline(b, sb.srv, dt)
+		if p.Config.TailRatio > 0 {
+			if sb.tail == nil {
+				sb.tail = newTailBackend(p.Config)
+			}
+			sb.tail.step(p.Config, b, dt, sb.servers)
+		}
 		sb.found = make(map[string]bool, len(sb.idx))
 		for _, i := range sb.idx {
 			sb.found[b.Servers[i].Server] = true

@@ -1,0 +1,263 @@
+package rules
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/internal/lib/window"
+)
+
+// The tail test: a server whose share of slow answers has grown is
+// drained, whatever its median. The median test (latency.go) judges a 60
+// s window's median: a slow tail (5% of answers at 1.5 s) never moves it,
+// and a whole slowdown moves it only once half the window is slow.
+//
+// A slow answer is one at or over the server's threshold T: TailRatio ×
+// the backend's p95 and at least LatencyMinMs above it, the backend's p95
+// being the lower median of the judged servers' window p95s (so that up to
+// half of them slow cannot raise it); scaled up by the server's own
+// window median over the backend's where that is higher, so that a
+// healthy server whose answers are simply slower than its peers' (its
+// whole distribution, median and all) has no more slow answers than they
+// do; and rounded up to the floor of a quarter octave, the windows'
+// tallies (window.TailSlot): every answer counted is at least T, and T
+// is within 25% of where it was set. The median
+// moves little under a tail (a 5% tail moves it to the body's 52.6th
+// percentile), so the threshold stays where it was while the tail grows.
+//
+// Each check, each server's new answers and new slow answers are one
+// chunk of a second Sequential (sequential.go), with its own baselines:
+// the CUSUM of the binomial log-likelihood ratio of the slow share
+// against the larger of the backend's healthy median share and the
+// server's own, a bank of alternatives from p1min = max(TailFloor,
+// DegradedRatio × that median), a threshold from ARLDays, and the same
+// peer check. A fleet-wide slowdown drains nothing: the peers' share
+// rises alike, which lifts H0 and fails the peer check, and the
+// backend's p95 follows within the window.
+//
+// Bursts: a stall (a GC pause, a throttled CPU) makes every answer of a
+// second slow, so their count grows with the traffic; no fixed number of
+// forgiven slow answers (BurstErrors) fits it. The tail test runs on the
+// cap alone: a chunk adds at most BurstCap × h, so a stall, which spans
+// at most two one-second chunks, cannot convict (four at the defaults).
+//
+// The stats path has no tail: every answer it records carries HAProxy's
+// mean answer time over the server's last 1024 requests (rtime). For a
+// server whose chunk is all such answers, the threshold is the median
+// test's instead: LatencyRatio × the judged servers' lower median p50 and
+// LatencyMinMs above it, and, once the server's latency baseline is
+// learned (latency.go), its margin above that baseline. A mean at or over
+// it makes the chunk's every answer slow. So the stats path judges its
+// mean as the median test would, each check, instead of a 60 s window's
+// median of it (which moved only once half the window was slow): a tail
+// is found there when it moves the mean that far, and as fast as rtime,
+// an average over 1024 requests, moves. The reason says its figure is a
+// mean.
+
+// tailBackend is the tail test's state for one backend.
+type tailBackend struct {
+	q       *Sequential
+	servers map[string]*SeqServer
+	// last: each server's tallies at the last read.
+	last map[string]tallies
+	// found: what the last chunk condemned, with the threshold it was
+	// judged at; meanOnly: servers whose last chunk was all the stats
+	// path's answers (a mean, no tail).
+	found    map[string]int
+	meanOnly map[string]bool
+	// per-call scratch
+	srv     []*SeqServer
+	in      []Counts
+	serving []bool
+	idx     []int
+	p50s    []float64
+	p95s    []float64
+	// p95 is the backend's p95 the last thresholds came from, in ms;
+	// floor each server's threshold as counted (a slot's floor, ms; 0
+	// when it was not judged).
+	p95, p50 int
+	floor    map[string]int
+}
+
+// tallies is one server's running totals that the tail test reads.
+type tallies struct {
+	oct          [window.TailSlots]uint32
+	req, counted uint64
+}
+
+func talliesOf(st window.Stats) tallies {
+	return tallies{oct: st.TotalTail, req: st.TotalRequests, counted: st.TotalCounted}
+}
+
+// tailConfig is the sequential test's settings for slow answers: the
+// tail's floor, and the burst cap alone (see above).
+func (c Config) tailConfig() Config {
+	t := c
+	t.Floor = c.TailFloor
+	t.BurstErrors = 0
+	return t
+}
+
+func newTailBackend(cfg Config) *tailBackend {
+	return &tailBackend{q: NewSequential(cfg.tailConfig()), servers: map[string]*SeqServer{}, last: map[string]tallies{}}
+}
+
+// TailThreshold is the least answer time, in ms, the tail test counts
+// as slow for a server whose window median is p50, in a backend whose
+// p95 and median are p95b and p50b: before the round up to a power of
+// two.
+func (c Config) TailThreshold(p50, p50b, p95b int) float64 {
+	t := max(c.TailRatio*float64(p95b), float64(p95b+c.LatencyMinMs))
+	if p50 > p50b {
+		t *= float64(p50) / float64(max(p50b, 1))
+	}
+	return t
+}
+
+// tailSlot is the first tally slot all of whose answers are at or
+// over t ms; TailSlots when none is (t beyond the tallies' top).
+func tailSlot(t float64) int {
+	for k := 1; k < window.TailSlots; k++ {
+		if float64(window.TailSlotFloorMs(k)) >= t {
+			return k
+		}
+	}
+	return window.TailSlots
+}
+
+// step feeds the tail test one chunk of b, dt seconds since the last.
+// lat holds each server's latency baseline (the 5xx test's state).
+func (tb *tailBackend) step(c Config, b agent.BackendView, dt float64, lat map[string]*SeqServer) {
+	tb.srv, tb.in, tb.serving = tb.srv[:0], tb.in[:0], tb.serving[:0]
+	tb.found = map[string]int{}
+	tb.meanOnly = map[string]bool{}
+	tb.floor = map[string]int{}
+	chunks := make([]tallies, len(b.Servers))
+	seen := make(map[string]bool, len(b.Servers))
+	fresh := make([]bool, len(b.Servers))
+	for i, s := range b.Servers {
+		seen[s.Server] = true
+		tot := talliesOf(s.Window)
+		last, ok := tb.last[s.Server]
+		tb.last[s.Server] = tot
+		// The first read only sets the mark; a total that went back (the
+		// series forgotten and made again) does the same.
+		if !ok || tot.req < last.req || tot.counted < last.counted {
+			continue
+		}
+		d := tallies{req: tot.req - last.req, counted: tot.counted - last.counted}
+		for k := range d.oct {
+			d.oct[k] = tot.oct[k] - last.oct[k] // modulo 2^32, as kept
+		}
+		chunks[i], fresh[i] = d, true
+		if d.req > 0 && d.counted >= d.req {
+			tb.meanOnly[s.Server] = true
+		}
+	}
+	for name := range tb.servers {
+		if !seen[name] {
+			delete(tb.servers, name)
+			delete(tb.last, name)
+		}
+	}
+	// The backend's p50 and p95: the lower medians of the judged servers'
+	// windows, those with per-answer times only.
+	judged := func(s agent.ServerView) bool {
+		return s.Serving() && s.Window.Requests >= max(c.MinRequests/2, 1) && !tb.meanOnly[s.Server]
+	}
+	tb.p50s, tb.p95s = tb.p50s[:0], tb.p95s[:0]
+	for _, s := range b.Servers {
+		if judged(s) {
+			tb.p50s = append(tb.p50s, float64(s.Window.P50Ms))
+			tb.p95s = append(tb.p95s, float64(s.Window.P95Ms))
+		}
+	}
+	p50b, p95b := int(lowerMedian(tb.p50s)), int(lowerMedian(tb.p95s))
+	tb.p95 = p95b
+	// The mean's threshold: the median test's, against the lower median
+	// of the stats path's servers' means: each one's window median, or
+	// its mean in this chunk (its median slot's floor) where higher, so
+	// that a fleet-wide change moves the reference at once, not when half
+	// the window has seen it.
+	tb.p50s = tb.p50s[:0]
+	for i, s := range b.Servers {
+		if fresh[i] && tb.meanOnly[s.Server] && s.Serving() && s.Window.Requests >= max(c.MinRequests/2, 1) {
+			tb.p50s = append(tb.p50s, float64(max(s.Window.P50Ms, window.TailSlotFloorMs(medianSlot(&chunks[i].oct)))))
+		}
+	}
+	tb.p50 = int(lowerMedian(tb.p50s))
+	meanT := max(c.LatencyRatio*float64(tb.p50), float64(tb.p50+c.LatencyMinMs))
+	octs := make([]int, len(b.Servers))
+	for i, s := range b.Servers {
+		st := tb.servers[s.Server]
+		if st == nil {
+			st = &SeqServer{}
+			tb.servers[s.Server] = st
+		}
+		var in Counts
+		octs[i] = window.TailSlots
+		onMean := tb.meanOnly[s.Server] && s.Serving() && s.Window.Requests >= max(c.MinRequests/2, 1) && c.LatencyRatio > 0
+		switch {
+		case fresh[i] && onMean && len(tb.p50s) > 1 && chunks[i].req > 0:
+			t := meanT
+			if st := lat[s.Server]; st != nil && st.lat.learned() && c.LatencyBaselineRatio > 0 {
+				t = max(t, math.Exp(st.lat.mean()+c.slowMargin(&st.lat)))
+			}
+			octs[i] = tailSlot(t)
+		case fresh[i] && judged(s) && len(tb.p95s) > 0:
+			octs[i] = tailSlot(c.TailThreshold(s.Window.P50Ms, p50b, p95b))
+		}
+		if octs[i] < window.TailSlots {
+			tb.floor[s.Server] = window.TailSlotFloorMs(octs[i])
+			for k, n := range chunks[i].oct {
+				in.N += uint64(n)
+				if k >= octs[i] {
+					in.X += uint64(n)
+				}
+			}
+		}
+		tb.srv = append(tb.srv, st)
+		tb.in = append(tb.in, in)
+		tb.serving = append(tb.serving, s.Serving())
+	}
+	tb.idx = tb.q.Step(dt, tb.srv, tb.in, tb.serving, tb.idx)
+	for _, i := range tb.idx {
+		if octs[i] < window.TailSlots {
+			tb.found[b.Servers[i].Server] = window.TailSlotFloorMs(octs[i])
+		}
+	}
+}
+
+// medianSlot is the slot that holds the median of the tallies' answers.
+func medianSlot(t *[window.TailSlots]uint32) int {
+	var n, seen uint64
+	for _, c := range t {
+		n += uint64(c)
+	}
+	for k, c := range t {
+		seen += uint64(c)
+		if 2*seen >= n && n > 0 {
+			return k
+		}
+	}
+	return 0
+}
+
+// reason is why the tail test condemns server: its slow share over its
+// evidence's span, against what it was judged.
+func (tb *tailBackend) reason(server string) string {
+	s := tb.servers[server]
+	k := min(max(s.run, 1), recentChunks)
+	n, x := s.lastSum(k)
+	if tb.meanOnly[server] {
+		return fmt.Sprintf("slow mean, CUSUM at h %.1f: %.2f%% (%d/%d) of answers at a mean of %d ms or more (the peers' %d ms) over its evidence's %d checks, judged against %.3f%%, degraded from %.2f%%%s",
+			tb.q.H(), 100*float64(x)/float64(max(n, 1)), x, n, tb.found[server], tb.p50, k, 100*s.P0(), 100*tb.q.P1Min(), meanNote)
+	}
+	return fmt.Sprintf("slow tail, CUSUM at h %.1f: %.2f%% (%d/%d) of answers at %d ms or more (the backend's p95 %d ms) over its evidence's %d checks, judged against %.3f%%, degraded from %.2f%%",
+		tb.q.H(), 100*float64(x)/float64(max(n, 1)), x, n, tb.found[server], tb.p95, k, 100*s.P0(), 100*tb.q.P1Min())
+}
+
+// meanNote is what a latency reason adds for a server whose answer
+// times are the stats path's mean.
+const meanNote = "; its answer time is HAProxy's mean over its last 1024 requests (rtime, the stats path): a mean has no tail, a slow tail shows only as it moves the mean"
