@@ -31,6 +31,12 @@ type tailSim struct {
 	fleet        bool
 	scale        float64
 	onset, total int
+	// stallEvery: each server stalls on average once in this many
+	// seconds: every answer of that second takes 500 ms more (a GC
+	// pause, a throttled CPU); 0: never. From the third minute on: a
+	// stall in the agent's first seconds is its window's whole median,
+	// which the median test, as before, takes for a slow server.
+	stallEvery float64
 	// mean: the stats path's view: every answer recorded, Counted, at
 	// HAProxy's rtime: a sliding average over 1024 answers (sum += v −
 	// sum/1024), over those seen while fewer.
@@ -74,6 +80,7 @@ func (sim tailSim) run(t *testing.T, cfg Config) tailRun {
 			}
 			faulty := sec >= sim.onset && (sim.fleet || i == sim.faulty)
 			n := poisson(rng, sim.rate)
+			stall := sim.stallEvery > 0 && sec >= 120 && rng.Float64() < 1/sim.stallEvery
 			var times []float64
 			for range n {
 				ms := med * math.Exp(sim.sigma*rng.NormFloat64())
@@ -82,6 +89,9 @@ func (sim tailSim) run(t *testing.T, cfg Config) tailRun {
 				}
 				if sec >= sim.onset && sim.scale > 0 {
 					ms *= sim.scale
+				}
+				if stall {
+					ms += 500
 				}
 				times = append(times, ms)
 			}
@@ -126,6 +136,10 @@ func (sim tailSim) run(t *testing.T, cfg Config) tailRun {
 					}
 				}
 			default:
+				if !other[k.Server] && testing.Verbose() {
+					plan, _ := p.Decide(t.Context(), obs)
+					t.Logf("second %d: %s condemned: %v", sec, k.Server, plan)
+				}
 				other[k.Server] = true
 			}
 		}
@@ -248,6 +262,8 @@ func TestTailHealthy(t *testing.T) {
 	}{
 		{"medians differ, one 4x its peers (under the median test's 5x)", tailSim{medians: []float64{20, 14, 80, 28, 20, 35}, onset: 1 << 30, total: 3600}},
 		{"medians differ, heavier body (sigma 1)", tailSim{medians: []float64{20, 14, 60, 28, 20, 35}, sigma: 1, onset: 1 << 30, total: 3600}},
+		{"a 500 ms stall of one server every 5 minutes on average", tailSim{stallEvery: 300, onset: 1 << 30, total: 3600}},
+		{"a stall every minute on average", tailSim{stallEvery: 60, onset: 1 << 30, total: 3600}},
 		{"fleet-wide slow tail, 5% at 1.5 s", tailSim{fleet: true, share: 0.05, slowMs: 1500, onset: 1200, total: 2400}},
 		{"fleet-wide slow tail, 20% at 1.5 s", tailSim{fleet: true, share: 0.2, slowMs: 1500, onset: 1200, total: 2400}},
 		{"fleet-wide slowdown, every answer 10x", tailSim{scale: 10, onset: 1200, total: 2400}},
