@@ -90,9 +90,10 @@ func talliesOf(st window.Stats) tallies {
 	return tallies{oct: st.TotalTail, req: st.TotalRequests, counted: st.TotalCounted}
 }
 
-// tailConfig is the sequential test's settings for slow answers: the
-// tail's floor, and the burst cap alone (see above).
-func (c Config) tailConfig() Config {
+// TailConfig is the sequential test's settings for slow answers: the
+// tail's floor, and the burst cap alone (see above). The soak runs its
+// Sequential with them.
+func (c Config) TailConfig() Config {
 	t := c
 	t.Floor = c.TailFloor
 	t.BurstErrors = 0
@@ -100,7 +101,7 @@ func (c Config) tailConfig() Config {
 }
 
 func newTailBackend(cfg Config) *tailBackend {
-	return &tailBackend{q: NewSequential(cfg.tailConfig()), servers: map[string]*SeqServer{}, last: map[string]tallies{}}
+	return &tailBackend{q: NewSequential(cfg.TailConfig()), servers: map[string]*SeqServer{}, last: map[string]tallies{}}
 }
 
 // TailThreshold is the least answer time, in ms, the tail test counts
@@ -124,6 +125,17 @@ func tailSlot(t float64) int {
 		}
 	}
 	return window.TailSlots
+}
+
+// TailCountedFrom is the least answer time, in ms, counted slow at a
+// threshold of t ms: t rounded up to the windows' tallies (0: beyond
+// them, nothing is counted).
+func TailCountedFrom(t float64) int {
+	k := tailSlot(t)
+	if k >= window.TailSlots {
+		return 0
+	}
+	return window.TailSlotFloorMs(k)
 }
 
 // step feeds the tail test one chunk of b, dt seconds since the last.
