@@ -20,9 +20,9 @@ import (
 // window median over the backend's where that is higher, so that a
 // healthy server whose answers are simply slower than its peers' (its
 // whole distribution, median and all) has no more slow answers than they
-// do; and rounded up to the floor of a quarter octave, the windows'
-// tallies (window.TailSlot): every answer counted is at least T, and T
-// is within 25% of where it was set. The median
+// do. The windows tally answers by quarter octave (window.TailSlot): the
+// answers over T are those of the slots above T's and the part of T's
+// slot above it, the slot's answers taken as spread evenly in log time. The median
 // moves little under a tail (a 5% tail moves it to the body's 52.6th
 // percentile), so the threshold stays where it was while the tail grows.
 //
@@ -74,10 +74,12 @@ type tailBackend struct {
 	p50s    []float64
 	p95s    []float64
 	// p95 is the backend's p95 the last thresholds came from, in ms;
-	// floor each server's threshold as counted (a slot's floor, ms; 0
-	// when it was not judged).
+	// floor each server's threshold (ms, rounded up; 0 when it was not
+	// judged).
 	p95, p50 int
 	floor    map[string]int
+	// carry: each server's fraction of a slow answer not yet counted.
+	carry map[string]float64
 }
 
 // tallies is one server's running totals that the tail test reads.
@@ -101,13 +103,12 @@ func (c Config) TailConfig() Config {
 }
 
 func newTailBackend(cfg Config) *tailBackend {
-	return &tailBackend{q: NewSequential(cfg.TailConfig()), servers: map[string]*SeqServer{}, last: map[string]tallies{}}
+	return &tailBackend{q: NewSequential(cfg.TailConfig()), servers: map[string]*SeqServer{}, last: map[string]tallies{}, carry: map[string]float64{}}
 }
 
 // TailThreshold is the least answer time, in ms, the tail test counts
 // as slow for a server whose window median is p50, in a backend whose
-// p95 and median are p95b and p50b: before the round up to a power of
-// two.
+// p95 and median are p95b and p50b.
 func (c Config) TailThreshold(p50, p50b, p95b int) float64 {
 	t := max(c.TailRatio*float64(p95b), float64(p95b+c.LatencyMinMs))
 	if p50 > p50b {
@@ -125,17 +126,6 @@ func tailSlot(t float64) int {
 		}
 	}
 	return window.TailSlots
-}
-
-// TailCountedFrom is the least answer time, in ms, counted slow at a
-// threshold of t ms: t rounded up to the windows' tallies (0: beyond
-// them, nothing is counted).
-func TailCountedFrom(t float64) int {
-	k := tailSlot(t)
-	if k >= window.TailSlots {
-		return 0
-	}
-	return window.TailSlotFloorMs(k)
 }
 
 // step feeds the tail test one chunk of b, dt seconds since the last.
@@ -171,6 +161,7 @@ func (tb *tailBackend) step(c Config, b agent.BackendView, dt float64, lat map[s
 		if !seen[name] {
 			delete(tb.servers, name)
 			delete(tb.last, name)
+			delete(tb.carry, name)
 		}
 	}
 	// The backend's p50 and p95: the lower medians of the judged servers'
@@ -201,6 +192,7 @@ func (tb *tailBackend) step(c Config, b agent.BackendView, dt float64, lat map[s
 	tb.p50 = int(lowerMedian(tb.p50s))
 	meanT := max(c.LatencyRatio*float64(tb.p50), float64(tb.p50+c.LatencyMinMs))
 	octs := make([]int, len(b.Servers))
+	at := make([]float64, len(b.Servers))
 	for i, s := range b.Servers {
 		st := tb.servers[s.Server]
 		if st == nil {
@@ -212,22 +204,41 @@ func (tb *tailBackend) step(c Config, b agent.BackendView, dt float64, lat map[s
 		onMean := tb.meanOnly[s.Server] && s.Serving() && s.Window.Requests >= max(c.MinRequests/2, 1) && c.LatencyRatio > 0
 		switch {
 		case fresh[i] && onMean && len(tb.p50s) > 1 && chunks[i].req > 0:
+			// A mean: every answer of the chunk at one time, counted
+			// from the first slot wholly at or over the threshold.
 			t := meanT
 			if st := lat[s.Server]; st != nil && st.lat.learned() && c.LatencyBaselineRatio > 0 {
 				t = max(t, math.Exp(st.lat.mean()+c.slowMargin(&st.lat)))
 			}
 			octs[i] = tailSlot(t)
-		case fresh[i] && judged(s) && len(tb.p95s) > 0:
-			octs[i] = tailSlot(c.TailThreshold(s.Window.P50Ms, p50b, p95b))
-		}
-		if octs[i] < window.TailSlots {
-			tb.floor[s.Server] = window.TailSlotFloorMs(octs[i])
-			for k, n := range chunks[i].oct {
-				in.N += uint64(n)
-				if k >= octs[i] {
-					in.X += uint64(n)
+			if octs[i] < window.TailSlots {
+				at[i] = float64(window.TailSlotFloorMs(octs[i]))
+				for k, n := range chunks[i].oct {
+					in.N += uint64(n)
+					if k >= octs[i] {
+						in.X += uint64(n)
+					}
 				}
 			}
+		case fresh[i] && judged(s) && len(tb.p95s) > 0:
+			// Answers: those of the slots above the threshold's, and of
+			// its own slot the share above it, as if spread evenly in
+			// log time over the slot. Rounding the threshold to a slot
+			// instead moved it by up to 25%, and in a healthy body's far
+			// tail that moved servers' shares threefold apart: enough
+			// for the one rounded down to look degraded against the rest.
+			// The fractions carry from check to check.
+			t := c.TailThreshold(s.Window.P50Ms, p50b, p95b)
+			at[i] = t
+			x := slowShare(&chunks[i].oct, t) + tb.carry[s.Server]
+			for _, n := range chunks[i].oct {
+				in.N += uint64(n)
+			}
+			in.X = min(uint64(x), in.N)
+			tb.carry[s.Server] = x - math.Floor(x)
+		}
+		if at[i] > 0 {
+			tb.floor[s.Server] = int(math.Ceil(at[i]))
 		}
 		tb.srv = append(tb.srv, st)
 		tb.in = append(tb.in, in)
@@ -235,10 +246,34 @@ func (tb *tailBackend) step(c Config, b agent.BackendView, dt float64, lat map[s
 	}
 	tb.idx = tb.q.Step(dt, tb.srv, tb.in, tb.serving, tb.idx)
 	for _, i := range tb.idx {
-		if octs[i] < window.TailSlots {
-			tb.found[b.Servers[i].Server] = window.TailSlotFloorMs(octs[i])
+		if at[i] > 0 {
+			tb.found[b.Servers[i].Server] = int(math.Ceil(at[i]))
 		}
 	}
+}
+
+// slowShare is how many of the tallies' answers are at or over t ms:
+// every answer of the slots above t's, and of t's slot the part above t,
+// taking its answers as spread evenly over the slot in log time (in ms
+// under 32, the first slot's range).
+func slowShare(tl *[window.TailSlots]uint32, t float64) float64 {
+	k := min(window.TailSlot(int(t)), window.TailSlots-1)
+	var x float64
+	for j := k + 1; j < window.TailSlots; j++ {
+		x += float64(tl[j])
+	}
+	lo, hi := float64(window.TailSlotFloorMs(k)), float64(window.TailSlotFloorMs(k+1))
+	switch {
+	case k+1 >= window.TailSlots:
+		if t <= lo {
+			x += float64(tl[k])
+		}
+	case lo <= 0:
+		x += float64(tl[k]) * max(0, hi-t) / hi
+	default:
+		x += float64(tl[k]) * max(0, math.Log(hi/max(t, lo))) / math.Log(hi/lo)
+	}
+	return x
 }
 
 // medianSlot is the slot that holds the median of the tallies' answers.

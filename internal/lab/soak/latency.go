@@ -117,14 +117,11 @@ func (l Latency) p95Ratio() float64 { return math.Exp(1.6448536 * l.Sigma) }
 
 // healthyTail is the share of a healthy server's answers the tail test
 // counts slow among identical servers: over the threshold its median and
-// p95 make, rounded up as the windows' tallies are.
+// p95 make.
 func (l Latency) healthyTail(cfg rules.Config) float64 {
 	m := int(math.Ceil(l.MedianMs))
-	from := rules.TailCountedFrom(cfg.TailThreshold(m, m, int(math.Ceil(l.MedianMs*l.p95Ratio()))))
-	if from == 0 {
-		return 0
-	}
-	return 1 - normCDF(math.Log(float64(from)/l.MedianMs)/l.Sigma)
+	t := cfg.TailThreshold(m, m, int(math.Ceil(l.MedianMs*l.p95Ratio())))
+	return 1 - normCDF(math.Log(t/l.MedianMs)/l.Sigma)
 }
 
 // tailSecond notes server i's answers of one second for the tail test:
@@ -161,17 +158,17 @@ func (l *latencies) tailStep(dt float64, serving []bool, view *agent.BackendView
 		if !judged(i) || len(l.scratch) == 0 || p.n == 0 {
 			continue
 		}
-		from := rules.TailCountedFrom(cfg.TailThreshold(view.Servers[i].Window.P50Ms, p50b, p95b))
-		if from == 0 {
-			continue
-		}
+		// The threshold itself: the windows' tallies count the part of
+		// its quarter octave above it (the interpolation's error left
+		// out, as the histogram's bins are for the median).
+		from := cfg.TailThreshold(view.Servers[i].Window.P50Ms, p50b, p95b)
 		nt := binomial(l.rng, p.n, p.tail)
 		mu := l.mu[i]
 		if p.slow {
 			mu += math.Log(l.c.Slow)
 		}
-		x := binomial(l.rng, p.n-nt, 1-normCDF((math.Log(float64(from))-mu)/l.c.Latency.Sigma))
-		if l.c.tailMs() >= float64(from) {
+		x := binomial(l.rng, p.n-nt, 1-normCDF((math.Log(from)-mu)/l.c.Latency.Sigma))
+		if l.c.tailMs() >= from {
 			x += nt
 		}
 		l.tin[i] = rules.Counts{N: p.n, X: x}
