@@ -67,6 +67,8 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	cfg := rules.DefaultConfig()
 	fs.Float64Var(&cfg.Floor, "rules-floor", cfg.Floor, "rules: the 5xx rate under which no server is degraded")
 	fs.Float64Var(&cfg.DegradedRatio, "rules-degraded-ratio", cfg.DegradedRatio, "rules: times the backend's healthy median a degraded server's 5xx rate reaches")
+	fs.Float64Var(&cfg.TailRatio, "rules-tail-ratio", cfg.TailRatio, "rules: an answer is slow at this many times the backend's p95, for the tail test run with --latency (0: off)")
+	fs.Float64Var(&cfg.TailFloor, "rules-tail-floor", cfg.TailFloor, "rules: the slow share under which no server is degraded")
 	fs.Float64Var(&cfg.ARLDays, "rules-arl-days", cfg.ARLDays, "rules: mean days between false drains a server's threshold is set for")
 	fs.Float64Var(&cfg.HealthyFloor, "rules-healthy-floor", cfg.HealthyFloor, "the healthy region's absolute upper end, where false drains are counted")
 	fs.Float64Var(&cfg.HealthyRatio, "rules-healthy-ratio", cfg.HealthyRatio, "rules: the healthy region's upper end in times the backend's healthy median")

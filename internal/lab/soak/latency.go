@@ -139,7 +139,9 @@ func (l *latencies) tailSecond(i int, n uint64, slow bool, tail float64) {
 func (l *latencies) tailStep(dt float64, serving []bool, view *agent.BackendView) []int {
 	cfg := l.c.Config
 	judged := func(i int) bool {
-		return serving[i] && view.Servers[i].Window.Requests >= max(cfg.MinRequests/2, 1)
+		// the window's answers over its span: its rate, as the agent's
+		// window reads it once three seconds are in
+		return serving[i] && float64(view.Servers[i].Window.Requests) >= rules.TailMinRate*latencySpan
 	}
 	l.scratch = l.scratch[:0]
 	for i := range l.tsrv {
