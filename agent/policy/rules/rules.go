@@ -5,6 +5,11 @@
 // the loop reads, with a threshold set by the mean time between false
 // drains an operator accepts (ARLDays).
 //
+// Latency: a server whose median answer time stands out from its peers'
+// (latency.go), or whose share of slow answers has grown, whatever its
+// median (tail.go, the same sequential test on slow answers), is drained
+// too.
+//
 // Test, the windowed test below, is what the policy ran before; the LLM
 // policy's checks still use it on one window (they need no state).
 // It is conditional on the errors seen: if a server and its peers
@@ -48,7 +53,8 @@ type Config struct {
 	// LatencyRatio: a server whose median answer time is at least this
 	// many times the median of its serving peers' medians, and at least
 	// LatencyMinMs above it, is drained too (0: errors only). Medians,
-	// not tails, so that a few slow answers are never enough.
+	// so that a few slow answers are never enough here: a grown share of
+	// slow answers is the tail test's (TailRatio).
 	LatencyRatio float64
 	LatencyMinMs int
 	// LatencyBaselineRatio: once a server's own latency baseline is
