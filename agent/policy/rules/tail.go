@@ -81,6 +81,11 @@ type tailBackend struct {
 	found    map[string]int
 	meanOnly map[string]bool
 	// per-call scratch
+	chunks  []tallies
+	fresh   []bool
+	octs    []int
+	at      []float64
+	seen    map[string]bool
 	srv     []*SeqServer
 	in      []Counts
 	serving []bool
@@ -146,12 +151,21 @@ func tailSlot(t float64) int {
 // lat holds each server's latency baseline (the 5xx test's state).
 func (tb *tailBackend) step(c Config, b agent.BackendView, dt float64, lat map[string]*SeqServer) {
 	tb.srv, tb.in, tb.serving = tb.srv[:0], tb.in[:0], tb.serving[:0]
-	tb.found = map[string]int{}
-	tb.meanOnly = map[string]bool{}
-	tb.floor = map[string]int{}
-	chunks := make([]tallies, len(b.Servers))
-	seen := make(map[string]bool, len(b.Servers))
-	fresh := make([]bool, len(b.Servers))
+	// Kept between calls, cleared: the loop calls this every second,
+	// on every server.
+	if tb.found == nil {
+		tb.found, tb.meanOnly, tb.floor, tb.seen = map[string]int{}, map[string]bool{}, map[string]int{}, map[string]bool{}
+	}
+	clear(tb.found)
+	clear(tb.meanOnly)
+	clear(tb.floor)
+	clear(tb.seen)
+	n := len(b.Servers)
+	tb.chunks = append(tb.chunks[:0], make([]tallies, n)...)
+	tb.fresh = append(tb.fresh[:0], make([]bool, n)...)
+	tb.octs = append(tb.octs[:0], make([]int, n)...)
+	tb.at = append(tb.at[:0], make([]float64, n)...)
+	chunks, seen, fresh, octs, at := tb.chunks, tb.seen, tb.fresh, tb.octs, tb.at
 	for i, s := range b.Servers {
 		seen[s.Server] = true
 		tot := talliesOf(s.Window)
@@ -205,8 +219,6 @@ func (tb *tailBackend) step(c Config, b agent.BackendView, dt float64, lat map[s
 	}
 	tb.p50 = int(lowerMedian(tb.p50s))
 	meanT := max(c.LatencyRatio*float64(tb.p50), float64(tb.p50+c.LatencyMinMs))
-	octs := make([]int, len(b.Servers))
-	at := make([]float64, len(b.Servers))
 	for i, s := range b.Servers {
 		st := tb.servers[s.Server]
 		if st == nil {
