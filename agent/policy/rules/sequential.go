@@ -449,7 +449,7 @@ func (q *Sequential) Step(dt float64, srv []*SeqServer, in []Counts, serving []b
 						// takes one of the server's tokens. Bursts that
 						// come back again and again (a flapping fault)
 						// run out of them and count in full.
-						if s.spent[k] <= burstTokens-1 {
+						if q.cfg.everyBurst || s.spent[k] <= burstTokens-1 {
 							s.spent[k]++
 							s.cutting[k] = true
 						} else {

@@ -1,0 +1,348 @@
+package rules
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/internal/lib/window"
+)
+
+// The tail test: a server whose share of slow answers has grown is
+// drained, whatever its median. The median test (latency.go) judges a 60
+// s window's median: a slow tail (5% of answers at 1.5 s) never moves it,
+// and a whole slowdown moves it only once half the window is slow.
+//
+// A slow answer is one at or over the server's threshold T: TailRatio ×
+// the backend's p95 and at least LatencyMinMs above it, the backend's p95
+// being the lower median of the judged servers' window p95s (so that up to
+// half of them slow cannot raise it); scaled up by the server's own
+// window median over the backend's where that is higher, so that a
+// healthy server whose answers are simply slower than its peers' (its
+// whole distribution, median and all) has no more slow answers than they
+// do. The windows tally answers by quarter octave (window.TailSlot): the
+// answers over T are those of the slots above T's and the part of T's
+// slot above it, the slot's answers taken as spread evenly in log time. The median
+// moves little under a tail (a 5% tail moves it to the body's 52.6th
+// percentile), so the threshold stays where it was while the tail grows.
+//
+// Each check, each server's new answers and new slow answers are one
+// chunk of a second Sequential (sequential.go), with its own baselines:
+// the CUSUM of the binomial log-likelihood ratio of the slow share
+// against the larger of the backend's healthy median share and the
+// server's own, a bank of alternatives from p1min = max(TailFloor,
+// DegradedRatio × that median), a threshold from ARLDays, and the same
+// peer check. A fleet-wide slowdown drains nothing: the peers' share
+// rises alike, which lifts H0 and fails the peer check, and the
+// backend's p95 follows within the window.
+//
+// Bursts: a stall (a GC pause, a throttled CPU) makes every answer of a
+// second slow, so their count grows with the traffic; no fixed number of
+// forgiven slow answers fits it. The minimum duration does (sequential.go):
+// a stall shorter than it never convicts, however many answers it slows,
+// and however often it comes back (no tokens, everyBurst).
+// The tail test's is tailMinDuration at most: a stall lasts a second or
+// two, not a restart's seconds, and the tail's evidence comes slower than
+// a 5xx fault's (a 5% tail at 33 answers a second is found in about twice
+// its bound with a 5 s window, against 10 s for issue 42's fault).
+//
+// The stats path has no tail: every answer it records carries HAProxy's
+// mean answer time over the server's last 1024 requests (rtime). For a
+// server whose chunk is all such answers, the threshold is the median
+// test's instead: LatencyRatio × the judged servers' lower median p50 and
+// LatencyMinMs above it, and, once the server's latency baseline is
+// learned (latency.go), its margin above that baseline. A mean at or over
+// it makes the chunk's every answer slow. So the stats path judges its
+// mean as the median test would, each check, instead of a 60 s window's
+// median of it (which moved only once half the window was slow): a tail
+// is found there when it moves the mean that far, and as fast as rtime,
+// an average over 1024 requests, moves. The reason says its figure is a
+// mean.
+
+// TailMinRate is the least rate of answers, a second, at which a
+// server's answers are judged (and its median and p95 count in the
+// backend's): 16, about 1,000 answers in the agent's 60 s window. The
+// threshold rests on window quantiles, and on fewer answers their
+// sampling noise moves it from check to check: in a heavy body's far
+// tail that moves the slow share more than a binomial's noise, which the
+// CUSUM's threshold does not allow for. The soak's harsh model (two
+// servers at 5 req/s, answers lognormal with log-sd 1.5) drained 5
+// healthy servers in 1,000 server-days so (12 with a ratio of 3, deeper
+// in the tail). A rate, not a count of the window's answers, so that a
+// busy server is judged from its window's third second (RatePerSec), not
+// once its window has filled. Under it, the median test judges as before.
+const TailMinRate = 16
+
+// tailBackend is the tail test's state for one backend.
+type tailBackend struct {
+	q       *Sequential
+	servers map[string]*SeqServer
+	// last: each server's tallies at the last read.
+	last map[string]tallies
+	// found: what the last chunk condemned, with the threshold it was
+	// judged at; meanOnly: servers whose last chunk was all the stats
+	// path's answers (a mean, no tail).
+	found    map[string]int
+	meanOnly map[string]bool
+	// per-call scratch
+	chunks  []tallies
+	fresh   []bool
+	octs    []int
+	at      []float64
+	seen    map[string]bool
+	srv     []*SeqServer
+	in      []Counts
+	serving []bool
+	idx     []int
+	p50s    []float64
+	p95s    []float64
+	// p95 is the backend's p95 the last thresholds came from, in ms;
+	// floor each server's threshold (ms, rounded up; 0 when it was not
+	// judged).
+	p95, p50 int
+	floor    map[string]int
+	// carry: each server's fraction of a slow answer not yet counted.
+	carry map[string]float64
+}
+
+// tallies is one server's running totals that the tail test reads.
+type tallies struct {
+	oct          [window.TailSlots]uint32
+	req, counted uint64
+}
+
+func talliesOf(st window.Stats) tallies {
+	return tallies{oct: st.TotalTail, req: st.TotalRequests, counted: st.TotalCounted}
+}
+
+// tailMinDuration bounds the tail test's minimum duration (see Bursts).
+const tailMinDuration = 2 * time.Second
+
+// TailConfig is the sequential test's settings for slow answers: the
+// tail's floor as the degraded region's, half of it as the healthy
+// region's (as the 5xx test's 0.5% is half its 1%), and a minimum
+// duration of a stall's (see above). The soak runs its Sequential with
+// them.
+func (c Config) TailConfig() Config {
+	t := c
+	t.Floor = c.TailFloor
+	t.HealthyFloor = c.TailFloor / 2
+	t.MinDuration = min(c.MinDuration, tailMinDuration)
+	t.everyBurst = true
+	return t
+}
+
+func newTailBackend(cfg Config) *tailBackend {
+	return &tailBackend{q: NewSequential(cfg.TailConfig()), servers: map[string]*SeqServer{}, last: map[string]tallies{}, carry: map[string]float64{}}
+}
+
+// TailThreshold is the least answer time, in ms, the tail test counts
+// as slow for a server whose window median is p50, in a backend whose
+// p95 and median are p95b and p50b.
+func (c Config) TailThreshold(p50, p50b, p95b int) float64 {
+	t := max(c.TailRatio*float64(p95b), float64(p95b+c.LatencyMinMs))
+	if p50 > p50b {
+		t *= float64(p50) / float64(max(p50b, 1))
+	}
+	return t
+}
+
+// tailSlot is the first tally slot all of whose answers are at or
+// over t ms; TailSlots when none is (t beyond the tallies' top).
+func tailSlot(t float64) int {
+	for k := 1; k < window.TailSlots; k++ {
+		if float64(window.TailSlotFloorMs(k)) >= t {
+			return k
+		}
+	}
+	return window.TailSlots
+}
+
+// step feeds the tail test one chunk of b, dt seconds since the last.
+// lat holds each server's latency baseline (the 5xx test's state).
+func (tb *tailBackend) step(c Config, b agent.BackendView, dt float64, lat map[string]*SeqServer) {
+	tb.srv, tb.in, tb.serving = tb.srv[:0], tb.in[:0], tb.serving[:0]
+	// Kept between calls, cleared: the loop calls this every second,
+	// on every server.
+	if tb.found == nil {
+		tb.found, tb.meanOnly, tb.floor, tb.seen = map[string]int{}, map[string]bool{}, map[string]int{}, map[string]bool{}
+	}
+	clear(tb.found)
+	clear(tb.meanOnly)
+	clear(tb.floor)
+	clear(tb.seen)
+	n := len(b.Servers)
+	tb.chunks = append(tb.chunks[:0], make([]tallies, n)...)
+	tb.fresh = append(tb.fresh[:0], make([]bool, n)...)
+	tb.octs = append(tb.octs[:0], make([]int, n)...)
+	tb.at = append(tb.at[:0], make([]float64, n)...)
+	chunks, seen, fresh, octs, at := tb.chunks, tb.seen, tb.fresh, tb.octs, tb.at
+	for i, s := range b.Servers {
+		seen[s.Server] = true
+		tot := talliesOf(s.Window)
+		last, ok := tb.last[s.Server]
+		tb.last[s.Server] = tot
+		// The first read only sets the mark; a total that went back (the
+		// series forgotten and made again) does the same.
+		if !ok || tot.req < last.req || tot.counted < last.counted {
+			continue
+		}
+		d := tallies{req: tot.req - last.req, counted: tot.counted - last.counted}
+		for k := range d.oct {
+			d.oct[k] = tot.oct[k] - last.oct[k] // modulo 2^32, as kept
+		}
+		chunks[i], fresh[i] = d, true
+		if d.req > 0 && d.counted >= d.req {
+			tb.meanOnly[s.Server] = true
+		}
+	}
+	for name := range tb.servers {
+		if !seen[name] {
+			delete(tb.servers, name)
+			delete(tb.last, name)
+			delete(tb.carry, name)
+		}
+	}
+	// The backend's p50 and p95: the lower medians of the judged servers'
+	// windows, those with per-answer times only.
+	judged := func(s agent.ServerView) bool {
+		return s.Serving() && s.Window.Requests >= max(c.MinRequests/2, 1) && s.Window.RatePerSec >= TailMinRate && !tb.meanOnly[s.Server]
+	}
+	tb.p50s, tb.p95s = tb.p50s[:0], tb.p95s[:0]
+	for _, s := range b.Servers {
+		if judged(s) {
+			tb.p50s = append(tb.p50s, float64(s.Window.P50Ms))
+			tb.p95s = append(tb.p95s, float64(s.Window.P95Ms))
+		}
+	}
+	p50b, p95b := int(lowerMedian(tb.p50s)), int(lowerMedian(tb.p95s))
+	tb.p95 = p95b
+	// The mean's threshold: the median test's, against the lower median
+	// of the stats path's servers' means: each one's window median, or
+	// its mean in this chunk (its median slot's floor) where higher, so
+	// that a fleet-wide change moves the reference at once, not when half
+	// the window has seen it.
+	tb.p50s = tb.p50s[:0]
+	for i, s := range b.Servers {
+		if fresh[i] && tb.meanOnly[s.Server] && s.Serving() && s.Window.Requests >= max(c.MinRequests/2, 1) {
+			tb.p50s = append(tb.p50s, float64(max(s.Window.P50Ms, window.TailSlotFloorMs(medianSlot(&chunks[i].oct)))))
+		}
+	}
+	tb.p50 = int(lowerMedian(tb.p50s))
+	meanT := max(c.LatencyRatio*float64(tb.p50), float64(tb.p50+c.LatencyMinMs))
+	for i, s := range b.Servers {
+		st := tb.servers[s.Server]
+		if st == nil {
+			st = &SeqServer{}
+			tb.servers[s.Server] = st
+		}
+		var in Counts
+		octs[i] = window.TailSlots
+		onMean := tb.meanOnly[s.Server] && s.Serving() && s.Window.Requests >= max(c.MinRequests/2, 1) && c.LatencyRatio > 0
+		switch {
+		case fresh[i] && onMean && len(tb.p50s) > 1 && chunks[i].req > 0:
+			// A mean: every answer of the chunk at one time, counted
+			// from the first slot wholly at or over the threshold.
+			t := meanT
+			if st := lat[s.Server]; st != nil && st.lat.learned() && c.LatencyBaselineRatio > 0 {
+				t = max(t, math.Exp(st.lat.mean()+c.slowMargin(&st.lat)))
+			}
+			octs[i] = tailSlot(t)
+			if octs[i] < window.TailSlots {
+				at[i] = float64(window.TailSlotFloorMs(octs[i]))
+				for k, n := range chunks[i].oct {
+					in.N += uint64(n)
+					if k >= octs[i] {
+						in.X += uint64(n)
+					}
+				}
+			}
+		case fresh[i] && judged(s) && len(tb.p95s) > 0:
+			// Answers: those of the slots above the threshold's, and of
+			// its own slot the share above it, as if spread evenly in
+			// log time over the slot. Rounding the threshold to a slot
+			// instead moved it by up to 25%, and in a healthy body's far
+			// tail that moved servers' shares threefold apart: enough
+			// for the one rounded down to look degraded against the rest.
+			// The fractions carry from check to check.
+			t := c.TailThreshold(s.Window.P50Ms, p50b, p95b)
+			at[i] = t
+			x := slowShare(&chunks[i].oct, t) + tb.carry[s.Server]
+			for _, n := range chunks[i].oct {
+				in.N += uint64(n)
+			}
+			in.X = min(uint64(x), in.N)
+			tb.carry[s.Server] = x - math.Floor(x)
+		}
+		if at[i] > 0 {
+			tb.floor[s.Server] = int(math.Ceil(at[i]))
+		}
+		tb.srv = append(tb.srv, st)
+		tb.in = append(tb.in, in)
+		tb.serving = append(tb.serving, s.Serving())
+	}
+	tb.idx = tb.q.Step(dt, tb.srv, tb.in, tb.serving, tb.idx)
+	for _, i := range tb.idx {
+		if at[i] > 0 {
+			tb.found[b.Servers[i].Server] = int(math.Ceil(at[i]))
+		}
+	}
+}
+
+// slowShare is how many of the tallies' answers are at or over t ms:
+// every answer of the slots above t's, and of t's slot the part above t,
+// taking its answers as spread evenly over the slot in log time (in ms
+// under 32, the first slot's range).
+func slowShare(tl *[window.TailSlots]uint32, t float64) float64 {
+	k := min(window.TailSlot(int(t)), window.TailSlots-1)
+	var x float64
+	for j := k + 1; j < window.TailSlots; j++ {
+		x += float64(tl[j])
+	}
+	lo, hi := float64(window.TailSlotFloorMs(k)), float64(window.TailSlotFloorMs(k+1))
+	switch {
+	case k+1 >= window.TailSlots:
+		if t <= lo {
+			x += float64(tl[k])
+		}
+	case lo <= 0:
+		x += float64(tl[k]) * max(0, hi-t) / hi
+	default:
+		x += float64(tl[k]) * max(0, math.Log(hi/max(t, lo))) / math.Log(hi/lo)
+	}
+	return x
+}
+
+// medianSlot is the slot that holds the median of the tallies' answers.
+func medianSlot(t *[window.TailSlots]uint32) int {
+	var n, seen uint64
+	for _, c := range t {
+		n += uint64(c)
+	}
+	for k, c := range t {
+		seen += uint64(c)
+		if 2*seen >= n && n > 0 {
+			return k
+		}
+	}
+	return 0
+}
+
+// reason is why the tail test condemns server: its slow share over its
+// evidence's span, against what it was judged.
+func (tb *tailBackend) reason(server string) string {
+	s := tb.servers[server]
+	k := min(max(s.run, 1), recentChunks)
+	n, x := s.lastSum(k)
+	if tb.meanOnly[server] {
+		return fmt.Sprintf("slow mean, CUSUM at h %.1f: %.2f%% (%d/%d) of answers at a mean of %d ms or more (the peers' %d ms) over its evidence's %d checks, judged against %.3f%%, degraded from %.2f%%%s",
+			tb.q.H(), 100*float64(x)/float64(max(n, 1)), x, n, tb.found[server], tb.p50, k, 100*s.P0(), 100*tb.q.P1Min(), meanNote)
+	}
+	return fmt.Sprintf("slow tail, CUSUM at h %.1f: %.2f%% (%d/%d) of answers at %d ms or more (the backend's p95 %d ms) over its evidence's %d checks, judged against %.3f%%, degraded from %.2f%%",
+		tb.q.H(), 100*float64(x)/float64(max(n, 1)), x, n, tb.found[server], tb.p95, k, 100*s.P0(), 100*tb.q.P1Min())
+}
+
+// meanNote is what a latency reason adds for a server whose answer
+// times are the stats path's mean.
+const meanNote = "; its answer time is HAProxy's mean over its last 1024 requests (rtime, the stats path): a mean has no tail, a slow tail shows only as it moves the mean"
