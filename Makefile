@@ -193,12 +193,14 @@ soak: deps
 # and spread bursts, restarts, the check every 100 ms (SOAK_DAYS_FINE: ten
 # chunks a second cost ten times as much), random fleets, fleet-wide
 # incidents at N=2, 3, 9 and 1, 5, 33 req/s (SOAK_INCIDENTS a seed), and
-# three faulty servers at once. It fails if one of issue 37's models passes
-# 1 false drain per 1,000 healthy-region server-days or its 95% upper end
-# reaches 2; issue 41's models are measured and printed without failing the
-# target, as the test that keeps its promise in them has not landed (the
-# robust-detector branch). The lines before issue
-# 41's took about 13 minutes of 2 cores; issue 41's, at SOAK_DAYS_NEW server-days a model (printed, not gated), add about 5 more (CPU
+# three faulty servers at once. It fails if one of issue 37's models, or
+# one of issue 41's where the robust detector keeps the promise (wider
+# spreads, the noisier service, the bursts, the 100 ms check), passes 1
+# false drain per 1,000 healthy-region server-days, its 95% upper end
+# reaches 2, or a server is drained twice in a day; restarts, random fleets
+# and fleet-wide incidents, where docs/lab/detection.md says it does not
+# yet, are measured and printed without failing. The lines before issue
+# 41's took about 13 minutes of 2 cores; issue 41's, at SOAK_DAYS_NEW server-days a model, add about 5 more (CPU
 # measured at small sizes and scaled: 10 ms of CPU a server-day at N=9 and 33 req/s,
 # 12 in random fleets, 117 at 100 ms, 9 an incident).
 SOAK_DAYS ?= 10000
@@ -216,13 +218,13 @@ soak-long: build
 	./$(LAB) soak --servers 9 --rate 33 --hetero 0.2,0.3 --server-days $(SOAK_DAYS) --seeds 1-4 --max-per-1000 1 --max-upper 2 --json $(SOAK_OUT)/hetero33.json
 	./$(LAB) soak --servers 9 --rate 300 --hetero 0.3 --server-days $(SOAK_DAYS) --seeds 1-4 --max-per-1000 1 --max-upper 2 --json $(SOAK_OUT)/hetero300.json
 	./$(LAB) soak --servers 3,9 --rate 5,33,300 --server-days 0 --fault 0.02,0.05,0.2 --trials 50 --seeds 1-4 --json $(SOAK_OUT)/detect.json
-	./$(LAB) soak --servers 9 --rate 33 --hetero 0.4,0.5 --server-days $(SOAK_DAYS_NEW) --seeds 1-4 --json $(SOAK_OUT)/hetero-wide.json
-	./$(LAB) soak --servers 9 --rate 33 --noise 0.01 --hetero 0.3 --server-days $(SOAK_DAYS_NEW) --seeds 1-4 --json $(SOAK_OUT)/noisy.json
-	./$(LAB) soak --servers 9 --rate 33 --bursts 2:3-10 --server-days $(SOAK_DAYS_NEW) --seeds 1-4 --json $(SOAK_OUT)/bursts2h.json
-	./$(LAB) soak --servers 9 --rate 33 --bursts 6:10-30 --server-days $(SOAK_DAYS_NEW) --seeds 1-4 --json $(SOAK_OUT)/bursts-big.json
-	./$(LAB) soak --servers 9 --rate 33 --bursts 6:3-10 --burst-spread 5 --server-days $(SOAK_DAYS_NEW) --seeds 1-4 --json $(SOAK_OUT)/bursts-spread.json
+	./$(LAB) soak --servers 9 --rate 33 --hetero 0.4,0.5 --server-days $(SOAK_DAYS_NEW) --seeds 1-4 --max-per-1000 1 --max-upper 2 --max-one-server-day 1 --json $(SOAK_OUT)/hetero-wide.json
+	./$(LAB) soak --servers 9 --rate 33 --noise 0.01 --hetero 0.3 --server-days $(SOAK_DAYS_NEW) --seeds 1-4 --max-per-1000 1 --max-upper 2 --max-one-server-day 1 --json $(SOAK_OUT)/noisy.json
+	./$(LAB) soak --servers 9 --rate 33 --bursts 2:3-10 --server-days $(SOAK_DAYS_NEW) --seeds 1-4 --max-per-1000 1 --max-upper 2 --max-one-server-day 1 --json $(SOAK_OUT)/bursts2h.json
+	./$(LAB) soak --servers 9 --rate 33 --bursts 6:10-30 --server-days $(SOAK_DAYS_NEW) --seeds 1-4 --max-per-1000 1 --max-upper 2 --max-one-server-day 1 --json $(SOAK_OUT)/bursts-big.json
+	./$(LAB) soak --servers 9 --rate 33 --bursts 6:3-10 --burst-spread 5 --server-days $(SOAK_DAYS_NEW) --seeds 1-4 --max-per-1000 1 --max-upper 2 --max-one-server-day 1 --json $(SOAK_OUT)/bursts-spread.json
 	./$(LAB) soak --servers 9 --rate 33 --restarts 6:3 --server-days $(SOAK_DAYS_NEW) --seeds 1-4 --json $(SOAK_OUT)/restarts.json
-	./$(LAB) soak --servers 9 --rate 33 --hetero 0.3 --evidence-check 100ms --server-days $(SOAK_DAYS_FINE) --seeds 1-4 --json $(SOAK_OUT)/check100ms.json
+	./$(LAB) soak --servers 9 --rate 33 --hetero 0.3 --evidence-check 100ms --server-days $(SOAK_DAYS_FINE) --seeds 1-4 --max-per-1000 1 --max-upper 2 --max-one-server-day 1 --json $(SOAK_OUT)/check100ms.json
 	./$(LAB) soak --random-fleets --server-days $(SOAK_DAYS_NEW) --seeds 1-4 --json $(SOAK_OUT)/random.json
 	./$(LAB) soak --servers 2,3,9 --rate 1,5,33 --fleet-fault 0.05 --server-days 0 --trials $(SOAK_INCIDENTS) --seeds 1-4 --json $(SOAK_OUT)/fleet-fault.json
 	./$(LAB) soak --servers 9 --rate 5,33 --server-days 0 --fault 0.05 --faulty 3 --trials 50 --seeds 1-4 --json $(SOAK_OUT)/detect-3faulty.json

@@ -112,6 +112,10 @@ const (
 	// set in chunks, bounds the false drains per unit of time whatever
 	// the cadence.
 	minChunk = 1.0
+	// maxSplit bounds the chunks one check is fed as: a check longer than
+	// ten minutes (a stalled loop) is fed as longer chunks, not as a
+	// stall's worth of work.
+	maxSplit = 600
 	// maxWindow bounds the minimum duration's window, in chunks.
 	maxWindow = 32
 	// windowCredit is the share of h that any one window of the minimum
@@ -299,6 +303,7 @@ type Sequential struct {
 	chunks  uint64
 	clock   float64
 	pendDt  float64
+	split   []Counts // Step's copy of a long check's counts, reused
 	scratch []float64
 	peers   []Counts
 	order   []int
@@ -367,6 +372,64 @@ func (q *Sequential) Step(dt float64, srv []*SeqServer, in []Counts, serving []b
 		return out
 	}
 	dt, q.pendDt = q.pendDt, 0
+	// A check longer than two chunks (a step that waited on a model's
+	// call, a loop without evidence checks) is fed as that many chunks of
+	// a second, its counts spread evenly over them: the minimum duration's
+	// window, the tokens and the rings are counted in chunks, and so keep
+	// their meaning in seconds whatever the checks' cadence. As one chunk,
+	// a 3 s check made the 5-chunk window 15 s long, and a fault was found
+	// that much later.
+	n := min(max(1, int(dt/minChunk+1e-6)), maxSplit)
+	if n == 1 {
+		q.chunk(dt, srv, serving)
+	} else {
+		q.split = q.split[:0]
+		for _, s := range srv {
+			q.split = append(q.split, s.pend)
+		}
+		for j := range n {
+			for i, s := range srv {
+				if serving[i] {
+					t := q.split[i]
+					s.pend = Counts{N: share(t.N, j, n), X: share(t.X, j, n)}
+				}
+			}
+			q.chunk(dt/float64(n), srv, serving)
+		}
+	}
+	for i, s := range srv {
+		if !serving[i] {
+			continue
+		}
+		s.Left = false
+		if !s.Flagged {
+			s.Zone = false
+			continue
+		}
+		if !q.peerCheck(srv, serving, i) {
+			continue
+		}
+		s.Zone = stats.BinomialUpperTail(s.runN, s.runX, q.P1Min()) >= degradedAlpha
+		if s.Zone {
+			if s.zoned && q.clock-s.zoneAt < q.cfg.ZoneEvery.Seconds() {
+				s.Left = true
+				continue
+			}
+			s.zoned, s.zoneAt = true, q.clock
+		}
+		out = append(out, i)
+	}
+	return out
+}
+
+// share is the j-th of n near-equal integer parts of t (they sum to t).
+func share(t uint64, j, n int) uint64 {
+	return t*uint64(j+1)/uint64(n) - t*uint64(j)/uint64(n)
+}
+
+// chunk feeds one chunk of dt seconds, each serving server's counts in
+// its pend, and sets each server's Flagged.
+func (q *Sequential) chunk(dt float64, srv []*SeqServer, serving []bool) {
 	q.clock += dt
 	if q.chunks%refreshEvery == 0 {
 		q.refresh(srv, serving)
@@ -498,25 +561,7 @@ func (q *Sequential) Step(dt float64, srv []*SeqServer, in []Counts, serving []b
 			s.runX += c.X
 		}
 		s.Flagged = top >= q.h
-		s.Left = false
-		if !s.Flagged {
-			s.Zone = false
-			continue
-		}
-		if !q.peerCheck(srv, serving, i) {
-			continue
-		}
-		s.Zone = stats.BinomialUpperTail(s.runN, s.runX, q.P1Min()) >= degradedAlpha
-		if s.Zone {
-			if s.zoned && q.clock-s.zoneAt < q.cfg.ZoneEvery.Seconds() {
-				s.Left = true
-				continue
-			}
-			s.zoned, s.zoneAt = true, q.clock
-		}
-		out = append(out, i)
 	}
-	return out
 }
 
 // passes: between chunks, a flagged server stays condemned while it

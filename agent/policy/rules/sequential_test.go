@@ -340,6 +340,78 @@ func TestCadence(t *testing.T) {
 	}
 }
 
+// TestLongChecks: checks longer than a chunk (a step that waited on a
+// model's call, a loop without evidence checks) find a fault as soon as
+// one-second checks do, but for the check's own length: the same
+// seconds, pooled into checks of k seconds, after an hour's healthy
+// traffic (which condemns no one), over 20 seeds; the median time to
+// find it grows by no more than k. Fed as one chunk, a check of k
+// seconds made the minimum duration's 5-chunk window 5k seconds long
+// (10 s checks: a median of 70 s against 13 s).
+func TestLongChecks(t *testing.T) {
+	const n, faulty, rate, start, seeds = 9, 4, 33.0, 3600, 20
+	lengths := []int{1, 2, 3, 5, 10}
+	found := map[int][]int{}
+	for seed := range uint64(seeds) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		secs := make([][]Counts, start+120)
+		for sec := range secs {
+			secs[sec] = make([]Counts, n)
+			for i := range n {
+				p := 0.002
+				if i == faulty && sec >= start {
+					p = 0.05
+				}
+				r := poissonDraw(rng, rate)
+				secs[sec][i] = Counts{N: r, X: errorsOf(rng, r, p)}
+			}
+		}
+		for _, k := range lengths {
+			q := NewSequential(DefaultConfig())
+			srv := make([]*SeqServer, n)
+			for i := range srv {
+				srv[i] = &SeqServer{}
+			}
+			in, serving := make([]Counts, n), make([]bool, n)
+			for i := range serving {
+				serving[i] = true
+			}
+			var idx []int
+			at := -1
+			for end := k; end <= len(secs) && at < 0; end += k {
+				clear(in)
+				for _, c := range secs[end-k : end] {
+					for i := range n {
+						in[i].N += c[i].N
+						in[i].X += c[i].X
+					}
+				}
+				idx = q.Step(float64(k), srv, in, serving, idx)
+				for _, i := range idx {
+					if i != faulty || end <= start {
+						t.Fatalf("seed %d, checks of %d s: server %d condemned at %d s", seed, k, i, end)
+					}
+					at = end - start
+				}
+				if want := uint64(end); q.chunks != want {
+					t.Fatalf("seed %d, checks of %d s: %d chunks after %d s", seed, k, q.chunks, end)
+				}
+			}
+			if at < 0 {
+				t.Fatalf("seed %d, checks of %d s: the fault never found", seed, k)
+			}
+			found[k] = append(found[k], at)
+		}
+	}
+	base := median(found[1])
+	for _, k := range lengths[1:] {
+		if m := median(found[k]); m > base+k {
+			t.Errorf("checks of %d s: found in a median %v s, against %v s with checks of 1 s (%v, %v)", k, m, base, found[k], found[1])
+		}
+	}
+	t.Logf("found after (s), by check length, over %d seeds: %v", seeds, found)
+}
+
 // TestZoneOnceADay: a server in the zone (above the healthy region, not
 // shown above the degraded line) is condemned once, and condemned again
 // within ZoneEvery it is left serving, with Left set, not cycled; a

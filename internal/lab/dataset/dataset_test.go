@@ -330,8 +330,13 @@ func TestTokenExamples(t *testing.T) {
 			suspicious++
 		}
 	}
-	if suspicious == 0 || suspicious == len(lines) {
-		t.Fatalf("%d of %d examples flag a healthy server: the penalty has nothing to weigh", suspicious, len(lines))
+	// The field is each example's own (checked above). How many flag a
+	// healthy server is the candidates' false-alarm rate: none of these 60
+	// since the peer check reads the evidence's whole span (it was a few
+	// when it read the last 64 s); all of them would be a broken test.
+	t.Logf("%d of %d examples flag a healthy server", suspicious, len(lines))
+	if suspicious == len(lines) {
+		t.Fatalf("all %d examples flag a healthy server", len(lines))
 	}
 }
 
@@ -361,6 +366,9 @@ func TestActs(t *testing.T) {
 // mid-situation). In the fourth attempt's data 25 of 828 examples with
 // a history line had an action for answer, and its model stopped at one.
 func TestHistoryDoesNotGiveTheAnswerAway(t *testing.T) {
+	if underRace {
+		t.Skip("2,000 examples take minutes under -race (make test); make test-llm runs this package without it")
+	}
 	ex, err := Generate(9, 2000, prompt.Numbered, DefaultRecipe().Draw, llmprompts.New)
 	if err != nil {
 		t.Fatal(err)
@@ -395,6 +403,9 @@ func TestHistoryDoesNotGiveTheAnswerAway(t *testing.T) {
 // Now most prompts that show one answer something else, drains among
 // them, and each answer's share holds near its share over all prompts.
 func TestUtilDoesNotMeanOverload(t *testing.T) {
+	if underRace {
+		t.Skip("2,000 examples take minutes under -race (make test); make test-llm runs this package without it")
+	}
 	ex, err := Generate(11, 2000, prompt.Numbered, Draw{Frozen: 8, Unlimited: 3}, llmprompts.New)
 	if err != nil {
 		t.Fatal(err)

@@ -81,9 +81,17 @@ func TestBenchCommand(t *testing.T) {
 		t.Errorf("unprotected: not the study's loop (args %v)", unprotected.Config.AgentArgs)
 	}
 	for _, r := range []*bench.RunResult{capable, unprotected} {
-		if r.Loc.TP != 1 || r.Loc.FP != 0 || r.Agent == nil || r.Agent.CompletionTokens == 0 || r.Agent.AvoidedPer1kTokens == nil {
+		if r.Loc.TP != 1 || r.Loc.FP != 0 || r.Agent == nil {
 			t.Errorf("%s: %+v, agent %+v", r.Variant, r.Loc, r.Agent)
 		}
+	}
+	// The unprotected model is asked every step. The protected one only
+	// while a candidate stands and the floor has not drained it yet: from
+	// a cold start, the 2 to 3 s between the candidates' looser threshold
+	// and the floor's, which a busy machine's steps may skip (one run in
+	// make test's parallel e2e suite asked it never, the floor drained).
+	if a := unprotected.Agent; a == nil || a.CompletionTokens == 0 || a.AvoidedPer1kTokens == nil {
+		t.Errorf("unprotected: agent %+v, want the model asked", a)
 	}
 	// The unprotected model is asked every step; the protected one only
 	// when the windows show a candidate.

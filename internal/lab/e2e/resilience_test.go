@@ -58,9 +58,10 @@ func TestAgentRestartKeepsItsDrains(t *testing.T) {
 // (audited `woken`), not at the next tick.
 func TestHAProxyReloadAndRestart(t *testing.T) {
 	t.Parallel()
-	reloadAt, restartAt := 12*time.Second, 24*time.Second
+	reloadAt := coldDrain // once both drains are in
+	restartAt := reloadAt + 12*time.Second
 	var reloadErr, restartErr error
-	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 36 * time.Second, Policy: "rules",
+	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: restartAt + 12*time.Second, Policy: "rules",
 		Interval: 10 * time.Second, AgentArgs: noTailGuard,
 		At: map[time.Duration]func(*scenario.Env){
 			reloadAt:  func(env *scenario.Env) { reloadErr = env.HAProxy.Reload(context.Background()) },

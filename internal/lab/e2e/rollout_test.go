@@ -164,11 +164,13 @@ func TestCtlReleasePauseKillRestore(t *testing.T) {
 		return string(b), err
 	}
 	srv3, srv6 := fleet.BackendName+"/srv3", fleet.BackendName+"/srv6"
-	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 45 * time.Second,
+	base := coldDrain // both drains are in by then
+	sec := func(n int) time.Duration { return base + time.Duration(n)*time.Second }
+	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: sec(30),
 		Policy: "rules", AgentBinary: agentBinary, AgentArgs: noTailGuard,
-		KillAgentAt: 23 * time.Second, RestartAgentAt: 25 * time.Second,
+		KillAgentAt: sec(8), RestartAgentAt: sec(10),
 		At: map[time.Duration]func(*scenario.Env){
-			18 * time.Second: func(env *scenario.Env) {
+			sec(3): func(env *scenario.Env) {
 				if o, err := ctlRun(env, "release", fleet.BackendName+"/srv1"); err == nil || !strings.Contains(o, "not the agent's change") {
 					fail("release of a healthy server: %v %s", err, o)
 				}
@@ -176,13 +178,13 @@ func TestCtlReleasePauseKillRestore(t *testing.T) {
 					fail("release: %v %s", err, o)
 				}
 			},
-			20 * time.Second: func(env *scenario.Env) {
+			sec(5): func(env *scenario.Env) {
 				if o, err := ctlRun(env, "pause", "--for", "10s"); err != nil || !strings.Contains(o, "paused (every backend") {
 					fail("pause: %v %s", err, o)
 				}
 			},
-			// After the SIGKILL at 23 s and the restart at 25 s.
-			28 * time.Second: func(env *scenario.Env) {
+			// After the SIGKILL at sec(8) and the restart at sec(10).
+			sec(13): func(env *scenario.Env) {
 				o, err := ctlRun(env, "-o", "json", "status")
 				if err != nil || !strings.Contains(o, `"backend": "*"`) || !strings.Contains(o, `"holder": "agent"`) {
 					fail("status after restart: %v %s", err, o)
@@ -191,8 +193,8 @@ func TestCtlReleasePauseKillRestore(t *testing.T) {
 					fail("list after restart: %v %s", err, o)
 				}
 			},
-			// The pause ended at 30 s.
-			33 * time.Second: func(env *scenario.Env) {
+			// The pause ended at sec(15).
+			sec(18): func(env *scenario.Env) {
 				if o, err := ctlRun(env, "-o", "json", "status"); err != nil || strings.Contains(o, `"backend": "*"`) {
 					fail("status after the pause: %v %s", err, o)
 				}
@@ -208,7 +210,7 @@ func TestCtlReleasePauseKillRestore(t *testing.T) {
 		failed = failed || strings.HasPrefix(s, "FAIL")
 	}
 	for _, s := range []string{"srv3", "srv6"} {
-		if at, ok := out.DrainedAt[s]; !ok || at > 15*time.Second {
+		if at, ok := out.DrainedAt[s]; !ok || at > base {
 			t.Errorf("%s drained at %v (%v): the test proves nothing", s, at, ok)
 		}
 		// Drained once, brought back once (release, restore), never again.
