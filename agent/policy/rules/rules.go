@@ -100,8 +100,9 @@ type Config struct {
 	// evidence never showed it degraded (in the zone).
 	ZoneEvery time.Duration
 	// everyBurst: every burst shorter than MinDuration is forgiven, with
-	// no tokens to run out of (the tail test's: a stall comes back every
-	// few minutes on a busy server, and is no flapping fault).
+	// no tokens to run out of, and each on its own, however close the
+	// next (the tail test's: a GC pause that comes back every minute is
+	// the server's normal, not a flapping fault; tail.go).
 	everyBurst bool
 
 	// Blocks are the config's backend blocks that set a rules key

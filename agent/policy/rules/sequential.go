@@ -485,6 +485,20 @@ func (q *Sequential) chunk(dt float64, srv []*SeqServer, serving []bool) {
 		// successes only lower a CUSUM at zero.
 		if c.X != 0 || s.S != [len(bank)]float64{} {
 			x, ok := float64(c.X), float64(c.N-c.X)
+			// past: a largest window is forgotten once it is this many
+			// chunks past. For errors, one more than the window: two
+			// restarts a few seconds apart are one outage longer than
+			// the minimum duration. For slow answers (everyBurst), the
+			// window itself: stalls are each their own burst (a GC
+			// pause coming back is the server's normal), so a second
+			// pause that begins once the first one's window is over is
+			// cut as the first was; a window later, that second pause
+			// was judged against the first one's window and counted in
+			// full whenever it was the smaller.
+			past := q.w
+			if q.cfg.everyBurst {
+				past = q.w - 1
+			}
 			slot := &s.win[s.wpos]
 			for k := range s.S {
 				l := x*a[k] + ok*b[k]
@@ -494,7 +508,7 @@ func (q *Sequential) chunk(dt float64, srv []*SeqServer, serving []bool) {
 				raw := max(0, s.raw[k]+l)
 				gain := raw - slot[k]
 				slot[k] = raw
-				if s.winAge[k]++; s.winAge[k] > q.w && s.S[k] <= s.atMax[k] {
+				if s.winAge[k]++; s.winAge[k] > past && s.S[k] <= s.atMax[k] {
 					// The largest window is a window past and the evidence
 					// has not grown since: a burst, not a fault. The next
 					// one is judged afresh.

@@ -37,15 +37,41 @@ import (
 // rises alike, which lifts H0 and fails the peer check, and the
 // backend's p95 follows within the window.
 //
-// Bursts: a stall (a GC pause, a throttled CPU) makes every answer of a
-// second slow, so their count grows with the traffic; no fixed number of
-// forgiven slow answers fits it. The minimum duration does (sequential.go):
-// a stall shorter than it never convicts, however many answers it slows,
-// and however often it comes back (no tokens, everyBurst).
-// The tail test's is tailMinDuration at most: a stall lasts a second or
-// two, not a restart's seconds, and the tail's evidence comes slower than
-// a 5xx fault's (a 5% tail at 33 answers a second is found in about twice
-// its bound with a 5 s window, against 10 s for issue 42's fault).
+// Stalls: a stall (a GC pause, a throttled CPU) slows every answer that
+// arrives during it, so its slow answers come together, as many as the
+// traffic brings in its span: a 500 ms pause at 50 answers a second slows
+// about 20 of one check's answers, or of two where it straddles them. A
+// slow tail's come apart: 5% at 50 a second is 2 or 3 a check. The
+// binomial test takes answers as independent, and so reads a stall as
+// overwhelming evidence; with a minimum duration alone, two or three
+// pauses close together (which pauses at random times, once a minute,
+// bring every few hours) drained healthy servers (TestTailStalls). So
+// the tail test judges a stall as one event, not as its answers:
+//
+//   - A check with more slow answers than a tail at the bank's second
+//     alternative (3 × the degraded line) gives at three standard
+//     deviations is a stall (Sequential.StallCounts): its slow answers
+//     are left out and its fast ones count. A stall that outlasts the
+//     minimum duration's window (more than W checks in a row) is a
+//     slowdown, and from then on its checks count in full: a whole
+//     slowdown is found, a few checks later than before.
+//   - A burst of fewer slow answers (a short pause slows a few, as many
+//     as a tail's unlucky check) is cut by the minimum duration
+//     (sequential.go): no window of W checks brings more than a fifth of
+//     h. The tail test's is tailMinDuration, W = 2 checks: the shortest
+//     that forgives a pause under a second wherever it falls against the
+//     checks. Without the cut, pauses of 200 ms once a minute drain.
+//   - No tokens (everyBurst): a pause that comes back every minute is the
+//     server's normal, not a flapping fault, and each burst is cut on its
+//     own, however close the next.
+//
+// What the cut costs: it takes out what the tail's first window brought
+// beyond the credit, and later the excess of its luckiest window, so a
+// tail is found about W + 0.8·B + that excess after it starts (B its
+// bound, ln(ARL)/KL in seconds), within 2·B where B is a few seconds or
+// more. The credit (a fifth of h) is what a pause a minute allows at the
+// promise's rate: each burst leaves a chance of about e^(-0.8h) that
+// healthy traffic does the rest, against 1,440 pauses a server-day.
 //
 // The stats path has no tail: every answer it records carries HAProxy's
 // mean answer time over the server's last 1024 requests (rtime). For a
@@ -104,6 +130,8 @@ type tailBackend struct {
 	floor    map[string]int
 	// carry: each server's fraction of a slow answer not yet counted.
 	carry map[string]float64
+	// stall: each server's run of stall checks (StallCounts).
+	stall map[string]int
 }
 
 // tallies is one server's running totals that the tail test reads.
@@ -116,8 +144,40 @@ func talliesOf(st window.Stats) tallies {
 	return tallies{oct: st.TotalTail, req: st.TotalRequests, counted: st.TotalCounted}
 }
 
-// tailMinDuration bounds the tail test's minimum duration (see Bursts).
-const tailMinDuration = 2 * time.Second
+// tailMinDuration bounds the tail test's minimum duration (see Stalls):
+// a pause under a second touches at most two one-second checks.
+const tailMinDuration = time.Second
+
+// stallSigmas and stallAlt: a check is a stall when its slow answers
+// are more than stallSigmas standard deviations (and one answer) above
+// what a tail at the bank's stallAlt-th alternative would give: the
+// largest of the dilute ones (1 and 3 × the degraded line; 10 and 30 are
+// a slowdown's scale). A 5% tail at 50 answers a second, above the
+// degraded line's 3× at the issue's healthy share, passes it in about
+// one check of sixty.
+const (
+	stallSigmas = 3
+	stallAlt    = 1
+)
+
+// StallCounts is what the tail test judges of one check of a server
+// whose counts are c (N answers, X slow), its run of stall checks in
+// *run (kept by the caller, one per server): c itself, or, for a stall
+// (more slow answers than a tail explains, see Stalls) no longer than
+// the minimum duration's window, its fast answers alone. The soak feeds
+// its Sequential through it as the agent does.
+func (q *Sequential) StallCounts(c Counts, run *int) Counts {
+	p := min(q.P1Min()*bank[stallAlt], maxP1)
+	n := float64(c.N)
+	if c.X == 0 || float64(c.X) <= n*p+stallSigmas*math.Sqrt(n*p*(1-p))+1 {
+		*run = 0
+		return c
+	}
+	if *run++; *run > q.w {
+		return c // a slowdown: longer than a stall may be
+	}
+	return Counts{N: c.N - c.X}
+}
 
 // TailConfig is the sequential test's settings for slow answers: the
 // tail's floor as the degraded region's, half of it as the healthy
@@ -134,7 +194,7 @@ func (c Config) TailConfig() Config {
 }
 
 func newTailBackend(cfg Config) *tailBackend {
-	return &tailBackend{q: NewSequential(cfg.TailConfig()), servers: map[string]*SeqServer{}, last: map[string]tallies{}, carry: map[string]float64{}}
+	return &tailBackend{q: NewSequential(cfg.TailConfig()), servers: map[string]*SeqServer{}, last: map[string]tallies{}, carry: map[string]float64{}, stall: map[string]int{}}
 }
 
 // TailThreshold is the least answer time, in ms, the tail test counts
@@ -202,6 +262,7 @@ func (tb *tailBackend) step(c Config, b agent.BackendView, dt float64, lat map[s
 			delete(tb.servers, name)
 			delete(tb.last, name)
 			delete(tb.carry, name)
+			delete(tb.stall, name)
 		}
 	}
 	// The backend's p50 and p95: the lower medians of the judged servers'
@@ -274,6 +335,13 @@ func (tb *tailBackend) step(c Config, b agent.BackendView, dt float64, lat map[s
 			}
 			in.X = min(uint64(x), in.N)
 			tb.carry[s.Server] = x - math.Floor(x)
+			run := tb.stall[s.Server]
+			in = tb.q.StallCounts(in, &run)
+			tb.stall[s.Server] = run
+		default:
+			// not judged on answers (or a mean: HAProxy's average over
+			// 1024 requests smooths a stall away): no run of stalls
+			delete(tb.stall, s.Server)
 		}
 		if at[i] > 0 {
 			tb.floor[s.Server] = int(math.Ceil(at[i]))

@@ -83,6 +83,9 @@ type latencies struct {
 	tsrv    []*rules.SeqServer
 	tin     []rules.Counts
 	tailIdx []int
+	// stall: each server's run of stall seconds (rules'
+	// Sequential.StallCounts), as the agent keeps it.
+	stall []int
 	// pending: each server's answers and slow tail of this second, for
 	// the thresholds, which need every server's median first.
 	pending []tailPending
@@ -104,7 +107,7 @@ func newLatencies(c Cell, rng *rand.Rand) *latencies {
 	}
 	if c.Config.TailRatio > 0 {
 		l.tq = rules.NewSequential(c.Config.TailConfig())
-		l.tsrv, l.tin, l.pending = make([]*rules.SeqServer, n), make([]rules.Counts, n), make([]tailPending, n)
+		l.tsrv, l.tin, l.pending, l.stall = make([]*rules.SeqServer, n), make([]rules.Counts, n), make([]tailPending, n), make([]int, n)
 		for i := range l.tsrv {
 			l.tsrv[i] = &rules.SeqServer{}
 		}
@@ -158,6 +161,7 @@ func (l *latencies) tailStep(dt float64, serving []bool, view *agent.BackendView
 	for i, p := range l.pending {
 		l.tin[i] = rules.Counts{}
 		if !judged(i) || len(l.scratch) == 0 || p.n == 0 {
+			l.stall[i] = 0
 			continue
 		}
 		// The threshold itself: the windows' tallies count the part of
@@ -173,7 +177,7 @@ func (l *latencies) tailStep(dt float64, serving []bool, view *agent.BackendView
 		if l.c.tailMs() >= from {
 			x += nt
 		}
-		l.tin[i] = rules.Counts{N: p.n, X: x}
+		l.tin[i] = l.tq.StallCounts(rules.Counts{N: p.n, X: x}, &l.stall[i])
 	}
 	l.tailIdx = l.tq.Step(dt, l.tsrv, l.tin, serving, l.tailIdx)
 	return l.tailIdx
