@@ -69,12 +69,11 @@ func TestFaultShapes(t *testing.T) {
 		// test finds a sudden slowdown of every answer before the window
 		// follows (issue 42). 10x: every answer over the threshold, a
 		// stall that outlasts the minimum duration's window, then the
-		// window's cut. 3x: a sixth of the answers over it, and at 33
-		// req/s a third of the seconds have more than a tail gives
+		// window's cut. 3x: a sixth of the answers over it, so that
+		// some seconds have more slow answers than a 5% tail gives
 		// (rules' Sequential.StallCounts) and are left out as pauses
-		// unless they come in a row: found, but in more than the seconds
-		// a 5% tail takes, before the median test could (half its
-		// window).
+		// unless they come in a row: found, before the median test could
+		// (half its window).
 		{"10x slow: within seconds (the tail test)", slow(10), true, 2, 6},
 		{"3x slow: before the median test could (the tail test; the median test never)", slow(3), true, 2, latencySpan / 2},
 		{"healthy answer times, sigma 0.3 across servers", healthy, false, 0, 0},
@@ -174,11 +173,13 @@ func TestAlwaysSlowerHealthy(t *testing.T) {
 // unchanged, found by the tail test within twice its bound (ln(ARL)/KL,
 // p0 the healthy share of answers over the threshold), at 33 req/s. At
 // 5 req/s a window holds too few answers (rules.TailMinAnswers) for the
-// tail test: the median test alone judges, and never finds it. At 300 req/s the bound (0.67 s) is shorter than the tail
-// test's minimum duration (2 s), which keeps a stall (every answer of a
-// second slow) from draining a server: there it is found within twice
-// that window and the check the first slow answers land in. With the tail test off (the
-// median test alone, as before), never.
+// tail test: the median test alone judges, and never finds it. At 300
+// req/s the bound (0.67 s) is shorter than the tail test's minimum
+// duration (1 s, a window of two checks), which keeps a pause under a
+// second from draining a server: there it is found within twice that
+// duration and two checks (the window's, and the one the first slow
+// answers land in). With the tail test off (the median test alone, as
+// before), never.
 func TestSlowTail(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a few seconds of simulation")
