@@ -49,6 +49,8 @@ type tailSim struct {
 	// periodic: the pauses come every stallEvery seconds, each up to a
 	// quarter of that early or late, instead of at Poisson times.
 	periodic bool
+	// alone: only the faulty server's index pauses, its peers never.
+	alone bool
 	// mean: the stats path's view: every answer recorded, Counted, at
 	// HAProxy's rtime: a sliding average over 1024 answers (sum += v −
 	// sum/1024), over those seen while fewer.
@@ -96,12 +98,13 @@ func (sim tailSim) run(t *testing.T, cfg Config) tailRun {
 			faulty := sec >= sim.onset && (sim.fleet || i == sim.faulty)
 			n := poisson(rng, sim.rate)
 			stall := sim.stallEvery > 0 && sim.pauseMs == 0 && sec >= 120 && rng.Float64() < 1/sim.stallEvery
-			if sim.pauseMs > 0 && sec >= 120 && sim.periodic && float64(sec) >= nextPause[i] {
+			pauses := sim.pauseMs > 0 && (!sim.alone || i == sim.faulty)
+			if pauses && sec >= 120 && sim.periodic && float64(sec) >= nextPause[i] {
 				at := float64(sec) + rng.Float64()
 				pauseAt[i], pauseEnd[i] = at, at+sim.pauseMs/1000
 				nextPause[i] = at + sim.stallEvery*(0.75+0.5*rng.Float64())
 			}
-			if sim.pauseMs > 0 && sec >= 120 && !sim.periodic && rng.Float64() < 1/sim.stallEvery {
+			if pauses && sec >= 120 && !sim.periodic && rng.Float64() < 1/sim.stallEvery {
 				// a pause from a uniform time of this second; one that
 				// starts inside the last makes it longer
 				at := float64(sec) + rng.Float64()
@@ -125,7 +128,7 @@ func (sim tailSim) run(t *testing.T, cfg Config) tailRun {
 				if stall {
 					ms += 500
 				}
-				if sim.pauseMs > 0 {
+				if pauses {
 					if at := float64(sec) + rng.Float64(); at >= pauseAt[i] && at < pauseEnd[i] {
 						ms += 1000 * (pauseEnd[i] - at)
 					}
@@ -328,8 +331,9 @@ func TestTailSlowdown(t *testing.T) {
 // that arrives during it waits for its end) drain nothing, six servers
 // for two hours at 25 and 50 answers a second: pauses at random times
 // (a Poisson process: now and then two or three come within a few
-// seconds, one longer stall), once a minute or once in five; and
-// periodic ones, every 20 s or every minute. Before stalls were judged
+// seconds, one longer stall), once a minute or once in five; periodic
+// ones, every 20 s or every minute; and one server alone pausing, its
+// peers never (a GC-heavy server among others). Before stalls were judged
 // as stalls (a minimum duration of 2 s, and a burst's window kept while
 // the evidence grew), the Poisson ones drained about one server in two
 // over four hours.
@@ -342,18 +346,21 @@ func TestTailStalls(t *testing.T) {
 		pauseMs  float64
 		every    float64
 		periodic bool
+		alone    bool
 	}{
-		{"500 ms pauses, once a minute at random", 500, 60, false},
-		{"200 ms pauses, once a minute at random", 200, 60, false},
-		{"1 s pauses, once in five minutes at random", 1000, 300, false},
-		{"1 s pauses every 20 s", 1000, 20, true},
-		{"500 ms pauses every minute", 500, 60, true},
+		{"500 ms pauses, once a minute at random", 500, 60, false, false},
+		{"200 ms pauses, once a minute at random", 200, 60, false, false},
+		{"1 s pauses, once in five minutes at random", 1000, 300, false, false},
+		{"1 s pauses every 20 s", 1000, 20, true, false},
+		{"500 ms pauses every minute", 500, 60, true, false},
+		{"one server alone: 500 ms pauses, once a minute at random", 500, 60, false, true},
+		{"one server alone: 500 ms pauses every minute", 500, 60, true, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, rate := range []float64{25, 50} {
 				for seed := range uint64(2) {
-					sim := tailSim{servers: 6, rate: rate, sigma: 0.6, faulty: 2, stallEvery: tt.every, pauseMs: tt.pauseMs, periodic: tt.periodic, onset: 1 << 30, total: 2 * 3600, seed: seed + 1}
+					sim := tailSim{servers: 6, rate: rate, sigma: 0.6, faulty: 2, stallEvery: tt.every, pauseMs: tt.pauseMs, periodic: tt.periodic, alone: tt.alone, onset: 1 << 30, total: 2 * 3600, seed: seed + 1}
 					if r := sim.run(t, DefaultConfig()); len(r.others) > 0 {
 						t.Errorf("%v answers a second, seed %d: %v condemned", rate, seed+1, r.others)
 					}
