@@ -67,6 +67,8 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	cfg := rules.DefaultConfig()
 	fs.Float64Var(&cfg.Floor, "rules-floor", cfg.Floor, "rules: the 5xx rate under which no server is degraded")
 	fs.Float64Var(&cfg.DegradedRatio, "rules-degraded-ratio", cfg.DegradedRatio, "rules: times the backend's healthy median a degraded server's 5xx rate reaches")
+	fs.Float64Var(&cfg.TailRatio, "rules-tail-ratio", cfg.TailRatio, "rules: an answer is slow at this many times the backend's p95, for the tail test run with --latency (0: off)")
+	fs.Float64Var(&cfg.TailFloor, "rules-tail-floor", cfg.TailFloor, "rules: the slow share under which no server is degraded")
 	fs.Float64Var(&cfg.ARLDays, "rules-arl-days", cfg.ARLDays, "rules: mean days between false drains a server's threshold is set for")
 	fs.Float64Var(&cfg.HealthyFloor, "rules-healthy-floor", cfg.HealthyFloor, "rules: the healthy region's absolute upper end")
 	fs.Float64Var(&cfg.HealthyRatio, "rules-healthy-ratio", cfg.HealthyRatio, "rules: the healthy region's upper end in times the backend's healthy median")
@@ -78,6 +80,8 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	flap := fs.String("flap", "", "ON:OFF seconds: the fault is intermittent, on for ON, off for OFF, from its onset")
 	latency := fs.String("latency", "", "MS:SIGMA: simulate answer times, lognormal around each server's median MS ms with per-request log-sd SIGMA, and run the rules' latency test")
 	latencyHetero := fs.Float64("latency-hetero", 0, "lognormal sigma of the healthy servers' median answer times (with --latency)")
+	slowTail := fs.String("slow-tail", "", "slow tails: shares of one server's answers that take --slow-tail-ms, its median unchanged, comma-separated: from a random time after the warm-up (with --latency)")
+	slowTailMs := fs.Float64("slow-tail-ms", 1500, "the slow tail's answer time, ms")
 	slow := fs.String("slow", "", "slow servers' median answer time, in times the healthy one, comma-separated: one server from a random time after the warm-up (with --latency)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -141,7 +145,7 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		ns, rates, sigmas = []float64{0}, []float64{0}, []float64{0}
 	}
 	// each fault cell: a 5xx rate or a slow factor
-	type faultCell struct{ rate, slow float64 }
+	type faultCell struct{ rate, slow, tail float64 }
 	var faults []faultCell
 	if *fault != "" {
 		fr, err := floats("fault", *fault)
@@ -161,6 +165,15 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			faults = append(faults, faultCell{slow: f})
 		}
 	}
+	if *slowTail != "" {
+		sf, err := floats("slow-tail", *slowTail)
+		if err != nil {
+			return err
+		}
+		for _, f := range sf {
+			faults = append(faults, faultCell{tail: f})
+		}
+	}
 	if len(faults) == 0 {
 		faults = []faultCell{{}}
 	}
@@ -170,7 +183,10 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			for _, s := range sigmas {
 				for i, f := range faults {
 					c := base
-					c.Servers, c.Rate, c.Hetero, c.Fault, c.Slow = int(n), r, s, f.rate, f.slow
+					c.Servers, c.Rate, c.Hetero, c.Fault, c.Slow, c.Tail = int(n), r, s, f.rate, f.slow, f.tail
+					if f.tail > 0 {
+						c.TailMs = *slowTailMs
+					}
 					if i == 0 {
 						c.FleetFault = *fleetFault
 					} else {
@@ -319,13 +335,16 @@ func WriteSoakTable(w io.Writer, results []soak.Result) {
 			}
 		}
 		flt := "-\t-\t-\t-\t-\t-"
-		if r.Fault > 0 || r.Slow > 0 {
+		if r.Fault > 0 || r.Slow > 0 || r.Tail > 0 {
 			kind := fmt.Sprintf("%.3g%%", 100*r.Fault)
 			if r.Faulty > 1 {
 				kind = fmt.Sprintf("%d at %.3g%%", r.Faulty, 100*r.Fault)
 			}
 			if r.Slow > 0 {
 				kind = fmt.Sprintf("slow %g×", r.Slow)
+			}
+			if r.Tail > 0 {
+				kind = fmt.Sprintf("tail %.3g%%", 100*r.Tail)
 			}
 			bound := "-\t-"
 			if r.Bound > 0 {

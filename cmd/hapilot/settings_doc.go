@@ -20,7 +20,7 @@ var settingGroups = []struct {
 		"log-format", "log-level", "max-stat-rows"}},
 	{"Telemetry", []string{"spoe-listen", "lua-listen", "syslog-listen", "peer-group", "stats-poll", "stats-poll-mode", "window", "max-servers", "evidence-check"}},
 	{"Policy and guardrails", []string{"policy", "policy-file", "shadow", "rules-alpha", "rules-min-requests", "rules-min-errors", "rules-min-ratio",
-		"rules-latency-ratio", "rules-latency-min-ms", "rules-latency-baseline-ratio", "rules-floor", "rules-degraded-ratio", "rules-arl-days", "rules-healthy-floor", "rules-healthy-ratio", "rules-min-duration", "rules-zone-every", "rules-baseline-span", "min-serving", "max-utilization", "hash-backends", "backend", "max-drained", "max-drains-per-hour",
+		"rules-latency-ratio", "rules-latency-min-ms", "rules-latency-baseline-ratio", "rules-tail-ratio", "rules-tail-floor", "rules-floor", "rules-degraded-ratio", "rules-arl-days", "rules-healthy-floor", "rules-healthy-ratio", "rules-min-duration", "rules-zone-every", "rules-baseline-span", "min-serving", "max-utilization", "hash-backends", "backend", "max-drained", "max-drains-per-hour",
 		"readmit", "probe-path", "probe-host", "probe-rate", "probe-cooldown", "p99-guard", "p99-guard-for"}},
 	{"LLM", []string{"model", "llm-api", "llm-url", "ollama-host", "llm-key-file", "think", "num-predict", "think-budget", "num-ctx", "num-thread",
 		"keep-alive", "llm-load-timeout", "token-budget", "system-prompt", "llm-prompt", "confirm", "min-hold", "llm-gate", "llm-deadline",

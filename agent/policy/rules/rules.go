@@ -5,6 +5,11 @@
 // the loop reads, with a threshold set by the mean time between false
 // drains an operator accepts (ARLDays).
 //
+// Latency: a server whose median answer time stands out from its peers'
+// (latency.go), or whose share of slow answers has grown, whatever its
+// median (tail.go, the same sequential test on slow answers), is drained
+// too.
+//
 // Test, the windowed test below, is what the policy ran before; the LLM
 // policy's checks still use it on one window (they need no state).
 // It is conditional on the errors seen: if a server and its peers
@@ -48,7 +53,8 @@ type Config struct {
 	// LatencyRatio: a server whose median answer time is at least this
 	// many times the median of its serving peers' medians, and at least
 	// LatencyMinMs above it, is drained too (0: errors only). Medians,
-	// not tails, so that a few slow answers are never enough.
+	// so that a few slow answers are never enough here: a grown share of
+	// slow answers is the tail test's (TailRatio).
 	LatencyRatio float64
 	LatencyMinMs int
 	// LatencyBaselineRatio: once a server's own latency baseline is
@@ -56,6 +62,14 @@ type Config struct {
 	// many times that baseline: a server that was always slower than its
 	// peers is not degraded (0: the peer test alone, as before).
 	LatencyBaselineRatio float64
+	// TailRatio: the tail test (tail.go) counts an answer slow at this
+	// many times the backend's p95 (and LatencyMinMs above it, scaled up
+	// to a server's own median where higher), and drains a server whose
+	// share of slow answers has grown, by a sequential test (0: off).
+	// TailFloor is the least slow share it calls degraded, as Floor is
+	// for 5xx.
+	TailRatio float64
+	TailFloor float64
 
 	// The sequential test's settings (sequential.go). A server is
 	// degraded when its error rate is above both Floor and DegradedRatio
@@ -85,6 +99,11 @@ type Config struct {
 	// ZoneEvery is the least time between two drains of a server whose
 	// evidence never showed it degraded (in the zone).
 	ZoneEvery time.Duration
+	// everyBurst: every burst shorter than MinDuration is forgiven, with
+	// no tokens to run out of, and each on its own, however close the
+	// next (the tail test's: a GC pause that comes back every minute is
+	// the server's normal, not a flapping fault; tail.go).
+	everyBurst bool
 
 	// Blocks are the config's backend blocks that set a rules key
 	// (blocks.go): the backends whose sequential test takes its own
@@ -95,7 +114,7 @@ type Config struct {
 
 // DefaultConfig is what `hapilot run` uses unless told otherwise.
 func DefaultConfig() Config {
-	return Config{Alpha: 1e-6, MinRequests: 100, MinErrors: 5, MinRatio: 2, LatencyRatio: 5, LatencyMinMs: 50, LatencyBaselineRatio: 3,
+	return Config{Alpha: 1e-6, MinRequests: 100, MinErrors: 5, MinRatio: 2, LatencyRatio: 5, LatencyMinMs: 50, LatencyBaselineRatio: 3, TailRatio: 2, TailFloor: 0.002,
 		Floor: 0.01, DegradedRatio: 6, ARLDays: 1000, BaselineSpan: 6 * time.Hour,
 		HealthyFloor: 0.005, HealthyRatio: 3, MinDuration: 5 * time.Second, ZoneEvery: 24 * time.Hour}
 }
@@ -122,6 +141,7 @@ type seqBackend struct {
 	at    time.Time
 	found map[string]bool // what the last chunk condemned
 	slow  []SlowServer    // what the latency test found on the last chunk
+	tail  *tailBackend    // the tail test (tail.go); nil when off
 	// per-call scratch, kept to spare the allocations
 	srv     []*SeqServer
 	in      []Counts
@@ -177,6 +197,12 @@ func (c Config) validate() error {
 	}
 	if c.LatencyBaselineRatio != 0 && !(c.LatencyBaselineRatio >= 1) {
 		errs = append(errs, fmt.Errorf("rules-latency-baseline-ratio %v: 0 (off) or at least 1", c.LatencyBaselineRatio))
+	}
+	if c.TailRatio != 0 && !(c.TailRatio >= 1 && !math.IsInf(c.TailRatio, 0)) {
+		errs = append(errs, fmt.Errorf("rules-tail-ratio %v: 0 (off) or at least 1", c.TailRatio))
+	}
+	if c.TailRatio != 0 && !(c.TailFloor > 0 && c.TailFloor < maxP1) {
+		errs = append(errs, fmt.Errorf("tail floor %v outside (0, %v)", c.TailFloor, maxP1))
 	}
 	if !(c.Floor > 0 && c.Floor < maxP1) {
 		errs = append(errs, fmt.Errorf("rules-floor %v outside (0, %v)", c.Floor, maxP1))
@@ -284,10 +310,22 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 					Rate: float64(x) / float64(max(n, 1)), Baseline: c.s.P0()},
 			})
 		}
+		if sb != nil && sb.tail != nil {
+			for _, s := range b.Servers {
+				if _, ok := sb.tail.found[s.Server]; ok && !planned[s.Server] {
+					planned[s.Server] = true
+					plan = append(plan, agent.Action{Kind: agent.Drain, Backend: b.Name, Server: s.Server, Reason: sb.tail.reason(s.Server)})
+				}
+			}
+		}
 		if sb != nil {
 			for _, s := range sb.slow {
 				if !planned[s.Server] {
-					plan = append(plan, agent.Action{Kind: agent.Drain, Backend: b.Name, Server: s.Server, Reason: s.Reason, Test: p.latencyFigures(s)})
+					reason := s.Reason
+					if sb.tail != nil && sb.tail.meanOnly[s.Server] {
+						reason += meanNote
+					}
+					plan = append(plan, agent.Action{Kind: agent.Drain, Backend: b.Name, Server: s.Server, Reason: reason, Test: p.latencyFigures(s)})
 				}
 			}
 		}
@@ -377,6 +415,11 @@ func (p *Policy) Evidence(obs agent.Observation) []agent.Key {
 			for _, s := range sb.slow {
 				found[s.Server] = true
 			}
+			if sb.tail != nil {
+				for s := range sb.tail.found {
+					found[s] = true
+				}
+			}
 		}
 		for _, s := range b.Servers {
 			if found[s.Server] || (sb != nil && sb.found[s.Server]) {
@@ -442,6 +485,12 @@ func (p *Policy) advance(obs agent.Observation) {
 		}
 		sb.idx = sb.q.Step(dt, sb.srv, sb.in, sb.serving, sb.idx)
 		sb.slow = p.SlowBaseline(b, sb.srv, dt)
+		if p.Config.TailRatio > 0 {
+			if sb.tail == nil {
+				sb.tail = newTailBackend(p.Config)
+			}
+			sb.tail.step(p.Config, b, dt, sb.servers)
+		}
 		sb.found = make(map[string]bool, len(sb.idx))
 		for _, i := range sb.idx {
 			sb.found[b.Servers[i].Server] = true

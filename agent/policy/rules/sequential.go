@@ -529,9 +529,17 @@ func (q *Sequential) chunk(dt float64, srv []*SeqServer, serving []bool) {
 						// A burst begins: the episode's first, or one after
 						// a quiet gap (chunks that brought no evidence at
 						// all), which is a burst of its own.
-						if s.cuts[k] == 0 {
+						switch {
+						case s.cuts[k] == 0:
 							s.allow[k] = int8(q.w)
-						} else if s.gap[k] >= quietGap {
+						case q.cfg.everyBurst:
+							// slow answers: stalls are each their own burst
+							// (a GC pause coming back is the server's
+							// normal), however many and however close: a
+							// pause's slow answers left out (StallCounts)
+							// leave its edges, which may come a check apart
+							s.allow[k] = int8(min(int(s.cuts[k])+q.w, math.MaxInt8))
+						case s.gap[k] >= quietGap:
 							s.allow[k] = int8(min(int(s.allow[k])+q.w, episodeBursts*q.w))
 						}
 					}
@@ -551,7 +559,7 @@ func (q *Sequential) chunk(dt float64, srv []*SeqServer, serving []bool) {
 							// takes one of the server's tokens. Bursts that
 							// come back again and again (a flapping fault)
 							// run out of them and count in full.
-							if s.spent[k] <= burstTokens-1 {
+							if q.cfg.everyBurst || s.spent[k] <= burstTokens-1 {
 								s.spent[k]++
 								s.tokened[k] = true
 							} else {

@@ -302,6 +302,8 @@ func registerRules(fs *flag.FlagSet, r *rules.Config) {
 	fs.Float64Var(&r.LatencyRatio, "rules-latency-ratio", r.LatencyRatio, "rules: drain a server whose median answer time is this many times its peers' (0: judge 5xx only)")
 	fs.IntVar(&r.LatencyMinMs, "rules-latency-min-ms", r.LatencyMinMs, "rules: ... and at least this many milliseconds above it")
 	fs.Float64Var(&r.LatencyBaselineRatio, "rules-latency-baseline-ratio", r.LatencyBaselineRatio, "rules: ... and, once its own latency baseline is learned (10 minutes judged), this many times that baseline, so that a server always slower than its peers is not drained (0: the peers alone)")
+	fs.Float64Var(&r.TailRatio, "rules-tail-ratio", r.TailRatio, "rules: drain a server whose share of slow answers has grown, an answer being slow at this many times the backend's p95 and --rules-latency-min-ms above it (0: off; the stats path's mean has no tail)")
+	fs.Float64Var(&r.TailFloor, "rules-tail-floor", r.TailFloor, "rules: a server's slow share is degraded only above this (and --rules-degraded-ratio times its backend's healthy median share)")
 	fs.Float64Var(&r.Floor, "rules-floor", r.Floor, "rules: a server is degraded only above this 5xx rate (and --rules-degraded-ratio times its backend's healthy median)")
 	fs.Float64Var(&r.DegradedRatio, "rules-degraded-ratio", r.DegradedRatio, "rules: a server is degraded only at this many times its backend's healthy median 5xx rate (and above --rules-floor)")
 	fs.Float64Var(&r.ARLDays, "rules-arl-days", r.ARLDays, "rules: mean days between false drains of one server the sequential test's threshold is set for")

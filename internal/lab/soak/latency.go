@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 
+	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/policy/rules"
 	"github.com/hapilot/hapilot/haproxy"
 )
@@ -73,6 +74,28 @@ type latencies struct {
 	// per server, the window's sums for the normal [0] and slow [1]
 	// answers
 	n, nd [][2]float64
+	// the tail test (rules' tail.go), a Sequential of its own on each
+	// server's answers and slow answers a second; tin its chunk, tailIdx
+	// what it condemns. The answers over each server's threshold are
+	// drawn from the model: the normal ones' share over it, and the slow
+	// tail's answers where their time is over it.
+	tq      *rules.Sequential
+	tsrv    []*rules.SeqServer
+	tin     []rules.Counts
+	tailIdx []int
+	// stall: each server's run of stall seconds (rules'
+	// Sequential.StallCounts), as the agent keeps it.
+	stall []int
+	// pending: each server's answers and slow tail of this second, for
+	// the thresholds, which need every server's median first.
+	pending []tailPending
+	scratch []float64
+}
+
+type tailPending struct {
+	n    uint64
+	slow bool
+	tail float64
 }
 
 func newLatencies(c Cell, rng *rand.Rand) *latencies {
@@ -82,7 +105,82 @@ func newLatencies(c Cell, rng *rand.Rand) *latencies {
 	for i := range n {
 		l.mu[i] = math.Log(c.Latency.MedianMs) + c.Latency.Hetero*rng.NormFloat64()
 	}
+	if c.Config.TailRatio > 0 {
+		l.tq = rules.NewSequential(c.Config.TailConfig())
+		l.tsrv, l.tin, l.pending, l.stall = make([]*rules.SeqServer, n), make([]rules.Counts, n), make([]tailPending, n), make([]int, n)
+		for i := range l.tsrv {
+			l.tsrv[i] = &rules.SeqServer{}
+		}
+	}
 	return l
+}
+
+// p95Ratio is the body's p95 over its median: e^(1.645σ).
+func (l Latency) p95Ratio() float64 { return math.Exp(1.6448536 * l.Sigma) }
+
+// healthyTail is the share of a healthy server's answers the tail test
+// counts slow among identical servers: over the threshold its median and
+// p95 make.
+func (l Latency) healthyTail(cfg rules.Config) float64 {
+	m := int(math.Ceil(l.MedianMs))
+	t := cfg.TailThreshold(m, m, int(math.Ceil(l.MedianMs*l.p95Ratio())))
+	return 1 - normCDF(math.Log(t/l.MedianMs)/l.Sigma)
+}
+
+// tailSecond notes server i's answers of one second for the tail test:
+// n, whether the whole-median slow fault is on, and the slow tail's share.
+func (l *latencies) tailSecond(i int, n uint64, slow bool, tail float64) {
+	if l.tq != nil {
+		l.pending[i] = tailPending{n: n, slow: slow, tail: tail}
+	}
+}
+
+// tailStep runs the tail test on the second noted: each server's
+// threshold from its window median and the backend's (the lower median
+// of the judged servers' medians and p95s, the p95 a body's ratio above
+// its median), its slow answers drawn from the model.
+func (l *latencies) tailStep(dt float64, serving []bool, view *agent.BackendView) []int {
+	cfg := l.c.Config
+	judged := func(i int) bool {
+		// the window's answers over its span: its rate, as the agent's
+		// window reads it once three seconds are in
+		return serving[i] && float64(view.Servers[i].Window.Requests) >= rules.TailMinRate*latencySpan
+	}
+	l.scratch = l.scratch[:0]
+	for i := range l.tsrv {
+		if judged(i) {
+			l.scratch = append(l.scratch, float64(view.Servers[i].Window.P50Ms))
+		}
+	}
+	slices.Sort(l.scratch)
+	p50b := 0
+	if len(l.scratch) > 0 {
+		p50b = int(l.scratch[(len(l.scratch)-1)/2])
+	}
+	p95b := int(math.Ceil(float64(p50b) * l.c.Latency.p95Ratio()))
+	for i, p := range l.pending {
+		l.tin[i] = rules.Counts{}
+		if !judged(i) || len(l.scratch) == 0 || p.n == 0 {
+			l.stall[i] = 0
+			continue
+		}
+		// The threshold itself: the windows' tallies count the part of
+		// its quarter octave above it (the interpolation's error left
+		// out, as the histogram's bins are for the median).
+		from := cfg.TailThreshold(view.Servers[i].Window.P50Ms, p50b, p95b)
+		nt := binomial(l.rng, p.n, p.tail)
+		mu := l.mu[i]
+		if p.slow {
+			mu += math.Log(l.c.Slow)
+		}
+		x := binomial(l.rng, p.n-nt, 1-normCDF((math.Log(from)-mu)/l.c.Latency.Sigma))
+		if l.c.tailMs() >= from {
+			x += nt
+		}
+		l.tin[i] = l.tq.StallCounts(rules.Counts{N: p.n, X: x}, &l.stall[i])
+	}
+	l.tailIdx = l.tq.Step(dt, l.tsrv, l.tin, serving, l.tailIdx)
+	return l.tailIdx
 }
 
 // second adds server i's answers of one second: n of them, slow or not.
@@ -167,6 +265,13 @@ func (f *fleet) slow(idx []int) []int {
 	for _, s := range f.lat.pol.SlowBaseline(f.view, f.srv, 1) {
 		for j := range f.view.Servers {
 			if f.view.Servers[j].Server == s.Server && !slices.Contains(idx, j) {
+				idx = append(idx, j)
+			}
+		}
+	}
+	if f.lat.tq != nil {
+		for _, j := range f.lat.tailStep(1, f.serving, &f.view) {
+			if !slices.Contains(idx, j) {
 				idx = append(idx, j)
 			}
 		}

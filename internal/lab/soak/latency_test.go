@@ -64,10 +64,18 @@ func TestFaultShapes(t *testing.T) {
 		found  bool
 		lo, hi float64
 	}{
-		// The latency test reads a 60 s window's median: half of it
-		// must be slow, whatever the traffic.
-		{"10x slow: after half the window", slow(10), true, 29, 40},
-		{"3x slow: under the 5x ratio, never", slow(3), false, 0, 0},
+		// The median test reads a 60 s window's median: half of it
+		// must be slow (29-40 s, and never under its 5x ratio). The tail
+		// test finds a sudden slowdown of every answer before the window
+		// follows (issue 42). 10x: every answer over the threshold, a
+		// stall that outlasts the minimum duration's window, then the
+		// window's cut. 3x: a sixth of the answers over it, so that
+		// some seconds have more slow answers than a 5% tail gives
+		// (rules' Sequential.StallCounts) and are left out as pauses
+		// unless they come in a row: found, before the median test could
+		// (half its window).
+		{"10x slow: within seconds (the tail test)", slow(10), true, 2, 6},
+		{"3x slow: before the median test could (the tail test; the median test never)", slow(3), true, 2, latencySpan / 2},
 		{"healthy answer times, sigma 0.3 across servers", healthy, false, 0, 0},
 		// Each on period is a burst no longer than the minimum duration,
 		// forgiven while the server has tokens (six, one back every ten
@@ -155,6 +163,71 @@ func TestAlwaysSlowerHealthy(t *testing.T) {
 			t.Logf("%d false drains, learned %v", got, learned)
 			if got < tt.lo || got > tt.hi || learned != tt.learned {
 				t.Errorf("%d false drains, learned %v; want %d to %d, learned %v", got, learned, tt.lo, tt.hi, tt.learned)
+			}
+		})
+	}
+}
+
+// TestSlowTail: issue 42's slow tail, 5% of the faulty server's answers
+// at 1.5 s from a random time after an hour's warm-up, its median
+// unchanged, found by the tail test within twice its bound (ln(ARL)/KL,
+// p0 the healthy share of answers over the threshold), at 33 req/s. At
+// 5 req/s a window holds too few answers (rules.TailMinAnswers) for the
+// tail test: the median test alone judges, and never finds it. At 300
+// req/s the bound (0.67 s) is shorter than the tail test's minimum
+// duration (1 s, a window of two checks), which keeps a pause under a
+// second from draining a server: there it is found within twice that
+// duration and two checks (the window's, and the one the first slow
+// answers land in). With the tail test off (the median test alone, as
+// before), never.
+func TestSlowTail(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a few seconds of simulation")
+	}
+	tests := []struct {
+		name      string
+		rate      float64
+		tailRatio float64 // -1: the default
+		found     bool
+		capped    bool // the bound is under the minimum duration's window
+	}{
+		{"33 req/s", 33, -1, true, false},
+		{"5 req/s: too few answers for the tail test, never", 5, -1, false, false},
+		{"300 req/s: the minimum duration's window", 300, -1, true, true},
+		{"33 req/s, the median test alone: never", 33, 0, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := cell(9, tt.rate)
+			c.Latency, c.Tail, c.Trials = Latency{MedianMs: 20, Sigma: 0.6}, 0.05, 20
+			if tt.tailRatio >= 0 {
+				c.Config.TailRatio = tt.tailRatio
+			}
+			r, err := Run(c, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: %d/%d found, median %.1f s, p90 %.1f s, bound %.2f s, %d false drains", r.Cell, r.Trials-r.Missed, r.Trials, r.DetectMedian, r.DetectP90, r.Bound, r.FaultFalseDrains)
+			if r.FaultFalseDrains > 0 {
+				t.Errorf("%d healthy servers drained in the fault trials", r.FaultFalseDrains)
+			}
+			if !tt.found {
+				if r.Missed != r.Trials {
+					t.Errorf("%d of %d found, want none", r.Trials-r.Missed, r.Trials)
+				}
+				return
+			}
+			if tt.capped {
+				// the tail test's minimum duration's window, and the check
+				// the first slow answers land in
+				d := c.Config.TailConfig().MinDuration.Seconds() + 2
+				if r.Missed > 0 || r.DetectMedian > 2*d {
+					t.Errorf("%d of %d missed, median %.1f s, want none missed and within 2× the minimum duration's %g checks", r.Missed, r.Trials, r.DetectMedian, d)
+				}
+				return
+			}
+			if r.Missed > 0 || !(r.Bound > 0) || r.DetectMedian > 2*r.Bound {
+				t.Errorf("%d of %d missed, median %.1f s, want none missed and within 2× the bound %.2f s", r.Missed, r.Trials, r.DetectMedian, r.Bound)
 			}
 		})
 	}

@@ -119,6 +119,11 @@ type Cell struct {
 	// fault: the faulty server's median answer time times Slow.
 	Latency Latency
 	Slow    float64
+	// Tail is the slow tail: this share of the faulty server's answers
+	// take TailMs (1,500 when 0) from the onset on, its median unchanged
+	// (with Latency). The onset is when its first slow answers arrive.
+	Tail   float64
+	TailMs float64
 	// Restarts: each server's restarts, a burst of refused connections.
 	Restarts Restarts
 	// BurstSpread: each burst's errors fall uniformly over this long (0:
@@ -147,6 +152,14 @@ func (c Cell) dt() float64 {
 		return 1
 	}
 	return c.EvidenceCheck.Seconds()
+}
+
+// tailMs is the slow tail's answer time.
+func (c Cell) tailMs() float64 {
+	if c.TailMs > 0 {
+		return c.TailMs
+	}
+	return 1500
 }
 
 // faulty is how many servers fail in a fault trial.
@@ -193,6 +206,9 @@ func (c Cell) Validate() error {
 	}
 	if c.Slow != 0 && (!(c.Slow > 1 && c.Slow <= 1000) || c.Latency.MedianMs == 0) {
 		errs = append(errs, fmt.Errorf("slow %v: want (1, 1000] times the median, with a latency model", c.Slow))
+	}
+	if c.Tail != 0 && (!(c.Tail > 0 && c.Tail < 1) || c.Latency.MedianMs == 0 || !(c.TailMs >= 0 && c.TailMs <= 60000)) {
+		errs = append(errs, fmt.Errorf("slow tail %v at %v ms: want a share in (0, 1) at up to 60,000 ms, with a latency model", c.Tail, c.TailMs))
 	}
 	if c.Restarts != (Restarts{}) && !(c.Restarts.EveryHours > 0 && c.Restarts.Down > 0 && c.Restarts.Down <= time.Hour) {
 		errs = append(errs, fmt.Errorf("restarts every %v hours, down %v: want hours above zero and down in (0, 1h]", c.Restarts.EveryHours, c.Restarts.Down))
@@ -272,6 +288,8 @@ type Result struct {
 	Fault             float64  `json:"fault,omitempty"`
 	Faulty            int      `json:"faulty,omitempty"`
 	Slow              float64  `json:"slow,omitempty"`
+	Tail              float64  `json:"tail,omitempty"`
+	TailMs            float64  `json:"tail_ms,omitempty"`
 	Flap              string   `json:"flap,omitempty"`
 	Latency           string   `json:"latency,omitempty"`
 	Trials            int      `json:"trials,omitempty"`
@@ -374,7 +392,7 @@ func Run(c Cell, workers int) (Result, error) {
 			o.day(f.region, f.drains)
 		}
 		warm := c.Warmup.Seconds()
-		if c.Fault > 0 || c.Slow > 0 {
+		if c.Fault > 0 || c.Slow > 0 || c.Tail > 0 {
 			for range c.Trials {
 				f := newFleet(c.draw(rng), rng)
 				tr := &onsetTrial{onset: warm + rng.Float64()*600, k: c.faulty()}
@@ -407,7 +425,7 @@ func Run(c Cell, workers int) (Result, error) {
 		}
 	})
 	r := Result{Servers: c.Servers, Rate: c.Rate, Noise: c.Noise, Hetero: c.Hetero, Diurnal: c.Diurnal, Uneven: c.Uneven, Fault: c.Fault, Slow: c.Slow,
-		EvidenceCheck: c.dt(), RandomFleets: c.RandomFleets, BurstSpread: c.BurstSpread.Seconds()}
+		Tail: c.Tail, TailMs: c.tailMs(), EvidenceCheck: c.dt(), RandomFleets: c.RandomFleets, BurstSpread: c.BurstSpread.Seconds()}
 	if c.RandomFleets {
 		r.Servers, r.Rate, r.Noise, r.Hetero, r.BurstSpread = 0, 0, 0, 0, 0
 	}
@@ -444,7 +462,10 @@ func Run(c Cell, workers int) (Result, error) {
 		k := 1000 / r.HealthyServerDays
 		r.FalseDrainsPer1000, r.Low95, r.High95 = float64(r.FalseDrains)*k, lo*k, hi*k
 	}
-	if c.Fault > 0 || c.Slow > 0 {
+	if c.Tail == 0 {
+		r.TailMs = 0
+	}
+	if c.Fault > 0 || c.Slow > 0 || c.Tail > 0 {
 		r.Trials = c.Trials * len(c.Seeds)
 		r.DetectMedian, r.DetectP90 = quantile(delays, 0.5), quantile(delays, 0.9)
 		if c.Faulty > 1 {
@@ -464,6 +485,11 @@ func Run(c Cell, workers int) (Result, error) {
 		// The bound is a steady fault's; a flapping one's would depend on
 		// where its on periods fall, a random fleet's on its draw.
 		r.Bound = Bound(c.Fault, c.Noise, c.Rate, 1000)
+	}
+	if c.Tail > 0 && c.Flap.On == 0 && !c.RandomFleets && c.Latency.Hetero == 0 && c.Uneven == 0 {
+		// identical servers: p0 is the healthy share over the threshold
+		p0 := c.Latency.healthyTail(c.Config)
+		r.Bound = Bound(c.Tail+(1-c.Tail)*p0, p0, c.Rate, 1000)
 	}
 	r.Cell = r.name()
 	r.WallSeconds = time.Since(began).Seconds()
@@ -516,6 +542,9 @@ func (r Result) name() string {
 	}
 	if r.Latency != "" {
 		s += " latency " + r.Latency
+	}
+	if r.Tail > 0 {
+		s += fmt.Sprintf(" tail %.3g%%@%gms", 100*r.Tail, r.TailMs)
 	}
 	if r.Flap != "" {
 		s += " flap " + r.Flap
@@ -794,6 +823,7 @@ func (f *fleet) run(secs float64, tr *onsetTrial) int {
 				f.burstQ[i] = f.burstQ[i][:0] // no traffic, no errors
 				if f.lat != nil {
 					f.lat.second(i, 0, false) // its window ages
+					f.lat.tailSecond(i, 0, false, 0)
 				}
 				continue
 			}
@@ -829,7 +859,12 @@ func (f *fleet) run(secs float64, tr *onsetTrial) int {
 			if f.lat != nil {
 				// the slow fault: from the second it begins, while on
 				slow := i < k && c.Slow > 0 && t1 > onset && c.Flap.on(t0, onset)
+				tail := 0.0
+				if i < k && c.Tail > 0 && c.Flap.on(t0, onset) {
+					tail = c.Tail * after
+				}
 				f.lat.second(i, n, slow)
+				f.lat.tailSecond(i, n, slow, tail)
 			}
 		}
 		if f.tap != nil {

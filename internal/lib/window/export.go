@@ -182,6 +182,10 @@ func (s *Store) Add(backend, server string, sec Second) error {
 	sr.totalReq.Add(uint64(sec.Requests))
 	sr.total5xx.Add(uint64(sec.Err5xx))
 	sr.totalFailed[FailRetry].Add(uint64(sec.Retried))
+	for _, l := range sec.Latency {
+		// a bin lies within one tally slot: its slot is its top's
+		sr.totalTail[TailSlot(binUpper(int(l.Index)))].Add(l.Count)
+	}
 	b := sr.bucketAt(s.now().Unix() - int64(sec.Ago))
 	if b == nil {
 		return nil

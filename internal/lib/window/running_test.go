@@ -44,6 +44,10 @@ func naive(ms Merged, secs int64) []Stats {
 				for _, f := range Fails {
 					a.st.TotalFailed[f] += sr.totalFailed[f].Load()
 				}
+				for k := range sr.totalTail {
+					a.st.TotalTail[k] += sr.totalTail[k].Load()
+				}
+				a.st.TotalCounted += sr.counted.Load()
 				for sec := now - secs + 1; sec <= now; sec++ {
 					bk := &sr.buckets[uint64(sec)%uint64(len(sr.buckets))]
 					if bk.sec.Load() != sec {

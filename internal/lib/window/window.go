@@ -189,6 +189,11 @@ type Series struct {
 	totalReq, total5xx atomic.Uint64
 	// totalFailed is the part of total5xx of each failure class.
 	totalFailed [NumFails]atomic.Uint64
+	// totalTail counts every timed answer since the series was made by
+	// its slot (TailSlot), never cleared, modulo 2^32: the rules' tail
+	// test reads the difference between two reads as the new answers
+	// over its threshold, exact while fewer than 2^32 come between them.
+	totalTail [TailSlots]atomic.Uint32
 	// run is the sum of the buckets that hold a second, kept by the
 	// writers and the clears, so that a read of the whole window costs
 	// the same whatever its span (see running).
@@ -502,6 +507,9 @@ func (sr *Series) recordFailed(sec int64, f Fail, count uint32) {
 
 func (sr *Series) record(sec int64, status, ms int, count uint32) {
 	sr.totalReq.Add(uint64(count))
+	if ms >= 0 {
+		sr.totalTail[TailSlot(ms)].Add(count)
+	}
 	is5xx := status >= 500 && status <= 599
 	if is5xx {
 		sr.total5xx.Add(uint64(count))
@@ -527,6 +535,35 @@ func (sr *Series) record(sec int64, status, ms int, count uint32) {
 		sr.run.addLatency(i, count)
 		b.addLatency(i, count)
 	}
+}
+
+// TailSlots is how many ranges of answer time the series' running
+// tallies (Stats.TotalTail) hold: under 32 ms, then each quarter of an
+// octave (32, 40, 48, 56, 64, 80 ms ...) up to the histogram's top, 2^16
+// ms, whose last quarter takes every longer answer too. A quarter octave
+// (at most 25% wide) keeps the tail test's threshold, rounded up to a
+// slot's floor, within 25% of where it was set, for every server alike.
+const TailSlots = 1 + 11*4
+
+// TailSlot is the slot an answer of ms milliseconds is tallied in.
+func TailSlot(ms int) int {
+	if ms < 32 {
+		return 0
+	}
+	ms = min(ms, maxLatencyMs)
+	top := bits.Len(uint(ms)) - 1 // 5..15
+	return 1 + (top-5)*4 + (ms>>(top-2))&3
+}
+
+// TailSlotFloorMs is the least answer time tallied in slot k (0 for the
+// first): every answer of slot k or above is at least that long.
+func TailSlotFloorMs(k int) int {
+	if k <= 0 {
+		return 0
+	}
+	k = min(k, TailSlots-1) - 1
+	top := 5 + k/4
+	return 1<<top + (k%4)<<(top-2)
 }
 
 func latencyBin(ms int) int {
@@ -585,6 +622,14 @@ type Stats struct {
 	// TotalFailed is the part of TotalErr5xx of each failure class
 	// (FailAnswer's slot: none), for a test that weighs the classes.
 	TotalFailed [NumFails]uint64 `json:"-"`
+	// TotalTail is the series' timed answers since it was made, by slot
+	// of answer time (TailSlot), modulo 2^32 (the difference of two
+	// reads, in uint32, is the answers between them), and TotalCounted the part of
+	// TotalRequests the stats path made from HAProxy's counters, whose
+	// answer time is HAProxy's mean (rtime), not each answer's: the
+	// rules' tail test reads both as differences between two reads.
+	TotalTail    [TailSlots]uint32 `json:"-"`
+	TotalCounted uint64            `json:"-"`
 }
 
 // Failed is the window's requests of failure class f: Retried, Proxy5xx
@@ -847,6 +892,10 @@ func (a *accumulator) add(sr *Series, now int64, alone bool) {
 	for _, f := range Fails {
 		a.st.TotalFailed[f] += sr.totalFailed[f].Load()
 	}
+	for k := range sr.totalTail {
+		a.st.TotalTail[k] += sr.totalTail[k].Load()
+	}
+	a.st.TotalCounted += sr.counted.Load()
 	n := int64(len(sr.buckets))
 	if a.secs == n {
 		sr.sweep(now)

@@ -355,3 +355,32 @@ func TestDelivered5xx(t *testing.T) {
 		t.Fatalf("an unknown server: %d", got)
 	}
 }
+
+// TestTailSlots: each slot's floor is the least answer time tallied in
+// it, slots are a quarter octave from 32 ms, and a series' tallies count
+// every timed answer in its slot, untimed ones (no answer) nowhere.
+func TestTailSlots(t *testing.T) {
+	for ms := range 70000 {
+		k := TailSlot(ms)
+		if k < 0 || k >= TailSlots || TailSlotFloorMs(k) > ms || (k+1 < TailSlots && TailSlotFloorMs(k+1) <= ms) {
+			t.Fatalf("%d ms in slot %d, floor %d, next floor %d", ms, k, TailSlotFloorMs(k), TailSlotFloorMs(k+1))
+		}
+	}
+	for _, c := range []struct{ slot, floor int }{{0, 0}, {1, 32}, {2, 40}, {4, 56}, {5, 64}, {9, 128}, {TailSlots - 1, 57344}} {
+		if got := TailSlotFloorMs(c.slot); got != c.floor {
+			t.Errorf("slot %d floor %d ms, want %d", c.slot, got, c.floor)
+		}
+	}
+	now := time.Unix(1000, 0)
+	s := New(time.Minute, 8, func() time.Time { return now })
+	for _, ms := range []int{5, 31, 32, 70, 70, 1500, 100000} {
+		s.Record(Event{Backend: []byte("b"), Server: []byte("s"), Status: 200, ResponseMs: ms})
+	}
+	s.Record(Event{Backend: []byte("b"), Server: []byte("s"), Fail: FailProxy, ResponseMs: -1})
+	st := s.Snapshot(time.Minute)[0]
+	want := [TailSlots]uint32{}
+	want[0], want[1], want[TailSlot(70)], want[TailSlot(1500)], want[TailSlots-1] = 2, 1, 2, 1, 1
+	if st.TotalTail != want {
+		t.Errorf("tallies %v, want %v", st.TotalTail, want)
+	}
+}
