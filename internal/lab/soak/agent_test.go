@@ -95,3 +95,33 @@ func deref(p *float64) float64 {
 	}
 	return *p
 }
+
+// TestAgentPathAgreesWithDirect: the rules through the agent path (the
+// loop's cadence, Decide, the guardrails) find a fault when the direct
+// path does, on the same traffic. Not to the second: the loop's first
+// read, before any traffic, feeds the test one empty chunk, which the
+// direct path does not, and a trial's stream drifts from there.
+func TestAgentPathAgreesWithDirect(t *testing.T) {
+	for _, fault := range []float64{0.02, 0.05} {
+		c := Cell{Servers: 9, Rate: 33, Noise: 0.002, Seeds: []uint64{1, 2}, Warmup: 10 * time.Minute,
+			DrainFor: 30 * time.Second, Config: rules.DefaultConfig(), Fault: fault, Trials: 20}
+		direct, err := Run(c, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Agent = RulesAgent(c.Config, 0)
+		viaAgent, err := Run(c, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%.0f%%: direct median %.1f s p90 %.1f s, %d missed; agent path median %.1f s p90 %.1f s, %d missed, %d steps",
+			100*fault, direct.DetectMedian, direct.DetectP90, direct.Missed, viaAgent.DetectMedian, viaAgent.DetectP90, viaAgent.Missed, viaAgent.Steps)
+		if viaAgent.Missed != direct.Missed || viaAgent.FaultFalseDrains != direct.FaultFalseDrains {
+			t.Errorf("%.0f%%: the agent path missed %d and drained %d healthy, the direct path %d and %d",
+				100*fault, viaAgent.Missed, viaAgent.FaultFalseDrains, direct.Missed, direct.FaultFalseDrains)
+		}
+		if d := viaAgent.DetectMedian - direct.DetectMedian; d > 0.1*direct.DetectMedian+1 || d < -0.1*direct.DetectMedian-1 {
+			t.Errorf("%.0f%%: median %.1f s on the agent path, %.1f s on the direct one", 100*fault, viaAgent.DetectMedian, direct.DetectMedian)
+		}
+	}
+}
