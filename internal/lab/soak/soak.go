@@ -292,6 +292,13 @@ type Result struct {
 	// trial; a trial is missed when any of its faulty servers is.
 	DetectMedian float64 `json:"detect_median_s,omitempty"`
 	DetectP90    float64 `json:"detect_p90_s,omitempty"`
+	// FoundLow95 and FoundHigh95 bound the share of trials found (exact
+	// binomial 95%); MedianLow95 and MedianHigh95 the median time to
+	// detect (order statistics, at least 95%).
+	FoundLow95   float64 `json:"found_low_95,omitempty"`
+	FoundHigh95  float64 `json:"found_high_95,omitempty"`
+	MedianLow95  float64 `json:"detect_median_low_95_s,omitempty"`
+	MedianHigh95 float64 `json:"detect_median_high_95_s,omitempty"`
 	// Bound is ln(ARL)/KL in seconds, ARL the requests of one server over
 	// the promised 1,000 days between false drains, KL that of the fault
 	// against the healthy rate: the least mean delay any test with that
@@ -536,6 +543,8 @@ func Run(c Cell, workers int) (Result, error) {
 	if c.Fault > 0 || c.Slow > 0 {
 		r.Trials = c.Trials * len(c.Seeds)
 		r.DetectMedian, r.DetectP90 = quantile(delays, 0.5), quantile(delays, 0.9)
+		r.FoundLow95, r.FoundHigh95 = BinomialInterval(r.Trials-r.Missed, r.Trials, 0.05)
+		r.MedianLow95, r.MedianHigh95 = MedianInterval(delays, 0.05)
 		if c.Faulty > 1 {
 			r.Faulty = c.Faulty
 		}
