@@ -24,6 +24,9 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if len(args) > 0 && args[0] == "cost" {
 		return cmdSoakCost(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "scoreboard" {
+		return cmdSoakScoreboard(ctx, args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("hapilot-bench soak", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	servers := fs.String("servers", "9", "servers per backend, comma-separated (one cell each)")

@@ -1,0 +1,261 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hapilot/hapilot/agent/policy/llm"
+	"github.com/hapilot/hapilot/agent/policy/rules"
+	"github.com/hapilot/hapilot/internal/lab/ollamafake"
+	"github.com/hapilot/hapilot/internal/lab/soak"
+)
+
+// family is one of the scoreboard's soak families: a cell, its healthy
+// days and its faults.
+type family struct {
+	name, what string
+	cell       func(base soak.Cell) soak.Cell
+}
+
+// families are issue 44's soak families. Each runs on nine servers at
+// 0.2% (the soak's default fleet), its healthy days (where it has them)
+// and its fault trials; the healthy region's upper end is max(0.5%, 3 x
+// the median), the degraded region's lower one max(1%, 6 x the median):
+// at a 0.2% median, the zone is 0.6% to 1.2%.
+var families = []family{
+	{"healthy", "33 req/s, σ 0.3 (each server's healthy rate lognormal around the median); a 5% fault", func(c soak.Cell) soak.Cell {
+		c.Hetero, c.Fault = 0.3, 0.05
+		return c
+	}},
+	{"zone", "33 req/s, σ 0.5 (some servers' healthy rates in the zone); a fault at 0.9%, in the zone", func(c soak.Cell) soak.Cell {
+		c.Hetero, c.Fault = 0.5, 0.009
+		return c
+	}},
+	{"grey", "33 req/s, σ 0.3; a fault at 2%, degraded but 10 x the median only (no healthy days: the healthy family's)", func(c soak.Cell) soak.Cell {
+		c.Hetero, c.Fault, c.ServerDays = 0.3, 0.02, 0
+		return c
+	}},
+	{"low-traffic", "5 req/s a server; a 5% fault", func(c soak.Cell) soak.Cell {
+		c.Rate, c.Fault = 5, 0.05
+		return c
+	}},
+	{"fleet-wide", "33 req/s; every server steps to 5% together for an hour, 0-600 s after the warm-up (no healthy days)", func(c soak.Cell) soak.Cell {
+		c.FleetFault, c.ServerDays = 0.05, 0
+		return c
+	}},
+	{"flapping", "33 req/s; a 5% fault on for 30 s, off for 60 s, from its onset (no healthy days)", func(c soak.Cell) soak.Cell {
+		c.Fault, c.Flap, c.ServerDays = 0.05, soak.Flap{On: 30 * time.Second, Off: 60 * time.Second}, 0
+		return c
+	}},
+}
+
+// scoreRow is one family under one policy.
+type scoreRow struct {
+	Family string      `json:"family"`
+	Policy string      `json:"policy"`
+	Result soak.Result `json:"result"`
+}
+
+// cmdSoakScoreboard runs every family under --policy rules and the LLM
+// policy behind each model, and writes the markdown table of
+// docs/lab/llm-scoreboard.md.
+func cmdSoakScoreboard(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("hapilot-bench soak scoreboard", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	emulate := fs.String("emulate", "capable", "emulated profiles of the Ollama stand-in, comma-separated (Go code, not models): "+strings.Join(ollamafake.Emulations, "|"))
+	models := fs.String("model", "", "models on --ollama-host, comma-separated")
+	host := fs.String("ollama-host", "", "a real Ollama serving --model")
+	only := fs.String("families", "", "the families to run, comma-separated (default all): "+strings.Join(familyNames(), "|"))
+	serverDays := fs.Float64("server-days", 180, "healthy server-days per family that has them, all seeds together")
+	trials := fs.Int("trials", 25, "fault onsets (or incidents) per seed")
+	seeds := fs.String("seeds", "1-4", "seeds, a range or a list")
+	warmup := fs.Duration("warmup", 2*time.Hour, "steady healthy traffic before a fault may start")
+	interval := fs.Duration("interval", 10*time.Second, "the loop's step")
+	workers := fs.Int("workers", 0, "seeds run at once (0: GOMAXPROCS)")
+	out := fs.String("out", "", "write the markdown table here (default: stdout)")
+	jsonOut := fs.String("json", "", "write every result to this JSON file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	base := soak.Cell{Servers: 9, Rate: 33, Noise: 0.002, ServerDays: *serverDays, Trials: *trials, Warmup: *warmup,
+		DrainFor: 30 * time.Second, Config: rules.DefaultConfig()}
+	var err error
+	if base.Seeds, err = parseSeeds(*seeds); err != nil {
+		return err
+	}
+	fams, err := pickFamilies(*only)
+	if err != nil {
+		return err
+	}
+	if *interval < time.Second || *interval%time.Second != 0 {
+		return fmt.Errorf("--interval %v: whole seconds, at least 1s", *interval)
+	}
+	if (*models == "") != (*host == "") {
+		return errors.New("--model and --ollama-host go together: the models on a real Ollama")
+	}
+	pols := []*soak.AgentPolicy{soak.RulesAgent(base.Config, *interval)}
+	labels := []string{"rules"}
+	for _, e := range splitList(*emulate) {
+		if !slices.Contains(ollamafake.Emulations, e) {
+			return fmt.Errorf("--emulate %q: want %s", e, strings.Join(ollamafake.Emulations, "|"))
+		}
+		h, m, stop, err := soak.Emulated(e, 1, *interval)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		a, err := llmPolicy(base.Config, m, h, *interval)
+		if err != nil {
+			return err
+		}
+		pols, labels = append(pols, a), append(labels, "llm: "+e+" (emulated)")
+	}
+	for _, m := range splitList(*models) {
+		a, err := llmPolicy(base.Config, m, *host, *interval)
+		if err != nil {
+			return err
+		}
+		pols, labels = append(pols, a), append(labels, "llm: "+m+" (Ollama)")
+	}
+	began := time.Now()
+	var rows []scoreRow
+	for _, f := range fams {
+		for i, p := range pols {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("scoreboard: stopped: %w", err)
+			}
+			c := f.cell(base)
+			c.Agent = p
+			fmt.Fprintf(stderr, "scoreboard: %s, %s...\n", f.name, labels[i])
+			r, err := soak.Run(c, *workers)
+			if err != nil {
+				return fmt.Errorf("scoreboard: %s, %s: %w", f.name, labels[i], err)
+			}
+			rows = append(rows, scoreRow{f.name, labels[i], r})
+		}
+	}
+	w := stdout
+	if *out != "" {
+		file, err := os.Create(*out)
+		if err != nil {
+			return fmt.Errorf("scoreboard: %w", err)
+		}
+		defer file.Close()
+		w = file
+	}
+	writeScoreboard(w, fams, rows, base, time.Since(began))
+	if *jsonOut != "" {
+		raw, err := json.MarshalIndent(rows, "", "  ")
+		if err != nil {
+			return fmt.Errorf("scoreboard: %w", err)
+		}
+		if err := os.WriteFile(*jsonOut, append(raw, '\n'), 0o644); err != nil {
+			return fmt.Errorf("scoreboard: writing %s: %w", *jsonOut, err)
+		}
+	}
+	return nil
+}
+
+// llmPolicy is --policy llm behind model on host, with the agent's
+// defaults.
+func llmPolicy(rc rules.Config, model, host string, interval time.Duration) (*soak.AgentPolicy, error) {
+	cfg := llm.DefaultConfig()
+	cfg.Model, cfg.Host = model, host
+	return soak.LLMAgent(rc, cfg, interval, false)
+}
+
+func familyNames() []string {
+	var out []string
+	for _, f := range families {
+		out = append(out, f.name)
+	}
+	return out
+}
+
+func pickFamilies(only string) ([]family, error) {
+	if only == "" {
+		return families, nil
+	}
+	var out []family
+	for _, name := range splitList(only) {
+		i := slices.IndexFunc(families, func(f family) bool { return f.name == name })
+		if i < 0 {
+			return nil, fmt.Errorf("--families %q: want %s", name, strings.Join(familyNames(), "|"))
+		}
+		out = append(out, families[i])
+	}
+	return out, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+// writeScoreboard writes the families, then one table row per family
+// and policy.
+func writeScoreboard(w io.Writer, fams []family, rows []scoreRow, base soak.Cell, took time.Duration) {
+	fmt.Fprintf(w, "Nine servers a backend at a 0.2%% median 5xx rate; %g healthy server-days a family that has them, %d fault trials (or incidents) a seed, seeds %v, %v of steady traffic before each onset; every policy on the agent path (evidence checks every second, steps every interval and at once on new evidence, the guardrails). Ran in %s.\n\n",
+		base.ServerDays, base.Trials, base.Seeds, base.Warmup, took.Round(time.Second))
+	for _, f := range fams {
+		fmt.Fprintf(w, "- **%s**: %s\n", f.name, f.what)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| family | policy | faults found [95%] | median s to find [95%] | p90 s | healthy drains | zone drains | model actions | of them healthy drains | model finds | model calls (a healthy server-day) |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, row := range rows {
+		r := row.Result
+		found, median, p90 := "-", "-", "-"
+		if r.Fault > 0 {
+			found = fmt.Sprintf("%d/%d [%.0f%%, %.0f%%]", r.Trials-r.Missed, r.Trials, 100*r.FoundLow95, 100*r.FoundHigh95)
+			if r.Trials > r.Missed {
+				median = fmt.Sprintf("%.1f [%.1f, %.1f]", r.DetectMedian, r.MedianLow95, r.MedianHigh95)
+				p90 = fmt.Sprintf("%.1f", r.DetectP90)
+			}
+		}
+		healthy := healthyDrains(r)
+		zone := "-"
+		if r.ServerDays > 0 {
+			zone = fmt.Sprintf("%d in %.0f zone server-days", r.ZoneDrains, r.ZoneServerDays)
+		}
+		model, mHealthy, finds, calls := "-", "-", "-", "-"
+		if r.ModelCalls != nil {
+			model, mHealthy, finds = fmt.Sprint(*r.ModelActions), fmt.Sprint(*r.ModelHealthyDrains), fmt.Sprint(r.ModelFinds)
+			calls = fmt.Sprint(*r.ModelCalls)
+			if r.CallsPerServerDay != nil {
+				calls += fmt.Sprintf(" (%.2f)", *r.CallsPerServerDay)
+			}
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", row.Family, row.Policy, found, median, p90, healthy, zone, model, mHealthy, finds, calls)
+	}
+}
+
+// healthyDrains is a result's drains of healthy servers: on its healthy
+// days (per 1,000 healthy-region server-days, with the 95% upper end)
+// and in its fault trials, or in its fleet-wide incidents.
+func healthyDrains(r soak.Result) string {
+	var parts []string
+	if r.ServerDays > 0 {
+		parts = append(parts, fmt.Sprintf("%d in %.0f server-days (≤ %.1f per 1,000, 95%%)", r.FalseDrains, r.HealthyServerDays, r.High95))
+	}
+	if r.Fault > 0 {
+		parts = append(parts, fmt.Sprintf("%d in the trials", r.FaultFalseDrains))
+	}
+	if r.FleetFaultPer1000 != nil {
+		parts = append(parts, fmt.Sprintf("%d in %.0f incident-h (≤ %.0f per 1,000, 95%%); %d before the onsets", r.FleetFaultDrains, r.IncidentHours, r.FleetFaultHigh95, r.FaultFalseDrains))
+	}
+	return strings.Join(parts, "; ")
+}
