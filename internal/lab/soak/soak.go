@@ -8,6 +8,12 @@
 // that path would take hours; TestSoakAgreesWithTheLoop checks that the
 // loop, on the same traffic, drains when the soak says.
 //
+// Cell.Agent runs the same days through an agent policy instead, the
+// rules or the LLM policy behind their floor (agent.go): the loop's
+// cadence, the policy's Decide on observations built from the same
+// counts, and the guardrails. It is slower, and the only path a model's
+// decisions can be measured on (issue 44).
+//
 // What it counts:
 //   - a false drain: the test condemning a server in the healthy region
 //     (rules.Config.Region of its own healthy rate against its backend's
