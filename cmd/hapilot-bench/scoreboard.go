@@ -82,6 +82,7 @@ func cmdSoakScoreboard(ctx context.Context, args []string, stdout, stderr io.Wri
 	workers := fs.Int("workers", 0, "seeds run at once (0: GOMAXPROCS)")
 	out := fs.String("out", "", "write the markdown table here (default: stdout)")
 	jsonOut := fs.String("json", "", "write every result to this JSON file")
+	render := fs.String("render", "", "run nothing: write the table of this --json file's results (the other flags as they ran, for the head lines)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -100,6 +101,17 @@ func cmdSoakScoreboard(ctx context.Context, args []string, stdout, stderr io.Wri
 	}
 	if (*models == "") != (*host == "") {
 		return errors.New("--model and --ollama-host go together: the models on a real Ollama")
+	}
+	if *render != "" {
+		raw, err := os.ReadFile(*render)
+		if err != nil {
+			return fmt.Errorf("scoreboard: %w", err)
+		}
+		var rows []scoreRow
+		if err := json.Unmarshal(raw, &rows); err != nil {
+			return fmt.Errorf("scoreboard: %s: %w", *render, err)
+		}
+		return writeBoard(*out, stdout, fams, rows, base)
 	}
 	pols := []*soak.AgentPolicy{soak.RulesAgent(base.Config, *interval)}
 	labels := []string{"rules"}
@@ -125,7 +137,6 @@ func cmdSoakScoreboard(ctx context.Context, args []string, stdout, stderr io.Wri
 		}
 		pols, labels = append(pols, a), append(labels, "llm: "+m+" (Ollama)")
 	}
-	began := time.Now()
 	var rows []scoreRow
 	for _, f := range fams {
 		for i, p := range pols {
@@ -142,16 +153,6 @@ func cmdSoakScoreboard(ctx context.Context, args []string, stdout, stderr io.Wri
 			rows = append(rows, scoreRow{f.name, labels[i], r})
 		}
 	}
-	w := stdout
-	if *out != "" {
-		file, err := os.Create(*out)
-		if err != nil {
-			return fmt.Errorf("scoreboard: %w", err)
-		}
-		defer file.Close()
-		w = file
-	}
-	writeScoreboard(w, fams, rows, base, time.Since(began))
 	if *jsonOut != "" {
 		raw, err := json.MarshalIndent(rows, "", "  ")
 		if err != nil {
@@ -160,6 +161,20 @@ func cmdSoakScoreboard(ctx context.Context, args []string, stdout, stderr io.Wri
 		if err := os.WriteFile(*jsonOut, append(raw, '\n'), 0o644); err != nil {
 			return fmt.Errorf("scoreboard: writing %s: %w", *jsonOut, err)
 		}
+	}
+	return writeBoard(*out, stdout, fams, rows, base)
+}
+
+// writeBoard writes the tables to the file out, or to stdout.
+func writeBoard(out string, stdout io.Writer, fams []family, rows []scoreRow, base soak.Cell) error {
+	if out == "" {
+		writeScoreboard(stdout, fams, rows, base)
+		return nil
+	}
+	var b strings.Builder
+	writeScoreboard(&b, fams, rows, base)
+	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("scoreboard: writing %s: %w", out, err)
 	}
 	return nil
 }
@@ -207,9 +222,9 @@ func splitList(s string) []string {
 
 // writeScoreboard writes the families, then one table row per family
 // and policy.
-func writeScoreboard(w io.Writer, fams []family, rows []scoreRow, base soak.Cell, took time.Duration) {
-	fmt.Fprintf(w, "Nine servers a backend at a 0.2%% median 5xx rate; %g healthy server-days a family that has them, %d fault trials (or incidents) a seed, seeds %v, %v of steady traffic before each onset; every policy on the agent path (evidence checks every second, steps every interval and at once on new evidence, the guardrails). Ran in %s.\n\n",
-		base.ServerDays, base.Trials, base.Seeds, base.Warmup, took.Round(time.Second))
+func writeScoreboard(w io.Writer, fams []family, rows []scoreRow, base soak.Cell) {
+	fmt.Fprintf(w, "Nine servers a backend at a 0.2%% median 5xx rate; %g healthy server-days a family that has them, %d fault trials (or incidents) a seed, seeds %v, %v of steady traffic before each onset; every policy on the agent path (evidence checks every second, steps every interval and at once on new evidence, the guardrails).\n\n",
+		base.ServerDays, base.Trials, base.Seeds, base.Warmup)
 	for _, f := range fams {
 		fmt.Fprintf(w, "- **%s**: %s\n", f.name, f.what)
 	}
@@ -241,6 +256,8 @@ func writeScoreboard(w io.Writer, fams []family, rows []scoreRow, base soak.Cell
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", row.Family, row.Policy, found, median, p90, healthy, zone, model, mHealthy, finds, calls)
 	}
+	fmt.Fprintln(w)
+	writeVerdicts(w, rows)
 }
 
 // healthyDrains is a result's drains of healthy servers: on its healthy
@@ -258,4 +275,77 @@ func healthyDrains(r soak.Result) string {
 		parts = append(parts, fmt.Sprintf("%d in %.0f incident-h (≤ %.0f per 1,000, 95%%); %d before the onsets", r.FleetFaultDrains, r.IncidentHours, r.FleetFaultHigh95, r.FaultFalseDrains))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// writeVerdicts compares each LLM row with its family's rules row on
+// issue 44's terms: every fault the rules find, no later than 1.2 times
+// their median, and no more healthy drains, each within the 95%
+// intervals (overlapping intervals are within them).
+func writeVerdicts(w io.Writer, rows []scoreRow) {
+	rulesOf := map[string]soak.Result{}
+	for _, row := range rows {
+		if row.Policy == "rules" {
+			rulesOf[row.Family] = row.Result
+		}
+	}
+	fmt.Fprintln(w, "| family | policy | faults found, against the rules' | median time, against the rules' | healthy drains, against the rules' |")
+	fmt.Fprintln(w, "|---|---|---|---|---|")
+	for _, row := range rows {
+		rr, ok := rulesOf[row.Family]
+		if row.Policy == "rules" || !ok {
+			continue
+		}
+		r := row.Result
+		found, median := "-", "-"
+		if r.Fault > 0 {
+			found = fmt.Sprintf("%d against %d of %d: %s", r.Trials-r.Missed, rr.Trials-rr.Missed, r.Trials, compare(
+				float64(r.Trials-r.Missed), float64(rr.Trials-rr.Missed), r.FoundHigh95 >= rr.FoundLow95, true))
+			if r.Trials > r.Missed && rr.Trials > rr.Missed {
+				ratio := r.DetectMedian / rr.DetectMedian
+				verdict := "within 1.2x"
+				switch {
+				case ratio > 1.2 && r.MedianLow95 > 1.2*rr.MedianHigh95:
+					verdict = "later than 1.2x"
+				case ratio > 1.2:
+					verdict = "over 1.2x, within the intervals"
+				case r.MedianHigh95 < rr.MedianLow95:
+					verdict = "sooner, beyond the intervals"
+				case ratio < 1:
+					verdict = "sooner, within the intervals"
+				}
+				median = fmt.Sprintf("%.2fx: %s", ratio, verdict)
+			}
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", row.Family, row.Policy, found, median, drainVerdict(r, rr))
+	}
+}
+
+// compare says whether a (the LLM's) is above, level with or below b
+// (the rules'); ok is whether the intervals overlap.
+func compare(a, b float64, ok, moreIsBetter bool) string {
+	switch {
+	case a == b:
+		return "level"
+	case (a > b) == moreIsBetter:
+		return "more"
+	case ok:
+		return "fewer, within the intervals"
+	}
+	return "fewer, beyond the intervals"
+}
+
+// drainVerdict compares the healthy drains of an LLM row with the
+// rules': days, trials and incidents together, by Poisson intervals.
+func drainVerdict(r, rr soak.Result) string {
+	a := r.FalseDrains + r.FaultFalseDrains + r.FleetFaultDrains
+	b := rr.FalseDrains + rr.FaultFalseDrains + rr.FleetFaultDrains
+	if a <= b {
+		return fmt.Sprintf("%d against %d: no more", a, b)
+	}
+	loA, _ := soak.PoissonInterval(a, 0.05)
+	_, hiB := soak.PoissonInterval(b, 0.05)
+	if loA <= hiB {
+		return fmt.Sprintf("%d against %d: more, within the intervals", a, b)
+	}
+	return fmt.Sprintf("%d against %d: more, beyond the intervals", a, b)
 }
