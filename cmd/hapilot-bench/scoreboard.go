@@ -35,8 +35,12 @@ var families = []family{
 		c.Hetero, c.Fault = 0.3, 0.05
 		return c
 	}},
-	{"zone", "33 req/s, σ 0.5 (some servers' healthy rates in the zone); a fault at 0.9%, in the zone", func(c soak.Cell) soak.Cell {
-		c.Hetero, c.Fault = 0.5, 0.009
+	{"zone-days", "33 req/s, σ 0.8: a few servers' own healthy rates lie in the zone (zone server-days), none failing", func(c soak.Cell) soak.Cell {
+		c.Hetero = 0.8
+		return c
+	}},
+	{"zone-fault", "33 req/s, σ 0.3; a fault at 0.9%, in the zone (no healthy days: the healthy family's)", func(c soak.Cell) soak.Cell {
+		c.Hetero, c.Fault, c.ServerDays = 0.3, 0.009, 0
 		return c
 	}},
 	{"grey", "33 req/s, σ 0.3; a fault at 2%, degraded but 10 x the median only (no healthy days: the healthy family's)", func(c soak.Cell) soak.Cell {
@@ -229,7 +233,7 @@ func writeScoreboard(w io.Writer, fams []family, rows []scoreRow, base soak.Cell
 		fmt.Fprintf(w, "- **%s**: %s\n", f.name, f.what)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| family | policy | faults found [95%] | median s to find [95%] | p90 s | healthy drains | zone drains | model actions | of them healthy drains | model finds | model calls (a healthy server-day) |")
+	fmt.Fprintln(w, "| family | policy | faults found [95%] | median s to find [95%] | p90 s | other drains | zone drains | model actions | of them healthy drains | model finds | model calls (a healthy server-day) |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, row := range rows {
 		r := row.Result
@@ -249,9 +253,18 @@ func writeScoreboard(w io.Writer, fams []family, rows []scoreRow, base soak.Cell
 		model, mHealthy, finds, calls := "-", "-", "-", "-"
 		if r.ModelCalls != nil {
 			model, mHealthy, finds = fmt.Sprint(*r.ModelActions), fmt.Sprint(*r.ModelHealthyDrains), fmt.Sprint(r.ModelFinds)
+			if r.ModelCuts > 0 {
+				model += fmt.Sprintf(" (%d weight cuts)", r.ModelCuts)
+			}
+			if r.ModelZoneDrains > 0 {
+				mHealthy += fmt.Sprintf(" (%d zone)", r.ModelZoneDrains)
+			}
 			calls = fmt.Sprint(*r.ModelCalls)
 			if r.CallsPerServerDay != nil {
 				calls += fmt.Sprintf(" (%.2f)", *r.CallsPerServerDay)
+			}
+			if r.ModelFallbacks > 0 {
+				calls += fmt.Sprintf("; %d steps fell back on the floor", r.ModelFallbacks)
 			}
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", row.Family, row.Policy, found, median, p90, healthy, zone, model, mHealthy, finds, calls)
@@ -260,16 +273,17 @@ func writeScoreboard(w io.Writer, fams []family, rows []scoreRow, base soak.Cell
 	writeVerdicts(w, rows)
 }
 
-// healthyDrains is a result's drains of healthy servers: on its healthy
-// days (per 1,000 healthy-region server-days, with the 95% upper end)
-// and in its fault trials, or in its fleet-wide incidents.
+// healthyDrains is a result's drains of servers that were not failing:
+// of healthy-region servers on its healthy days (per 1,000 healthy
+// server-days, with the 95% upper end), of the other servers in its fault
+// trials, or in its fleet-wide incidents.
 func healthyDrains(r soak.Result) string {
 	var parts []string
 	if r.ServerDays > 0 {
 		parts = append(parts, fmt.Sprintf("%d in %.0f server-days (≤ %.1f per 1,000, 95%%)", r.FalseDrains, r.HealthyServerDays, r.High95))
 	}
 	if r.Fault > 0 {
-		parts = append(parts, fmt.Sprintf("%d in the trials", r.FaultFalseDrains))
+		parts = append(parts, fmt.Sprintf("%d of other servers in the trials", r.FaultFalseDrains))
 	}
 	if r.FleetFaultPer1000 != nil {
 		parts = append(parts, fmt.Sprintf("%d in %.0f incident-h (≤ %.0f per 1,000, 95%%); %d before the onsets", r.FleetFaultDrains, r.IncidentHours, r.FleetFaultHigh95, r.FaultFalseDrains))
@@ -288,7 +302,7 @@ func writeVerdicts(w io.Writer, rows []scoreRow) {
 			rulesOf[row.Family] = row.Result
 		}
 	}
-	fmt.Fprintln(w, "| family | policy | faults found, against the rules' | median time, against the rules' | healthy drains, against the rules' |")
+	fmt.Fprintln(w, "| family | policy | faults found, against the rules' | median time, against the rules' | other drains, against the rules' |")
 	fmt.Fprintln(w, "|---|---|---|---|---|")
 	for _, row := range rows {
 		rr, ok := rulesOf[row.Family]
@@ -334,8 +348,9 @@ func compare(a, b float64, ok, moreIsBetter bool) string {
 	return "fewer, beyond the intervals"
 }
 
-// drainVerdict compares the healthy drains of an LLM row with the
-// rules': days, trials and incidents together, by Poisson intervals.
+// drainVerdict compares the other drains (healthy days, other servers in
+// the trials, incidents) of an LLM row with the rules', by Poisson
+// intervals.
 func drainVerdict(r, rr soak.Result) string {
 	a := r.FalseDrains + r.FaultFalseDrains + r.FleetFaultDrains
 	b := rr.FalseDrains + rr.FaultFalseDrains + rr.FleetFaultDrains

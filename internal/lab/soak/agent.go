@@ -103,9 +103,9 @@ type agentCounts struct {
 	// let through; modelRefused those they refused; unsupported the
 	// model's drains and cuts the windows did not support (dropped by the
 	// policy before the guardrails); modelFinds its drains of a faulty
-	// server (before the floor's).
-	model, modelRefused, unsupported, modelFinds int
-	callWall                                     float64 // ms, summed
+	// server (before the floor's); modelCuts its weight cuts.
+	model, modelRefused, unsupported, modelFinds, modelCuts int
+	callWall                                                float64 // ms, summed
 }
 
 func (a *agentCounts) add(b agentCounts) {
@@ -117,6 +117,7 @@ func (a *agentCounts) add(b agentCounts) {
 	a.modelRefused += b.modelRefused
 	a.unsupported += b.unsupported
 	a.modelFinds += b.modelFinds
+	a.modelCuts += b.modelCuts
 	a.callWall += b.callWall
 }
 
@@ -299,6 +300,9 @@ func (d *driver) step(obs agent.Observation) {
 		}
 		if model {
 			d.counts.model++
+			if v.Applied.Kind == agent.SetWeight && v.Applied.Weight < d.weight[max(d.index(v.Applied.Server), 0)] {
+				d.counts.modelCuts++
+			}
 		}
 		d.apply(obs.Time, v.Applied, model)
 	}

@@ -24,8 +24,8 @@ func RulesAgent(rc rules.Config, interval time.Duration) *AgentPolicy {
 // LLMAgent is --policy llm as the daemon builds it (cmd/hapilot/daemon's
 // newLLMPolicy): the model behind the rules' floor, --policy rules
 // itself fed every observation through the policy's evidence hook. One
-// model client serves every fleet; it is inspected once, as the policy's
-// start inspects it, but not warmed: the first call loads the model. No calibration gate: the soak runs
+// model client serves every fleet; it is inspected, loaded and measured
+// once, as the policy's start does. No calibration gate: the soak runs
 // as --skip-calibration does, so that what the model decides is what is
 // measured.
 //
@@ -45,12 +45,20 @@ func LLMAgent(rc rules.Config, cfg llm.Config, interval time.Duration, unprotect
 	if err != nil {
 		return nil, fmt.Errorf("soak: the model: %w", err)
 	}
-	// Once, as the policy's start does: the model is there, and names the
-	// prompt form it was trained on (the committed models do).
+	// Once, as the policy's start does (its bringUp and load): the model
+	// is there, names the prompt form it was trained on (the committed
+	// models do), is loaded and its tokenizer measured, so that the first
+	// calls do not pay for the load.
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.LoadTimeout)
 	defer cancel()
 	if _, err := m.Inspect(ctx); err != nil {
 		return nil, fmt.Errorf("soak: the model %s: %w", cfg.Model, err)
+	}
+	if _, err := m.Warm(ctx, 2048); err != nil {
+		return nil, fmt.Errorf("soak: loading the model %s: %w", cfg.Model, err)
+	}
+	if err := m.Measure(ctx, llm.TokenSample(time.Now())); err != nil {
+		return nil, fmt.Errorf("soak: measuring the model %s's tokenizer: %w", cfg.Model, err)
 	}
 	name := "llm"
 	if unprotected {

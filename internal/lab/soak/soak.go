@@ -320,10 +320,10 @@ type Result struct {
 	// ModelHealthyDrains those of them that drained a healthy-region
 	// server (healthy days and fault trials), ModelZoneDrains a zone
 	// server; ModelFinds its drains of a faulty server before the floor
-	// drained it. ModelRefused: its actions the guardrails refused;
-	// ModelUnsupported: its drains and cuts the windows did not support
-	// (dropped by the policy). CallsPerServerDay is over the healthy
-	// days' server-days.
+	// drained it; ModelCuts its weight cuts. ModelRefused: its actions
+	// the guardrails refused; ModelUnsupported: its drains and cuts the
+	// windows did not support (dropped by the policy). CallsPerServerDay
+	// is over the healthy days' server-days.
 	Policy             string   `json:"policy,omitempty"`
 	Steps              int      `json:"steps,omitempty"`
 	ModelCalls         *int     `json:"model_calls,omitempty"`
@@ -333,6 +333,7 @@ type Result struct {
 	ModelHealthyDrains *int     `json:"model_healthy_drains,omitempty"`
 	ModelZoneDrains    int      `json:"model_zone_drains,omitempty"`
 	ModelFinds         int      `json:"model_finds,omitempty"`
+	ModelCuts          int      `json:"model_cuts,omitempty"`
 	ModelRefused       int      `json:"model_refused,omitempty"`
 	ModelUnsupported   int      `json:"model_unsupported,omitempty"`
 	ModelFallbacks     int      `json:"model_fallbacks,omitempty"`
@@ -583,6 +584,7 @@ func Run(c Cell, workers int) (Result, error) {
 			r.CallMeanMs = ag.callWall / float64(calls)
 		}
 		r.ModelFinds, r.ModelRefused, r.ModelUnsupported, r.ModelFallbacks = ag.modelFinds, ag.modelRefused, ag.unsupported, ag.fallbacks
+		r.ModelCuts = ag.modelCuts
 	}
 	r.Cell = r.name()
 	r.WallSeconds = time.Since(began).Seconds()
