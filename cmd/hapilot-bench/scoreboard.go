@@ -348,12 +348,12 @@ func compare(a, b float64, ok, moreIsBetter bool) string {
 	return "fewer, beyond the intervals"
 }
 
-// drainVerdict compares the other drains (healthy days, other servers in
-// the trials, incidents) of an LLM row with the rules', by Poisson
-// intervals.
+// drainVerdict compares the other drains (of healthy and zone servers
+// on healthy days, of other servers in the trials, in incidents) of an
+// LLM row with the rules', by Poisson intervals.
 func drainVerdict(r, rr soak.Result) string {
-	a := r.FalseDrains + r.FaultFalseDrains + r.FleetFaultDrains
-	b := rr.FalseDrains + rr.FaultFalseDrains + rr.FleetFaultDrains
+	a := r.FalseDrains + r.ZoneDrains + r.FaultFalseDrains + r.FleetFaultDrains
+	b := rr.FalseDrains + rr.ZoneDrains + rr.FaultFalseDrains + rr.FleetFaultDrains
 	if a <= b {
 		return fmt.Sprintf("%d against %d: no more", a, b)
 	}

@@ -82,6 +82,8 @@ func TestVerdicts(t *testing.T) {
 			DetectMedian: 10, MedianLow95: 9, MedianHigh95: 11}, []string{"98 against 90 of 100: more", "0.50x: sooner, beyond the intervals", "0 against 2: no more"}},
 		{"fewer within, later beyond", soak.Result{Fault: 0.05, Trials: 100, Missed: 14, FoundLow95: 0.77, FoundHigh95: 0.92,
 			DetectMedian: 40, MedianLow95: 35, MedianHigh95: 45, FalseDrains: 30}, []string{"86 against 90 of 100: fewer, within the intervals", "2.00x: later than 1.2x", "30 against 2: more, beyond the intervals"}},
+		{"zone drains count", soak.Result{Fault: 0.05, Trials: 100, Missed: 10, FoundLow95: 0.82, FoundHigh95: 0.95,
+			DetectMedian: 20, MedianLow95: 18, MedianHigh95: 22, FalseDrains: 2, ZoneDrains: 150}, []string{"152 against 2: more, beyond the intervals"}},
 		{"fewer beyond, over 1.2x within", soak.Result{Fault: 0.05, Trials: 100, Missed: 40, FoundLow95: 0.5, FoundHigh95: 0.7,
 			DetectMedian: 25, MedianLow95: 15, MedianHigh95: 30, FalseDrains: 4}, []string{"fewer, beyond the intervals", "1.25x: over 1.2x, within the intervals", "4 against 2: more, within the intervals"}},
 	} {

@@ -12,8 +12,9 @@ package soak
 // plan with the agent's own guardrails (agent/guard, widened by the
 // policy's Needs as the loop widens them) and applies what they accept
 // to the simulated servers. What the soak does not reproduce: recovery's
-// probes (a drained healthy server comes back after Cell.DrainFor, as on
-// the direct path), HAProxy's runtime socket, and the model's time: the
+// probes (a drained healthy server comes back after its cooldown:
+// Cell.DrainFor, doubled with each drain of the same server up to 10
+// minutes, as recovery's backoff), HAProxy's runtime socket, and the model's time: the
 // simulated clock stands still while a model answers, so a model is
 // judged on its decisions, not its speed (its calls' wall time is
 // counted apart).
@@ -22,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
@@ -93,7 +95,8 @@ type driver struct {
 	isModel  map[agent.ActionID]bool
 	counts   agentCounts
 	deadline time.Duration
-	llm      bool // the policy reported as the LLM policy does
+	llm      bool  // the policy reported as the LLM policy does
+	drains   []int // each server's drains so far, for cooldown
 }
 
 // agentCounts is what the agent path counts beyond the drains.
@@ -157,6 +160,24 @@ func (d *driver) share(i int) float64 { return float64(d.weight[i]) / initialWei
 // drained: the agent holds server i drained.
 func (d *driver) drained(i int) bool {
 	return d.changed[i] != nil && d.changed[i].Phase == agent.PhaseDrained
+}
+
+// maxCooldown is recovery's longest wait before a drained server is
+// probed (recovery.DefaultConfig's MaxCooldown).
+const maxCooldown = 600.0
+
+// cooldown is how long server i stays out after this drain: first, the
+// cell's DrainFor (recovery's first cooldown, 30 s by default), doubled
+// for each drain of the same server before in this fleet's run, up to
+// maxCooldown, as recovery's backoff grows with a server's drains. The
+// direct path keeps DrainFor for every drain.
+func (d *driver) cooldown(i int, first float64) float64 {
+	if d.drains == nil {
+		d.drains = make([]int, len(d.names))
+	}
+	n := d.drains[i]
+	d.drains[i]++
+	return min(first*math.Pow(2, float64(n)), max(first, maxCooldown))
 }
 
 // release brings a drained server back, as recovery would once its

@@ -125,3 +125,26 @@ func TestAgentPathAgreesWithDirect(t *testing.T) {
 		}
 	}
 }
+
+// TestCooldownBacksOff: on the agent path a server drained again stays
+// out twice as long each time, up to recovery's 10 minutes; each server
+// has its own count.
+func TestCooldownBacksOff(t *testing.T) {
+	d, err := newDriver(RulesAgent(rules.DefaultConfig(), 0), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []float64
+	for range 7 {
+		got = append(got, d.cooldown(0, 30))
+	}
+	want := []float64{30, 60, 120, 240, 480, 600, 600}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("cooldowns %v, want %v", got, want)
+		}
+	}
+	if c := d.cooldown(1, 30); c != 30 {
+		t.Errorf("another server's first cooldown %v, want 30", c)
+	}
+}

@@ -1022,7 +1022,11 @@ func (f *fleet) run(secs float64, tr *onsetTrial) int {
 					f.modelDrains[i]++
 				}
 			}
-			f.outTill[i] = t1 + drainFor
+			out := drainFor
+			if f.drv != nil {
+				out = f.drv.cooldown(i, drainFor)
+			}
+			f.outTill[i] = t1 + out
 		}
 		if k > 0 && found == k {
 			// every faulty server found: the trial ends, the chunk's
