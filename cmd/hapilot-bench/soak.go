@@ -24,6 +24,9 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if len(args) > 0 && args[0] == "cost" {
 		return cmdSoakCost(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "scoreboard" {
+		return cmdSoakScoreboard(ctx, args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("hapilot-bench soak", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	servers := fs.String("servers", "9", "servers per backend, comma-separated (one cell each)")
@@ -83,6 +86,9 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	slowTail := fs.String("slow-tail", "", "slow tails: shares of one server's answers that take --slow-tail-ms, its median unchanged, comma-separated: from a random time after the warm-up (with --latency)")
 	slowTailMs := fs.Float64("slow-tail-ms", 1500, "the slow tail's answer time, ms")
 	slow := fs.String("slow", "", "slow servers' median answer time, in times the healthy one, comma-separated: one server from a random time after the warm-up (with --latency)")
+	// issue 44: the LLM policy in the soak.
+	var pf policyFlags
+	pf.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -121,7 +127,16 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	agentPolicy, stop, err := pf.agent(cfg, fs)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	base.Agent = agentPolicy
 	if *readmit {
+		if agentPolicy != nil {
+			return errors.New("--readmit: measured through the real loop and recovery with the rules; --policy llm and --path agent are not simulated there")
+		}
 		var set []string
 		fs.Visit(func(f *flag.Flag) {
 			switch f.Name {
@@ -217,7 +232,11 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if d := time.Duration(evidenceCheck); d != time.Second {
 		every = "every " + d.String()
 	}
-	fmt.Fprintf(stdout, "soak: the rules' %s test, %s of simulated traffic; seeds %s\n", test, every, *seeds)
+	if agentPolicy != nil {
+		fmt.Fprintf(stdout, "soak: %s; the rules' %s test, %s of simulated traffic; seeds %s\n", pf.describe(), test, every, *seeds)
+	} else {
+		fmt.Fprintf(stdout, "soak: the rules' %s test, %s of simulated traffic; seeds %s\n", test, every, *seeds)
+	}
 	WriteSoakTable(stdout, results)
 	if *jsonOut != "" {
 		raw, err := json.MarshalIndent(results, "", "  ")
@@ -289,11 +308,12 @@ func checkPromise(results []soak.Result, maxRate, maxHigh float64) error {
 // of one server in a day, and the fleet-wide incidents' columns only
 // where a result has them.
 func WriteSoakTable(w io.Writer, results []soak.Result) {
-	var zone, days, fleet bool
+	var zone, days, fleet, model bool
 	for _, r := range results {
 		zone = zone || r.ZoneServerDays > 0 || r.DegradedServerDays > 0
 		days = days || r.ServerDays > 0
 		fleet = fleet || r.FleetFaultPer1000 != nil
+		model = model || r.ModelCalls != nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := "cell\tserver-days\tfalse drains\tper 1,000 server-days [95%]\t"
@@ -306,7 +326,11 @@ func WriteSoakTable(w io.Writer, results []soak.Result) {
 	if fleet {
 		head += "fleet fault\tincident-h\tdrains\tper 1,000 incident-h [95% upper]\t"
 	}
-	fmt.Fprintln(tw, head+"fault\tfound\tmedian s\tp90 s\tbound s\tmedian/bound\t")
+	head += "fault\tfound\tmedian s\tp90 s\tbound s\tmedian/bound\t"
+	if model {
+		head += "model calls\tper server-day\tmodel actions\tof them healthy drains\tzone drains\tfinds\t"
+	}
+	fmt.Fprintln(tw, head)
 	for _, r := range results {
 		row := r.Cell + "\t"
 		switch {
@@ -354,6 +378,9 @@ func WriteSoakTable(w io.Writer, results []soak.Result) {
 			if r.Missed == r.Trials {
 				flt = fmt.Sprintf("%s\t0/%d\t-\t-\t-\t-", kind, r.Trials)
 			}
+		}
+		if model {
+			flt += "\t" + modelColumns(r)
 		}
 		fmt.Fprintf(tw, "%s%s\t\n", row, flt)
 	}
@@ -501,4 +528,16 @@ func parseShapes(flap, latency string, hetero float64) (soak.Flap, soak.Latency,
 		return fl, lat, fmt.Errorf("--latency-hetero needs --latency")
 	}
 	return fl, lat, nil
+}
+
+// modelColumns are the LLM policy's figures in WriteSoakTable.
+func modelColumns(r soak.Result) string {
+	if r.ModelCalls == nil {
+		return "-\t-\t-\t-\t-\t-"
+	}
+	per := "-"
+	if r.CallsPerServerDay != nil {
+		per = fmt.Sprintf("%.2f", *r.CallsPerServerDay)
+	}
+	return fmt.Sprintf("%d\t%s\t%d\t%d\t%d\t%d", *r.ModelCalls, per, *r.ModelActions, *r.ModelHealthyDrains, r.ModelZoneDrains, r.ModelFinds)
 }

@@ -8,6 +8,12 @@
 // that path would take hours; TestSoakAgreesWithTheLoop checks that the
 // loop, on the same traffic, drains when the soak says.
 //
+// Cell.Agent runs the same days through an agent policy instead, the
+// rules or the LLM policy behind their floor (agent.go): the loop's
+// cadence, the policy's Decide on observations built from the same
+// counts, and the guardrails. It is slower, and the only path a model's
+// decisions can be measured on (issue 44).
+//
 // What it counts:
 //   - a false drain: the test condemning a server in the healthy region
 //     (rules.Config.Region of its own healthy rate against its backend's
@@ -144,6 +150,10 @@ type Cell struct {
 	// ranges above; Servers, Rate, Noise, Hetero, Bursts, BurstSpread and
 	// Restarts are then ignored.
 	RandomFleets bool
+	// Agent, when set, runs each fleet through an agent policy, the
+	// loop's cadence and the guardrails included (agent.go), instead of
+	// the sequential test alone.
+	Agent *AgentPolicy
 }
 
 // dt is a chunk's length in seconds.
@@ -237,6 +247,14 @@ func (c Cell) Validate() error {
 	if err := c.Config.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("rules: %w", err))
 	}
+	if c.Agent != nil {
+		if err := c.Agent.validate(); err != nil {
+			errs = append(errs, err)
+		}
+		if c.dt() != 1 || c.Windowed || c.Latency.MedianMs > 0 {
+			errs = append(errs, errors.New("an agent policy: simulated with one-second checks, the sequential test and no latency model"))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -298,6 +316,13 @@ type Result struct {
 	// trial; a trial is missed when any of its faulty servers is.
 	DetectMedian float64 `json:"detect_median_s,omitempty"`
 	DetectP90    float64 `json:"detect_p90_s,omitempty"`
+	// FoundLow95 and FoundHigh95 bound the share of trials found (exact
+	// binomial 95%); MedianLow95 and MedianHigh95 the median time to
+	// detect (order statistics, at least 95%).
+	FoundLow95   float64 `json:"found_low_95,omitempty"`
+	FoundHigh95  float64 `json:"found_high_95,omitempty"`
+	MedianLow95  float64 `json:"detect_median_low_95_s,omitempty"`
+	MedianHigh95 float64 `json:"detect_median_high_95_s,omitempty"`
 	// Bound is ln(ARL)/KL in seconds, ARL the requests of one server over
 	// the promised 1,000 days between false drains, KL that of the fault
 	// against the healthy rate: the least mean delay any test with that
@@ -306,8 +331,32 @@ type Result struct {
 	Bound float64 `json:"bound_s,omitempty"`
 	// FaultFalseDrains: other servers condemned during the fault trials,
 	// and any before a fleet-wide incident's onset.
-	FaultFalseDrains int     `json:"fault_trials_false_drains,omitempty"`
-	WallSeconds      float64 `json:"wall_s"`
+	FaultFalseDrains int `json:"fault_trials_false_drains,omitempty"`
+	// The agent path (Cell.Agent): the policy, its steps, and for the
+	// LLM policy its model's calls and actions. ModelActions are the
+	// model's actions beyond the floor that the guardrails let through;
+	// ModelHealthyDrains those of them that drained a healthy-region
+	// server (healthy days and fault trials), ModelZoneDrains a zone
+	// server; ModelFinds its drains of a faulty server before the floor
+	// drained it; ModelCuts its weight cuts. ModelRefused: its actions
+	// the guardrails refused; ModelUnsupported: its drains and cuts the
+	// windows did not support (dropped by the policy). CallsPerServerDay
+	// is over the healthy days' server-days.
+	Policy             string   `json:"policy,omitempty"`
+	Steps              int      `json:"steps,omitempty"`
+	ModelCalls         *int     `json:"model_calls,omitempty"`
+	CallsPerServerDay  *float64 `json:"model_calls_per_server_day,omitempty"`
+	CallMeanMs         float64  `json:"model_call_mean_ms,omitempty"`
+	ModelActions       *int     `json:"model_actions,omitempty"`
+	ModelHealthyDrains *int     `json:"model_healthy_drains,omitempty"`
+	ModelZoneDrains    int      `json:"model_zone_drains,omitempty"`
+	ModelFinds         int      `json:"model_finds,omitempty"`
+	ModelCuts          int      `json:"model_cuts,omitempty"`
+	ModelRefused       int      `json:"model_refused,omitempty"`
+	ModelUnsupported   int      `json:"model_unsupported,omitempty"`
+	ModelFallbacks     int      `json:"model_fallbacks,omitempty"`
+	PolicyErrors       int      `json:"policy_errors,omitempty"`
+	WallSeconds        float64  `json:"wall_s"`
 }
 
 // perSeed runs f once a seed, with a generator of its own (the seed, on
@@ -348,6 +397,41 @@ type tally struct {
 	falses, zone, deg, most, faultFalses int
 	missed, incidents, incidentDrains    int
 	delays                               []float64
+	// the agent path's
+	agent                   agentCounts
+	dayCalls                int
+	modelHealthy, modelZone int
+	llm                     bool
+	err                     error
+}
+
+// model counts the model's drains of healthy-region and zone servers.
+func (o *tally) model(region []rules.Region, drains []int) {
+	for i, r := range region {
+		switch r {
+		case rules.RegionHealthy:
+			o.modelHealthy += drains[i]
+		case rules.RegionZone:
+			o.modelZone += drains[i]
+		}
+	}
+}
+
+// fleetDone adds a fleet's agent counts and ends its policy.
+func (o *tally) fleetDone(f *fleet, healthyDay bool) {
+	if f.err != nil && o.err == nil {
+		o.err = f.err
+	}
+	if f.drv == nil {
+		return
+	}
+	f.drv.close()
+	o.agent.add(f.drv.counts)
+	o.llm = o.llm || f.drv.llm
+	if healthyDay {
+		o.dayCalls += f.drv.counts.calls
+	}
+	o.model(f.region, f.modelDrains)
 }
 
 // day counts one backend-day: each server's drains by its region, and
@@ -386,14 +470,18 @@ func Run(c Cell, workers int) (Result, error) {
 	}
 	perSeed(c.Seeds, workers, 0x50a4, func(si int, rng *rand.Rand) {
 		o := &outs[si]
-		for o.days < perSeedDays {
+		for o.days < perSeedDays && o.err == nil {
 			f := newFleet(c.draw(rng), rng)
 			f.run(f.dryTill+86400, nil)
 			o.day(f.region, f.drains)
+			o.fleetDone(f, true)
 		}
 		warm := c.Warmup.Seconds()
 		if c.Fault > 0 || c.Slow > 0 || c.Tail > 0 {
 			for range c.Trials {
+				if o.err != nil {
+					break
+				}
 				f := newFleet(c.draw(rng), rng)
 				tr := &onsetTrial{onset: warm + rng.Float64()*600, k: c.faulty()}
 				tr.delays = make([]float64, tr.k)
@@ -401,6 +489,7 @@ func Run(c Cell, workers int) (Result, error) {
 					tr.delays[i] = -1
 				}
 				o.faultFalses += f.run(tr.onset+3600, tr)
+				o.fleetDone(f, false)
 				missed := false
 				for _, d := range tr.delays {
 					if d < 0 {
@@ -416,9 +505,13 @@ func Run(c Cell, workers int) (Result, error) {
 		}
 		if c.FleetFault > 0 {
 			for range c.Trials {
+				if o.err != nil {
+					break
+				}
 				f := newFleet(c.draw(rng), rng)
 				tr := &onsetTrial{onset: warm + rng.Float64()*600, fleet: true}
 				o.faultFalses += f.run(tr.onset+FleetFaultFor.Seconds(), tr)
+				o.fleetDone(f, false)
 				o.incidents++
 				o.incidentDrains += tr.incident
 			}
@@ -442,7 +535,17 @@ func Run(c Cell, workers int) (Result, error) {
 		r.Restarts = fmt.Sprintf("%g:%g", c.Restarts.EveryHours, c.Restarts.Down.Seconds())
 	}
 	var delays []float64
+	var ag agentCounts
+	var dayCalls, modelHealthy, llmPolicy = 0, 0, false
 	for _, o := range outs {
+		if o.err != nil {
+			return Result{}, o.err
+		}
+		ag.add(o.agent)
+		dayCalls += o.dayCalls
+		modelHealthy += o.modelHealthy
+		r.ModelZoneDrains += o.modelZone
+		llmPolicy = llmPolicy || o.llm
 		r.ServerDays += o.days
 		r.HealthyServerDays += o.healthyDays
 		r.ZoneServerDays += o.zoneDays
@@ -468,6 +571,8 @@ func Run(c Cell, workers int) (Result, error) {
 	if c.Fault > 0 || c.Slow > 0 || c.Tail > 0 {
 		r.Trials = c.Trials * len(c.Seeds)
 		r.DetectMedian, r.DetectP90 = quantile(delays, 0.5), quantile(delays, 0.9)
+		r.FoundLow95, r.FoundHigh95 = BinomialInterval(r.Trials-r.Missed, r.Trials, 0.05)
+		r.MedianLow95, r.MedianHigh95 = MedianInterval(delays, 0.05)
 		if c.Faulty > 1 {
 			r.Faulty = c.Faulty
 		}
@@ -490,6 +595,22 @@ func Run(c Cell, workers int) (Result, error) {
 		// identical servers: p0 is the healthy share over the threshold
 		p0 := c.Latency.healthyTail(c.Config)
 		r.Bound = Bound(c.Tail+(1-c.Tail)*p0, p0, c.Rate, 1000)
+	}
+	if c.Agent != nil {
+		r.Policy, r.Steps, r.PolicyErrors = c.Agent.Name, ag.steps, ag.policyErrors
+	}
+	if llmPolicy {
+		calls, actions := ag.calls, ag.model
+		r.ModelCalls, r.ModelActions, r.ModelHealthyDrains = &calls, &actions, &modelHealthy
+		if r.ServerDays > 0 {
+			per := float64(dayCalls) / r.ServerDays
+			r.CallsPerServerDay = &per
+		}
+		if calls > 0 {
+			r.CallMeanMs = ag.callWall / float64(calls)
+		}
+		r.ModelFinds, r.ModelRefused, r.ModelUnsupported, r.ModelFallbacks = ag.modelFinds, ag.modelRefused, ag.unsupported, ag.fallbacks
+		r.ModelCuts = ag.modelCuts
 	}
 	r.Cell = r.name()
 	r.WallSeconds = time.Since(began).Seconds()
@@ -563,6 +684,9 @@ func (r Result) name() string {
 	}
 	if r.FleetFault > 0 {
 		s += fmt.Sprintf(" fleet fault %.3g%%", 100*r.FleetFault)
+	}
+	if r.Policy != "" {
+		s += " policy " + r.Policy
 	}
 	return s
 }
@@ -685,6 +809,12 @@ type fleet struct {
 	// each day, and an agent does not restart each day). The cost of an
 	// agent's own start is told apart in docs/explanation/detection.md.
 	dryTill float64
+	// drv, when the cell has an agent policy, runs it (agent.go);
+	// modelDrains counts its model's drains of each server, detections
+	// left out; err is the policy's failure to start.
+	drv         *driver
+	modelDrains []int
+	err         error
 }
 
 func newFleet(c Cell, rng *rand.Rand) *fleet {
@@ -724,7 +854,20 @@ func newFleet(c Cell, rng *rand.Rand) *fleet {
 		f.old = rules.New(c.Config)
 		f.ring = make([][60]rules.Counts, n)
 	}
+	if c.Agent != nil {
+		f.modelDrains = make([]int, n)
+		f.drv, f.err = newDriver(c.Agent, n)
+	}
 	return f
+}
+
+// weight is server i's traffic against its configured weight's: 1 but
+// where an agent policy cut it.
+func (f *fleet) weight(i int) float64 {
+	if f.drv == nil {
+		return 1
+	}
+	return f.drv.share(i)
 }
 
 // overlap is the length of [a0, a1) ∩ [b0, b1).
@@ -784,6 +927,9 @@ func (f *fleet) burst(i int, k uint64, u, spread float64) uint64 {
 // (tr.fleet: the run's end is the incident's). It returns the other
 // condemnations, counted in f.drains too.
 func (f *fleet) run(secs float64, tr *onsetTrial) int {
+	if f.err != nil {
+		return 0 // its policy did not start: Run reports why
+	}
 	c := f.c
 	dt := f.dt
 	falses := 0
@@ -817,6 +963,12 @@ func (f *fleet) run(secs float64, tr *onsetTrial) int {
 		after := overlap(t0, t1, onset, math.Inf(1)) / dt
 		for i := range f.srv {
 			f.serving[i] = t0 >= f.outTill[i]
+			if f.drv != nil {
+				if f.serving[i] && f.drv.drained(i) {
+					f.drv.release(i) // its time out is over
+				}
+				f.serving[i] = f.serving[i] && f.drv.weight[i] > 0
+			}
 			down := f.down(i, t0, t1)
 			if !f.serving[i] {
 				f.in[i] = rules.Counts{}
@@ -827,7 +979,7 @@ func (f *fleet) run(secs float64, tr *onsetTrial) int {
 				}
 				continue
 			}
-			n := poisson(f.rng, c.Rate*diurnal*f.share[i]*dt)
+			n := poisson(f.rng, c.Rate*diurnal*f.share[i]*dt*f.weight(i))
 			// the requests of its restart all fail
 			x := binomial(f.rng, n, down)
 			rest := n - x
@@ -870,33 +1022,51 @@ func (f *fleet) run(secs float64, tr *onsetTrial) int {
 		if f.tap != nil {
 			f.tap(t0, f.in)
 		}
-		if f.old != nil {
+		var byModel []bool
+		switch {
+		case f.drv != nil:
+			f.idx, byModel = f.drv.chunk(t1, f.in)
+		case f.old != nil:
 			f.idx = f.windowed(j)
-		} else {
+		default:
 			f.idx = f.q.Step(dt, f.srv, f.in, f.serving, f.idx)
 		}
 		if f.lat != nil {
 			f.idx = f.slow(f.idx)
 		}
-		for _, i := range f.idx {
+		for m, i := range f.idx {
 			if t0 < f.dryTill {
 				break
 			}
+			model := byModel != nil && byModel[m]
 			switch {
 			case fleetP > 0 && t1 > onset:
 				tr.incident++
 			case i < k && t1 > onset:
+				if model {
+					f.drv.counts.modelFinds++
+				}
 				tr.delays[i] = t1 - onset
 				f.outTill[i] = math.Inf(1) // found: out for the rest of the trial
-				if found++; found == k {
-					return falses
-				}
+				found++
 				continue
 			default:
 				falses++
 				f.drains[i]++
+				if model {
+					f.modelDrains[i]++
+				}
 			}
-			f.outTill[i] = t1 + drainFor
+			out := drainFor
+			if f.drv != nil {
+				out = f.drv.cooldown(i, drainFor)
+			}
+			f.outTill[i] = t1 + out
+		}
+		if k > 0 && found == k {
+			// every faulty server found: the trial ends, the chunk's
+			// other drains counted
+			return falses
 		}
 	}
 	return falses

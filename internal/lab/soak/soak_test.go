@@ -150,3 +150,30 @@ func TestSoakAgreesWithTheLoop(t *testing.T) {
 	}
 	t.Logf("loop: %.0f s; soak: median %.1f s, p90 %.1f s", got, res.DetectMedian, res.DetectP90)
 }
+
+func TestBinomialInterval(t *testing.T) {
+	// Clopper-Pearson 95% intervals (R's binom.test).
+	for _, tc := range []struct {
+		k, n   int
+		lo, hi float64
+	}{{0, 10, 0, 0.3085}, {10, 10, 0.6915, 1}, {5, 10, 0.1871, 0.8129}, {95, 100, 0.8872, 0.9836}} {
+		lo, hi := BinomialInterval(tc.k, tc.n, 0.05)
+		if math.Abs(lo-tc.lo) > 0.001 || math.Abs(hi-tc.hi) > 0.001 {
+			t.Errorf("%d/%d: [%.4f, %.4f], want [%.4f, %.4f]", tc.k, tc.n, lo, hi, tc.lo, tc.hi)
+		}
+	}
+}
+
+func TestMedianInterval(t *testing.T) {
+	v := make([]float64, 100)
+	for i := range v {
+		v[i] = float64(100 - i) // 1..100, unsorted
+	}
+	// n=100: the order statistics 40 and 61 (P(B < 40) = 0.018)
+	if lo, hi := MedianInterval(v, 0.05); lo != 40 || hi != 61 {
+		t.Errorf("[%v, %v], want [40, 61]", lo, hi)
+	}
+	if lo, hi := MedianInterval([]float64{3, 1, 2}, 0.05); lo != 1 || hi != 3 {
+		t.Errorf("three values: [%v, %v], want [1, 3]", lo, hi)
+	}
+}
