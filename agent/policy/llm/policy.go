@@ -89,14 +89,16 @@ type Policy struct {
 
 	// mu is held by Decide for its whole step (one step at a time), and
 	// by the life cycle to switch thinking off.
-	mu       sync.Mutex           // guards pending, think, thinkOff, shown, history, judge, report
-	pending  map[proposal]int     // consecutive proposals of each action
-	think    modelapi.Think       // the mode in force
-	thinkOff int                  // steps left with thinking forced off
-	shown    int                  // servers per backend the prompt lists in full
-	history  []string             // the model's decisions and their outcomes
-	judge    []agent.Action       // last step's model actions, to judge now
-	brief    map[agent.Key]string // this step's errors candidates in a few words (candidates)
+	mu       sync.Mutex              // guards pending, think, thinkOff, shown, history, judge, report
+	pending  map[proposal]int        // consecutive proposals of each action
+	own      map[agent.Key]time.Time // when the model last drained each server on its own word (applied)
+	asked    map[agent.Key]bool      // the drains on its own word it planned last step (remember)
+	think    modelapi.Think          // the mode in force
+	thinkOff int                     // steps left with thinking forced off
+	shown    int                     // servers per backend the prompt lists in full
+	history  []string                // the model's decisions and their outcomes
+	judge    []agent.Action          // last step's model actions, to judge now
+	brief    map[agent.Key]string    // this step's errors candidates in a few words (candidates)
 	report   Report
 
 	lmu  sync.Mutex // guards life: the life cycle writes it, steps and /status read it
@@ -166,7 +168,7 @@ func New(m *Model, floor agent.Policy, rc rules.Config, cfg Config, log zerolog.
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Policy{
 		Model: m, Floor: floor, Config: cfg, Log: log, Now: time.Now, WatchEvery: 30 * time.Second,
-		pending: map[proposal]int{}, think: cfg.Think, shown: cfg.MaxShown,
+		pending: map[proposal]int{}, own: map[agent.Key]time.Time{}, asked: map[agent.Key]bool{}, think: cfg.Think, shown: cfg.MaxShown,
 		// The operator's rules find the candidates (their sequential test,
 		// looser: candidates.go) and say whether a drained server's own
 		// window is healthy again (mayUndo).
@@ -187,7 +189,7 @@ func (*Policy) Name() string { return "llm" }
 // The model is asked on such a step only if the gate lets it, as on any.
 func (p *Policy) Hooks() agent.Policy {
 	hooks := agent.Policy{Decider: p, Needs: p.Needs(), Report: p.Report, Status: p.PolicyStatus,
-		Metrics: p.WriteMetrics, Start: p.Start, Close: p.Close}
+		Metrics: p.WriteMetrics, Start: p.Start, Close: p.Close, Notes: p.Floor.Notes}
 	if p.Floor.Evidence != nil {
 		hooks.Evidence = p.evidenceHook
 	}
@@ -223,6 +225,7 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 	defer p.mu.Unlock()
 	p.report = Report{}
 	p.judgeOutcomes(obs)
+	p.applied(obs)
 
 	floor, err := p.floorPlan(ctx, obs)
 	if err != nil {
@@ -270,6 +273,7 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 	}
 	p.report.Proposed = res.plan
 	mine := p.confirm(obs, p.supported(obs, res.plan, cands, floor))
+	p.remember(floor, mine)
 	p.report.ModelPlan = mine
 	p.judge = mine
 	return merge(floor, mine), nil
@@ -385,9 +389,9 @@ func (p *Policy) costOfThinking(think modelapi.Think, call Call, overran bool) {
 // FleetWide check, against the peers the floor and the loose test have
 // not set apart this step.
 func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[agent.Key]rules.Suspect, floor agent.Plan) agent.Plan {
-	apart := map[agent.Key]bool{}
+	apart, floorKeys := map[agent.Key]bool{}, map[agent.Key]bool{}
 	for _, a := range floor {
-		apart[a.Key()] = true
+		apart[a.Key()], floorKeys[a.Key()] = true, true
 	}
 	for k, c := range cands {
 		if slices.Contains(c.Signals, rules.SignalErrors) {
@@ -407,6 +411,8 @@ func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[age
 			switch {
 			case !flagged:
 				why = "the windows do not flag it"
+			case a.Kind == agent.Drain && !floorKeys[a.Key()] && p.drainedLately(a.Key()) != "":
+				why = p.drainedLately(a.Key())
 			case c.Only(rules.SignalErrors):
 				why = p.rules.FleetWide(b, s, apart)
 			}
@@ -418,6 +424,50 @@ func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[age
 		out = append(out, a)
 	}
 	return out
+}
+
+// applied records, from this step's observation, the drains the model
+// proposed on its own word last step that took (the server no longer
+// serves): a drain the guardrails refused does not count.
+func (p *Policy) applied(obs agent.Observation) {
+	for k := range p.asked {
+		if _, s := obs.Find(k.Backend, k.Server); s != nil && !s.Serving() {
+			p.own[k] = p.Now()
+		}
+	}
+	clear(p.asked)
+	for k, at := range p.own {
+		if p.Now().Sub(at) >= p.rules.ZoneEvery {
+			delete(p.own, k)
+		}
+	}
+}
+
+// remember keeps the drains in the model's plan that the floor did not
+// make, for applied to check at the next step.
+func (p *Policy) remember(floor, mine agent.Plan) {
+	for _, a := range mine {
+		if a.Kind == agent.Drain && !slices.ContainsFunc(floor, func(f agent.Action) bool { return f.Key() == a.Key() }) {
+			p.asked[a.Key()] = true
+		}
+	}
+}
+
+// drainedLately says why a drain on the model's own word is refused: the
+// model drained the server so within ZoneEvery. The rules drain a server
+// in the zone (above healthy, not shown degraded) once a ZoneEvery and
+// then leave it serving, never cycled; without their evidence, the
+// model's word may drain a server no more often (a candidate stays one
+// after its re-admission, and a capable model drained one zone server 81
+// times in a simulated day: hapilot-bench soak scoreboard). "" when it
+// may.
+func (p *Policy) drainedLately(k agent.Key) string {
+	at, ok := p.own[k]
+	if !ok || p.Now().Sub(at) >= p.rules.ZoneEvery {
+		return ""
+	}
+	return fmt.Sprintf("drained on the model's word %s ago: without the rules' evidence a server is drained so at most once in %s, never cycled",
+		p.Now().Sub(at).Round(time.Second), p.rules.ZoneEvery)
 }
 
 // proposal names a proposal across steps: the same action (verb and
