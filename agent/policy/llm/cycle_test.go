@@ -2,19 +2,13 @@ package llm
 
 import (
 	"context"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/agent/policy/llm/calibrate/fixtures"
-	"github.com/hapilot/hapilot/agent/policy/llm/modelapi"
-	"github.com/hapilot/hapilot/agent/policy/llm/prompt"
 	"github.com/hapilot/hapilot/agent/policy/rules"
-	"github.com/hapilot/hapilot/internal/lab/ollamafake"
-	"github.com/ollama/ollama/api"
-	"github.com/rs/zerolog"
 )
 
 // A server the model drains on its own word (a candidate the rules do
@@ -32,19 +26,8 @@ func TestTheModelNeverCyclesAServer(t *testing.T) {
 		{Name: "s4", Req: 1200, E5: 1}, {Name: "s5", Req: 1200, E5: 1}}
 	drained := append([]fixtures.Server(nil), servers...)
 	drained[2] = fixtures.Server{Name: "s3", DrainedAgo: 5 * time.Second}
-	respond, err := ollamafake.Emulation("drain-all", 1, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fake := ollamafake.New(map[string]string{model: "sha256:fa4e"}, respond)
-	defer fake.Close()
-	u, _ := url.Parse(fake.URL)
-	cfg := DefaultConfig()
-	cfg.Model, cfg.Deadline, cfg.LoadTimeout = model, 2*time.Second, 10*time.Second
 	rc := rules.DefaultConfig()
-	m := &Model{Server: &modelapi.Ollama{Client: api.NewClient(u, fake.Client())}, Config: cfg, SystemPrompt: prompt.DefaultSystemPrompt}
-	p := New(m, rules.NewPolicy(rc), rc, cfg, zerolog.Nop())
-	defer p.Close()
+	p, cfg := drainAll(t, rc)
 	// The policy's clock (for ZoneEvery) jumps; the observations' runs
 	// on a second at a time, so that the floor's test is fed seconds, not
 	// the hour between.

@@ -41,20 +41,9 @@ func TestThePolicyJudgesByTheOperatorsRules(t *testing.T) {
 		{"--rules-min-ratio 25: 24 times its peers is not enough", func(c *rules.Config) { c.MinRatio = 25 }, false, "the backend fails alike"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			respond, err := ollamafake.Emulation("drain-all", 1, time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			fake := ollamafake.New(map[string]string{model: "sha256:fa4e"}, respond)
-			defer fake.Close()
-			u, _ := url.Parse(fake.URL)
-			cfg := DefaultConfig()
-			cfg.Model, cfg.Deadline, cfg.LoadTimeout = model, 2*time.Second, 10*time.Second
 			rc := rules.DefaultConfig()
 			tc.set(&rc)
-			m := &Model{Server: &modelapi.Ollama{Client: api.NewClient(u, fake.Client())}, Config: cfg, SystemPrompt: prompt.DefaultSystemPrompt}
-			p := New(m, rules.NewPolicy(rc), rc, cfg, zerolog.Nop())
-			defer p.Close()
+			p, cfg := drainAll(t, rc)
 			obs := agent.Observation{Time: now, Cycle: 1, Backends: []agent.BackendView{fixtures.Backend(now, "app", servers)}}
 			got := steps(t, p, obs, cfg.Confirm+1)
 			r := p.Report().(Report)
@@ -81,4 +70,24 @@ func TestThePolicyJudgesByTheOperatorsRules(t *testing.T) {
 			}
 		})
 	}
+}
+
+// drainAll is the policy under rc, its floor the rules, with the stand-in's
+// emulated drain-all model (it drains whatever it sees), and its
+// configuration; both end with the test.
+func drainAll(t *testing.T, rc rules.Config) (*Policy, Config) {
+	t.Helper()
+	respond, err := ollamafake.Emulation("drain-all", 1, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := ollamafake.New(map[string]string{model: "sha256:fa4e"}, respond)
+	t.Cleanup(fake.Close)
+	u, _ := url.Parse(fake.URL)
+	cfg := DefaultConfig()
+	cfg.Model, cfg.Deadline, cfg.LoadTimeout = model, 2*time.Second, 10*time.Second
+	m := &Model{Server: &modelapi.Ollama{Client: api.NewClient(u, fake.Client())}, Config: cfg, SystemPrompt: prompt.DefaultSystemPrompt}
+	p := New(m, rules.NewPolicy(rc), rc, cfg, zerolog.Nop())
+	t.Cleanup(p.Close)
+	return p, cfg
 }

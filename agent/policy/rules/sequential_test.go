@@ -61,14 +61,7 @@ func runPhases(t *testing.T, cfg Config, rate float64, phases []phase, seed uint
 	rng := rand.New(rand.NewPCG(seed, 7))
 	n := len(phases[0].rates)
 	q := NewSequential(cfg)
-	srv := make([]*SeqServer, n)
-	for i := range srv {
-		srv[i] = &SeqServer{}
-	}
-	in, serving := make([]Counts, n), make([]bool, n)
-	for i := range serving {
-		serving[i] = true
-	}
+	srv, in, serving := backendOf(n)
 	first = make([]int, n)
 	for i := range first {
 		first[i] = -1
@@ -97,6 +90,16 @@ func runPhases(t *testing.T, cfg Config, rate float64, phases []phase, seed uint
 		}
 	}
 	return first, early
+}
+
+// backendOf is a backend of n new servers, all serving, and a buffer for
+// each check's counts.
+func backendOf(n int) (srv []*SeqServer, in []Counts, serving []bool) {
+	srv, in, serving = make([]*SeqServer, n), make([]Counts, n), make([]bool, n)
+	for i := range srv {
+		srv[i], serving[i] = &SeqServer{}, true
+	}
+	return srv, in, serving
 }
 
 func rates(n int, p float64, set map[int]float64) []float64 {
@@ -356,14 +359,7 @@ func TestCadence(t *testing.T) {
 			rng := rand.New(rand.NewPCG(4, 4))
 			q := NewSequential(DefaultConfig())
 			n := 9
-			srv := make([]*SeqServer, n)
-			for i := range srv {
-				srv[i] = &SeqServer{}
-			}
-			in, serving := make([]Counts, n), make([]bool, n)
-			for i := range serving {
-				serving[i] = true
-			}
+			srv, in, serving := backendOf(n)
 			var idx []int
 			steps := int(math.Round(1 / dt))
 			found := -1.0
@@ -424,14 +420,7 @@ func TestLongChecks(t *testing.T) {
 		}
 		for _, k := range lengths {
 			q := NewSequential(DefaultConfig())
-			srv := make([]*SeqServer, n)
-			for i := range srv {
-				srv[i] = &SeqServer{}
-			}
-			in, serving := make([]Counts, n), make([]bool, n)
-			for i := range serving {
-				serving[i] = true
-			}
+			srv, in, serving := backendOf(n)
 			var idx []int
 			at := -1
 			for end := k; end <= len(secs) && at < 0; end += k {
