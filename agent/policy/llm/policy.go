@@ -89,7 +89,7 @@ type Policy struct {
 
 	// mu is held by Decide for its whole step (one step at a time), and
 	// by the life cycle to switch thinking off.
-	mu       sync.Mutex              // guards pending, think, thinkOff, shown, history, judge, report
+	mu       sync.Mutex              // guards pending, own, asked, think, thinkOff, shown, history, judge, report
 	pending  map[proposal]int        // consecutive proposals of each action
 	own      map[agent.Key]time.Time // when the model last drained each server on its own word (applied)
 	asked    map[agent.Key]bool      // the drains on its own word it planned last step (remember)
