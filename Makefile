@@ -178,12 +178,14 @@ test-fleet: deps
 
 test: deps lint unit e2e
 
-# The tail test's two long simulations skip under -race (one goroutine
-# each, ten times slower with it: 235 s of the rules package's unit run)
-# and run here without it.
+# The long statistical simulations skip under -race (one goroutine each:
+# ten times slower with it, 235 s of the rules package's unit run and 140
+# s of the dataset's) and run here without it.
+UNIT_NORACE_RULES = ^(TestTailFound|TestTailStalls|TestTailHealthy|TestTwoBurstsSecondsApart|TestMinimumDuration)$$
 unit:
 	$(GO) test -count=1 -race ./...
-	$(GO) test -count=1 -run '^(TestTailFound|TestTailStalls)$$' ./agent/policy/rules/
+	$(GO) test -count=1 -run '$(UNIT_NORACE_RULES)' ./agent/policy/rules/
+	$(GO) test -count=1 -run '^TestLabelsFollowGroundTruth$$' ./internal/lab/dataset/
 
 # The end-to-end tests (build tag e2e), run in parallel: they are light on
 # CPU and long on time.

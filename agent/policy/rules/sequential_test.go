@@ -204,6 +204,9 @@ func TestSequentialWithoutHistory(t *testing.T) {
 // and a fault far above any burst is found about a window after its
 // onset, not held to its size.
 func TestMinimumDuration(t *testing.T) {
+	if underRace {
+		t.Skip("72 cells of an hour each, one goroutine: ten times slower under -race (make unit runs it without -race)")
+	}
 	cfg := DefaultConfig()
 	for _, rate := range []float64{1, 5, 33, 300} {
 		for _, size := range []uint64{3, 10, 17, 30, 100, 1000} {
@@ -257,6 +260,9 @@ func TestMinimumDuration(t *testing.T) {
 // in full: the soak's bursts of 45 errors an hour apart drained 31
 // healthy servers per 1,000 server-days.
 func TestTwoBurstsSecondsApart(t *testing.T) {
+	if underRace {
+		t.Skip("45 cells of two hours each, one goroutine: ten times slower under -race (make unit runs it without -race)")
+	}
 	cfg := DefaultConfig()
 	quiet := rates(9, 0.0005, nil)
 	for _, rate := range []float64{5, 33, 300} {

@@ -62,6 +62,9 @@ func TestCalibrationIsHeldOut(t *testing.T) {
 // the rules leave (the grey zone), which a label copied from the rules
 // would not.
 func TestLabelsFollowGroundTruth(t *testing.T) {
+	if underRace {
+		t.Skip("generates and labels examples on one goroutine, ten times slower under -race (make unit runs it without -race)")
+	}
 	for _, style := range prompt.Styles {
 		t.Run(string(style), func(t *testing.T) { labelsFollowGroundTruth(t, style) })
 	}
