@@ -246,7 +246,11 @@ func TestScopeAndCapOnTwoBackends(t *testing.T) {
 	if err := os.WriteFile(conf, []byte("backend.app2.enabled false\nbackend.app.max-drained 1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 30 * time.Second,
+	// Each backend takes half the traffic, 25 req/s a server: from a cold
+	// start a fault brings its evidence at half coldDrain's rate, so both
+	// of app's faulty servers are condemned within twice coldDrain (in 30
+	// s, once, only srv6 was, at 19.5 s, and no refusal was made).
+	out := run(t, scenario.Scenario{Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: 2 * coldDrain,
 		Policy: "rules", AgentArgs: append([]string{"--config", conf}, noTailGuard...),
 		EditHAProxy: func(cfg string) string {
 			i := strings.Index(cfg, "\nbackend "+fleet.BackendName+"\n")
