@@ -16,7 +16,7 @@ import (
 // once re-admitted, the model's next drain of it is refused until
 // ZoneEvery has passed, as the rules leave a zone server serving. A
 // drain the guardrails refused does not count. Before, a candidate
-// stayed one after its re-admission and the capable profile drained one
+// stayed one after its re-admission and the stand-in's emulated capable profile drained one
 // zone server 81 times in a simulated day (hapilot-bench soak
 // scoreboard).
 func TestTheModelNeverCyclesAServer(t *testing.T) {

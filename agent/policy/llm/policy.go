@@ -458,7 +458,7 @@ func (p *Policy) remember(floor, mine agent.Plan) {
 // in the zone (above healthy, not shown degraded) once a ZoneEvery and
 // then leave it serving, never cycled; without their evidence, the
 // model's word may drain a server no more often (a candidate stays one
-// after its re-admission, and a capable model drained one zone server 81
+// after its re-admission, and the stand-in's emulated capable profile drained one zone server 81
 // times in a simulated day: hapilot-bench soak scoreboard). "" when it
 // may.
 func (p *Policy) drainedLately(k agent.Key) string {
