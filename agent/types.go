@@ -187,6 +187,11 @@ type Action struct {
 	// NoDrainFor, on a Ready, keeps the server from being drained again
 	// for that long (the tail-latency guard).
 	NoDrainFor time.Duration `json:"no_drain_for,omitempty"`
+	// ErrorRate, on a Drain, is the 5xx rate it was judged at where this
+	// agent's own window does not show it (a fleet decider's word): the
+	// ledger keeps the larger of the two, and the probe burst that may
+	// bring the server back is sized on it.
+	ErrorRate float64 `json:"error_rate,omitempty"`
 	// Test is the figures of the test behind the action, where a policy
 	// ran one (the rules do); Reason is their text for people, never
 	// parsed back.

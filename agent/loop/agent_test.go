@@ -108,6 +108,36 @@ func TestOperatorOverrideIsRespected(t *testing.T) {
 	}
 }
 
+// A drain on another agent's word (a fleet decider's) keeps the 5xx rate
+// it was judged at, which this agent's own window does not show: the
+// probe burst that may bring the server back is sized on it.
+func TestDrainKeepsTheRateItWasJudgedAt(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		judged float64
+		want   float64
+	}{
+		{"the decider's rate: the window here holds nothing", 0.0464, 0.0464},
+		{"no rate given: the window's own (none here)", 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt := fakes.NewRuntime("s1", "s2", "s3")
+			l, _, pol, _ := newLoop(rt)
+			a := drain("s2")
+			a.ErrorRate = tc.judged
+			pol.plans = []agent.Plan{{a}}
+			l.Step(context.Background())
+			c, ok := l.View().Ledger()[mustKey("app/s2")]
+			if !ok {
+				t.Fatal("drain not in the ledger")
+			}
+			if c.ErrorRate != tc.want {
+				t.Fatalf("ledger's 5xx rate %v, want %v", c.ErrorRate, tc.want)
+			}
+		})
+	}
+}
+
 func TestStateErrorMeansNoAction(t *testing.T) {
 	rt := fakes.NewRuntime("s1", "s2")
 	rt.Fail = errors.New("connection refused")

@@ -540,7 +540,7 @@ func held(changes map[agent.Key]agent.Change, backend string) []Held {
 	var out []Held
 	for k, c := range changes {
 		if k.Backend == backend {
-			out = append(out, Held{Server: k.Server, Phase: c.Phase, Weight: c.Weight, Reason: c.Reason})
+			out = append(out, Held{Server: k.Server, Phase: c.Phase, Weight: c.Weight, Reason: c.Reason, ErrorRate: c.ErrorRate})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Server < out[j].Server })

@@ -276,8 +276,8 @@ func TestReconcileFollowsTheDecidersState(t *testing.T) {
 	}{
 		{"not held, serving", srv("s", agent.OwnerNone, 0, 100, nil), nil, nil},
 		{"not held, drained here: left to this node's recovery", srv("s", agent.OwnerAgent, haproxy.AdminForcedDrain, 100, drainedHere), nil, nil},
-		{"held drained, serving here", srv("s", agent.OwnerNone, 0, 100, nil), &Held{Server: "s", Phase: agent.PhaseDrained, Reason: "5xx"},
-			agent.Plan{{Kind: agent.Drain, Backend: "app", Server: "s", Reason: "fleet: b drained it: 5xx"}}},
+		{"held drained, serving here: drained at the decider's 5xx rate", srv("s", agent.OwnerNone, 0, 100, nil), &Held{Server: "s", Phase: agent.PhaseDrained, Reason: "5xx", ErrorRate: 0.0464},
+			agent.Plan{{Kind: agent.Drain, Backend: "app", Server: "s", Reason: "fleet: b drained it: 5xx", ErrorRate: 0.0464}}},
 		{"held drained, drained here already", srv("s", agent.OwnerAgent, haproxy.AdminForcedDrain, 100, drainedHere), &Held{Server: "s", Phase: agent.PhaseDrained}, nil},
 		{"held drained, an operator's here", srv("s", agent.OwnerOperator, haproxy.AdminForcedMaint, 100, nil), &Held{Server: "s", Phase: agent.PhaseDrained}, nil},
 		{"held at a cut weight, full here", srv("s", agent.OwnerNone, 0, 100, nil), &Held{Server: "s", Phase: agent.PhaseCut, Weight: 50},

@@ -201,7 +201,7 @@ func reconcile(f followed) agent.Plan {
 		switch {
 		case h.Phase == agent.PhaseDrained:
 			if !drainedHere {
-				plan = append(plan, agent.Action{Kind: agent.Drain, Backend: s.Backend, Server: s.Server, Reason: why("drained it")})
+				plan = append(plan, agent.Action{Kind: agent.Drain, Backend: s.Backend, Server: s.Server, Reason: why("drained it"), ErrorRate: h.ErrorRate})
 			}
 		case h.Weight <= 0:
 			// a cut or canary phase always carries its weight

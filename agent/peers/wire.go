@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/internal/lib/window"
@@ -15,9 +16,11 @@ import (
 // shape, and Node.admit nothing about its sender.
 //
 //	header: 'h' version kind, sender (string), incarnation, sent, seq (uvarints)
-//	state:  n × backend, pooled requests, pooled 5xx, n × (server, phase, weight, reason)
+//	state:  n × backend, pooled requests, pooled 5xx, n × (server, phase, weight, reason, 5xx rate in ppm)
 //	counts: n × backend, server, n × (ago, requests, 5xx, 4xx, retried, n × (bin, count))
 //
+// Version 3 added a held server's 5xx rate at its drain, which sizes the
+// probe burst that may bring it back on whichever agent decides next.
 // Version 2 added the time of sending (sent), so that a message replayed
 // later is refused by any receiver, however recently it started; version
 // 1's messages rode in memberlist's user messages, which say nothing of
@@ -25,7 +28,7 @@ import (
 // fleet runs the same one.
 const (
 	magic   = 'h'
-	version = 2
+	version = 3
 
 	kindState  = 1
 	kindCounts = 2
@@ -56,7 +59,16 @@ type Held struct {
 	Phase  agent.Phase
 	Weight int
 	Reason string
+	// ErrorRate is the server's 5xx rate when the decider drained it:
+	// a follower that drains it on this word has no such figure of its
+	// own (its window holds a third of the traffic, or nothing after a
+	// restart), and the probe burst that may bring it back is sized on
+	// it, on this agent or on whichever decides next.
+	ErrorRate float64
 }
+
+// ppm is a rate in parts per million, as it travels.
+const ppm = 1e6
 
 // Decision is a decider's word on one backend: every server it holds
 // drained or at a cut weight, all others at full service. It is a state,
@@ -134,6 +146,7 @@ func encodeState(m stateMsg) (msg []byte, left int) {
 			e.byte(phaseCode(h.Phase))
 			e.uvarint(uint64(max(h.Weight, 0)))
 			e.string(h.Reason, maxReason)
+			e.uvarint(uint64(math.Round(min(max(h.ErrorRate, 0), 1) * ppm)))
 		}
 		if len(w.b)+binary.MaxVarintLen64+len(body.b)+len(e.b) > MaxMessage {
 			break
@@ -307,6 +320,11 @@ func decode(b []byte) (any, error) {
 				}
 				hd.Weight = int(w)
 				hd.Reason = r.string(maxReason)
+				if rate := r.uvarint(); rate > ppm {
+					r.fail(fmt.Errorf("5xx rate %d ppm", rate))
+				} else {
+					hd.ErrorRate = float64(rate) / ppm
+				}
 				d.Held = append(d.Held, hd)
 			}
 			m.Decisions = append(m.Decisions, d)

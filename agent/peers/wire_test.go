@@ -13,7 +13,7 @@ import (
 func sampleState() stateMsg {
 	return stateMsg{header: header{Kind: kindState, Sender: "edge-1", Incarnation: 1700000000000000000, Sent: 1700000000500000000, Seq: 42}, Decisions: []Decision{
 		{Backend: "app", PooledRequests: 9000, PooledErr5xx: 31, Held: []Held{
-			{Server: "srv3", Phase: agent.PhaseDrained, Reason: "5xx 5.1% vs peers 0.0%"},
+			{Server: "srv3", Phase: agent.PhaseDrained, Reason: "5xx 5.1% vs peers 0.0%", ErrorRate: 0.051},
 			{Server: "srv6", Phase: agent.PhaseCanary, Weight: 25, Reason: "re-admission"},
 		}},
 		{Backend: "api"},
@@ -90,8 +90,8 @@ func TestDecodeRefusesMalformed(t *testing.T) {
 			t.Fatal("trailing bytes accepted")
 		}
 	}
-	if _, err := decode(oneHeld(phaseCode(agent.PhaseCut), 50)); err != nil {
-		t.Fatalf("the well-formed one oneHeld builds: %v", err) // so that the two below fail on their one bad field
+	if _, err := decode(oneHeldAt(phaseCode(agent.PhaseCut), 50, ppm)); err != nil {
+		t.Fatalf("the well-formed one oneHeld builds: %v", err) // so that the three below fail on their one bad field
 	}
 	w := func(f func(w *writer)) []byte { x := &writer{}; f(x); return x.b }
 	head := func(w *writer, kind byte) { w.header(header{Kind: kind, Sender: "b", Incarnation: 1, Seq: 1}) }
@@ -104,6 +104,7 @@ func TestDecodeRefusesMalformed(t *testing.T) {
 		"huge count":      w(func(w *writer) { head(w, kindState); w.uvarint(1 << 40) }),
 		"bad phase":       oneHeld(9, 0),
 		"weight over 256": oneHeld(phaseCode(agent.PhaseCut), 1000),
+		"5xx rate over 1": oneHeldAt(phaseCode(agent.PhaseDrained), 0, ppm+1),
 		"count over 32 bits": w(func(w *writer) {
 			head(w, kindCounts)
 			w.uvarint(1)
@@ -143,7 +144,9 @@ func FuzzDecode(f *testing.F) {
 
 // oneHeld is a state message holding one server at phase code and weight,
 // written field by field, so that either may be out of range.
-func oneHeld(phase byte, weight uint64) []byte {
+func oneHeld(phase byte, weight uint64) []byte { return oneHeldAt(phase, weight, 0) }
+
+func oneHeldAt(phase byte, weight, ratePPM uint64) []byte {
 	w := &writer{}
 	w.header(header{Kind: kindState, Sender: "b", Incarnation: 1, Seq: 1})
 	w.uvarint(1) // one decision
@@ -155,6 +158,7 @@ func oneHeld(phase byte, weight uint64) []byte {
 	w.byte(phase)
 	w.uvarint(weight)
 	w.string("", maxReason)
+	w.uvarint(ratePPM)
 	return w.b
 }
 
