@@ -359,9 +359,9 @@ func (p *Policy) Notes() map[agent.Key]string {
 }
 
 // Windowed is the rules as they decided before the sequential test: the
-// windowed test (Test) on each observation, no state. The LLM policy's
-// floor decides with it, so that its decisions, its calibration and the
-// training text rendered from them stay what they were.
+// windowed test (Test) on each observation, no state. No decision of the
+// agent's rests on it now (the LLM policy's floor is the sequential
+// rules); the soak runs it for comparison (hapilot-bench soak --windowed).
 type Windowed struct{ *Policy }
 
 // NewWindowed returns the windowed rules under cfg.

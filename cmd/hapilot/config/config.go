@@ -295,8 +295,8 @@ func registerRecovery(fs *flag.FlagSet, r *recovery.Config) {
 }
 
 func registerRules(fs *flag.FlagSet, r *rules.Config) {
-	fs.Float64Var(&r.Alpha, "rules-alpha", r.Alpha, "rules: the windowed test's false-drain probability per backend per step (the LLM policy's checks; the rules drain on the sequential test)")
-	fs.Uint64Var(&r.MinRequests, "rules-min-requests", r.MinRequests, "rules: fewest requests in the window before the windowed test judges a server")
+	fs.Float64Var(&r.Alpha, "rules-alpha", r.Alpha, "rules: the windowed test's false-drain probability per backend per step (the test the rules ran before the sequential one, which hapilot-bench soak --windowed still runs; no decision of the agent's rests on it)")
+	fs.Uint64Var(&r.MinRequests, "rules-min-requests", r.MinRequests, "rules: fewest requests in the window before the windowed test judges a server, and before the LLM policy reads a drained server's window as healthy again")
 	fs.Uint64Var(&r.MinErrors, "rules-min-errors", r.MinErrors, "rules: fewest 5xx before the windowed test finds a server")
 	fs.Float64Var(&r.MinRatio, "rules-min-ratio", r.MinRatio, "rules: the windowed test's ratio: a server's 5xx rate must be at least this many times its peers'")
 	fs.Float64Var(&r.LatencyRatio, "rules-latency-ratio", r.LatencyRatio, "rules: drain a server whose median answer time is this many times its peers' (0: judge 5xx only)")
