@@ -57,8 +57,14 @@ func TestTheModelNeverCyclesAServer(t *testing.T) {
 	if got := steps(t, p, obsAt(servers), cfg.Confirm+1); drainsS3(got) {
 		t.Fatalf("s3 drained again on the model's word an hour after its first drain: %v", got)
 	}
-	if r := p.Report().(Report); !strings.Contains(strings.Join(r.Unsupported, "\n"), "drained on the model's word") {
-		t.Fatalf("the refusal is not in the report: %q", r.Unsupported)
+	// Nor is the model asked about it: it is no candidate until then,
+	// and the report says why.
+	r := p.Report().(Report)
+	if !strings.Contains(strings.Join(r.Spent, "\n"), "app/s3: drained on the model's word") {
+		t.Fatalf("s3 is not among the spent candidates: %q (candidates %q)", r.Spent, r.Candidates)
+	}
+	if r.Called || r.Gated == "" {
+		t.Fatalf("the model was asked with nothing else to decide (called %v, gated %q, candidates %q)", r.Called, r.Gated, r.Candidates)
 	}
 	// A day after the first drain it may be drained again.
 	clock = now.Add(rc.ZoneEvery + time.Minute)

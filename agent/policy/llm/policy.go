@@ -23,6 +23,10 @@ type Report struct {
 	Called     bool     `json:"called"`
 	Gated      string   `json:"gated,omitempty"` // why the model was not called
 	Candidates []string `json:"candidates,omitempty"`
+	// Spent are the servers left out of the candidates because the
+	// model's own word drained them within ZoneEvery (drainedLately):
+	// the model is not asked about them until then, each with why.
+	Spent []string `json:"spent,omitempty"`
 	// Floor is what the rules decided on their own this step: it applies
 	// whatever the model says.
 	Floor        agent.Plan `json:"floor,omitempty"`
@@ -233,9 +237,19 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 	}
 	cands := p.candidates(ctx, obs, floor)
 	for k, c := range cands {
+		// Nothing the model says of a server its word drained lately
+		// may cut it (supported), so it is not asked: the scoreboard's
+		// zone server, a candidate again after its re-admission, cost
+		// 67.9 calls a server-day whose drains were all refused.
+		if why := p.drainedLately(k); why != "" {
+			delete(cands, k)
+			p.report.Spent = append(p.report.Spent, k.String()+": "+why)
+			continue
+		}
 		p.report.Candidates = append(p.report.Candidates, k.String()+" "+c.Why)
 	}
 	sort.Strings(p.report.Candidates)
+	sort.Strings(p.report.Spent)
 	if p.Config.Gate != GateAlways && len(cands) == 0 && len(p.pending) == 0 {
 		p.report.Gated = "nothing for the model: no candidate beyond the rules' own and nothing awaiting confirmation"
 		p.count(func(c *counters) { c.gated++ })
@@ -409,10 +423,12 @@ func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[age
 			c, flagged := cands[a.Key()]
 			why := ""
 			switch {
+			case !floorKeys[a.Key()] && p.drainedLately(a.Key()) != "":
+				// a drain or a weight cut: the model's word has acted
+				// on it once in ZoneEvery
+				why = p.drainedLately(a.Key())
 			case !flagged:
 				why = "the windows do not flag it"
-			case a.Kind == agent.Drain && !floorKeys[a.Key()] && p.drainedLately(a.Key()) != "":
-				why = p.drainedLately(a.Key())
 			case c.Only(rules.SignalErrors):
 				why = p.rules.FleetWide(b, s, apart)
 			}
