@@ -46,13 +46,16 @@ import (
 // windowCredit·h is cut back to bring exactly that: a burst adds at most
 // the credit, and the rest of h must come from outside it, from healthy
 // traffic only, a chance of about e^-(1-windowCredit)h a burst. The cut
-// lasts W chunks in a row at most, and W a burst in an episode (chunks
-// cut with no whole window between them uncut), so that a sustained
-// fault is forgiven one window's worth at most and found about W chunks
-// later; a fault whose windows bring more than the credit now and then,
+// lasts W chunks in a row at most, and W a burst in an episode (which
+// ends with a whole window uncut and the statistic back at zero), so
+// that a sustained fault is forgiven one window's worth at most and
+// found about W chunks later (at low traffic, where a cut takes an error
+// the fault needs seconds to bring again, later: two windows at 11
+// req/s); a fault whose windows bring more than the credit now and then,
 // not in a row, is not forgiven longer. A burst that begins after a
-// quiet gap (quietGap chunks that brought no evidence) is a burst of its
-// own, with W chunks of its own, up to episodeBursts in an episode: two
+// quiet gap (quietGap chunks that brought no evidence) and brings more
+// than the credit in its first chunk is a burst of its own, with W
+// chunks of its own, up to episodeBursts in an episode: two
 // bursts seconds apart, which Poisson bursts an hour apart make every few
 // hundred, are both forgiven. (Before, the cut compared each window with
 // the largest before it: once the window slid past a first burst, a
@@ -522,8 +525,9 @@ func (q *Sequential) chunk(dt float64, srv []*SeqServer, serving []bool) {
 					// the statistic back at zero, ends the episode: a fault
 					// of a few errors a window brings more than the credit
 					// in some windows and not in others, and forgiven
-					// afresh after each run of quiet windows it would be
-					// found twice as late at 11 req/s (35 s against 19).
+					// afresh after each run of quiet windows it was found
+					// at 11 req/s in a median 35 s, 19 s before the
+					// episodes (TestLowRateFaultForgivenOnce).
 					s.tokened[k], s.inRow[k] = false, 0
 					if s.clean[k] = min(s.clean[k]+1, int8(q.w)); int(s.clean[k]) >= q.w && v == 0 {
 						s.cuts[k], s.allow[k] = 0, 0

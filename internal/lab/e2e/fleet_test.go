@@ -219,7 +219,6 @@ const (
 //     there too), and its peers go on without it;
 //   - when it is let back, it rejoins; no server flips twice, no healthy
 //     server is drained, anywhere.
-
 func TestFleetSurvivesKillCutAndRejoin(t *testing.T) {
 	requireNFT(t)
 	servers := paperFleet(0, 0, 0, 0, 0, 0, 0, 0, 0)

@@ -18,7 +18,7 @@ import (
 // measured by the command, not by a timed test. It does not run in
 // parallel, so that its saturating load disturbs no other test; one
 // round of a second a path, so that it holds the parallel tests back
-// little (40 s at two rounds of a second).
+// little (41 s at two rounds, 2 s a path).
 func TestOverheadEveryPath(t *testing.T) {
 	cfg := bench.OverheadConfig{Concurrency: 8, Duration: time.Second, Rounds: 1, Backends: 2, Paths: bench.OverheadPaths, Pin: true}
 	res, err := bench.Overhead(context.Background(), &cfg, t.TempDir())
