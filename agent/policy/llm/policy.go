@@ -238,9 +238,11 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 	cands := p.candidates(ctx, obs, floor)
 	for k, c := range cands {
 		// Nothing the model says of a server its word drained lately
-		// may cut it (supported), so it is not asked: the scoreboard's
-		// zone server, a candidate again after its re-admission, cost
-		// 67.9 calls a server-day whose drains were all refused.
+		// may cut it (supported), so it is not asked: in the
+		// scoreboard's zone-days, the stand-in's emulated capable
+		// profile was asked about such a zone server, a candidate again
+		// after its re-admission, 67.9 times a server-day, every drain
+		// it proposed refused.
 		if why := p.drainedLately(k); why != "" {
 			delete(cands, k)
 			p.report.Spent = append(p.report.Spent, k.String()+": "+why)
@@ -421,12 +423,15 @@ func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[age
 		}
 		if cut && !p.NoEvidenceCheck {
 			c, flagged := cands[a.Key()]
-			why := ""
+			why, lately := "", ""
+			if !floorKeys[a.Key()] {
+				lately = p.drainedLately(a.Key())
+			}
 			switch {
-			case !floorKeys[a.Key()] && p.drainedLately(a.Key()) != "":
+			case lately != "":
 				// a drain or a weight cut: the model's word has acted
 				// on it once in ZoneEvery
-				why = p.drainedLately(a.Key())
+				why = lately
 			case !flagged:
 				why = "the windows do not flag it"
 			case c.Only(rules.SignalErrors):

@@ -58,9 +58,14 @@ type phase struct {
 // phase.
 func runPhases(t *testing.T, cfg Config, rate float64, phases []phase, seed uint64) (first []int, early []int) {
 	t.Helper()
+	return runPhasesOn(t, NewSequential(cfg), rate, phases, seed)
+}
+
+// runPhasesOn is runPhases on a test the caller made.
+func runPhasesOn(t *testing.T, q *Sequential, rate float64, phases []phase, seed uint64) (first []int, early []int) {
+	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 7))
 	n := len(phases[0].rates)
-	q := NewSequential(cfg)
 	srv, in, serving := backendOf(n)
 	first = make([]int, n)
 	for i := range first {
@@ -747,31 +752,21 @@ func TestLowRateFaultForgivenOnce(t *testing.T) {
 		var cut, alone []int
 		for _, noCut := range []bool{false, true} {
 			for seed := range uint64(seeds) {
-				rng := rand.New(rand.NewPCG(seed, 7))
 				q := NewSequential(cfg)
 				if noCut {
 					q.credit = math.Inf(1)
 				}
-				srv, in, serving := backendOf(n)
-				var idx []int
-				at := -1
-				for sec := 1; sec < start+1200 && at < 0; sec++ {
-					for i := range n {
-						p := 0.0
-						if i == faulty && sec > start {
-							p = 0.05
-						}
-						r := poissonDraw(rng, rate)
-						in[i] = Counts{N: r, X: errorsOf(rng, r, p)}
-					}
-					idx = q.Step(1, srv, in, serving, idx)
-					for _, i := range idx {
-						if i != faulty || sec <= start {
-							t.Fatalf("%g req/s, seed %d: server %d condemned at %d s", rate, seed, i, sec)
-						}
-						at = sec - start
+				first, early := runPhasesOn(t, q, rate, []phase{{secs: start, rates: rates(n, 0, nil)},
+					{secs: 1200, rates: rates(n, 0, map[int]float64{faulty: 0.05})}}, seed)
+				if len(early) > 0 {
+					t.Fatalf("%g req/s, seed %d: %v condemned before the fault", rate, seed, early)
+				}
+				for i, at := range first {
+					if i != faulty && at >= 0 {
+						t.Fatalf("%g req/s, seed %d: healthy server %d condemned %d s after the onset", rate, seed, i, at)
 					}
 				}
+				at := first[faulty]
 				if at < 0 {
 					t.Fatalf("%g req/s, seed %d: the fault never found", rate, seed)
 				}
