@@ -47,14 +47,16 @@ import (
 // the credit, and the rest of h must come from outside it, from healthy
 // traffic only, a chance of about e^-(1-windowCredit)h a burst. The cut
 // lasts W chunks in a row at most, and W a burst in an episode (which
-// ends with a whole window uncut and the statistic back at zero), so
+// ends with a whole window uncut and the statistic back at zero, or with
+// a minute of windows that brought no more than the credit), so
 // that a sustained fault is forgiven one window's worth at most and
 // found about W chunks later (at low traffic, where a cut takes an error
 // the fault needs seconds to bring again, later: two windows at 11
 // req/s); a fault whose windows bring more than the credit now and then,
 // not in a row, is not forgiven longer. A burst that begins after a
 // quiet gap (quietGap chunks that brought no evidence) and brings more
-// than the credit in its first chunk is a burst of its own, with W
+// than the credit in its first chunk, or after two windows that brought
+// none, is a burst of its own, with W
 // chunks of its own, up to episodeBursts in an episode: two
 // bursts seconds apart, which Poisson bursts an hour apart make every few
 // hundred, are both forgiven. (Before, the cut compared each window with
@@ -143,6 +145,19 @@ const (
 	quietGap      = 3
 	episodeBursts = 2
 	burstRefill   = 600.0
+	// episodeCalm: this many chunks in a row whose window brought no
+	// more than the credit end an episode, whatever the statistic. At
+	// low traffic the statistic takes minutes to fall back to zero (at
+	// 0.5 req/s the smallest alternative's drift takes about 5 minutes
+	// from the credit, and a healthy error now and then lifts it again),
+	// so that Poisson bursts minutes apart were one episode: the third,
+	// or a second whose first check brought less than the credit,
+	// counted in full. N=70 at 0.5 req/s, bursts of 17 errors over 4.95 s
+	// every 2.76 h: 56 false drains per 1,000 server-days, 8 since (the
+	// rest: bursts that overlap). A fault whose windows bring more than
+	// the credit (the only kind the cut touches) does so every few
+	// seconds, and is found before a minute passes without it.
+	episodeCalm = 60
 	// peerAlpha is the peer check's level: the chance that a server
 	// failing no more than its peers, over the same chunks, passes it.
 	peerAlpha = 1e-6
@@ -194,8 +209,9 @@ type SeqServer struct {
 	// way: cuts, the chunks cut in it, allow, how many it may have cut
 	// (W a burst), inRow, the chunks cut in a row now, clean, the chunks
 	// since the last cut (W of them end the episode), quiet, the chunks in
-	// a row that brought no evidence, and gap, the most of them since the
-	// last cut. tokened: the burst under way took a token. The tokens are
+	// a row that brought no evidence, gap, the most of them since the
+	// last cut, and calm, the chunks in a row whose window brought no
+	// more than the credit (episodeCalm of them end the episode). tokened: the burst under way took a token. The tokens are
 	// the bursts the server may still have forgiven (burstTokens at most,
 	// one back every burstRefill seconds), spent = burstTokens minus
 	// tokens so that a new server starts with all of them.
@@ -206,6 +222,7 @@ type SeqServer struct {
 	inRow   [len(bank)]int8
 	allow   [len(bank)]int8
 	quiet   [len(bank)]int8
+	calm    [len(bank)]int8
 	gap     [len(bank)]int8
 	tokened [len(bank)]bool
 	spent   [len(bank)]float64
@@ -277,6 +294,7 @@ func (s *SeqServer) endRun() {
 	s.inRow = [len(bank)]int8{}
 	s.allow = [len(bank)]int8{}
 	s.quiet = [len(bank)]int8{}
+	s.calm = [len(bank)]int8{}
 	s.gap = [len(bank)]int8{}
 	s.tokened = [len(bank)]bool{}
 	s.run, s.runN, s.runX = 0, 0, 0
@@ -512,7 +530,7 @@ func (q *Sequential) chunk(dt float64, srv []*SeqServer, serving []bool) {
 				l := x*a[k] + ok*b[k]
 				v := max(0, s.S[k]+l)
 				if l <= 0 {
-					s.quiet[k] = min(s.quiet[k]+1, quietGap) // counted up to what it is for
+					s.quiet[k] = min(s.quiet[k]+1, 2*maxWindow) // counted up to what it is for
 					s.gap[k] = max(s.gap[k], s.quiet[k])
 				} else {
 					s.quiet[k] = 0
@@ -521,6 +539,7 @@ func (q *Sequential) chunk(dt float64, srv []*SeqServer, serving []bool) {
 				// brought.
 				gain := v - slot[k]
 				if gain <= q.credit {
+					s.calm[k] = min(s.calm[k]+1, episodeCalm)
 					// No burst under way. A whole window without one, with
 					// the statistic back at zero, ends the episode: a fault
 					// of a few errors a window brings more than the credit
@@ -529,10 +548,11 @@ func (q *Sequential) chunk(dt float64, srv []*SeqServer, serving []bool) {
 					// at 11 req/s in a median 35 s, 19 s before the
 					// episodes (TestLowRateFaultForgivenOnce).
 					s.tokened[k], s.inRow[k] = false, 0
-					if s.clean[k] = min(s.clean[k]+1, int8(q.w)); int(s.clean[k]) >= q.w && v == 0 {
+					if s.clean[k] = min(s.clean[k]+1, int8(q.w)); int(s.clean[k]) >= q.w && v == 0 || s.calm[k] >= episodeCalm {
 						s.cuts[k], s.allow[k] = 0, 0
 					}
 				} else {
+					s.calm[k] = 0
 					if s.inRow[k] == 0 {
 						// A burst begins: the episode's first, or one after
 						// a quiet gap (chunks that brought no evidence at
@@ -547,11 +567,17 @@ func (q *Sequential) chunk(dt float64, srv []*SeqServer, serving []bool) {
 							// pause's slow answers left out (StallCounts)
 							// leave its edges, which may come a check apart
 							s.allow[k] = int8(min(int(s.cuts[k])+q.w, math.MaxInt8))
-						case s.gap[k] >= quietGap && l > q.credit:
+						case s.gap[k] >= quietGap && (l > q.credit || int(s.gap[k]) >= 2*q.w):
 							// A burst of its own brings more than the
-							// credit in its first chunk; a fault of an
-							// error or two a second has quiet gaps too,
-							// and is not forgiven once more for each.
+							// credit in its first chunk, or comes after
+							// two windows without evidence: a fault of
+							// an error or two a second has quiet gaps of
+							// a few chunks too, and is not forgiven once
+							// more for each (at 11 req/s, 5%, twelve
+							// quiet chunks come once in 700 windows); a
+							// burst at low traffic begins with a check
+							// of an error or two, and a second one was
+							// not forgiven.
 							s.allow[k] = int8(min(int(s.allow[k])+q.w, episodeBursts*q.w))
 						}
 					}
