@@ -211,10 +211,11 @@ type SeqServer struct {
 	// since the last cut (W of them end the episode), quiet, the chunks in
 	// a row that brought no evidence, gap, the most of them since the
 	// last cut, and calm, the chunks in a row whose window brought no
-	// more than the credit (episodeCalm of them end the episode). tokened: the burst under way took a token. The tokens are
-	// the bursts the server may still have forgiven (burstTokens at most,
-	// one back every burstRefill seconds), spent = burstTokens minus
-	// tokens so that a new server starts with all of them.
+	// more than the credit (episodeCalm of them end the episode).
+	// tokened: the burst under way took a token. The tokens are the
+	// bursts the server may still have forgiven (burstTokens at most, one
+	// back every burstRefill seconds), spent = burstTokens minus tokens
+	// so that a new server starts with all of them.
 	win     [maxWindow][len(bank)]float64
 	wpos    int
 	cuts    [len(bank)]int8
@@ -540,8 +541,9 @@ func (q *Sequential) chunk(dt float64, srv []*SeqServer, serving []bool) {
 				gain := v - slot[k]
 				if gain <= q.credit {
 					s.calm[k] = min(s.calm[k]+1, episodeCalm)
-					// No burst under way. A whole window without one, with
-					// the statistic back at zero, ends the episode: a fault
+					// No burst under way. A minute without one ends the
+					// episode (episodeCalm), and so does a whole window
+					// without one with the statistic back at zero: a fault
 					// of a few errors a window brings more than the credit
 					// in some windows and not in others, and forgiven
 					// afresh after each run of quiet windows it was found
@@ -574,10 +576,10 @@ func (q *Sequential) chunk(dt float64, srv []*SeqServer, serving []bool) {
 							// an error or two a second has quiet gaps of
 							// a few chunks too, and is not forgiven once
 							// more for each (at 11 req/s, 5%, twelve
-							// quiet chunks come once in 700 windows); a
-							// burst at low traffic begins with a check
-							// of an error or two, and a second one was
-							// not forgiven.
+							// quiet chunks in a row have a chance of
+							// e^-6.6, 1 in 700); a burst at low traffic
+							// may begin with a check of an error or
+							// two, and a second one was not forgiven.
 							s.allow[k] = int8(min(int(s.allow[k])+q.w, episodeBursts*q.w))
 						}
 					}
