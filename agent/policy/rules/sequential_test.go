@@ -266,7 +266,7 @@ func TestMinimumDuration(t *testing.T) {
 // healthy servers per 1,000 server-days.
 func TestTwoBurstsSecondsApart(t *testing.T) {
 	if underRace {
-		t.Skip("15 cells of two hours or more, three seeds each, one goroutine: ten times slower under -race (make unit runs it without -race)")
+		t.Skip("45 cells of two hours each, one goroutine: ten times slower under -race (make unit runs it without -race)")
 	}
 	cfg := DefaultConfig()
 	quiet := rates(9, 0.0005, nil)
