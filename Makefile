@@ -245,7 +245,7 @@ soak-long: build
 	./$(LAB) soak --servers 9 --rate 33 --restarts 6:3 --server-days $(SOAK_DAYS_NEW) --seeds 1-4 --json $(SOAK_OUT)/restarts.json
 	./$(LAB) soak --servers 9 --rate 33 --hetero 0.3 --evidence-check 100ms --server-days $(SOAK_DAYS_FINE) --seeds 1-4 --max-per-1000 1 --max-upper 2 --max-one-server-day 1 --json $(SOAK_OUT)/check100ms.json
 	./$(LAB) soak --random-fleets --server-days $(SOAK_DAYS_NEW) --seeds 1-4 --json $(SOAK_OUT)/random.json
-	./$(LAB) soak --servers 70 --rate 0.5,1.4,5 --noise 0.0026 --hetero 0.22 --bursts 2.76:17-17 --burst-spread 4.95 --server-days $(SOAK_DAYS_NEW) --seeds 1-4 --json $(SOAK_OUT)/bursts-low.json
+	./$(LAB) soak --servers 50 --rate 0.5,2,5 --noise 0.003 --hetero 0.3 --bursts 3:10-30 --burst-spread 5 --server-days $(SOAK_DAYS_NEW) --seeds 1-4 --json $(SOAK_OUT)/bursts-low.json
 	./$(LAB) soak --servers 2,3,9 --rate 1,5,33 --fleet-fault 0.05 --server-days 0 --trials $(SOAK_INCIDENTS) --seeds 1-4 --json $(SOAK_OUT)/fleet-fault.json
 	./$(LAB) soak --servers 9 --rate 5,33 --server-days 0 --fault 0.05 --faulty 3 --trials 50 --seeds 1-4 --json $(SOAK_OUT)/detect-3faulty.json
 

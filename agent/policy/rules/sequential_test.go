@@ -315,9 +315,10 @@ func TestTwoBurstsSecondsApart(t *testing.T) {
 	}
 }
 
-// TestBurstsMinutesApartAtLowTraffic: bursts of 17 errors spread over
-// six checks (the first with two errors), two of them 20 s, 90 s or 300 s
-// apart, or three or four 90 s apart, at traffic low enough that the statistic
+// TestBurstsMinutesApartAtLowTraffic: bursts of 8, 17 or 40 errors spread
+// over six checks (the first with an eighth of them), two of them 20 s,
+// 90 s or 300 s apart, or three or four 90 s apart, at traffic low enough
+// that the statistic
 // takes minutes to fall back to zero: none is condemned. Before, the
 // episode lasted until it did, and a second burst whose first check
 // brought less than the credit, or a third, counted in full (the soak:
@@ -325,28 +326,35 @@ func TestTwoBurstsSecondsApart(t *testing.T) {
 // server-days).
 func TestBurstsMinutesApartAtLowTraffic(t *testing.T) {
 	if underRace {
-		t.Skip("15 cells of two hours or more, three seeds each, one goroutine: ten times slower under -race (make unit runs it without -race)")
+		t.Skip("24 cells of two hours or more, three seeds each, one goroutine: ten times slower under -race (make unit runs it without -race)")
 	}
 	quiet := rates(9, 0.0026, nil)
-	burst := func() []phase {
+	// size errors over six checks, the first with an eighth of them
+	burst := func(size uint64) []phase {
+		first := max(size/8, 1)
 		var out []phase
-		for _, x := range []uint64{2, 3, 3, 3, 3, 3} {
+		for j := range uint64(6) {
+			x := first
+			if j > 0 {
+				x = share(size-first, int(j-1), 5)
+			}
 			out = append(out, phase{secs: 1, rates: quiet, burst: map[int]uint64{2: x}})
 		}
 		return out
 	}
 	for _, rate := range []float64{0.5, 1.4, 5} {
 		for _, tt := range []struct {
+			size          uint64
 			bursts, apart int
-		}{{2, 20}, {2, 90}, {2, 300}, {3, 90}, {4, 90}} {
-			t.Run(fmt.Sprintf("%g req/s, %d bursts %d s apart", rate, tt.bursts, tt.apart), func(t *testing.T) {
+		}{{17, 2, 20}, {17, 2, 90}, {17, 2, 300}, {17, 3, 90}, {17, 4, 90}, {8, 3, 90}, {40, 2, 20}, {40, 3, 90}} {
+			t.Run(fmt.Sprintf("%g req/s, %d bursts of %d errors %d s apart", rate, tt.bursts, tt.size, tt.apart), func(t *testing.T) {
 				for seed := range uint64(3) {
 					phases := []phase{{secs: 7200, rates: quiet}}
 					for b := range tt.bursts {
 						if b > 0 {
 							phases = append(phases, phase{secs: tt.apart - 6, rates: quiet})
 						}
-						phases = append(phases, burst()...)
+						phases = append(phases, burst(tt.size)...)
 					}
 					phases = append(phases, phase{secs: 600, rates: quiet})
 					first, early := runPhases(t, DefaultConfig(), rate, phases, seed)
