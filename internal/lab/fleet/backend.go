@@ -210,14 +210,22 @@ func (fl *flapListener) run(b *Backend) {
 				}
 			}
 		}()
-		open, spell := b.openSpell(), refuseSpell
-		select {
-		case <-fl.done:
-			ln.Close()
-			<-accepted
-			return
-		case <-time.After(open):
-		case spell = <-fl.down:
+		spell := refuseSpell
+	wait:
+		for {
+			open, refuse := b.openSpell()
+			select {
+			case <-fl.done:
+				ln.Close()
+				<-accepted
+				return
+			case <-time.After(open):
+				if refuse {
+					break wait
+				}
+			case spell = <-fl.down:
+				break wait
+			}
 		}
 		fl.mu.Lock()
 		fl.cur = nil
@@ -249,17 +257,21 @@ func (fl *flapListener) run(b *Backend) {
 }
 
 // openSpell draws how long the listener stays open before the next
-// refusing spell: forever (re-drawn each second) at rate 0.
-func (b *Backend) openSpell() time.Duration {
+// refusing spell. At rate 0 there is none: refuse is false, and the rate
+// is looked at again after a second, so that a fault switched on
+// mid-stream (SetErrorRate) begins within one. Before, rate 0 still
+// closed the socket for a spell each second, about 2% of the time: a
+// server meant healthy until its onset was drained before it.
+func (b *Backend) openSpell() (open time.Duration, refuse bool) {
 	r := b.ErrorRate()
 	if r <= 0 {
-		return time.Second
+		return time.Second, false
 	}
 	r = min(r, 0.99)
 	mean := float64(refuseSpell) * (1 - r) / r
 	b.rngMu.Lock()
 	defer b.rngMu.Unlock()
-	return time.Duration(b.rng.ExpFloat64() * mean)
+	return time.Duration(b.rng.ExpFloat64() * mean), true
 }
 
 func (fl *flapListener) Accept() (net.Conn, error) {

@@ -3,6 +3,7 @@ package fleet
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -263,15 +264,24 @@ func TestBackendFaultKinds(t *testing.T) {
 				t.Errorf("%d failed, %d answered, %d refusing spells: want some of each", res.Failed, res.Completed, b.RefusingSpells())
 			}
 		}},
+		// At rate 0 a refusing server refuses nothing: it is healthy
+		// until a fault is switched on mid-stream.
+		{FaultRefuse, 0, func(t *testing.T, res *Result, b *Backend) {
+			if res.Failed != 0 || res.Completed != res.Scheduled || b.RefusingSpells() != 0 {
+				t.Errorf("%d failed, %d of %d answered, %d refusing spells: want none refused", res.Failed, res.Completed, res.Scheduled, b.RefusingSpells())
+			}
+		}},
 	} {
-		t.Run(string(tc.fault), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s-%g", tc.fault, tc.rate), func(t *testing.T) {
 			b, err := StartBackend(BackendConfig{ErrorRate: tc.rate, Fault: tc.fault, HangFor: time.Second, SlowFor: 200 * time.Millisecond, Seed: 3})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer b.Close()
 			// Each request on its own connection: a refusal is a dial's.
-			res := Load{Addr: b.Addr, Rate: 50, Duration: time.Second, Timeout: 500 * time.Millisecond, NoKeepAlive: true}.Run(context.Background())
+			// Two seconds: longer than the refusing server's re-draw at
+			// rate 0.
+			res := Load{Addr: b.Addr, Rate: 50, Duration: 2 * time.Second, Timeout: 500 * time.Millisecond, NoKeepAlive: true}.Run(context.Background())
 			tc.check(t, res, b)
 		})
 	}
