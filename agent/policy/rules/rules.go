@@ -297,15 +297,15 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 		planned := map[string]bool{}
 		for _, c := range cands {
 			planned[c.name] = true
-			n, x := c.s.RunCounts()
+			n, x, _, _ := c.s.RunCounts()
 			region := "degraded"
 			if c.s.Zone {
 				region = fmt.Sprintf("in the zone between healthy %.2f%% and degraded (not shown above it): drained at most once a %v", 100*sb.q.HealthyMax(), p.Config.ZoneEvery)
 			}
 			plan = append(plan, agent.Action{
 				Kind: agent.Drain, Backend: b.Name, Server: c.name,
-				Reason: fmt.Sprintf("5xx CUSUM at h %.1f: %.2f%% (%d/%d) over its evidence's %d checks, judged against %.3f%%, degraded from %.2f%%; %s",
-					sb.q.H(), 100*float64(x)/float64(max(n, 1)), x, n, c.s.run, 100*c.s.P0(), 100*sb.q.P1Min(), region),
+				Reason: fmt.Sprintf("5xx CUSUM at h %.1f: %.2f%% (%d/%d) over its evidence's %d checks, judged against %.3f%%, degraded from %.2f%%; %s%s",
+					sb.q.H(), 100*float64(x)/float64(max(n, 1)), x, n, counted(c.s), 100*c.s.P0(), 100*sb.q.P1Min(), region, burstsLeftOut(c.s)),
 				Test: &agent.TestFigures{Name: SequentialTest, Statistic: c.s.Max(), Threshold: sb.q.H(),
 					Rate: float64(x) / float64(max(n, 1)), Baseline: c.s.P0()},
 			})
@@ -347,12 +347,12 @@ func (p *Policy) Notes() map[agent.Key]string {
 			if out == nil {
 				out = map[agent.Key]string{}
 			}
-			n, x := s.RunCounts()
+			n, x, _, _ := s.RunCounts()
 			out[agent.Key{Backend: name, Server: server}] = fmt.Sprintf(
 				"in the zone: %.2f%% (%d/%d) over its evidence's %d checks, above healthy %.2f%% but not shown above degraded %.2f%%; "+
-					"drained in the zone %s ago and left serving until %s have passed since, or its evidence shows it degraded, or the operator drains it",
-				100*float64(x)/float64(max(n, 1)), x, n, s.run, 100*sb.q.HealthyMax(), 100*sb.q.P1Min(),
-				time.Duration(sb.q.clock-s.zoneAt)*time.Second, p.Config.ZoneEvery)
+					"drained in the zone %s ago and left serving until %s have passed since, or its evidence shows it degraded, or the operator drains it%s",
+				100*float64(x)/float64(max(n, 1)), x, n, counted(s), 100*sb.q.HealthyMax(), 100*sb.q.P1Min(),
+				time.Duration(sb.q.clock-s.zoneAt)*time.Second, p.Config.ZoneEvery, burstsLeftOut(s))
 		}
 	}
 	return out
@@ -607,4 +607,24 @@ func (p *Policy) Slow(b agent.BackendView) []SlowServer {
 		}
 	}
 	return out
+}
+
+// counted is how many of the evidence's checks its counts cover: those a
+// burst's cut touched are left out (RunCounts).
+func counted(s *SeqServer) int {
+	_, _, span, cut := s.RunCounts()
+	return span - cut
+}
+
+// burstsLeftOut is the reason's last words where the evidence held a
+// burst: its checks, left out of the counts quoted. After the figures, so
+// that the LLM policy's prompt, which quotes them, reads as before.
+func burstsLeftOut(s *SeqServer) string {
+	if _, _, _, cut := s.RunCounts(); cut > 0 {
+		if cut == 1 {
+			return "; 1 more check of its evidence, which the minimum duration cut as a burst's, is left out of those counts"
+		}
+		return fmt.Sprintf("; %d more checks of its evidence, which the minimum duration cut as a burst's, are left out of those counts", cut)
+	}
+	return ""
 }

@@ -234,8 +234,13 @@ type SeqServer struct {
 	spent   [len(bank)]float64
 	// run counts the chunks since the CUSUMs were last all at zero: the
 	// span of the evidence now, Page's estimate of when a change began;
-	// runN and runX its requests and 5xx.
+	// runN and runX its requests and 5xx, less those of the runCut
+	// chunks a burst's cut touched. A burst forgiven by the minimum
+	// duration is no evidence of the server's rate either: counted, a
+	// burst inside the span of a server in the zone showed it above the
+	// degraded line, and it was drained twice in a day.
 	run        int
+	runCut     int
 	runN, runX uint64
 	// Chunks counts the chunks seen; Flagged is whether the CUSUM is at
 	// h now.
@@ -268,8 +273,10 @@ func (s *SeqServer) Max() float64 {
 // P0 is the error rate the server is judged against now.
 func (s *SeqServer) P0() float64 { return s.p0 }
 
-// RunCounts are the requests and 5xx over the evidence's span now.
-func (s *SeqServer) RunCounts() (n, x uint64) { return s.runN, s.runX }
+// RunCounts are the requests and 5xx over the evidence's span now, less
+// the chunks a burst's cut touched; span is the span's chunks, cut those
+// of them left out.
+func (s *SeqServer) RunCounts() (n, x uint64, span, cut int) { return s.runN, s.runX, s.run, s.runCut }
 
 // Baseline is the server's long error rate (0 with no history).
 func (s *SeqServer) Baseline() float64 {
@@ -303,7 +310,7 @@ func (s *SeqServer) endRun() {
 	s.calm = [len(bank)]int8{}
 	s.gap = [len(bank)]int8{}
 	s.tokened = [len(bank)]bool{}
-	s.run, s.runN, s.runX = 0, 0, 0
+	s.run, s.runCut, s.runN, s.runX = 0, 0, 0, 0
 }
 
 // span is the server's counts over about its last k chunks: exactly k up
@@ -524,7 +531,7 @@ func (q *Sequential) chunk(dt float64, srv []*SeqServer, serving []bool) {
 		for k := range s.spent {
 			s.spent[k] = max(0, s.spent[k]-dt/burstRefill)
 		}
-		top := 0.0
+		top, cut := 0.0, false
 		// The fast path: no error and no evidence held; each alternative's
 		// successes only lower a CUSUM at zero.
 		if c.X != 0 || s.S != [len(bank)]float64{} {
@@ -612,6 +619,7 @@ func (q *Sequential) chunk(dt float64, srv []*SeqServer, serving []bool) {
 							}
 						}
 						v -= excess
+						cut = cut || excess > 0
 						s.cuts[k]++
 						s.inRow[k]++
 						s.clean[k], s.gap[k] = 0, 0
@@ -651,8 +659,12 @@ func (q *Sequential) chunk(dt float64, srv []*SeqServer, serving []bool) {
 			}
 		} else {
 			s.run++
-			s.runN += c.N
-			s.runX += c.X
+			if cut {
+				s.runCut++
+			} else {
+				s.runN += c.N
+				s.runX += c.X
+			}
 		}
 		s.Flagged = top >= q.h
 	}
