@@ -31,6 +31,10 @@ type Change struct {
 	// ErrorRate is the server's 5xx rate when it was drained, which sizes
 	// the probe burst that may bring it back.
 	ErrorRate float64 `json:"error_rate,omitempty"`
+	// SlowMs, for a drain for a slow tail, is the answer time at or over
+	// which an answer was slow (Action.SlowMs): a probe burst counts an
+	// answer that slow as a failure.
+	SlowMs int `json:"slow_ms,omitempty"`
 	// BaselineP99Ms is the backend's recent p99 just before a drain, what
 	// the tail-latency guard compares against.
 	BaselineP99Ms float64 `json:"baseline_p99_ms,omitempty"`

@@ -188,10 +188,17 @@ type Action struct {
 	// for that long (the tail-latency guard).
 	NoDrainFor time.Duration `json:"no_drain_for,omitempty"`
 	// ErrorRate, on a Drain, is the 5xx rate it was judged at where this
-	// agent's own window does not show it (a fleet decider's word): the
-	// ledger keeps the larger of the two, and the probe burst that may
-	// bring the server back is sized on it.
+	// agent's own window does not show it (a fleet decider's word), or,
+	// with SlowMs, the share of slow answers it was drained for: the
+	// ledger keeps the larger of it and the window's 5xx rate, and the
+	// probe burst that may bring the server back is sized on it.
 	ErrorRate float64 `json:"error_rate,omitempty"`
+	// SlowMs, on a Drain for a slow tail, is the answer time in ms at or
+	// over which the test counted an answer slow. The probe burst that
+	// may bring the server back counts such an answer as a failure: its
+	// median is a healthy server's, and judged on the median alone it was
+	// let back while still slow, and drained again.
+	SlowMs int `json:"slow_ms,omitempty"`
 	// Test is the figures of the test behind the action, where a policy
 	// ran one (the rules do); Reason is their text for people, never
 	// parsed back.

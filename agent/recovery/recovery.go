@@ -173,6 +173,7 @@ type server struct {
 	cooldown  time.Duration
 	drainedAt time.Time // the ledger's Change.At of the drain being handled
 	faultRate float64   // error rate seen when it was drained
+	slowMs    int       // for a drain for a slow tail: an answer this slow fails a probe (Change.SlowMs)
 	drains    int       // times the agent drained it
 	lastBurst string
 	failed    int // bursts of this drain that failed
@@ -193,8 +194,11 @@ type ramp struct {
 // BurstResult is how a probe burst went.
 type BurstResult struct {
 	Sent, Failed int
-	MedianMs     float64 // of the answers' times
-	Err          error
+	// Slow counts the answers of Failed that failed by their time alone:
+	// at or over the slow answer time of a drain for a slow tail.
+	Slow     int
+	MedianMs float64 // of the answers' times
+	Err      error
 }
 
 // Readmitter implements agent.Recovery. It owns its probe bursts: Close
@@ -382,7 +386,7 @@ func (r *Readmitter) RequestProbe(k agent.Key) {
 // drained, keeping the backoff of its earlier drains.
 func (r *Readmitter) drained(k agent.Key, prev *server, s agent.ServerView) *server {
 	st := &server{probe: waiting, drainedAt: s.Changed.At, cooldown: r.Config.Cooldown, drains: 1,
-		faultRate: max(s.Window.ErrorRate(), s.Changed.ErrorRate)}
+		faultRate: max(s.Window.ErrorRate(), s.Changed.ErrorRate), slowMs: s.Changed.SlowMs}
 	if prev != nil {
 		st.drains = prev.drains + 1
 		st.cooldown = min(2*prev.cooldown, r.Config.MaxCooldown)
@@ -433,6 +437,9 @@ func (r *Readmitter) whileDrained(k agent.Key, st *server, s agent.ServerView, p
 		select {
 		case res := <-st.result:
 			st.lastBurst = fmt.Sprintf("%d/%d probes failed, median %.0f ms (peers %d ms)", res.Failed, res.Sent, res.MedianMs, peerMs)
+			if st.slowMs > 0 {
+				st.lastBurst += fmt.Sprintf("; drained for a slow tail, an answer at %d ms or more fails a probe (%d did)", st.slowMs, res.Slow)
+			}
 			if res.Err != nil || res.Failed > 0 || res.Sent == 0 || r.Config.tooSlow(res.MedianMs, peerMs) {
 				// A failed burst cost no client anything. In slow-start
 				// mode the drain's cooldown (doubled per drain, each of
@@ -484,7 +491,7 @@ func (r *Readmitter) startBurst(st *server, s agent.ServerView) {
 	r.bursts.Add(1)
 	go func() {
 		defer r.bursts.Done()
-		res <- r.burst(r.ctx, s, n)
+		res <- r.burst(r.ctx, s, n, st.slowMs)
 	}()
 }
 
@@ -636,7 +643,12 @@ func peers(b agent.BackendView, self string) (n, x uint64, p95 []int) {
 
 // burst sends n probe requests at the configured rate, straight to the
 // server; any 5xx or transport error fails it, and it stops at the first.
-func (r *Readmitter) burst(ctx context.Context, s agent.ServerView, n int) (res BurstResult) {
+//
+// slowMs > 0 (a drain for a slow tail): an answer at or over slowMs
+// fails the burst as a 5xx does. A slow tail leaves the median a healthy
+// server's, and the burst judged on the median alone let such a server
+// back while still slow, to be drained again seconds later.
+func (r *Readmitter) burst(ctx context.Context, s agent.ServerView, n, slowMs int) (res BurstResult) {
 	scheme := "http"
 	if s.State.UseSSL {
 		scheme = "https"
@@ -679,9 +691,15 @@ func (r *Readmitter) burst(ctx context.Context, s agent.ServerView, n int) (res 
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		times = append(times, float64(time.Since(t0))/float64(time.Millisecond))
+		took := float64(time.Since(t0)) / float64(time.Millisecond)
+		times = append(times, took)
 		if resp.StatusCode >= 500 {
 			res.Failed++
+			return res
+		}
+		if slowMs > 0 && took >= float64(slowMs) {
+			res.Failed++
+			res.Slow++
 			return res
 		}
 	}

@@ -396,3 +396,47 @@ func TestRequestProbeShortensOnlyTheFirstCooldown(t *testing.T) {
 
 // srv2 is the server most tests drain.
 var srv2 = agent.Key{Backend: "app", Server: "srv2"}
+
+// A server drained for a slow tail (5% of its answers at 200 ms, its
+// median its peers') is let back only by a burst without an answer at or
+// over the drain's slow answer time (Change.SlowMs). Judged on the
+// median alone, as every burst was before, it came back while still slow
+// (the last case), and the tail test drained it again seconds later
+// (e2e: TestSlowTailDrained's server, drained at 23.5 s, back at 56.5 s,
+// drained at 63.6 s).
+func TestSlowTailServerStaysDrainedWhileSlow(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		tail   float64 // share of answers at 200 ms
+		slowMs int     // the drain's Change.SlowMs
+		back   bool
+	}{
+		{"still slow on 5%", 0.05, 64, false},
+		{"healed", 0, 64, true},
+		{"still slow, judged on the median alone", 0.05, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := fleet.StartBackend(fleet.BackendConfig{ErrorRate: tc.tail, Fault: fleet.FaultSlow, SlowFor: 200 * time.Millisecond, Seed: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			h := newHarness(t, b.Addr, 8, true)
+			for i := range h.obs.Backends[0].Servers {
+				h.obs.Backends[0].Servers[i].Window.P50Ms = 12
+			}
+			s := h.srv2()
+			s.Changed.SlowMs, s.Window = tc.slowMs, window.Stats{Requests: 600, P50Ms: 12}
+			h.plan(34 * time.Second)
+			h.waitBurst()
+			p := h.plan(35 * time.Second)
+			st := h.r.servers[srv2]
+			if got := len(p) == 1 && p[0].Kind == agent.SetWeight; got != tc.back {
+				t.Fatalf("plan %v (%s), want re-admission %v", p, st.lastBurst, tc.back)
+			}
+			if !tc.back && (st.probe != waiting || !strings.Contains(st.lastBurst, "slow tail, an answer at 64 ms or more fails a probe (1 did)")) {
+				t.Fatalf("a slow answer must fail the burst, and say so: %+v (%s)", st, st.lastBurst)
+			}
+		})
+	}
+}

@@ -314,7 +314,7 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 			for _, s := range b.Servers {
 				if _, ok := sb.tail.found[s.Server]; ok && !planned[s.Server] {
 					planned[s.Server] = true
-					plan = append(plan, agent.Action{Kind: agent.Drain, Backend: b.Name, Server: s.Server, Reason: sb.tail.reason(s.Server)})
+					plan = append(plan, sb.tail.drain(b.Name, s.Server))
 				}
 			}
 		}

@@ -405,6 +405,16 @@ func medianSlot(t *[window.TailSlots]uint32) int {
 	return 0
 }
 
+// drain is the tail test's drain of server: its reason, and the figures
+// the probe burst that may bring it back is judged on, the slow answer
+// time and the slow share over its evidence's span (Action.SlowMs).
+func (tb *tailBackend) drain(backend, server string) agent.Action {
+	s := tb.servers[server]
+	n, x := s.lastSum(min(max(s.run, 1), recentChunks))
+	return agent.Action{Kind: agent.Drain, Backend: backend, Server: server, Reason: tb.reason(server),
+		SlowMs: tb.found[server], ErrorRate: float64(x) / float64(max(n, 1))}
+}
+
 // reason is why the tail test condemns server: its slow share over its
 // evidence's span, against what it was judged.
 func (tb *tailBackend) reason(server string) string {

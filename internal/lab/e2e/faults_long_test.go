@@ -132,8 +132,12 @@ func TestResettingServerDrained(t *testing.T) {
 // 20 s of srv3's, and a 5% tail at 1.5 s moves the mean past the
 // threshold (50 ms above the peers') once about two thirds of them are
 // the tail's (19.1 s measured). Before, SPOE, Lua and syslog judged the
-// median alone and never drained it. The paths run side by side (each is
-// light: 300 req/s).
+// median alone and never drained it. Each run goes on 35 s past the
+// bound, beyond the drain's cooldown (30 s ± 10%) and its probe burst:
+// srv3, still slow, stays drained, drained once. Before, the burst judged
+// the median alone and let it back (drained at 23.5 s, back at 56.5 s,
+// drained again at 63.6 s). The paths run side by side (each is light:
+// 300 req/s).
 func TestSlowTailDrained(t *testing.T) {
 	for _, path := range []string{"stats", "spoe", "lua", "syslog"} {
 		t.Run(path, func(t *testing.T) {
@@ -144,10 +148,13 @@ func TestSlowTailDrained(t *testing.T) {
 			if path == "stats" {
 				within = 30 * time.Second
 			}
-			out := run(t, scenario.Scenario{Servers: servers, Rate: 300, Duration: onset + within + 2*time.Second, Policy: "rules",
+			out := run(t, scenario.Scenario{Servers: servers, Rate: 300, Duration: onset + within + 35*time.Second, Policy: "rules",
 				Name: "slow-" + path, Telemetry: path, Redispatch: true, AgentArgs: noTailGuard,
 				At: map[time.Duration]func(*scenario.Env){onset: func(env *scenario.Env) { env.Backends[2].SetErrorRate(0.05) }}})
 			slowDrained(t, out, onset, within, path == "stats")
+			if out.Flips["srv3"] != 1 || !finalState(out, "srv3").Drain() {
+				t.Errorf("srv3, still slow, let back: %d flips, timeline %v", out.Flips["srv3"], out.Timeline["srv3"])
+			}
 		})
 	}
 }
