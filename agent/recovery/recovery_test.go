@@ -275,17 +275,32 @@ func TestRedrainDoublesCooldown(t *testing.T) {
 // burst whose answers are still far slower than the peers' fails, so the
 // server is not let back to be drained again; one as fast as its peers
 // passes.
+//
+// A server drained for a slow tail (5% of its answers at 200 ms, its
+// median its peers') is let back only by a burst without an answer at or
+// over the drain's slow answer time (Change.SlowMs). Judged on the median
+// alone, as every burst was before, it came back while still slow (the
+// last row), and the tail test drained it again seconds later (e2e:
+// TestSlowTailDrained's server, drained at 23.5 s, back at 56.5 s,
+// drained at 63.6 s).
 func TestSlowServerStaysDrainedWhileSlow(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		latency time.Duration
-		back    bool
+		name      string
+		backend   fleet.BackendConfig
+		errorRate float64 // the drain's Change.ErrorRate
+		slowMs    int     // the drain's Change.SlowMs
+		p50Ms     int     // its window's median when drained
+		back      bool
+		burst     string // what the failed burst's record says
 	}{
-		{"still 8x slower", 100 * time.Millisecond, false},
-		{"as fast as its peers", 0, true},
+		{"still 8x slower", fleet.BackendConfig{Latency: 100 * time.Millisecond}, 0, 0, 180, false, "probes failed"},
+		{"as fast as its peers", fleet.BackendConfig{}, 0, 0, 180, true, ""},
+		{"tail: still slow on 5%", slowTail(0.05), 0.05, 64, 12, false, "slow tail, an answer at 64 ms or more fails a probe (1 did)"},
+		{"tail: healed", slowTail(0), 0.05, 64, 12, true, ""},
+		{"tail: still slow, judged on the median alone", slowTail(0.05), 0.05, 0, 12, true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b, err := fleet.StartBackend(fleet.BackendConfig{Latency: tc.latency})
+			b, err := fleet.StartBackend(tc.backend)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -295,18 +310,25 @@ func TestSlowServerStaysDrainedWhileSlow(t *testing.T) {
 				h.obs.Backends[0].Servers[i].Window.P50Ms = 12
 			}
 			s := h.srv2()
-			s.Changed.ErrorRate, s.Window = 0, window.Stats{Requests: 600, P50Ms: 180}
+			s.Changed.ErrorRate, s.Changed.SlowMs, s.Window = tc.errorRate, tc.slowMs, window.Stats{Requests: 600, P50Ms: tc.p50Ms}
 			h.plan(34 * time.Second)
 			h.waitBurst()
 			p := h.plan(35 * time.Second)
+			st := h.r.servers[srv2]
 			if got := len(p) == 1 && p[0].Kind == agent.SetWeight; got != tc.back {
-				t.Fatalf("plan %v, want re-admission %v", p, tc.back)
+				t.Fatalf("plan %v (%s), want re-admission %v", p, st.lastBurst, tc.back)
 			}
-			if st := h.r.servers[srv2]; !tc.back && (st.probe != waiting || st.cooldown != time.Minute) {
-				t.Fatalf("a slow burst must count as failed: %+v (%s)", st, st.lastBurst)
+			if !tc.back && (st.probe != waiting || st.cooldown != time.Minute || !strings.Contains(st.lastBurst, tc.burst)) {
+				t.Fatalf("a slow burst must count as failed, and say so (%q): %+v (%s)", tc.burst, st, st.lastBurst)
 			}
 		})
 	}
+}
+
+// slowTail is a server answering share of its requests after 200 ms, the
+// rest at once; its draws from a fixed seed.
+func slowTail(share float64) fleet.BackendConfig {
+	return fleet.BackendConfig{ErrorRate: share, Fault: fleet.FaultSlow, SlowFor: 200 * time.Millisecond, Seed: 3}
 }
 
 // Two drained servers whose cooldowns end in the same step probe at once,
@@ -396,47 +418,3 @@ func TestRequestProbeShortensOnlyTheFirstCooldown(t *testing.T) {
 
 // srv2 is the server most tests drain.
 var srv2 = agent.Key{Backend: "app", Server: "srv2"}
-
-// A server drained for a slow tail (5% of its answers at 200 ms, its
-// median its peers') is let back only by a burst without an answer at or
-// over the drain's slow answer time (Change.SlowMs). Judged on the
-// median alone, as every burst was before, it came back while still slow
-// (the last case), and the tail test drained it again seconds later
-// (e2e: TestSlowTailDrained's server, drained at 23.5 s, back at 56.5 s,
-// drained at 63.6 s).
-func TestSlowTailServerStaysDrainedWhileSlow(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		tail   float64 // share of answers at 200 ms
-		slowMs int     // the drain's Change.SlowMs
-		back   bool
-	}{
-		{"still slow on 5%", 0.05, 64, false},
-		{"healed", 0, 64, true},
-		{"still slow, judged on the median alone", 0.05, 0, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			b, err := fleet.StartBackend(fleet.BackendConfig{ErrorRate: tc.tail, Fault: fleet.FaultSlow, SlowFor: 200 * time.Millisecond, Seed: 3})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer b.Close()
-			h := newHarness(t, b.Addr, 8, true)
-			for i := range h.obs.Backends[0].Servers {
-				h.obs.Backends[0].Servers[i].Window.P50Ms = 12
-			}
-			s := h.srv2()
-			s.Changed.SlowMs, s.Window = tc.slowMs, window.Stats{Requests: 600, P50Ms: 12}
-			h.plan(34 * time.Second)
-			h.waitBurst()
-			p := h.plan(35 * time.Second)
-			st := h.r.servers[srv2]
-			if got := len(p) == 1 && p[0].Kind == agent.SetWeight; got != tc.back {
-				t.Fatalf("plan %v (%s), want re-admission %v", p, st.lastBurst, tc.back)
-			}
-			if !tc.back && (st.probe != waiting || !strings.Contains(st.lastBurst, "slow tail, an answer at 64 ms or more fails a probe (1 did)")) {
-				t.Fatalf("a slow answer must fail the burst, and say so: %+v (%s)", st, st.lastBurst)
-			}
-		})
-	}
-}
