@@ -28,8 +28,9 @@ type Change struct {
 	Weight int       `json:"weight,omitempty"` // cut and canary: the weight the agent set
 	At     time.Time `json:"at"`               // when the phase began
 	Reason string    `json:"reason,omitempty"`
-	// ErrorRate is the server's 5xx rate when it was drained, which sizes
-	// the probe burst that may bring it back.
+	// ErrorRate is the server's 5xx rate when it was drained (for a drain
+	// for a slow tail, its slow share), which sizes the probe burst that
+	// may bring it back.
 	ErrorRate float64 `json:"error_rate,omitempty"`
 	// SlowMs, for a drain for a slow tail, is the answer time at or over
 	// which an answer was slow (Action.SlowMs): a probe burst counts an

@@ -483,7 +483,7 @@ func (r *Readmitter) startBurst(st *server, s agent.ServerView) {
 	st.probe = probing
 	res := make(chan BurstResult, 1)
 	st.result = res
-	n := r.Config.BurstSize(st.faultRate)
+	n, slowMs := r.Config.BurstSize(st.faultRate), st.slowMs
 	if r.Prober != nil {
 		res <- r.Prober(s, n)
 		return
@@ -491,7 +491,7 @@ func (r *Readmitter) startBurst(st *server, s agent.ServerView) {
 	r.bursts.Add(1)
 	go func() {
 		defer r.bursts.Done()
-		res <- r.burst(r.ctx, s, n, st.slowMs)
+		res <- r.burst(r.ctx, s, n, slowMs)
 	}()
 }
 
