@@ -297,7 +297,7 @@ func (p *Policy) Decide(ctx context.Context, obs agent.Observation) (agent.Plan,
 		planned := map[string]bool{}
 		for _, c := range cands {
 			planned[c.name] = true
-			n, x, _, _ := c.s.RunCounts()
+			n, x := c.s.RunCounts()
 			region := "degraded"
 			if c.s.Zone {
 				region = fmt.Sprintf("in the zone between healthy %.2f%% and degraded (not shown above it): drained at most once a %v", 100*sb.q.HealthyMax(), p.Config.ZoneEvery)
@@ -347,7 +347,7 @@ func (p *Policy) Notes() map[agent.Key]string {
 			if out == nil {
 				out = map[agent.Key]string{}
 			}
-			n, x, _, _ := s.RunCounts()
+			n, x := s.RunCounts()
 			out[agent.Key{Backend: name, Server: server}] = fmt.Sprintf(
 				"in the zone: %.2f%% (%d/%d) over its evidence's %d checks, above healthy %.2f%% but not shown above degraded %.2f%%; "+
 					"drained in the zone %s ago and left serving until %s have passed since, or its evidence shows it degraded, or the operator drains it%s",
@@ -611,20 +611,17 @@ func (p *Policy) Slow(b agent.BackendView) []SlowServer {
 
 // counted is how many of the evidence's checks its counts cover: those a
 // burst's cut touched are left out (RunCounts).
-func counted(s *SeqServer) int {
-	_, _, span, cut := s.RunCounts()
-	return span - cut
-}
+func counted(s *SeqServer) int { return s.run - s.runCut }
 
 // burstsLeftOut is the reason's last words where the evidence held a
 // burst: its checks, left out of the counts quoted. After the figures, so
 // that the LLM policy's prompt, which quotes them, reads as before.
 func burstsLeftOut(s *SeqServer) string {
-	if _, _, _, cut := s.RunCounts(); cut > 0 {
-		if cut == 1 {
-			return "; 1 more check of its evidence, which the minimum duration cut as a burst's, is left out of those counts"
-		}
-		return fmt.Sprintf("; %d more checks of its evidence, which the minimum duration cut as a burst's, are left out of those counts", cut)
+	switch s.runCut {
+	case 0:
+		return ""
+	case 1:
+		return "; 1 more check of its evidence, which the minimum duration cut as a burst's, is left out of those counts"
 	}
-	return ""
+	return fmt.Sprintf("; %d more checks of its evidence, which the minimum duration cut as a burst's, are left out of those counts", s.runCut)
 }

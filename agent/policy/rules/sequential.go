@@ -274,9 +274,8 @@ func (s *SeqServer) Max() float64 {
 func (s *SeqServer) P0() float64 { return s.p0 }
 
 // RunCounts are the requests and 5xx over the evidence's span now, less
-// the chunks a burst's cut touched; span is the span's chunks, cut those
-// of them left out.
-func (s *SeqServer) RunCounts() (n, x uint64, span, cut int) { return s.runN, s.runX, s.run, s.runCut }
+// those of the chunks a burst's cut touched.
+func (s *SeqServer) RunCounts() (n, x uint64) { return s.runN, s.runX }
 
 // Baseline is the server's long error rate (0 with no history).
 func (s *SeqServer) Baseline() float64 {
