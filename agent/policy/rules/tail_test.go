@@ -389,6 +389,8 @@ func TestTailHealthy(t *testing.T) {
 		{"medians differ, heavier body (sigma 1)", tailSim{medians: []float64{20, 14, 60, 28, 20, 35}, sigma: 1, onset: 1 << 30, total: 3600}},
 		{"a 500 ms stall of one server every 5 minutes on average", tailSim{stallEvery: 300, onset: 1 << 30, total: 3600}},
 		{"a stall every minute on average", tailSim{stallEvery: 60, onset: 1 << 30, total: 3600}},
+		{"a 1 s pause every minute on average", tailSim{stallEvery: 60, pauseMs: 1000, onset: 1 << 30, total: 3600}},
+		{"a heavy body (sigma 1.5), medians alike", tailSim{sigma: 1.5, onset: 1 << 30, total: 3600}},
 		{"fleet-wide slow tail, 5% at 1.5 s", tailSim{fleet: true, share: 0.05, slowMs: 1500, onset: 1200, total: 2400}},
 		{"fleet-wide slow tail, 20% at 1.5 s", tailSim{fleet: true, share: 0.2, slowMs: 1500, onset: 1200, total: 2400}},
 		{"fleet-wide slowdown, every answer 10x", tailSim{scale: 10, onset: 1200, total: 2400}},
