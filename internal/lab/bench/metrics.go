@@ -239,7 +239,31 @@ type Agent struct {
 	// AvoidedPer1kTokens: client 5xx avoided (static minus this run) per
 	// 1,000 completion tokens (nil: no tokens spent).
 	AvoidedPer1kTokens *float64 `json:"failed_avoided_per_1k_completion_tokens"`
+	// ModelActions, for the LLM policy: the model's own actions beyond its
+	// floor (in the step's model_plan and not in its floor) that the
+	// guardrails accepted, in step order; nil for a policy with no model.
+	// ModelHealthyDrains: those of them that drained a server the run's
+	// truth holds healthy (Score).
+	ModelActions       []ModelAction `json:"model_actions,omitempty"`
+	ModelHealthyDrains *int          `json:"model_healthy_drains,omitempty"`
 }
+
+// ModelAction is one of the model's own actions beyond the floor.
+type ModelAction struct {
+	AtS    float64 `json:"at_s"`
+	Kind   string  `json:"kind"`
+	Server string  `json:"server"`
+}
+
+// auditAction is the part of an action the metrics read.
+type auditAction struct {
+	Kind    string `json:"kind"`
+	Backend string `json:"backend"`
+	Server  string `json:"server"`
+}
+
+// id names an action by its verb and server, as agent.Action.ID does.
+func (a auditAction) id() string { return a.Kind + " " + a.Backend + "/" + a.Server }
 
 // auditRecord is the part of an audit line the metrics read.
 type auditRecord struct {
@@ -254,7 +278,16 @@ type auditRecord struct {
 			PromptTokens     int `json:"prompt_tokens"`
 			CompletionTokens int `json:"completion_tokens"`
 		} `json:"call"`
+		// The LLM policy's (agent/policy/llm.Report): the floor's plan,
+		// and the model's actions that go on.
+		Floor     []auditAction `json:"floor"`
+		ModelPlan []auditAction `json:"model_plan"`
+		Called    *bool         `json:"called"`
 	} `json:"policy_report"`
+	Verdicts []struct {
+		Accepted bool        `json:"accepted"`
+		Applied  auditAction `json:"applied"`
+	} `json:"verdicts"`
 }
 
 // AgentView reads an audit log in one pass: the steps that began within
@@ -295,6 +328,24 @@ func AgentView(audit io.Reader, start time.Time, steps int, interval time.Durati
 			a.PromptTokens += c.PromptTokens
 			a.CompletionTokens += c.CompletionTokens
 		}
+		if r.PolicyReport.Called != nil && a.ModelActions == nil {
+			a.ModelActions = []ModelAction{} // the LLM policy's report: a model decides
+		}
+		floor := map[string]bool{}
+		for _, f := range r.PolicyReport.Floor {
+			floor[f.id()] = true
+		}
+		model := map[string]bool{}
+		for _, m := range r.PolicyReport.ModelPlan {
+			if !floor[m.id()] {
+				model[m.id()] = true
+			}
+		}
+		for _, v := range r.Verdicts {
+			if v.Accepted && model[v.Applied.id()] {
+				a.ModelActions = append(a.ModelActions, ModelAction{AtS: r.Time.Sub(start).Seconds(), Kind: v.Applied.Kind, Server: v.Applied.Server})
+			}
+		}
 	}
 	if err := sc.Err(); err != nil {
 		return a, nil, fmt.Errorf("audit: %w", err)
@@ -313,6 +364,22 @@ func AgentView(audit io.Reader, start time.Time, steps int, interval time.Durati
 		a.CadenceS = ptr(gaps[len(gaps)/2])
 	}
 	return a, marks, nil
+}
+
+// Score counts the model's own drains of servers not in faulty
+// (ModelHealthyDrains), for a run where a model decided.
+func (a *Agent) Score(faulty []string) {
+	if a.ModelActions == nil {
+		return
+	}
+	bad := set(faulty)
+	n := 0
+	for _, m := range a.ModelActions {
+		if m.Kind == "drain" && !bad[m.Server] {
+			n++
+		}
+	}
+	a.ModelHealthyDrains = &n
 }
 
 // Avoided fills the failed requests avoided per 1,000 completion tokens.

@@ -190,6 +190,47 @@ func TestAgentView(t *testing.T) {
 	}
 }
 
+// The model's own actions: those of the LLM policy's model_plan not in
+// its floor that the guardrails accepted, and of them the drains of
+// servers the run holds healthy. A policy with no model has none.
+func TestAgentViewModelActions(t *testing.T) {
+	start := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	llm := `{"type":"step","time":"2026-12-05T00:00:01Z","policy":"llm",` +
+		// the floor drains srv1; the model drains srv1 (the floor's), srv2
+		// and srv4, and cuts srv5; srv4's drain is refused
+		`"policy_report":{"called":true,"floor":[{"kind":"drain","backend":"app","server":"srv1"}],` +
+		`"model_plan":[{"kind":"drain","backend":"app","server":"srv1"},{"kind":"drain","backend":"app","server":"srv2"},{"kind":"drain","backend":"app","server":"srv4"},{"kind":"set_weight","backend":"app","server":"srv5","weight":50}]},` +
+		`"verdicts":[{"proposed":{"kind":"drain","backend":"app","server":"srv1"},"accepted":true,"applied":{"kind":"drain","backend":"app","server":"srv1"}},` +
+		`{"proposed":{"kind":"drain","backend":"app","server":"srv2"},"accepted":true,"applied":{"kind":"drain","backend":"app","server":"srv2"}},` +
+		`{"proposed":{"kind":"drain","backend":"app","server":"srv4"},"accepted":false,"code":"max_drained"},` +
+		`{"proposed":{"kind":"set_weight","backend":"app","server":"srv5","weight":50},"accepted":true,"applied":{"kind":"set_weight","backend":"app","server":"srv5","weight":50}}]}
+{"type":"step","time":"2026-12-05T00:00:02Z","policy":"llm","policy_report":{"called":false}}
+`
+	a, _, err := AgentView(strings.NewReader(llm), start, 10, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Score([]string{"srv1", "srv5"})
+	var got []string
+	for _, m := range a.ModelActions {
+		got = append(got, m.Kind+" "+m.Server)
+	}
+	if want := "drain srv2,set_weight srv5"; strings.Join(got, ",") != want || a.ModelHealthyDrains == nil || *a.ModelHealthyDrains != 1 {
+		t.Errorf("model actions %v, healthy drains %v; want %s and 1 (srv2)", got, a.ModelHealthyDrains, want)
+	}
+	// A model that was asked and added nothing: none, counted as 0.
+	a, _, _ = AgentView(strings.NewReader(`{"type":"step","time":"2026-12-05T00:00:01Z","policy_report":{"called":true}}`+"\n"), start, 10, time.Second)
+	if a.Score(nil); a.ModelActions == nil || a.ModelHealthyDrains == nil || *a.ModelHealthyDrains != 0 {
+		t.Errorf("an LLM run whose model added nothing: %v, %v; want none, counted", a.ModelActions, a.ModelHealthyDrains)
+	}
+	// The rules: no model, nothing counted.
+	rules := `{"type":"step","time":"2026-12-05T00:00:01Z","policy":"rules","verdicts":[{"proposed":{"kind":"drain","backend":"app","server":"srv2"},"accepted":true,"applied":{"kind":"drain","backend":"app","server":"srv2"}}]}` + "\n"
+	a, _, _ = AgentView(strings.NewReader(rules), start, 10, time.Second)
+	if a.Score(nil); a.ModelActions != nil || a.ModelHealthyDrains != nil {
+		t.Errorf("the rules: model actions %v, %v; want none", a.ModelActions, a.ModelHealthyDrains)
+	}
+}
+
 // The agent's events share the audit log with its steps: only the steps
 // count as steps, and only their commands as marks.
 func TestAgentViewSkipsEvents(t *testing.T) {

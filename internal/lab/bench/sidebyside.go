@@ -131,6 +131,11 @@ type CellSummary struct {
 	P99Ratio       *Estimate `json:"p99_ratio"`
 	EndCorrect     int       `json:"end_correct_seeds"`
 	HasFaulty      bool      `json:"-"`
+	// ModelActions and ModelHealthyDrains, where a model decided: its
+	// own actions beyond the floor that the guardrails accepted, and
+	// those of them that drained a healthy server (Agent).
+	ModelActions       *Estimate `json:"model_actions,omitempty"`
+	ModelHealthyDrains *Estimate `json:"model_healthy_drains,omitempty"`
 }
 
 // Kind says what decided a run: HAProxy alone, a baseline, hapilot's
@@ -170,7 +175,7 @@ func SideBySide(runs []*RunResult) []CellSummary {
 	for _, k := range order {
 		rs := by[k]
 		cs := CellSummary{Cell: k.c, Variant: k.v, Kind: Kind(rs[0]), HasFaulty: len(rs[0].Truth.Faulty) > 0}
-		var c5, red, det, iso, fp, flips, p99 []*float64
+		var c5, red, det, iso, fp, flips, p99, mact, mhd []*float64
 		for _, r := range rs {
 			cs.Seeds = append(cs.Seeds, r.Config.Seed)
 			c5 = append(c5, ptr(float64(r.Client.Client5xx)))
@@ -188,6 +193,10 @@ func SideBySide(runs []*RunResult) []CellSummary {
 			if r.Loc.EndCorrect {
 				cs.EndCorrect++
 			}
+			if a := r.Agent; a != nil && a.ModelHealthyDrains != nil {
+				mact = append(mact, ptr(float64(len(a.ModelActions))))
+				mhd = append(mhd, ptr(float64(*a.ModelHealthyDrains)))
+			}
 			if cs.HasFaulty {
 				det = append(det, r.Loc.DetectS)
 				iso = append(iso, r.Loc.ResolutionS)
@@ -196,6 +205,9 @@ func SideBySide(runs []*RunResult) []CellSummary {
 		cs.Client5xx, cs.Reduction, cs.P99Ratio = Estimate1(c5), Estimate1(red), Estimate1(p99)
 		cs.HealthyDrained, cs.Flips = Estimate1(fp), Estimate1(flips)
 		cs.DetectS, cs.IsolateS = Estimate1(det), Estimate1(iso)
+		if len(mact) > 0 {
+			cs.ModelActions, cs.ModelHealthyDrains = Estimate1(mact), Estimate1(mhd)
+		}
 		out = append(out, cs)
 	}
 	return out
@@ -218,8 +230,8 @@ func WriteSideBySide(w io.Writer, cells []CellSummary) {
 		} else {
 			fmt.Fprintf(w, "\n**%s** (%d seeds; median [95%% bootstrap interval of the median])\n\n", cur, seeds)
 		}
-		fmt.Fprintln(w, "| policy | what decides | client 5xx | 5xx cut | time to detect s | time to isolate s | healthy ever drained | flips | end state | p99× |")
-		fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|:-:|---:|")
+		fmt.Fprintln(w, "| policy | what decides | client 5xx | 5xx cut | time to detect s | time to isolate s | healthy ever drained | flips | end state | p99× | model's own actions | of them healthy drains |")
+		fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|:-:|---:|---:|---:|")
 		best := -1
 		for i, g := range group {
 			if seeds < 2 {
@@ -252,7 +264,11 @@ func WriteSideBySide(w io.Writer, cells []CellSummary) {
 			if g.Variant != "static" {
 				red, p99 = g.Reduction.format(fpct), g.P99Ratio.format(f2)
 			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", g.Variant, g.Kind, c5, red, det, iso, hd, fl, end, p99)
+			ma, mh := "-", "-"
+			if g.ModelActions != nil {
+				ma, mh = g.ModelActions.format(f0), g.ModelHealthyDrains.format(f0)
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", g.Variant, g.Kind, c5, red, det, iso, hd, fl, end, p99, ma, mh)
 		}
 		group = nil
 	}

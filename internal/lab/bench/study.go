@@ -431,6 +431,7 @@ func runOne(ctx context.Context, c StudyConfig, spec Spec, cell Cell, v Variant,
 			return nil, err
 		}
 		a.Avoided(res.Client, res.Static)
+		a.Score(truth.Faulty)
 		res.Agent, res.Series.Actions = &a, marks
 		if err := copyFile(out.AuditLog, filepath.Join(dir, "audit.jsonl")); err != nil {
 			return nil, err
