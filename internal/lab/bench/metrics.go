@@ -10,6 +10,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/hapilot/hapilot/agent"
 	"github.com/hapilot/hapilot/internal/lab/fleet"
 	"github.com/hapilot/hapilot/internal/lab/scenario"
 )
@@ -241,9 +242,10 @@ type Agent struct {
 	AvoidedPer1kTokens *float64 `json:"failed_avoided_per_1k_completion_tokens"`
 	// ModelActions, for the LLM policy: the model's own actions beyond its
 	// floor (in the step's model_plan and not in its floor) that the
-	// guardrails accepted, in step order; nil for a policy with no model.
-	// ModelHealthyDrains: those of them that drained a server the run's
-	// truth holds healthy (Score).
+	// guardrails accepted, in step order. ModelHealthyDrains: those of
+	// them that drained a server the run's truth holds healthy (Score);
+	// nil for a policy with no model, which is how a run read back from
+	// its JSON (where no actions leave ModelActions out) tells.
 	ModelActions       []ModelAction `json:"model_actions,omitempty"`
 	ModelHealthyDrains *int          `json:"model_healthy_drains,omitempty"`
 }
@@ -375,7 +377,7 @@ func (a *Agent) Score(faulty []string) {
 	bad := set(faulty)
 	n := 0
 	for _, m := range a.ModelActions {
-		if m.Kind == "drain" && !bad[m.Server] {
+		if m.Kind == string(agent.Drain) && !bad[m.Server] {
 			n++
 		}
 	}
