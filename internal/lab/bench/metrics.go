@@ -241,7 +241,7 @@ type Agent struct {
 	// 1,000 completion tokens (nil: no tokens spent).
 	AvoidedPer1kTokens *float64 `json:"failed_avoided_per_1k_completion_tokens"`
 	// ModelActions, for the LLM policy: the model's own actions beyond its
-	// floor (in the step's model_plan and not in its floor) that the
+	// floor (in the step's model_plan, on a server its floor leaves alone) that the
 	// guardrails accepted, in step order. ModelHealthyDrains: those of
 	// them that drained a server the run's truth holds healthy (Score);
 	// nil for a policy with no model, which is how a run read back from
@@ -252,20 +252,10 @@ type Agent struct {
 
 // ModelAction is one of the model's own actions beyond the floor.
 type ModelAction struct {
-	AtS    float64 `json:"at_s"`
-	Kind   string  `json:"kind"`
-	Server string  `json:"server"`
+	AtS    float64    `json:"at_s"`
+	Kind   agent.Kind `json:"kind"`
+	Server string     `json:"server"`
 }
-
-// auditAction is the part of an action the metrics read.
-type auditAction struct {
-	Kind    string `json:"kind"`
-	Backend string `json:"backend"`
-	Server  string `json:"server"`
-}
-
-// id names an action by its verb and server, as agent.Action.ID does.
-func (a auditAction) id() string { return a.Kind + " " + a.Backend + "/" + a.Server }
 
 // auditRecord is the part of an audit line the metrics read.
 type auditRecord struct {
@@ -282,14 +272,11 @@ type auditRecord struct {
 		} `json:"call"`
 		// The LLM policy's (agent/policy/llm.Report): the floor's plan,
 		// and the model's actions that go on.
-		Floor     []auditAction `json:"floor"`
-		ModelPlan []auditAction `json:"model_plan"`
-		Called    *bool         `json:"called"`
+		Floor     agent.Plan `json:"floor"`
+		ModelPlan agent.Plan `json:"model_plan"`
+		Called    *bool      `json:"called"`
 	} `json:"policy_report"`
-	Verdicts []struct {
-		Accepted bool        `json:"accepted"`
-		Applied  auditAction `json:"applied"`
-	} `json:"verdicts"`
+	Verdicts []agent.Verdict `json:"verdicts"`
 }
 
 // AgentView reads an audit log in one pass: the steps that began within
@@ -333,18 +320,20 @@ func AgentView(audit io.Reader, start time.Time, steps int, interval time.Durati
 		if r.PolicyReport.Called != nil && a.ModelActions == nil {
 			a.ModelActions = []ModelAction{} // the LLM policy's report: a model decides
 		}
-		floor := map[string]bool{}
+		// As the soak's agent path counts them (internal/lab/soak): the
+		// model's actions on servers the floor's plan leaves alone.
+		floor := map[agent.Key]bool{}
 		for _, f := range r.PolicyReport.Floor {
-			floor[f.id()] = true
+			floor[f.Key()] = true
 		}
-		model := map[string]bool{}
+		model := map[agent.ActionID]bool{}
 		for _, m := range r.PolicyReport.ModelPlan {
-			if !floor[m.id()] {
-				model[m.id()] = true
+			if !floor[m.Key()] {
+				model[m.ID()] = true
 			}
 		}
 		for _, v := range r.Verdicts {
-			if v.Accepted && model[v.Applied.id()] {
+			if v.Accepted && model[v.Applied.ID()] {
 				a.ModelActions = append(a.ModelActions, ModelAction{AtS: r.Time.Sub(start).Seconds(), Kind: v.Applied.Kind, Server: v.Applied.Server})
 			}
 		}
@@ -377,7 +366,7 @@ func (a *Agent) Score(faulty []string) {
 	bad := set(faulty)
 	n := 0
 	for _, m := range a.ModelActions {
-		if m.Kind == string(agent.Drain) && !bad[m.Server] {
+		if m.Kind == agent.Drain && !bad[m.Server] {
 			n++
 		}
 	}

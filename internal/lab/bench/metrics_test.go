@@ -213,7 +213,7 @@ func TestAgentViewModelActions(t *testing.T) {
 	a.Score([]string{"srv1", "srv5"})
 	var got []string
 	for _, m := range a.ModelActions {
-		got = append(got, m.Kind+" "+m.Server)
+		got = append(got, string(m.Kind)+" "+m.Server)
 	}
 	if want := "drain srv2,set_weight srv5"; strings.Join(got, ",") != want || a.ModelHealthyDrains == nil || *a.ModelHealthyDrains != 1 {
 		t.Errorf("model actions %v, healthy drains %v; want %s and 1 (srv2)", got, a.ModelHealthyDrains, want)
