@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -58,6 +59,7 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	windowed := fs.Bool("windowed", false, "run the windowed test the rules ran before (60 s window, every second) instead of the sequential one")
 	workers := fs.Int("workers", 0, "seeds run at once (0: GOMAXPROCS)")
 	jsonOut := fs.String("json", "", "write the results to this JSON file")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof), to see where a soak's time goes")
 	maxRate := fs.Float64("max-per-1000", 0, "fail when a cell's false drains per 1,000 server-days exceed this (0: never)")
 	maxHigh := fs.Float64("max-upper", 0, "fail when a cell's 95% upper end reaches this (0: never)")
 	maxDay := fs.Int("max-one-server-day", 0, "fail when a healthy or zone server is drained more than this many times in one day (0: never)")
@@ -91,6 +93,17 @@ func cmdSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	pf.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("soak: --cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("soak: --cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	base := soak.Cell{Noise: *noise, Diurnal: *diurnal, Uneven: *uneven, ServerDays: *serverDays, Trials: *trials,
 		Warmup: *warmup, DrainFor: *drainFor, Config: cfg, Windowed: *windowed,

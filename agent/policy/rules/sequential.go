@@ -191,6 +191,13 @@ type SeqServer struct {
 	ready  bool
 	recent [recentChunks]Counts
 	pos    int
+	// window: the sums of the last peerRateChunks entries of recent, by
+	// the parity of their place in the ring (recentChunks and
+	// peerRateChunks are even, so a place's parity is its chunk's), kept
+	// as each chunk is written: peerRate reads every server of a backend
+	// at every chunk, and summing 40 chunks each time was half a soak's
+	// time.
+	window [2]Counts
 	// coarse: the last coarseBuckets buckets of the peer check's long
 	// span (a ring at cpos), cur the bucket being filled; the buckets'
 	// bounds are the backend's (Sequential.chunks), the same for every
@@ -290,6 +297,7 @@ func (s *SeqServer) Baseline() float64 {
 func (s *SeqServer) Reset() {
 	s.S = [len(bank)]float64{}
 	s.recent = [recentChunks]Counts{}
+	s.window = [2]Counts{}
 	s.coarse = [coarseBuckets]Counts{}
 	s.loud, s.fed = [coarseBuckets]bool{}, [coarseBuckets]bool{}
 	s.cur, s.curLoud, s.curFed = Counts{}, false, false
@@ -495,6 +503,12 @@ func (q *Sequential) chunk(dt float64, srv []*SeqServer, serving []bool) {
 			continue
 		}
 		s.Chunks++
+		// The chunk peerRateChunks back leaves the window's sum of its
+		// parity as this one enters it.
+		gone := s.recent[(s.pos-peerRateChunks+recentChunks)%recentChunks]
+		sum := &s.window[s.pos%2]
+		sum.N += s.pend.N - gone.N
+		sum.X += s.pend.X - gone.X
 		s.recent[s.pos] = s.pend
 		s.pos = (s.pos + 1) % recentChunks
 		s.cur.N += s.pend.N
@@ -686,17 +700,9 @@ func (q *Sequential) peerRate(srv []*SeqServer, serving []bool) float64 {
 	q.peers = q.peers[:0]
 	for i, s := range srv {
 		if serving[i] {
-			var even, odd Counts
-			for j := range peerRateChunks {
-				c := s.recent[(s.pos-1-j+2*recentChunks)%recentChunks]
-				h := &even
-				if j%2 == 1 {
-					h = &odd
-				}
-				h.N += c.N
-				h.X += c.X
-			}
-			q.peers = append(q.peers, even, odd)
+			// even: the newest chunk and every second one before it
+			// (the ring's place pos-1 and its parity), odd the others.
+			q.peers = append(q.peers, s.window[(s.pos+1)%2], s.window[s.pos%2])
 		}
 	}
 	n := len(q.peers) / 2

@@ -841,3 +841,38 @@ func TestLowRateFaultForgivenOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestPeerWindowSums: the running sums peerRate reads are, after any run
+// of chunks, a server leaving service and coming back, and resets, the
+// sums of its last peerRateChunks chunks by their parity, newest first.
+func TestPeerWindowSums(t *testing.T) {
+	q := NewSequential(DefaultConfig())
+	r := rand.New(rand.NewPCG(7, 7))
+	srv := []*SeqServer{{}, {}, {}}
+	serving := []bool{true, true, true}
+	in := make([]Counts, len(srv))
+	var out []int
+	for step := range 3000 {
+		for i := range srv {
+			n := uint64(r.IntN(60))
+			in[i] = Counts{N: n, X: uint64(r.IntN(int(n)/10 + 1))}
+			serving[i] = r.IntN(200) != 0
+		}
+		if step%777 == 0 {
+			srv[1].Reset()
+		}
+		out = q.Step(1, srv, in, serving, out)
+		for i, s := range srv {
+			var want [2]Counts // newest chunk's parity, then the other
+			for j := range peerRateChunks {
+				c := s.recent[(s.pos-1-j+2*recentChunks)%recentChunks]
+				want[j%2].N += c.N
+				want[j%2].X += c.X
+			}
+			got := [2]Counts{s.window[(s.pos+1)%2], s.window[s.pos%2]}
+			if got != want {
+				t.Fatalf("step %d server %d: window sums %+v, the ring's last %d chunks %+v", step, i, got, peerRateChunks, want)
+			}
+		}
+	}
+}
