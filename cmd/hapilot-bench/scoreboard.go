@@ -55,6 +55,10 @@ var families = []family{
 		c.FleetFault, c.ServerDays = 0.05, 0
 		return c
 	}},
+	{"grey-latency", "33 req/s, answers lognormal around 5 ms (log-sd 0.3); one server 3 x slower from its onset (a 15 ms median: under the rules' 5 x peer test and their 50 ms floors, over the candidates' p95 test)", func(c soak.Cell) soak.Cell {
+		c.Latency, c.Slow = soak.Latency{MedianMs: 5, Sigma: 0.3}, 3
+		return c
+	}},
 	{"flapping", "33 req/s; a 5% fault on for 30 s, off for 60 s, from its onset (no healthy days)", func(c soak.Cell) soak.Cell {
 		c.Fault, c.Flap, c.ServerDays = 0.05, soak.Flap{On: 30 * time.Second, Off: 60 * time.Second}, 0
 		return c
@@ -238,7 +242,7 @@ func writeScoreboard(w io.Writer, fams []family, rows []scoreRow, base soak.Cell
 	for _, row := range rows {
 		r := row.Result
 		found, median, p90 := "-", "-", "-"
-		if r.Fault > 0 {
+		if hasFault(r) {
 			found = fmt.Sprintf("%d/%d [%.0f%%, %.0f%%]", r.Trials-r.Missed, r.Trials, 100*r.FoundLow95, 100*r.FoundHigh95)
 			if r.Trials > r.Missed {
 				median = fmt.Sprintf("%.1f [%.1f, %.1f]", r.DetectMedian, r.MedianLow95, r.MedianHigh95)
@@ -282,7 +286,7 @@ func healthyDrains(r soak.Result) string {
 	if r.ServerDays > 0 {
 		parts = append(parts, fmt.Sprintf("%d in %.0f server-days (≤ %.1f per 1,000, 95%%)", r.FalseDrains, r.HealthyServerDays, r.High95))
 	}
-	if r.Fault > 0 {
+	if hasFault(r) {
 		parts = append(parts, fmt.Sprintf("%d of other servers in the trials", r.FaultFalseDrains))
 	}
 	if r.FleetFaultPer1000 != nil {
@@ -311,7 +315,7 @@ func writeVerdicts(w io.Writer, rows []scoreRow) {
 		}
 		r := row.Result
 		found, median := "-", "-"
-		if r.Fault > 0 {
+		if hasFault(r) {
 			found = fmt.Sprintf("%d against %d of %d: %s", r.Trials-r.Missed, rr.Trials-rr.Missed, r.Trials, compare(
 				float64(r.Trials-r.Missed), float64(rr.Trials-rr.Missed), r.FoundHigh95 >= rr.FoundLow95, true))
 			if r.Trials > r.Missed && rr.Trials > rr.Missed {
@@ -364,3 +368,7 @@ func drainVerdict(r, rr soak.Result) string {
 	}
 	return fmt.Sprintf("%d against %d: more, beyond the intervals", a, b)
 }
+
+// hasFault tells whether a result's trials had a failing server: a 5xx
+// fault, a slow one or a slow tail (a fleet-wide incident is none).
+func hasFault(r soak.Result) bool { return r.Fault > 0 || r.Slow > 0 || r.Tail > 0 }

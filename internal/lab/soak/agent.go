@@ -97,6 +97,14 @@ type driver struct {
 	deadline time.Duration
 	llm      bool  // the policy reported as the LLM policy does
 	drains   []int // each server's drains so far, for cooldown
+	// store: with a latency model, every answer (its status and its
+	// time) goes into the agent's own window store, on the soak's clock,
+	// and observe reads the windows from it as the loop does (medians,
+	// p95s and the tail tallies included); nil without one, where the
+	// counts' ring is all the policy reads and far cheaper.
+	store  *window.Store
+	clock  time.Time
+	bnames [][]byte
 }
 
 // agentCounts is what the agent path counts beyond the drains.
@@ -148,6 +156,26 @@ func newDriver(a *AgentPolicy, n int) (*driver, error) {
 	return d, nil
 }
 
+// timeAnswers gives the driver a window store, for a cell with a latency
+// model: the fleet then hands it each answer (answer) as well as each
+// second's counts.
+func (d *driver) timeAnswers() {
+	d.store = window.New(windowSpan*time.Second, len(d.names)+1, func() time.Time { return d.clock })
+	d.bnames = make([][]byte, len(d.names))
+	for i, n := range d.names {
+		d.bnames[i] = []byte(n)
+	}
+}
+
+// answerBackend is the simulated backend's name, as the store keys it.
+var answerBackend = []byte("app")
+
+// answer records count answers of server i in second sec (the chunk
+// ending at sec), each of status and ms.
+func (d *driver) answer(sec int, i int, status, ms int) {
+	d.store.RecordAt(d.epoch.Unix()+int64(sec), window.Event{Backend: answerBackend, Server: d.bnames[i], Status: status, ResponseMs: ms})
+}
+
 func (d *driver) close() {
 	if d.done != nil {
 		d.done()
@@ -192,6 +220,15 @@ func (d *driver) observe(t float64) agent.Observation {
 	now := d.epoch.Add(time.Duration(t * float64(time.Second)))
 	b := agent.BackendView{Name: "app", Servers: make([]agent.ServerView, len(d.names))}
 	sec := int(t)
+	var long, recent map[string]window.Stats
+	if d.store != nil {
+		d.clock = now
+		lw, rw := d.store.Snapshots(windowSpan*time.Second, recentSpan*time.Second)
+		long, recent = make(map[string]window.Stats, len(lw)), make(map[string]window.Stats, len(rw))
+		for j := range lw {
+			long[lw[j].Server], recent[rw[j].Server] = lw[j], rw[j]
+		}
+	}
 	for i, name := range d.names {
 		st := haproxy.ServerState{Backend: "app", Server: name, OpState: haproxy.OpRunning, Weight: d.weight[i], Initial: initialWeight}
 		v := agent.ServerView{Backend: "app", Server: name, Owner: agent.OwnerNone}
@@ -202,6 +239,12 @@ func (d *driver) observe(t float64) agent.Observation {
 			}
 		}
 		v.State = st
+		if d.store != nil {
+			// the store's windows, a server with no answer yet at zero
+			v.Window, v.Recent = long[name], recent[name]
+			b.Servers[i] = v
+			continue
+		}
 		var wn, wx, rn, rx uint64
 		held, recent := 0, 0
 		for k := range windowSpan {

@@ -148,3 +148,65 @@ func TestCooldownBacksOff(t *testing.T) {
 		t.Errorf("another server's first cooldown %v, want 30", c)
 	}
 }
+
+// TestAgentPathLatency: with a latency model, the agent path feeds every
+// answer through the agent's own window store, and the rules' latency
+// tests, judging the windows the store gives, find a slow server as the
+// direct path's simulated medians and tallies do (every trial, medians
+// within 25% and 2 s: the direct path models the window's median, the
+// store reads it off its histogram); a slowdown under every latency test
+// (3 x at a 5 ms median: under the 50 ms floors) is found by neither.
+func TestAgentPathLatency(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		lat      Latency
+		slow     float64
+		tail     float64
+		findable bool
+	}{
+		{"6x slower", Latency{MedianMs: 20, Sigma: 0.5}, 6, 0, true},
+		{"2.5x slower", Latency{MedianMs: 20, Sigma: 0.5}, 2.5, 0, true},
+		{"a 10% slow tail", Latency{MedianMs: 20, Sigma: 0.5}, 0, 0.1, true},
+		{"3x slower at 5 ms", Latency{MedianMs: 5, Sigma: 0.3}, 3, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Four trials a row with or without the race detector (the
+			// soak is deterministic by seed, and a row's figures must not
+			// depend on it); one for the slowdown never found, whose
+			// trial runs its hour after the onset.
+			trials := 4
+			if !tc.findable {
+				trials = 1
+			}
+			c := Cell{Servers: 9, Rate: 33, Noise: 0.002, Seeds: []uint64{1}, Warmup: 15 * time.Minute,
+				DrainFor: 30 * time.Second, Config: rules.DefaultConfig(), Latency: tc.lat, Slow: tc.slow, Tail: tc.tail, TailMs: 1500, Trials: trials}
+			direct, err := Run(c, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Agent = RulesAgent(c.Config, 0)
+			viaAgent, err := Run(c, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("direct: median %.1f s, %d of %d missed; agent path: median %.1f s, %d missed, %d steps",
+				direct.DetectMedian, direct.Missed, direct.Trials, viaAgent.DetectMedian, viaAgent.Missed, viaAgent.Steps)
+			if viaAgent.FaultFalseDrains != 0 || direct.FaultFalseDrains != 0 {
+				t.Errorf("healthy servers drained: %d on the agent path, %d on the direct one", viaAgent.FaultFalseDrains, direct.FaultFalseDrains)
+			}
+			if !tc.findable {
+				if viaAgent.Missed != viaAgent.Trials || direct.Missed != direct.Trials {
+					t.Errorf("found under every latency test: %d of %d on the agent path, %d on the direct one",
+						viaAgent.Trials-viaAgent.Missed, viaAgent.Trials, direct.Trials-direct.Missed)
+				}
+				return
+			}
+			if viaAgent.Missed != 0 || direct.Missed != 0 {
+				t.Fatalf("missed %d on the agent path, %d on the direct one", viaAgent.Missed, direct.Missed)
+			}
+			if d := viaAgent.DetectMedian - direct.DetectMedian; d > 0.25*direct.DetectMedian+2 || d < -0.25*direct.DetectMedian-2 {
+				t.Errorf("median %.1f s on the agent path, %.1f s on the direct one", viaAgent.DetectMedian, direct.DetectMedian)
+			}
+		})
+	}
+}

@@ -247,6 +247,20 @@ func (l *latencies) p50(i int) (int, uint64) {
 	return int(math.Ceil(math.Exp(ln))), uint64(math.Round(total))
 }
 
+// answerMs draws one answer time of server i in whole ms, for the agent
+// path's window store: lognormal around its median (times Cell.Slow while
+// the slow fault is on), or the slow tail's time with probability tail.
+func (l *latencies) answerMs(i int, slow bool, tail float64) int {
+	if tail > 0 && l.rng.Float64() < tail {
+		return int(math.Ceil(l.c.tailMs()))
+	}
+	mu := l.mu[i]
+	if slow {
+		mu += math.Log(l.c.Slow)
+	}
+	return int(math.Ceil(math.Exp(mu + l.c.Latency.Sigma*l.rng.NormFloat64())))
+}
+
 func normCDF(z float64) float64 { return 0.5 * math.Erfc(-z/math.Sqrt2) }
 
 // slow adds to idx (the sequential test's condemned) the servers the

@@ -251,8 +251,8 @@ func (c Cell) Validate() error {
 		if err := c.Agent.validate(); err != nil {
 			errs = append(errs, err)
 		}
-		if c.dt() != 1 || c.Windowed || c.Latency.MedianMs > 0 {
-			errs = append(errs, errors.New("an agent policy: simulated with one-second checks, the sequential test and no latency model"))
+		if c.dt() != 1 || c.Windowed {
+			errs = append(errs, errors.New("an agent policy: simulated with one-second checks and the sequential test"))
 		}
 	}
 	return errors.Join(errs...)
@@ -857,6 +857,9 @@ func newFleet(c Cell, rng *rand.Rand) *fleet {
 	if c.Agent != nil {
 		f.modelDrains = make([]int, n)
 		f.drv, f.err = newDriver(c.Agent, n)
+		if f.err == nil && f.lat != nil {
+			f.drv.timeAnswers()
+		}
 	}
 	return f
 }
@@ -973,7 +976,7 @@ func (f *fleet) run(secs float64, tr *onsetTrial) int {
 			if !f.serving[i] {
 				f.in[i] = rules.Counts{}
 				f.burstQ[i] = f.burstQ[i][:0] // no traffic, no errors
-				if f.lat != nil {
+				if f.lat != nil && f.drv == nil {
 					f.lat.second(i, 0, false) // its window ages
 					f.lat.tailSecond(i, 0, false, 0)
 				}
@@ -1015,8 +1018,20 @@ func (f *fleet) run(secs float64, tr *onsetTrial) int {
 				if i < k && c.Tail > 0 && c.Flap.on(t0, onset) {
 					tail = c.Tail * after
 				}
-				f.lat.second(i, n, slow)
-				f.lat.tailSecond(i, n, slow, tail)
+				if f.drv != nil {
+					// the agent path: each answer into the agent's
+					// window store, its x errors first
+					for a := range n {
+						status := 200
+						if a < x {
+							status = 500
+						}
+						f.drv.answer(int(t1), i, status, f.lat.answerMs(i, slow, tail))
+					}
+				} else {
+					f.lat.second(i, n, slow)
+					f.lat.tailSecond(i, n, slow, tail)
+				}
 			}
 		}
 		if f.tap != nil {
@@ -1031,7 +1046,9 @@ func (f *fleet) run(secs float64, tr *onsetTrial) int {
 		default:
 			f.idx = f.q.Step(dt, f.srv, f.in, f.serving, f.idx)
 		}
-		if f.lat != nil {
+		if f.lat != nil && f.drv == nil {
+			// the direct path's latency tests (an agent policy judges
+			// answer times itself, from its windows)
 			f.idx = f.slow(f.idx)
 		}
 		for m, i := range f.idx {
