@@ -15,7 +15,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # anywhere); under make, a missing HAProxy fails them instead.
 export HAPILOT_REQUIRE_HAPROXY := 1
 
-.PHONY: all build demo test unit e2e test-faults soak soak-long lint vet fmt tidy fuzz bench bench-quick bench-study bench-overhead-matrix deps clean deb test-deb haproxy-matrix test-matrix test-browser test-fleet test-fake-fleet modelservers test-llm model torch
+.PHONY: all build demo test unit e2e test-faults soak soak-long lint vet fmt tidy fuzz bench bench-quick bench-study bench-overhead-matrix deps clean deb test-deb haproxy-matrix test-matrix test-browser test-fleet test-fake-fleet modelservers test-llm model model-grey torch
 
 all: build
 
@@ -152,6 +152,13 @@ torch:
 model: build torch
 	internal/lab/modelserver/fetch-llama.sh bin/llama.cpp
 	HAPILOT_LLAMA_DIR=bin/llama.cpp internal/lab/models/train.sh ./$(LAB) internal/lab/models bin/model-work
+
+# hapilot-grey (internal/lab/models/recipe-grey.env): one model trained for
+# the grey band the rules' sequential test leaves to a model, alone on
+# both cores. It rewrites internal/lab/models/hapilot-grey/.
+model-grey: build torch
+	internal/lab/modelserver/fetch-llama.sh bin/llama.cpp
+	RECIPE=internal/lab/models/recipe-grey.env HAPILOT_LLAMA_DIR=bin/llama.cpp internal/lab/models/train.sh ./$(LAB) internal/lab/models bin/model-grey-work
 
 # The demo: a real HAProxy, 6 servers of which srv3 and srv6 fail 5%,
 # 300 req/s with --policy static then --policy rules, and a table.

@@ -29,6 +29,7 @@ func cmdDataset(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&r.Penalty, "penalty", r.Penalty, "times an example that flags a healthy server appears in the penalty set")
 	fs.IntVar(&r.Frozen, "frozen", r.Frozen, "one calibration-style situation in this many runs with its plans never taking effect (0: none)")
 	fs.IntVar(&r.Unlimited, "unlimited", r.Unlimited, "outside overload situations every backend has a maxconn at an ordinary load but one in this many (0: none has one)")
+	fs.IntVar(&r.SlowBelow, "slow-below", r.SlowBelow, "one latency situation in this many draws its slowdown below the rules' peer test, at 2.5 to 5 times (0: every one at 2.5 to 25 times)")
 	trained := fs.String("trained", "", "finish: the GGUF train.py or llama-finetune trained from --out's dataset, to be written servable as --gguf")
 	servable := fs.String("gguf", "", "finish: the servable GGUF to write from --trained")
 	if err := fs.Parse(args); err != nil {

@@ -57,6 +57,13 @@ type Draw struct {
 	// overload). The sixth and seventh attempts drew 3, and the committed
 	// models trained on the seventh's data.
 	Unlimited int
+	// SlowBelow: one latency situation in SlowBelow draws its slowdown
+	// at 2.5 to 5 times its peers', below the rules' peer test (a median
+	// 5 times its peers'), which the candidates' looser test (a p95 over
+	// twice the median) flags and only a model can judge; 0 draws every
+	// slowdown at 2.5 to 25 times, as the committed hapilot-tiny's data
+	// did (about one in nine below 5).
+	SlowBelow int
 }
 
 // DefaultRecipe is hapilot-bench dataset's defaults, small and quick to
@@ -318,7 +325,9 @@ func Finish(dir, trained, out string) error {
 	spec.Vocabulary = &modelserver.Vocabulary{Tokens: v.Tokens, Types: v.Types, Scores: v.Scores}
 	// The model names the prompt form it is trained on, so that the
 	// agent calls it with that form without --llm-prompt.
-	spec.Meta = map[string]string{modelapi.PromptFormKey: string(st.Recipe.Prompt)}
+	// And its own name (the file's), not the generator's default.
+	spec.Meta = map[string]string{modelapi.PromptFormKey: string(st.Recipe.Prompt),
+		"general.name": strings.TrimSuffix(filepath.Base(out), ".gguf")}
 	return modelserver.WriteTrained(out, spec, trained)
 }
 

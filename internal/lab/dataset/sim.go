@@ -271,6 +271,9 @@ func (g *gen) situation(now time.Time) *situation {
 		s := victim()
 		s.truth = Slow
 		f := g.uniform(2.5, 25)
+		if g.draw.SlowBelow > 0 && g.pick(g.draw.SlowBelow) == 0 {
+			f = g.uniform(2.5, 5)
+		}
 		s.p50, s.p95 = int(float64(s.p50)*f), int(float64(s.p95)*f)
 	case KindOverload:
 		mc := 4 + g.pick(60)

@@ -24,10 +24,11 @@ import (
 	"github.com/ollama/ollama/api"
 )
 
-// hapilot's own model (internal/lab/models/hapilot-tiny, trained here on
-// simulated scenarios in the prompt form its recipe names, which its
-// GGUF names in turn, so that calibrate and run use it untold), imported into the real Ollama from its committed
-// GGUF and Modelfile as a user would, which tokenizes prompts as the
+// hapilot's own models (internal/lab/models/NAME, trained here on
+// simulated scenarios in the prompt form their recipe names, which each
+// GGUF names in turn, so that calibrate and run use it untold), each
+// imported into the real Ollama from its committed GGUF and Modelfile as
+// a user would, which tokenizes prompts as the
 // training text did, and run with `hapilot run --policy
 // llm` in front of a real HAProxy. It passes calibration (docs/lab/own-model.md has
 // its scorecard): `hapilot calibrate` must say so, and the run reads the
@@ -36,9 +37,19 @@ import (
 // would leave nothing to ask). The model is really called through the
 // server and answers valid replies; no healthy server is drained; the
 // faulty ones are; no step overruns its interval.
-func TestRealOllamaHapilotTiny(t *testing.T) {
-	const model = "hapilot-tiny"
+//
+// Both committed models: hapilot-tiny (drawn on the windowed test's
+// situations) and hapilot-grey (trained for the grey band the sequential
+// test leaves to a model, recipe-grey.env), one after the other on one
+// Ollama.
+func TestRealOllamaOwnModels(t *testing.T) {
 	o := modelserver.OllamaT(t)
+	for _, model := range []string{"hapilot-tiny", "hapilot-grey"} {
+		t.Run(model, func(t *testing.T) { realOwnModel(t, o, model) })
+	}
+}
+
+func realOwnModel(t *testing.T, o *modelserver.Ollama, model string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir, err := filepath.Abs(filepath.Join("..", "models", model))

@@ -17,16 +17,24 @@
 #                   the loss on every token of train.txt, and the penalty
 #                   as repetition in train-penalty.txt.
 #
-#   internal/lab/models/train.sh HAPILOT_BENCH OUT_DIR WORK_DIR
+#   [RECIPE=FILE] internal/lab/models/train.sh HAPILOT_BENCH OUT_DIR WORK_DIR
 #
 # OUT_DIR gets NAME/NAME.gguf, NAME/Modelfile and NAME/training.log for
-# both models; WORK_DIR the dataset, the weights and the raw logs.
+# each of the recipe's models (MODEL, and PENALTY_MODEL where it names
+# one); WORK_DIR the dataset, the weights and the raw logs. RECIPE is
+# recipe.env unless set (recipe-grey.env trains hapilot-grey alone, on two
+# threads).
 set -eu
 bench=$1
 out=$2
 work=$3
 here=$(dirname "$0")
-. "$here/recipe.env"
+. "${RECIPE:-$here/recipe.env}"
+# The models a recipe trains: recipe.env's two, unless it names others.
+MODEL=${MODEL:-hapilot-tiny}
+PENALTY_MODEL=${PENALTY_MODEL-hapilot-tiny-penalty}
+THREADS=${THREADS:-1}
+STATS=${STATS:-dataset-stats.json}
 llama=${HAPILOT_LLAMA_DIR:-bin/llama.cpp}
 python=${HAPILOT_PYTHON:-/usr/bin/python3}
 TRAINER=${TRAINER:-llama-finetune}
@@ -38,7 +46,7 @@ esac
 mkdir -p "$work"
 start=$(date +%s)
 "$bench" dataset --out "$work" --seed "$SEED" --examples "$EXAMPLES" --vocab "$VOCAB" --prompt "$PROMPT" --pack "$CTX" \
-	--width "$WIDTH" --layers "$LAYERS" --ff "$FF" --heads "$HEADS" --penalty "$PENALTY" --frozen "${FROZEN:-0}" --unlimited "${UNLIMITED:-0}"
+	--width "$WIDTH" --layers "$LAYERS" --ff "$FF" --heads "$HEADS" --penalty "$PENALTY" --frozen "${FROZEN:-0}" --unlimited "${UNLIMITED:-0}" --slow-below "${SLOW_BELOW:-0}"
 # Each trainer writes WORK_DIR/MODEL.trained.gguf and MODEL.raw.log.
 finetune() { # MODEL TEXT
 	echo "training $1 on $2 ($(wc -c <"$2") bytes): llama-finetune -c $CTX -b $BATCH -lr $LR -lr-min $LR_MIN -epochs $EPOCHS -t 1"
@@ -49,22 +57,22 @@ finetune() { # MODEL TEXT
 }
 torch() { # MODEL PENALTY
 	nice -n 10 "$python" "$here/train.py" --work "$work" --out "$work/$1.trained.gguf" --penalty "$2" --history "${HISTORY:-1}" \
-		--epochs "$EPOCHS" --lr "$LR" --lr-min "$LR_MIN" --batch-tokens "$BATCH_TOKENS" --val "$VAL" --seed "$SEED" --threads 1 2>&1 |
+		--epochs "$EPOCHS" --lr "$LR" --lr-min "$LR_MIN" --batch-tokens "$BATCH_TOKENS" --val "$VAL" --seed "$SEED" --threads "$THREADS" 2>&1 |
 		tee "$work/$1.raw.log" | awk -v m="$1" '!/^train:/ || NR % 20 == 0 { print m ": " $0; fflush() }' || true
 }
+pids=""
 if [ "$TRAINER" = torch ]; then
-	torch hapilot-tiny 1 &
-	plain=$!
-	torch hapilot-tiny-penalty "$PENALTY" &
-	penalty=$!
+	torch "$MODEL" 1 &
+	pids=$!
+	[ -z "$PENALTY_MODEL" ] || { torch "$PENALTY_MODEL" "$PENALTY" & pids="$pids $!"; }
 else
-	finetune hapilot-tiny "$work/train.txt" &
-	plain=$!
-	finetune hapilot-tiny-penalty "$work/train-penalty.txt" &
-	penalty=$!
+	finetune "$MODEL" "$work/train.txt" &
+	pids=$!
+	[ -z "$PENALTY_MODEL" ] || { finetune "$PENALTY_MODEL" "$work/train-penalty.txt" & pids="$pids $!"; }
 fi
-wait $plain $penalty
-for model in hapilot-tiny hapilot-tiny-penalty; do
+# shellcheck disable=SC2086 # one word a pid
+wait $pids
+for model in $MODEL $PENALTY_MODEL; do
 	mkdir -p "$out/$model"
 	[ -s "$work/$model.trained.gguf" ] || { echo "$TRAINER wrote no $model.trained.gguf: see $work/$model.raw.log" >&2; exit 1; }
 	# The recipe's keys and vocabulary around the trained weights (Ollama
@@ -95,5 +103,5 @@ for model in hapilot-tiny hapilot-tiny-penalty; do
 	cp "$here/Modelfile.in" "$out/$model/Modelfile"
 	sed -i "s/@NAME@/$model/" "$out/$model/Modelfile"
 done
-cp "$work/stats.json" "$out/dataset-stats.json"
+cp "$work/stats.json" "$out/$STATS"
 echo "trained in $(( ($(date +%s) - start) / 60 )) min"
