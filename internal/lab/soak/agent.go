@@ -170,8 +170,8 @@ func (d *driver) timeAnswers() {
 // answerBackend is the simulated backend's name, as the store keys it.
 var answerBackend = []byte("app")
 
-// answer records count answers of server i in second sec (the chunk
-// ending at sec), each of status and ms.
+// answer records one answer of server i in second sec (the chunk ending
+// at sec): its status and its time in ms.
 func (d *driver) answer(sec int, i int, status, ms int) {
 	d.store.RecordAt(d.epoch.Unix()+int64(sec), window.Event{Backend: answerBackend, Server: d.bnames[i], Status: status, ResponseMs: ms})
 }
