@@ -53,6 +53,7 @@ func candidateConfig(rc rules.Config) rules.Config {
 // feedCandidates gives the candidates' test an observation, as the
 // floor's evidence hook gives the floor: both read every observation.
 func (p *Policy) feedCandidates(obs agent.Observation) {
+	p.ownLat.Observe(obs)
 	found := p.loose.Evidence(obs)
 	p.flagMu.Lock()
 	defer p.flagMu.Unlock()
@@ -122,7 +123,7 @@ func (p *Policy) candidates(ctx context.Context, obs agent.Observation, floor ag
 	}
 	p.flagMu.Unlock()
 	for _, b := range obs.Backends {
-		for _, w := range windowSignals(b, p.rules.Loose().MinRequests) {
+		for _, w := range windowSignals(b, p.rules.Loose().MinRequests, p.ownLat.Departed) {
 			add(w.key, w.sig, w.why)
 		}
 	}
@@ -165,11 +166,16 @@ type windowSignal struct {
 
 // windowSignals are a backend's latency and overload suspects: a p95
 // over rules.SuspectLatencyRatio times the serving servers' median plus
-// rules.SuspectLatencyMinMs, on at least enough requests, and a server
-// keeping rules.SuspectBusy of its maxconn busy. These are
-// rules.Config.Suspects' own thresholds and words; its errors signal,
-// the windowed test, is left out.
-func windowSignals(b agent.BackendView, enough uint64) []windowSignal {
+// rules.SuspectLatencyMinMs, on at least enough requests, whose median
+// has departed from its own usual (departed: rules.OwnLatency's, true
+// until a baseline is learned), and a server keeping rules.SuspectBusy of
+// its maxconn busy. These are rules.Config.Suspects' own thresholds and
+// words; its errors signal, the windowed test, is left out. Without the
+// server's own history, a fleet whose servers' medians differ by σ 0.5
+// (lognormal) showed the models a healthy server twice its peers' p95
+// at every step, and both models trained here drained and cut healthy
+// servers where the rules touched none (docs/lab/llm-scoreboard.md).
+func windowSignals(b agent.BackendView, enough uint64, departed func(agent.Key, int) bool) []windowSignal {
 	var out []windowSignal
 	var p95 []int
 	for _, s := range b.Servers {
@@ -183,7 +189,8 @@ func windowSignals(b agent.BackendView, enough uint64) []windowSignal {
 		med = p95[len(p95)/2]
 	}
 	for _, s := range b.Servers {
-		if len(p95) >= 2 && s.Serving() && s.Window.Requests >= enough && s.Window.P95Ms > rules.SuspectLatencyRatio*med+rules.SuspectLatencyMinMs {
+		if len(p95) >= 2 && s.Serving() && s.Window.Requests >= enough && s.Window.P95Ms > rules.SuspectLatencyRatio*med+rules.SuspectLatencyMinMs &&
+			departed(s.Key(), s.Window.P50Ms) {
 			out = append(out, windowSignal{s.Key(), rules.SignalLatency, fmt.Sprintf("latency: p95 %d ms vs the median %d ms", s.Window.P95Ms, med)})
 		}
 		if u := s.Busy(s.Recent.RatePerSec); u >= rules.SuspectBusy && s.Serving() {

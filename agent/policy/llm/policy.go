@@ -84,6 +84,10 @@ type Policy struct {
 	rules  rules.Config  // the operator's: the suspects, FleetWide and evidence are judged by it
 	loose  *rules.Policy // the candidates' test: the rules' sequential one, looser (candidates.go)
 	looseH float64       // its threshold
+	// ownLat: each server's own latency baseline, fed every evidence
+	// check: a latency candidate must be slower than its own usual, not
+	// only than its peers (candidates.go).
+	ownLat *rules.OwnLatency
 
 	flagMu sync.Mutex         // guards flags: the evidence hook and Decide write them
 	flags  map[agent.Key]flag // what the candidates' test flagged, and when (candidates.go)
@@ -178,7 +182,8 @@ func New(m *Model, floor agent.Policy, rc rules.Config, cfg Config, log zerolog.
 		// window is healthy again (mayUndo).
 		rules: rc,
 		loose: rules.New(candidateConfig(rc)), looseH: candidateConfig(rc).Threshold(), flags: map[agent.Key]flag{},
-		ctx: ctx, cancel: cancel, life: lifeState{state: LifeUnknown},
+		ownLat: rules.NewOwnLatency(rc),
+		ctx:    ctx, cancel: cancel, life: lifeState{state: LifeUnknown},
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/haproxy"
+	"github.com/hapilot/hapilot/internal/lib/window"
 )
 
 // TestLatencyBaseline drives the rules' latency test through Evidence,
@@ -136,5 +138,67 @@ func TestLatencyBaselinePause(t *testing.T) {
 				t.Errorf("learned %v, want %v", learned, tt.wantLearned)
 			}
 		})
+	}
+}
+
+// TestOwnLatency: a server always slower than its peers is, once its
+// baseline is learned, no slower than its own usual; one that slows down
+// to 3× its usual has departed from it; before ten minutes of history
+// every server has (it is judged against its peers alone, as the rules
+// judge it then); a drained server keeps its baseline, a removed one
+// loses it.
+func TestOwnLatency(t *testing.T) {
+	o := NewOwnLatency(DefaultConfig())
+	t0 := time.Unix(1_700_000_000, 0)
+	obs := func(sec int, slowP50 int, drained bool) agent.Observation {
+		b := agent.BackendView{Name: "app"}
+		for i, p50 := range []int{5, 5, 12, slowP50} {
+			s := agent.ServerView{Backend: "app", Server: fmt.Sprintf("s%d", i),
+				State:  haproxy.ServerState{OpState: haproxy.OpRunning, Weight: 1},
+				Window: window.Stats{Requests: 2000, P50Ms: p50, P95Ms: 2 * p50}}
+			if drained && i == 3 {
+				s.State.AdminState = haproxy.AdminForcedDrain
+			}
+			b.Servers = append(b.Servers, s)
+		}
+		return agent.Observation{Time: t0.Add(time.Duration(sec) * time.Second), Backends: []agent.BackendView{b}}
+	}
+	always := agent.Key{Backend: "app", Server: "s2"}
+	slows := agent.Key{Backend: "app", Server: "s3"}
+	sec := 0
+	for ; sec < 9*60; sec++ {
+		o.Observe(obs(sec, 5, false))
+	}
+	if !o.Departed(always, 12) || o.Usual(always) != 0 {
+		t.Fatalf("9 minutes in: a baseline counted (usual %.1f ms)", o.Usual(always))
+	}
+	for ; sec < 11*60; sec++ {
+		o.Observe(obs(sec, 5, false))
+	}
+	if u := o.Usual(always); u < 11.9 || u > 12.1 {
+		t.Fatalf("the always-slower server's usual %.2f ms, want 12", u)
+	}
+	if o.Departed(always, 12) || o.Departed(always, 20) {
+		t.Error("a server at 12 and 20 ms against its usual 12 ms read as departed from it")
+	}
+	// s3 slows to 15 ms, 3× its usual: departed, and its baseline does not
+	// learn the fault (still departed a day of it later).
+	for ; sec < 11*60+86400; sec += 10 {
+		o.Observe(obs(sec, 15, false))
+	}
+	if !o.Departed(slows, 15) {
+		t.Errorf("a server at 15 ms against its usual 5 ms (now %.1f ms) not departed", o.Usual(slows))
+	}
+	if o.Departed(slows, 7) {
+		t.Error("7 ms against a usual 5 ms read as departed (under √3×)")
+	}
+	// drained: no longer judged, its baseline kept
+	o.Observe(obs(sec+10, 15, true))
+	if o.Usual(slows) == 0 {
+		t.Error("a drained server lost its baseline")
+	}
+	o.Observe(agent.Observation{Time: t0.Add(time.Duration(sec+20) * time.Second)})
+	if o.Usual(slows) != 0 {
+		t.Error("a server no observation holds kept its baseline")
 	}
 }
