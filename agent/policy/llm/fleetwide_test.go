@@ -255,7 +255,9 @@ func TestFleetWideOnSimulatedWindows(t *testing.T) {
 }
 
 // The check leaves calibration alone: it judges what the model proposes,
-// before any check, and every sequence's expected drain passes the check.
+// before any check, and every sequence's expected action passes the
+// checks (one of them where any one is right: a latency candidate with no
+// history of its own may be cut, not drained).
 func TestCalibrationsDrainsPassTheFleetWideCheck(t *testing.T) {
 	p := New(nil, rules.NewPolicy(rules.DefaultConfig()), rules.DefaultConfig(), DefaultConfig(), zerolog.Nop())
 	defer p.Close()
@@ -264,6 +266,7 @@ func TestCalibrationsDrainsPassTheFleetWideCheck(t *testing.T) {
 		for i, st := range seq.Steps {
 			st.Obs = tl.Feed(st.Obs, p.Hooks().Evidence) // as calibration feeds the policy
 			cands := p.candidates(context.Background(), st.Obs, nil)
+			passed, refused := 0, []string{}
 			for k := range st.Expected {
 				a := agent.Action{Kind: k.Kind, Backend: k.Server.Backend, Server: k.Server.Server}
 				if a.Kind == agent.SetWeight {
@@ -271,9 +274,14 @@ func TestCalibrationsDrainsPassTheFleetWideCheck(t *testing.T) {
 					a.Weight = s.State.Weight / 2
 				}
 				p.report = Report{}
-				if got := p.supported(st.Obs, agent.Plan{a}, cands, nil); len(got) != 1 {
-					t.Errorf("%s step %d: %s refused: %q", seq.Name, i+1, k, p.report.Unsupported)
+				if got := p.supported(st.Obs, agent.Plan{a}, cands, nil); len(got) == 1 {
+					passed++
+				} else {
+					refused = append(refused, fmt.Sprintf("%s refused: %q", k, p.report.Unsupported))
 				}
+			}
+			if want := len(st.Expected); (st.AnyOf && passed == 0 && want > 0) || (!st.AnyOf && passed < want) {
+				t.Errorf("%s step %d: %v", seq.Name, i+1, refused)
 			}
 		}
 	}

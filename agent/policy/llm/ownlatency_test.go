@@ -18,7 +18,8 @@ import (
 // over twice its peers' is a latency candidate while the agent has no
 // history of it (the first ten minutes, as before), and no longer once
 // its own usual is learned and it is at it; a server that slows down to
-// 3× its usual is a candidate then.
+// 3× its usual is a candidate then. The model's drain of a latency
+// candidate waits for its history; a weight cut does not.
 func TestLatencyCandidatesJudgeTheServersOwnUsual(t *testing.T) {
 	p := New(nil, rules.NewPolicy(rules.DefaultConfig()), rules.DefaultConfig(), DefaultConfig(), zerolog.Nop())
 	defer p.Close()
@@ -51,11 +52,25 @@ func TestLatencyCandidatesJudgeTheServersOwnUsual(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
+	// supported: whether the model's drain, or its weight cut, of s gets
+	// through the policy's checks.
+	supported := func(o agent.Observation, s string, kind agent.Kind) bool {
+		a := agent.Action{Kind: kind, Backend: "app", Server: s}
+		if kind == agent.SetWeight {
+			a.Weight = 0 // under the server's weight 1: a cut
+		}
+		p.report = Report{}
+		return len(p.supported(o, agent.Plan{a}, p.candidates(context.Background(), o, nil), nil)) == 1
+	}
 	sec := 0
 	o := obs(sec, 5)
 	p.Hooks().Evidence(o)
 	if got := latency(o); !slices.Equal(got, []string{"s5"}) {
 		t.Fatalf("at the start, latency candidates %v, want [s5] (its peers alone judge it)", got)
+	}
+	if supported(o, "s5", agent.Drain) || !supported(o, "s5", agent.SetWeight) {
+		t.Errorf("with no history of s5: drain supported %v (want false), cut supported %v (want true); %q",
+			supported(o, "s5", agent.Drain), supported(o, "s5", agent.SetWeight), p.report.Unsupported)
 	}
 	for sec = 1; sec <= 11*60; sec++ {
 		o = obs(sec, 5)
@@ -68,5 +83,8 @@ func TestLatencyCandidatesJudgeTheServersOwnUsual(t *testing.T) {
 	p.Hooks().Evidence(o)
 	if got := latency(o); !slices.Equal(got, []string{"s4"}) {
 		t.Errorf("s4 at 3× its usual: latency candidates %v, want [s4]", got)
+	}
+	if !supported(o, "s4", agent.Drain) {
+		t.Errorf("s4 at 3× its learned usual: the model's drain refused: %q", p.report.Unsupported)
 	}
 }

@@ -441,6 +441,13 @@ func (p *Policy) supported(obs agent.Observation, plan agent.Plan, cands map[age
 				why = "the windows do not flag it"
 			case c.Only(rules.SignalErrors):
 				why = p.rules.FleetWide(b, s, apart)
+			case a.Kind == agent.Drain && c.Only(rules.SignalLatency) && !p.ownLat.Learned(a.Key()):
+				// Slower than its peers, but with no history of its
+				// own: at an agent's start, a fleet whose servers
+				// simply differ shows several such servers, and a
+				// model drained them (docs/lab/llm-scoreboard.md). A
+				// weight cut, which keeps the server serving, may act.
+				why = "slow against its peers, with no history of its own answer times yet (" + rules.LatencyLearn.String() + "): a drain waits for it"
 			}
 			if why != "" {
 				p.report.Unsupported = append(p.report.Unsupported, proposalOf(a).String()+": "+why)

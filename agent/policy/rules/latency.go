@@ -29,6 +29,9 @@ import (
 // they did.
 const latencyLearn = 10 * time.Minute
 
+// LatencyLearn is latencyLearn, for the policies that wait on it.
+const LatencyLearn = latencyLearn
+
 // alwaysSlow is how many times the peer test's ratio makes a server slow
 // whatever its history: at the defaults, a median 50× its peers'. A
 // baseline learns from whatever a server serves before it is learned, so

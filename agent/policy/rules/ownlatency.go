@@ -90,6 +90,15 @@ func (o *OwnLatency) Departed(k agent.Key, p50 int) bool {
 	return logMs(float64(p50)) >= bl.mean()+o.cfg.slowMargin(bl)/2
 }
 
+// Learned tells whether server k's baseline is learned: ten minutes of
+// its answers judged.
+func (o *OwnLatency) Learned(k agent.Key) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	bl := o.base[k]
+	return bl != nil && bl.learned()
+}
+
 // Usual is server k's learned median in ms, 0 while it is not learned.
 func (o *OwnLatency) Usual(k agent.Key) float64 {
 	o.mu.Lock()
