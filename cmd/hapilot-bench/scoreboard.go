@@ -59,6 +59,10 @@ var families = []family{
 		c.Latency, c.Slow = soak.Latency{MedianMs: 5, Sigma: 0.3}, 3
 		return c
 	}},
+	{"grey-latency-spread", "grey-latency in a fleet whose servers' own medians differ (lognormal σ 0.5 around 5 ms): a healthy server may sit at twice its peers' p95 all day; the slow server is 3 x its own", func(c soak.Cell) soak.Cell {
+		c.Latency, c.Slow = soak.Latency{MedianMs: 5, Sigma: 0.3, Hetero: 0.5}, 3
+		return c
+	}},
 	{"flapping", "33 req/s; a 5% fault on for 30 s, off for 60 s, from its onset (no healthy days)", func(c soak.Cell) soak.Cell {
 		c.Fault, c.Flap, c.ServerDays = 0.05, soak.Flap{On: 30 * time.Second, Off: 60 * time.Second}, 0
 		return c

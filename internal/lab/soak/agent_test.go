@@ -105,15 +105,7 @@ func TestAgentPathAgreesWithDirect(t *testing.T) {
 	for _, fault := range []float64{0.02, 0.05} {
 		c := Cell{Servers: 9, Rate: 33, Noise: 0.002, Seeds: []uint64{1, 2}, Warmup: 10 * time.Minute,
 			DrainFor: 30 * time.Second, Config: rules.DefaultConfig(), Fault: fault, Trials: 20}
-		direct, err := Run(c, 2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Agent = RulesAgent(c.Config, 0)
-		viaAgent, err := Run(c, 2)
-		if err != nil {
-			t.Fatal(err)
-		}
+		direct, viaAgent := bothPaths(t, c)
 		t.Logf("%.0f%%: direct median %.1f s p90 %.1f s, %d missed; agent path median %.1f s p90 %.1f s, %d missed, %d steps",
 			100*fault, direct.DetectMedian, direct.DetectP90, direct.Missed, viaAgent.DetectMedian, viaAgent.DetectP90, viaAgent.Missed, viaAgent.Steps)
 		if viaAgent.Missed != direct.Missed || viaAgent.FaultFalseDrains != direct.FaultFalseDrains {
@@ -124,6 +116,22 @@ func TestAgentPathAgreesWithDirect(t *testing.T) {
 			t.Errorf("%.0f%%: median %.1f s on the agent path, %.1f s on the direct one", 100*fault, viaAgent.DetectMedian, direct.DetectMedian)
 		}
 	}
+}
+
+// bothPaths runs c on the direct path, then through the rules on the
+// agent path.
+func bothPaths(t *testing.T, c Cell) (direct, viaAgent Result) {
+	t.Helper()
+	direct, err := Run(c, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Agent = RulesAgent(c.Config, 0)
+	viaAgent, err = Run(c, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return direct, viaAgent
 }
 
 // TestCooldownBacksOff: on the agent path a server drained again stays
@@ -180,15 +188,7 @@ func TestAgentPathLatency(t *testing.T) {
 			}
 			c := Cell{Servers: 9, Rate: 33, Noise: 0.002, Seeds: []uint64{1}, Warmup: 15 * time.Minute,
 				DrainFor: 30 * time.Second, Config: rules.DefaultConfig(), Latency: tc.lat, Slow: tc.slow, Tail: tc.tail, TailMs: 1500, Trials: trials}
-			direct, err := Run(c, 2)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.Agent = RulesAgent(c.Config, 0)
-			viaAgent, err := Run(c, 2)
-			if err != nil {
-				t.Fatal(err)
-			}
+			direct, viaAgent := bothPaths(t, c)
 			t.Logf("direct: median %.1f s, %d of %d missed; agent path: median %.1f s, %d missed, %d steps",
 				direct.DetectMedian, direct.Missed, direct.Trials, viaAgent.DetectMedian, viaAgent.Missed, viaAgent.Steps)
 			if viaAgent.FaultFalseDrains != 0 || direct.FaultFalseDrains != 0 {
