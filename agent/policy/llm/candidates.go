@@ -173,8 +173,8 @@ type windowSignal struct {
 // words; its errors signal, the windowed test, is left out. Without the
 // server's own history, a fleet whose servers' medians differ by σ 0.5
 // (lognormal) showed the models a healthy server twice its peers' p95
-// at every step, and both models trained here drained and cut healthy
-// servers where the rules touched none (docs/lab/llm-scoreboard.md).
+// at every step, and both models trained here drained healthy servers
+// where the rules touched none (docs/lab/llm-scoreboard.md).
 func windowSignals(b agent.BackendView, enough uint64, departed func(agent.Key, int) bool) []windowSignal {
 	var out []windowSignal
 	var p95 []int
