@@ -21,23 +21,20 @@ import (
 // slowdown still drains nothing: the peers' median moves too, and the
 // peer test is still required.
 
-// latencyLearn is how much judged time a baseline needs before it
+// LatencyLearn is how much judged time a baseline needs before it
 // counts: ten windows of 60 s, so that it averages over more than one
 // window's sampling noise and one bad minute does not make it. Until
 // then the server is judged as before (the peer test alone): the e2e
 // tests and an agent that starts while a fault is present drain it as
 // they did.
-const latencyLearn = 10 * time.Minute
-
-// LatencyLearn is latencyLearn, for the policies that wait on it.
-const LatencyLearn = latencyLearn
+const LatencyLearn = 10 * time.Minute
 
 // alwaysSlow is how many times the peer test's ratio makes a server slow
 // whatever its history: at the defaults, a median 50× its peers'. A
 // baseline learns from whatever a server serves before it is learned, so
 // a server already slow when the agent starts, and kept serving (observe
 // mode, a guardrail's refusal), would otherwise become its own normal
-// after latencyLearn. Healthy servers differ, but not by this much: two
+// after LatencyLearn. Healthy servers differ, but not by this much: two
 // servers whose medians are each lognormal(σ 0.5) around the same value
 // are 50× apart in about one pair in 31 million
 // (docs/explanation/detection.md).
@@ -46,12 +43,12 @@ const alwaysSlow = 10
 // latBaseline is one server's latency baseline: exponentially weighted
 // (time constant BaselineSpan) sums of the log of its window median, per
 // second judged: w of the seconds, m of the logs, q of their squares.
-// secs counts the seconds judged, for latencyLearn.
+// secs counts the seconds judged, for LatencyLearn.
 type latBaseline struct {
 	w, m, q, secs float64
 }
 
-func (b *latBaseline) learned() bool { return b.secs >= latencyLearn.Seconds() }
+func (b *latBaseline) learned() bool { return b.secs >= LatencyLearn.Seconds() }
 
 // mean and sd of the log of the window median, the baseline's level and
 // its spread.
@@ -71,7 +68,7 @@ func (b *latBaseline) add(x, dt, span float64) {
 }
 
 // LatencyBaseline is a server's learned median answer time in ms (0
-// until latencyLearn of history), for reasons and tests.
+// until LatencyLearn of history), for reasons and tests.
 func (s *SeqServer) LatencyBaseline() float64 {
 	if !s.lat.learned() {
 		return 0
@@ -108,17 +105,14 @@ func (p *Policy) SlowBaseline(b agent.BackendView, srv []*SeqServer, dt float64)
 	// agent's defaults): after a pause of the loop, one median must not
 	// weigh as if it had been seen every second.
 	dt = min(max(dt, 0), 60)
-	span := c.BaselineSpan.Seconds()
-	if span <= 0 {
-		span = DefaultConfig().BaselineSpan.Seconds()
-	}
+	span := c.baselineSpan()
 	flagged := make(map[string]int, len(peer))
 	for k, s := range peer {
 		flagged[s.Server] = k
 	}
 	var out []SlowServer
 	for i, s := range b.Servers {
-		if i >= len(srv) || srv[i] == nil || !s.Serving() || s.Window.Requests < max(c.MinRequests/2, 1) {
+		if i >= len(srv) || srv[i] == nil || !c.latencyJudged(s) {
 			continue
 		}
 		bl := &srv[i].lat
@@ -141,11 +135,38 @@ func (p *Policy) SlowBaseline(b agent.BackendView, srv []*SeqServer, dt float64)
 			out = append(out, SlowServer{Server: s.Server, Reason: fmt.Sprintf("%s, and %.1f× its own baseline %.0f ms (degraded from %.1f×)",
 				peer[k].Reason, math.Exp(x-mu), math.Exp(mu), math.Exp(margin))})
 		}
-		if x < mu+margin/2 {
-			bl.add(x, dt, span)
-		}
+		c.teach(bl, x, dt, span)
 	}
 	return out
 }
 
 func logMs(ms float64) float64 { return math.Log(max(ms, 1)) }
+
+// latencyJudged: a server's window median is judged (and teaches its
+// baseline) when it serves and its window holds half MinRequests answers.
+func (c Config) latencyJudged(s agent.ServerView) bool {
+	return s.Serving() && s.Window.Requests >= max(c.MinRequests/2, 1)
+}
+
+// baselineSpan is the baselines' time constant in seconds.
+func (c Config) baselineSpan() float64 {
+	if c.BaselineSpan > 0 {
+		return c.BaselineSpan.Seconds()
+	}
+	return DefaultConfig().BaselineSpan.Seconds()
+}
+
+// departed: a log median x is more than half the margin above the
+// learned baseline bl, the line above which a median is suspect and does
+// not teach it.
+func (c Config) departed(bl *latBaseline, x float64) bool {
+	return x >= bl.mean()+c.slowMargin(bl)/2
+}
+
+// teach weighs a log median x in over dt seconds: every one until the
+// baseline is learned, then only those that have not departed from it.
+func (c Config) teach(bl *latBaseline, x, dt, span float64) {
+	if !bl.learned() || !c.departed(bl, x) {
+		bl.add(x, dt, span)
+	}
+}

@@ -21,7 +21,7 @@ func TestLatencyBaseline(t *testing.T) {
 		secs int
 		p50  []int // each server's window median, ms
 	}
-	learn := int(latencyLearn.Seconds()) + 100
+	learn := int(LatencyLearn.Seconds()) + 100
 	tests := []struct {
 		name      string
 		baseRatio float64 // LatencyBaselineRatio; -1: the default
@@ -84,7 +84,7 @@ func TestLatencyBaseline(t *testing.T) {
 
 // TestLatencyBaselineLevel: the baseline is the geometric mean of the
 // medians it was taught, weighted by time, and stays unlearned (0) short
-// of latencyLearn.
+// of LatencyLearn.
 func TestLatencyBaselineLevel(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -92,8 +92,8 @@ func TestLatencyBaselineLevel(t *testing.T) {
 		lo, h float64
 	}{
 		{"not yet learned", [2]int{100, 100}, 0, 0},
-		{"one level", [2]int{int(latencyLearn.Seconds()), 0}, 9.9, 10.1},
-		{"half at each: the geometric mean", [2]int{int(latencyLearn.Seconds()) / 2, int(latencyLearn.Seconds()) / 2}, 19.5, 20.5},
+		{"one level", [2]int{int(LatencyLearn.Seconds()), 0}, 9.9, 10.1},
+		{"half at each: the geometric mean", [2]int{int(LatencyLearn.Seconds()) / 2, int(LatencyLearn.Seconds()) / 2}, 19.5, 20.5},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -169,13 +169,13 @@ func TestOwnLatency(t *testing.T) {
 	for ; sec < 9*60; sec++ {
 		o.Observe(obs(sec, 5, false))
 	}
-	if !o.Departed(always, 12) || o.Usual(always) != 0 {
-		t.Fatalf("9 minutes in: a baseline counted (usual %.1f ms)", o.Usual(always))
+	if !o.Departed(always, 12) || o.usual(always) != 0 {
+		t.Fatalf("9 minutes in: a baseline counted (usual %.1f ms)", o.usual(always))
 	}
 	for ; sec < 11*60; sec++ {
 		o.Observe(obs(sec, 5, false))
 	}
-	if u := o.Usual(always); u < 11.9 || u > 12.1 {
+	if u := o.usual(always); u < 11.9 || u > 12.1 {
 		t.Fatalf("the always-slower server's usual %.2f ms, want 12", u)
 	}
 	if o.Departed(always, 12) || o.Departed(always, 20) {
@@ -187,18 +187,18 @@ func TestOwnLatency(t *testing.T) {
 		o.Observe(obs(sec, 15, false))
 	}
 	if !o.Departed(slows, 15) {
-		t.Errorf("a server at 15 ms against its usual 5 ms (now %.1f ms) not departed", o.Usual(slows))
+		t.Errorf("a server at 15 ms against its usual 5 ms (now %.1f ms) not departed", o.usual(slows))
 	}
 	if o.Departed(slows, 7) {
 		t.Error("7 ms against a usual 5 ms read as departed (under √3×)")
 	}
 	// drained: no longer judged, its baseline kept
 	o.Observe(obs(sec+10, 15, true))
-	if o.Usual(slows) == 0 {
+	if o.usual(slows) == 0 {
 		t.Error("a drained server lost its baseline")
 	}
 	o.Observe(agent.Observation{Time: t0.Add(time.Duration(sec+20) * time.Second)})
-	if o.Usual(slows) != 0 {
+	if o.usual(slows) != 0 {
 		t.Error("a server no observation holds kept its baseline")
 	}
 }

@@ -21,19 +21,27 @@ type OwnLatency struct {
 	cfg  Config
 	mu   sync.Mutex
 	at   time.Time
-	base map[agent.Key]*latBaseline
+	base map[agent.Key]*ownBaseline
+}
+
+// ownBaseline is one server's baseline, and the last observation that
+// held the server (Observe forgets those an observation no longer holds).
+type ownBaseline struct {
+	latBaseline
+	seen time.Time
 }
 
 // NewOwnLatency keeps baselines with c's span, minimum requests and
 // margin (LatencyBaselineRatio).
 func NewOwnLatency(c Config) *OwnLatency {
-	return &OwnLatency{cfg: c, base: map[agent.Key]*latBaseline{}}
+	return &OwnLatency{cfg: c, base: map[agent.Key]*ownBaseline{}}
 }
 
-// Observe teaches each judged server's baseline its window median now
-// (a serving server with at least half MinRequests answers in its
-// window), weighed by the time since the last observation (at most a
-// window's 60 s), and forgets the servers obs no longer holds.
+// Observe teaches each judged server's baseline its window median now, as
+// SlowBaseline teaches the rules' (Config.latencyJudged, Config.teach),
+// weighed by the time since the last observation (at most a window's
+// 60 s), and forgets the servers obs no longer holds. A server no longer
+// judged (drained) keeps its baseline.
 func (o *OwnLatency) Observe(obs agent.Observation) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -45,31 +53,23 @@ func (o *OwnLatency) Observe(obs agent.Observation) {
 		dt = min(obs.Time.Sub(o.at).Seconds(), 60)
 	}
 	o.at = obs.Time
-	span := o.cfg.BaselineSpan.Seconds()
-	if span <= 0 {
-		span = DefaultConfig().BaselineSpan.Seconds()
-	}
-	seen := map[agent.Key]bool{}
+	span := o.cfg.baselineSpan()
 	for _, b := range obs.Backends {
 		for _, s := range b.Servers {
 			k := s.Key()
-			seen[k] = true
-			if !s.Serving() || s.Window.Requests < max(o.cfg.MinRequests/2, 1) || s.Window.P50Ms <= 0 {
-				continue
-			}
 			bl := o.base[k]
 			if bl == nil {
-				bl = &latBaseline{}
+				bl = &ownBaseline{}
 				o.base[k] = bl
 			}
-			x := logMs(float64(s.Window.P50Ms))
-			if !bl.learned() || x < bl.mean()+o.cfg.slowMargin(bl)/2 {
-				bl.add(x, dt, span)
+			bl.seen = obs.Time
+			if o.cfg.latencyJudged(s) && s.Window.P50Ms > 0 {
+				o.cfg.teach(&bl.latBaseline, logMs(float64(s.Window.P50Ms)), dt, span)
 			}
 		}
 	}
-	for k := range o.base {
-		if !seen[k] {
+	for k, bl := range o.base {
+		if !bl.seen.Equal(obs.Time) {
 			delete(o.base, k)
 		}
 	}
@@ -77,9 +77,10 @@ func (o *OwnLatency) Observe(obs agent.Observation) {
 
 // Departed tells whether a window median of p50 ms is slower than server
 // k's own usual: past half the margin above its learned baseline (√3×
-// at the defaults, the line above which the baseline stops learning).
-// A server whose baseline is not learned yet has departed, so that it is
-// judged against its peers alone, as the rules judge it then.
+// at the defaults, the line above which the baseline stops learning:
+// Config.departed). A server whose baseline is not learned yet has
+// departed, so that it is judged against its peers alone, as the rules
+// judge it then.
 func (o *OwnLatency) Departed(k agent.Key, p50 int) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -87,10 +88,10 @@ func (o *OwnLatency) Departed(k agent.Key, p50 int) bool {
 	if bl == nil || !bl.learned() || o.cfg.LatencyBaselineRatio <= 0 {
 		return true
 	}
-	return logMs(float64(p50)) >= bl.mean()+o.cfg.slowMargin(bl)/2
+	return o.cfg.departed(&bl.latBaseline, logMs(float64(p50)))
 }
 
-// Learned tells whether server k's baseline is learned: ten minutes of
+// Learned tells whether server k's baseline is learned: LatencyLearn of
 // its answers judged.
 func (o *OwnLatency) Learned(k agent.Key) bool {
 	o.mu.Lock()
@@ -99,8 +100,9 @@ func (o *OwnLatency) Learned(k agent.Key) bool {
 	return bl != nil && bl.learned()
 }
 
-// Usual is server k's learned median in ms, 0 while it is not learned.
-func (o *OwnLatency) Usual(k agent.Key) float64 {
+// usual is server k's learned median in ms, 0 while it is not learned
+// (for tests).
+func (o *OwnLatency) usual(k agent.Key) float64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if bl := o.base[k]; bl != nil && bl.learned() {
