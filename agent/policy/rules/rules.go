@@ -611,17 +611,18 @@ func (p *Policy) Slow(b agent.BackendView) []SlowServer {
 
 // counted is how many of the evidence's checks its counts cover: those a
 // burst's cut touched are left out (RunCounts).
-func counted(s *SeqServer) int { return s.run - s.runCut }
+func counted(s *SeqServer) int { return s.run - s.runCut() }
 
 // burstsLeftOut is the reason's last words where the evidence held a
 // burst: its checks, left out of the counts quoted. After the figures, so
 // that the LLM policy's prompt, which quotes them, reads as before.
 func burstsLeftOut(s *SeqServer) string {
-	switch s.runCut {
+	cut := s.runCut()
+	switch cut {
 	case 0:
 		return ""
 	case 1:
 		return "; 1 more check of its evidence, which the minimum duration cut as a burst's, is left out of those counts"
 	}
-	return fmt.Sprintf("; %d more checks of its evidence, which the minimum duration cut as a burst's, are left out of those counts", s.runCut)
+	return fmt.Sprintf("; %d more checks of its evidence, which the minimum duration cut as a burst's, are left out of those counts", cut)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -252,6 +253,50 @@ func TestMinimumDuration(t *testing.T) {
 			{secs: 60, rates: rates(9, 0.002, map[int]float64{0: 0.2})}}, seed)
 		if len(early) > 0 || first[0] <= w || first[0] > w+3 {
 			t.Errorf("seed %d: 20%% at 300 req/s condemned at %d s (early %v), want within (%d, %d] s", seed, first[0], early, w, w+3)
+		}
+	}
+}
+
+// TestBurstAfterHealthyErrors: a burst shorter than the minimum duration
+// that touches every one of its window's W checks is forgiven even when a
+// few healthy errors came in the seconds before it, lifting a window
+// over the credit already. Before, the minimum duration was a budget of W
+// checks cut in an episode: the healthy errors' check spent one, the
+// burst's last check counted in full: the soak's `--bursts 3:30-50
+// --burst-spread 5` at 33 req/s (bursts of 30-50 errors spread over 5 s)
+// drained 31 healthy servers per 1,000 server-days, 8 since (two bursts
+// that overlap).
+func TestBurstAfterHealthyErrors(t *testing.T) {
+	cfg := DefaultConfig()
+	w := cfg.window() // the checks a burst shorter than MinDuration touches
+	healthy := rates(9, 0.002, nil)
+	for _, rate := range []float64{5, 33, 300} {
+		for _, before := range [][]int{{1}, {4, 2, 1}, {5, 4, 2, 1}} { // seconds before the burst with an extra error
+			for _, size := range []uint64{20, 50, 200} {
+				t.Run(fmt.Sprintf("%g req/s, errors %v s before, %d errors over %d checks", rate, before, size, w), func(t *testing.T) {
+					for seed := range uint64(3) {
+						phases := []phase{{secs: 3600, rates: healthy}}
+						for sec := -6; sec < 0; sec++ {
+							var x uint64
+							if slices.Contains(before, -sec) {
+								x = 1
+							}
+							phases = append(phases, phase{secs: 1, rates: healthy, burst: map[int]uint64{2: x}})
+						}
+						for k := range w {
+							phases = append(phases, phase{secs: 1, rates: healthy, burst: map[int]uint64{2: share(size, k, w)}})
+						}
+						phases = append(phases, phase{secs: 600, rates: healthy})
+						first, early := runPhases(t, cfg, rate, phases, seed)
+						if len(early) > 0 {
+							t.Fatalf("seed %d: %v condemned", seed, early)
+						}
+						if first[2] >= 0 {
+							t.Errorf("seed %d: condemned %d s after the burst", seed, first[2])
+						}
+					}
+				})
+			}
 		}
 	}
 }
