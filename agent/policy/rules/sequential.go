@@ -58,14 +58,15 @@ import (
 // window over the credit a few seconds before a burst spent the budget,
 // and the burst's last chunk counted in full (TestBurstAfterHealthyErrors;
 // the soak's `--bursts 3:30-50 --burst-spread 5` at 33 req/s, 31 false
-// drains per 1,000 server-days, 8 since, two bursts that overlap). A burst that begins after a
-// quiet gap (quietGap chunks that brought no evidence since the last
-// burst's chunk) and brings more than the credit in its first chunk, or
-// after two windows that brought none, is a burst of its own, whose
-// windows begin at it, up to episodeBursts in an episode (which ends with
-// the statistic back at zero, or a minute of windows that brought no more
-// than the credit): two bursts seconds apart, which Poisson bursts an
-// hour apart make every few hundred, are both forgiven. A window that
+// drains per 1,000 server-days, 8 since, two bursts that overlap). A
+// burst that begins after a quiet gap (quietGap chunks that brought no
+// evidence since the last burst's chunk) and brings more than the credit
+// in its first chunk, or after two windows that brought none, is a burst
+// of its own, whose windows begin at it, up to episodeBursts in an
+// episode (which ends with the statistic back at zero, or a minute of
+// windows that brought no more than the credit): two bursts seconds
+// apart, which Poisson bursts an hour apart make every few hundred, are
+// both forgiven, farther apart than the best two windows reach. A window that
 // brings no more than the credit takes nothing out: a slow fault (2% at 5
 // req/s) brings an error or two a window, window after window, and all of
 // it counts. Errors that go on for longer than the minimum duration, one
@@ -225,14 +226,15 @@ type SeqServer struct {
 	// the uncut sum of its log-likelihood ratios since its evidence last
 	// started (its statistic at zero), cnt the chunks since, and uw the
 	// last W sums (a ring at wpos), so that u now less u m chunks ago is
-	// what the last m brought; pb, for each of the last W chunks and
+	// what the last m brought; pb, for each of the last 2W chunks and
 	// each length up to W, the window of at most that length that brought
 	// the most by then (Sequential.windows). Windows begin after lo, the
 	// episode's or the burst's start, where the sum was loU. excess: what
 	// the burst's best windows brought beyond the credit, which is what S
-	// has had taken out for it; segs counts the episode's bursts. quiet: the chunks in a
-	// row that brought no evidence; gap: the most of them since the last
-	// window over the credit; calm: the chunks in a row whose window
+	// has had taken out for it; segs counts the episode's bursts. quiet:
+	// the chunks in a row that brought no evidence, qmask which of the
+	// last 64 did (bit 0 the latest); gap: the most of them in a row since
+	// the last burst's chunk; calm: the chunks in a row whose window
 	// brought no more than the credit (episodeCalm of them end the
 	// episode). tokened: the burst under way took a token. The tokens are
 	// the bursts the server may still have forgiven (burstTokens at most,
@@ -386,8 +388,9 @@ func (q *Sequential) windows(s *SeqServer, k int) float64 {
 	for m := 1; m <= span; m++ {
 		// The earlier window: the best of at most W-m chunks that ends
 		// pairGap quiet chunks or more before this one begins, within 2W
-		// chunks of now. The best by each position can only fall as the
-		// position goes back, so the first that is apart is the best.
+		// chunks of now: the best by each position, going back, until one
+		// is apart (a lesser one behind a better that is not apart is not
+		// looked for: less is taken out, never more).
 		var a piece
 		for p := n - int32(m) - int32(q.pairGap); m < w && p > lo && p > n-int32(r); p-- {
 			c := *at(p, w-m)
@@ -414,7 +417,7 @@ func (q *Sequential) windows(s *SeqServer, k int) float64 {
 func (q *Sequential) cutOfWindows(s *SeqServer, k int) cutCounts {
 	n, x := s.lastSum(q.cutB)
 	c := cutCounts{n: n, x: x, chunks: int32(q.cutB)}
-	if a := q.cutA; a.n > 0 {
+	if a := q.cutA; a.n > 0 && int(s.cnt[k]-a.end)+int(a.n) <= recentChunks {
 		back := int(s.cnt[k] - a.end) // chunks after its last
 		n1, x1 := s.lastSum(back + int(a.n))
 		n0, x0 := s.lastSum(back)
