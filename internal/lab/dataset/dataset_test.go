@@ -374,7 +374,7 @@ func TestActs(t *testing.T) {
 // later; 1 in 4,000).
 func TestHistoryDoesNotGiveTheAnswerAway(t *testing.T) {
 	if underRace {
-		t.Skip("2,000 examples take minutes under -race (make test); make test-llm runs this package without it")
+		t.Skip("4,000 examples take minutes under -race (make test); make test-llm runs this package without it")
 	}
 	ex, err := Generate(9, 4000, prompt.Numbered, DefaultRecipe().Draw, llmprompts.New)
 	if err != nil {
