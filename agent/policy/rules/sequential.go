@@ -799,9 +799,10 @@ func (q *Sequential) chunk(dt float64, srv []*SeqServer, serving []bool) {
 					// for each (at 11 req/s, 5%, twelve quiet chunks in a
 					// row have a chance of e^-6.6, 1 in 700); a burst at
 					// low traffic may begin with a check of an error or
-					// two. Slow answers' stalls are each their own burst,
-					// however many and however close (a GC pause coming
-					// back is the server's normal).
+					// two. Slow answers' stalls are each their own burst
+					// after a quiet gap, however many (a GC pause coming
+					// back is the server's normal), and two a check apart
+					// are the best two windows (pairGap 0 there).
 					s.newSegment(k, l)
 					best = q.windows(s, k)
 				}
