@@ -231,10 +231,10 @@ type SeqServer struct {
 	// the most by then (Sequential.windows). Windows begin after lo, the
 	// episode's or the burst's start, where the sum was loU. excess: what
 	// the burst's best windows brought beyond the credit, which is what S
-	// has had taken out for it; segs counts the episode's bursts. quiet:
-	// the chunks in a row that brought no evidence, qmask which of the
-	// last 64 did (bit 0 the latest); gap: the most of them in a row since
-	// the last burst's chunk; calm: the chunks in a row whose window
+	// has had taken out for it; segs counts the episode's bursts. qmask:
+	// which of the last 64 chunks brought no evidence (bit 0 the latest;
+	// its trailing ones are the quiet chunks in a row now); gap: the most
+	// of them in a row since the last burst's chunk; calm: the chunks in a row whose window
 	// brought no more than the credit (episodeCalm of them end the
 	// episode). tokened: the burst under way took a token. The tokens are
 	// the bursts the server may still have forgiven (burstTokens at most,
@@ -249,7 +249,6 @@ type SeqServer struct {
 	pb      []piece
 	excess  [len(bank)]float64
 	segs    [len(bank)]int8
-	quiet   [len(bank)]int8
 	qmask   [len(bank)]uint64
 	calm    [len(bank)]int8
 	gap     [len(bank)]int8
@@ -412,8 +411,8 @@ func (q *Sequential) windows(s *SeqServer, k int) float64 {
 	return best
 }
 
-// cutCounts are the requests, 5xx and chunks of the windows windows last
-// chose, for alternative k of s.
+// cutOfWindows is the requests, 5xx and chunks of the windows that
+// windows last chose, for alternative k of s.
 func (q *Sequential) cutOfWindows(s *SeqServer, k int) cutCounts {
 	n, x := s.lastSum(q.cutB)
 	c := cutCounts{n: n, x: x, chunks: int32(q.cutB)}
@@ -493,7 +492,6 @@ func (s *SeqServer) endRun() {
 	s.cnt, s.lo = [len(bank)]int32{}, [len(bank)]int32{}
 	s.loU, s.excess = [len(bank)]float64{}, [len(bank)]float64{}
 	s.segs = [len(bank)]int8{}
-	s.quiet = [len(bank)]int8{}
 	s.qmask = [len(bank)]uint64{}
 	s.calm = [len(bank)]int8{}
 	s.gap = [len(bank)]int8{}
@@ -750,10 +748,7 @@ func (q *Sequential) chunk(dt float64, srv []*SeqServer, serving []bool) {
 				s.qmask[k] <<= 1
 				if l <= 0 {
 					s.qmask[k] |= 1
-					s.quiet[k] = min(s.quiet[k]+1, ownGapWindows*maxWindow) // counted up to what it is for
-					s.gap[k] = max(s.gap[k], s.quiet[k])
-				} else {
-					s.quiet[k] = 0
+					s.gap[k] = max(s.gap[k], int8(bits.TrailingZeros64(^s.qmask[k])))
 				}
 				v := s.S[k] + l
 				if v <= 0 {
