@@ -53,6 +53,20 @@ type phase struct {
 	burst map[int]uint64 // server -> errors added in the phase's first second
 }
 
+// noneCondemned fails the test for each server runPhases found
+// condemned, before the last phase or after its start (`after` names it).
+func noneCondemned(t *testing.T, seed uint64, first, early []int, after string) {
+	t.Helper()
+	if len(early) > 0 {
+		t.Errorf("seed %d: %v condemned", seed, early)
+	}
+	for i, at := range first {
+		if at >= 0 {
+			t.Errorf("seed %d: server %d condemned %d s after %s", seed, i, at, after)
+		}
+	}
+}
+
 // runPhases drives one backend's test with per-second counts and returns,
 // per server, the first second (from the start of the last phase) it was
 // condemned, -1 if never; and whether any was condemned before the last
@@ -232,14 +246,7 @@ func TestMinimumDuration(t *testing.T) {
 						}
 						phases = append(phases, phase{secs: 600, rates: rates(9, 0.002, nil)})
 						first, early := runPhases(t, cfg, rate, phases, seed)
-						if len(early) > 0 {
-							t.Fatalf("seed %d: %v condemned", seed, early)
-						}
-						for i, at := range first {
-							if at >= 0 {
-								t.Errorf("seed %d: server %d condemned %d s after the burst", seed, i, at)
-							}
-						}
+						noneCondemned(t, seed, first, early, "the burst")
 					}
 				})
 			}
@@ -332,14 +339,7 @@ func TestTwoBurstsSecondsApart(t *testing.T) {
 							{secs: 1, rates: quiet, burst: map[int]uint64{2: size - size*7/10}}}
 						phases = append(phases, phase{secs: 600, rates: quiet})
 						first, early := runPhases(t, cfg, rate, phases, seed)
-						if len(early) > 0 {
-							t.Fatalf("seed %d: %v condemned", seed, early)
-						}
-						for i, at := range first {
-							if at >= 0 {
-								t.Errorf("seed %d: server %d condemned %d s after the second burst", seed, i, at)
-							}
-						}
+						noneCondemned(t, seed, first, early, "the second burst")
 					}
 				})
 			}
@@ -403,14 +403,7 @@ func TestBurstsMinutesApartAtLowTraffic(t *testing.T) {
 					}
 					phases = append(phases, phase{secs: 600, rates: quiet})
 					first, early := runPhases(t, DefaultConfig(), rate, phases, seed)
-					if len(early) > 0 {
-						t.Errorf("seed %d: %v condemned", seed, early)
-					}
-					for i, at := range first {
-						if at >= 0 {
-							t.Errorf("seed %d: server %d condemned %d s after the last burst", seed, i, at)
-						}
-					}
+					noneCondemned(t, seed, first, early, "the last burst")
 				}
 			})
 		}
@@ -1008,14 +1001,7 @@ func TestRestartsSecondsApart(t *testing.T) {
 						phases = append(phases, restart(quiet, 2, down)...)
 						phases = append(phases, phase{secs: 300, rates: quiet})
 						first, early := runPhases(t, DefaultConfig(), rate, phases, seed)
-						if len(early) > 0 {
-							t.Errorf("seed %d: %v condemned", seed, early)
-						}
-						for i, at := range first {
-							if at >= 0 {
-								t.Errorf("seed %d: server %d condemned %d s after the restarts", seed, i, at)
-							}
-						}
+						noneCondemned(t, seed, first, early, "the restarts")
 					}
 				})
 			}
