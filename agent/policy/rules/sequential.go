@@ -78,8 +78,9 @@ import (
 // drift takes it down.
 //
 // Checks more frequent than a second pool their counts into one-second
-// chunks: h bounds the false alarms per chunk, and so per unit of time
-// whatever --evidence-check is.
+// chunks, on a grid of seconds that tolerates a late wake-up
+// (chunkSlack): h bounds the false alarms per chunk, and so per unit of
+// time whatever --evidence-check is.
 //
 // A server whose CUSUM reaches h is condemned only if it fails more than
 // its serving peers over the same chunks, by a conditional two-sample
@@ -127,6 +128,16 @@ const (
 	// set in chunks, bounds the false drains per unit of time whatever
 	// the cadence.
 	minChunk = 1.0
+	// chunkSlack: a check this much shorter than what the chunk grid
+	// asks still closes a chunk, and the grid's phase (Sequential.ahead)
+	// carries the difference, so that the chunks average minChunk. The
+	// loop's steps are a second apart on the wall clock, each woken a
+	// little late: their spacing is 1 s give or take a millisecond, and
+	// without the slack the half of them under a second pooled with the
+	// next into 2 s chunks: the agent's test ran at a chunk every 1.5 s
+	// or so, and the minimum duration's window of W chunks was that much
+	// longer in seconds, where the soak, on exact seconds, saw neither.
+	chunkSlack = 0.1
 	// maxSplit bounds the chunks one check is fed as: a check longer than
 	// ten minutes (a stalled loop) is fed as longer chunks, not as a
 	// stall's worth of work.
@@ -601,14 +612,17 @@ func (s *SeqServer) lastSum(k int) (n, x uint64) {
 // backend's healthy median. The soak (internal/lab/soak) drives it with
 // simulated counts exactly as Policy does with the windows' counts.
 type Sequential struct {
-	cfg     Config
-	h       float64
-	credit  float64
-	w       int
-	median  float64
-	chunks  uint64
-	clock   float64
-	pendDt  float64
+	cfg    Config
+	h      float64
+	credit float64
+	w      int
+	median float64
+	chunks uint64
+	clock  float64
+	pendDt float64
+	// ahead is the chunk grid's phase: the seconds fed beyond the chunks
+	// taken, in [-chunkSlack, minChunk-chunkSlack).
+	ahead   float64
 	split   []Counts // Step's copy of a long check's counts, reused
 	scratch []float64
 	peers   []Counts
@@ -681,7 +695,8 @@ func (q *Sequential) Step(dt float64, srv []*SeqServer, in []Counts, serving []b
 		s.pend.X += min(in[i].X, in[i].N)
 	}
 	q.pendDt += max(dt, 0)
-	if q.pendDt < minChunk-1e-6 {
+	total := q.pendDt + q.ahead
+	if total < minChunk-chunkSlack {
 		// not a chunk yet: the last chunk's verdicts stand
 		for i, s := range srv {
 			if serving[i] && s.Flagged && !s.Left && q.passes(srv, serving, i) {
@@ -698,7 +713,8 @@ func (q *Sequential) Step(dt float64, srv []*SeqServer, in []Counts, serving []b
 	// their meaning in seconds whatever the checks' cadence. As one chunk,
 	// a 3 s check made the 5-chunk window 15 s long, and a fault was found
 	// that much later.
-	n := min(max(1, int(dt/minChunk+1e-6)), maxSplit)
+	n := min(max(1, int(total/minChunk+chunkSlack)), maxSplit)
+	q.ahead = min(max(total-float64(n)*minChunk, -chunkSlack), minChunk-chunkSlack)
 	if n == 1 {
 		q.chunk(dt, srv, serving)
 	} else {
