@@ -123,20 +123,21 @@ const (
 	minPeerRequests = 100
 	// maxP1 bounds an alternative below certainty (its log would be -Inf).
 	maxP1 = 0.6
-	// minChunk is the shortest chunk the test takes, in seconds: checks
-	// more frequent than this pool their counts, so that the threshold,
-	// set in chunks, bounds the false drains per unit of time whatever
-	// the cadence.
+	// minChunk is a chunk's length, in seconds: checks more frequent
+	// than this pool their counts, so that the threshold, set in chunks,
+	// bounds the false drains per unit of time whatever the cadence.
 	minChunk = 1.0
-	// chunkSlack: a check this much shorter than what the chunk grid
-	// asks still closes a chunk, and the grid's phase (Sequential.ahead)
-	// carries the difference, so that the chunks average minChunk. The
-	// loop's steps are a second apart on the wall clock, each woken a
-	// little late: their spacing is 1 s give or take a millisecond, and
-	// without the slack the half of them under a second pooled with the
-	// next into 2 s chunks: the agent's test ran at a chunk every 1.5 s
-	// or so, and the minimum duration's window of W chunks was that much
-	// longer in seconds, where the soak, on exact seconds, saw neither.
+	// chunkSlack: a check up to this much short of the chunk grid's next
+	// line, and nearer to it than the next check would be (half its own
+	// length: checks of 100 ms still make chunks of ten), closes a chunk;
+	// the grid's phase (Sequential.ahead) carries the difference, so that
+	// the chunks average minChunk. The loop's steps are a second apart on
+	// the wall clock, each woken a little late: their spacing is 1 s give
+	// or take a millisecond, and without the slack the half of them under
+	// a second pooled with the next into 2 s chunks. The agent's test
+	// then ran at a chunk every 1.5 s or so, and the minimum duration's
+	// window of W chunks was that much longer in seconds, where the soak,
+	// on exact seconds, saw neither.
 	chunkSlack = 0.1
 	// maxSplit bounds the chunks one check is fed as: a check longer than
 	// ten minutes (a stalled loop) is fed as longer chunks, not as a
@@ -696,7 +697,7 @@ func (q *Sequential) Step(dt float64, srv []*SeqServer, in []Counts, serving []b
 	}
 	q.pendDt += max(dt, 0)
 	total := q.pendDt + q.ahead
-	if total < minChunk-chunkSlack {
+	if minChunk-total > min(chunkSlack, max(dt, 0)/2) {
 		// not a chunk yet: the last chunk's verdicts stand
 		for i, s := range srv {
 			if serving[i] && s.Flagged && !s.Left && q.passes(srv, serving, i) {
