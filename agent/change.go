@@ -36,6 +36,8 @@ type Change struct {
 	// which an answer was slow (Action.SlowMs): a probe burst counts an
 	// answer that slow as a failure.
 	SlowMs int `json:"slow_ms,omitempty"`
+	// SlowMean: SlowMs was judged on a mean (Action.SlowMean).
+	SlowMean bool `json:"slow_mean,omitempty"`
 	// BaselineP99Ms is the backend's recent p99 just before a drain, what
 	// the tail-latency guard compares against.
 	BaselineP99Ms float64 `json:"baseline_p99_ms,omitempty"`

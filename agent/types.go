@@ -199,6 +199,15 @@ type Action struct {
 	// median is a healthy server's, and judged on the median alone it was
 	// let back while still slow, and drained again.
 	SlowMs int `json:"slow_ms,omitempty"`
+	// SlowMean, with SlowMs, says the answer time judged was a mean (the
+	// stats path's rtime, HAProxy's average over its last 1024 answers),
+	// not each answer's: no share of slow answers was seen, and the probe
+	// burst is sized on the least share that lifts such a mean to SlowMs
+	// (recovery). ErrorRate is then the window's 5xx rate alone: sized on
+	// the share of checks whose mean was slow (84% in TestSlowTailDrained),
+	// a burst of 20 probes let a server with 5% of its answers at 1.5 s
+	// back about one time in three.
+	SlowMean bool `json:"slow_mean,omitempty"`
 	// Test is the figures of the test behind the action, where a policy
 	// ran one (the rules do); Reason is their text for people, never
 	// parsed back.

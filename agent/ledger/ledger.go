@@ -386,10 +386,10 @@ func notForHere(c *agent.Change, s haproxy.ServerState, now time.Time, epoch str
 }
 
 // Drain records that the agent drained k.
-func (l *Ledger) Drain(k agent.Key, at time.Time, reason string, errorRate, baselineP99Ms float64, slowMs int, maint bool) {
+func (l *Ledger) Drain(k agent.Key, at time.Time, reason string, errorRate, baselineP99Ms float64, slowMs int, slowMean, maint bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.put(k, &agent.Change{Phase: agent.PhaseDrained, At: at, Reason: reason, ErrorRate: errorRate, BaselineP99Ms: baselineP99Ms, SlowMs: slowMs, Maint: maint})
+	l.put(k, &agent.Change{Phase: agent.PhaseDrained, At: at, Reason: reason, ErrorRate: errorRate, BaselineP99Ms: baselineP99Ms, SlowMs: slowMs, SlowMean: slowMean, Maint: maint})
 }
 
 // Cut records that the agent set k's weight to weight, with the

@@ -25,19 +25,19 @@ func TestLedgerTransitions(t *testing.T) {
 		want  agent.Change
 		held  time.Time // the hold on draining it leaves, if any
 	}{
-		{"drain", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20, 0, false) }, agent.PhaseDrained,
+		{"drain", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20, 0, false, false) }, agent.PhaseDrained,
 			agent.Change{ErrorRate: 0.05, BaselineP99Ms: 20, At: t0}, time.Time{}},
 		{"drain then ready at full weight", func(l *Ledger) {
-			l.Drain(k, t0, "5xx", 0.05, 20, 0, false)
+			l.Drain(k, t0, "5xx", 0.05, 20, 0, false, false)
 			l.Ready(k, 8, 8, t0.Add(time.Minute), "probes clean", 0)
 		}, "", agent.Change{}, time.Time{}},
 		{"drain, canary weight staged, ready", func(l *Ledger) {
-			l.Drain(k, t0, "5xx", 0.05, 20, 0, false)
+			l.Drain(k, t0, "5xx", 0.05, 20, 0, false, false)
 			l.Cut(k, 2, 8, t0.Add(time.Minute), "canary weight", 0) // staged: still drained
 			l.Ready(k, 2, 8, t0.Add(2*time.Minute), "probes clean", 10*time.Minute)
 		}, agent.PhaseCanary, agent.Change{Weight: 2, At: t0.Add(2 * time.Minute)}, t0.Add(12 * time.Minute)},
 		{"a weight staged on a drained server keeps the drain", func(l *Ledger) {
-			l.Drain(k, t0, "5xx", 0.05, 20, 0, false)
+			l.Drain(k, t0, "5xx", 0.05, 20, 0, false, false)
 			l.Cut(k, 2, 8, t0.Add(time.Minute), "canary weight", 0)
 		}, agent.PhaseDrained, agent.Change{ErrorRate: 0.05, BaselineP99Ms: 20, At: t0}, time.Time{}},
 		{"cut", func(l *Ledger) { l.Cut(k, 3, 8, t0, "capacity", 0) }, agent.PhaseCut, agent.Change{Weight: 3, At: t0}, time.Time{}},
@@ -46,18 +46,18 @@ func TestLedgerTransitions(t *testing.T) {
 			l.Cut(k, 8, 8, t0.Add(time.Minute), "clean", 0)
 		}, "", agent.Change{}, time.Time{}},
 		{"canary promoted", func(l *Ledger) {
-			l.Drain(k, t0, "5xx", 0.05, 20, 0, false)
+			l.Drain(k, t0, "5xx", 0.05, 20, 0, false, false)
 			l.Ready(k, 2, 8, t0, "probes clean", 0)
 			l.Cut(k, 8, 8, t0.Add(time.Minute), "live traffic clean", 0)
 		}, "", agent.Change{}, time.Time{}},
 		{"a canary's weight moves within its phase", func(l *Ledger) {
-			l.Drain(k, t0, "5xx", 0.05, 20, 0, false)
+			l.Drain(k, t0, "5xx", 0.05, 20, 0, false, false)
 			l.Ready(k, 2, 8, t0, "probes clean", 0)
 			l.Cut(k, 4, 8, t0.Add(time.Minute), "half way", 0)
 		}, agent.PhaseCanary, agent.Change{Weight: 4, At: t0.Add(time.Minute)}, time.Time{}},
-		{"lose", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20, 0, false); l.Lose(k) }, "", agent.Change{}, time.Time{}},
+		{"lose", func(l *Ledger) { l.Drain(k, t0, "5xx", 0.05, 20, 0, false, false); l.Lose(k) }, "", agent.Change{}, time.Time{}},
 		{"a server gone from HAProxy", func(l *Ledger) {
-			l.Drain(k, t0, "5xx", 0.05, 20, 0, false)
+			l.Drain(k, t0, "5xx", 0.05, 20, 0, false, false)
 			l.Keep(map[agent.Key]bool{mustKey("app/s2"): true}, t0)
 		}, "", agent.Change{}, time.Time{}},
 	}
@@ -108,14 +108,14 @@ func TestLedgerReconcile(t *testing.T) {
 	}{
 		{"untouched", func(*Ledger) {}, "e1", ready, agent.OwnerNone, false, false},
 		{"the operator's maint", func(*Ledger) {}, "e1", maint, agent.OwnerOperator, false, false},
-		{"our drain in force", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, 0, false) }, "e1", drained, agent.OwnerAgent, false, true},
+		{"our drain in force", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, 0, false, false) }, "e1", drained, agent.OwnerAgent, false, true},
 		{"our cut in force", func(l *Ledger) { l.Cut(mustKey("app/s1"), 3, 8, t0, "", 0) }, "e1", cut, agent.OwnerAgent, false, true},
-		{"a reload lost our drain", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, 0, false) }, "e2", ready, agent.OwnerAgent, true, true},
-		{"someone readied our drain: their word stands", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, 0, false) }, "e1", ready, agent.OwnerOperator, false, false},
-		{"someone put our drain in maint", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, 0, false) }, "e1", maint, agent.OwnerOperator, false, false},
-		{"our drain, and the resolver's maint too (0x28)", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, 0, false) }, "e1", drainedDNS, agent.OwnerAgent, false, true},
+		{"a reload lost our drain", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, 0, false, false) }, "e2", ready, agent.OwnerAgent, true, true},
+		{"someone readied our drain: their word stands", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, 0, false, false) }, "e1", ready, agent.OwnerOperator, false, false},
+		{"someone put our drain in maint", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, 0, false, false) }, "e1", maint, agent.OwnerOperator, false, false},
+		{"our drain, and the resolver's maint too (0x28)", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, 0, false, false) }, "e1", drainedDNS, agent.OwnerAgent, false, true},
 		{"our cut, its name no longer resolving", func(l *Ledger) { l.Cut(mustKey("app/s1"), 3, 8, t0, "", 0) }, "e1", cutDNS, agent.OwnerAgent, false, true},
-		{"a reload, then the operator's maint", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, 0, false) }, "e2", maint, agent.OwnerOperator, false, false},
+		{"a reload, then the operator's maint", func(l *Ledger) { l.Drain(mustKey("app/s1"), t0, "", 0, 0, 0, false, false) }, "e2", maint, agent.OwnerOperator, false, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -149,7 +149,7 @@ func TestLedgerReadsVersion1(t *testing.T) {
 	}
 	// The next change writes version 2, which reads back the same.
 	l := New(path, zerolog.Nop())
-	l.Drain(mustKey("app/s4"), time.Unix(1000, 0).UTC(), "x", 0, 0, 0, false)
+	l.Drain(mustKey("app/s4"), time.Unix(1000, 0).UTC(), "x", 0, 0, 0, false, false)
 	if again := New(path, zerolog.Nop()).Changes(); len(again) != 3 || again[mustKey("app/s4")].Phase != agent.PhaseDrained {
 		t.Fatalf("after rewrite %+v", again)
 	}
@@ -170,7 +170,7 @@ func TestStateFileFollowsNoLink(t *testing.T) {
 		}
 	}
 	l := New(state, zerolog.Nop())
-	l.Drain(mustKey("app/s1"), time.Unix(1000, 0), "x", 0, 0, 0, false)
+	l.Drain(mustKey("app/s1"), time.Unix(1000, 0), "x", 0, 0, 0, false, false)
 	if b, _ := os.ReadFile(victim); string(b) != "precious" {
 		t.Fatalf("the victim was overwritten: %q", b)
 	}
@@ -189,7 +189,7 @@ func TestStateFileFollowsNoLink(t *testing.T) {
 func TestStateFileNeverOutgrowsItsReader(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "state.json")
 	l := New(file, zerolog.Nop())
-	l.Drain(key("app", "s1"), time.Unix(1000, 0), "test", 0.5, 0, 0, false)
+	l.Drain(key("app", "s1"), time.Unix(1000, 0), "test", 0.5, 0, 0, false, false)
 	// Enough servers seen held by the operator to outgrow the bound, put
 	// in memory at once (one write each would take minutes).
 	l.mu.Lock()
@@ -198,7 +198,7 @@ func TestStateFileNeverOutgrowsItsReader(t *testing.T) {
 		l.operatorSeen[key("big", fmt.Sprintf("%s%d", name, i))] = "drain"
 	}
 	l.mu.Unlock()
-	l.Drain(key("app", "s2"), time.Unix(1001, 0), "test", 0.5, 0, 0, false)
+	l.Drain(key("app", "s2"), time.Unix(1001, 0), "test", 0.5, 0, 0, false, false)
 	st := l.Saved()
 	if st.Saved || !strings.Contains(st.Error, "over the") {
 		t.Fatalf("save status %+v", st)

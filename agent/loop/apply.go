@@ -142,7 +142,7 @@ func (l *Loop) record(b *agent.BackendView, v *agent.ServerView, a agent.Action,
 		ledger.Adopt(k)
 	case a.Kind == agent.Drain:
 		p99, _ := b.RecentP99()
-		ledger.Drain(k, now, a.Reason, max(v.Window.ErrorRate(), a.ErrorRate), p99, a.SlowMs, maint)
+		ledger.Drain(k, now, a.Reason, max(v.Window.ErrorRate(), a.ErrorRate), p99, a.SlowMs, a.SlowMean, maint)
 	case a.Kind == agent.SetWeight:
 		p99, _ := b.RecentP99()
 		ledger.Cut(k, a.Weight, v.State.Initial, now, a.Reason, p99)

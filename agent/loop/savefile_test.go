@@ -125,7 +125,7 @@ func TestUnreadableStateFileKeptAside(t *testing.T) {
 			if n := len(l.Changes()); n != 0 {
 				t.Fatalf("%d changes read from an unreadable file", n)
 			}
-			l.Drain(mustKey("app/s2"), time.Unix(1000, 0), "x", 0, 0, 0, false)
+			l.Drain(mustKey("app/s2"), time.Unix(1000, 0), "x", 0, 0, 0, false, false)
 			kept, _ := filepath.Glob(file + ".bad-*")
 			if len(kept) != 1 {
 				t.Fatalf("kept aside: %v", kept)

@@ -174,6 +174,7 @@ type server struct {
 	drainedAt time.Time // the ledger's Change.At of the drain being handled
 	faultRate float64   // error rate seen when it was drained
 	slowMs    int       // for a drain for a slow tail: an answer this slow fails a probe (Change.SlowMs)
+	slowMean  bool      // slowMs was judged on a mean (Change.SlowMean)
 	drains    int       // times the agent drained it
 	lastBurst string
 	failed    int // bursts of this drain that failed
@@ -273,6 +274,25 @@ func (c Config) BurstSize(rate float64) int {
 	}
 	n := int(math.Ceil(math.Log(1e-4) / math.Log1p(-rate)))
 	return min(max(n, c.MinBurst), c.MaxBurst)
+}
+
+// MeanShare is the least share of answers that lifts a mean answer time
+// to slowMs ms over a body at peerMs: answers slower than the probe's
+// Timeout fail a probe anyway, so the slowest a tail can be and still
+// pass unseen is the timeout, and a mean of slowMs then needs
+// (slowMs − peerMs) / (timeout − peerMs) of the answers there. A server
+// drained for a slow mean (the stats path: HAProxy's rtime, no answer's
+// own time) gets the burst a fault at that share would: 348 probes for a
+// 64 ms mean over 12 ms peers at the default 2 s, where a 5% tail at 1.5
+// s fails one of its first 20 or so. 1 where no share can (slowMs at or
+// over the timeout, or not over the peers).
+func (c Config) MeanShare(slowMs, peerMs int) float64 {
+	t := float64(c.Timeout) / float64(time.Millisecond)
+	lift, span := float64(slowMs-peerMs), t-float64(peerMs)
+	if lift <= 0 || span <= lift {
+		return 1
+	}
+	return lift / span
 }
 
 // Plan proposes this step's re-admissions, reading each server's phase
@@ -386,7 +406,7 @@ func (r *Readmitter) RequestProbe(k agent.Key) {
 // drained, keeping the backoff of its earlier drains.
 func (r *Readmitter) drained(k agent.Key, prev *server, s agent.ServerView) *server {
 	st := &server{probe: waiting, drainedAt: s.Changed.At, cooldown: r.Config.Cooldown, drains: 1,
-		faultRate: max(s.Window.ErrorRate(), s.Changed.ErrorRate), slowMs: s.Changed.SlowMs}
+		faultRate: max(s.Window.ErrorRate(), s.Changed.ErrorRate), slowMs: s.Changed.SlowMs, slowMean: s.Changed.SlowMean}
 	if prev != nil {
 		st.drains = prev.drains + 1
 		st.cooldown = min(2*prev.cooldown, r.Config.MaxCooldown)
@@ -431,13 +451,17 @@ func (r *Readmitter) whileDrained(k agent.Key, st *server, s agent.ServerView, p
 			st.lastBurst = "probing off: canary ramp"
 			break
 		}
-		r.startBurst(st, s)
+		r.startBurst(st, s, peerMs)
 		return agent.Action{}, false
 	case probing:
 		select {
 		case res := <-st.result:
 			st.lastBurst = fmt.Sprintf("%d/%d probes failed, median %.0f ms (peers %d ms)", res.Failed, res.Sent, res.MedianMs, peerMs)
-			if st.slowMs > 0 {
+			switch {
+			case st.slowMs > 0 && st.slowMean:
+				st.lastBurst += fmt.Sprintf("; drained for a slow mean, an answer at %d ms or more fails a probe (%d did), %d probes for the %.1f%% of answers at the probe's timeout that make such a mean",
+					st.slowMs, res.Slow, r.Config.BurstSize(r.Config.MeanShare(st.slowMs, peerMs)), 100*r.Config.MeanShare(st.slowMs, peerMs))
+			case st.slowMs > 0:
 				st.lastBurst += fmt.Sprintf("; drained for a slow tail, an answer at %d ms or more fails a probe (%d did)", st.slowMs, res.Slow)
 			}
 			if res.Err != nil || res.Failed > 0 || res.Sent == 0 || r.Config.tooSlow(res.MedianMs, peerMs) {
@@ -479,11 +503,16 @@ func (r *Readmitter) whileDrained(k agent.Key, st *server, s agent.ServerView, p
 // startBurst sends a probe burst in a goroutine of the Readmitter's own,
 // which Close stops: a step's deadline does not cut a burst short, and
 // no burst outlives the agent.
-func (r *Readmitter) startBurst(st *server, s agent.ServerView) {
+func (r *Readmitter) startBurst(st *server, s agent.ServerView, peerMs int) {
 	st.probe = probing
 	res := make(chan BurstResult, 1)
 	st.result = res
 	n, slowMs := r.Config.BurstSize(st.faultRate), st.slowMs
+	if st.slowMean && slowMs > 0 {
+		// drained for its mean: the share that mean implies, not the
+		// window's 5xx rate, which is not why it was drained
+		n = r.Config.BurstSize(r.Config.MeanShare(slowMs, peerMs))
+	}
 	if r.Prober != nil {
 		res <- r.Prober(s, n)
 		return

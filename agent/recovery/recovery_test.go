@@ -289,15 +289,24 @@ func TestSlowServerStaysDrainedWhileSlow(t *testing.T) {
 		backend   fleet.BackendConfig
 		errorRate float64 // the drain's Change.ErrorRate
 		slowMs    int     // the drain's Change.SlowMs
+		slowMean  bool    // the drain's Change.SlowMean
 		p50Ms     int     // its window's median when drained
 		back      bool
 		burst     string // what the failed burst's record says
 	}{
-		{"still 8x slower", fleet.BackendConfig{Latency: 100 * time.Millisecond}, 0, 0, 180, false, "probes failed"},
-		{"as fast as its peers", fleet.BackendConfig{}, 0, 0, 180, true, ""},
-		{"tail: still slow on 5%", slowTail(0.05), 0.05, 64, 12, false, "slow tail, an answer at 64 ms or more fails a probe (1 did)"},
-		{"tail: healed", slowTail(0), 0.05, 64, 12, true, ""},
-		{"tail: still slow, judged on the median alone", slowTail(0.05), 0.05, 0, 12, true, ""},
+		{"still 8x slower", fleet.BackendConfig{Latency: 100 * time.Millisecond}, 0, 0, false, 180, false, "probes failed"},
+		{"as fast as its peers", fleet.BackendConfig{}, 0, 0, false, 180, true, ""},
+		{"tail: still slow on 5%", slowTail(0.05), 0.05, 64, false, 12, false, "slow tail, an answer at 64 ms or more fails a probe (1 did)"},
+		{"tail: healed", slowTail(0), 0.05, 64, false, 12, true, ""},
+		{"tail: still slow, judged on the median alone", slowTail(0.05), 0.05, 0, false, 12, true, ""},
+		// The stats path's drain (a mean): 348 probes, for the 2.6% of
+		// answers at the 2 s timeout that lift a 12 ms body's mean to 64
+		// ms. Sized on the share of checks whose mean was slow (84%),
+		// the burst was 20 probes, which this tail (seed 3) passes: its first
+		// slow answer is the 73rd.
+		{"mean: still slow on 5%", slowTail(0.05), 0, 64, true, 12, false, "slow mean, an answer at 64 ms or more fails a probe (1 did), 348 probes for the 2.6% of answers"},
+		{"mean: healed", slowTail(0), 0, 64, true, 12, true, ""},
+		{"mean: still slow, the burst sized on the slow checks' share", slowTail(0.05), 0.84, 64, false, 12, true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := fleet.StartBackend(tc.backend)
@@ -310,7 +319,7 @@ func TestSlowServerStaysDrainedWhileSlow(t *testing.T) {
 				h.obs.Backends[0].Servers[i].Window.P50Ms = 12
 			}
 			s := h.srv2()
-			s.Changed.ErrorRate, s.Changed.SlowMs, s.Window = tc.errorRate, tc.slowMs, window.Stats{Requests: 600, P50Ms: tc.p50Ms}
+			s.Changed.ErrorRate, s.Changed.SlowMs, s.Changed.SlowMean, s.Window = tc.errorRate, tc.slowMs, tc.slowMean, window.Stats{Requests: 600, P50Ms: tc.p50Ms}
 			h.plan(34 * time.Second)
 			h.waitBurst()
 			p := h.plan(35 * time.Second)

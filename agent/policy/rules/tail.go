@@ -407,12 +407,20 @@ func medianSlot(t *[window.TailSlots]uint32) int {
 
 // drain is the tail test's drain of server: its reason, and the figures
 // the probe burst that may bring it back is judged on, the slow answer
-// time and the slow share over its evidence's span (Action.SlowMs).
+// time and the slow share over its evidence's span (Action.SlowMs). On
+// the stats path the share is of answers whose mean was slow, which says
+// nothing of how many answers are: the drain says it was a mean
+// (SlowMean) and gives no share.
 func (tb *tailBackend) drain(backend, server string) agent.Action {
+	a := agent.Action{Kind: agent.Drain, Backend: backend, Server: server, Reason: tb.reason(server), SlowMs: tb.found[server]}
+	if tb.meanOnly[server] {
+		a.SlowMean = true
+		return a
+	}
 	s := tb.servers[server]
 	n, x := s.lastSum(min(max(s.run, 1), recentChunks))
-	return agent.Action{Kind: agent.Drain, Backend: backend, Server: server, Reason: tb.reason(server),
-		SlowMs: tb.found[server], ErrorRate: float64(x) / float64(max(n, 1))}
+	a.ErrorRate = float64(x) / float64(max(n, 1))
+	return a
 }
 
 // reason is why the tail test condemns server: its slow share over its

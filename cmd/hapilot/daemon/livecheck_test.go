@@ -62,7 +62,7 @@ func TestLiveCheckNamesTheStoppedAgentsDrains(t *testing.T) {
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state.json")
 	ledger := ledger.New(state, zerolog.Nop())
-	ledger.Drain(agent.Key{Backend: "app", Server: "srv1"}, time.Unix(1700000100, 0), "5xx", 0.05, 0, 0, false)
+	ledger.Drain(agent.Key{Backend: "app", Server: "srv1"}, time.Unix(1700000100, 0), "5xx", 0.05, 0, 0, false, false)
 	if st := ledger.Flush(); !st.Saved {
 		t.Fatalf("state file: %+v", st)
 	}

@@ -74,7 +74,7 @@ func TestRootRestoreLeavesTheStateFileToTheService(t *testing.T) {
 		t.Fatal(err)
 	}
 	state := filepath.Join(lib, "state.json")
-	ledger.New(state, zerolog.Nop()).Drain(agent.Key{Backend: "app", Server: "srv2"}, time.Now(), "5xx", 0.05, 0, 0, false)
+	ledger.New(state, zerolog.Nop()).Drain(agent.Key{Backend: "app", Server: "srv2"}, time.Now(), "5xx", 0.05, 0, 0, false, false)
 	if err := os.Chown(state, nobody, nobody); err != nil {
 		t.Fatal(err)
 	}
