@@ -178,3 +178,61 @@ func when(cond bool, servers ...string) []string {
 	}
 	return nil
 }
+
+// deadlines records, for each Decide, when it ran and its context's
+// deadline, deciding as evidenced does.
+type deadlines struct {
+	*evidenced
+	at, by []time.Time
+}
+
+func (d *deadlines) Decide(ctx context.Context, obs agent.Observation) (agent.Plan, error) {
+	by, _ := ctx.Deadline()
+	d.at, d.by = append(d.at, d.clock.Now()), append(d.by, by)
+	return d.evidenced.Decide(ctx, obs)
+}
+
+// TestPolicyLeavesTheCommandsTime: a step between ticks must end by the
+// next tick, and its policy's call ends early enough to leave the
+// commands their share of what is left, as a step on its tick leaves
+// them a tenth of the interval. Before, the call of a step between ticks
+// could run to the tick itself: a model answering slowly left the
+// floor's drain no time to be sent (TestRealOllamaRandomModelUnderTheGuards,
+// `runtime socket unreachable: … i/o timeout`).
+func TestPolicyLeavesTheCommandsTime(t *testing.T) {
+	rt := fakes.NewRuntime("s1", "s2", "s3", "s4")
+	l, clk, _, _ := newLoop(rt)
+	start := clk.Now()
+	pol := &deadlines{evidenced: &evidenced{clock: clk, find: func(now time.Time) []string {
+		return when(now.Sub(start) >= 7*time.Second, "s2")
+	}}}
+	l.Policy, l.Interval, l.EvidenceCheck = agent.Policy{Decider: pol, Evidence: pol.Evidence}, 10*time.Second, time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pol.stop = func(now time.Time) {
+		if now.Sub(start) >= 15*time.Second {
+			cancel()
+		}
+	}
+	if err := l.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The tick at 0 s, the step the evidence at 7 s triggers, the tick at 10 s.
+	want := []struct{ at, by time.Duration }{
+		{0, 8 * time.Second},                              // 0.8 of the interval, as ever
+		{7 * time.Second, 10*time.Second - time.Second/3}, // the tick, less a ninth of the 3 s left
+		{10 * time.Second, 18 * time.Second},
+	}
+	if len(pol.at) < len(want) {
+		t.Fatalf("decided at %v, want %d steps", pol.at, len(want))
+	}
+	for i, w := range want {
+		at, by := pol.at[i].Sub(start), pol.by[i].Sub(start)
+		if at != w.at || by != w.by {
+			t.Errorf("step %d: decided at %v with a deadline at %v, want at %v by %v", i, at, by, w.at, w.by)
+		}
+	}
+	if !rt.State("s2").Drain() {
+		t.Errorf("s2 not drained")
+	}
+}

@@ -395,12 +395,26 @@ func (l *Loop) begin(now time.Time) agent.Record {
 
 // plan is the step's whole proposal: changes a reload lost first, then
 // recovery's re-admissions, then the policy's plan. The policy's call
-// ends by PolicyBudget from the step's start (or the step's own end, if
-// sooner): that context is the one budget every policy keeps to.
+// ends by PolicyBudget from the step's start, and always leaves the
+// commands their share of the time the step has left (StepTenths −
+// PolicyTenths of StepTenths, a tenth of the interval in a step on its
+// tick): that context is the one budget every policy keeps to. A step
+// between ticks (new evidence) must end by the next tick; given all of
+// that, a model call that ran to it left the floor's drain no time to be
+// sent (`runtime socket unreachable: … i/o timeout`), and the drain waited
+// two more steps (TestRealOllamaRandomModelUnderTheGuards: 29.5 s against
+// the rules' 16.5 s at a 5 s interval).
 func (l *Loop) plan(ctx context.Context, obs agent.Observation, reapply agent.Plan, rec *agent.Record) agent.Plan {
 	pctx, cancel := ctx, context.CancelFunc(func() {})
 	if !l.NoStepBudget {
-		pctx, cancel = context.WithDeadline(ctx, rec.Time.Add(l.PolicyBudget()))
+		end := rec.Time.Add(l.PolicyBudget())
+		if d, ok := ctx.Deadline(); ok {
+			left := d.Sub(rec.Time)
+			if e := d.Add(-left * (agent.StepTenths - agent.PolicyTenths) / agent.StepTenths); e.Before(end) {
+				end = e
+			}
+		}
+		pctx, cancel = context.WithDeadline(ctx, end)
 	}
 	decided, err := l.Policy.Decide(pctx, obs)
 	cancel()
