@@ -399,11 +399,12 @@ func (l *Loop) begin(now time.Time) agent.Record {
 // commands their share of the time the step has left (StepTenths −
 // PolicyTenths of StepTenths, a tenth of the interval in a step on its
 // tick): that context is the one budget every policy keeps to. A step
-// between ticks (new evidence) must end by the next tick; given all of
-// that, a model call that ran to it left the floor's drain no time to be
-// sent (`runtime socket unreachable: … i/o timeout`), and the drain waited
-// two more steps (TestRealOllamaRandomModelUnderTheGuards: 29.5 s against
-// the rules' 16.5 s at a 5 s interval).
+// between ticks (new evidence) must end by the next tick, and its
+// policy's call was once given all of that time: a model call that ran to
+// the tick left the floor's drain no time to be sent (`runtime socket
+// unreachable: … i/o timeout`), and the drain waited two more steps
+// (TestRealOllamaRandomModelUnderTheGuards: 29.5 s against the rules'
+// 16.5 s at a 5 s interval).
 func (l *Loop) plan(ctx context.Context, obs agent.Observation, reapply agent.Plan, rec *agent.Record) agent.Plan {
 	pctx, cancel := ctx, context.CancelFunc(func() {})
 	if !l.NoStepBudget {
