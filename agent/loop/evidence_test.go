@@ -110,17 +110,7 @@ func TestEvidenceTriggersAStepBetweenTicks(t *testing.T) {
 			l.Guard.MaxDrains = 4
 			start := clk.Now()
 			pol := &evidenced{clock: clk, find: func(now time.Time) []string { return tt.found(now.Sub(start)) }}
-			l.Policy, l.Interval, l.EvidenceCheck = agent.Policy{Decider: pol, Evidence: pol.Evidence}, 10*time.Second, time.Second
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			pol.stop = func(now time.Time) {
-				if now.Sub(start) >= 25*time.Second {
-					cancel()
-				}
-			}
-			if err := l.Run(ctx); err != nil {
-				t.Fatal(err)
-			}
+			runEvidenced(t, l, pol, pol, start, 25*time.Second)
 			var got []time.Duration
 			for _, at := range pol.steps {
 				if d := at.Sub(start); d <= 20*time.Second {
@@ -156,6 +146,23 @@ func TestEvidenceTriggersAStepBetweenTicks(t *testing.T) {
 				t.Errorf("metrics count %d triggered steps, want %d", m.Triggered, len(tt.triggered))
 			}
 		})
+	}
+}
+
+// runEvidenced runs l, dec deciding and e's test its evidence, at a 10 s
+// interval with a check every second, until until after start.
+func runEvidenced(t *testing.T, l *Loop, dec agent.Decider, e *evidenced, start time.Time, until time.Duration) {
+	t.Helper()
+	l.Policy, l.Interval, l.EvidenceCheck = agent.Policy{Decider: dec, Evidence: e.Evidence}, 10*time.Second, time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e.stop = func(now time.Time) {
+		if now.Sub(start) >= until {
+			cancel()
+		}
+	}
+	if err := l.Run(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -206,17 +213,7 @@ func TestPolicyLeavesTheCommandsTime(t *testing.T) {
 	pol := &deadlines{evidenced: &evidenced{clock: clk, find: func(now time.Time) []string {
 		return when(now.Sub(start) >= 7*time.Second, "s2")
 	}}}
-	l.Policy, l.Interval, l.EvidenceCheck = agent.Policy{Decider: pol, Evidence: pol.Evidence}, 10*time.Second, time.Second
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	pol.stop = func(now time.Time) {
-		if now.Sub(start) >= 15*time.Second {
-			cancel()
-		}
-	}
-	if err := l.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
+	runEvidenced(t, l, pol, pol.evidenced, start, 15*time.Second)
 	// The tick at 0 s, the step the evidence at 7 s triggers, the tick at 10 s.
 	want := []struct{ at, by time.Duration }{
 		{0, 8 * time.Second},                              // 0.8 of the interval, as ever

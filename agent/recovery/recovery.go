@@ -175,6 +175,7 @@ type server struct {
 	faultRate float64   // error rate seen when it was drained
 	slowMs    int       // for a drain for a slow tail: an answer this slow fails a probe (Change.SlowMs)
 	slowMean  bool      // slowMs was judged on a mean (Change.SlowMean)
+	meanShare float64   // for such a drain: the share its last burst was sized on (MeanShare)
 	drains    int       // times the agent drained it
 	lastBurst string
 	failed    int // bursts of this drain that failed
@@ -460,7 +461,7 @@ func (r *Readmitter) whileDrained(k agent.Key, st *server, s agent.ServerView, p
 			switch {
 			case st.slowMs > 0 && st.slowMean:
 				st.lastBurst += fmt.Sprintf("; drained for a slow mean, an answer at %d ms or more fails a probe (%d did), %d probes for the %.1f%% of answers at the probe's timeout that make such a mean",
-					st.slowMs, res.Slow, r.Config.BurstSize(r.Config.MeanShare(st.slowMs, peerMs)), 100*r.Config.MeanShare(st.slowMs, peerMs))
+					st.slowMs, res.Slow, r.Config.BurstSize(st.meanShare), 100*st.meanShare)
 			case st.slowMs > 0:
 				st.lastBurst += fmt.Sprintf("; drained for a slow tail, an answer at %d ms or more fails a probe (%d did)", st.slowMs, res.Slow)
 			}
@@ -511,7 +512,8 @@ func (r *Readmitter) startBurst(st *server, s agent.ServerView, peerMs int) {
 	if st.slowMean && slowMs > 0 {
 		// drained for its mean: the share that mean implies, not the
 		// window's 5xx rate, which is not why it was drained
-		n = r.Config.BurstSize(r.Config.MeanShare(slowMs, peerMs))
+		st.meanShare = r.Config.MeanShare(slowMs, peerMs)
+		n = r.Config.BurstSize(st.meanShare)
 	}
 	if r.Prober != nil {
 		res <- r.Prober(s, n)
