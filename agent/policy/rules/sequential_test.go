@@ -1082,9 +1082,9 @@ func TestServerDownIsFound(t *testing.T) {
 // most errors: the rest showed 1-2%, and the server was judged in the zone
 // and left serving for up to 30 s. TestObserveModeOnPaperFault, the real
 // agent in observe mode, failed 4 runs of 4. Here, at 33 and 50 req/s, it
-// was let go at 16% and 13% of the checks after its first condemnation,
-// 7% and 5% from 10 s after it; since, at 0.4% and 0.03%, and none from
-// 10 s after at 50 req/s. A server condemned on its first seconds of
+// was let go at 15.6% and 11.7% of the checks after its first
+// condemnation, 7.0% and 4.8% from 10 s after it; since, at 0.28% and
+// 0.01%, and 1 check in 8,316 and none from 10 s after. A server condemned on its first seconds of
 // evidence may still be judged in the zone for a few seconds (6 of 163
 // answers failed, at 33 req/s): that is evidence too short to show it
 // above the degraded line, not evidence cut away.
