@@ -189,6 +189,10 @@ const (
 	// peerAlpha is the peer check's level: the chance that a server
 	// failing no more than its peers, over the same chunks, passes it.
 	peerAlpha = 1e-6
+	// holdAlpha: a condemned server is held (see chunk's hysteresis)
+	// until a fault at the rate it was condemned on would have shown an
+	// error since its evidence last stood at h but for this chance.
+	holdAlpha = 0.01
 	// degradedAlpha: a condemned server is degraded (not in the zone)
 	// when its rate over its evidence's span is above the degraded
 	// region's lower end at this level.
@@ -289,6 +293,10 @@ type SeqServer struct {
 	Flagged bool
 	held    bool
 	sinceH  int32
+	// quiet: the requests since the evidence last stood at h; holdN: the
+	// requests a condemned server is held for after that (holdAlpha).
+	quiet uint64
+	holdN float64
 	// outRun: the outage's chunks in a row now; outSpent: the outages
 	// judged afresh, less one every burstRefill seconds (q.outage).
 	outRun   int32
@@ -300,6 +308,14 @@ type SeqServer struct {
 	Zone   bool
 	zoneAt float64
 	zoned  bool
+	// shown: the run's evidence has shown the server above the degraded
+	// line at some step; it stays so for the rest of the run. Judged
+	// afresh each step, a 5% server at 5 req/s, whose span shows it
+	// above the line at 10⁻³ only just (14 errors in 456 requests against
+	// 1.2%), went from degraded to the zone and back with every error,
+	// and left serving it was let go at 8% of its checks
+	// (TestFaultLeftServingStaysCondemned).
+	shown bool
 	// Left: a zone server condemned again within ZoneEvery of the last
 	// time: it is left serving, not cycled.
 	Left bool
@@ -569,6 +585,7 @@ func (s *SeqServer) Reset() {
 	s.pend = Counts{}
 	s.endRun()
 	s.Flagged, s.Zone, s.Left, s.held = false, false, false, false
+	s.quiet, s.holdN = 0, 0
 	s.outRun = 0
 }
 
@@ -585,6 +602,7 @@ func (s *SeqServer) endRun() {
 	s.tokened = [len(bank)]bool{}
 	s.cut, s.curCut = [len(bank)]cutCounts{}, [len(bank)]cutCounts{}
 	s.run, s.runN, s.runX = 0, 0, 0
+	s.shown = false
 }
 
 // span is the server's counts over about its last k chunks: exactly k up
@@ -753,7 +771,15 @@ func (q *Sequential) Step(dt float64, srv []*SeqServer, in []Counts, serving []b
 			continue
 		}
 		n, x := s.RunCounts()
-		s.Zone = stats.BinomialUpperTail(n, x, q.P1Min()) >= degradedAlpha
+		if s.sinceH == 0 {
+			// at h now: the hold is set by the rate it stands there on
+			s.holdN = 0
+			if x > 0 {
+				s.holdN = math.Log(1/holdAlpha) * float64(n) / float64(x)
+			}
+		}
+		s.shown = s.shown || stats.BinomialUpperTail(n, x, q.P1Min()) < degradedAlpha
+		s.Zone = !s.shown
 		if s.Zone {
 			if s.zoned && q.clock-s.zoneAt < q.cfg.ZoneEvery.Seconds() {
 				s.Left = true
@@ -977,20 +1003,30 @@ func (q *Sequential) chunk(dt float64, srv []*SeqServer, serving []bool) {
 		// fewer errors than its alternative's rate, a chunk in six at 5%
 		// and 33 req/s, and its would-drain and its gauge flickered with
 		// them. A server condemned at the last step stays flagged for the
-		// minimum duration's window after its evidence last stood at h: a
-		// healed server is let go that much later, at any rate, where a
-		// margin in evidence would hold it for minutes at a few requests a
-		// second. Only a server condemned: one flagged and not condemned
+		// minimum duration's window after its evidence last stood at h,
+		// and until the requests since then would have shown an error at
+		// the rate it was condemned on but for a chance of holdAlpha
+		// (holdN): at a few requests a second a fault's errors come
+		// further apart than the window, and a 5% server at 5 req/s, left
+		// serving, was let go at 17-33% of its checks (errors 4 s apart
+		// on average, past the window's 6 s 22% of the time). A
+		// healed server is let go that much later: at 5 req/s, 18 s after
+		// its last error for a 5% fault, 6 s at 33 req/s and more (the
+		// window); where a margin in evidence would hold it for minutes at
+		// any rate. Only a server condemned: one flagged and not condemned
 		// (a fleet-wide failure the peer check refused) would have more
 		// chances at the peer check (held for every flagged server, N=3
 		// at 5 req/s drained 3 in 2,000 fleet-wide incident-hours, against
 		// 2).
 		if top >= q.h {
-			s.sinceH = 0
-		} else if s.sinceH < math.MaxInt32 {
-			s.sinceH++
+			s.sinceH, s.quiet = 0, 0
+		} else {
+			if s.sinceH < math.MaxInt32 {
+				s.sinceH++
+			}
+			s.quiet += c.N
 		}
-		s.Flagged = top >= q.h || s.held && int(s.sinceH) < q.w
+		s.Flagged = top >= q.h || s.held && (int(s.sinceH) < q.w || float64(s.quiet) < s.holdN)
 	}
 }
 
