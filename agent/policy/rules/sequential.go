@@ -338,11 +338,12 @@ func (s *SeqServer) P0() float64 { return s.p0 }
 
 // RunCounts are the requests and 5xx over the evidence's span now, less
 // those of the windows a burst's cut took out (the alternative's that
-// took out the most since its statistic was last at zero). A burst forgiven is no evidence of the server's
-// rate; and a server near the degraded line, whose windows over the
-// credit an alternative takes out now and then over hours of evidence,
-// is judged on the rest, so that it is not shown degraded by the hours'
-// weight alone and drained again and again in a day (issue 41's noisy
+// took out the most since its statistic was last at zero). A burst
+// forgiven is no evidence of the server's rate; and a server near the
+// degraded line, whose windows over the credit an alternative takes out
+// now and then over hours of evidence, is judged on the rest, so that it
+// is not shown degraded by the hours' weight alone and drained again and
+// again in a day (issue 41's noisy
 // service, median 1% with σ 0.5: a server at 5.7% against an estimated
 // line of 5.2%, drained 8 times in a day when only the largest
 // statistic's windows were left out).
@@ -557,8 +558,8 @@ func (s *SeqServer) endEpisode(k int) {
 // Kept, the cuts of an alternative that climbs on a chunk's errors and
 // falls back grew with every climb, always the chunks with the most
 // errors: a server at 5% from a cold start, at 50 req/s, was judged on
-// the 40% of its chunks that were left, at 1-2%, and held in the zone for
-// up to 30 s (TestColdFaultIsDegraded).
+// the 40% of its chunks that were left, at 1-2.5%, and held in the zone
+// for up to 30 s (TestColdFaultIsDegraded).
 func (s *SeqServer) restart(k int) {
 	s.endEpisode(k)
 	s.cut[k] = cutCounts{}

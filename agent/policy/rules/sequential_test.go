@@ -1097,11 +1097,12 @@ func TestServerDownIsFound(t *testing.T) {
 // and left serving for up to 30 s. TestObserveModeOnPaperFault, the real
 // agent in observe mode, failed 4 runs of 4. Here, at 33 and 50 req/s, it
 // was let go at 15.6% and 11.7% of the checks after its first
-// condemnation, 7.0% and 4.8% from 10 s after it; since, at 0.28% and
-// 0.01%, and 1 check in 8,316 and none from 10 s after. A server condemned on its first seconds of
-// evidence may still be judged in the zone for a few seconds (6 of 163
-// answers failed, at 33 req/s): that is evidence too short to show it
-// above the degraded line, not evidence cut away.
+// condemnation, 7.0% and 4.8% from 10 s after it; since, at 0.24% and
+// 0.01%, and 1 check in 8,316 and none from 10 s after. A server
+// condemned on its first seconds of evidence may still be judged in the
+// zone for a few seconds (6 of 163 answers failed, at 33 req/s): that is
+// evidence too short to show it above the degraded line, not evidence
+// cut away.
 func TestColdFaultIsDegraded(t *testing.T) {
 	for _, tt := range []struct {
 		rate, healthy float64
