@@ -201,7 +201,7 @@ test: deps lint unit e2e
 # server-days, one goroutine a cell) runs without -race as a whole: under
 # it, it was the unit run's longest package (134 s, 27 s without); the
 # policies it drives have their own tests under -race.
-UNIT_NORACE = ^(TestTailFound|TestTailStalls|TestTailHealthy|TestTwoBurstsSecondsApart|TestZoneServerWithBurstsOnceADay|TestMinimumDuration|TestLabelsFollowGroundTruth)$$
+UNIT_NORACE = ^(TestTailFound|TestTailStalls|TestTailHealthy|TestTwoBurstsSecondsApart|TestOverlappingBurstsOnABurstyServer|TestZoneServerWithBurstsOnceADay|TestMinimumDuration|TestLabelsFollowGroundTruth)$$
 UNIT_NORACE_PKGS = ./agent/policy/rules/ ./internal/lab/dataset/
 UNIT_NORACE_WHOLE = github.com/hapilot/hapilot/internal/lab/soak
 unit:
