@@ -70,7 +70,9 @@ import (
 // brings no more than the credit takes nothing out: a slow fault (2% at 5
 // req/s) brings an error or two a window, window after window, and all of
 // it counts. Errors that go on for longer than the minimum duration, one
-// burst or overlapping ones, are a fault by definition.
+// burst or overlapping ones, are a fault by definition, unless the server
+// is bursty (bursty): one that had a burst forgiven in the last day has
+// two forgiven however close, overlapping ones included.
 //
 // The statistic is bounded at h: a refused or delayed drain (the floor,
 // the cap, observe mode) leaves a server at h, not hours of evidence
