@@ -309,7 +309,7 @@ func registerRules(fs *flag.FlagSet, r *rules.Config) {
 	fs.Float64Var(&r.ARLDays, "rules-arl-days", r.ARLDays, "rules: mean days between false drains of one server the sequential test's threshold is set for")
 	fs.Float64Var(&r.HealthyFloor, "rules-healthy-floor", r.HealthyFloor, "rules: a server failing at most this 5xx rate (or --rules-healthy-ratio times its backend's healthy median, the larger) is healthy: the false-drain promise holds for it, whatever the fleet's spread")
 	fs.Float64Var(&r.HealthyRatio, "rules-healthy-ratio", r.HealthyRatio, "rules: ... and a server at most this many times its backend's healthy median; between healthy and degraded lies the zone, drained at most once a --rules-zone-every")
-	fs.DurationVar(&r.MinDuration, "rules-min-duration", r.MinDuration, "rules: a burst of errors shorter than this, however large and however spread, never drains; a fault is found about this much later than without it")
+	fs.DurationVar(&r.MinDuration, "rules-min-duration", r.MinDuration, "rules: a burst of errors shorter than this, however large and however spread, never drains; a fault is found about this much later than without it, and about as much again on a server that had a burst forgiven in the last day, which has two bursts forgiven however close")
 	fs.DurationVar(&r.ZoneEvery, "rules-zone-every", r.ZoneEvery, "rules: a server whose evidence never showed it degraded (in the zone) is drained at most once this often; condemned again sooner, it is left serving, with its reason on /status")
 	fs.DurationVar(&r.BaselineSpan, "rules-baseline-span", r.BaselineSpan, "rules: time constant of each server's own long 5xx baseline")
 }
