@@ -687,9 +687,12 @@ type Sequential struct {
 	credit float64
 	w      int
 	median float64
-	chunks uint64
-	clock  float64
-	pendDt float64
+	// peerMedian: the lower median of the peers' rates over the span
+	// the last peerCheck read (0 with no peer)
+	peerMedian float64
+	chunks     uint64
+	clock      float64
+	pendDt     float64
 	// ahead is the chunk grid's phase: the seconds fed beyond the chunks
 	// taken, in [-chunkSlack, minChunk-chunkSlack).
 	ahead   float64
@@ -822,7 +825,19 @@ func (q *Sequential) Step(dt float64, srv []*SeqServer, in []Counts, serving []b
 				s.holdN = math.Log(1/holdAlpha) * float64(n) / float64(x)
 			}
 		}
-		s.shown = s.shown || stats.BinomialUpperTail(n, x, q.P1Min()) < degradedAlpha
+		// The degraded line is the backend's healthy median's; before
+		// any server has a baseline to give one (a cold start: 1,000
+		// requests a server, 17 minutes at 1 req/s), it is that of the
+		// peers' rates over the same span. Against the floor alone, a
+		// zone server of a noisy backend (1.56% among peers at 0.36%)
+		// was shown degraded on its first seconds and drained, then
+		// drained again in the zone once the median was known: twice in
+		// a day (the soak's random fleets, seeds 21-24 and 37-40).
+		line := q.median
+		if line == 0 {
+			line = q.peerMedian
+		}
+		s.shown = s.shown || stats.BinomialUpperTail(n, x, q.cfg.DegradedMin(line)) < degradedAlpha
 		s.Zone = !s.shown
 		if s.Zone {
 			if s.zoned && q.clock-s.zoneAt < q.cfg.ZoneEvery.Seconds() {
@@ -948,7 +963,8 @@ func (q *Sequential) chunk(dt float64, srv []*SeqServer, serving []bool) {
 						s.segs[k] = 1
 						s.excess[k], s.tokened[k], s.carry[k] = 0, s.carry[k], false
 					}
-				case l > 0 && (hot || l > q.credit) && s.gap[k] >= quietGap && (q.cfg.everyBurst || s.segs[k] < episodeBursts) &&
+				case l > 0 && (hot || l > q.credit) && s.gap[k] >= quietGap &&
+					(q.cfg.everyBurst || s.segs[k] < episodeBursts || int(s.gap[k]) >= ownGapWindows*q.w && s.spent[k] <= burstTokens-1) &&
 					(q.cfg.everyBurst || l > q.credit || int(s.gap[k]) >= ownGapWindows*q.w):
 					// A burst of its own, after a quiet gap (chunks that
 					// brought no evidence at all since the last burst's
@@ -964,7 +980,12 @@ func (q *Sequential) chunk(dt float64, srv []*SeqServer, serving []bool) {
 					// after a quiet gap, however many (a GC pause coming
 					// back is the server's normal), and two a check apart
 					// are the best two windows (pairGap 0 there).
+					extra := !q.cfg.everyBurst && s.segs[k] >= episodeBursts
 					s.newSegment(k, l)
+					if extra {
+						s.spent[k]++
+						s.tokened[k] = true
+					}
 					best = q.windows(s, k)
 				}
 				if over := best - q.credit; s.segs[k] > 0 && over > s.excess[k] {
@@ -1219,6 +1240,7 @@ func (q *Sequential) peerCheck(srv []*SeqServer, serving []bool, i int) bool {
 		return false
 	}
 	rate := float64(x) / float64(n)
+	q.peerMedian = 0
 	if rate <= q.cfg.HealthyFloor {
 		return false
 	}
@@ -1236,7 +1258,8 @@ func (q *Sequential) peerCheck(srv []*SeqServer, serving []bool, i int) bool {
 	if len(q.peers) == 0 {
 		return rate >= q.cfg.Floor // no peer: only the floor applies
 	}
-	limit := q.cfg.HealthyMax(lowerMedian(q.scratch))
+	q.peerMedian = lowerMedian(q.scratch)
+	limit := q.cfg.HealthyMax(q.peerMedian)
 	var m, y uint64
 	for _, c := range q.peers {
 		if c.X > 0 && stats.BinomialUpperTail(c.N, c.X, limit) < degradedAlpha {

@@ -483,7 +483,8 @@ func TestBurstsMinutesApartAtLowTraffic(t *testing.T) {
 		for _, tt := range []struct {
 			size          uint64
 			bursts, apart int
-		}{{17, 2, 20}, {17, 2, 90}, {17, 2, 300}, {17, 3, 90}, {17, 4, 90}, {8, 3, 90}, {40, 2, 20}, {40, 3, 90}} {
+		}{{17, 2, 20}, {17, 2, 90}, {17, 2, 300}, {17, 3, 90}, {17, 4, 90}, {8, 3, 90}, {40, 2, 20}, {40, 3, 90},
+			{17, 3, 20}, {17, 3, 40}, {40, 3, 20}, {40, 3, 40}} {
 			t.Run(fmt.Sprintf("%g req/s, %d bursts of %d errors %d s apart", rate, tt.bursts, tt.size, tt.apart), func(t *testing.T) {
 				for seed := range uint64(3) {
 					phases := []phase{{secs: 7200, rates: quiet}}
