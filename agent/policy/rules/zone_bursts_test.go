@@ -102,7 +102,7 @@ func TestZoneServerWithBurstsOnceADay(t *testing.T) {
 func TestZoneServerFromAColdStart(t *testing.T) {
 	for _, rate := range []float64{40, 300} {
 		t.Run(fmt.Sprintf("%g req/s", rate), func(t *testing.T) {
-			for seed := range uint64(5) {
+			for seed := range uint64(20) {
 				rng := rand.New(rand.NewPCG(seed, 13))
 				q := NewSequential(DefaultConfig())
 				srv, in, serving := backendOf(9)
