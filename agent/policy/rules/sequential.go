@@ -700,12 +700,12 @@ type Sequential struct {
 	credit float64
 	w      int
 	median float64
-	// peerMedian: the lower median of the peers' rates over the span
-	// the last peerCheck read (0 with no peer)
-	peerMedian float64
-	chunks     uint64
-	clock      float64
-	pendDt     float64
+	// peerLine: a lower bound of the pooled rate of the peers the last
+	// peerCheck compared with, over its span (0 with none)
+	peerLine float64
+	chunks   uint64
+	clock    float64
+	pendDt   float64
 	// ahead is the chunk grid's phase: the seconds fed beyond the chunks
 	// taken, in [-chunkSlack, minChunk-chunkSlack).
 	ahead   float64
@@ -840,15 +840,17 @@ func (q *Sequential) Step(dt float64, srv []*SeqServer, in []Counts, serving []b
 		}
 		// The degraded line is the backend's healthy median's; before
 		// any server has a baseline to give one (a cold start: 1,000
-		// requests a server, 17 minutes at 1 req/s), it is that of the
-		// peers' rates over the same span. Against the floor alone, a
+		// requests a server, 17 minutes at 1 req/s), it is that of a
+		// lower bound of the peers' rate over the same span (about three
+		// sigma of their errors: a few requests' chance errors must not
+		// lift the line over a real fault). Against the floor alone, a
 		// zone server of a noisy backend (1.56% among peers at 0.36%)
 		// was shown degraded on its first seconds and drained, then
 		// drained again in the zone once the median was known: twice in
 		// a day (the soak's random fleets, seeds 21-24 and 37-40).
 		line := q.median
 		if line == 0 {
-			line = q.peerMedian
+			line = q.peerLine
 		}
 		s.shown = s.shown || stats.BinomialUpperTail(n, x, q.cfg.DegradedMin(line)) < degradedAlpha
 		s.Zone = !s.shown
@@ -1257,7 +1259,7 @@ func (q *Sequential) peerCheck(srv []*SeqServer, serving []bool, i int) bool {
 		return false
 	}
 	rate := float64(x) / float64(n)
-	q.peerMedian = 0
+	q.peerLine = 0
 	if rate <= q.cfg.HealthyFloor {
 		return false
 	}
@@ -1275,8 +1277,7 @@ func (q *Sequential) peerCheck(srv []*SeqServer, serving []bool, i int) bool {
 	if len(q.peers) == 0 {
 		return rate >= q.cfg.Floor // no peer: only the floor applies
 	}
-	q.peerMedian = lowerMedian(q.scratch)
-	limit := q.cfg.HealthyMax(q.peerMedian)
+	limit := q.cfg.HealthyMax(lowerMedian(q.scratch))
 	var m, y uint64
 	for _, c := range q.peers {
 		if c.X > 0 && stats.BinomialUpperTail(c.N, c.X, limit) < degradedAlpha {
@@ -1288,6 +1289,7 @@ func (q *Sequential) peerCheck(srv []*SeqServer, serving []bool, i int) bool {
 	if m == 0 {
 		return rate >= q.cfg.Floor
 	}
+	q.peerLine = max(0, (float64(y)-3*math.Sqrt(float64(y)))/float64(m))
 	if rate <= q.cfg.HealthyMax(float64(y)/float64(m)) {
 		return false
 	}
