@@ -562,7 +562,7 @@ func (q *Sequential) outage(s *SeqServer, dt float64) {
 		return
 	}
 	for k := range s.spent {
-		if s.spent[k] > burstTokens-1 {
+		if !s.tokenLeft(k) {
 			return
 		}
 	}
@@ -598,6 +598,16 @@ func (s *SeqServer) freezeCut(k int) {
 	c, d := &s.cut[k], s.curCut[k]
 	c.n, c.x, c.chunks = c.n+d.n, c.x+d.x, c.chunks+d.chunks
 	s.curCut[k] = cutCounts{}
+}
+
+// tokenLeft: alternative k has a burst token left (SeqServer.spent).
+func (s *SeqServer) tokenLeft(k int) bool { return s.spent[k] <= burstTokens-1 }
+
+// takeToken spends one of alternative k's burst tokens on the burst under
+// way.
+func (s *SeqServer) takeToken(k int) {
+	s.spent[k]++
+	s.tokened[k] = true
 }
 
 // endEpisode forgets alternative k's bursts: the next one is the first
@@ -700,12 +710,9 @@ type Sequential struct {
 	credit float64
 	w      int
 	median float64
-	// peerLine: a lower bound of the pooled rate of the peers the last
-	// peerCheck compared with, over its span (0 with none)
-	peerLine float64
-	chunks   uint64
-	clock    float64
-	pendDt   float64
+	chunks uint64
+	clock  float64
+	pendDt float64
 	// ahead is the chunk grid's phase: the seconds fed beyond the chunks
 	// taken, in [-chunkSlack, minChunk-chunkSlack).
 	ahead   float64
@@ -827,7 +834,8 @@ func (q *Sequential) Step(dt float64, srv []*SeqServer, in []Counts, serving []b
 			s.Zone = false
 			continue
 		}
-		if !q.peerCheck(srv, serving, i) {
+		ok, peers := q.peerCheck(srv, serving, i)
+		if !ok {
 			continue
 		}
 		n, x := s.RunCounts()
@@ -850,7 +858,7 @@ func (q *Sequential) Step(dt float64, srv []*SeqServer, in []Counts, serving []b
 		// a day (the soak's random fleets, seeds 21-24 and 37-40).
 		line := q.median
 		if line == 0 {
-			line = q.peerLine
+			line = peers
 		}
 		s.shown = s.shown || stats.BinomialUpperTail(n, x, q.cfg.DegradedMin(line)) < degradedAlpha
 		s.Zone = !s.shown
@@ -970,6 +978,9 @@ func (q *Sequential) chunk(dt float64, srv []*SeqServer, serving []bool) {
 					// fall back to zero.
 					s.endEpisode(k)
 				}
+				// longGap: two windows of chunks without evidence since
+				// the last burst's chunk (ownGapWindows)
+				longGap := int(s.gap[k]) >= ownGapWindows*q.w
 				switch {
 				case s.segs[k] == 0:
 					if hot {
@@ -979,8 +990,8 @@ func (q *Sequential) chunk(dt float64, srv []*SeqServer, serving []bool) {
 						s.excess[k], s.tokened[k], s.carry[k] = 0, s.carry[k], false
 					}
 				case l > 0 && (hot || l > q.credit) && s.gap[k] >= quietGap &&
-					(q.cfg.everyBurst || s.segs[k] < episodeBursts || s.segs[k] == episodeBursts && int(s.gap[k]) >= ownGapWindows*q.w && s.spent[k] <= burstTokens-1) &&
-					(q.cfg.everyBurst || l > q.credit || int(s.gap[k]) >= ownGapWindows*q.w):
+					(q.cfg.everyBurst || s.segs[k] < episodeBursts || s.segs[k] == episodeBursts && longGap && s.tokenLeft(k)) &&
+					(q.cfg.everyBurst || l > q.credit || longGap):
 					// A burst of its own, after a quiet gap (chunks that
 					// brought no evidence at all since the last burst's
 					// chunk): its windows reach no further back than its
@@ -1002,8 +1013,7 @@ func (q *Sequential) chunk(dt float64, srv []*SeqServer, serving []bool) {
 					extra := !q.cfg.everyBurst && s.segs[k] >= episodeBursts
 					s.newSegment(k, l)
 					if extra {
-						s.spent[k]++
-						s.tokened[k] = true
+						s.takeToken(k)
 					}
 					best = q.windows(s, k)
 				}
@@ -1029,9 +1039,8 @@ func (q *Sequential) chunk(dt float64, srv []*SeqServer, serving []bool) {
 						// its bursts need (a zone server at 40 req/s with
 						// bursts of 60 errors, drained three times in 12
 						// h when they ran out).
-						if q.cfg.everyBurst || s.spent[k] <= burstTokens-1 {
-							s.spent[k]++
-							s.tokened[k] = true
+						if q.cfg.everyBurst || s.tokenLeft(k) {
+							s.takeToken(k)
 						} else {
 							d = 0
 						}
@@ -1124,7 +1133,8 @@ func (q *Sequential) chunk(dt float64, srv []*SeqServer, serving []bool) {
 // passes: between chunks, a flagged server stays condemned while it
 // passed the peer check on its last chunk (Left false).
 func (q *Sequential) passes(srv []*SeqServer, serving []bool, i int) bool {
-	return q.peerCheck(srv, serving, i)
+	ok, _ := q.peerCheck(srv, serving, i)
+	return ok
 }
 
 // peerRate is the backend's error rate now: the pooled recent counts of
@@ -1251,17 +1261,18 @@ func (q *Sequential) coefficients(s *SeqServer) {
 // median of few requests reads 0. Peers significantly above the healthy
 // region of the others' lower median are left out, so that a second
 // faulty peer cannot hide the first. The server must also be above the
-// healthy region of its peers' rate, and above the healthy floor.
-func (q *Sequential) peerCheck(srv []*SeqServer, serving []bool, i int) bool {
+// healthy region of its peers' rate, and above the healthy floor. peers
+// is a lower bound of the pooled rate of the peers it was compared with
+// (their errors less about three sigma; 0 with none).
+func (q *Sequential) peerCheck(srv []*SeqServer, serving []bool, i int) (ok bool, peers float64) {
 	k := min(max(srv[i].run, 1), coarseChunks*coarseBuckets)
 	n, x := q.span(srv[i], k)
 	if n == 0 {
-		return false
+		return false, 0
 	}
 	rate := float64(x) / float64(n)
-	q.peerLine = 0
 	if rate <= q.cfg.HealthyFloor {
-		return false
+		return false, 0
 	}
 	q.scratch = q.scratch[:0]
 	q.peers = q.peers[:0]
@@ -1275,7 +1286,7 @@ func (q *Sequential) peerCheck(srv []*SeqServer, serving []bool, i int) bool {
 		}
 	}
 	if len(q.peers) == 0 {
-		return rate >= q.cfg.Floor // no peer: only the floor applies
+		return rate >= q.cfg.Floor, 0 // no peer: only the floor applies
 	}
 	limit := q.cfg.HealthyMax(lowerMedian(q.scratch))
 	var m, y uint64
@@ -1287,14 +1298,14 @@ func (q *Sequential) peerCheck(srv []*SeqServer, serving []bool, i int) bool {
 		y += c.X
 	}
 	if m == 0 {
-		return rate >= q.cfg.Floor
+		return rate >= q.cfg.Floor, 0
 	}
-	q.peerLine = max(0, (float64(y)-3*math.Sqrt(float64(y)))/float64(m))
+	peers = max(0, (float64(y)-3*math.Sqrt(float64(y)))/float64(m))
 	if rate <= q.cfg.HealthyMax(float64(y)/float64(m)) {
-		return false
+		return false, peers
 	}
 	share := float64(n) / float64(n+m)
-	return stats.BinomialUpperTail(x+y, x, share) < peerAlpha
+	return stats.BinomialUpperTail(x+y, x, share) < peerAlpha, peers
 }
 
 // lowerMedian is the median of v, the lower of the two middle values for

@@ -366,9 +366,10 @@ func TestTwoBurstsSecondsApart(t *testing.T) {
 // the minimum duration. On a server that had a burst forgiven in the
 // hour before, they are forgiven: it is the server that makes bursts.
 // On one that had none, they are a fault by the minimum duration, and
-// those that bring h beyond their best window are found. Before (the same rule for both), the soak's random
-// fleets drained 1.66-4.30 healthy servers per 1,000 server-days on three
-// sets of seeds, such pairs nearly all; 0-0.47 since.
+// those that bring h beyond their best window are found. Before (the
+// same rule for both), the soak's random fleets drained 1.66-4.30
+// healthy servers per 1,000 server-days on three sets of seeds, such
+// pairs nearly all; 0-0.47 since.
 func TestOverlappingBurstsOnABurstyServer(t *testing.T) {
 	if underRace {
 		t.Skip("36 cells of two hours, two histories, one goroutine: ten times slower under -race (make unit runs it without -race)")
