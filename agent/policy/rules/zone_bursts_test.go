@@ -135,3 +135,53 @@ func TestZoneServerFromAColdStart(t *testing.T) {
 		})
 	}
 }
+
+// TestZoneServerNearTheLine: a server in the zone just under the degraded
+// line (1.18% where the line is 1.2%, six times the peers' lower median of
+// 0.2%, the peers spread from 0.08% to 0.5%), from the agent's start, is
+// condemned at most once in a day at 5 and 33 req/s. The backend's median
+// is an estimate: learned in the first minutes it is tens of percent off,
+// and later the zone server, loud from its start, fell out of it as its
+// first minutes' baseline faded (0.2% became 0.17%). Judged against the
+// estimate's line, the server's hours of evidence showed it above it, and
+// it was drained again (the soak, `--servers 9 --rate 33 --hetero 0.6
+// --seeds 201-204`). Now every server with traffic counts in the median
+// (medianCounts), and a server is shown degraded only three sigma of the
+// line's own uncertainty above it (lineZ). On 844d57e, the tree before,
+// 39 of the 40 seeds fail (the zone server condemned 2 to 5 times); with
+// the median's fix alone, 18.
+func TestZoneServerNearTheLine(t *testing.T) {
+	if underRace {
+		t.Skip("40 server-days of a fleet of nine: ten times slower under -race (make unit runs it without -race)")
+	}
+	rates := []float64{0.0118, 0.0008, 0.001, 0.0014, 0.0017, 0.002, 0.0026, 0.0035, 0.005}
+	for _, rate := range []float64{5, 33} {
+		t.Run(fmt.Sprintf("%g req/s", rate), func(t *testing.T) {
+			t.Parallel()
+			for seed := range uint64(20) {
+				rng := rand.New(rand.NewPCG(seed, 17))
+				q := NewSequential(DefaultConfig())
+				srv, in, serving := backendOf(len(rates))
+				var idx []int
+				var at []int
+				for sec := range 86400 {
+					for i, p := range rates {
+						r := poissonDraw(rng, rate)
+						in[i] = Counts{N: r, X: errorsOf(rng, r, p)}
+					}
+					idx = q.Step(1, srv, in, serving, idx)
+					for _, i := range idx {
+						if i != 0 {
+							t.Fatalf("seed %d: healthy server %d condemned at %d s", seed, i, sec)
+						}
+						at = append(at, sec)
+						srv[0].Reset() // drained, and back after its cooldown
+					}
+				}
+				if len(at) > 1 {
+					t.Errorf("seed %d: the zone server condemned %d times in a day (at %v s; median %.5f), want once at most", seed, len(at), at, q.Median())
+				}
+			}
+		})
+	}
+}
