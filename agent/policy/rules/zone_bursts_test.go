@@ -185,3 +185,50 @@ func TestZoneServerNearTheLine(t *testing.T) {
 		})
 	}
 }
+
+// TestNoisyBackendAtLowTraffic: in a noisy backend at a few requests a
+// second, a healthy server at 2.7 times the median (1% among peers at
+// 0.5% to 1.5%) is never condemned in its day, from the agent's start.
+// The median takes 1,000 requests a server to learn, and the quietest
+// servers get there first: judged against a line under them, such
+// servers were drained, 17 to 78 times per 1,000 server-days in the
+// soak's noisy cells at 0.5 to 3 req/s (--seeds 401-404). Now a server
+// must be shown above the healthy region of its peers' rate, one sigma
+// up (peerCheck). On 0e67ed0, the tree before, 6 of the 10 seeds fail at
+// 3 req/s (N=2) and 1 at 1 req/s (N=5).
+func TestNoisyBackendAtLowTraffic(t *testing.T) {
+	if underRace {
+		t.Skip("20 server-days of small fleets: ten times slower under -race (make unit runs it without -race)")
+	}
+	for _, tt := range []struct {
+		rate  float64
+		rates []float64
+	}{
+		{3, []float64{0.027, 0.01}},
+		{1, []float64{0.027, 0.005, 0.008, 0.01, 0.015}},
+	} {
+		t.Run(fmt.Sprintf("N=%d at %g req/s", len(tt.rates), tt.rate), func(t *testing.T) {
+			t.Parallel()
+			failed := 0
+			for seed := range uint64(10) {
+				rng := rand.New(rand.NewPCG(seed, 19))
+				q := NewSequential(DefaultConfig())
+				srv, in, serving := backendOf(len(tt.rates))
+				var idx []int
+				for sec := range 86400 {
+					for i, p := range tt.rates {
+						r := poissonDraw(rng, tt.rate)
+						in[i] = Counts{N: r, X: errorsOf(rng, r, p)}
+					}
+					idx = q.Step(1, srv, in, serving, idx)
+					if len(idx) > 0 {
+						t.Errorf("seed %d: %v condemned at %d s (median %.4f)", seed, idx, sec, q.Median())
+						failed++
+						break
+					}
+				}
+			}
+			t.Logf("%d of 10 seeds condemned a healthy server", failed)
+		})
+	}
+}
