@@ -165,11 +165,7 @@ func TestZoneServerNearTheLine(t *testing.T) {
 				var idx []int
 				var at []int
 				for sec := range 86400 {
-					for i, p := range rates {
-						r := poissonDraw(rng, rate)
-						in[i] = Counts{N: r, X: errorsOf(rng, r, p)}
-					}
-					idx = q.Step(1, srv, in, serving, idx)
+					idx = stepAtRates(q, rng, rate, rates, srv, in, serving, idx)
 					for _, i := range idx {
 						if i != 0 {
 							t.Fatalf("seed %d: healthy server %d condemned at %d s", seed, i, sec)
@@ -216,11 +212,7 @@ func TestNoisyBackendAtLowTraffic(t *testing.T) {
 				srv, in, serving := backendOf(len(tt.rates))
 				var idx []int
 				for sec := range 86400 {
-					for i, p := range tt.rates {
-						r := poissonDraw(rng, tt.rate)
-						in[i] = Counts{N: r, X: errorsOf(rng, r, p)}
-					}
-					idx = q.Step(1, srv, in, serving, idx)
+					idx = stepAtRates(q, rng, tt.rate, tt.rates, srv, in, serving, idx)
 					if len(idx) > 0 {
 						t.Errorf("seed %d: %v condemned at %d s (median %.4f)", seed, idx, sec, q.Median())
 						failed++
@@ -231,4 +223,14 @@ func TestNoisyBackendAtLowTraffic(t *testing.T) {
 			t.Logf("%d of 10 seeds condemned a healthy server", failed)
 		})
 	}
+}
+
+// stepAtRates feeds q one second of Poisson traffic at rate requests a
+// server, server i failing at rates[i], and returns what it condemns.
+func stepAtRates(q *Sequential, rng *rand.Rand, rate float64, rates []float64, srv []*SeqServer, in []Counts, serving []bool, idx []int) []int {
+	for i, p := range rates {
+		r := poissonDraw(rng, rate)
+		in[i] = Counts{N: r, X: errorsOf(rng, r, p)}
+	}
+	return q.Step(1, srv, in, serving, idx)
 }
