@@ -1373,8 +1373,9 @@ func (q *Sequential) peerCheck(srv []*SeqServer, serving []bool, i int) (ok bool
 	// against a line under them; this end is the peers' own, over the
 	// same chunks. Against the peers' rate alone (a point), N=2 at 3
 	// req/s, median 1%, σ 0.5, drained 17 healthy servers per 1,000
-	// server-days, and N=9 at 0.5 req/s, median 2%, 77.5; since, 0 and
-	// 1.0 (the soak, --seeds 401-404).
+	// server-days, and N=9 at 0.5 req/s, median 2%, 77.5 (844d57e;
+	// 2.2 and 61 with medianCounts); since, 0 and 1.0 (the soak,
+	// --seeds 401-404).
 	edge := q.cfg.HealthyMax((float64(y) + math.Sqrt(float64(y)) + 1) / float64(m))
 	if rate <= edge || stats.BinomialUpperTail(n, x, edge) >= degradedAlpha {
 		return false, peers

@@ -188,7 +188,8 @@ func TestZoneServerNearTheLine(t *testing.T) {
 // The median takes 1,000 requests a server to learn, and the quietest
 // servers get there first: judged against a line under them, such
 // servers were drained, 17 to 78 times per 1,000 server-days in the
-// soak's noisy cells at 0.5 to 3 req/s (--seeds 401-404). Now a server
+// soak's noisy cells at 0.5 to 3 req/s on 844d57e (--seeds 401-404;
+// 2 to 61 with medianCounts). Now a server
 // must be shown above the healthy region of its peers' rate, one sigma
 // up (peerCheck). On 0e67ed0, the tree before, 6 of the 10 seeds fail at
 // 3 req/s (N=2) and 1 at 1 req/s (N=5).
