@@ -731,9 +731,11 @@ type Sequential struct {
 	ahead   float64
 	split   []Counts // Step's copy of a long check's counts, reused
 	scratch []float64
-	peers   []Counts
-	order   []int
-	ea, eb  [len(bank)]float64
+	// scratchHi: refresh's servers' rates one sigma up, beside scratch
+	scratchHi []float64
+	peers     []Counts
+	order     []int
+	ea, eb    [len(bank)]float64
 	// pairGap: the quiet chunks that make two windows two bursts
 	pairGap int
 	// windows' scratch: what the last m chunks brought, and the windows
@@ -1097,7 +1099,7 @@ func (q *Sequential) chunk(dt float64, srv []*SeqServer, serving []bool) {
 		// The baseline: at once in the warm-up (a new server, or one back
 		// from a drain, is judged against what it serves), later from the
 		// buckets leaving the ring (above); either way only while quiet.
-		warm, loud := s.Chunks <= coarseChunks*coarseBuckets, top >= quiet
+		warm, loud := s.warm(), top >= quiet
 		switch {
 		case warm && !loud:
 			s.en = s.en*w + float64(c.N)
@@ -1240,22 +1242,17 @@ func (q *Sequential) elevated(r float64) (a, b *[len(bank)]float64) {
 // refresh recomputes the healthy median and every serving server's
 // coefficients.
 func (q *Sequential) refresh(srv []*SeqServer, serving []bool) {
-	q.scratch = q.scratch[:0]
+	q.scratch, q.scratchHi = q.scratch[:0], q.scratchHi[:0]
 	for i, s := range srv {
 		if n, x, ok := medianCounts(s, serving[i]); ok {
 			q.scratch = append(q.scratch, x/n)
+			q.scratchHi = append(q.scratchHi, upperRate(n, x, 1))
 		}
 	}
 	q.median = lowerMedian(q.scratch)
-	q.scratch = q.scratch[:0]
-	for i, s := range srv {
-		if n, x, ok := medianCounts(s, serving[i]); ok {
-			q.scratch = append(q.scratch, (x+math.Sqrt(x)+1)/n)
-		}
-	}
 	q.lineSD = 0
 	if q.median > 0 {
-		q.lineSD = q.cfg.DegradedMin(lowerMedian(q.scratch)) - q.cfg.DegradedMin(q.median)
+		q.lineSD = q.cfg.DegradedMin(lowerMedian(q.scratchHi)) - q.cfg.DegradedMin(q.median)
 	}
 	for i, s := range srv {
 		if serving[i] {
@@ -1263,6 +1260,17 @@ func (q *Sequential) refresh(srv []*SeqServer, serving []bool) {
 		}
 	}
 }
+
+// upperRate is an upper bound of the rate of x errors in n requests (n >
+// 0), about z sigma of the errors up; one error's worth more, so that
+// none in a few requests is no certainty of none.
+func upperRate(n, x, z float64) float64 {
+	return (x + z*math.Sqrt(x) + z) / n
+}
+
+// warm: s is in its warm-up, its first coarseBuckets buckets of chunks
+// since it began serving: its baseline learns each quiet chunk at once.
+func (s *SeqServer) warm() bool { return s.Chunks <= coarseChunks*coarseBuckets }
 
 // medianCounts are the requests and 5xx by which s counts in the
 // backend's healthy median: its long baseline where it weighs
@@ -1281,7 +1289,7 @@ func medianCounts(s *SeqServer, serving bool) (n, x float64, ok bool) {
 	if s.en >= minBaseline {
 		return s.en, s.ex, true
 	}
-	if !serving || s.Chunks <= coarseChunks*coarseBuckets {
+	if !serving || s.warm() {
 		return 0, 0, false
 	}
 	c := s.cur
@@ -1304,7 +1312,7 @@ func (q *Sequential) coefficients(s *SeqServer) {
 	if s.en > 0 {
 		// An upper bound of the baseline (about 3 sigma of its errors):
 		// the estimate's own noise must not read as a change.
-		own = (s.ex + 3*math.Sqrt(s.ex) + 3) / s.en
+		own = upperRate(s.en, s.ex, 3)
 	}
 	p0 := min(max(q.median, own), q.HealthyMax(), p1min/2)
 	s.p0 = p0
@@ -1376,7 +1384,7 @@ func (q *Sequential) peerCheck(srv []*SeqServer, serving []bool, i int) (ok bool
 	// server-days, and N=9 at 0.5 req/s, median 2%, 77.5 (844d57e;
 	// 2.2 and 61 with medianCounts); since, 0 and 1.0 (the soak,
 	// --seeds 401-404).
-	edge := q.cfg.HealthyMax((float64(y) + math.Sqrt(float64(y)) + 1) / float64(m))
+	edge := q.cfg.HealthyMax(upperRate(float64(m), float64(y), 1))
 	if rate <= edge || stats.BinomialUpperTail(n, x, edge) >= degradedAlpha {
 		return false, peers
 	}
