@@ -276,9 +276,11 @@ type SeqServer struct {
 	// the uncut sum of its log-likelihood ratios since its evidence last
 	// started (its statistic at zero), cnt the chunks since, and uw the
 	// last W sums (a ring at wpos), so that u now less u m chunks ago is
-	// what the last m brought; pb, for each of the last 2W chunks and
+	// what the last m brought; pb, for each of the last 3W chunks and
 	// each length up to W, the window of at most that length that brought
-	// the most by then (Sequential.windows). Windows begin after lo, the
+	// the most by then (Sequential.windows), and pw the same for the
+	// length W alone over the bursty pair's reach (pairReach). Windows
+	// begin after lo, the
 	// episode's or the burst's start, where the sum was loU. excess: what
 	// the burst's best windows brought beyond the credit, which is what S
 	// has had taken out for it; segs counts the episode's bursts. qmask:
@@ -297,6 +299,7 @@ type SeqServer struct {
 	lo      [len(bank)]int32
 	loU     [len(bank)]float64
 	pb      []piece
+	pw      []piece
 	excess  [len(bank)]float64
 	segs    [len(bank)]int8
 	qmask   [len(bank)]uint64
@@ -434,18 +437,23 @@ type piece struct {
 // windows reads alternative k of s at its latest chunk n: q.sB[m] is
 // what the last m chunks brought (m up to W, none before s.lo), and it
 // returns the most that two disjoint windows of W chunks in all, within
-// 2W chunks (of W chunks each, within 3W, for a bursty server), the later
-// one ending now, brought (the later alone where no earlier one adds),
+// 2W chunks (of W chunks each, within pairReach, for a bursty server),
+// the later one ending now, brought (the later alone where no earlier one
+// adds),
 // keeping the two in q.cutB (the later's length) and
 // q.cutA. It keeps at n, for later chunks, the window of each length up
 // to W that brought the most by n, and u now in the ring.
 func (q *Sequential) windows(s *SeqServer, k int) float64 {
-	w, r := q.w, 3*q.w // r: the positions pb keeps
+	w, r, rw := q.w, 3*q.w, q.pairReach() // r, rw: the positions pb and pw keep
 	if len(s.pb) != len(bank)*r*(w+1) {
 		s.pb = make([]piece, len(bank)*r*(w+1))
 	}
+	if len(s.pw) != len(bank)*rw {
+		s.pw = make([]piece, len(bank)*rw)
+	}
 	n, lo := s.cnt[k], s.lo[k]
 	at := func(pos int32, l int) *piece { return &s.pb[(k*r+int(pos)%r)*(w+1)+l] }
+	atW := func(pos int32) *piece { return &s.pw[k*rw+int(pos)%rw] }
 	span := min(w, int(n-lo))
 	for m := 1; m <= span; m++ {
 		base := s.loU[k]
@@ -468,6 +476,9 @@ func (q *Sequential) windows(s *SeqServer, k int) float64 {
 			}
 		}
 		*at(n, l) = e
+		if l == w {
+			*atW(n) = e
+		}
 	}
 	best := math.Inf(-1)
 	q.cutB, q.cutA = 0, piece{}
@@ -475,12 +486,12 @@ func (q *Sequential) windows(s *SeqServer, k int) float64 {
 	// earlier window may be W chunks long and touch the later one.
 	gapNeed, reach, bursty := q.pairGap, 2*w, q.bursty()
 	if bursty {
-		gapNeed, reach = 0, r
+		gapNeed, reach = 0, rw
 	}
 	for m := 1; m <= span; m++ {
 		// The earlier window: the best of at most W-m chunks (W where
 		// bursty) that ends gapNeed quiet chunks or more before this one
-		// begins, within 2W chunks of now (3W): the best by each position,
+		// begins, within 2W chunks of now (pairReach): the best by each position,
 		// going back, until one is apart (a lesser one behind a better
 		// that is not apart is not looked for: less is taken out, never
 		// more).
@@ -490,12 +501,17 @@ func (q *Sequential) windows(s *SeqServer, k int) float64 {
 		}
 		var a piece
 		for p := n - int32(m) - int32(gapNeed); el > 0 && p > lo && p > n-int32(reach); p-- {
-			c := *at(p, el)
+			var c piece
+			if bursty {
+				c = *atW(p)
+			} else {
+				c = *at(p, el)
+			}
 			if c.n == 0 {
 				break
 			}
 			if c.end-int32(c.n) < n-int32(reach) {
-				break // begins more than 2W (3W) back
+				break // begins more than 2W (pairReach) back
 			}
 			if gap := int(n - c.end - int32(m)); bits.OnesCount64(s.qmask[k]>>m&(1<<gap-1)) >= gapNeed {
 				a = c
@@ -534,6 +550,23 @@ func (q *Sequential) windows(s *SeqServer, k int) float64 {
 // ended.
 func (q *Sequential) bursty() bool {
 	return q.burstAt > 0 && q.clock-q.burstAt < burstMemory && !q.cfg.everyBurst
+}
+
+// pairReach: the chunks back from now within which a bursty server's two
+// windows lie, as far as their counts can be read (recentChunks, for the
+// run's counts less the cut: cutOfWindows), and at least 3W. Two bursts
+// of a few seconds each with a few seconds between them are not always
+// two bursts of their own: a few healthy errors in the gap give the
+// smallest alternative, whose statistic takes the longest to fall back,
+// a window over the credit, and the gap is not quiet. Within 3W, bursts
+// of 20-60 errors spread over 4 s every hour at 5 req/s drained 0.99
+// healthy servers per 1,000 server-days, at 2 req/s and N=30 (10-30
+// errors over 5 s) 1.76; within this reach, 0.30 and 0.39
+// (docs/lab/detection.md). pw keeps these positions for windows of W
+// chunks alone, not for every length as pb does: the state a server keeps
+// grows by a few kilobytes, not threefold.
+func (q *Sequential) pairReach() int {
+	return max(3*q.w, recentChunks-q.w)
 }
 
 // cutOfWindows is the requests, 5xx and chunks of the windows that
