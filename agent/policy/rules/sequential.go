@@ -280,8 +280,8 @@ type SeqServer struct {
 	// each length up to W, the window of at most that length that brought
 	// the most by then (Sequential.windows), and pw the same for the
 	// length W alone over the bursty pair's reach (pairReach). Windows
-	// begin after lo, the
-	// episode's or the burst's start, where the sum was loU. excess: what
+	// begin after lo, the episode's or the burst's start, where the sum
+	// was loU. excess: what
 	// the burst's best windows brought beyond the credit, which is what S
 	// has had taken out for it; segs counts the episode's bursts. qmask:
 	// which of the last 64 chunks brought no evidence (bit 0 the latest;
@@ -439,10 +439,9 @@ type piece struct {
 // returns the most that two disjoint windows of W chunks in all, within
 // 2W chunks (of W chunks each, within pairReach, for a bursty server),
 // the later one ending now, brought (the later alone where no earlier one
-// adds),
-// keeping the two in q.cutB (the later's length) and
-// q.cutA. It keeps at n, for later chunks, the window of each length up
-// to W that brought the most by n, and u now in the ring.
+// adds), keeping the two in q.cutB (the later's length) and q.cutA. It
+// keeps at n, for later chunks, the window of each length up to W that
+// brought the most by n, and u now in the ring.
 func (q *Sequential) windows(s *SeqServer, k int) float64 {
 	w, r, rw := q.w, 3*q.w, q.pairReach() // r, rw: the positions pb and pw keep
 	if len(s.pb) != len(bank)*r*(w+1) {
@@ -491,9 +490,9 @@ func (q *Sequential) windows(s *SeqServer, k int) float64 {
 	for m := 1; m <= span; m++ {
 		// The earlier window: the best of at most W-m chunks (W where
 		// bursty) that ends gapNeed quiet chunks or more before this one
-		// begins, within 2W chunks of now (pairReach): the best by each position,
-		// going back, until one is apart (a lesser one behind a better
-		// that is not apart is not looked for: less is taken out, never
+		// begins, within 2W chunks of now (pairReach): the best by each
+		// position, going back, until one is apart (a lesser one behind a
+		// better that is not apart is not looked for: less is taken out, never
 		// more).
 		el := w - m
 		if bursty {
@@ -527,8 +526,9 @@ func (q *Sequential) windows(s *SeqServer, k int) float64 {
 
 // bursty: a server of the backend, the one judged or a peer, had a
 // burst forgiven (Sequential.burstAt) within burstMemory. Each of its
-// servers then has two bursts forgiven in an episode however close: the best two windows of W chunks
-// each, within 3W, overlapping bursts included. Two bursts of a few
+// servers then has two bursts forgiven in an episode however close: the
+// best two windows of W chunks each, within pairReach, overlapping
+// bursts included. Two bursts of a few
 // seconds each that overlap, or that have fewer quiet chunks between them
 // than make two bursts, are one event longer than the minimum duration, a
 // fault by that measure alone, and Poisson bursts every few hours make

@@ -345,12 +345,7 @@ func TestBurstPairAfterHealthyErrors(t *testing.T) {
 						}
 						phases = append(phases, phase{secs: 600, rates: healthy})
 						first, early := runPhases(t, cfg, rate, phases, seed)
-						if len(early) > 0 {
-							t.Fatalf("seed %d: %v condemned", seed, early)
-						}
-						if first[2] >= 0 {
-							t.Errorf("seed %d: condemned %d s after the bursts", seed, first[2])
-						}
+						noneCondemned(t, seed, first, early, "the bursts")
 					}
 				})
 			}
@@ -417,10 +412,11 @@ func TestTwoBurstsSecondsApart(t *testing.T) {
 // hour before, or whose peer had, they are forgiven: it is the service
 // that makes bursts. On a backend that had none, they are a fault by the
 // minimum duration, and those that bring h beyond their best window are
-// found. Before (the
-// same rule for both), the soak's random fleets drained 1.66-4.30
-// healthy servers per 1,000 server-days on three sets of seeds, such
-// pairs nearly all; 0-0.47 since.
+// found. Before (the same rule for both), the soak's random fleets
+// drained 1.66-4.30 healthy servers per 1,000 server-days on three sets
+// of seeds, such pairs nearly all; 0-0.47 since. Before the backend's
+// memory (a peer's burst), the soak's bursts of 20-60 errors spread over
+// 4 s every hour drained 2.28 per 1,000, half in a day's first hour.
 func TestOverlappingBurstsOnABurstyServer(t *testing.T) {
 	if underRace {
 		t.Skip("36 cells of two hours, two histories, one goroutine: ten times slower under -race (make unit runs it without -race)")
