@@ -200,7 +200,7 @@ type Action struct {
 	// let back while still slow, and drained again.
 	SlowMs int `json:"slow_ms,omitempty"`
 	// SlowMean, with SlowMs, says the answer time judged was a mean (the
-	// stats path's rtime, HAProxy's average over its last 1024 answers),
+	// stats path's, its last 10 s of answers read out of HAProxy's rtime),
 	// not each answer's: no share of slow answers was seen, and the probe
 	// burst is sized on the least share that lifts such a mean to SlowMs
 	// (recovery). ErrorRate is then the window's 5xx rate alone: sized on

@@ -317,7 +317,8 @@ type ServerStat struct {
 	// MaxConn is the server's maxconn (slim); 0 when it has none.
 	MaxConn int `json:"maxconn,omitempty"`
 	// RespTimeMs is HAProxy's average response time over the server's last
-	// 1024 requests (rtime): service time without the queue.
+	// requests (rtime; the manual says 1024, HAProxy slides it over 512,
+	// TimeSamples): service time without the queue.
 	RespTimeMs int `json:"resp_time_ms,omitempty"`
 	// Backup is a backup server (bck): it takes traffic only when every
 	// active server is down.

@@ -569,13 +569,15 @@ type SlowServer struct {
 
 // Slow finds the serving servers whose median answer time departs from
 // their peers' by LatencyRatio and LatencyMinMs, each judged on at least
-// half MinRequests answers, against at least one such peer.
+// half MinRequests timed answers (latencyJudged), against at least one
+// such peer; with the tail test on, not the stats path's servers, whose
+// mean it judges (statsOnly).
 func (p *Policy) Slow(b agent.BackendView) []SlowServer {
 	c := p.Config
 	if c.LatencyRatio <= 0 {
 		return nil
 	}
-	enough := func(s agent.ServerView) bool { return s.Serving() && s.Window.Requests >= max(c.MinRequests/2, 1) }
+	enough := c.latencyJudged
 	// Every judged server's median, sorted once: a server's peers are
 	// all of them but itself, whose median is read off this list (not a
 	// sort per server: that was quadratic in the backend's size).
@@ -591,7 +593,7 @@ func (p *Policy) Slow(b agent.BackendView) []SlowServer {
 	sort.Ints(all)
 	var out []SlowServer
 	for _, s := range b.Servers {
-		if !enough(s) {
+		if !enough(s) || c.TailRatio > 0 && statsOnly(s) {
 			continue
 		}
 		// The others are all without one copy of s's value, at index
@@ -607,6 +609,18 @@ func (p *Policy) Slow(b agent.BackendView) []SlowServer {
 		}
 	}
 	return out
+}
+
+// statsOnly says every answer of the server's series came from the stats
+// path (HAProxy's counters, a mean's time: Counted). With the tail test
+// on, such a server's mean is judged there each check against the median
+// test's threshold, and not here: its window median is the median of
+// recent means, which step where a tail fills them
+// (haproxy.RecentMean), one server a few seconds before its peers in a
+// fleet-wide change, and would read 5× theirs meanwhile. It still
+// counts among the peers.
+func statsOnly(s agent.ServerView) bool {
+	return s.Window.TotalRequests > 0 && s.Window.TotalCounted >= s.Window.TotalRequests
 }
 
 // counted is how many of the evidence's checks its counts cover: those a

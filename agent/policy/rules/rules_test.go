@@ -234,6 +234,15 @@ func TestLatencyOutliers(t *testing.T) {
 		{"5x but only 40 ms more: below the floor", []agent.ServerView{slowServer("srv1", 300, 10), slowServer("srv2", 300, 50), slowServer("srv3", 300, 10)}, ""},
 		{"too few answers to judge", []agent.ServerView{slowServer("srv1", 300, 11), slowServer("srv2", 20, 400), slowServer("srv3", 300, 11)}, ""},
 		{"two servers: one peer is enough", []agent.ServerView{slowServer("srv1", 300, 11), slowServer("srv2", 300, 220)}, "srv2"},
+		// Two peers whose windows hold only failures with no answer time
+		// (median 0) are no peers at 0 ms: srv1, 3× its one timed peer,
+		// is not slow. Counted as peers, they made the others' median 0.
+		{"peers with no timed answer are no peers", []agent.ServerView{slowServer("srv1", 300, 60), slowServer("srv2", 300, 20), untimed("srv3", 300), untimed("srv4", 300)}, ""},
+		// A server all of whose answers came from the stats path has its
+		// mean judged by the tail test each check, not its window
+		// median here; it still counts among the peers.
+		{"the stats path's servers: the tail test's", []agent.ServerView{statsOnlyServer(slowServer("srv1", 300, 11)), statsOnlyServer(slowServer("srv2", 300, 220)), statsOnlyServer(slowServer("srv3", 300, 11))}, ""},
+		{"a stats path peer counts", []agent.ServerView{slowServer("srv1", 300, 11), slowServer("srv2", 300, 220), statsOnlyServer(slowServer("srv3", 300, 11))}, "srv2"},
 	}
 	p := New(DefaultConfig())
 	for _, tc := range tests {
@@ -253,6 +262,27 @@ func TestLatencyOutliers(t *testing.T) {
 	if got := drained(t, New(off), agent.BackendView{Name: "app", Servers: tests[0].servers}); len(got) != 0 {
 		t.Errorf("latency off: drained %v", got)
 	}
+	// With the tail test off, the median test judges the stats path's
+	// servers as before.
+	tailOff := DefaultConfig()
+	tailOff.TailRatio = 0
+	stats := agent.BackendView{Name: "app", Servers: []agent.ServerView{statsOnlyServer(slowServer("srv1", 300, 11)), statsOnlyServer(slowServer("srv2", 300, 220)), statsOnlyServer(slowServer("srv3", 300, 11))}}
+	if got := drained(t, New(tailOff), stats); !got["srv2"] || len(got) != 1 {
+		t.Errorf("tail test off, the stats path: drained %v, want srv2", got)
+	}
+}
+
+// untimed is a server whose window's requests all have no answer time.
+func untimed(name string, n uint64) agent.ServerView {
+	s := server(name, n, n)
+	s.Window.Untimed = n
+	return s
+}
+
+// statsOnlyServer makes every answer of s's series the stats path's.
+func statsOnlyServer(s agent.ServerView) agent.ServerView {
+	s.Window.TotalRequests, s.Window.TotalCounted = s.Window.Requests, s.Window.Requests
+	return s
 }
 
 // sequentialPlan is Decide's plan for testdata's observation f once its

@@ -75,18 +75,19 @@ import (
 // promise's rate: each burst leaves a chance of about e^(-0.8h) that
 // healthy traffic does the rest, against 1,440 pauses a server-day.
 //
-// The stats path has no tail: every answer it records carries HAProxy's
-// mean answer time over the server's last 1024 requests (rtime). For a
-// server whose chunk is all such answers, the threshold is the median
+// The stats path has no tail: every answer it records carries the mean
+// answer time of the server's last 10 s of answers, read out of
+// HAProxy's rtime with a pause's grains capped (haproxy.RecentMean). For
+// a server whose chunk is all such answers, the threshold is the median
 // test's instead: LatencyRatio × the judged servers' lower median p50 and
 // LatencyMinMs above it, and, once the server's latency baseline is
 // learned (latency.go), its margin above that baseline. A mean at or over
 // it makes the chunk's every answer slow. So the stats path judges its
 // mean as the median test would, each check, instead of a 60 s window's
-// median of it (which moved only once half the window was slow): a tail
-// is found there when it moves the mean that far, and as fast as rtime,
-// an average over 1024 requests, moves. The reason says its figure is a
-// mean.
+// median of it (which moved only once half the window was slow; the
+// median test leaves such servers to this, statsOnly): a tail is found
+// there when it moves the mean that far, once it is the server's typical
+// grain (about 10 s). The reason says its figure is a mean.
 
 // TailMinRate is the least rate of answers, a second, at which a
 // server's answers are judged (and its median and p95 count in the
@@ -276,7 +277,7 @@ func (tb *tailBackend) step(c Config, b agent.BackendView, dt float64, lat map[s
 	// The backend's p50 and p95: the lower medians of the judged servers'
 	// windows, those with per-answer times only.
 	judged := func(s agent.ServerView) bool {
-		return s.Serving() && s.Window.Requests >= max(c.MinRequests/2, 1) && s.Window.RatePerSec >= TailMinRate && !tb.meanOnly[s.Server]
+		return c.latencyJudged(s) && s.Window.RatePerSec >= TailMinRate && !tb.meanOnly[s.Server]
 	}
 	tb.p50s, tb.p95s = tb.p50s[:0], tb.p95s[:0]
 	for _, s := range b.Servers {
@@ -294,7 +295,7 @@ func (tb *tailBackend) step(c Config, b agent.BackendView, dt float64, lat map[s
 	// the window has seen it.
 	tb.p50s = tb.p50s[:0]
 	for i, s := range b.Servers {
-		if fresh[i] && tb.meanOnly[s.Server] && s.Serving() && s.Window.Requests >= max(c.MinRequests/2, 1) {
+		if fresh[i] && tb.meanOnly[s.Server] && c.latencyJudged(s) {
 			tb.p50s = append(tb.p50s, float64(max(s.Window.P50Ms, window.TailSlotFloorMs(medianSlot(&chunks[i].oct)))))
 		}
 	}
@@ -308,7 +309,7 @@ func (tb *tailBackend) step(c Config, b agent.BackendView, dt float64, lat map[s
 		}
 		var in Counts
 		octs[i] = window.TailSlots
-		onMean := tb.meanOnly[s.Server] && s.Serving() && s.Window.Requests >= max(c.MinRequests/2, 1) && c.LatencyRatio > 0
+		onMean := tb.meanOnly[s.Server] && c.latencyJudged(s) && c.LatencyRatio > 0
 		switch {
 		case fresh[i] && onMean && len(tb.p50s) > 1 && chunks[i].req > 0:
 			// A mean: every answer of the chunk at one time, counted
@@ -347,8 +348,8 @@ func (tb *tailBackend) step(c Config, b agent.BackendView, dt float64, lat map[s
 			in = tb.q.StallCounts(in, &run)
 			tb.stall[s.Server] = run
 		default:
-			// not judged on answers (or a mean: HAProxy's average over
-			// 1024 requests smooths a stall away): no run of stalls
+			// not judged on answers (or a mean, whose grains cap a
+			// stall: haproxy.RecentMean): no run of stalls
 			delete(tb.stall, s.Server)
 		}
 		if at[i] > 0 {
@@ -439,4 +440,4 @@ func (tb *tailBackend) reason(server string) string {
 
 // meanNote is what a latency reason adds for a server whose answer
 // times are the stats path's mean.
-const meanNote = "; its answer time is HAProxy's mean over its last 1024 requests (rtime, the stats path): a mean has no tail, a slow tail shows only as it moves the mean"
+const meanNote = "; its answer time is the mean of its last 10 s of answers, read out of HAProxy's rtime (the stats path): a mean has no tail, a slow tail shows only as it moves the mean"

@@ -173,6 +173,10 @@ type procCounters struct {
 	// so far: recorded as failures, or in the baseline. Stot less ReqTot
 	// less counted is the room left for failures (see classes).
 	counted map[haproxy.ServerKey]int64
+	// means is, per server, the mean answer time of its latest answers,
+	// taken from rtime's moves (haproxy.RecentMean): what its answers
+	// are recorded at.
+	means map[haproxy.ServerKey]*haproxy.RecentMean
 }
 
 // Run polls every Period until ctx ends.
@@ -252,7 +256,7 @@ func (p *StatPoller) pollOne(ctx context.Context, src StatSource) error {
 		since = min(prev.readAt.Unix(), since)
 	}
 	cur := &procCounters{instance: info.Instance(), start: info.StartTime, readAt: now, servers: make(map[haproxy.ServerKey]haproxy.StatCounters, len(rows)),
-		counted: make(map[haproxy.ServerKey]int64, len(rows))}
+		counted: make(map[haproxy.ServerKey]int64, len(rows)), means: make(map[haproxy.ServerKey]*haproxy.RecentMean, len(rows))}
 	var fromZero bool // every counter of this read counts in full
 	switch {
 	case prev == nil:
@@ -273,6 +277,8 @@ func (p *StatPoller) pollOne(ctx context.Context, src StatSource) error {
 	for _, r := range rows {
 		k := haproxy.ServerKey{Backend: r.Backend, Server: r.Server}
 		cur.servers[k] = r.Counters
+		// The answers' time: their recent mean (haproxy.RecentMean).
+		r.RespTimeMs = int(math.Round(cur.meanOf(prev, k, known).Add(now, r.RespTimeMs, answered(r.Counters))))
 		var gain haproxy.StatCounters
 		var counted int64 // the unanswered attempts accounted before this read
 		switch old, had := prev.server(k); {
@@ -315,6 +321,32 @@ func (p *StatPoller) pollOne(ctx context.Context, src StatSource) error {
 	}
 	p.procs[src.Addr()] = cur
 	return nil
+}
+
+// meanOf is k's running mean in this read, carried from the last read
+// of the same process (a count that went back, `clear counters`, starts
+// it afresh: RecentMean.Add).
+func (pc *procCounters) meanOf(prev *procCounters, k haproxy.ServerKey, known bool) *haproxy.RecentMean {
+	m := (*haproxy.RecentMean)(nil)
+	if known && prev != nil {
+		m = prev.means[k]
+	}
+	if m == nil {
+		m = &haproxy.RecentMean{}
+	}
+	pc.means[k] = m
+	return m
+}
+
+// answered is the answers HAProxy timed for the server, each of which
+// moved its rtime: those it passed on (1xx to 5xx), not "other" (no
+// answer).
+func answered(c haproxy.StatCounters) int64 {
+	var n int64
+	for _, h := range c.Hrsp[:5] {
+		n += h
+	}
+	return n
 }
 
 func (pc *procCounters) server(k haproxy.ServerKey) (haproxy.StatCounters, bool) {
@@ -407,9 +439,11 @@ type recorderAt interface {
 // evenly over the seconds (since, now] it accrued in, so that the windows
 // hold a rate per second however long the period (a 15 s poll's counts
 // in one bucket would read as a burst, and leave the seconds around it
-// empty). Answers carry HAProxy's average response time (rtime), the only
-// latency the counters give: every percentile of the stats path is that
-// average. In StatRetries mode only the retried attempts are recorded,
+// empty). Answers carry the mean time of the server's latest answers,
+// taken from the moves of HAProxy's average response time (rtime, the
+// only latency the counters give; haproxy.RecentMean), or rtime itself
+// until there is such a mean: every percentile of the stats path is a
+// mean. In StatRetries mode only the retried attempts are recorded,
 // and the answers too where silent: no per-response path reports the
 // server (Coverage).
 func (p *StatPoller) record(r haproxy.ServerStat, gain haproxy.StatCounters, fails [window.NumFails]int64, since, now int64, silent bool) {

@@ -338,3 +338,50 @@ func TestStatPollerKeepsRoomAcrossPolls(t *testing.T) {
 		t.Fatalf("%+v, want 9 answers and two HAProxy 5xx: the hang's and the reset's, once each", st)
 	}
 }
+
+// timesSink records each event's answer time.
+type timesSink struct{ ms []int }
+
+func (s *timesSink) Record(ev window.Event) { s.ms = append(s.ms, ev.ResponseMs) }
+
+// The stats path records a period's answers at the mean of the server's
+// last 10 s of answers, read out of rtime's moves (haproxy.RecentMean),
+// not at rtime itself: 15 s after every answer went from 11 to 85 ms,
+// HAProxy's rtime (sliding over 512 answers) reads 62 ms, and the
+// answers are recorded at 85.
+func TestStatPollerRecordsTheRecentMean(t *testing.T) {
+	now := time.Unix(30_000, 0)
+	sink := &timesSink{}
+	src := &statSource{addr: "unix:/run/haproxy/admin.sock", info: haproxy.Info{Pid: 1, StartTime: 1}}
+	p := &StatPoller{Sources: []StatSource{src}, Sink: sink, Mode: StatCounts, Log: zerolog.Nop(), Now: func() time.Time { return now }}
+	var sum uint32
+	var answers int64
+	poll := func(n int, ms uint32) {
+		for range n {
+			w := uint32(0)
+			if answers >= haproxy.TimeSamples {
+				w = haproxy.TimeSamples
+			}
+			sum = haproxy.SwrateAdd(sum, w, ms)
+			answers++
+		}
+		src.rows = []haproxy.ServerStat{row("a", answers, 0, 0, int(haproxy.RTimeOf(sum, answers)))}
+		sink.ms = sink.ms[:0]
+		p.Poll(context.Background())
+		now = now.Add(500 * time.Millisecond)
+	}
+	poll(2000, 11) // a baseline
+	for range 60 {
+		poll(25, 11)
+	}
+	if got := sink.ms; len(got) != 1 || got[0] < 9 || got[0] > 13 {
+		t.Fatalf("steady at 11 ms: recorded at %v", got)
+	}
+	for range 30 {
+		poll(25, 85)
+	}
+	rtime := int(haproxy.RTimeOf(sum, answers))
+	if got := sink.ms; len(got) != 1 || got[0] < 80 || got[0] > 90 || rtime > 70 {
+		t.Fatalf("15 s after a step to 85 ms: recorded at %v, HAProxy's rtime %d", got, rtime)
+	}
+}

@@ -127,11 +127,10 @@ func TestResettingServerDrained(t *testing.T) {
 // (7.1-10.1 s measured). Issue 42's target is 10 s, twice the stats
 // path's 5.0 s in its measurement (from a cold start); docs/explanation/
 // detection.md gives the times against it. On the stats path, whose only
-// answer time is HAProxy's mean over the last 1,024 answers (rtime), the
-// mean is judged and the reason says so, within 30 s: those answers are
-// 20 s of srv3's, and a 5% tail at 1.5 s moves the mean past the
-// threshold (50 ms above the peers') once about two thirds of them are
-// the tail's (19.1 s measured). Before, SPOE, Lua and syslog judged the
+// answer time is a mean (its last 10 s of answers, read out of HAProxy's
+// rtime), the mean is judged and the reason says so, within 30 s: a 5%
+// tail at 1.5 s moves it past the threshold (50 ms above the peers') once
+// the tail is srv3's typical grain, half of 20 s (haproxy.RecentMean). Before, SPOE, Lua and syslog judged the
 // median alone and never drained it. Each run goes on 35 s past the
 // bound, beyond the drain's cooldown (30 s ± 10%) and its probe burst:
 // srv3, still slow, stays drained, drained once. Before, the burst judged
@@ -221,7 +220,7 @@ func TestEveryFaultAtOnce(t *testing.T) {
 
 // slowDrained: srv3 drained within `within` of onset and no other
 // server; the audit log's reason is the tail test's, or, on the stats
-// path (mean), says the figure is HAProxy's mean.
+// path (mean), says the figure is a mean read out of HAProxy's rtime.
 func slowDrained(t *testing.T, out *scenario.Outcome, onset, within time.Duration, mean bool) {
 	t.Helper()
 	at, ok := out.DrainedAt["srv3"]
@@ -248,7 +247,7 @@ func slowDrained(t *testing.T, out *scenario.Outcome, onset, within time.Duratio
 	t.Logf("audit: %s", tail(reason, 1500))
 	switch {
 	case mean && !strings.Contains(reason, "rtime"):
-		t.Errorf("the stats path's drain does not say its figure is HAProxy's mean")
+		t.Errorf("the stats path's drain does not say its figure is a mean read out of HAProxy's rtime")
 	case !mean && !strings.Contains(reason, "slow tail"):
 		t.Errorf("the drain is not the tail test's")
 	}

@@ -87,6 +87,7 @@ func naive(ms Merged, secs int64) []Stats {
 		st.P50Ms = quantile(&a.hist, a.timed, 0.50)
 		st.P95Ms = quantile(&a.hist, a.timed, 0.95)
 		st.P99Ms = quantile(&a.hist, a.timed, 0.99)
+		st.Untimed = st.Requests - min(st.Requests, a.timed)
 		out = append(out, st)
 	}
 	sortStats(out)

@@ -607,6 +607,10 @@ type Stats struct {
 	P50Ms    int    `json:"p50_ms"`
 	P95Ms    int    `json:"p95_ms"`
 	P99Ms    int    `json:"p99_ms"`
+	// Untimed is the part of Requests with no answer time (a failure
+	// with no answer, or the stats path's answers before HAProxy's
+	// average slides): the quantiles are over the others.
+	Untimed uint64 `json:"-"`
 	// Seconds is how many of the window's one-second buckets hold data.
 	Seconds int `json:"seconds"`
 	// RatePerSec is requests per second over the seconds that hold data,
@@ -626,7 +630,8 @@ type Stats struct {
 	// of answer time (TailSlot), modulo 2^32 (the difference of two
 	// reads, in uint32, is the answers between them), and TotalCounted the part of
 	// TotalRequests the stats path made from HAProxy's counters, whose
-	// answer time is HAProxy's mean (rtime), not each answer's: the
+	// answer time is a mean read out of HAProxy's rtime, not each
+	// answer's: the
 	// rules' tail test reads both as differences between two reads.
 	TotalTail    [TailSlots]uint32 `json:"-"`
 	TotalCounted uint64            `json:"-"`
@@ -1003,6 +1008,7 @@ func (a *accumulator) stats() Stats {
 		}
 	}
 	st.P50Ms, st.P95Ms, st.P99Ms = quantiles(&a.hist, a.timed)
+	st.Untimed = st.Requests - min(st.Requests, a.timed)
 	return st
 }
 
