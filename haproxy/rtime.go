@@ -44,8 +44,8 @@ func RTimeOf(sum uint32, requests int64) uint32 {
 // a server's answers of the last MeanSpan. Read raw, rtime moves two
 // thirds of the way to a new level only after 560 answers (11 s at 50
 // answers a second, 22 s at 25), and the stats path found a slow tail
-// that began mid-stream 13-18 s after its onset where the per-response
-// paths took 6-9 s (docs/explanation/telemetry.md). Worse, it weighs a
+// that began mid-stream 13-21 s after its onset where the per-response
+// paths took 6-10 s (docs/explanation/detection.md). Worse, it weighs a
 // pause by the rate: a second's pause (every answer held for it: a GC
 // pause, a throttled CPU) moves it by rate/512 × 500 ms, 98 ms at 100
 // answers a second, twice the median test's whole margin.
@@ -56,13 +56,12 @@ func RTimeOf(sum uint32, requests int64) uint32 {
 //	v = (r1 − r0·a^m) / (1 − a^m)
 //
 // from their averages r0 and r1 (SpanMean), and m·v is the answers' time.
-// Before its 513th answer the sum only grows, and rtime is it over the
-// answers so far: a span's time is then r1·c1 − r0·c0.
-// Each read is rounded up to a whole ms, which the division magnifies
-// over a short span; summed over consecutive reads the errors cancel but
-// for the first read's and the last's, 512 ms of answer time at most:
-// over MinSpanAnswers answers, 3.3 ms on the mean (one standard
-// deviation).
+// (Before its 513th answer the sum only grows, and rtime is it over the
+// answers so far: a span's time is then r1·c1 − r0·c0.) Each read is
+// rounded up to a whole ms, which the division magnifies over a short
+// span; summed over consecutive reads the errors cancel but for the
+// first read's and the last's, 512 ms of answer time at most: over
+// MinSpanAnswers answers, 8 ms on the mean.
 //
 // A mean has no tail, and a pause moves it as a slow tail does: a
 // second's pause adds 500 ms a second of span at any rate, 50 ms over
