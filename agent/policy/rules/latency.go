@@ -144,9 +144,9 @@ func logMs(ms float64) float64 { return math.Log(max(ms, 1)) }
 
 // latencyJudged: a server's window median is judged (and teaches its
 // baseline) when it serves and its window holds half MinRequests timed
-// answers. Untimed ones (failures with no answer, the stats path's
-// before HAProxy's average slides) are in no quantile: a window of them
-// alone reads a median of 0, which no peer may be judged against.
+// answers. Untimed ones (failures with no answer: a hang's 504, a
+// refused connection) are in no quantile: a window of them alone reads a
+// median of 0, which no peer may be judged against.
 func (c Config) latencyJudged(s agent.ServerView) bool {
 	return s.Serving() && s.Window.Requests-min(s.Window.Untimed, s.Window.Requests) >= max(c.MinRequests/2, 1)
 }

@@ -87,7 +87,8 @@ import (
 // median of it (which moved only once half the window was slow; the
 // median test leaves such servers to this, statsOnly): a tail is found
 // there when it moves the mean that far, once it is the server's typical
-// grain (about 10 s). The reason says its figure is a mean.
+// grain (more than half of 20 s after its onset). The reason says its
+// figure is a mean.
 
 // TailMinRate is the least rate of answers, a second, at which a
 // server's answers are judged (and its median and p95 count in the

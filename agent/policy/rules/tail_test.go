@@ -58,7 +58,7 @@ type tailSim struct {
 	// haproxy.RecentMean, as the poller does; rawRTime: at rtime as read,
 	// as the poller did before.
 	mean, rawRTime bool
-	seed uint64
+	seed           uint64
 }
 
 // tailRun is what a sim found: the seconds from onset to the end of the

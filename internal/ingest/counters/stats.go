@@ -327,7 +327,7 @@ func (p *StatPoller) pollOne(ctx context.Context, src StatSource) error {
 // of the same process (a count that went back, `clear counters`, starts
 // it afresh: RecentMean.Add).
 func (pc *procCounters) meanOf(prev *procCounters, k haproxy.ServerKey, known bool) *haproxy.RecentMean {
-	m := (*haproxy.RecentMean)(nil)
+	var m *haproxy.RecentMean
 	if known && prev != nil {
 		m = prev.means[k]
 	}
@@ -439,11 +439,11 @@ type recorderAt interface {
 // evenly over the seconds (since, now] it accrued in, so that the windows
 // hold a rate per second however long the period (a 15 s poll's counts
 // in one bucket would read as a burst, and leave the seconds around it
-// empty). Answers carry the mean time of the server's latest answers,
-// taken from the moves of HAProxy's average response time (rtime, the
-// only latency the counters give; haproxy.RecentMean), or rtime itself
-// until there is such a mean: every percentile of the stats path is a
-// mean. In StatRetries mode only the retried attempts are recorded,
+// empty). Answers carry the mean time of the server's last 10 s of
+// answers, taken from the moves of HAProxy's average response time
+// (rtime, the only latency the counters give; haproxy.RecentMean), or
+// rtime itself until there is such a mean: every percentile of the
+// stats path is a mean. In StatRetries mode only the retried attempts are recorded,
 // and the answers too where silent: no per-response path reports the
 // server (Coverage).
 func (p *StatPoller) record(r haproxy.ServerStat, gain haproxy.StatCounters, fails [window.NumFails]int64, since, now int64, silent bool) {

@@ -608,8 +608,7 @@ type Stats struct {
 	P95Ms    int    `json:"p95_ms"`
 	P99Ms    int    `json:"p99_ms"`
 	// Untimed is the part of Requests with no answer time (a failure
-	// with no answer, or the stats path's answers before HAProxy's
-	// average slides): the quantiles are over the others.
+	// with no answer): the quantiles are over the others.
 	Untimed uint64 `json:"-"`
 	// Seconds is how many of the window's one-second buckets hold data.
 	Seconds int `json:"seconds"`
