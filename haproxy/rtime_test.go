@@ -9,7 +9,8 @@ import (
 
 // haproxyServer models one server's rtime as HAProxy keeps it
 // (stream_update_time_stats): the sum slides over 512 samples once the
-// server has more than 512 requests, and is read rounded up.
+// server has more than 512 requests, and is read over the requests so
+// far until then, rounded up (RTimeOf).
 type haproxyServer struct {
 	sum     uint32
 	answers int64
