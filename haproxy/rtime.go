@@ -2,8 +2,9 @@ package haproxy
 
 import (
 	"math"
-	"slices"
 	"time"
+
+	"github.com/hapilot/hapilot/internal/lib/stats"
 )
 
 // TimeSamples is HAProxy's TIME_STATS_SAMPLES: the number of samples its
@@ -224,8 +225,7 @@ func (m *RecentMean) span(now time.Time) (float64, bool) {
 	}
 	limit := math.Inf(1)
 	if len(m.means) > 0 {
-		slices.Sort(m.means)
-		typical := m.means[(len(m.means)-1)/2]
+		typical := stats.LowerMedian(m.means)
 		limit = max(grainCapRatio*typical, typical+grainCapMs)
 	}
 	var ms float64

@@ -1313,10 +1313,10 @@ func (q *Sequential) refresh(srv []*SeqServer, serving []bool) {
 			q.scratchHi = append(q.scratchHi, upperRate(n, x, 1))
 		}
 	}
-	q.median = lowerMedian(q.scratch)
+	q.median = stats.LowerMedian(q.scratch)
 	q.lineSD = 0
 	if q.median > 0 {
-		q.lineSD = q.cfg.DegradedMin(lowerMedian(q.scratchHi)) - q.cfg.DegradedMin(q.median)
+		q.lineSD = q.cfg.DegradedMin(stats.LowerMedian(q.scratchHi)) - q.cfg.DegradedMin(q.median)
 	}
 	for i, s := range srv {
 		if serving[i] {
@@ -1424,7 +1424,7 @@ func (q *Sequential) peerCheck(srv []*SeqServer, serving []bool, i int) (ok bool
 	if len(q.peers) == 0 {
 		return rate >= q.cfg.Floor, 0 // no peer: only the floor applies
 	}
-	limit := q.cfg.HealthyMax(lowerMedian(q.scratch))
+	limit := q.cfg.HealthyMax(stats.LowerMedian(q.scratch))
 	var m, y uint64
 	for _, c := range q.peers {
 		if c.X > 0 && stats.BinomialUpperTail(c.N, c.X, limit) < degradedAlpha {
@@ -1454,14 +1454,4 @@ func (q *Sequential) peerCheck(srv []*SeqServer, serving []bool, i int) (ok bool
 	}
 	share := float64(n) / float64(n+m)
 	return stats.BinomialUpperTail(x+y, x, share) < peerAlpha, peers
-}
-
-// lowerMedian is the median of v, the lower of the two middle values for
-// an even count; 0 for none. It sorts v.
-func lowerMedian(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	slices.Sort(v)
-	return v[(len(v)-1)/2]
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hapilot/hapilot/agent"
+	"github.com/hapilot/hapilot/internal/lib/stats"
 	"github.com/hapilot/hapilot/internal/lib/window"
 )
 
@@ -287,7 +288,7 @@ func (tb *tailBackend) step(c Config, b agent.BackendView, dt float64, lat map[s
 			tb.p95s = append(tb.p95s, float64(s.Window.P95Ms))
 		}
 	}
-	p50b, p95b := int(lowerMedian(tb.p50s)), int(lowerMedian(tb.p95s))
+	p50b, p95b := int(stats.LowerMedian(tb.p50s)), int(stats.LowerMedian(tb.p95s))
 	tb.p95 = p95b
 	// The mean's threshold: the median test's, against the lower median
 	// of the stats path's servers' means: each one's window median, or
@@ -300,7 +301,7 @@ func (tb *tailBackend) step(c Config, b agent.BackendView, dt float64, lat map[s
 			tb.p50s = append(tb.p50s, float64(max(s.Window.P50Ms, window.TailSlotFloorMs(medianSlot(&chunks[i].oct)))))
 		}
 	}
-	tb.p50 = int(lowerMedian(tb.p50s))
+	tb.p50 = int(stats.LowerMedian(tb.p50s))
 	meanT := max(c.LatencyRatio*float64(tb.p50), float64(tb.p50+c.LatencyMinMs))
 	for i, s := range b.Servers {
 		st := tb.servers[s.Server]
