@@ -77,7 +77,10 @@ func RTimeOf(sum uint32, requests int64) uint32 {
 // in every grain, and once it has lasted half CapSpan the typical grain
 // carries it and it counts in full: the cost is that time, about 10 s,
 // before the stats path sees a tail move the mean (the per-response
-// paths see each slow answer).
+// paths see each slow answer). A tail too sparse to be in most grains
+// (one answer in a hundred at 10 s) stays capped longer: the median,
+// not a higher quantile, because a higher one let clustered pauses
+// through.
 type RecentMean struct {
 	last   meanRead
 	have   bool
