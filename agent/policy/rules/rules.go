@@ -350,7 +350,7 @@ func (p *Policy) Notes() map[agent.Key]string {
 			n, x := s.RunCounts()
 			out[agent.Key{Backend: name, Server: server}] = fmt.Sprintf(
 				"in the zone: %.2f%% (%d/%d) over its evidence's %d checks, above healthy %.2f%% but not shown above degraded %.2f%%; "+
-					"drained in the zone %s ago and left serving until %s have passed since, or its evidence shows it degraded, or the operator drains it%s",
+					"drained in the zone, or before its backend's healthy median was known, %s ago and left serving until %s have passed since, or its evidence shows it degraded, or the operator drains it%s",
 				100*float64(x)/float64(max(n, 1)), x, n, counted(s), 100*sb.q.HealthyMax(), 100*sb.q.P1Min(),
 				time.Duration(sb.q.clock-s.zoneAt)*time.Second, p.Config.ZoneEvery, burstsLeftOut(s))
 		}
