@@ -352,8 +352,9 @@ type SeqServer struct {
 	outSpent float64
 	// Zone: the server's evidence crossed h, but its rate over the
 	// evidence's span is not shown above the degraded region's lower
-	// end: it is in the zone. zoneAt is when it was last condemned so
-	// (the test's clock, seconds), zoned whether it ever was.
+	// end: it is in the zone. zoneAt is when it was last condemned so,
+	// or before the backend's median was known (Step; the test's clock,
+	// seconds), zoned whether it ever was.
 	Zone   bool
 	zoneAt float64
 	zoned  bool
@@ -780,8 +781,9 @@ type Sequential struct {
 	// the line of the lower median of the servers' rates one sigma up
 	// (medianCounts), less the line of the median.
 	lineSD float64
-	// known: the median is the backend's: more than half of its servers
-	// count in it (refresh); until then it is 0, and Step is cold.
+	// known: the median is the backend's: the servers that count in it
+	// reach the backend's middle rank (refresh); until then it is 0,
+	// and Step is cold.
 	known  bool
 	chunks uint64
 	clock  float64
@@ -984,14 +986,14 @@ func (q *Sequential) Step(dt float64, srv []*SeqServer, in []Counts, serving []b
 		l := q.cfg.DegradedMin(line)
 		shown := stats.BinomialUpperTail(n, x, l) < degradedAlpha &&
 			float64(x)-float64(n)*l > lineZ*float64(n)*sd
-		// Cold: the median is not yet the backend's (fewer than half of
-		// its servers count in it: a baseline takes 1,000 requests, and
-		// a server back from a drain is in its warm-up again), and the
-		// line rests on a few minutes' spans. A server not shown
-		// degraded against a known median in its run counts its drain as
-		// the zone's one in a day, whatever a cold step showed: in the
-		// zone, or shown only cold in a later run within the day, it is
-		// left serving. At N=3 and 2 req/s, a zone server shown degraded
+		// Cold: the median is not yet the backend's (too few of its
+		// servers count in it to reach the middle rank: a baseline takes
+		// 1,000 requests, and a server back from a drain is in its
+		// warm-up again), and the line rests on a few minutes' spans. A
+		// server not shown degraded against a known median in its run
+		// counts its drain as the zone's one in a day, whatever a cold
+		// step showed: in the zone, or shown only cold in a later run
+		// within the day, it is left serving. At N=3 and 2 req/s, a zone server shown degraded
 		// in its first minute and in the zone later, or the other way
 		// round, or shown cold and condemned again as the median was
 		// learned, was drained twice in its day (TestZoneServerOfThree:
@@ -1384,9 +1386,11 @@ func (q *Sequential) refresh(srv []*SeqServer, serving []bool) {
 	// the healthy servers above it, judged against its line and loud
 	// against it, never learned theirs: at 0.5 req/s, a zone server at
 	// 3.8% among peers at 0.3% and 0.9% was drained six times in a day
-	// against a median of 0.25-0.35% (the soak, --servers 3 --rate 0.5
+	// against a median of 0.25-0.35%, with peerCheck's median of all
+	// the servers already (the soak, --servers 3 --rate 0.5
 	// --hetero 0.5 --noise 0.015 --seeds 701-704). Until more than half
-	// count, there is no median (known false: cold, Step).
+	// count (half of an even count), there is no median (known false:
+	// cold, Step).
 	slices.Sort(q.scratch)
 	slices.Sort(q.scratchHi)
 	q.median, q.lineSD, q.known = 0, 0, false
