@@ -643,7 +643,8 @@ func (q *Sequential) outage(s *SeqServer, dt float64) {
 	s.outRun, s.carry = 1, tokened
 }
 
-// zoneLeft: s is a zone server condemned within ZoneEvery.
+// zoneLeft: s was condemned in the zone, or before the backend's median
+// was known, within ZoneEvery (Step).
 func (q *Sequential) zoneLeft(s *SeqServer) bool {
 	return s.zoned && q.clock-s.zoneAt < q.cfg.ZoneEvery.Seconds()
 }
@@ -979,10 +980,10 @@ func (q *Sequential) Step(dt float64, srv []*SeqServer, in []Counts, serving []b
 		// first minute was shown degraded a minute later against a
 		// learned median of 0.26% and drained again.
 		z := 1.0
-		if s.zoned && !s.zonedRun && q.clock-s.zoneAt < q.cfg.ZoneEvery.Seconds() {
+		if q.zoneLeft(s) && !s.zonedRun {
 			z = 0
 		}
-		line = max(line, (float64(now.X)-z*math.Sqrt(float64(now.X)))/float64(max(now.N, 1)))
+		line = max(line, lowerRate(float64(now.N), float64(now.X), z))
 		l := q.cfg.DegradedMin(line)
 		shown := stats.BinomialUpperTail(n, x, l) < degradedAlpha &&
 			float64(x)-float64(n)*l > lineZ*float64(n)*sd
@@ -1005,7 +1006,7 @@ func (q *Sequential) Step(dt float64, srv []*SeqServer, in []Counts, serving []b
 		s.shownKnown = s.shownKnown || shown && q.known
 		s.Zone = !s.shown
 		if !s.shownKnown {
-			if s.zoned && q.clock-s.zoneAt < q.cfg.ZoneEvery.Seconds() {
+			if q.zoneLeft(s) {
 				if s.Zone || !s.zonedRun {
 					s.Left = true
 					continue
@@ -1313,24 +1314,7 @@ func (q *Sequential) peerRate(srv []*SeqServer, serving []bool) float64 {
 	for i := range n {
 		q.order = append(q.order, i)
 	}
-	slices.SortFunc(q.order, func(i, j int) int {
-		a, b := q.peers[2*i], q.peers[2*j]
-		// a.X/a.N < b.X/b.N without division; no request sorts last
-		l, r := a.X*b.N, b.X*a.N
-		switch {
-		case a.N == 0 && b.N == 0:
-			return 0
-		case a.N == 0:
-			return 1
-		case b.N == 0:
-			return -1
-		case l < r:
-			return -1
-		case l > r:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(q.order, func(i, j int) int { return byRate(q.peers[2*i], q.peers[2*j]) })
 	var tn, tx uint64
 	for _, i := range q.order[:max(n/2, 1)] {
 		tn += q.peers[2*i+1].N
@@ -1408,11 +1392,34 @@ func (q *Sequential) refresh(srv []*SeqServer, serving []bool) {
 	}
 }
 
+// byRate orders counts by their rate, X/N without division; counts of no
+// request sort last.
+func byRate(a, b Counts) int {
+	switch {
+	case a.N == 0 && b.N == 0:
+		return 0
+	case a.N == 0:
+		return 1
+	case b.N == 0:
+		return -1
+	}
+	return cmp.Compare(a.X*b.N, b.X*a.N)
+}
+
 // lowerMedianRate is the counts of cs whose rate is their lower median
-// (cs sorted in place by rate; none empty).
+// (cs sorted in place by rate).
 func lowerMedianRate(cs []Counts) Counts {
-	slices.SortFunc(cs, func(a, b Counts) int { return cmp.Compare(a.X*b.N, b.X*a.N) })
+	slices.SortFunc(cs, byRate)
 	return cs[(len(cs)-1)/2]
+}
+
+// lowerRate is a lower bound of the rate of x errors in n requests, z
+// sigma of the errors down (0 at least; 0 for no request).
+func lowerRate(n, x, z float64) float64 {
+	if n <= 0 {
+		return 0
+	}
+	return max(0, (x-z*math.Sqrt(x))/n)
 }
 
 // upperRate is an upper bound of the rate of x errors in n requests (n >
@@ -1543,7 +1550,7 @@ func (q *Sequential) peerCheck(srv []*SeqServer, serving []bool, i int) (ok bool
 	if m == 0 {
 		return rate >= q.cfg.Floor, 0, now
 	}
-	peers = max(0, (float64(y)-3*math.Sqrt(float64(y)))/float64(m))
+	peers = lowerRate(float64(m), float64(y), 3)
 	// Above the healthy region of the peers' rate, and shown so against
 	// that rate one sigma up: in a noisy backend at low traffic the
 	// median is learned slowly (1,000 requests a server) and from the
