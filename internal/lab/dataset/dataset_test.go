@@ -368,34 +368,42 @@ func TestActs(t *testing.T) {
 // drain of a new fault beside one drained before (a fault that begins
 // mid-situation). In the fourth attempt's data 25 of 828 examples with
 // a history line had an action for answer, and its model stopped at one.
-// 4,000 examples: the second fault's drain beside the first is rare (1
-// in 2,000 examples on the tree before the minimum duration's best
-// windows, none there since, the floor finding faults a check or so
-// later; 1 in 4,000).
+// The second fault's drain beside the first is rare: it needs a
+// two-fault situation whose second fault begins late, and that the
+// rules' floor has not drained by the step the model is asked. About 1
+// in 2,000 examples (1 to 4 in each of seeds 1 to 5's 4,000 on b1e4083,
+// 2 to 4 in seeds 1 to 5 and 9 on 7f3c8fb), so a single seed's 4,000 hold none by chance
+// (seed 9's, on b1e4083), and every change to the floor moves which
+// seed. Seeds 9, 10 and 12, 4,000 each, hold 0, 2 and 2 on b1e4083.
 func TestHistoryDoesNotGiveTheAnswerAway(t *testing.T) {
 	if underRace {
-		t.Skip("4,000 examples take minutes under -race (make test); make test-llm runs this package without it")
-	}
-	ex, err := Generate(9, 4000, prompt.Numbered, DefaultRecipe().Draw, llmprompts.New)
-	if err != nil {
-		t.Fatal(err)
+		t.Skip("12,000 examples take minutes under -race (make test); make test-llm runs this package without it")
 	}
 	var withHistory, acts, again, beside int
-	for _, e := range ex {
-		if !e.HasHistory() {
-			continue
+	for _, seed := range []uint64{9, 10, 12} {
+		ex, err := Generate(seed, 4000, prompt.Numbered, DefaultRecipe().Draw, llmprompts.New)
+		if err != nil {
+			t.Fatal(err)
 		}
-		withHistory++
-		if e.Action() == agent.VerbNoOp {
-			continue
+		var b int
+		for _, e := range ex {
+			if !e.HasHistory() {
+				continue
+			}
+			withHistory++
+			if e.Action() == agent.VerbNoOp {
+				continue
+			}
+			acts++
+			switch {
+			case strings.Contains(e.User, ": not in force\n"):
+				again++
+			case strings.Contains(e.User, ": in force (drained)\n") && e.Action() == string(agent.Drain):
+				beside++
+				b++
+			}
 		}
-		acts++
-		switch {
-		case strings.Contains(e.User, ": not in force\n"):
-			again++
-		case strings.Contains(e.User, ": in force (drained)\n") && e.Action() == string(agent.Drain):
-			beside++
-		}
+		t.Logf("seed %d: %d drains beside one in force", seed, b)
 	}
 	t.Logf("%d examples with a history line: %d act, %d again after one not in force, %d drain beside one in force", withHistory, acts, again, beside)
 	if withHistory == 0 || acts*20 < withHistory || again == 0 || beside == 0 {
