@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 )
@@ -260,8 +261,12 @@ func TestZoneServerOfThree(t *testing.T) {
 		// later against a median learned low (Step's line for a second
 		// drain in a day): 3 of 200 seeds on 464d92d
 		{33, []float64{0.038, 0.0081, 0.0034}, 200},
+		// N=2: the lower server is the median, and never condemned
+		// beside a peer in the zone (peerCheck: before, that peer left
+		// out as a fault of its own, only the floor applied)
+		{2, []float64{0.164, 0.036}, 10},
 	} {
-		t.Run(fmt.Sprintf("%g req/s", tt.rate), func(t *testing.T) {
+		t.Run(fmt.Sprintf("N=%d at %g req/s", len(tt.rates), tt.rate), func(t *testing.T) {
 			t.Parallel()
 			failed := 0
 			for seed := range tt.seeds {
@@ -313,4 +318,79 @@ func stepAtRates(q *Sequential, rng *rand.Rand, rate float64, rates []float64, s
 		in[i] = Counts{N: r, X: errorsOf(rng, r, p)}
 	}
 	return q.Step(1, srv, in, serving, idx)
+}
+
+// TestPeerCheckAgainstTheMedian: the peer check holds a server to the
+// healthy region of the backend's median, not of its peers' pooled rate.
+// At N=3 the loudest server's peers pool to their mean, under the median
+// where the quiet one is quieter: a server at 2.5% beside peers at 1%
+// (the median) and 0.4% is 3.6 times their mean and healthy, at 2.5
+// times the median; one at 4% is above the healthy region. At N=2 the
+// lower server is the median, and a peer far above it does not leave it
+// to the floor alone. Steady traffic, its errors spread evenly (no
+// chance), for 20 minutes at 40 requests a second.
+func TestPeerCheckAgainstTheMedian(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		rates []float64
+		want  bool
+	}{
+		{"N=3: 2.5 times the median, 3.6 times the peers' mean", []float64{0.025, 0.01, 0.004}, false},
+		{"N=3: 4 times the median", []float64{0.04, 0.01, 0.004}, true},
+		{"N=2: the median, beside a peer in the zone", []float64{0.036, 0.164}, false},
+		{"N=2: 5 times its peer", []float64{0.05, 0.01}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			q := NewSequential(DefaultConfig())
+			srv, in, serving := backendOf(len(tt.rates))
+			owed := make([]float64, len(tt.rates))
+			var idx []int
+			for range 1200 {
+				for i, p := range tt.rates {
+					owed[i] += 40 * p
+					x := math.Floor(owed[i])
+					owed[i] -= x
+					in[i] = Counts{N: 40, X: uint64(x)}
+				}
+				idx = q.Step(1, srv, in, serving, idx)
+			}
+			// asked over the whole ring, as for a server at h for 17
+			// minutes (its own baseline would have ended its run)
+			srv[0].run = coarseChunks * coarseBuckets
+			got, _, _ := q.peerCheck(srv, serving, 0)
+			n, x := q.span(srv[0], srv[0].run)
+			if got != tt.want {
+				t.Errorf("peer check of server 0 (%d of %d over its span) = %v, want %v", x, n, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestLineOfAQuietMedian: the degraded line's uncertainty is taken
+// through the floor with a Poisson bound that holds for few errors. At
+// N=2 and 0.5 req/s, a peer with none in its last 17 minutes' requests
+// is a median of 0, but of up to 1.3% three sigma up, a line of up to
+// 7.9%: a server at 5% must not be shown above it. With one sigma up
+// scaled by three, the line three sigma up was 1.5%, and a zone server (5.1% beside 1.1%) was shown degraded and drained twice in
+// a day (the soak, --servers 2 --rate 0.5 --hetero 0.6 --noise 0.02
+// --seeds 801-804).
+func TestLineOfAQuietMedian(t *testing.T) {
+	q := NewSequential(DefaultConfig())
+	srv, in, serving := backendOf(2)
+	owed := 0.0
+	var idx []int
+	for sec := range 1600 {
+		n := uint64(sec % 2) // 0.5 req/s
+		owed += float64(n) * 0.05
+		x := math.Floor(owed)
+		owed -= x
+		in[0], in[1] = Counts{N: n, X: uint64(x)}, Counts{N: n}
+		idx = q.Step(1, srv, in, serving, idx)
+	}
+	if !q.known || q.Median() != 0 {
+		t.Fatalf("median %.4f (known %v), want a known 0", q.Median(), q.known)
+	}
+	if top := q.cfg.DegradedMin(q.Median()) + lineZ*q.lineSD; top < 0.05 {
+		t.Errorf("the line three sigma up is %.4f, want above 5%%", top)
+	}
 }
