@@ -371,10 +371,11 @@ func TestActs(t *testing.T) {
 // The second fault's drain beside the first is rare: it needs a
 // two-fault situation whose second fault begins late, and that the
 // rules' floor has not drained by the step the model is asked. About 1
-// in 2,000 examples (1 to 4 in each of seeds 1 to 5's 4,000 on b1e4083,
-// 2 to 4 in seeds 1 to 5 and 9 on 7f3c8fb), so a single seed's 4,000 hold none by chance
-// (seed 9's, on b1e4083), and every change to the floor moves which
-// seed. Seeds 9, 10 and 12, 4,000 each, hold 0, 2 and 2 on b1e4083.
+// in 2,000 examples (1 to 4 in each of seeds 1 to 5's 4,000 on b1e4083;
+// 2 to 4 in seeds 1 to 5 and 9 on 7f3c8fb), so a single seed's 4,000
+// hold none by chance (seed 9's on b1e4083), and every change to the
+// floor moves which seed. Seeds 9, 10 and 12, 4,000 each, hold 0, 2
+// and 2 on b1e4083, and 5, 5 and 0 on ea22af6.
 func TestHistoryDoesNotGiveTheAnswerAway(t *testing.T) {
 	if underRace {
 		t.Skip("12,000 examples take minutes under -race (make test); make test-llm runs this package without it")
