@@ -371,9 +371,10 @@ func TestPeerCheckAgainstTheMedian(t *testing.T) {
 // N=2 and 0.5 req/s, a peer with none in its last 17 minutes' requests
 // is a median of 0, but of up to 1.3% three sigma up, a line of up to
 // 7.9%: a server at 5% must not be shown above it. With one sigma up
-// scaled by three, the line three sigma up was 1.5%, and a zone server (5.1% beside 1.1%) was shown degraded and drained twice in
-// a day (the soak, --servers 2 --rate 0.5 --hetero 0.6 --noise 0.02
-// --seeds 801-804).
+// scaled by three, the line three sigma up was 1.5%, and a zone server
+// (5.1% beside 1.1%) was shown degraded and drained twice in a day (the
+// soak, --servers 2 --rate 0.5 --hetero 0.6 --noise 0.02 --seeds
+// 801-804).
 func TestLineOfAQuietMedian(t *testing.T) {
 	q := NewSequential(DefaultConfig())
 	srv, in, serving := backendOf(2)
