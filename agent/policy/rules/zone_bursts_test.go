@@ -347,10 +347,7 @@ func TestPeerCheckAgainstTheMedian(t *testing.T) {
 			var idx []int
 			for range 1200 {
 				for i, p := range tt.rates {
-					owed[i] += 40 * p
-					x := math.Floor(owed[i])
-					owed[i] -= x
-					in[i] = Counts{N: 40, X: uint64(x)}
+					in[i] = Counts{N: 40, X: evenErrors(&owed[i], 40, p)}
 				}
 				idx = q.Step(1, srv, in, serving, idx)
 			}
@@ -382,10 +379,7 @@ func TestLineOfAQuietMedian(t *testing.T) {
 	var idx []int
 	for sec := range 1600 {
 		n := uint64(sec % 2) // 0.5 req/s
-		owed += float64(n) * 0.05
-		x := math.Floor(owed)
-		owed -= x
-		in[0], in[1] = Counts{N: n, X: uint64(x)}, Counts{N: n}
+		in[0], in[1] = Counts{N: n, X: evenErrors(&owed, n, 0.05)}, Counts{N: n}
 		idx = q.Step(1, srv, in, serving, idx)
 	}
 	if !q.known || q.Median() != 0 {
@@ -394,4 +388,14 @@ func TestLineOfAQuietMedian(t *testing.T) {
 	if top := q.cfg.DegradedMin(q.Median()) + lineZ*q.lineSD; top < 0.05 {
 		t.Errorf("the line three sigma up is %.4f, want above 5%%", top)
 	}
+}
+
+// evenErrors is the errors of n requests at rate p spread evenly, no
+// chance: owed carries the fraction of an error from one call to the
+// next.
+func evenErrors(owed *float64, n uint64, p float64) uint64 {
+	*owed += float64(n) * p
+	x := math.Floor(*owed)
+	*owed -= x
+	return uint64(x)
 }
