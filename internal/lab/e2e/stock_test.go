@@ -318,27 +318,19 @@ func TestMasterWorkerReload(t *testing.T) {
 	defaultName.Lock()
 	defer defaultName.Unlock()
 	reloadAt := coldDrain // once both drains are in
-	var reloadErr error
-	var mu sync.Mutex
+	var events reloads
 	out, log := runLogged(t, scenario.Scenario{
 		Servers: paperFleet(0, 0, 0.05, 0, 0, 0.05), Rate: 300, Duration: reloadAt + 12*time.Second, Policy: "rules",
 		Telemetry: "stock", StockGlobal: global, MasterWorker: true, AgentArgs: noTailGuard,
-		At: map[time.Duration]func(*scenario.Env){reloadAt: func(env *scenario.Env) {
-			err := env.HAProxy.Reload(context.Background())
-			mu.Lock()
-			reloadErr = err
-			mu.Unlock()
-		}},
+		At: map[time.Duration]func(*scenario.Env){
+			reloadAt: events.do("reload", func(env *scenario.Env) error { return env.HAProxy.Reload(context.Background()) }),
+		},
 	})
-	mu.Lock()
-	defer mu.Unlock()
-	if reloadErr != nil {
-		t.Fatalf("reload: %v", reloadErr)
-	}
+	reloaded := events.all(t, 1)
 	if !strings.Contains(out.HAProxy.Log(), "Reloading HAProxy") {
 		t.Errorf("the master did not reload:\n%s", out.HAProxy.Log())
 	}
-	drainsComeBack(t, out, reloadAt, 1, 5*time.Second, "srv3", "srv6")
+	drainsComeBack(t, out, reloadAt, reloaded, 5*time.Second, false, "srv3", "srv6")
 	if len(out.DrainedAt) != 2 {
 		t.Errorf("drained %v", out.DrainedAt)
 	}
