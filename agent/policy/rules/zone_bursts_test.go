@@ -363,6 +363,61 @@ func TestPeerCheckAgainstTheMedian(t *testing.T) {
 	}
 }
 
+// TestPeerCheckWithItsPeersUncertainty: the peer check holds a server to
+// the healthy region of its peers' rate with the peers' own uncertainty.
+// N=2 at 0.5 req/s: for two hours the server fails at 3.75%, two and a
+// half times its peer at 1.5%; then, over the ring's 17 minutes, it has
+// 25 errors in its 512 requests and the peer 1, by chance. Three times
+// the peer's rate one sigma up (3 in 512) is 1.8%, which the server's
+// 4.9% stands far above; with the peer's uncertainty, and its history,
+// which its quiet span does not stand above, it is not condemned. At
+// 10% over the span (6.7 times the peer's history) it is. And the
+// history is set aside where the span stands above it, as in a
+// fleet-wide incident: after two hours at 0.2% each, the peer's 8
+// errors in 512 over the span stand above its history, and the server's
+// 55 are not shown above three times those (with its peer's history,
+// three times 0.4%, they would be). Errors spread evenly (no chance).
+func TestPeerCheckWithItsPeersUncertainty(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		before, now [2]float64 // the server's and its peer's rates
+		want        bool
+	}{
+		{"2.5 times its peer's history, 25 times its span", [2]float64{0.0375, 0.015}, [2]float64{25.0 / 512, 1.0 / 512}, false},
+		{"6.7 times its peer's history", [2]float64{0.0375, 0.015}, [2]float64{0.1, 1.0 / 512}, true},
+		{"its peer above its history, judged on its span", [2]float64{0.002, 0.002}, [2]float64{55.0 / 512, 8.0 / 512}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			q := NewSequential(DefaultConfig())
+			srv, in, serving := backendOf(2)
+			var owed [2]float64
+			var idx []int
+			for sec := range 7200 + coarseChunks*coarseBuckets {
+				rates := tt.before
+				if sec >= 7200 {
+					rates = tt.now
+				}
+				n := uint64(sec % 2) // 0.5 req/s
+				for i, p := range rates {
+					in[i] = Counts{N: n, X: evenErrors(&owed[i], n, p)}
+				}
+				idx = q.Step(1, srv, in, serving, idx)
+			}
+			if !q.known {
+				t.Fatal("the backend's median is not known after two hours")
+			}
+			srv[0].run = coarseChunks * coarseBuckets // asked over the whole ring
+			got, _, _ := q.peerCheck(srv, serving, 0)
+			n, x := q.span(srv[0], srv[0].run)
+			pn, px := q.span(srv[1], srv[0].run)
+			if got != tt.want {
+				t.Errorf("peer check of server 0 (%d of %d over its span, its peer %d of %d, history %.0f of %.0f) = %v, want %v",
+					x, n, px, pn, srv[1].ex, srv[1].en, got, tt.want)
+			}
+		})
+	}
+}
+
 // TestLineOfAQuietMedian: the degraded line's uncertainty is taken
 // through the floor with a Poisson bound that holds for few errors. At
 // N=2 and 0.5 req/s, a peer with none in its last 17 minutes' requests
