@@ -314,8 +314,12 @@ func drainsComeBack(t *testing.T, out *scenario.Outcome, at time.Duration, event
 				}
 			}
 			if back == nil {
-				t.Errorf("%s: no %q after the %s (new process answering at %s) within %v%s", s, cmd, e.name,
-					e.ready.Format("15:04:05.000"), within, map[bool]string{true: ", in a woken step", false: ""}[woken])
+				step := "step"
+				if woken {
+					step = "woken step"
+				}
+				t.Errorf("%s: no %q in a %s after the %s, within %v of the new process answering at %s", s, cmd, step, e.name,
+					within, e.ready.Format("15:04:05.000"))
 				logCommands(t, "agent", audit)
 				continue
 			}
