@@ -1500,6 +1500,11 @@ func medianCounts(s *SeqServer, serving bool) (n, x float64, ok bool) {
 	return float64(c.N), float64(c.X), c.N >= minPeerRequests
 }
 
+// baselineHigh is an upper bound of s's long baseline (about 3 sigma of
+// its errors; s.en > 0): the estimate's own noise must not read as a
+// change, in s's null or in a peer's span set beside it.
+func (s *SeqServer) baselineHigh() float64 { return upperRate(s.en, s.ex, 3) }
+
 // coefficients sets s's p0 and each alternative's log-likelihood ratios.
 // p0 is the larger of the backend's healthy median and an upper bound of
 // the server's own baseline, but never above the healthy region's upper
@@ -1510,9 +1515,7 @@ func (q *Sequential) coefficients(s *SeqServer) {
 	p1min := q.P1Min()
 	own := 1.0 // no history: judged against the cap below
 	if s.en > 0 {
-		// An upper bound of the baseline (about 3 sigma of its errors):
-		// the estimate's own noise must not read as a change.
-		own = upperRate(s.en, s.ex, 3)
+		own = s.baselineHigh()
 	}
 	p0 := min(max(q.median, own), q.HealthyMax(), p1min/2)
 	s.p0 = p0
@@ -1605,7 +1608,7 @@ func (q *Sequential) peerCheck(srv []*SeqServer, serving []bool, i int) (ok bool
 		}
 		h := spanCounts{Counts: c}
 		if p := q.peerOf[j]; q.known && p.en > 0 {
-			if stats.BinomialUpperTail(c.N, c.X, upperRate(p.en, p.ex, 3)) >= historyAlpha {
+			if stats.BinomialUpperTail(c.N, c.X, p.baselineHigh()) >= historyAlpha {
 				h.hn, h.hx = p.en, p.ex
 			} else {
 				h.above = true

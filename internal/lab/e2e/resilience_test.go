@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -270,17 +271,7 @@ func (r *reloads) all(t *testing.T, want int) []reload {
 // did see must each be back within the same time.
 func drainsComeBack(t *testing.T, out *scenario.Outcome, at time.Duration, events []reload, within time.Duration, woken bool, servers ...string) {
 	t.Helper()
-	audit, err := os.ReadFile(out.AuditLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var recs []agent.Record
-	for _, line := range strings.Split(string(audit), "\n") {
-		var rec agent.Record
-		if json.Unmarshal([]byte(line), &rec) == nil && len(rec.Commands) > 0 {
-			recs = append(recs, rec)
-		}
-	}
+	recs := auditRecords(t, out.AuditLog)
 	for _, s := range servers {
 		tl := out.Timeline[s]
 		t.Logf("%s drained/undrained at: %v", s, tl)
@@ -300,17 +291,17 @@ func drainsComeBack(t *testing.T, out *scenario.Outcome, at time.Duration, event
 		if lost > len(events) || !finalState(out, s).Drain() {
 			t.Errorf("%s: lost its drain %d times in %d reloads, final %+v: %v", s, lost, len(events), finalState(out, s), tl)
 		}
-		cmd := "set server " + fleet.BackendName + "/" + s + " state drain"
+		cmd, err := haproxy.SetStateCommand(fleet.BackendName, s, haproxy.StateDrain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent := func(c agent.CommandResult) bool { return c.Command == cmd && c.Error == "" }
 		for _, e := range events {
 			var back *agent.Record
 			for i, rec := range recs {
-				if rec.Time.Before(e.began) || rec.Time.After(e.ready.Add(within)) || (woken && rec.Woken == "") {
-					continue
-				}
-				for _, c := range rec.Commands {
-					if c.Command == cmd && c.Error == "" {
-						back = &recs[i]
-					}
+				if !rec.Time.Before(e.began) && !rec.Time.After(e.ready.Add(within)) && (!woken || rec.Woken != "") &&
+					slices.ContainsFunc(rec.Commands, sent) {
+					back = &recs[i]
 				}
 			}
 			if back == nil {
@@ -320,7 +311,9 @@ func drainsComeBack(t *testing.T, out *scenario.Outcome, at time.Duration, event
 				}
 				t.Errorf("%s: no %q in a %s after the %s, within %v of the new process answering at %s", s, cmd, step, e.name,
 					within, e.ready.Format("15:04:05.000"))
-				logCommands(t, "agent", audit)
+				if audit, err := os.ReadFile(out.AuditLog); err == nil {
+					logCommands(t, "agent", audit)
+				}
 				continue
 			}
 			t.Logf("%s: drain back after the %s at %s (%v after the new process answered, woken %q)", s, e.name,
