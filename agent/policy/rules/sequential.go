@@ -1669,16 +1669,16 @@ func (q *Sequential) peerCheck(srv []*SeqServer, serving []bool, i int) (ok bool
 	// baseline is then its span itself, the backend's median rests on
 	// minutes, and every server of a fleet passes through it each time
 	// the agent starts: at 10⁻³, healthy servers at 2.8 and 2.9 times
-	// the median, a little loud over its first minutes beside a peer
-	// quiet over them, was condemned at its first look at 9.7·10⁻⁴ (15
-	// in 266 requests beside 0 in 469, 255 s into its day: the soak,
-	// --servers 3 --rate 1 --hetero 0.6 --noise 0.01 --seeds 901-908)
-	// and 9.3·10⁻⁴ (65 in 4,975 beside 7 in 4,992, 154 s in: --servers
-	// 2 --rate 33 --hetero 0.6 --noise 0.005 --seeds 801-804), one
-	// false drain in 2,000 to 4,000 server-days, the interval's upper
-	// end over 2. What it costs falls on a fault found in its server's
-	// warm-up, from a cold start: one after a steady state is judged
-	// past it.
+	// the median, each a little loud over its first minutes beside
+	// peers quiet over theirs, were condemned at their first looks, at
+	// 9.7·10⁻⁴ (15 in 266 requests beside none in 469, 255 s into the
+	// day: the soak, --servers 3 --rate 1 --hetero 0.6 --noise 0.01
+	// --seeds 901-908) and 9.3·10⁻⁴ (65 in 4,975 beside 7 in 4,992,
+	// 154 s in: --servers 2 --rate 33 --hetero 0.6 --noise 0.005
+	// --seeds 801-804), one false drain in 2,000 to 4,000 server-days,
+	// the interval's upper end over 2 (TestPeerCheckInTheWarmUp). What
+	// it costs falls on a fault found in its server's warm-up, from a
+	// cold start: one after a steady state is judged past it.
 	alpha := degradedAlpha
 	if srv[i].warm() {
 		alpha = warmAlpha
@@ -1745,8 +1745,8 @@ func (q *Sequential) peerCheck(srv []*SeqServer, serving []bool, i int) (ok bool
 	// A peer whose span or minutes stand above its history (a fault, or
 	// a fleet-wide incident) is judged on its span in the pooled rate,
 	// and stays off the median's side, where its point in the edge
-	// above judges it: there, at N=3, a server at 20%
-	// beside peers at 5% and 0.2% was not condemned until its counts
+	// above judges it: there, at N=3, a server at 20% beside peers at
+	// 5% and 0.2% was not condemned until its counts
 	// showed it above three times the 5% (minutes at 33 req/s, or not
 	// in four), while its 5% peer was, and the guardrails' serving
 	// floor would have kept the worse one serving (TestSequential's two
