@@ -117,6 +117,9 @@ const (
 	// median 1,541 s (hapilot-bench soak --servers 3 --rate 5 --fault 0.02).
 	coarseChunks  = 16
 	coarseBuckets = 64
+	// ringChunks is the ring's reach in chunks: a server's warm-up, the
+	// peer check's longest span, and a peer's last 17 minutes.
+	ringChunks = coarseChunks * coarseBuckets
 	// peerRateChunks: the peers' rate now is read over this many of the
 	// last chunks (the ring's first ones), so that a fleet-wide failure
 	// lifts it within seconds.
@@ -1469,7 +1472,7 @@ func upperPoisson(x, z float64) float64 {
 
 // warm: s is in its warm-up, its first coarseBuckets buckets of chunks
 // since it began serving: its baseline learns each quiet chunk at once.
-func (s *SeqServer) warm() bool { return s.Chunks <= coarseChunks*coarseBuckets }
+func (s *SeqServer) warm() bool { return s.Chunks <= ringChunks }
 
 // medianCounts are the requests and 5xx by which s counts in the
 // backend's healthy median: its long baseline where it weighs
@@ -1559,7 +1562,7 @@ func (q *Sequential) coefficients(s *SeqServer) {
 // lower median over the span, whose line the degraded line is never
 // under, one sigma of its errors down (Step).
 func (q *Sequential) peerCheck(srv []*SeqServer, serving []bool, i int) (ok bool, peers float64, now Counts) {
-	k := min(max(srv[i].run, 1), coarseChunks*coarseBuckets)
+	k := min(max(srv[i].run, 1), ringChunks)
 	n, x := q.span(srv[i], k)
 	if n == 0 {
 		return false, 0, Counts{}
@@ -1610,16 +1613,12 @@ func (q *Sequential) peerCheck(srv []*SeqServer, serving []bool, i int) (ok bool
 			continue
 		}
 		h := spanCounts{Counts: c, pn: float64(c.N), px: float64(c.X)}
-		if p := q.peerOf[j]; q.known && p.en > 0 {
-			hi := p.baselineHigh()
-			ln, lx := q.span(p, coarseChunks*coarseBuckets)
-			if stats.BinomialUpperTail(c.N, c.X, hi) >= historyAlpha && stats.BinomialUpperTail(ln, lx, hi) >= historyAlpha {
-				if p.en > h.pn {
-					h.pn, h.px = p.en, p.ex
-				}
-			} else {
-				h.above = true
-			}
+		switch p := q.peerOf[j]; {
+		case !q.known || p.en <= 0:
+		case !q.lends(p, c):
+			h.above = true
+		case p.en > h.pn:
+			h.pn, h.px = p.en, p.ex
 		}
 		m, y, pm, py = m+c.N, y+c.X, pm+h.pn, py+h.px
 		q.refs = append(q.refs, h)
@@ -1769,6 +1768,18 @@ func (q *Sequential) peerCheck(srv []*SeqServer, serving []bool, i int) (ok bool
 		return false, 0, now
 	}
 	return beyond(n, x, float64(m), float64(y), 1, peerAlpha), lowerRate(float64(m), float64(y), 3), now
+}
+
+// lends: peer p, with counts c over the peer check's span, may lend its
+// long baseline: neither c nor its last 17 minutes stand above the
+// baseline's upper bound at historyAlpha (see peerCheck).
+func (q *Sequential) lends(p *SeqServer, c Counts) bool {
+	hi := p.baselineHigh()
+	if stats.BinomialUpperTail(c.N, c.X, hi) < historyAlpha {
+		return false
+	}
+	n, x := q.span(p, ringChunks)
+	return stats.BinomialUpperTail(n, x, hi) >= historyAlpha
 }
 
 // spanCounts are a server's counts over the peer check's span, and what
