@@ -571,3 +571,72 @@ func evenErrors(owed *float64, n uint64, p float64) uint64 {
 	*owed -= x
 	return uint64(x)
 }
+
+// TestPeerEdgeOverTheirMinutes: the edge above the median reads the
+// lending peers' last 17 minutes, not their spans alone, where two peers
+// or more lend. After two hours at 0.2% and 5 req/s, a 5% fault's first
+// 80 s (20 errors in 400 requests) beside peers with 2 chance errors
+// each over the same span: on the spans, one sigma up (0.88%), the edge
+// was three times that, 2.6%, and the fault not shown above it at the
+// check's level (0.005); their minutes put it at 0.8%. A server at 1.5%
+// is under the edge either way. Beside one peer (N=2) its span is read,
+// one sigma up, as before: a single server's rate is the whole edge
+// there, and its span's sigma the margin that keeps healthy servers at
+// two or three times it from being condemned look after look. So a
+// server at 3% over 400 s (60 in 2,000) beside a peer with 10 errors
+// over them waits (0.006 at three times the span's rate one sigma up,
+// 0.71%); on the peer's minutes it would not.
+func TestPeerEdgeOverTheirMinutes(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		servers int
+		span    int    // seconds, at 5 req/s
+		errors  uint64 // server 0's over the span
+		peer    uint64 // each peer's over the span
+		want    bool
+	}{
+		{"a 5% fault beside two peers", 3, 80, 20, 2, true},
+		{"a server at 1.5% beside two peers", 3, 80, 6, 2, false},
+		{"3% beside one peer: its span", 2, 400, 60, 10, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) { peerEdgeCase(t, tt.servers, tt.span, tt.errors, tt.peer, tt.want) })
+	}
+}
+
+// peerEdgeCase runs TestPeerEdgeOverTheirMinutes: servers at 5 req/s
+// for two hours at 0.2%, then a span with errors in server 0's requests
+// and peer in each peer's.
+func peerEdgeCase(t *testing.T, servers, span int, errors, peer uint64, want bool) {
+	q := NewSequential(DefaultConfig())
+	srv, in, serving := backendOf(servers)
+	owed := make([]float64, servers)
+	var idx []int
+	const steady = 7200
+	total := 5 * float64(span)
+	for sec := range steady + span {
+		for i := range servers {
+			p := 0.002
+			switch {
+			case sec >= steady && i == 0:
+				p = float64(errors) / total
+			case sec >= steady:
+				p = float64(peer) / total
+			}
+			in[i] = Counts{N: 5, X: evenErrors(&owed[i], 5, p)}
+		}
+		idx = q.Step(1, srv, in, serving, idx)
+	}
+	if !q.known {
+		t.Fatal("the backend's median is not known after two hours")
+	}
+	srv[0].run = span
+	n, x := q.span(srv[0], span)
+	pn, px := q.span(srv[1], span)
+	if x != errors || px != peer {
+		t.Fatalf("spans: server 0 %d of %d, its peer %d of %d; want %d and %d", x, n, px, pn, errors, peer)
+	}
+	if got, _, _ := q.peerCheck(srv, serving, 0); got != want {
+		t.Errorf("peer check of server 0 (%d of %d over its span, beside %d peer(s), each %d of %d over its span and 0.2%% for two hours before) = %v, want %v",
+			x, n, servers-1, px, pn, got, want)
+	}
+}
