@@ -1706,10 +1706,10 @@ func (q *Sequential) peerCheck(srv []*SeqServer, serving []bool, i int) (ok bool
 	// (--servers 2 --rate 1 --hetero 0.7 --noise 0.02 --seeds 601-604)
 	// and zone servers twice in their day (--rate 0.5 --hetero 0.6
 	// --noise 0.02 --seeds 801-804; --rate 33 --hetero 0.6 --noise 0.005
-	// --seeds 901-904). A
-	// fault on the server alone leaves its peers' minutes as they were;
-	// in a fleet-wide incident their minutes stand above their
-	// histories, they lend nothing, and their spans are read, as before.
+	// --seeds 901-904). A fault on the server alone leaves its peers'
+	// minutes as they were; in a fleet-wide incident their minutes stand
+	// above their histories, they lend nothing, and their spans are
+	// read, as before.
 	alpha := degradedAlpha
 	if srv[i].warm() {
 		alpha = warmAlpha
