@@ -463,27 +463,18 @@ func TestPeerHistoryCountsOnce(t *testing.T) {
 // 0.05 --trials 50 --seeds 1-4). Against their spans it is not: it is
 // no more than three times their rate at the check's level.
 func TestPeerHistoryInAnIncident(t *testing.T) {
-	q := NewSequential(DefaultConfig())
-	srv, in, serving := backendOf(3)
-	var owed [3]float64
-	var idx []int
 	const steady, incident, span = 7200, 600, 40
-	for sec := range steady + incident + span {
-		rates := [3]float64{0.002, 0.002, 0.002}
+	q, srv, serving := stepAtFive(t, 3, steady+incident+span, func(sec, i int) float64 {
 		switch {
-		case sec >= steady+incident: // the span: the peers quiet by chance
-			rates = [3]float64{19.0 / 200, 2.0 / 400, 2.0 / 400}
+		case sec >= steady+incident && i == 0: // the span: the peers quiet by chance
+			return 19.0 / 200
+		case sec >= steady+incident:
+			return 2.0 / 400
 		case sec >= steady:
-			rates = [3]float64{0.05, 0.05, 0.05}
+			return 0.05
 		}
-		for i, p := range rates {
-			in[i] = Counts{N: 5, X: evenErrors(&owed[i], 5, p)}
-		}
-		idx = q.Step(1, srv, in, serving, idx)
-	}
-	if !q.known {
-		t.Fatal("the backend's median is not known after two hours")
-	}
+		return 0.002
+	})
 	srv[0].run = span
 	n, x := q.span(srv[0], span)
 	pn, px := q.span(srv[1], span)
@@ -607,28 +598,17 @@ func TestPeerEdgeOverTheirMinutes(t *testing.T) {
 // for two hours at 0.2%, then a span with errors in server 0's requests
 // and peer in each peer's.
 func peerEdgeCase(t *testing.T, servers, span int, errors, peer uint64, want bool) {
-	q := NewSequential(DefaultConfig())
-	srv, in, serving := backendOf(servers)
-	owed := make([]float64, servers)
-	var idx []int
 	const steady = 7200
 	total := 5 * float64(span)
-	for sec := range steady + span {
-		for i := range servers {
-			p := 0.002
-			switch {
-			case sec >= steady && i == 0:
-				p = float64(errors) / total
-			case sec >= steady:
-				p = float64(peer) / total
-			}
-			in[i] = Counts{N: 5, X: evenErrors(&owed[i], 5, p)}
+	q, srv, serving := stepAtFive(t, servers, steady+span, func(sec, i int) float64 {
+		switch {
+		case sec >= steady && i == 0:
+			return float64(errors) / total
+		case sec >= steady:
+			return float64(peer) / total
 		}
-		idx = q.Step(1, srv, in, serving, idx)
-	}
-	if !q.known {
-		t.Fatal("the backend's median is not known after two hours")
-	}
+		return 0.002
+	})
 	srv[0].run = span
 	n, x := q.span(srv[0], span)
 	pn, px := q.span(srv[1], span)
@@ -639,4 +619,26 @@ func peerEdgeCase(t *testing.T, servers, span int, errors, peer uint64, want boo
 		t.Errorf("peer check of server 0 (%d of %d over its span, beside %d peer(s), each %d of %d over its span and 0.2%% for two hours before) = %v, want %v",
 			x, n, servers-1, px, pn, got, want)
 	}
+}
+
+// stepAtFive steps a backend of servers through secs one-second checks,
+// each server answering 5 requests a second and failing rate(sec, i) of
+// them, its errors spread evenly; the backend's median must be known
+// after them.
+func stepAtFive(t *testing.T, servers, secs int, rate func(sec, i int) float64) (*Sequential, []*SeqServer, []bool) {
+	t.Helper()
+	q := NewSequential(DefaultConfig())
+	srv, in, serving := backendOf(servers)
+	owed := make([]float64, servers)
+	var idx []int
+	for sec := range secs {
+		for i := range servers {
+			in[i] = Counts{N: 5, X: evenErrors(&owed[i], 5, rate(sec, i))}
+		}
+		idx = q.Step(1, srv, in, serving, idx)
+	}
+	if !q.known {
+		t.Fatalf("the backend's median is not known after %d s", secs)
+	}
+	return q, srv, serving
 }
