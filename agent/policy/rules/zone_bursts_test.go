@@ -353,7 +353,7 @@ func TestPeerCheckAgainstTheMedian(t *testing.T) {
 			}
 			// asked over the whole ring, as for a server at h for 17
 			// minutes (its own baseline would have ended its run)
-			srv[0].run = coarseChunks * coarseBuckets
+			srv[0].run = ringChunks
 			got, _, _ := q.peerCheck(srv, serving, 0)
 			n, x := q.span(srv[0], srv[0].run)
 			if got != tt.want {
@@ -392,7 +392,7 @@ func TestPeerCheckWithItsPeersUncertainty(t *testing.T) {
 			srv, in, serving := backendOf(2)
 			var owed [2]float64
 			var idx []int
-			for sec := range 7200 + coarseChunks*coarseBuckets {
+			for sec := range 7200 + ringChunks {
 				rates := tt.before
 				if sec >= 7200 {
 					rates = tt.now
